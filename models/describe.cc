@@ -1,0 +1,209 @@
+#include "models/describe.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "models/yaml_proto.h"
+
+namespace hetsim::models {
+namespace {
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+// A plain text table: columns padded to their widest cell.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render(const std::string& indent) const {
+    std::vector<size_t> w;
+    for (const auto& r : rows_) {
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], Width(r[i]));
+      }
+    }
+    std::string out;
+    for (const auto& r : rows_) {
+      std::string line = indent;
+      for (size_t i = 0; i < r.size(); ++i) {
+        line += r[i];
+        if (i + 1 < r.size()) line += std::string(w[i] - Width(r[i]) + 2, ' ');
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  // Display width of UTF-8 text (counts code points, not bytes).
+  static size_t Width(const std::string& s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string LayerRange(const TransformerModel& m, uint32_t begin, uint32_t end) {
+  std::string s = std::to_string(begin) + "-" + std::to_string(end - 1) + " (" + std::to_string(end - begin);
+  std::vector<std::string> extra;
+  if (begin == 0) extra.push_back("emb");
+  if (end == m.num_layers()) extra.push_back("head");
+  for (const auto& e : extra) s += "+" + e;
+  return s + ")";
+}
+
+}  // namespace
+
+std::string FormatDeviceList(std::vector<uint32_t> d) {
+  std::sort(d.begin(), d.end());
+  std::string out;
+  for (size_t i = 0; i < d.size();) {
+    size_t j = i;
+    while (j + 1 < d.size() && d[j + 1] == d[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(d[i]);
+    if (j > i) out += "-" + std::to_string(d[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string DescribeCluster(const Cluster& c) {
+  std::ostringstream o;
+  o << "cluster " << c.name() << ": " << c.Summary() << "\n";
+  if (!c.spec().description().empty()) o << "  " << c.spec().description() << "\n";
+  Table t({"nodes", "devices", "gpu", "memory", "peak bf16", "fabric", "nic", "zone"});
+  const auto& nodes = c.nodes();
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j + 1 < nodes.size() && nodes[j + 1].group == nodes[i].group) ++j;
+    const auto& n = nodes[i];
+    const uint32_t last_dev = nodes[j].first_device + nodes[j].num_gpus - 1;
+    std::string fabric = EnumValueYamlName(proto::IntraNodeFabric::Kind_descriptor()->FindValueByNumber(n.fabric.kind())) +
+                         " " + Fmt("%g", n.fabric.bandwidth_gbyte_s()) + " GB/s";
+    std::string nic = "-";
+    if (n.has_nic) {
+      nic = std::to_string(n.nic.count()) + "× " +
+            EnumValueYamlName(proto::Nic::Kind_descriptor()->FindValueByNumber(n.nic.kind())) + " " +
+            Fmt("%g", n.nic.bandwidth_gbps()) + " Gb/s";
+    }
+    t.Add({j > i ? nodes[i].name + " .. " + nodes[j].name : n.name,
+           std::to_string(n.first_device) + "-" + std::to_string(last_dev), std::to_string(n.num_gpus) + "× " + n.gpu->name,
+           Fmt("%g GiB", n.gpu->memory_gib), Fmt("%g TFLOPS", n.gpu->peak_bf16_tflops), fabric, nic,
+           n.zone.empty() ? "-" : n.zone});
+    i = j + 1;
+  }
+  o << t.Render("  ");
+  const auto& net = c.spec().network();
+  o << "  network: ";
+  if (net.has_fat_tree()) {
+    o << "two-level fat-tree, " << net.fat_tree().nodes_per_leaf() << " nodes per leaf, 1:"
+      << Fmt("%g", std::max(1.0, net.fat_tree().oversubscription())) << " oversubscription";
+  } else if (net.has_pods()) {
+    o << "pods of " << net.pods().nodes_per_pod() << " nodes (full bisection), 1:"
+      << Fmt("%g", std::max(1.0, net.pods().oversubscription())) << " above";
+  } else {
+    o << "single non-blocking switch";
+  }
+  o << "\n";
+  for (const auto& s : c.spec().storage()) {
+    o << "  storage " << s.name() << ": "
+      << EnumValueYamlName(proto::StorageEndpoint::Kind_descriptor()->FindValueByNumber(s.kind())) << ", read "
+      << Fmt("%g", s.read_bandwidth_gbyte_s()) << " GB/s\n";
+  }
+  return o.str();
+}
+
+std::string DescribeModel(const TransformerModel& m) {
+  const auto& s = m.spec();
+  std::ostringstream o;
+  o << "model " << m.name() << ": " << Fmt("%.3f", m.TotalParams() / 1e9) << " B parameters";
+  if (s.published_params_billion() > 0) o << " (published " << Fmt("%g", s.published_params_billion()) << " B)";
+  o << "\n  " << s.num_layers() << " layers, hidden " << s.hidden_size() << ", ffn " << s.ffn_hidden_size() << ", "
+    << s.num_attention_heads() << " heads (" << m.kv_heads() << " kv), vocab " << s.vocab_size() << ", max seq "
+    << s.max_seq_len() << ", " << EnumValueYamlName(proto::Model::Mlp_descriptor()->FindValueByNumber(s.mlp())) << ", "
+    << EnumValueYamlName(proto::Model::Norm_descriptor()->FindValueByNumber(s.norm())) << "\n";
+  return o.str();
+}
+
+std::string DescribeTraining(const proto::Training& t) {
+  std::ostringstream o;
+  o << "global batch " << t.global_batch_size() << " × seq " << t.seq_len() << ", "
+    << EnumValueYamlName(proto::DType_descriptor()->FindValueByNumber(t.dtype())) << ", "
+    << EnumValueYamlName(proto::Training::Optimizer_descriptor()->FindValueByNumber(t.optimizer()))
+    << ", recompute " << EnumValueYamlName(proto::Recompute_descriptor()->FindValueByNumber(t.recompute()));
+  return o.str();
+}
+
+std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
+  std::ostringstream o;
+  const auto mem = EstimateMemory(plan, ctx);
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<const DeviceMemory*>> by_stage;
+  for (const auto& dm : mem) by_stage[{dm.pipeline, dm.stage}].push_back(&dm);
+  o << "plan" << (plan.name().empty() ? "" : " " + plan.name()) << (plan.planner().empty() ? "" : " (by " + plan.planner() + ")")
+    << ": " << plan.pipelines_size() << " pipeline" << (plan.pipelines_size() == 1 ? "" : "s") << " on " << ctx.cluster.name()
+    << " (" << ctx.cluster.Summary() << ")\n";
+  o << "  model " << ctx.model.name() << " (" << Fmt("%.2f", ctx.model.TotalParams() / 1e9) << " B, "
+    << ctx.model.num_layers() << " plan layers: embedding, " << ctx.model.num_blocks() << " blocks, head)\n";
+  o << "  training: " << DescribeTraining(ctx.training) << "\n";
+  o << "  schedule " << EnumValueYamlName(proto::Plan::Schedule_descriptor()->FindValueByNumber(EffectiveSchedule(plan)))
+    << ", ZeRO-" << plan.zero_stage() << ", recompute "
+    << EnumValueYamlName(proto::Recompute_descriptor()->FindValueByNumber(EffectiveRecompute(plan, ctx.training)))
+    << (plan.sequence_parallel() ? ", sequence parallel" : "") << "\n";
+  bool any_oom = false;
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    o << "\npipeline " << p << ": micro-batch " << pipe.micro_batch_size() << " × " << pipe.num_micro_batches()
+      << " micro-batches = " << pipe.micro_batch_size() * pipe.num_micro_batches() << " sequences\n";
+    Table t({"stage", "layers", "devices", "gpus", "TP×DP", "split", "memory GiB (max / capacity)"});
+    for (int s = 0; s < pipe.stages_size(); ++s) {
+      const auto& st = pipe.stages(s);
+      std::vector<uint32_t> devs(st.devices().begin(), st.devices().end());
+      std::map<std::string, int> types;
+      for (uint32_t d : devs) types[ctx.cluster.device(d).gpu->name]++;
+      std::string gpus;
+      for (const auto& [name, n] : types) gpus += (gpus.empty() ? "" : "+") + std::to_string(n) + "×" + name;
+      std::string split;
+      for (uint32_t b : MicroBatchSplit(st, pipe.micro_batch_size())) split += (split.empty() ? "" : "/") + std::to_string(b);
+      double worst = 0, cap = 0;
+      bool oom = false;
+      for (const auto* dm : by_stage[{static_cast<uint32_t>(p), static_cast<uint32_t>(s)}]) {
+        if (dm->total_gib / dm->capacity_gib > (cap > 0 ? worst / cap : 0)) {
+          worst = dm->total_gib;
+          cap = dm->capacity_gib;
+        }
+        oom |= dm->oom();
+      }
+      any_oom |= oom;
+      t.Add({std::to_string(s), LayerRange(ctx.model, st.layer_begin(), st.layer_end()), FormatDeviceList(devs), gpus,
+             std::to_string(TpDegree(st)) + "×" + std::to_string(DpDegree(st)), split,
+             Fmt("%.1f", worst) + " / " + Fmt("%.0f", cap) + (oom ? "  OUT OF MEMORY" : "")});
+    }
+    o << t.Render("  ");
+  }
+  const auto groups = DeriveGradSyncGroups(plan, ctx.model);
+  o << "\ngradient sync: " << groups.size() << " group" << (groups.size() == 1 ? "" : "s");
+  size_t shown = 0;
+  for (const auto& g : groups) {
+    if (shown++ == 8) {
+      o << "\n  …";
+      break;
+    }
+    o << "\n  layers " << g.layer_begin << "-" << g.layer_end - 1;
+    if (g.num_chunks > 1) o << " chunk " << g.chunk << "/" << g.num_chunks;
+    o << ": devices " << FormatDeviceList(g.devices);
+  }
+  o << "\n" << (any_oom ? "memory: some devices are OUT OF MEMORY\n" : "memory: fits on every device\n");
+  return o.str();
+}
+
+}  // namespace hetsim::models

@@ -1,0 +1,144 @@
+#include "models/gpu_catalog.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+#include "models/bundled.h"
+#include "models/suggest.h"
+
+namespace hetsim::models {
+namespace {
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Splits one CSV line; fields may be double-quoted (with "" for a quote).
+std::vector<std::string> SplitCsv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cur += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cur += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+}  // namespace
+
+double GpuSpec::PeakTflops(proto::DType dtype) const {
+  switch (dtype) {
+    case proto::DTYPE_FP16: return peak_fp16_tflops;
+    case proto::DTYPE_FP32: return peak_fp32_tflops;
+    default: return peak_bf16_tflops;
+  }
+}
+
+Result<GpuCatalog> GpuCatalog::Parse(const std::string& csv_text, const std::string& file) {
+  static const std::vector<std::string> kColumns = {
+      "name", "aliases", "vendor", "form_factor", "peak_bf16_tflops", "peak_fp16_tflops",
+      "peak_fp32_tflops", "memory_gib", "hbm_bandwidth_gbyte_s", "scale_up", "scale_up_bandwidth_gbyte_s",
+      "pcie_gen", "pcie_bandwidth_gbyte_s", "source"};
+  GpuCatalog cat;
+  ErrorList errors;
+  std::istringstream in(csv_text);
+  std::string line;
+  int line_no = 0;
+  bool header_seen = false;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    auto cells = SplitCsv(line);
+    const std::string where = file + ":" + std::to_string(line_no) + ": ";
+    if (!header_seen) {
+      if (cells != kColumns) return Status::Invalid(where + "unexpected header; expected the columns of gpus.csv");
+      header_seen = true;
+      continue;
+    }
+    if (cells.size() != kColumns.size()) {
+      errors.Add(where + "expected " + std::to_string(kColumns.size()) + " columns, found " +
+                 std::to_string(cells.size()));
+      continue;
+    }
+    auto num = [&](size_t col, double* out) {
+      const std::string& s = cells[col];
+      const auto res = std::from_chars(s.data(), s.data() + s.size(), *out);
+      if (res.ec != std::errc() || res.ptr != s.data() + s.size() || *out < 0) {
+        errors.Add(where + kColumns[col] + ": expected a non-negative number, found '" + s + "'");
+      }
+    };
+    GpuSpec g;
+    g.name = cells[0];
+    std::istringstream al(cells[1]);
+    for (std::string a; std::getline(al, a, ';');) {
+      if (!a.empty()) g.aliases.push_back(a);
+    }
+    g.vendor = cells[2];
+    g.form_factor = cells[3];
+    num(4, &g.peak_bf16_tflops);
+    num(5, &g.peak_fp16_tflops);
+    num(6, &g.peak_fp32_tflops);
+    num(7, &g.memory_gib);
+    num(8, &g.hbm_bandwidth_gbyte_s);
+    g.scale_up = cells[9];
+    num(10, &g.scale_up_bandwidth_gbyte_s);
+    double gen = 0;
+    num(11, &gen);
+    g.pcie_gen = static_cast<int>(gen);
+    num(12, &g.pcie_bandwidth_gbyte_s);
+    g.source = cells[13];
+    static const std::vector<std::string> kFabrics = {"nvswitch", "nvlink", "pcie", "xgmi"};
+    if (std::find(kFabrics.begin(), kFabrics.end(), g.scale_up) == kFabrics.end()) {
+      errors.Add(where + "scale_up: unknown fabric '" + g.scale_up + "'" + DidYouMean(g.scale_up, kFabrics));
+    }
+    cat.gpus_.push_back(std::move(g));
+  }
+  if (!header_seen) errors.Add(file + ": no header line");
+  if (!errors.empty()) return errors.ToStatus();
+  return cat;
+}
+
+const GpuCatalog& GpuCatalog::Bundled() {
+  static const GpuCatalog* cat = [] {
+    auto r = Parse(std::string(BundledGpuCatalogCsv()), "models/catalog/gpus.csv");
+    HETSIM_CHECK(r.ok(), r.status().message());
+    return new GpuCatalog(std::move(r).value());
+  }();
+  return *cat;
+}
+
+Result<const GpuSpec*> GpuCatalog::Find(const std::string& name) const {
+  const std::string want = Lower(name);
+  std::vector<std::string> names;
+  for (const auto& g : gpus_) {
+    if (Lower(g.name) == want) return &g;
+    for (const auto& a : g.aliases) {
+      if (Lower(a) == want) return &g;
+    }
+    names.push_back(g.name);
+  }
+  return Status::NotFound("unknown GPU type '" + name + "'" + DidYouMean(name, names) +
+                          " (`hetsim list gpus` prints the catalog)");
+}
+
+}  // namespace hetsim::models

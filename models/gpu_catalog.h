@@ -1,0 +1,49 @@
+// The GPU catalog: peak throughput, memory and links of every GPU type hetsim knows.
+//
+// Built from models/catalog/gpus.csv (embedded in the binary); each row keeps its sources.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/proto/training.pb.h"
+#include "models/status.h"
+
+namespace hetsim::models {
+
+struct GpuSpec {
+  std::string name;                  // canonical lower-case name, e.g. "a100-80gb"
+  std::vector<std::string> aliases;  // other accepted spellings, e.g. "A100-80"
+  std::string vendor;
+  std::string form_factor;
+  double peak_bf16_tflops = 0;  // dense tensor-core peak; 0 = no BF16 support
+  double peak_fp16_tflops = 0;
+  double peak_fp32_tflops = 0;
+  double memory_gib = 0;
+  double hbm_bandwidth_gbyte_s = 0;
+  std::string scale_up;  // nvswitch | nvlink | pcie | xgmi
+  double scale_up_bandwidth_gbyte_s = 0;  // per GPU, one direction; 0 when scale_up is pcie
+  int pcie_gen = 0;
+  double pcie_bandwidth_gbyte_s = 0;  // per GPU, one direction
+  std::string source;
+
+  // Peak TFLOPS for `dtype`, or 0 when the GPU cannot compute in it.
+  double PeakTflops(proto::DType dtype) const;
+};
+
+class GpuCatalog {
+ public:
+  // The catalog bundled with hetsim.
+  static const GpuCatalog& Bundled();
+  // Parses a catalog CSV (see models/catalog/gpus.csv for the columns); `file` names it in errors.
+  static Result<GpuCatalog> Parse(const std::string& csv_text, const std::string& file);
+
+  // Looks a GPU up by name or alias (case-insensitive). Unknown names get a suggestion.
+  Result<const GpuSpec*> Find(const std::string& name) const;
+  const std::vector<GpuSpec>& gpus() const { return gpus_; }
+
+ private:
+  std::vector<GpuSpec> gpus_;
+};
+
+}  // namespace hetsim::models

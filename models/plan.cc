@@ -1,0 +1,318 @@
+#include "models/plan.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+namespace hetsim::models {
+namespace {
+
+constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+
+std::string StagePath(int p, int s) {
+  return "pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]";
+}
+
+std::string Fixed(double v, int digits = 1) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(digits);
+  o << v;
+  return o.str();
+}
+
+}  // namespace
+
+uint32_t TpDegree(const proto::Stage& stage) { return stage.tp_degree() == 0 ? 1 : stage.tp_degree(); }
+
+uint32_t DpDegree(const proto::Stage& stage) {
+  return static_cast<uint32_t>(stage.devices_size()) / TpDegree(stage);
+}
+
+std::vector<uint32_t> MicroBatchSplit(const proto::Stage& stage, uint32_t micro_batch_size) {
+  if (stage.micro_batch_split_size() > 0) {
+    return {stage.micro_batch_split().begin(), stage.micro_batch_split().end()};
+  }
+  const uint32_t dp = std::max<uint32_t>(1, DpDegree(stage));
+  std::vector<uint32_t> split(dp, micro_batch_size / dp);
+  for (uint32_t r = 0; r < micro_batch_size % dp; ++r) split[r] += 1;
+  return split;
+}
+
+proto::Plan::Schedule EffectiveSchedule(const proto::Plan& plan) {
+  return plan.schedule() == proto::Plan::SCHEDULE_UNSPECIFIED ? proto::Plan::SCHEDULE_1F1B : plan.schedule();
+}
+
+proto::Recompute EffectiveRecompute(const proto::Plan& plan, const proto::Training& training) {
+  return plan.recompute() == proto::RECOMPUTE_UNSPECIFIED ? training.recompute() : plan.recompute();
+}
+
+Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, const std::string& file) {
+  ErrorList errors;
+  const std::string at = file + ": ";
+  const auto& model = ctx.model;
+  const uint32_t num_layers = model.num_layers();
+  const uint32_t heads = model.spec().num_attention_heads();
+  const uint32_t kv = model.kv_heads();
+  if (plan.pipelines_size() == 0) errors.Add(at + "pipelines: a plan needs at least one pipeline");
+  std::map<uint32_t, std::string> owner;  // device -> where it is used
+  uint64_t sequences = 0;
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    const std::string ppath = "pipelines[" + std::to_string(p) + "]";
+    if (pipe.micro_batch_size() == 0) errors.Add(at + ppath + ".micro_batch_size: must be at least 1");
+    if (pipe.num_micro_batches() == 0) errors.Add(at + ppath + ".num_micro_batches: must be at least 1");
+    sequences += uint64_t{pipe.micro_batch_size()} * pipe.num_micro_batches();
+    if (pipe.stages_size() == 0) errors.Add(at + ppath + ".stages: a pipeline needs at least one stage");
+    uint32_t expected_begin = 0;
+    for (int s = 0; s < pipe.stages_size(); ++s) {
+      const auto& st = pipe.stages(s);
+      const std::string spath = StagePath(p, s);
+      const uint32_t tp = TpDegree(st);
+      if (st.devices_size() == 0) errors.Add(at + spath + ".devices: a stage needs at least one device");
+      for (int i = 0; i < st.devices_size(); ++i) {
+        const uint32_t d = st.devices(i);
+        const std::string dpath = spath + ".devices[" + std::to_string(i) + "]";
+        if (d >= ctx.cluster.num_devices()) {
+          errors.Add(at + dpath + ": device " + std::to_string(d) + " does not exist; cluster '" +
+                     ctx.cluster.name() + "' has devices 0.." + std::to_string(ctx.cluster.num_devices() - 1));
+          continue;
+        }
+        auto [it, inserted] = owner.emplace(d, dpath);
+        if (!inserted) {
+          errors.Add(at + dpath + ": device " + std::to_string(d) + " (" + ctx.cluster.DeviceName(d) +
+                     ") is already used by " + it->second + "; every device may appear once");
+        }
+        const auto* gpu = ctx.cluster.device(d).gpu;
+        if (gpu->PeakTflops(ctx.training.dtype()) <= 0) {
+          errors.Add(at + dpath + ": device " + std::to_string(d) + " is a " + gpu->name +
+                     ", which has no " + (ctx.training.dtype() == proto::DTYPE_BF16 ? "BF16" : "tensor") +
+                     " support; set the training spec's dtype: fp16");
+        }
+      }
+      if (st.devices_size() > 0 && st.devices_size() % tp != 0) {
+        errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " does not divide the stage's " +
+                   std::to_string(st.devices_size()) + " devices");
+      }
+      if (heads % tp != 0) {
+        errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " does not divide the model's " +
+                   std::to_string(heads) + " attention heads");
+      } else if (kv % tp != 0 && tp % kv != 0) {
+        errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " and the model's " + std::to_string(kv) +
+                   " key/value heads do not divide one another");
+      }
+      const uint32_t dp = st.devices_size() % tp == 0 ? DpDegree(st) : 0;
+      if (st.micro_batch_split_size() > 0) {
+        if (dp != 0 && static_cast<uint32_t>(st.micro_batch_split_size()) != dp) {
+          errors.Add(at + spath + ".micro_batch_split: has " + std::to_string(st.micro_batch_split_size()) +
+                     " entries but the stage has " + std::to_string(dp) + " DP replicas (devices / tp_degree)");
+        }
+        const uint64_t sum = std::accumulate(st.micro_batch_split().begin(), st.micro_batch_split().end(), 0ull);
+        if (sum != pipe.micro_batch_size()) {
+          errors.Add(at + spath + ".micro_batch_split: sums to " + std::to_string(sum) +
+                     " but the pipeline's micro_batch_size is " + std::to_string(pipe.micro_batch_size()));
+        }
+        for (int r = 0; r < st.micro_batch_split_size(); ++r) {
+          if (st.micro_batch_split(r) == 0) {
+            errors.Add(at + spath + ".micro_batch_split[" + std::to_string(r) +
+                       "]: every DP replica needs at least one sequence; use fewer devices");
+          }
+        }
+      } else if (dp > pipe.micro_batch_size()) {
+        errors.Add(at + spath + ": a micro-batch of " + std::to_string(pipe.micro_batch_size()) +
+                   " sequences cannot be split over " + std::to_string(dp) +
+                   " DP replicas; raise micro_batch_size or lower the stage's DP degree");
+      }
+      if (st.layer_begin() != expected_begin) {
+        errors.Add(at + spath + ".layer_begin: is " + std::to_string(st.layer_begin()) + " but the previous stage " +
+                   (s == 0 ? "(none) ends at 0" : "ends at " + std::to_string(expected_begin)) +
+                   "; layers " + (st.layer_begin() > expected_begin ? std::to_string(expected_begin) + ".." +
+                                                                          std::to_string(st.layer_begin() - 1) +
+                                                                          " would be missing"
+                                                                    : "would be covered twice"));
+      }
+      if (st.layer_end() <= st.layer_begin()) {
+        errors.Add(at + spath + ".layer_end: " + std::to_string(st.layer_end()) + " must be greater than layer_begin " +
+                   std::to_string(st.layer_begin()) + " (every stage holds at least one layer)");
+      }
+      expected_begin = std::max(st.layer_end(), st.layer_begin());
+    }
+    if (pipe.stages_size() > 0 && expected_begin != num_layers) {
+      errors.Add(at + ppath + ".stages[" + std::to_string(pipe.stages_size() - 1) + "].layer_end: the last stage ends at " +
+                 std::to_string(expected_begin) + " but model '" + model.name() + "' has " + std::to_string(num_layers) +
+                 " layers (embedding + " + std::to_string(model.num_blocks()) + " blocks + head); it must end at " +
+                 std::to_string(num_layers));
+    }
+    if (EffectiveSchedule(plan) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
+      const uint32_t v = std::max<uint32_t>(1, plan.virtual_stages());
+      if (pipe.num_micro_batches() % pipe.stages_size() != 0) {
+        errors.Add(at + ppath + ".num_micro_batches: interleaved 1F1B needs a multiple of the stage count (" +
+                   std::to_string(pipe.stages_size()) + ")");
+      }
+      for (int s = 0; s < pipe.stages_size(); ++s) {
+        const auto& st = pipe.stages(s);
+        if (st.layer_end() > st.layer_begin() && (st.layer_end() - st.layer_begin()) < v) {
+          errors.Add(at + StagePath(p, s) + ": interleaved 1F1B with " + std::to_string(v) +
+                     " virtual stages needs at least that many layers per stage");
+        }
+      }
+    }
+  }
+  if (plan.pipelines_size() > 0 && sequences != ctx.training.global_batch_size()) {
+    errors.Add(at + "pipelines: micro_batch_size × num_micro_batches summed over pipelines is " +
+               std::to_string(sequences) + " sequences but the global batch is " +
+               std::to_string(ctx.training.global_batch_size()));
+  }
+  if (plan.virtual_stages() > 1 && EffectiveSchedule(plan) != proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
+    errors.Add(at + "virtual_stages: only the interleaved_1f1b schedule uses virtual stages");
+  }
+  return errors.ToStatus();
+}
+
+namespace {
+
+// One holder of a layer range: a TP group (one intra-stage DP replica of one stage).
+struct Holder {
+  uint32_t pipeline, stage, replica;
+  const proto::Stage* st;
+};
+
+}  // namespace
+
+std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const TransformerModel& model) {
+  // Breakpoints: every stage boundary of every pipeline. Between two breakpoints the holders are fixed.
+  std::vector<uint32_t> cuts = {0, model.num_layers()};
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) cuts.push_back(st.layer_begin());
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<GradSyncGroup> groups;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const uint32_t begin = cuts[k], end = cuts[k + 1];
+    std::vector<Holder> holders;
+    uint32_t chunks = 1;
+    for (int p = 0; p < plan.pipelines_size(); ++p) {
+      const auto& pipe = plan.pipelines(p);
+      for (int s = 0; s < pipe.stages_size(); ++s) {
+        const auto& st = pipe.stages(s);
+        if (st.layer_begin() <= begin && begin < st.layer_end()) {
+          for (uint32_t r = 0; r < DpDegree(st); ++r) {
+            holders.push_back({static_cast<uint32_t>(p), static_cast<uint32_t>(s), r, &st});
+          }
+          chunks = std::lcm(chunks, TpDegree(st));
+        }
+      }
+    }
+    if (holders.size() < 2) continue;  // a single replica has nothing to synchronise
+    for (uint32_t c = 0; c < chunks; ++c) {
+      GradSyncGroup g{begin, end, c, chunks, {}};
+      for (const auto& h : holders) {
+        const uint32_t tp = TpDegree(*h.st);
+        const uint32_t rank = c * tp / chunks;  // the TP rank whose shard contains chunk c
+        g.devices.push_back(h.st->devices(static_cast<int>(h.replica * tp + rank)));
+      }
+      groups.push_back(std::move(g));
+    }
+  }
+  return groups;
+}
+
+std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanContext& ctx) {
+  const auto& model = ctx.model;
+  const auto& tr = ctx.training;
+  const proto::Recompute recompute = EffectiveRecompute(plan, tr);
+  const proto::Plan::Schedule schedule = EffectiveSchedule(plan);
+  const bool mixed = tr.dtype() != proto::DTYPE_FP32;
+  const bool adam = tr.optimizer() == proto::Training::OPTIMIZER_ADAM;
+  const double weight_bytes = DTypeBytes(tr.dtype());
+  const double grad_bytes = weight_bytes;
+  const double optim_bytes = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
+  const uint32_t zero = plan.zero_stage();
+  // DP replicas per layer: the ZeRO sharding factor.
+  std::vector<uint32_t> replicas(model.num_layers(), 0);
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) replicas[l] += DpDegree(st);
+    }
+  }
+  std::vector<DeviceMemory> out;
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
+    const uint32_t m = pipe.num_micro_batches();
+    for (uint32_t s = 0; s < S; ++s) {
+      const auto& st = pipe.stages(static_cast<int>(s));
+      const uint32_t tp = TpDegree(st);
+      const bool holds_embedding = st.layer_begin() == 0;
+      double in_flight = 0;
+      switch (schedule) {
+        case proto::Plan::SCHEDULE_GPIPE: in_flight = m; break;
+        case proto::Plan::SCHEDULE_INTERLEAVED_1F1B: {
+          const double v = std::max<uint32_t>(1, plan.virtual_stages());
+          in_flight = std::min<double>(m, S - s) * (1.0 + (S - 1.0) / (S * v));
+          break;
+        }
+        default: in_flight = std::min<uint32_t>(m, S - s); break;
+      }
+      double params = 0, grads = 0, optim = 0, largest_layer = 0;
+      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
+        const double n = model.ParamsPerRank(l, tp, !holds_embedding);
+        const double shard = std::max<uint32_t>(1, replicas[l]);
+        params += n * weight_bytes / (zero >= 3 ? shard : 1.0);
+        grads += n * grad_bytes / (zero >= 2 ? shard : 1.0);
+        optim += n * optim_bytes / (zero >= 1 ? shard : 1.0);
+        largest_layer = std::max(largest_layer, n * weight_bytes);
+      }
+      if (zero >= 3) params += largest_layer;  // the gathered weights of the layer being computed
+      const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
+      for (uint32_t r = 0; r < DpDegree(st); ++r) {
+        const double b = r < split.size() ? split[r] : 0;
+        double act = 0, peak_layer = 0;
+        for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
+          act += model.ActivationBytes(l, b, tr.seq_len(), tp, plan.sequence_parallel(), recompute, tr.dtype(),
+                                       tr.attention());
+          if (recompute == proto::RECOMPUTE_FULL) {
+            peak_layer = std::max(peak_layer, model.ActivationBytes(l, b, tr.seq_len(), tp, plan.sequence_parallel(),
+                                                                    proto::RECOMPUTE_NONE, tr.dtype(), tr.attention()));
+          }
+        }
+        act = act * in_flight + peak_layer;  // full recompute re-materialises one layer at a time
+        for (uint32_t k = 0; k < tp; ++k) {
+          DeviceMemory dm;
+          dm.device = st.devices(static_cast<int>(r * tp + k));
+          dm.pipeline = static_cast<uint32_t>(p);
+          dm.stage = s;
+          dm.params_gib = params / kGib;
+          dm.grads_gib = grads / kGib;
+          dm.optimizer_gib = optim / kGib;
+          dm.activations_gib = act / kGib;
+          dm.workspace_gib = tr.workspace_gib();
+          dm.total_gib = dm.params_gib + dm.grads_gib + dm.optimizer_gib + dm.activations_gib + dm.workspace_gib;
+          dm.capacity_gib = ctx.cluster.device(dm.device).gpu->memory_gib;
+          out.push_back(dm);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::string& file) {
+  HETSIM_RETURN_IF_ERROR(ValidatePlanStructure(plan, ctx, file));
+  ErrorList errors;
+  for (const auto& dm : EstimateMemory(plan, ctx)) {
+    if (!dm.oom()) continue;
+    errors.Add(file + ": " + StagePath(static_cast<int>(dm.pipeline), static_cast<int>(dm.stage)) + ": device " +
+               std::to_string(dm.device) + " (" + ctx.cluster.DeviceName(dm.device) + ", " +
+               ctx.cluster.device(dm.device).gpu->name + ") needs " + Fixed(dm.total_gib) + " GiB (weights " +
+               Fixed(dm.params_gib) + ", gradients " + Fixed(dm.grads_gib) + ", optimizer " + Fixed(dm.optimizer_gib) +
+               ", activations " + Fixed(dm.activations_gib) + ", workspace " + Fixed(dm.workspace_gib) +
+               ") but has " + Fixed(dm.capacity_gib) +
+               " GiB; use more stages or a higher TP degree, ZeRO, recomputation or smaller micro-batches");
+  }
+  return errors.ToStatus(Status::Code::kInfeasible);
+}
+
+}  // namespace hetsim::models

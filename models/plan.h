@@ -1,0 +1,78 @@
+// The Plan's semantics: validation against a cluster, model and training spec; the layer-wise
+// gradient-synchronisation groups it implies; and the per-device memory it needs.
+//
+// Validation reports every problem it finds, each naming the plan file and the key path
+// (`pipelines[1].stages[0].devices[3]`), what was expected and what was found.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/cluster.h"
+#include "models/proto/plan.pb.h"
+#include "models/proto/training.pb.h"
+#include "models/transformer.h"
+
+namespace hetsim::models {
+
+// What a plan is checked against. `training` must be resolved (ResolveTraining).
+struct PlanContext {
+  const Cluster& cluster;
+  const TransformerModel& model;
+  const proto::Training& training;
+};
+
+// Sequences of each micro-batch per intra-stage DP replica: the explicit split, or as even as possible
+// (the first replicas get one more when it does not divide).
+std::vector<uint32_t> MicroBatchSplit(const proto::Stage& stage, uint32_t micro_batch_size);
+uint32_t TpDegree(const proto::Stage& stage);
+uint32_t DpDegree(const proto::Stage& stage);
+proto::Plan::Schedule EffectiveSchedule(const proto::Plan& plan);
+proto::Recompute EffectiveRecompute(const proto::Plan& plan, const proto::Training& training);
+
+// Checks everything except memory. Errors are prefixed with `file`.
+Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, const std::string& file);
+// ValidatePlanStructure plus memory: a device whose estimate exceeds its capacity is an error that
+// gives the per-device numbers.
+Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::string& file);
+
+// One gradient-synchronisation group: the devices that hold the same shard (`chunk` of `num_chunks`)
+// of layers [layer_begin, layer_end) and all-reduce its gradients after the backward pass.
+// When the replicas of a layer use different TP degrees, every layer's parameters are cut into
+// lcm(TP degrees) chunks and each chunk is synchronised among the ranks that own it (HexiScale §3.2);
+// with equal degrees this is the usual "rank k of every TP group" pattern.
+struct GradSyncGroup {
+  uint32_t layer_begin = 0;
+  uint32_t layer_end = 0;
+  uint32_t chunk = 0;
+  uint32_t num_chunks = 1;
+  std::vector<uint32_t> devices;  // one per replica, in pipeline/stage/replica order
+};
+
+// Requires a structurally valid plan. Consecutive layers with the same holders are merged.
+std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const TransformerModel& model);
+
+// Memory of one device under the plan, in GiB. Mixed precision Adam keeps 2 (weights) + 2 (gradients)
+// + 12 (fp32 master weights and two moments) bytes per parameter (Rajbhandari et al. 2020, ZeRO §3);
+// ZeRO-1/2/3 shard the optimizer states / + gradients / + weights over the layer's DP replicas.
+// Activations: per micro-batch (TransformerModel::ActivationBytes) times the micro-batches in flight:
+// 1F1B keeps min(m, S − i) at stage i of S, GPipe keeps all m, interleaved 1F1B keeps
+// min(m, S − i) · (1 + (S − 1)/(S · v)) (Narayanan et al. 2021 §2.2.2).
+struct DeviceMemory {
+  uint32_t device = 0;
+  uint32_t pipeline = 0;
+  uint32_t stage = 0;
+  double params_gib = 0;
+  double grads_gib = 0;
+  double optimizer_gib = 0;
+  double activations_gib = 0;
+  double workspace_gib = 0;
+  double total_gib = 0;
+  double capacity_gib = 0;
+  bool oom() const { return total_gib > capacity_gib; }
+};
+
+// Requires a structurally valid plan. One entry per device the plan uses, in plan order.
+std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanContext& ctx);
+
+}  // namespace hetsim::models

@@ -1,0 +1,51 @@
+// Loading specification files by bundled name or by path.
+//
+// Every `--cluster`, `--model`, … argument is either a path to a YAML file or the name of a bundled
+// spec (`hetsim list clusters`). A file's top-level `kind:` key says what it is; a file of the wrong
+// kind, an unknown name or a malformed file gives one clear error naming the file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/bundled.h"
+#include "models/cluster.h"
+#include "models/proto/plan.pb.h"
+#include "models/proto/profile.pb.h"
+#include "models/proto/training.pb.h"
+#include "models/transformer.h"
+
+namespace hetsim::models {
+
+// "cluster", "model", "training", "plan", "profile".
+std::string SpecKindName(SpecKind kind);
+// Names of bundled specs of `kind`, sorted.
+std::vector<std::string> BundledNames(SpecKind kind);
+
+// Where a spec's text came from: a path on disk or a bundled file ("models/catalog/…").
+struct SpecText {
+  std::string file;  // for messages
+  std::string text;
+  bool bundled = false;
+};
+
+// Reads `name_or_path`: an existing file, else a bundled spec of `kind` with that name.
+Result<SpecText> ReadSpec(SpecKind kind, const std::string& name_or_path);
+// The kind a YAML text declares with its `kind:` key.
+Result<SpecKind> DetectKind(const std::string& text, const std::string& file);
+
+Result<Cluster> LoadCluster(const std::string& name_or_path);
+Result<TransformerModel> LoadModel(const std::string& name_or_path);
+// An unresolved training spec (see ResolveTraining).
+Result<proto::Training> LoadTraining(const std::string& name_or_path);
+Result<proto::Plan> LoadPlan(const std::string& path);
+Result<proto::Profile> LoadProfile(const std::string& name_or_path);
+
+// Parses `text` as a message of `kind`'s type after checking its `kind:` key.
+template <typename Message>
+Status ParseSpec(const SpecText& src, SpecKind kind, Message* msg);
+
+// Writes `text` to `path` atomically (temporary file + rename).
+Status WriteFileAtomically(const std::string& path, const std::string& text);
+
+}  // namespace hetsim::models

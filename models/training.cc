@@ -1,0 +1,29 @@
+#include "models/training.h"
+
+namespace hetsim::models {
+
+Result<proto::Training> ResolveTraining(proto::Training t, const TransformerModel& model, const std::string& file) {
+  ErrorList errors;
+  const auto& defaults = model.spec().defaults();
+  if (t.global_batch_size() == 0) t.set_global_batch_size(defaults.global_batch_size());
+  if (t.seq_len() == 0) t.set_seq_len(defaults.seq_len());
+  if (t.global_batch_size() == 0) {
+    errors.Add(file + ": global_batch_size: not given and model '" + model.name() +
+               "' has no default; set it (sequences per iteration)");
+  }
+  if (t.seq_len() == 0) {
+    errors.Add(file + ": seq_len: not given and model '" + model.name() + "' has no default; set it");
+  } else if (t.seq_len() > model.spec().max_seq_len()) {
+    errors.Add(file + ": seq_len: " + std::to_string(t.seq_len()) + " exceeds the model's max_seq_len " +
+               std::to_string(model.spec().max_seq_len()));
+  }
+  if (t.dtype() == proto::DTYPE_UNSPECIFIED) t.set_dtype(proto::DTYPE_BF16);
+  if (t.optimizer() == proto::Training::OPTIMIZER_UNSPECIFIED) t.set_optimizer(proto::Training::OPTIMIZER_ADAM);
+  if (t.recompute() == proto::RECOMPUTE_UNSPECIFIED) t.set_recompute(proto::RECOMPUTE_NONE);
+  if (t.attention() == proto::ATTENTION_UNSPECIFIED) t.set_attention(proto::ATTENTION_FLASH);
+  if (t.workspace_gib() == 0) t.set_workspace_gib(kDefaultWorkspaceGib);
+  if (!errors.empty()) return errors.ToStatus();
+  return t;
+}
+
+}  // namespace hetsim::models

@@ -1,0 +1,180 @@
+#include "models/transformer.h"
+
+namespace hetsim::models {
+
+double DTypeBytes(proto::DType dtype) { return dtype == proto::DTYPE_FP32 ? 4.0 : 2.0; }
+
+Result<TransformerModel> TransformerModel::Build(proto::Model spec, const std::string& file) {
+  ErrorList errors;
+  const std::string at = file + ": ";
+  const uint32_t h = spec.hidden_size(), a = spec.num_attention_heads();
+  if (a == 0 || h % a != 0) {
+    errors.Add(at + "num_attention_heads: " + std::to_string(a) + " does not divide hidden_size " +
+               std::to_string(h));
+  }
+  const uint32_t kv = spec.num_kv_heads() == 0 ? a : spec.num_kv_heads();
+  if (kv == 0 || (a != 0 && a % kv != 0)) {
+    errors.Add(at + "num_kv_heads: " + std::to_string(kv) + " must divide num_attention_heads " + std::to_string(a));
+  }
+  if (spec.num_layers() == 0) errors.Add(at + "num_layers: must be at least 1");
+  if (spec.vocab_size() == 0) errors.Add(at + "vocab_size: must be at least 1");
+  if (spec.encoder_only() && spec.num_token_types() == 0) {
+    // Allowed (encoder without segment embeddings), nothing to check.
+  }
+  if (spec.has_defaults() && spec.defaults().seq_len() > spec.max_seq_len()) {
+    errors.Add(at + "defaults.seq_len: " + std::to_string(spec.defaults().seq_len()) + " exceeds max_seq_len " +
+               std::to_string(spec.max_seq_len()));
+  }
+  if (!errors.empty()) return errors.ToStatus();
+  TransformerModel m;
+  m.spec_ = std::move(spec);
+  return m;
+}
+
+LayerKind TransformerModel::kind(uint32_t layer) const {
+  if (layer == 0) return LayerKind::kEmbedding;
+  if (layer > spec_.num_layers()) return LayerKind::kHead;
+  return LayerKind::kTransformer;
+}
+
+uint32_t TransformerModel::kv_heads() const {
+  return spec_.num_kv_heads() == 0 ? spec_.num_attention_heads() : spec_.num_kv_heads();
+}
+
+double TransformerModel::NormParams() const {
+  const double h = spec_.hidden_size();
+  return spec_.norm() == proto::Model::NORM_RMSNORM ? h : 2 * h;
+}
+
+double TransformerModel::AttentionParams() const {
+  const double h = spec_.hidden_size(), kvd = double(kv_heads()) * head_dim();
+  const double bias = spec_.linear_bias() ? (h + 2 * kvd + h) : 0;
+  return 2 * h * h + 2 * h * kvd + bias;
+}
+
+double TransformerModel::MlpParams() const {
+  const double h = spec_.hidden_size(), f = spec_.ffn_hidden_size();
+  const bool b = spec_.linear_bias();
+  if (spec_.mlp() == proto::Model::MLP_SWIGLU) return 3 * h * f + (b ? 2 * f + h : 0);
+  return 2 * h * f + (b ? f + h : 0);
+}
+
+double TransformerModel::BlockMatmulParams() const {
+  const double h = spec_.hidden_size(), f = spec_.ffn_hidden_size(), kvd = double(kv_heads()) * head_dim();
+  const double mlp = spec_.mlp() == proto::Model::MLP_SWIGLU ? 3 * h * f : 2 * h * f;
+  return 2 * h * h + 2 * h * kvd + mlp;
+}
+
+double TransformerModel::Params(uint32_t layer) const {
+  const double h = spec_.hidden_size(), v = spec_.vocab_size();
+  switch (kind(layer)) {
+    case LayerKind::kEmbedding: {
+      double p = v * h + double(spec_.num_token_types()) * h;
+      if (spec_.position() == proto::Model::POSITION_LEARNED) p += double(spec_.max_seq_len()) * h;
+      if (spec_.encoder_only()) p += NormParams();
+      return p;
+    }
+    case LayerKind::kTransformer:
+      return AttentionParams() + MlpParams() + 2 * NormParams();
+    case LayerKind::kHead: {
+      double p = spec_.tied_embeddings() ? 0 : v * h;
+      if (spec_.encoder_only()) {
+        p += (h * h + h) + (h * h + h) + NormParams() + v;  // pooler, MLM transform + norm, decoder bias
+      } else {
+        p += NormParams();
+      }
+      return p;
+    }
+  }
+  return 0;
+}
+
+double TransformerModel::TotalParams() const {
+  double total = 0;
+  for (uint32_t l = 0; l < num_layers(); ++l) total += Params(l);
+  return total;
+}
+
+double TransformerModel::ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy) const {
+  const double h = spec_.hidden_size(), v = spec_.vocab_size(), t = tp;
+  switch (kind(layer)) {
+    case LayerKind::kEmbedding:
+      // Vocabulary-parallel embedding; position/segment tables and norms replicated.
+      return v * h / t + (Params(layer) - v * h);
+    case LayerKind::kTransformer: {
+      // Column/row-parallel matrices and column biases are split; norms and row-parallel biases are not.
+      const double replicated = 2 * NormParams() + (spec_.linear_bias() ? 2 * h : 0);
+      return (Params(layer) - replicated) / t + replicated;
+    }
+    case LayerKind::kHead: {
+      double p = Params(layer);
+      if (spec_.tied_embeddings() && head_holds_embedding_copy) p += v * h;
+      const double split = (spec_.tied_embeddings() && !head_holds_embedding_copy) ? 0 : v * h;
+      return (p - split) + split / t;
+    }
+  }
+  return 0;
+}
+
+double TransformerModel::ForwardFlops(uint32_t layer, double batch, uint32_t seq_len) const {
+  const double tokens = batch * seq_len, h = spec_.hidden_size(), v = spec_.vocab_size();
+  switch (kind(layer)) {
+    case LayerKind::kEmbedding: return 0;  // a table lookup
+    case LayerKind::kTransformer:
+      return 2 * tokens * BlockMatmulParams() + 4 * batch * double(seq_len) * seq_len * h;
+    case LayerKind::kHead: {
+      double f = 2 * tokens * v * h;
+      if (spec_.encoder_only()) f += 2 * tokens * h * h;  // MLM transform
+      return f;
+    }
+  }
+  return 0;
+}
+
+double TransformerModel::BackwardFlops(uint32_t layer, double batch, uint32_t seq_len) const {
+  return 2 * ForwardFlops(layer, batch, seq_len);
+}
+
+double TransformerModel::IterationModelFlops(double sequences, uint32_t seq_len) const {
+  double f = 0;
+  for (uint32_t l = 0; l < num_layers(); ++l) f += 3 * ForwardFlops(l, sequences, seq_len);
+  return f;
+}
+
+double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp,
+                                         bool sequence_parallel, proto::Recompute recompute, proto::DType dtype,
+                                         proto::Attention attention) const {
+  const double B = DTypeBytes(dtype), s = seq_len, b = batch, h = spec_.hidden_size(), t = tp;
+  const double sbh = s * b * h;
+  switch (kind(layer)) {
+    case LayerKind::kEmbedding:
+      return 0;  // only token ids (negligible) are kept
+    case LayerKind::kHead:
+      // Input of the final norm and of the projection, and fp32 logits for the loss (vocab-parallel).
+      return (sequence_parallel ? 2 * B * sbh / t : 2 * B * sbh) + 4.0 * s * b * spec_.vocab_size() / t;
+    case LayerKind::kTransformer:
+      break;
+  }
+  if (recompute == proto::RECOMPUTE_FULL) {
+    return sequence_parallel ? B * sbh / t : B * sbh;  // only the layer input
+  }
+  const double kvd = double(kv_heads()) * head_dim(), f = spec_.ffn_hidden_size();
+  const double a = spec_.num_attention_heads();
+  // Replicated across TP ranks unless sequence parallel: inputs of both norms and of QKV and the MLP.
+  const double replicated = 4 * B * sbh;
+  // Split across TP ranks: Q, K, V; the attention output (input of the output projection); MLP internals.
+  const double mlp_internal = spec_.mlp() == proto::Model::MLP_SWIGLU ? 3 * B * s * b * f : 2 * B * s * b * f;
+  double split = B * s * b * (h + 2 * kvd) + B * sbh + mlp_internal;
+  if (attention == proto::ATTENTION_FLASH) {
+    split += 4.0 * s * b * a;  // softmax log-sum-exp statistics, fp32
+  } else if (recompute != proto::RECOMPUTE_SELECTIVE) {
+    split += B * a * s * s * b;  // softmax output kept for the value product
+  }
+  return (sequence_parallel ? replicated / t : replicated) + split / t;
+}
+
+double TransformerModel::BoundaryBytes(double batch, uint32_t seq_len, proto::DType dtype) const {
+  return DTypeBytes(dtype) * batch * seq_len * spec_.hidden_size();
+}
+
+}  // namespace hetsim::models

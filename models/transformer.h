@@ -1,0 +1,72 @@
+// Per-layer math of a transformer: parameters, FLOPs and activation bytes.
+//
+// Layers are numbered over the whole model as in a Plan: 0 = embedding, 1..L = transformer blocks,
+// L+1 = head (final norm, output projection, loss). Formulas:
+// - Parameters: counted matrix by matrix (docs/models.md gives the formula).
+// - FLOPs: 2 FLOPs per multiply-add of every matmul, plus the attention score and value products
+//   (2·2·b·s²·h per layer, no causal halving: the convention of Narayanan et al. 2021, "Efficient
+//   Large-Scale Language Model Training on GPU Clusters", eq. 3). Backward = 2 × forward.
+// - Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+//   Models", §4.1 (34·s·b·h + 5·a·s²·b bytes per layer at 16 bit), generalised element by element to
+//   grouped-query attention, any FFN width and SwiGLU, without dropout masks (modern LLM pre-training
+//   runs without dropout); with flash attention the s² terms are not stored.
+#pragma once
+
+#include <string>
+
+#include "models/proto/model.pb.h"
+#include "models/proto/training.pb.h"
+#include "models/status.h"
+
+namespace hetsim::models {
+
+enum class LayerKind { kEmbedding, kTransformer, kHead };
+
+// Bytes of one element of `dtype`.
+double DTypeBytes(proto::DType dtype);
+
+class TransformerModel {
+ public:
+  // Validates the architecture (head counts divide, kv heads divide heads, …).
+  static Result<TransformerModel> Build(proto::Model spec, const std::string& file);
+
+  const proto::Model& spec() const { return spec_; }
+  const std::string& name() const { return spec_.name(); }
+  uint32_t num_blocks() const { return spec_.num_layers(); }
+  // Layers a plan partitions: embedding + blocks + head.
+  uint32_t num_layers() const { return spec_.num_layers() + 2; }
+  LayerKind kind(uint32_t layer) const;
+  uint32_t kv_heads() const;
+  uint32_t head_dim() const { return spec_.hidden_size() / spec_.num_attention_heads(); }
+
+  // Parameters of `layer` as counted for the model's size (a tied head counts no output matrix).
+  double Params(uint32_t layer) const;
+  double TotalParams() const;
+  // Parameters of `layer` that one rank of a TP group of `tp` holds (norms and row-parallel biases are
+  // replicated; a tied head that lives apart from the embedding holds its own copy of the matrix).
+  double ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy) const;
+
+  // Forward FLOPs of `layer` for a micro-batch of `batch` sequences of `seq_len` tokens (whole layer,
+  // not divided by TP).
+  double ForwardFlops(uint32_t layer, double batch, uint32_t seq_len) const;
+  // Backward FLOPs (2 × forward; the embedding's weight gradient is a scatter, counted as 0).
+  double BackwardFlops(uint32_t layer, double batch, uint32_t seq_len) const;
+  // Model FLOPs of one iteration over `sequences` sequences (forward + backward, no recomputation):
+  // the numerator of MFU.
+  double IterationModelFlops(double sequences, uint32_t seq_len) const;
+
+  // Bytes of activations one TP rank stores for the backward pass of `layer` per micro-batch.
+  double ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp, bool sequence_parallel,
+                         proto::Recompute recompute, proto::DType dtype, proto::Attention attention) const;
+  // Bytes of the hidden states crossing a stage boundary per micro-batch (b·s·h elements).
+  double BoundaryBytes(double batch, uint32_t seq_len, proto::DType dtype) const;
+
+ private:
+  double NormParams() const;
+  double AttentionParams() const;
+  double MlpParams() const;
+  double BlockMatmulParams() const;  // the parameters that take part in matmuls
+  proto::Model spec_;
+};
+
+}  // namespace hetsim::models

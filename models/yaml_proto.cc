@@ -1,0 +1,425 @@
+#include "models/yaml_proto.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "models/proto/options.pb.h"
+#include "models/suggest.h"
+
+namespace hetsim::models {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Upper snake case of a CamelCase enum type name: "LayerKind" -> "LAYER_KIND", "DType" -> "DTYPE".
+std::string UpperSnake(std::string_view camel) {
+  std::string out;
+  for (size_t i = 0; i < camel.size(); ++i) {
+    const char c = camel[i];
+    if (std::isupper(static_cast<unsigned char>(c)) && i > 0 && std::islower(static_cast<unsigned char>(camel[i - 1]))) {
+      out += '_';
+    }
+    out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+std::string NodeKind(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return "nothing";
+    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    default: return "an undefined value";
+  }
+}
+
+std::string TypeName(const FieldDescriptor* fd) {
+  switch (fd->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64: return "an integer";
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64: return "a non-negative integer";
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: return "a number";
+    case FieldDescriptor::CPPTYPE_BOOL: return "true or false";
+    case FieldDescriptor::CPPTYPE_STRING: return "a string";
+    case FieldDescriptor::CPPTYPE_ENUM: return "one of " + [&] {
+      std::string s;
+      for (const auto& n : EnumYamlNames(fd->enum_type())) s += (s.empty() ? "" : "|") + n;
+      return s;
+    }();
+    case FieldDescriptor::CPPTYPE_MESSAGE: return "a mapping";
+  }
+  return "a value";
+}
+
+std::string FormatNumber(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, res.ptr);
+}
+
+class Converter {
+ public:
+  explicit Converter(const std::string& file) : file_(file) {}
+
+  void ParseMessage(const YAML::Node& node, const std::string& path, Message* msg) {
+    if (node.IsNull()) return;  // `single_switch:` with nothing after it is an empty message
+    if (!node.IsMap()) {
+      Error(node, path, "expected a mapping, found " + NodeKind(node));
+      return;
+    }
+    const Descriptor* desc = msg->GetDescriptor();
+    std::set<std::string> seen;
+    std::vector<std::pair<const google::protobuf::OneofDescriptor*, std::string>> oneofs;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) {
+        Error(kv.first, path, "keys must be plain names, found " + NodeKind(kv.first));
+        continue;
+      }
+      const std::string key = kv.first.Scalar();
+      const std::string key_path = path.empty() ? key : path + "." + key;
+      const FieldDescriptor* fd = desc->FindFieldByName(key);
+      if (fd == nullptr) {
+        std::vector<std::string> names;
+        for (int i = 0; i < desc->field_count(); ++i) names.push_back(desc->field(i)->name());
+        Error(kv.first, key_path, "unknown key '" + key + "'" + DidYouMean(key, names));
+        continue;
+      }
+      if (!seen.insert(key).second) {
+        Error(kv.first, key_path, "key '" + key + "' appears twice");
+        continue;
+      }
+      if (const auto* oneof = fd->real_containing_oneof()) {
+        for (const auto& [o, other] : oneofs) {
+          if (o == oneof) {
+            Error(kv.first, key_path,
+                  "'" + key + "' and '" + other + "' exclude each other (" + oneof->name() +
+                      " takes exactly one); keep one");
+          }
+        }
+        oneofs.emplace_back(oneof, key);
+      }
+      ParseField(kv.second, key_path, fd, msg);
+    }
+    for (int i = 0; i < desc->field_count(); ++i) {
+      const FieldDescriptor* fd = desc->field(i);
+      if (fd->options().GetExtension(proto::required) && !seen.count(fd->name())) {
+        Error(node, path, "missing required key '" + fd->name() + "' (" + TypeName(fd) + ")");
+      }
+    }
+  }
+
+  const ErrorList& errors() const { return errors_; }
+
+ private:
+  void Error(const YAML::Node& node, const std::string& path, const std::string& what) {
+    errors_.Add(YamlLocation(file_, node) + ": " + (path.empty() ? "" : path + ": ") + what);
+  }
+
+  void ParseField(const YAML::Node& node, const std::string& path, const FieldDescriptor* fd,
+                  Message* msg) {
+    if (fd->is_repeated()) {
+      if (node.IsNull()) return;
+      if (!node.IsSequence()) {
+        Error(node, path, "expected a list of " + TypeName(fd) + ", found " + NodeKind(node));
+        return;
+      }
+      for (size_t i = 0; i < node.size(); ++i) {
+        ParseValue(node[i], path + "[" + std::to_string(i) + "]", fd, msg);
+      }
+      return;
+    }
+    ParseValue(node, path, fd, msg);
+  }
+
+  // Parses one value (a singular field, or one element of a repeated field) and stores it.
+  void ParseValue(const YAML::Node& node, const std::string& path, const FieldDescriptor* fd,
+                  Message* msg) {
+    const Reflection* r = msg->GetReflection();
+    const bool rep = fd->is_repeated();
+    if (fd->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      Message* sub = rep ? r->AddMessage(msg, fd) : r->MutableMessage(msg, fd);
+      ParseMessage(node, path, sub);
+      return;
+    }
+    if (!node.IsScalar()) {
+      Error(node, path, "expected " + TypeName(fd) + ", found " + NodeKind(node));
+      return;
+    }
+    const std::string& s = node.Scalar();
+    switch (fd->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        rep ? r->AddString(msg, fd, s) : r->SetString(msg, fd, s);
+        return;
+      case FieldDescriptor::CPPTYPE_BOOL: {
+        bool b = false;
+        if (!YAML::convert<bool>::decode(node, b)) {
+          Error(node, path, "expected true or false, found '" + s + "'");
+          return;
+        }
+        rep ? r->AddBool(msg, fd, b) : r->SetBool(msg, fd, b);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const EnumDescriptor* e = fd->enum_type();
+        std::string want = Lower(s);
+        std::replace(want.begin(), want.end(), '-', '_');
+        for (int i = 1; i < e->value_count(); ++i) {
+          if (EnumValueYamlName(e->value(i)) == want) {
+            rep ? r->AddEnumValue(msg, fd, e->value(i)->number())
+                : r->SetEnumValue(msg, fd, e->value(i)->number());
+            return;
+          }
+        }
+        const auto names = EnumYamlNames(e);
+        std::string list;
+        for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+        Error(node, path, "unknown value '" + s + "' (expected one of: " + list + ")" + DidYouMean(s, names));
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        double v = 0;
+        const auto res = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (res.ec != std::errc() || res.ptr != s.data() + s.size() || !std::isfinite(v)) {
+          Error(node, path, "expected a number, found '" + s + "'");
+          return;
+        }
+        if (!CheckRange(node, path, fd, v)) return;
+        if (fd->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+          rep ? r->AddDouble(msg, fd, v) : r->SetDouble(msg, fd, v);
+        } else {
+          rep ? r->AddFloat(msg, fd, static_cast<float>(v)) : r->SetFloat(msg, fd, static_cast<float>(v));
+        }
+        return;
+      }
+      default:
+        ParseInteger(node, path, fd, msg);
+        return;
+    }
+  }
+
+  void ParseInteger(const YAML::Node& node, const std::string& path, const FieldDescriptor* fd,
+                    Message* msg) {
+    const std::string& s = node.Scalar();
+    const Reflection* r = msg->GetReflection();
+    const bool rep = fd->is_repeated();
+    const bool is_unsigned = fd->cpp_type() == FieldDescriptor::CPPTYPE_UINT32 ||
+                             fd->cpp_type() == FieldDescriptor::CPPTYPE_UINT64;
+    long long v = 0;
+    const auto res = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (res.ec != std::errc() || res.ptr != s.data() + s.size()) {
+      Error(node, path, "expected " + TypeName(fd) + ", found '" + s + "'");
+      return;
+    }
+    if (is_unsigned && v < 0) {
+      Error(node, path, "expected a non-negative integer, found " + s);
+      return;
+    }
+    const bool too_large =
+        (fd->cpp_type() == FieldDescriptor::CPPTYPE_UINT32 && v > std::numeric_limits<uint32_t>::max()) ||
+        (fd->cpp_type() == FieldDescriptor::CPPTYPE_INT32 &&
+         (v > std::numeric_limits<int32_t>::max() || v < std::numeric_limits<int32_t>::min()));
+    if (too_large) {
+      Error(node, path, "value " + s + " does not fit in a 32-bit integer");
+      return;
+    }
+    if (!CheckRange(node, path, fd, static_cast<double>(v))) return;
+    switch (fd->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        rep ? r->AddInt32(msg, fd, static_cast<int32_t>(v)) : r->SetInt32(msg, fd, static_cast<int32_t>(v));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        rep ? r->AddInt64(msg, fd, v) : r->SetInt64(msg, fd, v);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        rep ? r->AddUInt32(msg, fd, static_cast<uint32_t>(v)) : r->SetUInt32(msg, fd, static_cast<uint32_t>(v));
+        break;
+      default:
+        rep ? r->AddUInt64(msg, fd, static_cast<uint64_t>(v)) : r->SetUInt64(msg, fd, static_cast<uint64_t>(v));
+        break;
+    }
+  }
+
+  bool CheckRange(const YAML::Node& node, const std::string& path, const FieldDescriptor* fd, double v) {
+    const auto& opt = fd->options();
+    if (opt.HasExtension(proto::min)) {
+      const double lo = opt.GetExtension(proto::min);
+      const bool excl = opt.GetExtension(proto::min_exclusive);
+      if (excl ? !(v > lo) : !(v >= lo)) {
+        Error(node, path, "value " + node.Scalar() + " is out of range (must be " + (excl ? "> " : ">= ") +
+                              FormatNumber(lo) + ")");
+        return false;
+      }
+    }
+    if (opt.HasExtension(proto::max) && v > opt.GetExtension(proto::max)) {
+      Error(node, path, "value " + node.Scalar() + " is out of range (must be <= " +
+                            FormatNumber(opt.GetExtension(proto::max)) + ")");
+      return false;
+    }
+    return true;
+  }
+
+  std::string file_;
+  ErrorList errors_;
+};
+
+// Strings that YAML would read back as something else (null, a bool, a number) are quoted.
+bool NeedsQuotes(const std::string& s) {
+  if (s.empty()) return true;
+  static const std::set<std::string> kSpecial = {"~", "null", "Null", "NULL", "true", "True", "TRUE",
+                                                 "false", "False", "FALSE", "yes", "Yes", "YES", "no",
+                                                 "No", "NO", "on", "On", "ON", "off", "Off", "OFF"};
+  if (kSpecial.count(s)) return true;
+  double d = 0;
+  const auto res = std::from_chars(s.data(), s.data() + s.size(), d);
+  return res.ec == std::errc() && res.ptr == s.data() + s.size();
+}
+
+void EmitScalar(YAML::Emitter& out, const Message& msg, const FieldDescriptor* fd, int index) {
+  const Reflection* r = msg.GetReflection();
+  const bool rep = index >= 0;
+  switch (fd->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      out << (rep ? r->GetRepeatedInt32(msg, fd, index) : r->GetInt32(msg, fd));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      out << (rep ? r->GetRepeatedInt64(msg, fd, index) : r->GetInt64(msg, fd));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      out << (rep ? r->GetRepeatedUInt32(msg, fd, index) : r->GetUInt32(msg, fd));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      out << (rep ? r->GetRepeatedUInt64(msg, fd, index) : r->GetUInt64(msg, fd));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      out << FormatNumber(rep ? r->GetRepeatedDouble(msg, fd, index) : r->GetDouble(msg, fd));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      out << FormatNumber(rep ? r->GetRepeatedFloat(msg, fd, index) : r->GetFloat(msg, fd));
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      out << ((rep ? r->GetRepeatedBool(msg, fd, index) : r->GetBool(msg, fd)) ? "true" : "false");
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      out << EnumValueYamlName(rep ? r->GetRepeatedEnum(msg, fd, index) : r->GetEnum(msg, fd));
+      break;
+    case FieldDescriptor::CPPTYPE_STRING: {
+      const std::string s = rep ? r->GetRepeatedString(msg, fd, index) : r->GetString(msg, fd);
+      if (NeedsQuotes(s)) out << YAML::DoubleQuoted;
+      out << s;
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+}
+
+void EmitMessage(YAML::Emitter& out, const Message& msg) {
+  const Descriptor* desc = msg.GetDescriptor();
+  const Reflection* r = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  if (fields.empty()) {
+    out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
+    return;
+  }
+  // ListFields orders by field number; emit in declaration order instead (they coincide in our schemas).
+  std::sort(fields.begin(), fields.end(),
+            [](const FieldDescriptor* a, const FieldDescriptor* b) { return a->index() < b->index(); });
+  (void)desc;
+  out << YAML::BeginMap;
+  for (const FieldDescriptor* fd : fields) {
+    out << YAML::Key << fd->name() << YAML::Value;
+    if (fd->is_repeated()) {
+      const int n = r->FieldSize(msg, fd);
+      const bool is_msg = fd->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+      const bool is_str = fd->cpp_type() == FieldDescriptor::CPPTYPE_STRING;
+      if (!is_msg && !is_str) out << YAML::Flow;
+      out << YAML::BeginSeq;
+      for (int i = 0; i < n; ++i) {
+        if (is_msg) {
+          EmitMessage(out, r->GetRepeatedMessage(msg, fd, i));
+        } else {
+          EmitScalar(out, msg, fd, i);
+        }
+      }
+      out << YAML::EndSeq;
+    } else if (fd->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      EmitMessage(out, r->GetMessage(msg, fd));
+    } else {
+      EmitScalar(out, msg, fd, -1);
+    }
+  }
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string EnumValueYamlName(const EnumValueDescriptor* value) {
+  const std::string prefix = UpperSnake(value->type()->name()) + "_";
+  std::string name = value->name();
+  if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  return Lower(name);
+}
+
+std::vector<std::string> EnumYamlNames(const EnumDescriptor* e) {
+  std::vector<std::string> names;
+  for (int i = 1; i < e->value_count(); ++i) names.push_back(EnumValueYamlName(e->value(i)));
+  return names;
+}
+
+std::string YamlLocation(const std::string& file, const YAML::Node& node) {
+  const YAML::Mark m = node.Mark();
+  if (m.is_null() || m.line < 0) return file;
+  return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+Status YamlToMessage(const YAML::Node& node, const std::string& file, const std::string& path,
+                     Message* msg) {
+  Converter c(file);
+  c.ParseMessage(node, path, msg);
+  return c.errors().ToStatus();
+}
+
+Status ParseYaml(std::string_view text, const std::string& file, Message* msg) {
+  msg->Clear();
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& e) {
+    return Status::Invalid(file + ":" + std::to_string(e.mark.line + 1) + ":" +
+                           std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap()) {
+    return Status::Invalid(file + ": expected a mapping of keys at the top level, found " + NodeKind(root));
+  }
+  return YamlToMessage(root, file, "", msg);
+}
+
+std::string MessageToYaml(const Message& msg) {
+  YAML::Emitter out;
+  out.SetIndent(2);
+  out.SetDoublePrecision(17);
+  EmitMessage(out, msg);
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace hetsim::models

@@ -1,0 +1,40 @@
+// YAML <-> protobuf conversion for every file people write (clusters, models, trainings, plans, …).
+//
+// The proto schema is the single source of truth: YAML keys are proto field names, enums are written as
+// their value names in lower case without the enum's prefix (`Nic::KIND_ROCE` -> `roce`), a oneof member
+// is a key of its own, and the `min`/`max`/`required` options of models/proto/options.proto are enforced.
+// Every problem found is reported, one per line, as `FILE:LINE:COL: key.path[3].name: what is wrong`,
+// with "did you mean" suggestions for misspelled keys and enum values.
+#pragma once
+
+#include <google/protobuf/message.h>
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/status.h"
+
+namespace hetsim::models {
+
+// Parses YAML `text` into `msg` (cleared first). `file` names the source in error messages.
+Status ParseYaml(std::string_view text, const std::string& file, google::protobuf::Message* msg);
+
+// Converts an already parsed YAML node. `path` is the key path of `node` inside `file` ("" at the root).
+Status YamlToMessage(const YAML::Node& node, const std::string& file, const std::string& path,
+                     google::protobuf::Message* msg);
+
+// Writes `msg` as YAML: fields in schema order, only those that are set; numbers in shortest
+// round-trip form. ParseYaml(MessageToYaml(m)) == m for every message m.
+std::string MessageToYaml(const google::protobuf::Message& msg);
+
+// The YAML spelling of an enum value (`KIND_LOCAL_NVME` of enum `Kind` -> `local_nvme`).
+std::string EnumValueYamlName(const google::protobuf::EnumValueDescriptor* value);
+// The YAML spellings of every value of `e` except the 0 ("unspecified") value.
+std::vector<std::string> EnumYamlNames(const google::protobuf::EnumDescriptor* e);
+
+// `file:line:col` of a YAML node (or just `file` when the node has no position).
+std::string YamlLocation(const std::string& file, const YAML::Node& node);
+
+}  // namespace hetsim::models

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package hetsim needs to build, test, simulate, plan, run the executor and plot.
+# Idempotent: when everything is already installed it prints nothing and exits 0.
+# Usage: tools/bootstrap.sh            (needs root or sudo for apt-get)
+set -euo pipefail
+
+packages=(
+  # build
+  cmake ninja-build g++ pkg-config git
+  # formats
+  libyaml-cpp-dev libprotobuf-dev protobuf-compiler
+  # numerics, graph partitioning, MILP
+  libeigen3-dev libboost-dev libboost-program-options-dev libmetis-dev
+  coinor-libcbc-dev coinor-libclp-dev coinor-libcgl-dev coinor-libosi-dev coinor-libcoinutils-dev
+  libglpk-dev
+  # simulation
+  libsimgrid-dev libjemalloc2
+  # tests
+  libgtest-dev libgmock-dev
+  # executor (MPI; CUDA and NCCL come from the machine's CUDA install)
+  libopenmpi-dev openmpi-bin
+  # figures
+  python3-matplotlib python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "bootstrap: installing ${#missing[@]} Debian packages: ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "bootstrap: done"

@@ -1,0 +1,330 @@
+// The subcommands of `hetsim`. Each command is a few lines over the libraries.
+#include <filesystem>
+#include <ostream>
+
+#include "models/describe.h"
+#include "models/gpu_catalog.h"
+#include "models/plan.h"
+#include "models/proto/cluster.pb.h"
+#include "models/proto/model.pb.h"
+#include "models/spec_io.h"
+#include "models/suggest.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "tools/hetsim/cli.h"
+
+namespace hetsim::cli {
+namespace {
+
+using models::SpecKind;
+
+std::string Str(const po::variables_map& vm, const char* key) {
+  return vm.count(key) ? vm[key].as<std::string>() : std::string();
+}
+
+// Flags that build a training spec without a file.
+void AddTrainingFlags(po::options_description& d) {
+  d.add_options()
+      ("training,t", po::value<std::string>(), "training spec file (defaults come from the model)")
+      ("global-batch", po::value<uint32_t>(), "global batch size in sequences (overrides the spec)")
+      ("seq-len", po::value<uint32_t>(), "sequence length in tokens (overrides the spec)")
+      ("dtype", po::value<std::string>(), "bf16 | fp16 | fp32 (overrides the spec)")
+      ("recompute", po::value<std::string>(), "none | selective | full (overrides the spec)");
+}
+
+// Reads an enum flag by its YAML spelling.
+template <typename Enum>
+Status ParseEnumFlag(const std::string& flag, const std::string& value, const google::protobuf::EnumDescriptor* d,
+                     Enum* out) {
+  for (int i = 1; i < d->value_count(); ++i) {
+    if (models::EnumValueYamlName(d->value(i)) == value) {
+      *out = static_cast<Enum>(d->value(i)->number());
+      return Status::Ok();
+    }
+  }
+  const auto names = models::EnumYamlNames(d);
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return Status::Invalid("--" + flag + ": unknown value '" + value + "' (expected one of: " + list + ")" +
+                         DidYouMean(value, names));
+}
+
+// The training spec from --training, the plan's inline spec and the flags (flags win), resolved.
+Result<proto::Training> TrainingFromFlags(const po::variables_map& vm, const models::TransformerModel& model,
+                                          const proto::Training* from_plan) {
+  proto::Training t;
+  std::string file = "training flags";
+  if (vm.count("training")) {
+    HETSIM_ASSIGN_OR_RETURN(t, models::LoadTraining(Str(vm, "training")));
+    file = Str(vm, "training");
+  } else if (from_plan != nullptr) {
+    t = *from_plan;
+    file = "plan training";
+  }
+  if (vm.count("global-batch")) t.set_global_batch_size(vm["global-batch"].as<uint32_t>());
+  if (vm.count("seq-len")) t.set_seq_len(vm["seq-len"].as<uint32_t>());
+  if (vm.count("dtype")) {
+    proto::DType d{};
+    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("dtype", Str(vm, "dtype"), proto::DType_descriptor(), &d));
+    t.set_dtype(d);
+  }
+  if (vm.count("recompute")) {
+    proto::Recompute r{};
+    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("recompute", Str(vm, "recompute"), proto::Recompute_descriptor(), &r));
+    t.set_recompute(r);
+  }
+  return models::ResolveTraining(std::move(t), model, file);
+}
+
+// A reference inside a plan (`cluster: ../c.yaml`) is resolved relative to the plan file.
+std::string RelativeTo(const std::string& ref, const std::string& plan_file) {
+  if (ref.empty() || std::filesystem::exists(ref)) return ref;
+  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;  // a bundled name
+  const auto candidate = std::filesystem::path(plan_file).parent_path() / ref;
+  return std::filesystem::exists(candidate) ? candidate.string() : ref;
+}
+
+int Fail(std::ostream& err, const Status& s) {
+  err << s.message() << "\n";
+  return 1;
+}
+
+// ---- list ----------------------------------------------------------------------------------------
+
+int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  const std::string what = Str(vm, "what");
+  const std::vector<std::string> kinds = {"clusters", "models", "gpus", "plans", "trainings", "profiles"};
+  if (what == "gpus") {
+    for (const auto& g : models::GpuCatalog::Bundled().gpus()) {
+      out << g.name << "\t" << g.peak_bf16_tflops << " TFLOPS bf16\t" << g.peak_fp16_tflops << " TFLOPS fp16\t"
+          << g.memory_gib << " GiB\t" << g.scale_up << "\n";
+    }
+    return 0;
+  }
+  const std::vector<std::pair<std::string, SpecKind>> map = {{"clusters", SpecKind::kCluster},
+                                                              {"models", SpecKind::kModel},
+                                                              {"plans", SpecKind::kPlan},
+                                                              {"trainings", SpecKind::kTraining},
+                                                              {"profiles", SpecKind::kProfile}};
+  for (const auto& [name, kind] : map) {
+    if (name == what) {
+      for (const auto& n : models::BundledNames(kind)) out << n << "\n";
+      return 0;
+    }
+  }
+  err << "hetsim list: unknown kind '" << what << "'" << DidYouMean(what, kinds)
+      << " (expected one of: clusters, models, gpus, plans, trainings, profiles)\n";
+  return 2;
+}
+
+// ---- validate ------------------------------------------------------------------------------------
+
+// Validates one file; prints "FILE: OK (…)" or its errors. Returns true when valid.
+bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  auto text = models::ReadSpec(SpecKind::kPlan, path);
+  // ReadSpec with any kind reads files; a bare name is looked up among every kind of bundled spec.
+  if (!text.ok()) {
+    for (auto k : {SpecKind::kCluster, SpecKind::kModel, SpecKind::kTraining, SpecKind::kProfile}) {
+      auto t = models::ReadSpec(k, path);
+      if (t.ok()) {
+        text = t;
+        break;
+      }
+    }
+  }
+  if (!text.ok()) {
+    err << text.status().message() << "\n";
+    return false;
+  }
+  auto kind = models::DetectKind(text->text, text->file);
+  if (!kind.ok()) {
+    err << kind.status().message() << "\n";
+    return false;
+  }
+  Status st;
+  std::string what;
+  switch (*kind) {
+    case SpecKind::kCluster: {
+      proto::Cluster c;
+      st = models::ParseSpec(*text, *kind, &c);
+      if (st.ok()) {
+        auto built = models::Cluster::Build(c, text->file);
+        st = built.status();
+        if (built.ok()) what = "cluster, " + built->Summary();
+      }
+      break;
+    }
+    case SpecKind::kModel: {
+      proto::Model m;
+      st = models::ParseSpec(*text, *kind, &m);
+      if (st.ok()) {
+        auto built = models::TransformerModel::Build(m, text->file);
+        st = built.status();
+        if (built.ok()) {
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), "%.3f", built->TotalParams() / 1e9);
+          what = std::string("model, ") + buf + " B parameters";
+        }
+      }
+      break;
+    }
+    case SpecKind::kTraining: {
+      proto::Training t;
+      st = models::ParseSpec(*text, *kind, &t);
+      what = "training";
+      if (st.ok() && vm.count("model")) {
+        auto model = models::LoadModel(Str(vm, "model"));
+        st = model.ok() ? models::ResolveTraining(t, *model, text->file).status() : model.status();
+      }
+      break;
+    }
+    case SpecKind::kProfile: {
+      proto::Profile p;
+      st = models::ParseSpec(*text, *kind, &p);
+      if (st.ok()) {
+        auto gpu = models::GpuCatalog::Bundled().Find(p.gpu());
+        if (!gpu.ok()) st = Status::Invalid(text->file + ": gpu: " + gpu.status().message());
+      }
+      what = "profile";
+      break;
+    }
+    case SpecKind::kPlan: {
+      proto::Plan p;
+      st = models::ParseSpec(*text, *kind, &p);
+      if (!st.ok()) break;
+      const std::string cref = vm.count("cluster") ? Str(vm, "cluster") : RelativeTo(p.cluster(), text->file);
+      const std::string mref = vm.count("model") ? Str(vm, "model") : RelativeTo(p.model(), text->file);
+      if (cref.empty() || mref.empty()) {
+        st = Status::Invalid(text->file + ": " + (cref.empty() ? "cluster" : "model") +
+                             ": the plan names no " + (cref.empty() ? "cluster" : "model") +
+                             "; add the key to the plan or pass --" + (cref.empty() ? "cluster" : "model"));
+        break;
+      }
+      auto cluster = models::LoadCluster(cref);
+      auto model = models::LoadModel(mref);
+      if (!cluster.ok() || !model.ok()) {
+        st = !cluster.ok() ? cluster.status() : model.status();
+        break;
+      }
+      auto training = TrainingFromFlags(vm, *model, p.has_training() ? &p.training() : nullptr);
+      if (!training.ok()) {
+        st = training.status();
+        break;
+      }
+      models::PlanContext ctx{*cluster, *model, *training};
+      st = models::ValidatePlan(p, ctx, text->file);
+      what = "plan for " + model->name() + " on " + cluster->name();
+      break;
+    }
+  }
+  if (!st.ok()) {
+    err << st.message() << "\n";
+    return false;
+  }
+  out << text->file << ": OK (" << what << ")\n";
+  return true;
+}
+
+int RunValidate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (!vm.count("files")) {
+    err << "hetsim validate: give one or more spec files (or bundled names)\n";
+    return 2;
+  }
+  bool all_ok = true;
+  for (const auto& f : vm["files"].as<std::vector<std::string>>()) all_ok &= ValidateOne(f, vm, out, err);
+  return all_ok ? 0 : 1;
+}
+
+// ---- describe ------------------------------------------------------------------------------------
+
+int RunDescribe(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  proto::Plan plan;
+  std::string plan_file;
+  if (vm.count("plan")) {
+    auto p = models::LoadPlan(Str(vm, "plan"));
+    if (!p.ok()) return Fail(err, p.status());
+    plan = std::move(p).value();
+    plan_file = Str(vm, "plan");
+  }
+  const std::string cref = vm.count("cluster") ? Str(vm, "cluster") : RelativeTo(plan.cluster(), plan_file);
+  const std::string mref = vm.count("model") ? Str(vm, "model") : RelativeTo(plan.model(), plan_file);
+  if (cref.empty() && mref.empty()) {
+    err << "hetsim describe: give --cluster, --model and/or --plan (`hetsim describe --help`)\n";
+    return 2;
+  }
+  std::optional<models::Cluster> cluster;
+  std::optional<models::TransformerModel> model;
+  if (!cref.empty()) {
+    auto c = models::LoadCluster(cref);
+    if (!c.ok()) return Fail(err, c.status());
+    cluster = std::move(c).value();
+  }
+  if (!mref.empty()) {
+    auto m = models::LoadModel(mref);
+    if (!m.ok()) return Fail(err, m.status());
+    model = std::move(m).value();
+  }
+  if (plan_file.empty()) {
+    if (cluster) out << models::DescribeCluster(*cluster);
+    if (model) {
+      out << models::DescribeModel(*model);
+      auto t = TrainingFromFlags(vm, *model, nullptr);
+      if (!t.ok()) return Fail(err, t.status());
+      out << "  training: " << models::DescribeTraining(*t) << "\n";
+    }
+    return 0;
+  }
+  if (!cluster || !model) {
+    err << plan_file << ": the plan names no " << (!cluster ? "cluster" : "model") << "; pass --"
+        << (!cluster ? "cluster" : "model") << "\n";
+    return 2;
+  }
+  auto training = TrainingFromFlags(vm, *model, plan.has_training() ? &plan.training() : nullptr);
+  if (!training.ok()) return Fail(err, training.status());
+  models::PlanContext ctx{*cluster, *model, *training};
+  Status st = models::ValidatePlanStructure(plan, ctx, plan_file);
+  if (!st.ok()) return Fail(err, st);
+  out << models::DescribePlan(plan, ctx);
+  const Status mem = models::ValidatePlan(plan, ctx, plan_file);
+  if (!mem.ok()) {
+    err << mem.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"list", "print the bundled clusters, models, GPUs, plans, trainings or profiles",
+       "hetsim list clusters|models|gpus|plans|trainings|profiles",
+       [](po::options_description& d, po::positional_options_description& p) {
+         d.add_options()("what", po::value<std::string>()->default_value("clusters"), "what to list");
+         p.add("what", 1);
+       },
+       RunList},
+      {"validate", "check spec files (any kind) and print OK or every error",
+       "hetsim validate FILE... [--cluster C] [--model M] [--training T]",
+       [](po::options_description& d, po::positional_options_description& p) {
+         d.add_options()("files", po::value<std::vector<std::string>>(), "files or bundled names to check")
+             ("cluster,c", po::value<std::string>(), "cluster for plan files that name none (name or path)")
+             ("model,m", po::value<std::string>(), "model for plans and training specs (name or path)");
+         AddTrainingFlags(d);
+         p.add("files", -1);
+       },
+       RunValidate},
+      {"describe", "print a cluster, a model, or a plan as tables (devices, TP×DP, layers, memory)",
+       "hetsim describe --cluster C --model M [--training T] [--plan P]",
+       [](po::options_description& d, po::positional_options_description&) {
+         d.add_options()("cluster,c", po::value<std::string>(), "cluster name or path")
+             ("model,m", po::value<std::string>(), "model name or path")
+             ("plan,p", po::value<std::string>(), "plan file");
+         AddTrainingFlags(d);
+       },
+       RunDescribe},
+  };
+  return commands;
+}
+
+}  // namespace hetsim::cli
