@@ -53,11 +53,12 @@ class Table {
 };
 
 std::string LayerRange(const TransformerModel& m, uint32_t begin, uint32_t end) {
-  std::string s = std::to_string(begin) + "-" + std::to_string(end - 1) + " (" + std::to_string(end - begin);
-  std::vector<std::string> extra;
-  if (begin == 0) extra.push_back("emb");
-  if (end == m.num_layers()) extra.push_back("head");
-  for (const auto& e : extra) s += "+" + e;
+  const bool emb = begin == 0, head = end == m.num_layers();
+  const uint32_t blocks = end - begin - (emb ? 1 : 0) - (head ? 1 : 0);
+  std::string s = std::to_string(begin) + "-" + std::to_string(end - 1) + " (";
+  if (emb) s += "emb+";
+  s += std::to_string(blocks);
+  if (head) s += "+head";
   return s + ")";
 }
 
@@ -65,10 +66,22 @@ std::string LayerRange(const TransformerModel& m, uint32_t begin, uint32_t end) 
 
 std::string FormatDeviceList(std::vector<uint32_t> d) {
   std::sort(d.begin(), d.end());
+  // A long arithmetic progression (the DP peers of a big plan) reads best as "0-1016 step 8".
+  if (d.size() > 4 && d[1] - d[0] > 1) {
+    const uint32_t step = d[1] - d[0];
+    bool progression = true;
+    for (size_t i = 2; i < d.size() && progression; ++i) progression = d[i] - d[i - 1] == step;
+    if (progression) return std::to_string(d.front()) + "-" + std::to_string(d.back()) + " step " + std::to_string(step);
+  }
   std::string out;
+  size_t runs = 0;
   for (size_t i = 0; i < d.size();) {
     size_t j = i;
     while (j + 1 < d.size() && d[j + 1] == d[j] + 1) ++j;
+    if (runs++ == 16) {
+      out += ",… (" + std::to_string(d.size()) + " devices)";
+      break;
+    }
     if (!out.empty()) out += ",";
     out += std::to_string(d[i]);
     if (j > i) out += "-" + std::to_string(d[j]);
@@ -81,7 +94,7 @@ std::string DescribeCluster(const Cluster& c) {
   std::ostringstream o;
   o << "cluster " << c.name() << ": " << c.Summary() << "\n";
   if (!c.spec().description().empty()) o << "  " << c.spec().description() << "\n";
-  Table t({"nodes", "devices", "gpu", "memory", "peak bf16", "fabric", "nic", "zone"});
+  Table t({"nodes", "devices", "gpu", "memory", "peak", "fabric", "nic", "zone"});
   const auto& nodes = c.nodes();
   for (size_t i = 0; i < nodes.size();) {
     size_t j = i;
@@ -98,7 +111,10 @@ std::string DescribeCluster(const Cluster& c) {
     }
     t.Add({j > i ? nodes[i].name + " .. " + nodes[j].name : n.name,
            std::to_string(n.first_device) + "-" + std::to_string(last_dev), std::to_string(n.num_gpus) + "× " + n.gpu->name,
-           Fmt("%g GiB", n.gpu->memory_gib), Fmt("%g TFLOPS", n.gpu->peak_bf16_tflops), fabric, nic,
+           Fmt("%g GiB", n.gpu->memory_gib),
+           n.gpu->peak_bf16_tflops > 0 ? Fmt("%g TFLOPS", n.gpu->peak_bf16_tflops)
+                                       : Fmt("%g TFLOPS fp16", n.gpu->peak_fp16_tflops),
+           fabric, nic,
            n.zone.empty() ? "-" : n.zone});
     i = j + 1;
   }
@@ -160,9 +176,34 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
     << EnumValueYamlName(proto::Recompute_descriptor()->FindValueByNumber(EffectiveRecompute(plan, ctx.training)))
     << (plan.sequence_parallel() ? ", sequence parallel" : "") << "\n";
   bool any_oom = false;
+  // Pipelines of the same shape (micro-batching, stages, degrees, layers, splits) print one table.
+  auto shape = [&](int p) {
+    const auto& pipe = plan.pipelines(p);
+    std::string key = std::to_string(pipe.micro_batch_size()) + "x" + std::to_string(pipe.num_micro_batches());
+    for (const auto& st : pipe.stages()) {
+      key += "|" + std::to_string(st.devices_size()) + "," + std::to_string(TpDegree(st)) + "," +
+             std::to_string(st.layer_begin()) + "-" + std::to_string(st.layer_end());
+      for (uint32_t b : st.micro_batch_split()) key += "," + std::to_string(b);
+      for (uint32_t d : st.devices()) key += ":" + ctx.cluster.device(d).gpu->name;
+    }
+    return key;
+  };
   for (int p = 0; p < plan.pipelines_size(); ++p) {
     const auto& pipe = plan.pipelines(p);
-    o << "\npipeline " << p << ": micro-batch " << pipe.micro_batch_size() << " × " << pipe.num_micro_batches()
+    int last = p;
+    while (last + 1 < plan.pipelines_size() && shape(last + 1) == shape(p)) ++last;
+    if (last > p) {
+      bool oom = false;
+      for (const auto& dm : mem) {
+        oom |= dm.oom() && dm.pipeline > static_cast<uint32_t>(p) && dm.pipeline <= static_cast<uint32_t>(last);
+      }
+      any_oom |= oom;
+      o << "\npipelines " << p << "-" << last << " (" << last - p + 1 << " of the same shape; the table shows pipeline "
+        << p << ")";
+    } else {
+      o << "\npipeline " << p;
+    }
+    o << ": micro-batch " << pipe.micro_batch_size() << " × " << pipe.num_micro_batches()
       << " micro-batches = " << pipe.micro_batch_size() * pipe.num_micro_batches() << " sequences\n";
     Table t({"stage", "layers", "devices", "gpus", "TP×DP", "split", "memory GiB (max / capacity)"});
     for (int s = 0; s < pipe.stages_size(); ++s) {
@@ -189,6 +230,7 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
              Fmt("%.1f", worst) + " / " + Fmt("%.0f", cap) + (oom ? "  OUT OF MEMORY" : "")});
     }
     o << t.Render("  ");
+    p = last;
   }
   const auto groups = DeriveGradSyncGroups(plan, ctx.model);
   o << "\ngradient sync: " << groups.size() << " group" << (groups.size() == 1 ? "" : "s");
@@ -199,7 +241,7 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
       break;
     }
     o << "\n  layers " << g.layer_begin << "-" << g.layer_end - 1;
-    if (g.num_chunks > 1) o << " chunk " << g.chunk << "/" << g.num_chunks;
+    if (g.num_chunks > 1) o << " shard " << g.chunk << "/" << g.num_chunks;
     o << ": devices " << FormatDeviceList(g.devices);
   }
   o << "\n" << (any_oom ? "memory: some devices are OUT OF MEMORY\n" : "memory: fits on every device\n");
