@@ -1,0 +1,210 @@
+// Plan semantics: memory estimates and gradient-sync groups against hand-derived values.
+#include "models/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+
+namespace hetsim::models {
+namespace {
+
+constexpr double kGib = 1024.0 * 1024 * 1024;
+
+struct Fixture {
+  Cluster cluster;
+  TransformerModel model;
+  proto::Training training;
+};
+
+Fixture Make(const std::string& cluster, const std::string& model, const std::string& training_yaml) {
+  auto c = LoadCluster(cluster);
+  auto m = LoadModel(model);
+  EXPECT_TRUE(c.ok() && m.ok());
+  proto::Training t;
+  EXPECT_TRUE(ParseYaml(training_yaml, "training", &t).ok());
+  auto r = ResolveTraining(t, *m, "training");
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return {std::move(c).value(), std::move(m).value(), std::move(r).value()};
+}
+
+proto::Plan PlanFrom(const std::string& yaml) {
+  proto::Plan p;
+  const Status s = ParseYaml(yaml, "plan", &p);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return p;
+}
+
+TEST(PlanMemory, TwoStageOneFOneBMatchesHandDerivation) {
+  // llama-tiny: h = 256, f = 688, 8 heads of 32, 4 kv heads, V = 1024, 4 blocks.
+  // block params = 2h² + 2h·(4·32) + 3hf + 2h = 131,072 + 65,536 + 528,384 + 512 = 725,504
+  // embedding = V·h = 262,144; head = V·h + h = 262,400.
+  // fp32 Adam: 4 (weights) + 4 (gradients) + 8 (two moments) = 16 bytes per parameter.
+  auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: fp32}");
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_begin: 0, layer_end: 3}
+      - {devices: [1], layer_begin: 3, layer_end: 6}
+)");
+  PlanContext ctx{f.cluster, f.model, f.training};
+  ASSERT_TRUE(ValidatePlanStructure(plan, ctx, "plan").ok());
+  const auto mem = EstimateMemory(plan, ctx);
+  ASSERT_EQ(mem.size(), 2u);
+  const double stage0_params = 262144 + 2 * 725504.0, stage1_params = 2 * 725504.0 + 262400;
+  EXPECT_DOUBLE_EQ(mem[0].params_gib * kGib, 4 * stage0_params);
+  EXPECT_DOUBLE_EQ(mem[0].grads_gib * kGib, 4 * stage0_params);
+  EXPECT_DOUBLE_EQ(mem[0].optimizer_gib * kGib, 8 * stage0_params);
+  EXPECT_DOUBLE_EQ(mem[1].optimizer_gib * kGib, 8 * stage1_params);
+  // Activations per block per micro-batch (fp32, 256 tokens, flash attention):
+  //   replicated 4·4·256·256 = 1,048,576; Q,K,V 4·256·(256 + 2·128) = 524,288; attention output
+  //   4·256·256 = 262,144; SwiGLU internals 3·4·256·688 = 2,113,536; softmax stats 4·256·8 = 8,192
+  //   -> 3,956,736 bytes. Head: 2·4·256·256 + 4·256·1024 = 1,572,864.
+  // 1F1B in flight: stage 0 keeps min(4, 2) = 2 micro-batches, stage 1 keeps 1.
+  const double block = 3956736, head = 1572864;
+  EXPECT_DOUBLE_EQ(mem[0].activations_gib * kGib, 2 * (2 * block));
+  EXPECT_DOUBLE_EQ(mem[1].activations_gib * kGib, 1 * (2 * block + head));
+  EXPECT_DOUBLE_EQ(mem[0].workspace_gib, 1.0);
+  EXPECT_DOUBLE_EQ(mem[0].capacity_gib, 16.0);
+}
+
+TEST(PlanMemory, GpipeKeepsEveryMicroBatchAndZeroShardsOverReplicas) {
+  auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: fp32}");
+  auto plan = PlanFrom(R"(
+schedule: gpipe
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 4
+    stages: [{devices: [0], layer_begin: 0, layer_end: 6}]
+  - micro_batch_size: 1
+    num_micro_batches: 4
+    stages: [{devices: [1], layer_begin: 0, layer_end: 6}]
+)");
+  PlanContext ctx{f.cluster, f.model, f.training};
+  ASSERT_TRUE(ValidatePlanStructure(plan, ctx, "plan").ok());
+  const double all = 3426560;  // llama-tiny's parameters
+  auto mem = EstimateMemory(plan, ctx);
+  // GPipe: all 4 micro-batches in flight; 128 tokens: block = 3,956,736 / 2, head = 1,572,864 / 2.
+  EXPECT_DOUBLE_EQ(mem[0].activations_gib * kGib, 4 * (4 * 3956736 / 2.0 + 1572864 / 2.0));
+  plan.set_zero_stage(1);
+  mem = EstimateMemory(plan, ctx);
+  EXPECT_DOUBLE_EQ(mem[0].optimizer_gib * kGib, 8 * all / 2);
+  EXPECT_DOUBLE_EQ(mem[0].grads_gib * kGib, 4 * all);
+  plan.set_zero_stage(3);
+  mem = EstimateMemory(plan, ctx);
+  EXPECT_DOUBLE_EQ(mem[0].grads_gib * kGib, 4 * all / 2);
+  // ZeRO-3 also holds the gathered weights of the largest layer (a block, 725,504 parameters).
+  EXPECT_DOUBLE_EQ(mem[0].params_gib * kGib, 4 * all / 2 + 4 * 725504.0);
+}
+
+TEST(GradSync, DifferentTpDegreesSyncInChunksOfTheSmallestShard) {
+  // Pipeline 0 holds every layer with TP 2 on devices 0,1; pipeline 1 with TP 4 on devices 4..7
+  // (hexiscale-case-study has 8 devices). lcm(2, 4) = 4 chunks: chunk c lives on TP rank c·t/4.
+  auto f = Make("hexiscale-case-study", "llama-tiny", "{global_batch_size: 2, seq_len: 128}");
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0, 1], tp_degree: 2, layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [4, 5, 6, 7], tp_degree: 4, layer_end: 6}]}
+)");
+  PlanContext ctx{f.cluster, f.model, f.training};
+  ASSERT_TRUE(ValidatePlanStructure(plan, ctx, "plan").ok());
+  const auto groups = DeriveGradSyncGroups(plan, f.model);
+  ASSERT_EQ(groups.size(), 4u);
+  const std::vector<std::vector<uint32_t>> want = {{0, 4}, {0, 5}, {1, 6}, {1, 7}};
+  for (uint32_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(groups[c].layer_begin, 0u);
+    EXPECT_EQ(groups[c].layer_end, 6u);
+    EXPECT_EQ(groups[c].num_chunks, 4u);
+    EXPECT_EQ(groups[c].chunk, c);
+    EXPECT_EQ(groups[c].devices, want[c]);
+  }
+}
+
+TEST(GradSync, DifferentLayerSplitsGiveOneGroupPerCommonSegment) {
+  // AutoHet II-C: pipelines cut at different layers sync layer by layer. Cuts at 3 (pipeline 0) and 2
+  // (pipeline 1) give segments [0,2), [2,3), [3,6), each synced by the two stages holding it.
+  auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 2, seq_len: 128, dtype: fp32}");
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [2], layer_end: 2}, {devices: [3], layer_begin: 2, layer_end: 6}]}
+)");
+  PlanContext ctx{f.cluster, f.model, f.training};
+  ASSERT_TRUE(ValidatePlanStructure(plan, ctx, "plan").ok());
+  const auto groups = DeriveGradSyncGroups(plan, f.model);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].devices, (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(groups[1].layer_begin, 2u);
+  EXPECT_EQ(groups[1].devices, (std::vector<uint32_t>{0, 3}));
+  EXPECT_EQ(groups[2].layer_begin, 3u);
+  EXPECT_EQ(groups[2].devices, (std::vector<uint32_t>{1, 3}));
+}
+
+TEST(GradSync, IntraStageDataParallelReplicasSyncTogether) {
+  auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 3, seq_len: 128, dtype: fp32}");
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - {micro_batch_size: 3, num_micro_batches: 1, stages: [{devices: [0, 1, 2, 3], tp_degree: 2, micro_batch_split: [2, 1], layer_end: 6}]}
+)");
+  PlanContext ctx{f.cluster, f.model, f.training};
+  ASSERT_TRUE(ValidatePlanStructure(plan, ctx, "plan").ok()) << ValidatePlanStructure(plan, ctx, "plan").message();
+  const auto groups = DeriveGradSyncGroups(plan, f.model);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].devices, (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(groups[1].devices, (std::vector<uint32_t>{1, 3}));
+}
+
+TEST(PlanHelpers, EvenMicroBatchSplitGivesTheRemainderToTheFirstReplicas) {
+  proto::Stage st;
+  for (uint32_t d : {0, 1, 2}) st.add_devices(d);
+  EXPECT_EQ(MicroBatchSplit(st, 8), (std::vector<uint32_t>{3, 3, 2}));
+  st.add_micro_batch_split(5);
+  st.add_micro_batch_split(2);
+  st.add_micro_batch_split(1);
+  EXPECT_EQ(MicroBatchSplit(st, 8), (std::vector<uint32_t>{5, 2, 1}));
+}
+
+TEST(BundledPlans, EveryBundledPlanValidatesAgainstTheClusterAndModelItNames) {
+  for (const auto& name : BundledNames(SpecKind::kPlan)) {
+    auto src = ReadSpec(SpecKind::kPlan, name);
+    ASSERT_TRUE(src.ok());
+    proto::Plan p;
+    ASSERT_TRUE(ParseSpec(*src, SpecKind::kPlan, &p).ok()) << name;
+    auto c = LoadCluster(p.cluster());
+    auto m = LoadModel(p.model());
+    ASSERT_TRUE(c.ok() && m.ok()) << name;
+    auto t = ResolveTraining(p.training(), *m, name);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    PlanContext ctx{*c, *m, *t};
+    const Status s = ValidatePlan(p, ctx, name);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+}
+
+TEST(BundledSpecs, EveryClusterAndModelBuilds) {
+  for (const auto& name : BundledNames(SpecKind::kCluster)) {
+    auto c = LoadCluster(name);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+  }
+  for (const auto& name : BundledNames(SpecKind::kModel)) {
+    auto m = LoadModel(name);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+  }
+}
+
+TEST(BundledSpecs, Llama3ClusterHasSixteenThousandGpusInPods) {
+  auto c = LoadCluster("llama3-16384");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->num_devices(), 16384u);
+  EXPECT_EQ(c->nodes().size(), 2048u);
+  EXPECT_EQ(c->spec().network().pods().nodes_per_pod() * 8, 3072u);
+  EXPECT_DOUBLE_EQ(c->spec().network().pods().oversubscription(), 7.0);
+  EXPECT_EQ(c->node(0).nic.bandwidth_gbps(), 400.0);
+  EXPECT_EQ(c->node(0).nic.attachment(), proto::Nic::ATTACHMENT_PER_GPU);
+}
+
+}  // namespace
+}  // namespace hetsim::models
