@@ -1,0 +1,70 @@
+// Cost building blocks shared by the simulator and the planners' cost models: how long a layer computes
+// on a GPU, and how many bytes each kind of communication moves. Each paper's planner composes these
+// into its own cost model; the simulator plays them on the platform.
+//
+// Compute time of a layer (forward or backward) on one GPU:
+//   - from a measured profile (ProfileDb) when one covers (GPU, model, TP, sequence length);
+//   - otherwise analytically: FLOPs / TP ÷ (peak × efficiency), where the efficiency saturates with the
+//     work per GPU: eff = max_efficiency · t / (t + half_tokens), t = tokens per micro-batch per rank.
+//     The defaults (0.60, 256 tokens) are hetsim's own choice pending calibration (calibration/).
+// Backward time includes recomputation: + forward (full) or + the attention core's FLOPs (selective).
+#pragma once
+
+#include "models/gpu_catalog.h"
+#include "models/profile_db.h"
+#include "models/proto/plan.pb.h"
+#include "models/proto/training.pb.h"
+#include "models/transformer.h"
+
+namespace hetsim::models {
+
+struct ComputeOptions {
+  double max_efficiency = 0.60;  // fraction of peak a large GEMM-bound layer reaches
+  double half_tokens = 256;      // tokens per rank at which half of max_efficiency is reached
+  // Optimizer step: a memory-bound pass over this many bytes per parameter (Adam mixed precision:
+  // read/write fp32 master, two moments, the gradient and the bf16 weight).
+  double optimizer_bytes_per_param = 32;
+};
+
+class ComputeCost {
+ public:
+  ComputeCost(const TransformerModel& model, const proto::Training& training, const ProfileDb* profiles = nullptr,
+              ComputeOptions options = {});
+
+  double ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
+  // Includes recomputation per the training spec (or `recompute` when given).
+  double BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                         proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED) const;
+  // The optimizer step over `params` parameters held by one device.
+  double OptimizerSeconds(const GpuSpec& gpu, double params) const;
+  // The analytic efficiency at `tokens` tokens per rank.
+  double Efficiency(double tokens) const;
+  // True when the last lookup for this GPU/TP can come from a measured profile.
+  bool HasProfile(const GpuSpec& gpu, uint32_t tp) const;
+
+  const TransformerModel& model() const { return model_; }
+  const proto::Training& training() const { return training_; }
+
+ private:
+  std::optional<LayerCost> Profiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
+  const TransformerModel& model_;
+  const proto::Training& training_;
+  const ProfileDb* profiles_;
+  ComputeOptions options_;
+};
+
+// Bytes each communication of one micro-batch moves (before any algorithm's 2(n−1)/n factors).
+// TP (Megatron-LM, Shoeybi et al. 2019 §3): 2 all-reduces of b·s·h activations per block in the forward
+// pass and 2 in the backward pass (with sequence parallelism: the same bytes as all-gather +
+// reduce-scatter pairs); the embedding and head add one each.
+double TpAllReduceBytesPerLayer(const TransformerModel& model, uint32_t layer, double micro_batch, uint32_t seq_len,
+                                proto::DType dtype);
+// Number of TP all-reduces of that size in the forward (and again in the backward) pass of `layer`.
+int TpAllReducesPerLayer(const TransformerModel& model, uint32_t layer);
+// PP: the hidden states of a micro-batch (b·s·h elements) cross each stage boundary once per direction.
+double PipelineBoundaryBytes(const TransformerModel& model, double micro_batch, uint32_t seq_len, proto::DType dtype);
+// DP: gradient bytes of `layer` that one TP rank of degree `tp` synchronises.
+double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp, proto::DType dtype,
+                     bool head_holds_embedding_copy);
+
+}  // namespace hetsim::models

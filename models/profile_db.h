@@ -1,0 +1,53 @@
+// Measured per-layer costs, looked up by (GPU type, model, layer kind, TP degree, micro-batch size).
+//
+// Loaded from profile files (models/proto/profile.proto): bundled ones (models/catalog/profiles/, e.g.
+// converted from the Sailor measurements) or user files. A lookup at a micro-batch size that was not
+// measured is composed from measured ones the way Metis §4.3 does (7 = 4 + 2 + 1: the binary
+// decomposition of the size into measured sizes, summing their times); a size that cannot be composed
+// is interpolated linearly between the nearest measured sizes (extrapolated from the largest two).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/proto/profile.pb.h"
+#include "models/status.h"
+#include "models/transformer.h"
+
+namespace hetsim::models {
+
+struct LayerCost {
+  double forward_s = 0;
+  double backward_s = 0;
+  double optimizer_s = 0;
+};
+
+class ProfileDb {
+ public:
+  // Loads profiles by bundled name or path. GPU names are resolved through the GPU catalog, so
+  // "A100-40" and "a100-40gb" are the same GPU. Errors name the file and key path.
+  static Result<ProfileDb> Load(const std::vector<std::string>& names_or_paths);
+
+  // Adds one profile (its `gpu` must be a catalog name or alias); `file` names it in errors.
+  Status Add(const proto::Profile& profile, const std::string& file);
+
+  // Cost of one layer of `kind` for `model` (the model's name), on `gpu` (catalog canonical name), at
+  // TP degree `tp`, `micro_batch_size` sequences of `seq_len` tokens. nullopt when there is no profile
+  // for that (gpu, model, seq_len, tp).
+  std::optional<LayerCost> Lookup(const std::string& gpu, const std::string& model, LayerKind kind, uint32_t tp,
+                                  double micro_batch_size, uint32_t seq_len) const;
+
+  bool empty() const { return table_.empty(); }
+  // (gpu, model) pairs that have profiles, for messages and `hetsim list profiles`.
+  std::vector<std::pair<std::string, std::string>> Coverage() const;
+
+ private:
+  // (gpu, model, seq_len, layer kind, tp) -> micro-batch size -> cost
+  using Key = std::tuple<std::string, std::string, uint32_t, int, uint32_t>;
+  std::map<Key, std::map<uint32_t, LayerCost>> table_;
+};
+
+}  // namespace hetsim::models
