@@ -8,7 +8,13 @@
 
 #include <boost/program_options.hpp>
 
+#include <optional>
+
+#include "models/cluster.h"
+#include "models/proto/plan.pb.h"
+#include "models/proto/training.pb.h"
 #include "models/status.h"
+#include "models/transformer.h"
 
 namespace hetsim::cli {
 
@@ -24,8 +30,33 @@ struct Command {
   std::function<int(const po::variables_map&, std::ostream& out, std::ostream& err)> run;
 };
 
-// All registered subcommands.
+// All registered subcommands: the spec commands (commands.cc), then each room's.
 const std::vector<Command>& Commands();
+std::vector<Command> SpecCommands();     // list, validate, describe (commands.cc)
+std::vector<Command> PlannerCommands();  // plan (plan_commands.cc)
+std::vector<Command> SimCommands();      // simulate (sim_commands.cc)
+
+// ---- Shared helpers for commands that need a cluster, a model, a training spec and maybe a plan ----
+
+// --training, --global-batch, --seq-len, --dtype, --recompute.
+void AddTrainingFlags(po::options_description& d);
+// --cluster, --model, --plan and the training flags.
+void AddSpecFlags(po::options_description& d, bool with_plan);
+
+struct Specs {
+  std::optional<models::Cluster> cluster;
+  std::optional<models::TransformerModel> model;
+  proto::Training training;  // resolved against the model (when there is one)
+  std::optional<proto::Plan> plan;
+  std::string plan_file;
+};
+
+// Loads what the flags name. A plan's own `cluster:`, `model:` and `training:` keys fill in what the
+// flags leave out (flags win). `need_cluster` / `need_model` make a missing one an error.
+Result<Specs> LoadSpecs(const po::variables_map& vm, bool need_cluster, bool need_model);
+
+// The value of a string flag, or "".
+std::string FlagString(const po::variables_map& vm, const char* key);
 
 // Entry point: parses argv, dispatches, prints errors to `err`. Returns the process exit code
 // (0 success, 1 the command found problems, 2 a usage error).

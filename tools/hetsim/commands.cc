@@ -18,9 +18,9 @@ namespace {
 
 using models::SpecKind;
 
-std::string Str(const po::variables_map& vm, const char* key) {
-  return vm.count(key) ? vm[key].as<std::string>() : std::string();
-}
+std::string Str(const po::variables_map& vm, const char* key) { return FlagString(vm, key); }
+
+}  // namespace
 
 // Flags that build a training spec without a file.
 void AddTrainingFlags(po::options_description& d) {
@@ -31,6 +31,8 @@ void AddTrainingFlags(po::options_description& d) {
       ("dtype", po::value<std::string>(), "bf16 | fp16 | fp32 (overrides the spec)")
       ("recompute", po::value<std::string>(), "none | selective | full (overrides the spec)");
 }
+
+namespace {
 
 // Reads an enum flag by its YAML spelling.
 template <typename Enum>
@@ -238,54 +240,25 @@ int RunValidate(const po::variables_map& vm, std::ostream& out, std::ostream& er
 // ---- describe ------------------------------------------------------------------------------------
 
 int RunDescribe(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
-  proto::Plan plan;
-  std::string plan_file;
-  if (vm.count("plan")) {
-    auto p = models::LoadPlan(Str(vm, "plan"));
-    if (!p.ok()) return Fail(err, p.status());
-    plan = std::move(p).value();
-    plan_file = Str(vm, "plan");
-  }
-  const std::string cref = vm.count("cluster") ? Str(vm, "cluster") : RelativeTo(plan.cluster(), plan_file);
-  const std::string mref = vm.count("model") ? Str(vm, "model") : RelativeTo(plan.model(), plan_file);
-  if (cref.empty() && mref.empty()) {
+  if (!vm.count("cluster") && !vm.count("model") && !vm.count("plan")) {
     err << "hetsim describe: give --cluster, --model and/or --plan (`hetsim describe --help`)\n";
     return 2;
   }
-  std::optional<models::Cluster> cluster;
-  std::optional<models::TransformerModel> model;
-  if (!cref.empty()) {
-    auto c = models::LoadCluster(cref);
-    if (!c.ok()) return Fail(err, c.status());
-    cluster = std::move(c).value();
-  }
-  if (!mref.empty()) {
-    auto m = models::LoadModel(mref);
-    if (!m.ok()) return Fail(err, m.status());
-    model = std::move(m).value();
-  }
-  if (plan_file.empty()) {
-    if (cluster) out << models::DescribeCluster(*cluster);
-    if (model) {
-      out << models::DescribeModel(*model);
-      auto t = TrainingFromFlags(vm, *model, nullptr);
-      if (!t.ok()) return Fail(err, t.status());
-      out << "  training: " << models::DescribeTraining(*t) << "\n";
+  auto specs = LoadSpecs(vm, vm.count("plan") > 0, vm.count("plan") > 0);
+  if (!specs.ok()) return Fail(err, specs.status());
+  if (!specs->plan) {
+    if (specs->cluster) out << models::DescribeCluster(*specs->cluster);
+    if (specs->model) {
+      out << models::DescribeModel(*specs->model);
+      out << "  training: " << models::DescribeTraining(specs->training) << "\n";
     }
     return 0;
   }
-  if (!cluster || !model) {
-    err << plan_file << ": the plan names no " << (!cluster ? "cluster" : "model") << "; pass --"
-        << (!cluster ? "cluster" : "model") << "\n";
-    return 2;
-  }
-  auto training = TrainingFromFlags(vm, *model, plan.has_training() ? &plan.training() : nullptr);
-  if (!training.ok()) return Fail(err, training.status());
-  models::PlanContext ctx{*cluster, *model, *training};
-  Status st = models::ValidatePlanStructure(plan, ctx, plan_file);
+  models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
+  Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file);
   if (!st.ok()) return Fail(err, st);
-  out << models::DescribePlan(plan, ctx);
-  const Status mem = models::ValidatePlan(plan, ctx, plan_file);
+  out << models::DescribePlan(*specs->plan, ctx);
+  const Status mem = models::ValidatePlan(*specs->plan, ctx, specs->plan_file);
   if (!mem.ok()) {
     err << mem.message() << "\n";
     return 1;
@@ -296,7 +269,17 @@ int RunDescribe(const po::variables_map& vm, std::ostream& out, std::ostream& er
 }  // namespace
 
 const std::vector<Command>& Commands() {
-  static const std::vector<Command> commands = {
+  static const std::vector<Command> commands = [] {
+    std::vector<Command> all = SpecCommands();
+    for (auto&& c : PlannerCommands()) all.push_back(std::move(c));
+    for (auto&& c : SimCommands()) all.push_back(std::move(c));
+    return all;
+  }();
+  return commands;
+}
+
+std::vector<Command> SpecCommands() {
+  return {
       {"list", "print the bundled clusters, models, GPUs, plans, trainings or profiles",
        "hetsim list clusters|models|gpus|plans|trainings|profiles",
        [](po::options_description& d, po::positional_options_description& p) {
@@ -316,15 +299,48 @@ const std::vector<Command>& Commands() {
        RunValidate},
       {"describe", "print a cluster, a model, or a plan as tables (devices, TP×DP, layers, memory)",
        "hetsim describe --cluster C --model M [--training T] [--plan P]",
-       [](po::options_description& d, po::positional_options_description&) {
-         d.add_options()("cluster,c", po::value<std::string>(), "cluster name or path")
-             ("model,m", po::value<std::string>(), "model name or path")
-             ("plan,p", po::value<std::string>(), "plan file");
-         AddTrainingFlags(d);
-       },
+       [](po::options_description& d, po::positional_options_description&) { AddSpecFlags(d, true); },
        RunDescribe},
   };
-  return commands;
+}
+
+std::string FlagString(const po::variables_map& vm, const char* key) {
+  return vm.count(key) ? vm[key].as<std::string>() : std::string();
+}
+
+void AddSpecFlags(po::options_description& d, bool with_plan) {
+  d.add_options()("cluster,c", po::value<std::string>(), "cluster: bundled name or path (`hetsim list clusters`)")
+      ("model,m", po::value<std::string>(), "model: bundled name or path (`hetsim list models`)");
+  if (with_plan) d.add_options()("plan,p", po::value<std::string>(), "plan file");
+  AddTrainingFlags(d);
+}
+
+Result<Specs> LoadSpecs(const po::variables_map& vm, bool need_cluster, bool need_model) {
+  Specs specs;
+  if (vm.count("plan")) {
+    specs.plan_file = FlagString(vm, "plan");
+    HETSIM_ASSIGN_OR_RETURN(specs.plan, models::LoadPlan(specs.plan_file));
+  }
+  const proto::Plan empty;
+  const proto::Plan& plan = specs.plan ? *specs.plan : empty;
+  const std::string cref = vm.count("cluster") ? FlagString(vm, "cluster") : RelativeTo(plan.cluster(), specs.plan_file);
+  const std::string mref = vm.count("model") ? FlagString(vm, "model") : RelativeTo(plan.model(), specs.plan_file);
+  auto missing = [&](const char* what) {
+    return Status::Invalid((specs.plan_file.empty() ? std::string("hetsim") : specs.plan_file) + ": no " + what +
+                           " given; pass --" + what + (specs.plan_file.empty() ? "" : std::string(" or add `") + what +
+                           ":` to the plan"));
+  };
+  if (cref.empty() && need_cluster) return missing("cluster");
+  if (mref.empty() && need_model) return missing("model");
+  if (!cref.empty()) {
+    HETSIM_ASSIGN_OR_RETURN(specs.cluster, models::LoadCluster(cref));
+  }
+  if (!mref.empty()) {
+    HETSIM_ASSIGN_OR_RETURN(specs.model, models::LoadModel(mref));
+    HETSIM_ASSIGN_OR_RETURN(specs.training,
+                            TrainingFromFlags(vm, *specs.model, plan.has_training() ? &plan.training() : nullptr));
+  }
+  return specs;
 }
 
 }  // namespace hetsim::cli
