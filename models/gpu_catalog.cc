@@ -137,8 +137,26 @@ Result<const GpuSpec*> GpuCatalog::Find(const std::string& name) const {
     }
     names.push_back(g.name);
   }
-  return Status::NotFound("unknown GPU type '" + name + "'" + DidYouMean(name, names) +
-                          " (`hetsim list gpus` prints the catalog)");
+  // Suggest the canonical name of the closest name or alias.
+  std::vector<std::string> spellings;
+  std::vector<const GpuSpec*> owners;
+  for (const auto& g : gpus_) {
+    spellings.push_back(g.name);
+    owners.push_back(&g);
+    for (const auto& a : g.aliases) {
+      spellings.push_back(a);
+      owners.push_back(&g);
+    }
+  }
+  const std::string nearest = NearestName(name, spellings);
+  std::string hint;
+  for (size_t i = 0; i < spellings.size() && !nearest.empty(); ++i) {
+    if (spellings[i] == nearest) {
+      hint = "; did you mean '" + owners[i]->name + "'?";
+      break;
+    }
+  }
+  return Status::NotFound("unknown GPU type '" + name + "'" + hint + " (`hetsim list gpus` prints the catalog)");
 }
 
 }  // namespace hetsim::models

@@ -86,9 +86,12 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
         }
         const auto* gpu = ctx.cluster.device(d).gpu;
         if (gpu->PeakTflops(ctx.training.dtype()) <= 0) {
-          errors.Add(at + dpath + ": device " + std::to_string(d) + " is a " + gpu->name +
-                     ", which has no " + (ctx.training.dtype() == proto::DTYPE_BF16 ? "BF16" : "tensor") +
-                     " support; set the training spec's dtype: fp16");
+          const char* dtype = ctx.training.dtype() == proto::DTYPE_BF16   ? "bf16"
+                              : ctx.training.dtype() == proto::DTYPE_FP16 ? "fp16"
+                                                                          : "fp32";
+          const char* use = gpu->peak_fp16_tflops > 0 && ctx.training.dtype() != proto::DTYPE_FP16 ? "fp16" : "fp32";
+          errors.Add(at + dpath + ": device " + std::to_string(d) + " is a " + gpu->name + ", which cannot train in " +
+                     dtype + "; set the training spec's dtype: " + use);
         }
       }
       if (st.devices_size() > 0 && st.devices_size() % tp != 0) {
@@ -146,7 +149,7 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
     }
     if (EffectiveSchedule(plan) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
       const uint32_t v = std::max<uint32_t>(1, plan.virtual_stages());
-      if (pipe.num_micro_batches() % pipe.stages_size() != 0) {
+      if (pipe.stages_size() > 0 && pipe.num_micro_batches() % pipe.stages_size() != 0) {
         errors.Add(at + ppath + ".num_micro_batches: interleaved 1F1B needs a multiple of the stage count (" +
                    std::to_string(pipe.stages_size()) + ")");
       }

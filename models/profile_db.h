@@ -5,6 +5,10 @@
 // measured is composed from measured ones the way Metis §4.3 does (7 = 4 + 2 + 1: the binary
 // decomposition of the size into measured sizes, summing their times); a size that cannot be composed
 // is interpolated linearly between the nearest measured sizes (extrapolated from the largest two).
+// Composition and interpolation apply to forward_s and backward_s; the optimizer step does not depend on
+// the micro-batch size, so a size that was not measured gets optimizer_s of the nearest measured size.
+// Below the smallest measured size the times are extrapolated from the smallest two (never below 0); a
+// single measured size is scaled in proportion. docs/profiles.md has the details and the bundled data.
 #pragma once
 
 #include <map>
@@ -16,6 +20,10 @@
 #include "models/proto/profile.pb.h"
 #include "models/status.h"
 #include "models/transformer.h"
+
+namespace YAML {
+class Node;
+}
 
 namespace hetsim::models {
 
@@ -48,6 +56,11 @@ class ProfileDb {
   // (gpu, model, seq_len, layer kind, tp) -> micro-batch size -> cost
   using Key = std::tuple<std::string, std::string, uint32_t, int, uint32_t>;
   std::map<Key, std::map<uint32_t, LayerCost>> table_;
+  // Where each entry of table_ came from ("FILE layers[3]"), for duplicate errors.
+  std::map<Key, std::map<uint32_t, std::string>> origin_;
+
+  // Add, with the parsed YAML (or nullptr) to put line numbers into errors.
+  Status AddParsed(const proto::Profile& profile, const std::string& file, const YAML::Node* root);
 };
 
 }  // namespace hetsim::models

@@ -76,8 +76,12 @@ Result<SpecKind> DetectKind(const std::string& text, const std::string& file) {
   }
   std::vector<std::string> names;
   for (const auto& [k, n] : KindNames()) names.push_back(n);
-  if (!root.IsMap() || !root["kind"] || !root["kind"].IsScalar()) {
+  if (!root.IsMap() || !root["kind"]) {
     return Status::Invalid(file + ": missing top-level key 'kind' (one of: cluster, model, training, plan, profile)");
+  }
+  if (!root["kind"].IsScalar()) {
+    return Status::Invalid(YamlLocation(file, root["kind"]) +
+                           ": kind: expected a plain name (cluster, model, training, plan or profile)");
   }
   const std::string k = root["kind"].Scalar();
   for (const auto& [kind, n] : KindNames()) {
@@ -89,13 +93,18 @@ Result<SpecKind> DetectKind(const std::string& text, const std::string& file) {
 
 template <typename Message>
 Status ParseSpec(const SpecText& src, SpecKind kind, Message* msg) {
-  HETSIM_RETURN_IF_ERROR(ParseYaml(src.text, src.file, msg));
   const std::string want = SpecKindName(kind);
-  if (!msg->kind().empty() && msg->kind() != want) {
-    return Status::Invalid(src.file + ": kind: this is a '" + msg->kind() + "' file but a " + want +
-                           " was expected here");
+  // A file of another kind gets one error about its kind, not one per key of the wrong schema.
+  try {
+    const YAML::Node root = YAML::Load(src.text);
+    if (root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() != want) {
+      return Status::Invalid(YamlLocation(src.file, root["kind"]) + ": kind: this is a '" + root["kind"].Scalar() +
+                             "' file but a " + want + " was expected here");
+    }
+  } catch (const YAML::Exception&) {
+    // ParseYaml below reports the syntax error with its position.
   }
-  return Status::Ok();
+  return ParseYaml(src.text, src.file, msg);
 }
 
 template Status ParseSpec(const SpecText&, SpecKind, proto::Cluster*);

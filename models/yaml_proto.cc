@@ -69,7 +69,40 @@ std::string TypeName(const FieldDescriptor* fd) {
   return "a value";
 }
 
+// Plural element name for list messages: "mappings", "strings", "numbers", …
+std::string ElementName(const FieldDescriptor* fd) {
+  switch (fd->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_MESSAGE: return "mappings";
+    case FieldDescriptor::CPPTYPE_STRING: return "strings";
+    case FieldDescriptor::CPPTYPE_BOOL: return "booleans";
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: return "numbers";
+    case FieldDescriptor::CPPTYPE_ENUM: return "names (" + TypeName(fd) + ")";
+    default: return "integers";
+  }
+}
+
+// Parses a YAML float, including the YAML spellings of the special values (.nan, .inf, -.inf).
+bool ParseDouble(const std::string& s, double* v) {
+  if (s == ".nan" || s == ".NaN" || s == ".NAN") {
+    *v = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
+  if (s == ".inf" || s == "+.inf" || s == ".Inf" || s == "+.Inf") {
+    *v = std::numeric_limits<double>::infinity();
+    return true;
+  }
+  if (s == "-.inf" || s == "-.Inf") {
+    *v = -std::numeric_limits<double>::infinity();
+    return true;
+  }
+  const auto res = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return res.ec == std::errc() && res.ptr == s.data() + s.size() && std::isfinite(*v);
+}
+
 std::string FormatNumber(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
   char buf[64];
   auto res = std::to_chars(buf, buf + sizeof(buf), v);
   return std::string(buf, res.ptr);
@@ -80,15 +113,15 @@ class Converter {
   explicit Converter(const std::string& file) : file_(file) {}
 
   void ParseMessage(const YAML::Node& node, const std::string& path, Message* msg) {
-    if (node.IsNull()) return;  // `single_switch:` with nothing after it is an empty message
-    if (!node.IsMap()) {
+    // `single_switch:` with nothing after it is an empty mapping (and still needs its required keys).
+    if (!node.IsNull() && !node.IsMap()) {
       Error(node, path, "expected a mapping, found " + NodeKind(node));
       return;
     }
     const Descriptor* desc = msg->GetDescriptor();
     std::set<std::string> seen;
     std::vector<std::pair<const google::protobuf::OneofDescriptor*, std::string>> oneofs;
-    for (const auto& kv : node) {
+    for (const auto& kv : node.IsMap() ? node : YAML::Node(YAML::NodeType::Map)) {
       if (!kv.first.IsScalar()) {
         Error(kv.first, path, "keys must be plain names, found " + NodeKind(kv.first));
         continue;
@@ -121,7 +154,8 @@ class Converter {
     for (int i = 0; i < desc->field_count(); ++i) {
       const FieldDescriptor* fd = desc->field(i);
       if (fd->options().GetExtension(proto::required) && !seen.count(fd->name())) {
-        Error(node, path, "missing required key '" + fd->name() + "' (" + TypeName(fd) + ")");
+        Error(node, path, "missing required key '" + fd->name() + "' (" +
+                              (fd->is_repeated() ? "a list of " + ElementName(fd) : TypeName(fd)) + ")");
       }
     }
   }
@@ -138,7 +172,7 @@ class Converter {
     if (fd->is_repeated()) {
       if (node.IsNull()) return;
       if (!node.IsSequence()) {
-        Error(node, path, "expected a list of " + TypeName(fd) + ", found " + NodeKind(node));
+        Error(node, path, "expected a list of " + ElementName(fd) + ", found " + NodeKind(node));
         return;
       }
       for (size_t i = 0; i < node.size(); ++i) {
@@ -197,8 +231,7 @@ class Converter {
       case FieldDescriptor::CPPTYPE_DOUBLE:
       case FieldDescriptor::CPPTYPE_FLOAT: {
         double v = 0;
-        const auto res = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (res.ec != std::errc() || res.ptr != s.data() + s.size() || !std::isfinite(v)) {
+        if (!ParseDouble(s, &v)) {
           Error(node, path, "expected a number, found '" + s + "'");
           return;
         }

@@ -26,8 +26,8 @@ std::string Str(const po::variables_map& vm, const char* key) { return FlagStrin
 void AddTrainingFlags(po::options_description& d) {
   d.add_options()
       ("training,t", po::value<std::string>(), "training spec file (defaults come from the model)")
-      ("global-batch", po::value<uint32_t>(), "global batch size in sequences (overrides the spec)")
-      ("seq-len", po::value<uint32_t>(), "sequence length in tokens (overrides the spec)")
+      ("global-batch", po::value<int64_t>(), "global batch size in sequences (overrides the spec)")
+      ("seq-len", po::value<int64_t>(), "sequence length in tokens (overrides the spec)")
       ("dtype", po::value<std::string>(), "bf16 | fp16 | fp32 (overrides the spec)")
       ("recompute", po::value<std::string>(), "none | selective | full (overrides the spec)");
 }
@@ -63,8 +63,19 @@ Result<proto::Training> TrainingFromFlags(const po::variables_map& vm, const mod
     t = *from_plan;
     file = "plan training";
   }
-  if (vm.count("global-batch")) t.set_global_batch_size(vm["global-batch"].as<uint32_t>());
-  if (vm.count("seq-len")) t.set_seq_len(vm["seq-len"].as<uint32_t>());
+  for (const char* flag : {"global-batch", "seq-len"}) {
+    if (!vm.count(flag)) continue;
+    const int64_t v = vm[flag].as<int64_t>();
+    if (v < 1 || v > (int64_t{1} << 30)) {
+      return Status::Invalid("--" + std::string(flag) + ": expected a positive number of " +
+                             (std::string(flag) == "seq-len" ? "tokens" : "sequences") + ", found " + std::to_string(v));
+    }
+    if (std::string(flag) == "seq-len") {
+      t.set_seq_len(static_cast<uint32_t>(v));
+    } else {
+      t.set_global_batch_size(static_cast<uint32_t>(v));
+    }
+  }
   if (vm.count("dtype")) {
     proto::DType d{};
     HETSIM_RETURN_IF_ERROR(ParseEnumFlag("dtype", Str(vm, "dtype"), proto::DType_descriptor(), &d));
@@ -126,17 +137,23 @@ bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostr
   auto text = models::ReadSpec(SpecKind::kPlan, path);
   // ReadSpec with any kind reads files; a bare name is looked up among every kind of bundled spec.
   if (!text.ok()) {
-    for (auto k : {SpecKind::kCluster, SpecKind::kModel, SpecKind::kTraining, SpecKind::kProfile}) {
+    std::vector<std::string> names;
+    for (auto k : {SpecKind::kCluster, SpecKind::kModel, SpecKind::kTraining, SpecKind::kPlan, SpecKind::kProfile}) {
       auto t = models::ReadSpec(k, path);
       if (t.ok()) {
         text = t;
         break;
       }
+      for (auto&& n : models::BundledNames(k)) names.push_back(n);
     }
-  }
-  if (!text.ok()) {
-    err << text.status().message() << "\n";
-    return false;
+    if (!text.ok()) {
+      err << (text.status().code() == Status::Code::kNotFound && path.find('/') == std::string::npos &&
+                      !path.ends_with(".yaml")
+                  ? "no bundled spec named '" + path + "' and no such file" + DidYouMean(path, names)
+                  : text.status().message())
+          << "\n";
+      return false;
+    }
   }
   auto kind = models::DetectKind(text->text, text->file);
   if (!kind.ok()) {

@@ -1,8 +1,142 @@
-// Placeholder until the room's commands land.
+// `hetsim simulate`: one iteration of a plan on the simulated cluster.
+#include <cstdio>
+#include <map>
+#include <ostream>
+
+#include "models/describe.h"
+#include "models/profile_db.h"
+#include "models/spec_io.h"
+#include "sim/simulator.h"
 #include "tools/hetsim/cli.h"
 
 namespace hetsim::cli {
+namespace {
 
-std::vector<Command> SimCommands() { return {}; }
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+// The human summary printed after a simulation.
+void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, std::ostream& out) {
+  out << "simulated one iteration of " << (r.plan().empty() ? "the plan" : "plan " + r.plan()) << " (" << r.model()
+      << " on " << r.cluster() << ", fidelity " << fidelity << ") in " << Fmt("%.2f", r.wall_time_s()) << " s\n";
+  out << "  iteration time  " << Fmt("%.4f", r.iteration_time_s()) << " s\n";
+  out << "  throughput      " << Fmt("%.0f", r.tokens_per_s()) << " tokens/s\n";
+  out << "  MFU             " << Fmt("%.1f", 100 * r.mfu()) << " %\n";
+  out << "  pipeline bubble " << Fmt("%.1f", 100 * r.bubble_fraction()) << " %\n";
+  // One line per (pipeline, stage): the slowest device's numbers.
+  struct Row {
+    int devices = 0;
+    double compute = 0, tp = 0, pp = 0, dp = 0, idle = 0, mem = 0, cap = 0;
+    bool oom = false;
+    std::string gpus;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, Row> rows;
+  for (const auto& d : r.devices()) {
+    Row& row = rows[{d.pipeline(), d.stage()}];
+    row.devices++;
+    row.compute = std::max(row.compute, d.compute_s());
+    row.tp = std::max(row.tp, d.tp_communication_s());
+    row.pp = std::max(row.pp, d.pp_communication_s());
+    row.dp = std::max(row.dp, d.dp_communication_s());
+    row.idle = std::max(row.idle, d.idle_s());
+    row.mem = std::max(row.mem, d.peak_memory_gib());
+    row.cap = d.capacity_gib();
+    row.oom |= d.oom();
+    if (row.gpus.find(d.gpu()) == std::string::npos) row.gpus += (row.gpus.empty() ? "" : "+") + d.gpu();
+  }
+  out << "\n  pipe stage  devices  gpus          compute s   tp s      pp s      dp s      idle s    memory GiB\n";
+  size_t shown = 0;
+  for (const auto& [key, row] : rows) {
+    if (shown++ == 40) {
+      out << "  … " << rows.size() - 40 << " more stages (see --report-out)\n";
+      break;
+    }
+    char line[256];
+    std::snprintf(line, sizeof(line), "  %-4u %-6u %-8d %-13s %-11.3f %-9.3f %-9.3f %-9.3f %-9.3f %.1f / %.0f%s\n", key.first,
+                  key.second, row.devices, row.gpus.c_str(), row.compute, row.tp, row.pp, row.dp, row.idle, row.mem, row.cap,
+                  row.oom ? "  OUT OF MEMORY" : "");
+    out << line;
+  }
+  if (r.any_oom()) out << "\nwarning: some devices run out of memory under this plan (see the memory column)\n";
+}
+
+int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (!vm.count("plan")) {
+    err << "hetsim simulate: give --plan FILE (or --planner NAME once planners are available)\n";
+    return 2;
+  }
+  auto specs = LoadSpecs(vm, true, true);
+  if (!specs.ok()) {
+    err << specs.status().message() << "\n";
+    return 1;
+  }
+  models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
+  Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file);
+  if (!st.ok()) {
+    err << st.message() << "\n";
+    return 1;
+  }
+  const std::string fid_name = vm["fidelity"].as<std::string>();
+  auto fid = sim::ParseFidelity(fid_name);
+  if (!fid.ok()) {
+    err << fid.status().message() << "\n";
+    return 2;
+  }
+  std::vector<std::string> profile_refs;
+  if (vm.count("profile")) profile_refs = vm["profile"].as<std::vector<std::string>>();
+  auto profiles = models::ProfileDb::Load(profile_refs);
+  if (!profiles.ok()) {
+    err << profiles.status().message() << "\n";
+    return 1;
+  }
+  sim::SimOptions opt;
+  opt.fidelity = *fid;
+  opt.record_timeline = vm.count("timeline-out") > 0;
+  opt.profiles = &*profiles;
+  auto res = sim::SimulateIteration(*specs->plan, ctx, opt);
+  if (!res.ok()) {
+    err << res.status().message() << "\n";
+    return 1;
+  }
+  if (specs->plan->name().empty()) res->report.set_plan(specs->plan_file);
+  PrintSummary(res->report, fid_name, out);
+  if (vm.count("report-out")) {
+    Status w = models::WriteFileAtomically(FlagString(vm, "report-out"), sim::ReportJson(res->report));
+    if (!w.ok()) {
+      err << w.message() << "\n";
+      return 1;
+    }
+    out << "report: " << FlagString(vm, "report-out") << "\n";
+  }
+  if (vm.count("timeline-out")) {
+    Status w = models::WriteFileAtomically(FlagString(vm, "timeline-out"), sim::ChromeTraceJson(*res, *specs->cluster));
+    if (!w.ok()) {
+      err << w.message() << "\n";
+      return 1;
+    }
+    out << "timeline: " << FlagString(vm, "timeline-out") << " (open in https://ui.perfetto.dev)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> SimCommands() {
+  return {{"simulate", "simulate one training iteration of a plan on the cluster (SimGrid)",
+           "hetsim simulate --cluster C --model M --plan P [--training T] [--report-out r.json] [--timeline-out t.json]",
+           [](po::options_description& d, po::positional_options_description&) {
+             AddSpecFlags(d, true);
+             d.add_options()("fidelity", po::value<std::string>()->default_value("balanced"),
+                             "fast | balanced | full (docs/simulator.md)")
+                 ("profile", po::value<std::vector<std::string>>()->composing(),
+                  "measured layer profile (bundled name or path); repeatable")
+                 ("report-out", po::value<std::string>(), "write the iteration report (JSON)")
+                 ("timeline-out", po::value<std::string>(), "write a Chrome-trace timeline (JSON, opens in Perfetto)");
+           },
+           RunSimulate}};
+}
 
 }  // namespace hetsim::cli

@@ -1,0 +1,322 @@
+#include "sim/engine.h"
+
+#include <simgrid/s4u.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <unordered_map>
+
+namespace hetsim::sim {
+namespace {
+
+namespace s4u = simgrid::s4u;
+
+char g_payload = 0;  // mailboxes need a payload pointer; the simulated size is what matters
+
+struct PairHash {
+  size_t operator()(const std::pair<uint64_t, uint32_t>& k) const {
+    return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
+  }
+};
+
+// Arrival times, so that waiting for a late peer counts as idle and only the transfer itself as
+// communication. Actors run one at a time, so plain maps suffice.
+struct Board {
+  // (mailbox key, message number) -> when the sender posted it
+  std::unordered_map<std::pair<uint64_t, uint32_t>, double, PairHash> posted;
+  // (group, instance number) -> latest arrival among members, members finished
+  std::unordered_map<std::pair<uint64_t, uint32_t>, std::pair<double, uint32_t>, PairHash> arrived;
+};
+
+// Per-device message and collective counters (shared by the device's main and DP-stream actors).
+struct Counters {
+  std::unordered_map<uint64_t, uint32_t> sent, received;
+  std::unordered_map<uint32_t, uint32_t> collectives;
+};
+
+struct Shared {
+  const Programs* programs;
+  const Platform* platform;
+  bool record;
+  EngineResult* result;
+  std::vector<s4u::SemaphorePtr> ready;  // per slot: DP groups handed to the DP stream
+  std::vector<s4u::SemaphorePtr> done;   // per slot: the DP stream finished
+  std::vector<Counters> counters;        // per slot
+  Board board;
+};
+
+// Mailbox of the ordered message stream from `src` to `dst` on `channel` (p2p channels 0..7,
+// collective group g on channel 8 + g).
+uint64_t MailboxKey(uint32_t src, uint32_t dst, uint32_t channel) {
+  return (uint64_t{src} << 42) | (uint64_t{dst} << 20) | channel;
+}
+
+class Runner {
+ public:
+  Runner(Shared* shared, uint32_t slot, bool dp_stream)
+      : sh_(shared), slot_(slot), self_(shared->programs->devices[slot]), dp_stream_(dp_stream),
+        trace_(shared->result->devices[slot]) {}
+
+  void Run() {
+    const DeviceProgram& prog = sh_->programs->programs[slot_];
+    const auto& ops = dp_stream_ ? prog.dp_stream : prog.ops;
+    for (const Op& op : ops) Execute(op);
+    WaitAllSends();
+    if (dp_stream_) {
+      sh_->done[slot_]->release();
+    } else {
+      trace_.end_s = s4u::Engine::get_clock();
+    }
+  }
+
+ private:
+  s4u::Mailbox* Box(uint32_t src, uint32_t dst, uint32_t channel) {
+    const uint64_t key = MailboxKey(src, dst, channel);
+    auto it = boxes_.find(key);
+    if (it != boxes_.end()) return it->second;
+    s4u::Mailbox* m = s4u::Mailbox::by_name(std::to_string(key));
+    boxes_.emplace(key, m);
+    return m;
+  }
+
+  s4u::Host* HostOf(uint32_t device) const { return sh_->platform->gpus[device]; }
+  Counters& counters() { return sh_->counters[slot_]; }
+
+  void Record(double start, Category cat, uint16_t mb) {
+    if (!sh_->record) return;
+    const double end = s4u::Engine::get_clock();
+    if (end > start) trace_.slices.push_back({start, end, cat, mb});
+  }
+
+  void AddComm(Category cat, double seconds) {
+    switch (cat) {
+      case Category::kTp: trace_.tp_s += seconds; break;
+      case Category::kPp: trace_.pp_s += seconds; break;
+      case Category::kZero: trace_.zero_s += seconds; break;
+      default: trace_.dp_s += seconds; break;
+    }
+  }
+
+  void Reap() {
+    // Finish completed sends with wait() so they leave the actor's activity list (SimGrid note, pitfall 1).
+    while (!pending_.empty() && (pending_.front()->test() || pending_.size() > 32)) {
+      pending_.front()->wait();
+      pending_.pop_front();
+    }
+  }
+
+  void WaitAllSends() {
+    for (auto& c : pending_) c->wait();
+    pending_.clear();
+  }
+
+  void Execute(const Op& op) {
+    const double t0 = s4u::Engine::get_clock();
+    switch (op.kind) {
+      case OpKind::kCompute:
+        s4u::this_actor::sleep_for(op.seconds);
+        trace_.compute_s += op.seconds;
+        if (op.category != Category::kOptimizer) {
+          trace_.fwd_bwd_s += op.seconds;
+          trace_.pipeline_end_s = t0 + op.seconds;
+        }
+        Record(t0, op.category, op.micro_batch);
+        break;
+      case OpKind::kSend: {
+        const uint64_t key = MailboxKey(self_, op.peer, op.channel);
+        sh_->board.posted[{key, counters().sent[key]++}] = t0;
+        pending_.push_back(Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)));
+        break;
+      }
+      case OpKind::kRecv: {
+        const uint64_t key = MailboxKey(op.peer, self_, op.channel);
+        const std::pair<uint64_t, uint32_t> msg{key, counters().received[key]++};
+        void* data = nullptr;
+        Box(op.peer, self_, op.channel)->get_async(&data)->wait();
+        const double now = s4u::Engine::get_clock();
+        // Waiting for the sender is bubble (idle); the transfer starts once both sides are there.
+        auto it = sh_->board.posted.find(msg);
+        const double start = std::clamp(it == sh_->board.posted.end() ? t0 : std::max(t0, it->second), t0, now);
+        if (it != sh_->board.posted.end()) sh_->board.posted.erase(it);
+        AddComm(op.category, now - start);
+        if (sh_->record && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
+        break;
+      }
+      case OpKind::kCollective: {
+        // Waiting for the last member to arrive is idle time; communication starts once all are there.
+        const std::pair<uint64_t, uint32_t> inst{op.group, counters().collectives[op.group]++};
+        auto& slot = sh_->board.arrived[inst];
+        slot.first = std::max(slot.first, t0);
+        RunCollective(op);
+        const double now = s4u::Engine::get_clock();
+        auto it = sh_->board.arrived.find(inst);
+        const double ready = std::clamp(it->second.first, t0, now);
+        if (++it->second.second == sh_->programs->groups[op.group].size()) sh_->board.arrived.erase(it);
+        AddComm(op.category, now - ready);
+        if (sh_->record) {
+          if (ready > t0) trace_.slices.push_back({t0, ready, Category::kIdle, op.micro_batch});
+          if (now > ready) trace_.slices.push_back({ready, now, op.category, op.micro_batch});
+        }
+        break;
+      }
+      case OpKind::kTpAnalytic: {
+        const auto& g = sh_->programs->groups[op.group];
+        const double n = static_cast<double>(g.size());
+        const uint32_t next = g[(op.rank + 1) % g.size()];
+        auto [bw, lat] = RouteOf(next);
+        const double steps = 2 * (n - 1);
+        const double t = steps * (op.bytes / n) / bw + steps * lat;
+        s4u::this_actor::sleep_for(t);
+        AddComm(op.category, t);
+        Record(t0, op.category, op.micro_batch);
+        break;
+      }
+      case OpKind::kSignal:
+        sh_->ready[slot_]->release();
+        break;
+      case OpKind::kAwait:
+        sh_->ready[slot_]->acquire();
+        break;
+      case OpKind::kJoin: {
+        WaitAllSends();
+        sh_->done[slot_]->acquire();
+        const double waited = s4u::Engine::get_clock() - t0;
+        trace_.dp_s += waited;  // the exposed part of the overlapped gradient sync
+        Record(t0, Category::kDp, 0);
+        break;
+      }
+      case OpKind::kWaitSends:
+        WaitAllSends();
+        break;
+    }
+    Reap();
+  }
+
+  static uint64_t Bytes(double b) { return static_cast<uint64_t>(std::llround(std::max(0.0, b))); }
+
+  // Bottleneck bandwidth (bytes/s) and latency (s) of the route to `peer`.
+  std::pair<double, double> RouteOf(uint32_t peer) {
+    auto it = routes_.find(peer);
+    if (it != routes_.end()) return it->second;
+    std::vector<s4u::Link*> links;
+    double lat = 0;
+    HostOf(self_)->route_to(HostOf(peer), links, &lat);
+    double bw = 1e30;
+    for (auto* l : links) bw = std::min(bw, l->get_bandwidth());
+    if (links.empty()) bw = 1e12;
+    return routes_[peer] = {bw, lat};
+  }
+
+  // One exchange step: send `bytes` to `to` and receive from `from` on the group's channel. Returns
+  // when the incoming transfer started.
+  double Exchange(uint32_t to, uint32_t from, double bytes, uint32_t channel) {
+    void* data = nullptr;
+    s4u::CommPtr s = Box(self_, to, channel)->put_async(&g_payload, Bytes(bytes));
+    s4u::CommPtr r = Box(from, self_, channel)->get_async(&data);
+    r->wait();
+    s->wait();
+    return r->get_start_time();
+  }
+
+  // Runs this member's part of a collective; returns when its communication really started (for rings
+  // the first incoming transfer; for trees and broadcasts the call itself).
+  double RunCollective(const Op& op) {
+    const double called = s4u::Engine::get_clock();
+    const auto& g = sh_->programs->groups[op.group];
+    const uint32_t n = static_cast<uint32_t>(g.size());
+    if (n < 2) return called;
+    const uint32_t channel = 8 + op.group;
+    const uint32_t r = op.rank;
+    const uint32_t next = g[(r + 1) % n], prev = g[(r + n - 1) % n];
+    const bool full = sh_->programs->fidelity.collectives == CollectiveDetail::kFull;
+    if (op.collective == CollectiveKind::kBroadcast) {
+      // Root (rank 0) sends to every member directly (an NVLink/NVSwitch fan-out).
+      if (r == 0) {
+        std::vector<s4u::CommPtr> sends;
+        for (uint32_t i = 1; i < n; ++i) sends.push_back(Box(self_, g[i], channel)->put_async(&g_payload, Bytes(op.bytes)));
+        for (auto& c : sends) c->wait();
+      } else {
+        void* data = nullptr;
+        Box(g[0], self_, channel)->get_async(&data)->wait();
+      }
+      return called;
+    }
+    if (op.algorithm == Algorithm::kTree && op.collective == CollectiveKind::kAllReduce) {
+      // Binary tree by rank: every member sends the (pipelined) buffer to its parent while receiving
+      // from its children, then the result flows back down.
+      const auto phase = [&](bool up) {
+        std::vector<s4u::CommPtr> comms;
+        std::vector<void*> data(3, nullptr);
+        const uint32_t parent = (r - 1) / 2;
+        if (up) {
+          if (r > 0) comms.push_back(Box(self_, g[parent], channel)->put_async(&g_payload, Bytes(op.bytes)));
+          for (uint32_t c = 2 * r + 1; c <= 2 * r + 2 && c < n; ++c) {
+            comms.push_back(Box(g[c], self_, channel)->get_async(&data[c - 2 * r]));
+          }
+        } else {
+          if (r > 0) comms.push_back(Box(g[parent], self_, channel)->get_async(&data[0]));
+          for (uint32_t c = 2 * r + 1; c <= 2 * r + 2 && c < n; ++c) {
+            comms.push_back(Box(self_, g[c], channel)->put_async(&g_payload, Bytes(op.bytes)));
+          }
+        }
+        for (auto& c : comms) c->wait();
+      };
+      phase(true);
+      phase(false);
+      const double depth = std::floor(std::log2(static_cast<double>(n)));
+      if (depth > 1) s4u::this_actor::sleep_for(2 * (depth - 1) * RouteOf(next).second);
+      return called;
+    }
+    // Rings: all-reduce = 2(n−1) steps, reduce-scatter / all-gather = n−1 steps, each of S/n bytes.
+    const uint32_t steps = op.collective == CollectiveKind::kAllReduce ? 2 * (n - 1) : n - 1;
+    const double chunk = op.bytes / n;
+    double ready = called;
+    if (full) {
+      for (uint32_t i = 0; i < steps; ++i) {
+        const double started = Exchange(next, prev, chunk, channel);
+        if (i == 0) ready = started;
+      }
+    } else {
+      ready = Exchange(next, prev, chunk * steps, channel);
+      if (steps > 1) s4u::this_actor::sleep_for((steps - 1) * RouteOf(next).second);
+    }
+    return ready;
+  }
+
+  Shared* sh_;
+  uint32_t slot_;
+  uint32_t self_;
+  bool dp_stream_;
+  DeviceTrace& trace_;
+  std::unordered_map<uint64_t, s4u::Mailbox*> boxes_;
+  std::unordered_map<uint32_t, std::pair<double, double>> routes_;
+  std::deque<s4u::CommPtr> pending_;
+};
+
+}  // namespace
+
+EngineResult RunEngine(const Programs& programs, const Platform& platform, bool record_slices) {
+  EngineResult result;
+  result.devices.resize(programs.devices.size());
+  Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}};
+  shared.counters.resize(programs.devices.size());
+  for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
+    shared.ready.push_back(s4u::Semaphore::create(0));
+    shared.done.push_back(s4u::Semaphore::create(0));
+  }
+  for (uint32_t slot = 0; slot < programs.devices.size(); ++slot) {
+    s4u::Host* host = platform.gpus[programs.devices[slot]];
+    s4u::Actor::create("d" + std::to_string(programs.devices[slot]), host,
+                       [&shared, slot] { Runner(&shared, slot, false).Run(); });
+    if (!programs.programs[slot].dp_stream.empty()) {
+      s4u::Actor::create("dp" + std::to_string(programs.devices[slot]), host,
+                         [&shared, slot] { Runner(&shared, slot, true).Run(); });
+    }
+  }
+  s4u::Engine::get_instance()->run();
+  for (const auto& d : result.devices) result.iteration_s = std::max(result.iteration_s, d.end_s);
+  return result;
+}
+
+}  // namespace hetsim::sim

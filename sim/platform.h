@@ -1,0 +1,34 @@
+// The SimGrid platform of a cluster (docs/simulator.md, "Platform").
+//
+// One SimGrid host per GPU, one per node for the CPU / host memory, one per node for local NVMe (when the
+// cluster has such storage) and one object store. Zones:
+//   region (one per `zone`; a full zone of zone_links joins several)
+//     └─ network group: the nodes under one leaf switch (fat_tree) or in one pod (pods), or all nodes
+//        (single_switch) — a star zone whose uplink to the region is a split-duplex link carrying
+//        Σ NIC bandwidth / oversubscription.
+// Inside a group every GPU's route to the switch is [its PCIe link, its NIC] (a per-node NIC is shared
+// by the node's GPUs); GPUs of one node talk over bypass routes [NVLink/NVSwitch port of a, port of b]
+// (or their PCIe links for PCIe fabrics), and a GPU reaches its node's host memory over its PCIe link.
+// Links are split-duplex (each direction has the full bandwidth). Latencies: half of a link kind's
+// latency on each of the two links a route crosses.
+#pragma once
+
+#include <simgrid/s4u.hpp>
+
+#include <vector>
+
+#include "models/cluster.h"
+
+namespace hetsim::sim {
+
+struct Platform {
+  std::vector<simgrid::s4u::Host*> gpus;   // by device index
+  std::vector<simgrid::s4u::Host*> cpus;   // by node index
+  std::vector<simgrid::s4u::Host*> nvmes;  // by node index (empty without local NVMe storage)
+  simgrid::s4u::Host* object_store = nullptr;
+};
+
+// Builds the platform into the current SimGrid engine (which must exist and have no platform yet).
+Platform BuildPlatform(const models::Cluster& cluster);
+
+}  // namespace hetsim::sim

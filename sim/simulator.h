@@ -1,0 +1,50 @@
+// hetsim's simulator: one training iteration of a Plan on a SimGrid model of the cluster.
+//
+// SimGrid allows one engine per process, so every call runs the simulation in a child process (fork)
+// and brings the report and timeline back through a pipe: callers (the CLI, planners, the experiment
+// runner, tests) may simulate as often as they like.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/cost.h"
+#include "models/plan.h"
+#include "models/proto/report.pb.h"
+#include "sim/engine.h"
+#include "sim/program.h"
+
+namespace hetsim::sim {
+
+struct SimOptions {
+  Fidelity fidelity = Fidelity::Balanced();
+  bool record_timeline = false;
+  models::ComputeOptions compute;
+  const models::ProfileDb* profiles = nullptr;  // measured layer costs; analytic where absent
+};
+
+struct SimResult {
+  proto::IterationReport report;
+  // Per device (parallel to report.devices()), when SimOptions::record_timeline.
+  std::vector<std::vector<Slice>> timeline;
+};
+
+// Simulates one iteration. The plan must pass ValidatePlanStructure; devices that run out of memory
+// are flagged in the report (the iteration is still simulated).
+Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanContext& ctx, const SimOptions& options);
+
+// Plays hand-built programs on the cluster's platform (in a child process, like SimulateIteration):
+// for tests of the engine and for benchmarks.
+Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cluster& cluster, bool record_timeline);
+
+// Chrome-trace JSON (open in Perfetto or chrome://tracing): one process per node, one track per GPU,
+// slices named forward / backward / tp / pp / dp / zero / optimizer with the micro-batch.
+std::string ChromeTraceJson(const SimResult& result, const models::Cluster& cluster);
+
+// The report as JSON (proto3 JSON mapping).
+std::string ReportJson(const proto::IterationReport& report);
+
+// "fast" | "balanced" | "full" -> Fidelity.
+Result<Fidelity> ParseFidelity(const std::string& name);
+
+}  // namespace hetsim::sim
