@@ -1,0 +1,341 @@
+// The simulator against closed forms derived by hand (CONVENTIONS.md: expectations never come from the
+// program's own output). Every simulation runs in a child process (sim/simulator.h), so these tests can
+// share one test process.
+#include "sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "models/profile_db.h"
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+
+namespace hetsim::sim {
+namespace {
+
+models::Cluster ClusterFrom(const std::string& yaml) {
+  proto::Cluster c;
+  const Status s = models::ParseYaml(yaml, "test-cluster", &c);
+  EXPECT_TRUE(s.ok()) << s.message();
+  auto r = models::Cluster::Build(c, "test-cluster");
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return std::move(r).value();
+}
+
+proto::Plan PlanFrom(const std::string& yaml) {
+  proto::Plan p;
+  const Status s = models::ParseYaml(yaml, "test-plan", &p);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return p;
+}
+
+// One node of 8 H100s whose fabric is so fast that communication is free (1e6 GB/s, ~0 latency).
+const char* kFreeNode = R"(
+name: free
+nodes:
+  - name: n
+    gpus: {type: h100, count: 8}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: 1000000, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}
+)";
+
+// llama-tiny with exact layer costs: every block takes 1 ms forward and 2 ms backward, the embedding
+// and the head take no time.
+models::ProfileDb ExactProfile() {
+  proto::Profile p;
+  const Status s = models::ParseYaml(R"(
+gpu: h100
+model: llama-tiny
+seq_len: 128
+layers:
+  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
+  - {layer: embedding, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
+  - {layer: head, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
+)",
+                                     "exact-profile", &p);
+  EXPECT_TRUE(s.ok()) << s.message();
+  models::ProfileDb db;
+  const Status a = db.Add(p, "exact-profile");
+  EXPECT_TRUE(a.ok()) << a.message();
+  return db;
+}
+
+struct Setting {
+  models::Cluster cluster;
+  models::TransformerModel model;
+  proto::Training training;
+};
+
+Setting MakeSetting(const std::string& cluster_yaml, uint32_t global_batch) {
+  auto m = models::LoadModel("llama-tiny");
+  EXPECT_TRUE(m.ok());
+  proto::Training t;
+  t.set_global_batch_size(global_batch);
+  t.set_seq_len(128);
+  auto tr = models::ResolveTraining(t, *m, "t");
+  EXPECT_TRUE(tr.ok());
+  return {ClusterFrom(cluster_yaml), std::move(m).value(), std::move(tr).value()};
+}
+
+double Simulate(const Setting& run, const proto::Plan& plan, const models::ProfileDb& db, Fidelity fid = Fidelity::Balanced()) {
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  const Status v = models::ValidatePlanStructure(plan, ctx, "plan");
+  EXPECT_TRUE(v.ok()) << v.message();
+  SimOptions opt;
+  opt.fidelity = fid;
+  opt.profiles = &db;
+  opt.compute.optimizer_bytes_per_param = 0;  // no optimizer step: the pipeline alone
+  auto r = SimulateIteration(plan, ctx, opt);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r->report.iteration_time_s() : -1;
+}
+
+TEST(PipelineSchedule, TwoStageOneFOneBMatchesClosedForm) {
+  // Stages [emb, b1, b2] and [b3, b4, head]: f = 2 ms, b = 4 ms each; m = 8.
+  // Uniform 1F1B: (m + S − 1)·(f + b) = 9 · 6 ms = 54 ms.
+  const Setting run = MakeSetting(kFreeNode, 8);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 8
+    stages: [{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]
+)");
+  EXPECT_NEAR(Simulate(run, plan, db), 0.054, 1e-6);
+}
+
+TEST(PipelineSchedule, FourStageOneFOneBMatchesClosedForm) {
+  // One block per stage (the embedding and head cost nothing): f = 1 ms, b = 2 ms; m = 8.
+  // (m + S − 1)·(f + b) = 11 · 3 ms = 33 ms.
+  const Setting run = MakeSetting(kFreeNode, 8);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 8
+    stages:
+      - {devices: [0], layer_end: 2}
+      - {devices: [1], layer_begin: 2, layer_end: 3}
+      - {devices: [2], layer_begin: 3, layer_end: 4}
+      - {devices: [3], layer_begin: 4, layer_end: 6}
+)");
+  EXPECT_NEAR(Simulate(run, plan, db), 0.033, 1e-6);
+}
+
+TEST(PipelineSchedule, GpipeWithUnevenStagesMatchesFlowShopClosedForm) {
+  // Stages f = (2, 1, 1) ms, b = (4, 2, 2) ms, m = 4. GPipe is a permutation flow shop of identical
+  // jobs forward then backward: Σf + (m − 1)·max f + Σb + (m − 1)·max b = 4 + 6 + 8 + 12 = 30 ms.
+  const Setting run = MakeSetting(kFreeNode, 4);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+schedule: gpipe
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_end: 3}
+      - {devices: [1], layer_begin: 3, layer_end: 4}
+      - {devices: [2], layer_begin: 4, layer_end: 6}
+)");
+  EXPECT_NEAR(Simulate(run, plan, db), 0.030, 1e-6);
+}
+
+TEST(PipelineSchedule, BubbleFractionOfUniformOneFOneBIsTheClassicRatio) {
+  // (S − 1)/(m + S − 1) = 3/11 for 4 uniform stages and 8 micro-batches.
+  const Setting run = MakeSetting(kFreeNode, 8);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 8
+    stages:
+      - {devices: [0], layer_end: 2}
+      - {devices: [1], layer_begin: 2, layer_end: 3}
+      - {devices: [2], layer_begin: 3, layer_end: 4}
+      - {devices: [3], layer_begin: 4, layer_end: 6}
+)");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  SimOptions opt;
+  opt.profiles = &db;
+  opt.compute.optimizer_bytes_per_param = 0;
+  auto r = SimulateIteration(plan, ctx, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_NEAR(r->report.bubble_fraction(), 3.0 / 11.0, 1e-6);
+  // Every device computes 8 · 3 ms = 24 ms of the 33 ms.
+  for (const auto& d : r->report.devices()) EXPECT_NEAR(d.compute_s(), 0.024, 1e-9);
+}
+
+// Two nodes of two H100s, one 100 Gb/s InfiniBand NIC per GPU, 2 us NIC latency, PCIe 64 GB/s (5 us).
+const char* kTwoNodesPerGpuNic = R"(
+name: two
+nodes:
+  - name: n
+    count: 2
+    gpus: {type: h100, count: 2}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: 1000000, latency_us: 0.000001}
+    nic: {kind: infiniband, bandwidth_gbps: 100, attachment: per_gpu, latency_us: 2}
+)";
+
+TEST(GradientSync, TwoPipelinesOfDifferentSpeedEndAtTheSlowerPlusTheSync) {
+  // Pipeline A (node 0, m = 2) and pipeline B (node 1, m = 6), both [emb, b1, b2 | b3, b4, head] with
+  // f = 2 ms, b = 4 ms per stage. B ends its backward at (6 + 1)·6 = 42 ms on stage 0 (stage 1 at 38 ms).
+  // Stage 0's gradient group {0, 2} syncs P0 = 262,144 + 2·725,504 = 1,713,152 bf16 parameters over
+  // one 12.5 GB/s NIC per GPU: a 2-member ring moves S = 3,426,304 bytes each way in 2 steps; in the
+  // aggregate fidelity that is one transfer (latency α + S/B) plus one more step's latency α, with
+  // α = PCIe 5 us + NIC 2 us = 7 us. Stage 1's group (262,400 + 2·725,504 parameters) starts 4 ms
+  // earlier and ends first. Iteration = 42 ms + 2·7 us + 3,426,304 / 12.5e9 s.
+  const Setting run = MakeSetting(kTwoNodesPerGpuNic, 8);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 2
+    stages: [{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]
+  - micro_batch_size: 1
+    num_micro_batches: 6
+    stages: [{devices: [2], layer_end: 3}, {devices: [3], layer_begin: 3, layer_end: 6}]
+)");
+  const double expected = 0.042 + 2 * 7e-6 + 3426304.0 / 12.5e9;
+  EXPECT_NEAR(Simulate(run, plan, db), expected, 1e-7);
+}
+
+// ---- collectives on hand-built programs -----------------------------------------------------------
+
+Programs CollectivePrograms(const std::vector<std::vector<uint32_t>>& groups, double bytes, uint32_t num_devices,
+                            Fidelity fid) {
+  Programs p;
+  p.fidelity = fid;
+  p.device_slot.assign(num_devices, UINT32_MAX);
+  for (uint32_t g = 0; g < groups.size(); ++g) {
+    p.groups.push_back(groups[g]);
+    for (uint32_t r = 0; r < groups[g].size(); ++r) {
+      const uint32_t d = groups[g][r];
+      p.device_slot[d] = static_cast<uint32_t>(p.devices.size());
+      p.devices.push_back(d);
+      DeviceProgram prog;
+      Op op;
+      op.kind = OpKind::kCollective;
+      op.category = Category::kDp;
+      op.collective = CollectiveKind::kAllReduce;
+      op.group = g;
+      op.rank = r;
+      op.bytes = bytes;
+      prog.ops.push_back(op);
+      p.programs.push_back(prog);
+    }
+  }
+  return p;
+}
+
+TEST(Collectives, UncontendedRingAllReduceMatchesAlphaBeta) {
+  // 4 GPUs on one NVSwitch node of 100 GB/s per GPU and 2 us latency (1 us on each of the two ports a
+  // route crosses): α = 2 us, B = 100e9 B/s. Ring all-reduce of S = 400 MB:
+  // 2(n−1)/n · S/B + 2(n−1)·α = 1.5 · 4e-3 s + 6 · 2e-6 s = 6.012 ms, at both fidelities.
+  const auto cluster = ClusterFrom(R"(
+name: nv
+nodes:
+  - {name: n, gpus: {type: h100, count: 4}, fabric: {kind: nvswitch, bandwidth_gbyte_s: 100, latency_us: 2}}
+)");
+  const double expected = 1.5 * 400e6 / 100e9 + 6 * 2e-6;
+  for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
+    auto r = SimulatePrograms(CollectivePrograms({{0, 1, 2, 3}}, 400e6, 4, fid), cluster, false);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_NEAR(r->iteration_s, expected, 1e-9);
+  }
+}
+
+TEST(Collectives, TwoAllReducesThroughOneNicTakeTwiceAsLong) {
+  // Two nodes of two GPUs sharing one 100 Gb/s NIC per node. A 2-member ring across the nodes moves S
+  // each way through the NICs; two such rings at once share both NICs, so each gets half the bandwidth.
+  const auto cluster = ClusterFrom(R"(
+name: shared-nic
+nodes:
+  - name: n
+    count: 2
+    gpus: {type: h100, count: 2}
+    nic: {kind: roce, bandwidth_gbps: 100, count: 1}
+)");
+  auto one = SimulatePrograms(CollectivePrograms({{0, 2}}, 1e9, 4, Fidelity::Balanced()), cluster, false);
+  auto two = SimulatePrograms(CollectivePrograms({{0, 2}, {1, 3}}, 1e9, 4, Fidelity::Balanced()), cluster, false);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_NEAR(one->iteration_s, 1e9 / 12.5e9, 1e-3);  // S / B (latencies are microseconds)
+  EXPECT_NEAR(two->iteration_s / one->iteration_s, 2.0, 0.01);
+}
+
+TEST(Collectives, PodOversubscriptionThrottlesCrossPodTraffic) {
+  // Two pods of one node each, two GPUs with their own 100 Gb/s NIC, 1:2 oversubscription above the pod:
+  // the pod uplink carries (2 × 100 Gb/s) / 2 = 100 Gb/s, so two concurrent cross-pod rings each get
+  // 50 Gb/s instead of 100: twice the time of the same rings inside a non-blocking switch.
+  const std::string nodes = R"(
+nodes:
+  - name: n
+    count: 2
+    gpus: {type: h100, count: 2}
+    nic: {kind: infiniband, bandwidth_gbps: 100, attachment: per_gpu}
+)";
+  const auto flat = ClusterFrom("name: flat\n" + nodes);
+  const auto pods = ClusterFrom("name: pods\n" + nodes + "network: {pods: {nodes_per_pod: 1, oversubscription: 2}}\n");
+  const auto progs = CollectivePrograms({{0, 2}, {1, 3}}, 1e9, 4, Fidelity::Balanced());
+  auto a = SimulatePrograms(progs, flat, false);
+  auto b = SimulatePrograms(progs, pods, false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->iteration_s, 1e9 / 12.5e9, 1e-3);
+  EXPECT_NEAR(b->iteration_s / a->iteration_s, 2.0, 0.01);
+}
+
+TEST(Collectives, TreeAndHierarchicalAllReducesComplete) {
+  // Not a timing claim: every algorithm must terminate with all members (no mismatched messages).
+  const auto cluster = ClusterFrom(R"(
+name: two-by-four
+nodes:
+  - {name: n, count: 2, gpus: {type: h100, count: 4}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
+)");
+  Programs p = CollectivePrograms({{0, 1, 2, 3, 4, 5, 6, 7}}, 1e8, 8, Fidelity::Full());
+  for (auto& prog : p.programs) prog.ops[0].algorithm = Algorithm::kTree;
+  auto r = SimulatePrograms(p, cluster, false);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GT(r->iteration_s, 0);
+}
+
+TEST(Simulator, ReportsEveryDeviceAndAChromeTrace) {
+  const Setting run = MakeSetting(kFreeNode, 8);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 4
+    stages: [{devices: [0, 1], tp_degree: 2, layer_end: 3}, {devices: [2, 3], micro_batch_split: [1, 1], layer_begin: 3, layer_end: 6}]
+)");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  SimOptions opt;
+  opt.record_timeline = true;
+  auto r = SimulateIteration(plan, ctx, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->report.devices_size(), 4);
+  ASSERT_EQ(r->timeline.size(), 4u);
+  EXPECT_GT(r->report.tokens_per_s(), 0);
+  EXPECT_GT(r->report.mfu(), 0);
+  EXPECT_LT(r->report.mfu(), 1);
+  const std::string trace = ChromeTraceJson(*r, run.cluster);
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\":\"forward mb 0\""), std::string::npos);
+  EXPECT_NE(trace.find("\"cat\":\"tp\""), std::string::npos);
+}
+
+TEST(Simulator, UnsupportedScheduleIsAClearError) {
+  const Setting run = MakeSetting(kFreeNode, 8);
+  auto plan = PlanFrom(R"(
+schedule: interleaved_1f1b
+virtual_stages: 2
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 8, stages: [{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]}
+)");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  auto r = SimulateIteration(plan, ctx, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("interleaved_1f1b"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hetsim::sim
