@@ -1,0 +1,150 @@
+// Simulator benchmarks: one line per measurement, `name value unit`. Usage: bench_sim [FILTER]
+// (substring match on the names). Targets (issue "Simulator core"): the 240-GPU HexiScale cluster with
+// Llama-2-70B at >= 8 stages and >= 32 micro-batches in <= 1 s; Llama-3 405B on 16,384 H100s in <= 60 s
+// and <= 4 GiB; the error of the faster fidelity levels against full detail at 1,024 GPUs.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "sim/simulator.h"
+
+namespace {
+
+using namespace hetsim;
+
+// Megatron-style uniform plan: TP innermost, then DP, then PP (device = (s·dp + p)·tp + k); layers split
+// as evenly as possible.
+proto::Plan UniformPlan(const models::TransformerModel& m, uint32_t tp, uint32_t pp, uint32_t dp, uint32_t mbs,
+                        uint32_t micro_batches, uint32_t zero) {
+  proto::Plan plan;
+  plan.set_name("uniform-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) + "-dp" + std::to_string(dp));
+  plan.set_zero_stage(zero);
+  plan.set_sequence_parallel(tp > 1);
+  const uint32_t L = m.num_layers();
+  for (uint32_t p = 0; p < dp; ++p) {
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(mbs);
+    pipe->set_num_micro_batches(micro_batches);
+    for (uint32_t s = 0; s < pp; ++s) {
+      auto* st = pipe->add_stages();
+      st->set_tp_degree(tp);
+      st->set_layer_begin(L * s / pp);
+      st->set_layer_end(L * (s + 1) / pp);
+      for (uint32_t k = 0; k < tp; ++k) st->add_devices((s * dp + p) * tp + k);
+    }
+  }
+  return plan;
+}
+
+models::Cluster H100Cluster(uint32_t nodes, uint32_t nodes_per_pod, double oversubscription) {
+  proto::Cluster c;
+  const std::string yaml = "name: h100-" + std::to_string(nodes * 8) +
+                           "\nnodes: [{name: n, count: " + std::to_string(nodes) +
+                           ", gpus: {type: h100, count: 8}, nic: {kind: roce, bandwidth_gbps: 400, attachment: per_gpu}}]\n"
+                           "network: {pods: {nodes_per_pod: " +
+                           std::to_string(nodes_per_pod) + ", oversubscription: " + std::to_string(oversubscription) + "}}\n";
+  Status s = models::ParseYaml(yaml, "bench-cluster", &c);
+  if (!s.ok()) std::fprintf(stderr, "%s\n", s.message().c_str());
+  return std::move(models::Cluster::Build(c, "bench-cluster")).value();
+}
+
+struct Outcome {
+  double wall_s = 0;
+  double iteration_s = 0;
+};
+
+Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const models::TransformerModel& model,
+            uint32_t seq_len, sim::Fidelity fid) {
+  proto::Training t;
+  uint32_t batch = 0;
+  for (const auto& p : plan.pipelines()) batch += p.micro_batch_size() * p.num_micro_batches();
+  t.set_global_batch_size(batch);
+  t.set_seq_len(seq_len);
+  t.set_recompute(proto::RECOMPUTE_SELECTIVE);
+  auto tr = models::ResolveTraining(t, model, "bench");
+  models::PlanContext ctx{cluster, model, *tr};
+  const Status v = models::ValidatePlanStructure(plan, ctx, plan.name());
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s\n", v.message().c_str());
+    return {};
+  }
+  sim::SimOptions opt;
+  opt.fidelity = fid;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = sim::SimulateIteration(plan, ctx, opt);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s\n", r.status().message().c_str());
+    return {};
+  }
+  return {wall, r->report.iteration_time_s()};
+}
+
+double ChildPeakGib() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  return static_cast<double>(u.ru_maxrss) / (1024.0 * 1024.0);
+}
+
+void Line(const std::string& name, double v, const char* unit) { std::printf("%s %.6g %s\n", name.c_str(), v, unit); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  auto want = [&](const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; };
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  if (want("sim.hexiscale240")) {
+    auto cluster = std::move(models::LoadCluster("hexiscale-240")).value();
+    auto model = std::move(models::LoadModel("llama2-70b")).value();
+    const auto plan = UniformPlan(model, 4, 10, 6, 1, 32, 1);  // 240 GPUs, 10 stages, 32 micro-batches
+    for (const char* level : {"balanced", "fast"}) {
+      const auto o = Run(plan, cluster, model, 4096, *sim::ParseFidelity(level));
+      Line(std::string("sim.hexiscale240.llama2-70b.tp4pp10dp6.m32.") + level + ".wall", o.wall_s, "s");
+      Line(std::string("sim.hexiscale240.llama2-70b.tp4pp10dp6.m32.") + level + ".iteration", o.iteration_s, "s");
+    }
+  }
+  if (want("sim.fidelity1024")) {
+    // 1,024 H100s in pods of 32 nodes with 1:4 oversubscription (so that contention matters), Llama-3 70B,
+    // TP 8, PP 4, DP 32, 16 micro-batches: each level against full detail.
+    const auto cluster = H100Cluster(128, 32, 4);
+    auto model = std::move(models::LoadModel("llama3-70b")).value();
+    const auto plan = UniformPlan(model, 8, 4, 32, 1, 16, 1);
+    const Outcome full = Run(plan, cluster, model, 8192, sim::Fidelity::Full());
+    Line("sim.fidelity1024.full.wall", full.wall_s, "s");
+    Line("sim.fidelity1024.full.iteration", full.iteration_s, "s");
+    for (const char* level : {"balanced", "fast"}) {
+      const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
+      Line(std::string("sim.fidelity1024.") + level + ".wall", o.wall_s, "s");
+      Line(std::string("sim.fidelity1024.") + level + ".iteration", o.iteration_s, "s");
+      Line(std::string("sim.fidelity1024.") + level + ".error_vs_full",
+           full.iteration_s > 0 ? 100 * (o.iteration_s - full.iteration_s) / full.iteration_s : 0, "%");
+    }
+  }
+  if (want("sim.h100x4096")) {
+    const auto cluster = H100Cluster(512, 384, 7);
+    auto model = std::move(models::LoadModel("llama3-70b")).value();
+    const auto plan = UniformPlan(model, 8, 8, 64, 1, 16, 1);
+    for (const char* level : {"balanced", "fast"}) {
+      const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
+      Line(std::string("sim.h100x4096.llama3-70b.tp8pp8dp64.") + level + ".wall", o.wall_s, "s");
+      Line(std::string("sim.h100x4096.llama3-70b.tp8pp8dp64.") + level + ".iteration", o.iteration_s, "s");
+    }
+  }
+  if (want("sim.llama3-16384")) {
+    auto cluster = std::move(models::LoadCluster("llama3-16384")).value();
+    auto model = std::move(models::LoadModel("llama3-405b")).value();
+    const auto plan = UniformPlan(model, 8, 16, 128, 1, 16, 1);
+    const Outcome o = Run(plan, cluster, model, 8192, sim::Fidelity::Fast());
+    Line("sim.llama3-16384.llama3-405b.tp8pp16dp128.fast.wall", o.wall_s, "s");
+    Line("sim.llama3-16384.llama3-405b.tp8pp16dp128.fast.iteration", o.iteration_s, "s");
+    Line("sim.llama3-16384.peak_memory", ChildPeakGib(), "GiB");
+  }
+  return 0;
+}
