@@ -80,6 +80,7 @@ Result<Cluster> Cluster::Build(proto::Cluster spec, const std::string& file, con
       f.set_latency_us(f.kind() == proto::IntraNodeFabric::KIND_PCIE ? kDefaultPcieLatencyUs
                                                                       : kDefaultNvlinkLatencyUs);
     }
+    if (f.pcie_latency_us() <= 0) f.set_pcie_latency_us(kDefaultPcieHopLatencyUs);
     proto_node.fabric = f;
     if (ng.has_nic()) {
       proto::Nic n = ng.nic();

@@ -55,7 +55,8 @@ class Cluster {
 
 // Default latencies where a cluster file gives none.
 inline constexpr double kDefaultNvlinkLatencyUs = 2.0;
-inline constexpr double kDefaultPcieLatencyUs = 5.0;
+inline constexpr double kDefaultPcieLatencyUs = 5.0;     // GPU-to-GPU over a PCIe fabric
+inline constexpr double kDefaultPcieHopLatencyUs = 1.0;  // GPU to NIC / host memory
 double DefaultNicLatencyUs(proto::Nic::Kind kind);
 
 }  // namespace hetsim::models

@@ -18,8 +18,9 @@ std::optional<LayerCost> ComputeCost::Profiled(const GpuSpec& gpu, uint32_t laye
   return profiles_->Lookup(gpu.name, model_.name(), model_.kind(layer), tp, micro_batch, training_.seq_len());
 }
 
-bool ComputeCost::HasProfile(const GpuSpec& gpu, uint32_t tp) const {
-  return Profiled(gpu, 1, tp, 1).has_value();
+bool ComputeCost::TpIncludedInProfile(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const {
+  auto p = Profiled(gpu, layer, tp, micro_batch);
+  return p.has_value() && p->includes_tp_communication;
 }
 
 double ComputeCost::ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const {

@@ -39,8 +39,9 @@ class ComputeCost {
   double OptimizerSeconds(const GpuSpec& gpu, double params) const;
   // The analytic efficiency at `tokens` tokens per rank.
   double Efficiency(double tokens) const;
-  // True when the last lookup for this GPU/TP can come from a measured profile.
-  bool HasProfile(const GpuSpec& gpu, uint32_t tp) const;
+  // True when a measured profile times this layer and its times already include the layer's TP
+  // collectives (so TP communication must not be added again).
+  bool TpIncludedInProfile(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
 
   const TransformerModel& model() const { return model_; }
   const proto::Training& training() const { return training_; }

@@ -222,7 +222,8 @@ Status ProfileDb::AddParsed(const proto::Profile& profile, const std::string& fi
       continue;
     }
     rows.push_back({Key{gpu, profile.model(), profile.seq_len(), static_cast<int>(*kind), l.tp_degree()},
-                    l.micro_batch_size(), LayerCost{l.forward_s(), l.backward_s(), l.optimizer_s()}, i});
+                    l.micro_batch_size(),
+                    LayerCost{l.forward_s(), l.backward_s(), l.optimizer_s(), profile.includes_tp_communication()}, i});
   }
   if (!errors.empty()) return errors.ToStatus();
 

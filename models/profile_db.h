@@ -31,6 +31,7 @@ struct LayerCost {
   double forward_s = 0;
   double backward_s = 0;
   double optimizer_s = 0;
+  bool includes_tp_communication = false;  // see proto::Profile
 };
 
 class ProfileDb {

@@ -162,7 +162,7 @@ class Builder {
         const std::string gn = nn + "-gpu" + std::to_string(l);
         s4u::Host* h = z->create_host(gn, kGpuSpeed)->seal();
         p_.gpus[d] = h;
-        pcie[l] = Duplex(z, gn + "-pcie", f.pcie_bandwidth_gbyte_s() * kGbyte, kPcieHopLatency(f));
+        pcie[l] = Duplex(z, gn + "-pcie", f.pcie_bandwidth_gbyte_s() * kGbyte, PcieLatency(f));
         port[l] = pcie_fabric ? pcie[l] : Duplex(z, gn + "-port", f.bandwidth_gbyte_s() * kGbyte, f.latency_us() * 1e-6 / 2);
         std::vector<s4u::LinkInRoute> route = {s4u::LinkInRoute(pcie[l], Dir::UP)};
         if (!nics.empty()) route.emplace_back(nics[l % nics.size()], Dir::UP);
@@ -191,8 +191,9 @@ class Builder {
     }
   }
 
-  static double kPcieHopLatency(const proto::IntraNodeFabric& f) {
-    return (f.kind() == proto::IntraNodeFabric::KIND_PCIE ? f.latency_us() : models::kDefaultPcieLatencyUs) * 1e-6 / 2;
+  // Half of the hop latency on the GPU's PCIe link (a route crosses it once per end).
+  static double PcieLatency(const proto::IntraNodeFabric& f) {
+    return (f.kind() == proto::IntraNodeFabric::KIND_PCIE ? f.latency_us() : f.pcie_latency_us()) * 1e-6 / 2;
   }
 
   void AddObjectStore(s4u::NetZone* z) {

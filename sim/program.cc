@@ -181,7 +181,7 @@ class Builder {
     for (uint32_t l = a; l < b; ++l) {
       const double sec = forward ? cost_.ForwardSeconds(gpu, l, t, batch) : cost_.BackwardSeconds(gpu, l, t, batch);
       AddCompute(ops, sec, cat, mb);
-      if (t < 2) continue;
+      if (t < 2 || cost_.TpIncludedInProfile(gpu, l, t, batch)) continue;
       const double bytes = models::TpAllReduceBytesPerLayer(model_, l, batch, tr_.seq_len(), tr_.dtype());
       const int count = models::TpAllReducesPerLayer(model_, l);
       if (fid_.tp == TpDetail::kPerLayer) {

@@ -297,6 +297,7 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
                               "%s/%s; layer shapes from sailor/Planner/llm_info.json" % (SAILOR_REPO_PATH, rel)))
     w("date: " + json.dumps(args.date))
     w("command: " + json.dumps(args.command))
+    w("includes_tp_communication: true  # Sailor times whole layers, TP all-reduces included")
     w("layers:")
     last = None
     for tp, mbs, kind, fwd, bwd, opt_s, comment in entries:

@@ -166,7 +166,8 @@ pipelines:
   for (const auto& d : r->report.devices()) EXPECT_NEAR(d.compute_s(), 0.024, 1e-9);
 }
 
-// Two nodes of two H100s, one 100 Gb/s InfiniBand NIC per GPU, 2 us NIC latency, PCIe 64 GB/s (5 us).
+// Two nodes of two H100s, one 100 Gb/s InfiniBand NIC per GPU, 2 us NIC latency, PCIe 64 GB/s with
+// the default 1 us hop latency.
 const char* kTwoNodesPerGpuNic = R"(
 name: two
 nodes:
@@ -183,8 +184,8 @@ TEST(GradientSync, TwoPipelinesOfDifferentSpeedEndAtTheSlowerPlusTheSync) {
   // Stage 0's gradient group {0, 2} syncs P0 = 262,144 + 2·725,504 = 1,713,152 bf16 parameters over
   // one 12.5 GB/s NIC per GPU: a 2-member ring moves S = 3,426,304 bytes each way in 2 steps; in the
   // aggregate fidelity that is one transfer (latency α + S/B) plus one more step's latency α, with
-  // α = PCIe 5 us + NIC 2 us = 7 us. Stage 1's group (262,400 + 2·725,504 parameters) starts 4 ms
-  // earlier and ends first. Iteration = 42 ms + 2·7 us + 3,426,304 / 12.5e9 s.
+  // α = PCIe 1 us (half at each end) + NIC 2 us = 3 us. Stage 1's group (262,400 + 2·725,504
+  // parameters) starts 4 ms earlier and ends first. Iteration = 42 ms + 2·3 us + 3,426,304 / 12.5e9 s.
   const Setting run = MakeSetting(kTwoNodesPerGpuNic, 8);
   const auto db = ExactProfile();
   const auto plan = PlanFrom(R"(
@@ -196,7 +197,7 @@ pipelines:
     num_micro_batches: 6
     stages: [{devices: [2], layer_end: 3}, {devices: [3], layer_begin: 3, layer_end: 6}]
 )");
-  const double expected = 0.042 + 2 * 7e-6 + 3426304.0 / 12.5e9;
+  const double expected = 0.042 + 2 * 3e-6 + 3426304.0 / 12.5e9;
   EXPECT_NEAR(Simulate(run, plan, db), expected, 1e-7);
 }
 
@@ -335,6 +336,43 @@ pipelines:
   auto r = SimulateIteration(plan, ctx, SimOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("interleaved_1f1b"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hetsim::sim
+
+namespace hetsim::sim {
+namespace {
+
+TEST(Simulator, ProfilesThatIncludeTpCommunicationAreNotChargedTwice) {
+  // Sailor-style profiles time whole layers, TP all-reduces included: a TP-2 stage timed by such a
+  // profile gets no simulated TP collectives; the same numbers without the flag get them.
+  for (const bool included : {true, false}) {
+    proto::Profile p;
+    ASSERT_TRUE(models::ParseYaml(std::string("gpu: h100\nmodel: llama-tiny\nseq_len: 128\nincludes_tp_communication: ") +
+                                      (included ? "true" : "false") + R"(
+layers:
+  - {layer: transformer, tp_degree: 2, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
+  - {layer: embedding, tp_degree: 2, micro_batch_size: 1}
+  - {layer: head, tp_degree: 2, micro_batch_size: 1}
+)",
+                                  "p", &p)
+                    .ok());
+    models::ProfileDb db;
+    ASSERT_TRUE(db.Add(p, "p").ok());
+    const Setting run = MakeSetting(kFreeNode, 4);
+    const auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [0, 1], tp_degree: 2, layer_end: 6}]}]");
+    models::PlanContext ctx{run.cluster, run.model, run.training};
+    SimOptions opt;
+    opt.profiles = &db;
+    auto r = SimulateIteration(plan, ctx, opt);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    if (included) {
+      EXPECT_EQ(r->report.devices(0).tp_communication_s(), 0.0);
+    } else {
+      EXPECT_GT(r->report.devices(0).tp_communication_s(), 0.0);
+    }
+  }
 }
 
 }  // namespace
