@@ -8,7 +8,7 @@
 
 namespace hetsim::models {
 
-enum class SpecKind { kCluster, kModel, kTraining, kPlan, kProfile };
+enum class SpecKind { kCluster, kModel, kTraining, kPlan, kProfile, kExperiment };
 
 struct BundledFile {
   SpecKind kind;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "models/proto/cluster.pb.h"
+#include "models/proto/experiment.pb.h"
 #include "models/proto/model.pb.h"
 #include "models/suggest.h"
 #include "models/yaml_proto.h"
@@ -19,7 +20,7 @@ namespace {
 const std::vector<std::pair<SpecKind, std::string>>& KindNames() {
   static const std::vector<std::pair<SpecKind, std::string>> names = {
       {SpecKind::kCluster, "cluster"}, {SpecKind::kModel, "model"}, {SpecKind::kTraining, "training"},
-      {SpecKind::kPlan, "plan"},       {SpecKind::kProfile, "profile"}};
+      {SpecKind::kPlan, "plan"},       {SpecKind::kProfile, "profile"},   {SpecKind::kExperiment, "experiment"}};
   return names;
 }
 
@@ -77,7 +78,7 @@ Result<SpecKind> DetectKind(const std::string& text, const std::string& file) {
   std::vector<std::string> names;
   for (const auto& [k, n] : KindNames()) names.push_back(n);
   if (!root.IsMap() || !root["kind"]) {
-    return Status::Invalid(file + ": missing top-level key 'kind' (one of: cluster, model, training, plan, profile)");
+    return Status::Invalid(file + ": missing top-level key 'kind' (one of: cluster, model, training, plan, profile, experiment)");
   }
   if (!root["kind"].IsScalar()) {
     return Status::Invalid(YamlLocation(file, root["kind"]) +
@@ -88,7 +89,7 @@ Result<SpecKind> DetectKind(const std::string& text, const std::string& file) {
     if (n == k) return kind;
   }
   return Status::Invalid(YamlLocation(file, root["kind"]) + ": kind: unknown kind '" + k +
-                         "' (expected cluster, model, training, plan or profile)" + DidYouMean(k, names));
+                         "' (expected cluster, model, training, plan, profile or experiment)" + DidYouMean(k, names));
 }
 
 template <typename Message>
@@ -112,6 +113,7 @@ template Status ParseSpec(const SpecText&, SpecKind, proto::Model*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Training*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Plan*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Profile*);
+template Status ParseSpec(const SpecText&, SpecKind, proto::Experiment*);
 
 Result<Cluster> LoadCluster(const std::string& name_or_path) {
   HETSIM_ASSIGN_OR_RETURN(SpecText src, ReadSpec(SpecKind::kCluster, name_or_path));

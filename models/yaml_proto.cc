@@ -169,6 +169,30 @@ class Converter {
 
   void ParseField(const YAML::Node& node, const std::string& path, const FieldDescriptor* fd,
                   Message* msg) {
+    if (fd->options().GetExtension(proto::yaml_text) && fd->cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
+        !fd->is_repeated()) {
+      // Kept as text with its structure; its own schema checks it later.
+      msg->GetReflection()->SetString(msg, fd, node.IsNull() ? std::string() : YAML::Dump(node));
+      return;
+    }
+    if (fd->is_map()) {
+      if (node.IsNull()) return;
+      if (!node.IsMap()) {
+        Error(node, path, "expected a mapping, found " + NodeKind(node));
+        return;
+      }
+      const Descriptor* entry = fd->message_type();
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) {
+          Error(kv.first, path, "keys must be plain names, found " + NodeKind(kv.first));
+          continue;
+        }
+        Message* e = msg->GetReflection()->AddMessage(msg, fd);
+        e->GetReflection()->SetString(e, entry->FindFieldByName("key"), kv.first.Scalar());
+        ParseValue(kv.second, path + "." + kv.first.Scalar(), entry->FindFieldByName("value"), e);
+      }
+      return;
+    }
     if (fd->is_repeated()) {
       if (node.IsNull()) return;
       if (!node.IsSequence()) {
@@ -381,6 +405,26 @@ void EmitMessage(YAML::Emitter& out, const Message& msg) {
   out << YAML::BeginMap;
   for (const FieldDescriptor* fd : fields) {
     out << YAML::Key << fd->name() << YAML::Value;
+    if (fd->options().GetExtension(proto::yaml_text) && !fd->is_repeated()) {
+      out << YAML::Load(r->GetString(msg, fd));
+      continue;
+    }
+    if (fd->is_map()) {
+      // Entries sorted by key, so that the text does not depend on insertion order.
+      std::vector<std::pair<std::string, const Message*>> entries;
+      for (int i = 0; i < r->FieldSize(msg, fd); ++i) {
+        const Message& e = r->GetRepeatedMessage(msg, fd, i);
+        entries.emplace_back(e.GetReflection()->GetString(e, fd->message_type()->FindFieldByName("key")), &e);
+      }
+      std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      out << YAML::BeginMap;
+      for (const auto& [key, e] : entries) {
+        out << YAML::Key << key << YAML::Value;
+        EmitScalar(out, *e, fd->message_type()->FindFieldByName("value"), -1);
+      }
+      out << YAML::EndMap;
+      continue;
+    }
     if (fd->is_repeated()) {
       const int n = r->FieldSize(msg, fd);
       const bool is_msg = fd->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
@@ -441,7 +485,8 @@ Status ParseYaml(std::string_view text, const std::string& file, Message* msg) {
     return Status::Invalid(file + ":" + std::to_string(e.mark.line + 1) + ":" +
                            std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
   }
-  if (!root.IsMap()) {
+  // An empty document is an empty mapping (its required keys are still reported).
+  if (!root.IsMap() && !root.IsNull()) {
     return Status::Invalid(file + ": expected a mapping of keys at the top level, found " + NodeKind(root));
   }
   return YamlToMessage(root, file, "", msg);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <cmath>
 #include <numeric>
+#include <random>
 
 namespace hetsim::sim {
 
@@ -29,7 +31,8 @@ class Builder {
  public:
   Builder(const proto::Plan& plan, const models::PlanContext& ctx, const models::ComputeCost& cost,
           const ProgramOptions& options)
-      : plan_(plan), ctx_(ctx), cost_(cost), fid_(options.fidelity), model_(ctx.model), tr_(ctx.training) {}
+      : plan_(plan), ctx_(ctx), cost_(cost), fid_(options.fidelity), options_(options), model_(ctx.model),
+        tr_(ctx.training) {}
 
   Result<Programs> Build() {
     HETSIM_RETURN_IF_ERROR(CheckSupported());
@@ -65,6 +68,7 @@ class Builder {
         }
       }
     }
+    if (options_.compute_jitter_cv > 0) Jitter();
     return std::move(out_);
   }
 
@@ -82,6 +86,18 @@ class Builder {
       }
     }
     return Status::Ok();
+  }
+
+  // Log-normal compute noise of mean 1 and coefficient of variation cv: σ² = ln(1 + cv²), μ = −σ²/2.
+  void Jitter() {
+    const double sigma = std::sqrt(std::log1p(options_.compute_jitter_cv * options_.compute_jitter_cv));
+    for (size_t i = 0; i < out_.devices.size(); ++i) {
+      std::mt19937_64 gen(options_.seed * 0x9E3779B97F4A7C15ull + out_.devices[i]);
+      std::lognormal_distribution<double> noise(-sigma * sigma / 2, sigma);
+      for (Op& op : out_.programs[i].ops) {
+        if (op.kind == OpKind::kCompute) op.seconds *= noise(gen);
+      }
+    }
   }
 
   uint32_t GroupId(std::vector<uint32_t> members) {
@@ -364,6 +380,7 @@ class Builder {
   const models::PlanContext& ctx_;
   const models::ComputeCost& cost_;
   Fidelity fid_;
+  ProgramOptions options_;
   const models::TransformerModel& model_;
   const proto::Training& tr_;
   Programs out_;

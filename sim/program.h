@@ -94,6 +94,10 @@ struct Programs {
 
 struct ProgramOptions {
   Fidelity fidelity;
+  // Multiplies every compute operation by a log-normal factor of mean 1 and this coefficient of
+  // variation (kernel-time variability), drawn from a generator seeded with (seed, device).
+  double compute_jitter_cv = 0;
+  uint64_t seed = 1;
 };
 
 // Builds every device's program. The plan must be valid (ValidatePlanStructure); a plan the simulator

@@ -232,7 +232,9 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
   const auto t0 = std::chrono::steady_clock::now();
   HETSIM_ASSIGN_OR_RETURN(std::string payload, RunIsolated([&] {
                             models::ComputeCost cost(ctx.model, ctx.training, options.profiles, options.compute);
-                            auto programs = BuildPrograms(plan, ctx, cost, ProgramOptions{options.fidelity});
+                            auto programs = BuildPrograms(plan, ctx, cost,
+                                                          ProgramOptions{options.fidelity, options.compute_jitter_cv,
+                                                                         options.seed});
                             if (!programs.ok()) return std::string(1, '\1') + programs.status().message();
                             auto engine = MakeEngine();
                             const Platform platform = BuildPlatform(ctx.cluster);

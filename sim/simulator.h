@@ -21,6 +21,8 @@ struct SimOptions {
   bool record_timeline = false;
   models::ComputeOptions compute;
   const models::ProfileDb* profiles = nullptr;  // measured layer costs; analytic where absent
+  double compute_jitter_cv = 0;                 // see ProgramOptions
+  uint64_t seed = 1;
 };
 
 struct SimResult {

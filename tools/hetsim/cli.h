@@ -35,6 +35,11 @@ const std::vector<Command>& Commands();
 std::vector<Command> SpecCommands();     // list, validate, describe (commands.cc)
 std::vector<Command> PlannerCommands();  // plan (plan_commands.cc)
 std::vector<Command> SimCommands();      // simulate (sim_commands.cc)
+std::vector<Command> RunCommands();      // run (run_command.cc; needs the planners room)
+// Registered planners as (name, one-line summary); empty when the planners room is left out.
+std::vector<std::pair<std::string, std::string>> ListPlanners();
+// Checks an experiment manifest in full (used by `hetsim validate`); returns a one-line description.
+Result<std::string> ValidateExperiment(const std::string& path);
 
 // ---- Shared helpers for commands that need a cluster, a model, a training spec and maybe a plan ----
 

@@ -106,7 +106,11 @@ int Fail(std::ostream& err, const Status& s) {
 
 int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   const std::string what = Str(vm, "what");
-  const std::vector<std::string> kinds = {"clusters", "models", "gpus", "plans", "trainings", "profiles"};
+  const std::vector<std::string> kinds = {"clusters", "models", "gpus", "planners", "plans", "trainings", "profiles"};
+  if (what == "planners") {
+    for (const auto& [name, summary] : ListPlanners()) out << name << "\t" << summary << "\n";
+    return 0;
+  }
   if (what == "gpus") {
     for (const auto& g : models::GpuCatalog::Bundled().gpus()) {
       out << g.name << "\t" << g.peak_bf16_tflops << " TFLOPS bf16\t" << g.peak_fp16_tflops << " TFLOPS fp16\t"
@@ -126,7 +130,7 @@ int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     }
   }
   err << "hetsim list: unknown kind '" << what << "'" << DidYouMean(what, kinds)
-      << " (expected one of: clusters, models, gpus, plans, trainings, profiles)\n";
+      << " (expected one of: clusters, models, gpus, planners, plans, trainings, profiles)\n";
   return 2;
 }
 
@@ -205,6 +209,12 @@ bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostr
         if (!gpu.ok()) st = Status::Invalid(text->file + ": gpu: " + gpu.status().message());
       }
       what = "profile";
+      break;
+    }
+    case SpecKind::kExperiment: {
+      auto desc = ValidateExperiment(text->file);
+      st = desc.status();
+      if (desc.ok()) what = *desc;
       break;
     }
     case SpecKind::kPlan: {
@@ -290,6 +300,7 @@ const std::vector<Command>& Commands() {
     std::vector<Command> all = SpecCommands();
     for (auto&& c : PlannerCommands()) all.push_back(std::move(c));
     for (auto&& c : SimCommands()) all.push_back(std::move(c));
+    for (auto&& c : RunCommands()) all.push_back(std::move(c));
     return all;
   }();
   return commands;
@@ -298,7 +309,7 @@ const std::vector<Command>& Commands() {
 std::vector<Command> SpecCommands() {
   return {
       {"list", "print the bundled clusters, models, GPUs, plans, trainings or profiles",
-       "hetsim list clusters|models|gpus|plans|trainings|profiles",
+       "hetsim list clusters|models|gpus|planners|plans|trainings|profiles",
        [](po::options_description& d, po::positional_options_description& p) {
          d.add_options()("what", po::value<std::string>()->default_value("clusters"), "what to list");
          p.add("what", 1);

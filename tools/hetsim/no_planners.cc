@@ -4,5 +4,10 @@
 namespace hetsim::cli {
 
 std::vector<Command> PlannerCommands() { return {}; }
+std::vector<Command> RunCommands() { return {}; }
+std::vector<std::pair<std::string, std::string>> ListPlanners() { return {}; }
+Result<std::string> ValidateExperiment(const std::string& path) {
+  return Status::Invalid(path + ": experiments need the planners room, which this build leaves out");
+}
 
 }  // namespace hetsim::cli

@@ -1,0 +1,356 @@
+#include "tools/runner/manifest.h"
+
+#include <charconv>
+#include <filesystem>
+#include <set>
+
+#include "models/spec_io.h"
+#include "models/suggest.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "planners/planner.h"
+#include "sim/simulator.h"
+
+namespace hetsim::runner {
+namespace {
+
+// Resolves a reference written in a manifest: bundled names stay, paths are relative to the manifest.
+std::string Relative(const std::string& ref, const std::string& manifest) {
+  if (ref.empty() || std::filesystem::exists(ref)) return ref;
+  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;
+  const auto p = std::filesystem::path(manifest).parent_path() / ref;
+  return std::filesystem::exists(p) ? p.string() : ref;
+}
+
+bool ParsePositive(const std::string& s, double* v) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size() && *v > 0;
+}
+
+// FNV-1a, for stable point ids.
+uint64_t Fnv(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+const std::vector<std::string>& MetricNames() {
+  static const std::vector<std::string> names = {
+      "iteration_time_s", "tokens_per_s", "mfu", "bubble_fraction", "time_compute_s", "time_tp_s", "time_pp_s",
+      "time_dp_s", "time_idle_s", "peak_memory_gib", "any_oom", "estimated_iteration_s", "candidates", "pipelines",
+      "stages_max"};
+  return names;
+}
+
+}  // namespace
+
+const std::vector<std::string>& SweepAxisNames() {
+  static const std::vector<std::string> names = {"cluster",         "model",        "planner",
+                                                 "global_batch_size", "seq_len",    "recompute",
+                                                 "dtype",           "nic_bandwidth_gbps", "zone_link_bandwidth_gbps",
+                                                 "oversubscription", "fidelity"};
+  return names;
+}
+
+Result<Manifest> LoadManifest(const std::string& path) {
+  HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kExperiment, path));
+  Manifest m;
+  m.file = src.file;
+  HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kExperiment, &m.spec));
+  const auto& e = m.spec;
+  ErrorList errors;
+  const std::string at = m.file + ": ";
+
+  // Clusters, models.
+  std::set<std::string> seen_names;
+  for (int i = 0; i < e.clusters_size(); ++i) {
+    const std::string ref = Relative(e.clusters(i), m.file);
+    auto text = models::ReadSpec(models::SpecKind::kCluster, ref);
+    proto::Cluster c;
+    Status st = text.ok() ? models::ParseSpec(*text, models::SpecKind::kCluster, &c) : text.status();
+    if (st.ok()) st = models::Cluster::Build(c, text->file).status();
+    if (!st.ok()) {
+      errors.Add(at + "clusters[" + std::to_string(i) + "]: " + st.message());
+      continue;
+    }
+    m.cluster_names.push_back(c.name());
+    m.cluster_files.push_back(text->file);
+    m.clusters.push_back(std::move(c));
+  }
+  for (int i = 0; i < e.inline_clusters_size(); ++i) {
+    const Status st = models::Cluster::Build(e.inline_clusters(i), m.file + " inline_clusters[" + std::to_string(i) + "]").status();
+    if (!st.ok()) {
+      errors.Add(st);
+      continue;
+    }
+    m.cluster_names.push_back(e.inline_clusters(i).name());
+    m.cluster_files.push_back(m.file);
+    m.clusters.push_back(e.inline_clusters(i));
+  }
+  if (m.clusters.empty() && errors.empty()) errors.Add(at + "clusters: name at least one cluster");
+  for (int i = 0; i < e.models_size(); ++i) {
+    auto model = models::LoadModel(Relative(e.models(i), m.file));
+    if (!model.ok()) {
+      errors.Add(at + "models[" + std::to_string(i) + "]: " + model.status().message());
+      continue;
+    }
+    m.models.push_back(std::move(model).value());
+  }
+  for (int i = 0; i < e.inline_models_size(); ++i) {
+    auto model = models::TransformerModel::Build(e.inline_models(i), m.file + " inline_models[" + std::to_string(i) + "]");
+    if (!model.ok()) {
+      errors.Add(model.status());
+      continue;
+    }
+    m.models.push_back(std::move(model).value());
+  }
+  if (m.models.empty() && errors.empty()) errors.Add(at + "models: name at least one model");
+
+  // Planners.
+  std::set<std::string> labels;
+  for (int i = 0; i < e.planners_size(); ++i) {
+    const auto& pe = e.planners(i);
+    const std::string ppath = "planners[" + std::to_string(i) + "]";
+    PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt};
+    if (!labels.insert(choice.label).second) {
+      errors.Add(at + ppath + ".label: '" + choice.label + "' names two planners; give each its own label");
+    }
+    if (pe.name() == "plan") {
+      if (pe.plan().empty()) {
+        errors.Add(at + ppath + ".plan: name 'plan' simulates a fixed plan file; give its path");
+        continue;
+      }
+      auto plan = models::LoadPlan(Relative(pe.plan(), m.file));
+      if (!plan.ok()) {
+        errors.Add(at + ppath + ".plan: " + plan.status().message());
+        continue;
+      }
+      choice.plan = std::move(plan).value();
+    } else {
+      if (!pe.plan().empty()) errors.Add(at + ppath + ".plan: only planner name 'plan' takes a plan file");
+      auto planner = planners::CreatePlanner(pe.name(), pe.options(), m.file + " " + ppath + ".options");
+      if (!planner.ok()) {
+        errors.Add(at + ppath + ".name: " + planner.status().message());
+        continue;
+      }
+    }
+    m.planners.push_back(std::move(choice));
+  }
+
+  // Simulation settings.
+  m.fidelity_name = e.simulation().fidelity().empty() ? "balanced" : e.simulation().fidelity();
+  auto fid = sim::ParseFidelity(m.fidelity_name);
+  if (!fid.ok()) {
+    errors.Add(at + "simulation.fidelity: unknown level '" + m.fidelity_name + "' (expected fast, balanced or full)");
+  } else {
+    m.fidelity = *fid;
+  }
+  std::vector<std::string> profile_refs;
+  for (const auto& p : e.simulation().profiles()) profile_refs.push_back(Relative(p, m.file));
+  auto profiles = models::ProfileDb::Load(profile_refs);
+  if (!profiles.ok()) {
+    errors.Add(at + "simulation.profiles: " + profiles.status().message());
+  } else {
+    m.profiles = std::move(profiles).value();
+  }
+
+  // Sweep axes: names and values checked now.
+  const auto& axis_names = SweepAxisNames();
+  std::set<std::string> axis_seen;
+  std::map<std::string, size_t> zip_sizes;
+  for (int i = 0; i < e.sweep_size(); ++i) {
+    const auto& ax = e.sweep(i);
+    const std::string apath = "sweep[" + std::to_string(i) + "]";
+    if (std::find(axis_names.begin(), axis_names.end(), ax.name()) == axis_names.end()) {
+      errors.Add(at + apath + ".name: unknown axis '" + ax.name() + "'" + DidYouMean(ax.name(), axis_names) +
+                 " (axes: cluster, model, planner, global_batch_size, seq_len, recompute, dtype, nic_bandwidth_gbps, "
+                 "zone_link_bandwidth_gbps, oversubscription, fidelity)");
+      continue;
+    }
+    if (!axis_seen.insert(ax.name()).second) errors.Add(at + apath + ".name: axis '" + ax.name() + "' appears twice");
+    if (!ax.zip().empty()) {
+      auto [it, inserted] = zip_sizes.emplace(ax.zip(), ax.values_size());
+      if (!inserted && it->second != static_cast<size_t>(ax.values_size())) {
+        errors.Add(at + apath + ".values: zipped axes ('" + ax.zip() + "') need the same number of values (" +
+                   std::to_string(it->second) + " vs " + std::to_string(ax.values_size()) + ")");
+      }
+    }
+    for (int v = 0; v < ax.values_size(); ++v) {
+      const std::string& val = ax.values(v);
+      const std::string vpath = at + apath + ".values[" + std::to_string(v) + "]: ";
+      double num = 0;
+      if (ax.name() == "cluster" && std::find(m.cluster_names.begin(), m.cluster_names.end(), val) == m.cluster_names.end()) {
+        errors.Add(vpath + "cluster '" + val + "' is not in the manifest's clusters" + DidYouMean(val, m.cluster_names));
+      } else if (ax.name() == "model") {
+        std::vector<std::string> names;
+        for (const auto& mm : m.models) names.push_back(mm.name());
+        if (std::find(names.begin(), names.end(), val) == names.end()) {
+          errors.Add(vpath + "model '" + val + "' is not in the manifest's models" + DidYouMean(val, names));
+        }
+      } else if (ax.name() == "planner") {
+        std::vector<std::string> names;
+        for (const auto& p : m.planners) names.push_back(p.label);
+        if (std::find(names.begin(), names.end(), val) == names.end()) {
+          errors.Add(vpath + "planner '" + val + "' is not one of the manifest's planner labels" + DidYouMean(val, names));
+        }
+      } else if (ax.name() == "recompute" && val != "none" && val != "selective" && val != "full") {
+        errors.Add(vpath + "expected none, selective or full, found '" + val + "'");
+      } else if (ax.name() == "dtype" && val != "bf16" && val != "fp16" && val != "fp32") {
+        errors.Add(vpath + "expected bf16, fp16 or fp32, found '" + val + "'");
+      } else if (ax.name() == "fidelity" && !sim::ParseFidelity(val).ok()) {
+        errors.Add(vpath + "expected fast, balanced or full, found '" + val + "'");
+      } else if ((ax.name() == "global_batch_size" || ax.name() == "seq_len" || ax.name().ends_with("_gbps") ||
+                  ax.name() == "oversubscription") &&
+                 !ParsePositive(val, &num)) {
+        errors.Add(vpath + "expected a positive number, found '" + val + "'");
+      }
+    }
+  }
+
+  // Figures: columns must exist.
+  std::vector<std::string> inputs = {"cluster", "model", "planner", "planner_label", "global_batch_size", "seq_len",
+                                     "gpus", "repeat", "seed"};
+  for (const auto& ax : e.sweep()) inputs.push_back(ax.name());
+  const auto& metrics = MetricNames();
+  std::set<std::string> figure_names;
+  for (int i = 0; i < e.figures_size(); ++i) {
+    const auto& f = e.figures(i);
+    const std::string fpath = at + "figures[" + std::to_string(i) + "]";
+    if (!figure_names.insert(f.name()).second) errors.Add(fpath + ".name: '" + f.name() + "' is used twice");
+    auto check_input = [&](const std::string& col, const char* key) {
+      if (!col.empty() && std::find(inputs.begin(), inputs.end(), col) == inputs.end()) {
+        errors.Add(fpath + "." + key + ": '" + col + "' is not an input column" + DidYouMean(col, inputs));
+      }
+    };
+    auto check_metric = [&](const std::string& col, const std::string& key) {
+      if (std::find(metrics.begin(), metrics.end(), col) == metrics.end()) {
+        errors.Add(fpath + "." + key + ": '" + col + "' is not a metric" + DidYouMean(col, metrics));
+      }
+    };
+    check_input(f.x(), "x");
+    check_input(f.group(), "group");
+    for (const auto& [k, v] : f.filter()) check_input(k, ("filter." + k).c_str());
+    if (f.kind() == proto::Figure::KIND_STACKED) {
+      if (f.y_stack_size() == 0) errors.Add(fpath + ".y_stack: a stacked figure needs the metrics to stack");
+      for (int k = 0; k < f.y_stack_size(); ++k) check_metric(f.y_stack(k), "y_stack[" + std::to_string(k) + "]");
+    } else if (f.kind() != proto::Figure::KIND_TIMELINE) {
+      if (f.x().empty()) errors.Add(fpath + ".x: missing; name the input column on the x axis");
+      if (f.y().empty()) {
+        errors.Add(fpath + ".y: missing; name the metric on the y axis");
+      } else {
+        check_metric(f.y(), "y");
+      }
+    }
+  }
+  if (!errors.empty()) return errors.ToStatus();
+
+  // Expansion: implicit axes for cluster, model and planner unless the sweep names them; zipped
+  // axes advance together; repeats innermost.
+  struct Dim {
+    std::vector<std::pair<std::string, std::vector<std::string>>> axes;  // advance together
+    size_t size = 0;
+  };
+  std::vector<Dim> dims;
+  auto implicit = [&](const std::string& name, std::vector<std::string> values) {
+    if (!axis_seen.count(name)) dims.push_back({{{name, std::move(values)}}, 0});
+  };
+  std::vector<std::string> model_names, planner_labels;
+  for (const auto& mm : m.models) model_names.push_back(mm.name());
+  for (const auto& p : m.planners) planner_labels.push_back(p.label);
+  implicit("cluster", m.cluster_names);
+  implicit("model", model_names);
+  std::map<std::string, size_t> zip_dim;
+  for (const auto& ax : e.sweep()) {
+    std::vector<std::string> values(ax.values().begin(), ax.values().end());
+    if (!ax.zip().empty() && zip_dim.count(ax.zip())) {
+      dims[zip_dim[ax.zip()]].axes.emplace_back(ax.name(), values);
+      continue;
+    }
+    if (!ax.zip().empty()) zip_dim[ax.zip()] = dims.size();
+    dims.push_back({{{ax.name(), values}}, 0});
+  }
+  implicit("planner", planner_labels);
+  for (auto& d : dims) d.size = d.axes.front().second.size();
+  const uint32_t repeats = std::max<uint32_t>(1, e.repeats());
+  const uint64_t seed = e.seed() == 0 ? 1 : e.seed();
+  std::vector<size_t> idx(dims.size(), 0);
+  bool done = std::any_of(dims.begin(), dims.end(), [](const Dim& d) { return d.size == 0; });
+  while (!done) {
+    for (uint32_t rep = 0; rep < repeats; ++rep) {
+      Point p;
+      p.index = static_cast<uint32_t>(m.points.size());
+      p.repeat = rep;
+      p.seed = seed + rep;
+      std::string key = "exp=" + e.name();
+      for (size_t d = 0; d < dims.size(); ++d) {
+        for (const auto& [name, values] : dims[d].axes) {
+          const std::string& v = values[idx[d]];
+          key += "|" + name + "=" + v;
+          if (name == "cluster") {
+            p.cluster = static_cast<uint32_t>(std::find(m.cluster_names.begin(), m.cluster_names.end(), v) - m.cluster_names.begin());
+          } else if (name == "model") {
+            p.model = static_cast<uint32_t>(std::find(model_names.begin(), model_names.end(), v) - model_names.begin());
+          } else if (name == "planner") {
+            p.planner = static_cast<uint32_t>(std::find(planner_labels.begin(), planner_labels.end(), v) - planner_labels.begin());
+          } else {
+            p.axes.emplace_back(name, v);
+          }
+        }
+      }
+      key += "|repeat=" + std::to_string(rep) + "|seed=" + std::to_string(p.seed);
+      char buf[17];
+      std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(Fnv(key)));
+      p.id = buf;
+      m.points.push_back(std::move(p));
+    }
+    // Odometer over the dimensions, the last one fastest.
+    size_t d = dims.size();
+    while (d > 0) {
+      --d;
+      if (++idx[d] < dims[d].size) break;
+      idx[d] = 0;
+      if (d == 0) done = true;
+    }
+    if (dims.empty()) done = true;
+  }
+  return m;
+}
+
+Result<PointSetup> SetupPoint(const Manifest& m, const Point& p) {
+  PointSetup out;
+  proto::Cluster c = m.clusters[p.cluster];
+  proto::Training t = m.spec.training();
+  out.fidelity = m.fidelity;
+  for (const auto& [name, v] : p.axes) {
+    double num = 0;
+    ParsePositive(v, &num);
+    if (name == "global_batch_size") t.set_global_batch_size(static_cast<uint32_t>(num));
+    if (name == "seq_len") t.set_seq_len(static_cast<uint32_t>(num));
+    if (name == "recompute") {
+      t.set_recompute(v == "full" ? proto::RECOMPUTE_FULL : v == "selective" ? proto::RECOMPUTE_SELECTIVE
+                                                                               : proto::RECOMPUTE_NONE);
+    }
+    if (name == "dtype") t.set_dtype(v == "fp16" ? proto::DTYPE_FP16 : v == "fp32" ? proto::DTYPE_FP32 : proto::DTYPE_BF16);
+    if (name == "nic_bandwidth_gbps") {
+      for (auto& ng : *c.mutable_nodes()) {
+        if (ng.has_nic()) ng.mutable_nic()->set_bandwidth_gbps(num);
+      }
+    }
+    if (name == "zone_link_bandwidth_gbps") {
+      for (auto& zl : *c.mutable_zone_links()) zl.set_bandwidth_gbps(num);
+    }
+    if (name == "oversubscription") {
+      if (c.network().has_fat_tree()) c.mutable_network()->mutable_fat_tree()->set_oversubscription(num);
+      if (c.network().has_pods()) c.mutable_network()->mutable_pods()->set_oversubscription(num);
+    }
+    if (name == "fidelity") out.fidelity = *sim::ParseFidelity(v);
+  }
+  HETSIM_ASSIGN_OR_RETURN(out.cluster, models::Cluster::Build(std::move(c), m.cluster_files[p.cluster]));
+  HETSIM_ASSIGN_OR_RETURN(out.training, models::ResolveTraining(t, m.models[p.model], m.file + " training"));
+  return out;
+}
+
+}  // namespace hetsim::runner

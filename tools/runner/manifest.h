@@ -1,0 +1,64 @@
+// Experiment manifests (models/proto/experiment.proto): loaded, checked in full before anything runs,
+// and expanded into sweep points (docs/manifest.md).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/cluster.h"
+#include "models/profile_db.h"
+#include "models/proto/experiment.pb.h"
+#include "models/proto/plan.pb.h"
+#include "models/transformer.h"
+#include "sim/program.h"
+
+namespace hetsim::runner {
+
+struct PlannerChoice {
+  std::string label;        // how results name it
+  std::string name;         // registered planner, or "plan" for a fixed plan file
+  std::string options;      // its options as YAML text
+  std::optional<proto::Plan> plan;  // name == "plan": the plan to simulate
+};
+
+// One sweep point: which cluster, model and planner, the value of every other axis, the repeat.
+struct Point {
+  uint32_t index = 0;
+  std::string id;  // stable hash of the point's inputs
+  uint32_t cluster = 0, model = 0, planner = 0, repeat = 0;
+  uint64_t seed = 0;
+  std::vector<std::pair<std::string, std::string>> axes;  // the other axes, in manifest order
+};
+
+struct Manifest {
+  proto::Experiment spec;
+  std::string file;  // as given
+  std::vector<std::string> cluster_names;
+  std::vector<proto::Cluster> clusters;  // unbuilt: axes may override them per point
+  std::vector<std::string> cluster_files;
+  std::vector<models::TransformerModel> models;
+  std::vector<PlannerChoice> planners;
+  models::ProfileDb profiles;
+  std::string fidelity_name;
+  sim::Fidelity fidelity;
+  std::vector<Point> points;
+};
+
+// Axis names a sweep may use besides cluster, model and planner (docs/manifest.md).
+const std::vector<std::string>& SweepAxisNames();
+
+// Loads and checks `path`, every cluster, model, planner (and its options), axis and figure it names,
+// and expands the sweep. All problems are reported at once, each naming the file and key path.
+Result<Manifest> LoadManifest(const std::string& path);
+
+// The cluster, training spec and fidelity of one point, with its axes applied.
+struct PointSetup {
+  std::optional<models::Cluster> cluster;
+  proto::Training training;
+  sim::Fidelity fidelity;
+};
+Result<PointSetup> SetupPoint(const Manifest& m, const Point& p);
+
+}  // namespace hetsim::runner
