@@ -14,7 +14,7 @@ int RunRun(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     err << "hetsim run: give a manifest (e.g. hetsim run experiments/quickstart.yaml)\n";
     return 2;
   }
-  auto& world = runner::World::Get();
+  const auto& world = runner::World::Get();
   auto m = runner::LoadManifest(FlagString(vm, "manifest"));
   if (!m.ok()) {
     if (world.rank() == 0) err << m.status().message() << "\n";
@@ -35,13 +35,13 @@ int RunRun(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
         << m->clusters.size() << " clusters × " << m->models.size() << " models × " << m->planners.size()
         << " planners" << (m->spec.sweep_size() > 0 ? " × sweep" : "")
         << (m->spec.repeats() > 1 ? " × " + std::to_string(m->spec.repeats()) + " repeats" : "") << "), fidelity "
-        << m->fidelity_name << (world.mpi() ? ", " + std::to_string(world.size()) + " MPI ranks" : "")
+        << m->fidelity_name << (world.distributed() ? ", " + std::to_string(world.size()) + " MPI ranks" : "")
         << (opt.jobs > 1 ? ", " + std::to_string(opt.jobs) + " jobs" : "") << "\n";
   }
   const Status st = runner::RunExperiment(*m, opt, out, err);
   if (!st.ok()) {
     err << st.message() << "\n";
-    world.Abort(1);
+    return 1;  // under mpirun a non-zero exit ends every rank
   }
   return 0;
 }

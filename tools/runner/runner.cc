@@ -440,17 +440,20 @@ Status MergeResults(const std::string& dir, size_t expected_points) {
 }
 
 Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream& out, std::ostream& err) {
-  World& world = World::Get();
+  const World& world = World::Get();
   const std::string dir = options.out_dir.empty() ? "out/" + m.spec.name() : options.out_dir;
   std::error_code ec;
-  if (world.rank() == 0) {
-    fs::create_directories(dir + "/points", ec);
-    if (ec) return Status::IoError(dir + ": cannot create the results folder: " + ec.message());
-    if (!options.resume) {
-      for (const auto& e : fs::directory_iterator(dir + "/points", ec)) fs::remove(e.path(), ec);
+  fs::create_directories(dir + "/points", ec);
+  if (ec) return Status::IoError(dir + ": cannot create the results folder: " + ec.message());
+  // Workers each own the points with index % workers == worker; without --resume each clears its own.
+  const int workers = world.distributed() ? world.size() : std::max(1, options.jobs);
+  if (!options.resume) {
+    for (const auto& p : m.points) {
+      if (!world.distributed() || static_cast<int>(p.index % static_cast<uint32_t>(world.size())) == world.rank()) {
+        fs::remove(PointFile(dir, p.index), ec);
+      }
     }
   }
-  world.Barrier();
   const auto timelines = TimelinePoints(m);
   const size_t total = m.points.size();
   size_t already = 0;
@@ -459,29 +462,30 @@ Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream&
     if (world.rank() == 0 && options.progress) err << "resuming: " << already << " of " << total << " points already done\n";
   }
   Progress progress(err, total, options.progress && world.rank() == 0);
-  if (world.mpi()) {
-    // Every rank runs its share; rank 0 reports progress as point files appear.
+  if (world.distributed()) {
+    // Every rank runs its share; rank 0 reports progress as point files appear, then merges.
     RunShard(m, dir, world.rank(), world.size(), options.resume, timelines, [&] {
       if (world.rank() != 0) return;
       size_t failed = 0;
       const size_t done = CountFiles(dir, &failed);
       progress.Update(done, failed, already);
     });
-    world.Barrier();
+    HETSIM_RETURN_IF_ERROR(world.MarkDone(dir));
     if (world.rank() != 0) return Status::Ok();
-  } else if (options.jobs > 1) {
+    world.WaitForAll(dir);
+  } else if (workers > 1) {
     std::fflush(nullptr);
-    std::vector<pid_t> workers;
-    for (int w = 0; w < options.jobs; ++w) {
+    std::vector<pid_t> pids;
+    for (int w = 0; w < workers; ++w) {
       const pid_t pid = ::fork();
       if (pid < 0) return Status::Internal("hetsim run: fork() failed");
       if (pid == 0) {
-        RunShard(m, dir, w, options.jobs, options.resume, timelines, nullptr);
+        RunShard(m, dir, w, workers, options.resume, timelines, nullptr);
         ::_exit(0);
       }
-      workers.push_back(pid);
+      pids.push_back(pid);
     }
-    size_t running = workers.size();
+    size_t running = pids.size();
     while (running > 0) {
       int status = 0;
       const pid_t done_pid = ::waitpid(-1, &status, WNOHANG);

@@ -1,44 +1,66 @@
-// The only MPI code outside executor/: the experiment runner's scale-out (DESIGN.md "Scaling out").
 #include "tools/runner/world.h"
 
-// Only the C API: skip the (deprecated) C++ bindings that Open MPI and MPICH would pull in.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "models/spec_io.h"
 
 namespace hetsim::runner {
+namespace {
 
-World& World::Get() {
-  static World world;
+int EnvInt(std::initializer_list<const char*> names, int fallback) {
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n)) return std::atoi(v);
+  }
+  return fallback;
+}
+
+std::string Marker(const std::string& dir, const std::string& job, int rank) {
+  return dir + "/.done-" + job + "-" + std::to_string(rank);
+}
+
+}  // namespace
+
+const World& World::Get() {
+  static const World world;
   return world;
 }
 
 World::World() {
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr) return;
-  int initialised = 0;
-  MPI_Initialized(&initialised);
-  if (!initialised) MPI_Init(nullptr, nullptr);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  mpi_ = true;
+  size_ = EnvInt({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}, 1);
+  rank_ = EnvInt({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0);
+  if (size_ < 1 || rank_ < 0 || rank_ >= size_) {
+    size_ = 1;
+    rank_ = 0;
+  }
+  for (const char* n : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMI_JOBID"}) {
+    if (const char* v = std::getenv(n)) {
+      job_ = v;
+      break;
+    }
+  }
+  if (job_.empty()) job_ = std::to_string(::getppid());  // the launcher is every rank's parent
+  for (char& c : job_) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
 }
 
-World::~World() {
-  if (!mpi_) return;
-  int finalised = 0;
-  MPI_Finalized(&finalised);
-  if (!finalised) MPI_Finalize();
+Status World::MarkDone(const std::string& dir) const {
+  return models::WriteFileAtomically(Marker(dir, job_, rank_), "done\n");
 }
 
-void World::Barrier() const {
-  if (mpi_) MPI_Barrier(MPI_COMM_WORLD);
-}
-
-void World::Abort(int code) const {
-  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
-  std::exit(code);
+void World::WaitForAll(const std::string& dir) const {
+  for (;;) {
+    int done = 0;
+    for (int r = 0; r < size_; ++r) done += std::filesystem::exists(Marker(dir, job_, r));
+    if (done == size_) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (int r = 0; r < size_; ++r) std::filesystem::remove(Marker(dir, job_, r));
 }
 
 }  // namespace hetsim::runner

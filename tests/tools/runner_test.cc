@@ -1,0 +1,123 @@
+// Manifest loading, validation errors and sweep expansion (tools/runner/manifest.h).
+#include "tools/runner/manifest.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace hetsim::runner {
+namespace {
+
+std::string Write(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "hetsim-runner-test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kBase = R"(kind: experiment
+name: t
+clusters: [hexiscale-case-study]
+models: [llama-tiny]
+training: {global_batch_size: 8, seq_len: 128}
+planners: [{name: megatron}]
+)";
+
+TEST(Manifest, SweepExpandsCartesianWithZipsAndRepeats) {
+  // 2 planners × 3 zipped (batch, seq) pairs × 2 bandwidths × 2 repeats = 24 points.
+  auto m = LoadManifest(std::string(HETSIM_SOURCE_DIR) + "/tests/data/experiments/sweep.yaml");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->points.size(), 24u);
+  // Order: cluster, model, then the sweep axes in manifest order, planner, repeat innermost.
+  EXPECT_EQ(m->points[0].axes, (std::vector<std::pair<std::string, std::string>>{
+                                   {"global_batch_size", "8"}, {"seq_len", "64"}, {"nic_bandwidth_gbps", "10"}}));
+  EXPECT_EQ(m->points[0].planner, 0u);
+  EXPECT_EQ(m->points[0].repeat, 0u);
+  EXPECT_EQ(m->points[1].repeat, 1u);
+  EXPECT_EQ(m->points[1].seed, m->points[0].seed + 1);
+  EXPECT_EQ(m->points[2].planner, 1u);
+  EXPECT_EQ(m->points[4].axes[2].second, "100");
+  EXPECT_EQ(m->points[8].axes[0].second, "16");
+  EXPECT_EQ(m->points[8].axes[1].second, "128");  // zipped with the batch
+  std::set<std::string> ids;
+  for (const auto& p : m->points) ids.insert(p.id);
+  EXPECT_EQ(ids.size(), 24u) << "point ids must be unique";
+  auto again = LoadManifest(std::string(HETSIM_SOURCE_DIR) + "/tests/data/experiments/sweep.yaml");
+  EXPECT_EQ(again->points[17].id, m->points[17].id) << "ids must be stable";
+}
+
+TEST(Manifest, AxesApplyToThePoint) {
+  auto m = LoadManifest(std::string(HETSIM_SOURCE_DIR) + "/tests/data/experiments/sweep.yaml");
+  ASSERT_TRUE(m.ok());
+  auto s = SetupPoint(*m, m->points[23]);  // batch 32, seq 256, 100 Gb/s
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->training.global_batch_size(), 32u);
+  EXPECT_EQ(s->training.seq_len(), 256u);
+  for (const auto& n : s->cluster->nodes()) EXPECT_EQ(n.nic.bandwidth_gbps(), 100.0);
+}
+
+struct BadCase {
+  const char* name;
+  std::string extra;    // appended to kBase
+  const char* expect;   // substring of the error
+};
+
+TEST(Manifest, InvalidManifestsAreRejectedBeforeAnythingRuns) {
+  const std::vector<BadCase> cases = {
+      {"unknown-key", "sweeep: []\n", "unknown key 'sweeep'; did you mean 'sweep'?"},
+      {"unknown-axis", "sweep: [{name: nic_bandwith_gbps, values: ['1']}]\n",
+       "sweep[0].name: unknown axis 'nic_bandwith_gbps'; did you mean 'nic_bandwidth_gbps'?"},
+      {"bad-number", "sweep: [{name: global_batch_size, values: ['many']}]\n",
+       "sweep[0].values[0]: expected a positive number, found 'many'"},
+      {"zip-lengths", "sweep: [{name: global_batch_size, values: ['8', '16'], zip: a}, {name: seq_len, values: ['64'], zip: a}]\n",
+       "zipped axes ('a') need the same number of values"},
+      {"unknown-cluster-value", "sweep: [{name: cluster, values: [hexiscale-setting9]}]\n", "is not in the manifest's clusters"},
+      {"figure-metric", "figures: [{name: f, kind: bar, x: cluster, y: tokens_per_sec}]\n",
+       "figures[0].y: 'tokens_per_sec' is not a metric; did you mean 'tokens_per_s'?"},
+      {"figure-column", "figures: [{name: f, kind: bar, x: clustr, y: mfu}]\n",
+       "figures[0].x: 'clustr' is not an input column; did you mean 'cluster'?"},
+      {"fidelity", "simulation: {fidelity: medium}\n", "simulation.fidelity: unknown level 'medium'"},
+      {"duplicate-axis", "sweep: [{name: seq_len, values: ['64']}, {name: seq_len, values: ['128']}]\n",
+       "axis 'seq_len' appears twice"},
+      {"recompute", "sweep: [{name: recompute, values: [partial]}]\n", "expected none, selective or full"},
+  };
+  for (const auto& c : cases) {
+    auto m = LoadManifest(Write(std::string(c.name) + ".yaml", kBase + c.extra));
+    ASSERT_FALSE(m.ok()) << c.name;
+    EXPECT_NE(m.status().message().find(c.expect), std::string::npos) << c.name << ":\n" << m.status().message();
+    EXPECT_NE(m.status().message().find(c.name), std::string::npos) << c.name << ": the error must name the file";
+  }
+}
+
+TEST(Manifest, UnknownPlannerAndBadOptionsAreNamed) {
+  auto m = LoadManifest(Write("planner.yaml", std::string(kBase).replace(std::string(kBase).find("planners: [{name: megatron}]"),
+                                                                          28, "planners: [{name: megatorn}]")));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("planners[0].name"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("megatron"), std::string::npos) << m.status().message();
+  auto o = LoadManifest(Write("options.yaml", std::string(kBase).replace(std::string(kBase).find("planners: [{name: megatron}]"),
+                                                                          28, "planners: [{name: megatron, options: {no_such_knob: 1}}]")));
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("no_such_knob"), std::string::npos) << o.status().message();
+}
+
+TEST(Manifest, BundledExperimentsValidate) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(std::string(HETSIM_SOURCE_DIR) + "/experiments")) {
+    if (e.path().extension() != ".yaml") continue;
+    std::ifstream in(e.path());
+    std::string first;
+    bool is_experiment = false;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("kind: experiment", 0) == 0) is_experiment = true;
+    }
+    if (!is_experiment) continue;
+    auto m = LoadManifest(e.path().string());
+    EXPECT_TRUE(m.ok()) << e.path() << ": " << m.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace hetsim::runner
