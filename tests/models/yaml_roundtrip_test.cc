@@ -25,6 +25,7 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/transformer.h"
+#include "models/proto/experiment.pb.h"
 #include "models/yaml_proto.h"
 
 namespace hetsim::models {
@@ -40,6 +41,7 @@ std::unique_ptr<Message> NewMessage(SpecKind kind) {
     case SpecKind::kTraining: return std::make_unique<proto::Training>();
     case SpecKind::kPlan: return std::make_unique<proto::Plan>();
     case SpecKind::kProfile: return std::make_unique<proto::Profile>();
+    case SpecKind::kExperiment: return std::make_unique<proto::Experiment>();
   }
   return nullptr;
 }
@@ -485,6 +487,32 @@ TEST(YamlRoundTrip, RandomValidPlans) {
     EXPECT_TRUE(RoundTrips(plan, "random plan " + std::to_string(i)));
     if (HasFatalFailure() || HasNonfatalFailure()) break;  // one broken plan is enough to read
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(YamlRoundTrip, ExperimentManifestWithMapsAndPlannerOptions) {
+  // Figure filters are a proto map; planner options are kept as YAML text (yaml_text option).
+  proto::Experiment e;
+  const Status st = ParseYaml(R"(
+kind: experiment
+name: rt
+clusters: [hexiscale-case-study]
+models: [llama2-7b]
+planners:
+  - {name: megatron, label: M, options: {max_tp: 8, prefer: [a, b]}}
+sweep: [{name: seq_len, values: ["1024", "2048"], zip: z}]
+figures:
+  - {name: f, kind: line, x: seq_len, y: mfu, filter: {model: llama2-7b, cluster: hexiscale-case-study}}
+)",
+                              "rt.yaml", &e);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(e.figures(0).filter().size(), 2u);
+  EXPECT_EQ(e.figures(0).filter().at("model"), "llama2-7b");
+  EXPECT_NE(e.planners(0).options().find("max_tp: 8"), std::string::npos) << e.planners(0).options();
+  EXPECT_TRUE(RoundTrips(e, "experiment"));
 }
 
 }  // namespace
