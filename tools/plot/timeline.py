@@ -3,6 +3,10 @@
 
 Usage: tools/plot/timeline.py TIMELINE.json OUT.png [--max-tracks N] [--title TEXT]
 One row per GPU, slices coloured by kind (forward, backward, tp, pp, dp, zero, optimizer).
+
+As a module: load(path) reads a trace, draw(ax, trace) draws it into a Matplotlib Axes and returns the
+legend handles, render(trace_path, out_path, title, max_tracks) writes a whole figure (what the command
+line does). tools/plot/figures.py uses draw() for its `timeline` figures.
 """
 import argparse
 import json
@@ -23,6 +27,66 @@ COLOURS = {
     "dp": "#937860",
     "zero": "#DA8BC3",
 }
+OTHER = "#999999"
+
+
+def load(trace_path):
+    """The parsed Chrome trace at trace_path (a dict with "traceEvents")."""
+    with open(trace_path) as f:
+        trace = json.load(f)
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise ValueError(f"{trace_path}: not a Chrome trace (no \"traceEvents\" list)")
+    return trace
+
+
+def tracks(trace, max_tracks=64):
+    """(track ids, {tid: name}, {tid: [slice events]}), the first max_tracks tracks in tid order."""
+    names, slices = {}, {}
+    for ev in trace["traceEvents"]:
+        if ev.get("ph") == "M" and ev.get("name") == "thread_name":
+            names[ev["tid"]] = ev["args"]["name"]
+        elif ev.get("ph") == "X":
+            slices.setdefault(ev["tid"], []).append(ev)
+    return sorted(set(names) | set(slices))[:max_tracks], names, slices
+
+
+def draw(ax, trace, max_tracks=64, fontsize=8):
+    """Draws the Gantt chart into ax; returns the legend handles (one Patch per slice kind used).
+
+    Raises ValueError when the trace has no tracks."""
+    ids, names, slices = tracks(trace, max_tracks)
+    if not ids:
+        raise ValueError("timeline has no tracks")
+    end = 0.0
+    for row, tid in enumerate(ids):
+        for ev in slices.get(tid, []):
+            start, dur = ev["ts"] / 1e6, ev["dur"] / 1e6
+            end = max(end, start + dur)
+            ax.broken_barh([(start, dur)], (row - 0.4, 0.8), facecolors=COLOURS.get(ev["cat"], OTHER),
+                           edgecolor="none")
+    ax.set_yticks(range(len(ids)))
+    ax.set_yticklabels([names.get(t, str(t)) for t in ids], fontsize=fontsize)
+    ax.invert_yaxis()
+    ax.set_xlim(0, end * 1.01)
+    ax.set_xlabel("time (s)")
+    used = sorted({ev["cat"] for t in ids for ev in slices.get(t, [])})
+    return [Patch(color=COLOURS.get(c, OTHER), label=c) for c in used]
+
+
+def render(trace_path, out_path, title="", max_tracks=64, dpi=110):
+    """Writes the Gantt chart of the trace at trace_path to out_path (format from its extension)."""
+    trace = load(trace_path)
+    n = len(tracks(trace, max_tracks)[0])
+    fig, ax = plt.subplots(figsize=(14, 0.35 * n + 1.5))
+    try:
+        handles = draw(ax, trace, max_tracks)
+        ax.set_title(title or trace_path, fontsize=10)
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=max(1, len(handles)),
+                  fontsize=8, frameon=False)
+        fig.tight_layout()
+        fig.savefig(out_path, dpi=dpi)
+    finally:
+        plt.close(fig)
 
 
 def main():
@@ -32,36 +96,10 @@ def main():
     ap.add_argument("--max-tracks", type=int, default=64)
     ap.add_argument("--title", default="")
     args = ap.parse_args()
-    with open(args.timeline) as f:
-        trace = json.load(f)
-    names, slices = {}, {}
-    for ev in trace["traceEvents"]:
-        if ev.get("ph") == "M" and ev.get("name") == "thread_name":
-            names[ev["tid"]] = ev["args"]["name"]
-        elif ev.get("ph") == "X":
-            slices.setdefault(ev["tid"], []).append(ev)
-    tracks = sorted(set(names) | set(slices))[: args.max_tracks]
-    if not tracks:
-        sys.exit("timeline has no tracks")
-    fig, ax = plt.subplots(figsize=(14, 0.35 * len(tracks) + 1.5))
-    end = 0.0
-    for row, tid in enumerate(tracks):
-        for ev in slices.get(tid, []):
-            start, dur = ev["ts"] / 1e6, ev["dur"] / 1e6
-            end = max(end, start + dur)
-            ax.broken_barh([(start, dur)], (row - 0.4, 0.8), facecolors=COLOURS.get(ev["cat"], "#999999"),
-                           edgecolor="none")
-    ax.set_yticks(range(len(tracks)))
-    ax.set_yticklabels([names.get(t, str(t)) for t in tracks], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, end * 1.01)
-    ax.set_xlabel("time (s)")
-    ax.set_title(args.title or args.timeline, fontsize=10)
-    used = sorted({ev["cat"] for t in tracks for ev in slices.get(t, [])})
-    ax.legend(handles=[Patch(color=COLOURS.get(c, "#999999"), label=c) for c in used], loc="upper center",
-              bbox_to_anchor=(0.5, -0.12), ncol=len(used), fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    try:
+        render(args.timeline, args.out, args.title, args.max_tracks)
+    except ValueError as e:
+        sys.exit(str(e))
 
 
 if __name__ == "__main__":
