@@ -36,6 +36,11 @@ std::vector<Command> SpecCommands();     // list, validate, describe (commands.c
 std::vector<Command> PlannerCommands();  // plan (plan_commands.cc)
 std::vector<Command> SimCommands();      // simulate (sim_commands.cc)
 std::vector<Command> RunCommands();      // run (run_command.cc; needs the planners room)
+// Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
+// planners room: an error.
+Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
+                                    const std::string& options_file, const models::Cluster& cluster,
+                                    const models::TransformerModel& model, const proto::Training& training);
 // Registered planners as (name, one-line summary); empty when the planners room is left out.
 std::vector<std::pair<std::string, std::string>> ListPlanners();
 // Checks an experiment manifest in full (used by `hetsim validate`); returns a one-line description.

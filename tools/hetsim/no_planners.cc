@@ -6,6 +6,10 @@ namespace hetsim::cli {
 std::vector<Command> PlannerCommands() { return {}; }
 std::vector<Command> RunCommands() { return {}; }
 std::vector<std::pair<std::string, std::string>> ListPlanners() { return {}; }
+Result<proto::Plan> PlanWithPlanner(const std::string&, const std::string&, const std::string&, const models::Cluster&,
+                                    const models::TransformerModel&, const proto::Training&) {
+  return Status::Invalid("--planner: this build leaves the planners room out");
+}
 Result<std::string> ValidateExperiment(const std::string& path) {
   return Status::Invalid(path + ": experiments need the planners room, which this build leaves out");
 }

@@ -48,6 +48,15 @@ int RunRun(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
 
 }  // namespace
 
+Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
+                                    const std::string& options_file, const models::Cluster& cluster,
+                                    const models::TransformerModel& model, const proto::Training& training) {
+  HETSIM_ASSIGN_OR_RETURN(auto p, planners::CreatePlanner(planner, options_yaml, options_file));
+  planners::PlanningProblem problem{cluster, model, training, nullptr, {}};
+  HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult res, planners::RunPlanner(*p, problem));
+  return res.plan;
+}
+
 std::vector<std::pair<std::string, std::string>> ListPlanners() {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& p : planners::Planners()) out.emplace_back(p.name, p.summary);

@@ -64,14 +64,36 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
 }
 
 int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
-  if (!vm.count("plan")) {
-    err << "hetsim simulate: give --plan FILE (or --planner NAME once planners are available)\n";
+  if (vm.count("plan") == vm.count("planner")) {
+    err << "hetsim simulate: give either --plan FILE or --planner NAME (`hetsim list planners`)\n";
     return 2;
   }
   auto specs = LoadSpecs(vm, true, true);
   if (!specs.ok()) {
     err << specs.status().message() << "\n";
     return 1;
+  }
+  if (vm.count("planner")) {
+    std::string options, options_file = "--planner-options";
+    if (vm.count("planner-options")) {
+      auto text = models::ReadSpec(models::SpecKind::kPlan, FlagString(vm, "planner-options"));
+      if (!text.ok()) {
+        err << text.status().message() << "\n";
+        return 1;
+      }
+      options = text->text;
+      options_file = text->file;
+    }
+    auto plan = PlanWithPlanner(FlagString(vm, "planner"), options, options_file, *specs->cluster, *specs->model,
+                                specs->training);
+    if (!plan.ok()) {
+      err << plan.status().message() << "\n";
+      return 1;
+    }
+    specs->plan = std::move(plan).value();
+    specs->plan_file = FlagString(vm, "planner") + "'s plan";
+    out << "planned with " << FlagString(vm, "planner") << ": " << specs->plan->pipelines_size() << " pipeline"
+        << (specs->plan->pipelines_size() == 1 ? "" : "s") << "\n";
   }
   models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
   Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file);
@@ -126,10 +148,13 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
 
 std::vector<Command> SimCommands() {
   return {{"simulate", "simulate one training iteration of a plan on the cluster (SimGrid)",
-           "hetsim simulate --cluster C --model M --plan P [--training T] [--report-out r.json] [--timeline-out t.json]",
+           "hetsim simulate --cluster C --model M (--plan P | --planner NAME) [--training T] [--report-out r.json] "
+           "[--timeline-out t.json]",
            [](po::options_description& d, po::positional_options_description&) {
              AddSpecFlags(d, true);
-             d.add_options()("fidelity", po::value<std::string>()->default_value("balanced"),
+             d.add_options()("planner", po::value<std::string>(), "plan with this planner instead of --plan")
+                 ("planner-options", po::value<std::string>(), "the planner's options (YAML file)")
+                 ("fidelity", po::value<std::string>()->default_value("balanced"),
                              "fast | balanced | full (docs/simulator.md)")
                  ("profile", po::value<std::vector<std::string>>()->composing(),
                   "measured layer profile (bundled name or path); repeatable")
