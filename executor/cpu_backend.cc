@@ -1,0 +1,332 @@
+#include "executor/cpu_backend.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <unordered_map>
+
+#include "executor/init.h"
+
+namespace hetsim::executor {
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapM = Eigen::Map<RowMat>;
+using CMapM = Eigen::Map<const RowMat>;
+using StridedM = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+
+MapM M(Tensor t) { return MapM(t.ptr<float>(), t.rows, t.cols); }
+// Rows [row0, row0 + rows) and columns [col0, col0 + cols) of a row-major tensor.
+StridedM Block(Tensor t, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+  return StridedM(t.ptr<float>() + row0 * t.cols + col0, rows, cols, Eigen::OuterStride<>(t.cols));
+}
+
+void CheckF32(const Tensor& t, const char* what) {
+  HETSIM_CHECK(t.dtype == DType::kF32, std::string("cpu backend: ") + what + " must be f32");
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : origin_(std::chrono::steady_clock::now()) {}
+  ~CpuBackend() override {
+    for (auto& [p, n] : sizes_) ::operator delete(p, std::align_val_t(64));
+  }
+
+  std::string name() const override { return "cpu"; }
+  DType act_dtype() const override { return DType::kF32; }
+
+  Tensor Alloc(int64_t rows, int64_t cols, DType dtype) override {
+    HETSIM_CHECK(dtype != DType::kBF16, "cpu backend: bf16 tensors are not supported");
+    Tensor t{nullptr, rows, cols, dtype};
+    const size_t n = std::max<size_t>(t.bytes(), 64);
+    t.data = ::operator new(n, std::align_val_t(64));
+    sizes_[t.data] = n;
+    in_use_ += n;
+    peak_ = std::max(peak_, in_use_);
+    return t;
+  }
+  void Free(Tensor t) override {
+    auto it = sizes_.find(t.data);
+    HETSIM_CHECK(it != sizes_.end(), "cpu backend: Free of memory it did not allocate");
+    in_use_ -= it->second;
+    ::operator delete(t.data, std::align_val_t(64));
+    sizes_.erase(it);
+  }
+  size_t bytes_in_use() const override { return in_use_; }
+  size_t peak_bytes() const override { return peak_; }
+  void ResetPeak() override { peak_ = in_use_; }
+
+  void Upload(Tensor dst, const void* host) override { std::memcpy(dst.data, host, dst.bytes()); }
+  void Download(void* host, Tensor src) override { std::memcpy(host, src.data, src.bytes()); }
+  void Fill(Tensor t, float value) override {
+    CheckF32(t, "Fill");
+    std::fill_n(t.ptr<float>(), t.numel(), value);
+  }
+  void Copy(Tensor dst, Tensor src) override {
+    HETSIM_CHECK(dst.numel() == src.numel() && dst.dtype == src.dtype, "cpu backend: Copy shape or dtype mismatch");
+    if (dst.data != src.data) std::memmove(dst.data, src.data, dst.bytes());
+  }
+  void Add(Tensor y, Tensor x) override {
+    CheckF32(y, "Add");
+    HETSIM_CHECK(y.numel() == x.numel(), "cpu backend: Add size mismatch");
+    float* py = y.ptr<float>();
+    const float* px = x.ptr<float>();
+    for (int64_t i = 0; i < y.numel(); ++i) py[i] += px[i];
+  }
+  void Scale(Tensor t, float alpha) override {
+    float* p = t.ptr<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
+  }
+
+  void Gemm(Tensor c, Tensor a, bool ta, Tensor b, bool tb, float alpha, float beta) override {
+    CheckF32(a, "Gemm a");
+    CheckF32(b, "Gemm b");
+    CheckF32(c, "Gemm c");
+    const int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols;
+    const int64_t kb = tb ? b.cols : b.rows, n = tb ? b.rows : b.cols;
+    HETSIM_CHECK(k == kb && c.rows == m && c.cols == n,
+                 "cpu backend: Gemm shapes [" + std::to_string(m) + "x" + std::to_string(k) + "]·[" +
+                     std::to_string(kb) + "x" + std::to_string(n) + "] -> [" + std::to_string(c.rows) + "x" +
+                     std::to_string(c.cols) + "]");
+    CMapM A(a.ptr<float>(), a.rows, a.cols), B(b.ptr<float>(), b.rows, b.cols);
+    MapM C = M(c);
+    auto run = [&](const auto& opa, const auto& opb) {
+      if (beta == 0.0f) {
+        C.noalias() = alpha * (opa * opb);
+      } else {
+        if (beta != 1.0f) C *= beta;
+        C.noalias() += alpha * (opa * opb);
+      }
+    };
+    if (!ta && !tb) run(A, B);
+    else if (ta && !tb) run(A.transpose(), B);
+    else if (!ta && tb) run(A, B.transpose());
+    else run(A.transpose(), B.transpose());
+  }
+
+  void Embedding(Tensor out, Tensor tokens, Tensor table, int64_t vocab_begin) override {
+    const int32_t* tok = tokens.ptr<int32_t>();
+    for (int64_t t = 0; t < out.rows; ++t) {
+      const int64_t row = tok[t] - vocab_begin;
+      float* o = out.ptr<float>() + t * out.cols;
+      if (row >= 0 && row < table.rows) {
+        std::memcpy(o, table.ptr<float>() + row * table.cols, sizeof(float) * static_cast<size_t>(out.cols));
+      } else {
+        std::fill_n(o, out.cols, 0.0f);
+      }
+    }
+  }
+  void EmbeddingBackward(Tensor grad_table, Tensor tokens, Tensor dout, int64_t vocab_begin) override {
+    const int32_t* tok = tokens.ptr<int32_t>();
+    for (int64_t t = 0; t < dout.rows; ++t) {
+      const int64_t row = tok[t] - vocab_begin;
+      if (row < 0 || row >= grad_table.rows) continue;
+      float* g = grad_table.ptr<float>() + row * grad_table.cols;
+      const float* d = dout.ptr<float>() + t * dout.cols;
+      for (int64_t j = 0; j < dout.cols; ++j) g[j] += d[j];
+    }
+  }
+
+  void RmsNorm(Tensor out, Tensor inv_rms, Tensor x, Tensor w, float eps) override {
+    const int64_t n = x.cols;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* xr = x.ptr<float>() + t * n;
+      double ss = 0;
+      for (int64_t j = 0; j < n; ++j) ss += double(xr[j]) * xr[j];
+      const float r = static_cast<float>(1.0 / std::sqrt(ss / double(n) + eps));
+      inv_rms.ptr<float>()[t] = r;
+      float* o = out.ptr<float>() + t * n;
+      for (int64_t j = 0; j < n; ++j) o[j] = xr[j] * r * w.ptr<float>()[j];
+    }
+  }
+  void RmsNormBackward(Tensor dx, Tensor grad_w, Tensor x, Tensor w, Tensor inv_rms, Tensor dout,
+                       bool accumulate_dx) override {
+    const int64_t n = x.cols;
+    const float* pw = w.ptr<float>();
+    float* gw = grad_w.ptr<float>();
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* xr = x.ptr<float>() + t * n;
+      const float* dy = dout.ptr<float>() + t * n;
+      const float r = inv_rms.ptr<float>()[t];
+      // n̂ = x·r, y = n̂ ⊙ w:  dx = r · (g − n̂ · mean(g ⊙ n̂)) with g = dy ⊙ w.
+      double dot = 0;
+      for (int64_t j = 0; j < n; ++j) dot += double(dy[j]) * pw[j] * xr[j] * r;
+      const float mean = static_cast<float>(dot / double(n));
+      float* o = dx.ptr<float>() + t * n;
+      for (int64_t j = 0; j < n; ++j) {
+        const float nh = xr[j] * r;
+        gw[j] += dy[j] * nh;
+        const float v = r * (dy[j] * pw[j] - nh * mean);
+        o[j] = accumulate_dx ? o[j] + v : v;
+      }
+    }
+  }
+
+  void Rope(Tensor x, int64_t seq, int64_t heads, int64_t head_dim, float theta, bool inverse) override {
+    const int64_t half = head_dim / 2;
+    std::vector<float> cs(static_cast<size_t>(seq * half)), sn(cs.size());
+    for (int64_t p = 0; p < seq; ++p) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = double(p) * std::pow(double(theta), -2.0 * double(i) / double(head_dim));
+        cs[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
+        sn[static_cast<size_t>(p * half + i)] = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
+      }
+    }
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const int64_t p = t % seq;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x.ptr<float>() + t * x.cols + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float c = cs[static_cast<size_t>(p * half + i)], s = sn[static_cast<size_t>(p * half + i)];
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c - b * s;
+          v[i + half] = a * s + b * c;
+        }
+      }
+    }
+  }
+
+  void Attention(Tensor out, Tensor probs, Tensor q, Tensor k, Tensor v, const AttentionShape& s) override {
+    const int64_t group = s.q_heads / s.kv_heads, S = s.seq, hd = s.head_dim;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t h = 0; h < s.q_heads; ++h) {
+        const int64_t kvh = h / group;
+        auto Q = Block(q, b * S, S, h * hd, hd);
+        auto K = Block(k, b * S, S, kvh * hd, hd);
+        auto V = Block(v, b * S, S, kvh * hd, hd);
+        MapM P(probs.ptr<float>() + (b * s.q_heads + h) * S * S, S, S);
+        P.noalias() = s.scale * (Q * K.transpose());
+        for (int64_t i = 0; i < S; ++i) {
+          float* row = P.data() + i * S;
+          float mx = row[0];
+          for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+          double sum = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            row[j] = std::exp(row[j] - mx);
+            sum += row[j];
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+          for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
+        }
+        auto O = Block(out, b * S, S, h * hd, hd);
+        O.noalias() = P * V;
+      }
+    }
+  }
+  void AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor probs,
+                         const AttentionShape& s) override {
+    const int64_t group = s.q_heads / s.kv_heads, S = s.seq, hd = s.head_dim;
+    M(dk).setZero();
+    M(dv).setZero();
+    RowMat dP(S, S);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t h = 0; h < s.q_heads; ++h) {
+        const int64_t kvh = h / group;
+        auto Q = Block(q, b * S, S, h * hd, hd);
+        auto K = Block(k, b * S, S, kvh * hd, hd);
+        auto V = Block(v, b * S, S, kvh * hd, hd);
+        auto dO = Block(dout, b * S, S, h * hd, hd);
+        MapM P(probs.ptr<float>() + (b * s.q_heads + h) * S * S, S, S);
+        Block(dv, b * S, S, kvh * hd, hd).noalias() += P.transpose() * dO;
+        dP.noalias() = dO * V.transpose();
+        for (int64_t i = 0; i < S; ++i) {
+          double dot = 0;
+          for (int64_t j = 0; j <= i; ++j) dot += double(P(i, j)) * dP(i, j);
+          for (int64_t j = 0; j < S; ++j) dP(i, j) = j <= i ? P(i, j) * (dP(i, j) - static_cast<float>(dot)) : 0.0f;
+        }
+        Block(dq, b * S, S, h * hd, hd).noalias() = s.scale * (dP * K);
+        Block(dk, b * S, S, kvh * hd, hd).noalias() += s.scale * (dP.transpose() * Q);
+      }
+    }
+  }
+
+  void SwiGlu(Tensor out, Tensor gate, Tensor up) override {
+    const float *g = gate.ptr<float>(), *u = up.ptr<float>();
+    float* o = out.ptr<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+  void SwiGluBackward(Tensor dgate, Tensor dup, Tensor gate, Tensor up, Tensor dout) override {
+    const float *g = gate.ptr<float>(), *u = up.ptr<float>(), *d = dout.ptr<float>();
+    for (int64_t i = 0; i < dout.numel(); ++i) {
+      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      const float silu = g[i] * sig;
+      dup.ptr<float>()[i] = d[i] * silu;
+      dgate.ptr<float>()[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+    }
+  }
+
+  void CrossEntropyMax(Tensor row_max, Tensor logits) override {
+    for (int64_t t = 0; t < logits.rows; ++t) {
+      const float* l = logits.ptr<float>() + t * logits.cols;
+      row_max.ptr<float>()[t] = *std::max_element(l, l + logits.cols);
+    }
+  }
+  void CrossEntropySums(Tensor sums, Tensor row_max, Tensor logits, Tensor labels, int64_t vocab_begin) override {
+    for (int64_t t = 0; t < logits.rows; ++t) {
+      const float* l = logits.ptr<float>() + t * logits.cols;
+      const float mx = row_max.ptr<float>()[t];
+      double se = 0;
+      for (int64_t j = 0; j < logits.cols; ++j) se += std::exp(double(l[j]) - mx);
+      const int64_t target = labels.ptr<int32_t>()[t] - vocab_begin;
+      sums.ptr<float>()[2 * t] = static_cast<float>(se);
+      sums.ptr<float>()[2 * t + 1] = target >= 0 && target < logits.cols ? l[target] : 0.0f;
+    }
+  }
+  void CrossEntropyFinish(Tensor logits, Tensor loss, Tensor row_max, Tensor sums, Tensor labels,
+                          int64_t vocab_begin, float grad_scale, bool add_loss) override {
+    double total = 0;
+    for (int64_t t = 0; t < logits.rows; ++t) {
+      float* l = logits.ptr<float>() + t * logits.cols;
+      const float mx = row_max.ptr<float>()[t];
+      const float se = sums.ptr<float>()[2 * t], target_logit = sums.ptr<float>()[2 * t + 1];
+      total += std::log(double(se)) + mx - target_logit;
+      const float inv = 1.0f / se;
+      for (int64_t j = 0; j < logits.cols; ++j) l[j] = grad_scale * std::exp(l[j] - mx) * inv;
+      const int64_t target = labels.ptr<int32_t>()[t] - vocab_begin;
+      if (target >= 0 && target < logits.cols) l[target] -= grad_scale;
+    }
+    if (add_loss) loss.ptr<float>()[0] += static_cast<float>(total);
+  }
+
+  void InitParam(Tensor t, uint64_t seed, uint64_t tensor_id, int64_t row_begin, float std_dev) override {
+    CheckF32(t, "InitParam");
+    for (int64_t i = 0; i < t.rows; ++i) {
+      for (int64_t j = 0; j < t.cols; ++j) t.ptr<float>()[i * t.cols + j] = InitValue(seed, tensor_id, row_begin + i, j, std_dev);
+    }
+  }
+  void Adam(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor weight, const AdamParams& a) override {
+    const float c1 = 1.0f - std::pow(a.beta1, float(a.step)), c2 = 1.0f - std::pow(a.beta2, float(a.step));
+    float *p = param.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
+    const float* g = grad.ptr<float>();
+    for (int64_t i = 0; i < param.numel(); ++i) {
+      pm[i] = a.beta1 * pm[i] + (1.0f - a.beta1) * g[i];
+      pv[i] = a.beta2 * pv[i] + (1.0f - a.beta2) * g[i] * g[i];
+      p[i] -= a.lr * (pm[i] / c1) / (std::sqrt(pv[i] / c2) + a.eps);
+    }
+    if (!weight.empty() && weight.data != param.data) Copy(weight, param);
+  }
+
+  void Synchronize() override {}
+  Mark Record() override {
+    marks_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count());
+    return static_cast<Mark>(marks_.size() - 1);
+  }
+  double Elapsed(Mark from, Mark to) override { return marks_.at(to) - marks_.at(from); }
+  void ClearMarks() override { marks_.clear(); }
+
+ private:
+  std::unordered_map<void*, size_t> sizes_;
+  size_t in_use_ = 0, peak_ = 0;
+  std::chrono::steady_clock::time_point origin_;
+  std::vector<double> marks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace hetsim::executor

@@ -1,0 +1,149 @@
+#include "executor/exec_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace hetsim::executor {
+
+int ExecPlan::RankOfDevice(uint32_t device) const {
+  const auto it = std::lower_bound(devices.begin(), devices.end(), device);
+  return it != devices.end() && *it == device ? static_cast<int>(it - devices.begin()) : -1;
+}
+
+Status CheckExecutableModel(const models::TransformerModel& model) {
+  const auto& m = model.spec();
+  std::vector<std::string> problems;
+  if (m.norm() != proto::Model::NORM_RMSNORM) problems.push_back("norm must be rmsnorm");
+  if (m.mlp() != proto::Model::MLP_SWIGLU) problems.push_back("mlp must be swiglu");
+  if (m.position() != proto::Model::POSITION_ROPE) problems.push_back("position must be rope");
+  if (m.linear_bias()) problems.push_back("linear_bias must be false");
+  if (m.tied_embeddings()) problems.push_back("tied_embeddings must be false");
+  if (m.encoder_only() || m.num_token_types() > 0) problems.push_back("the model must be a decoder (no encoder_only, no token types)");
+  if (model.head_dim() % 2 != 0) problems.push_back("the head dimension must be even for RoPE");
+  if (problems.empty()) return Status::Ok();
+  std::string msg = "model '" + model.name() + "': the executor implements Llama-style decoders only:";
+  for (const auto& p : problems) msg += " " + p + ";";
+  return Status::Invalid(msg);
+}
+
+Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContext& ctx, const std::string& file) {
+  HETSIM_RETURN_IF_ERROR(CheckExecutableModel(ctx.model));
+  ExecPlan ep;
+  ep.schedule = models::EffectiveSchedule(plan);
+  if (ep.schedule != proto::Plan::SCHEDULE_1F1B && ep.schedule != proto::Plan::SCHEDULE_GPIPE) {
+    return Status::Invalid(file + ": schedule: the executor runs 1f1b and gpipe; interleaved_1f1b is not supported");
+  }
+  ep.global_batch = ctx.training.global_batch_size();
+  ep.seq_len = ctx.training.seq_len();
+  const auto recompute = models::EffectiveRecompute(plan, ctx.training);
+  ep.full_recompute = recompute == proto::RECOMPUTE_FULL;
+  if (recompute == proto::RECOMPUTE_SELECTIVE) {
+    ep.warnings.push_back("recompute: selective recomputation is run as none (every activation is kept)");
+  }
+  if (plan.zero_stage() > 0) {
+    ep.warnings.push_back("zero_stage: " + std::to_string(plan.zero_stage()) +
+                          " is run as ZeRO-0 (gradients all-reduced, optimizer states replicated)");
+  }
+  if (plan.sequence_parallel()) {
+    ep.warnings.push_back("sequence_parallel: run as plain tensor parallelism (all-reduces instead of "
+                          "reduce-scatter/all-gather pairs; the same bytes)");
+  }
+
+  // Rank <-> device.
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) ep.devices.insert(ep.devices.end(), st.devices().begin(), st.devices().end());
+  }
+  std::sort(ep.devices.begin(), ep.devices.end());
+  ep.roles.resize(ep.devices.size());
+  auto rank_of = [&](uint32_t device) { return ep.RankOfDevice(device); };
+
+  ep.canonical_holder.assign(ctx.model.num_layers(), {UINT32_MAX, 0, 0});
+  uint64_t first_sequence = 0;
+  std::set<std::pair<int, int>> channels;
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    const auto S = static_cast<uint32_t>(pipe.stages_size());
+    // Per stage: the replicas' sequence ranges within a micro-batch.
+    std::vector<std::vector<SeqRange>> shares(S);
+    for (uint32_t s = 0; s < S; ++s) {
+      const auto& st = pipe.stages(static_cast<int>(s));
+      uint32_t begin = 0;
+      for (uint32_t n : models::MicroBatchSplit(st, pipe.micro_batch_size())) {
+        shares[s].push_back({begin, begin + n});
+        begin += n;
+      }
+    }
+    for (uint32_t s = 0; s < S; ++s) {
+      const auto& st = pipe.stages(static_cast<int>(s));
+      const uint32_t tp = models::TpDegree(st), dp = models::DpDegree(st);
+      for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) {
+        if (ep.canonical_holder[l][0] == UINT32_MAX) ep.canonical_holder[l] = {static_cast<uint32_t>(p), s, 0};
+      }
+      for (uint32_t r = 0; r < dp; ++r) {
+        std::vector<int> group;
+        for (uint32_t k = 0; k < tp; ++k) group.push_back(rank_of(st.devices(static_cast<int>(r * tp + k))));
+        if (tp > 1) ep.tp_groups.push_back(group);
+        for (uint32_t k = 0; k < tp; ++k) {
+          RankRole& role = ep.roles[static_cast<size_t>(group[k])];
+          role.rank = group[k];
+          role.device = st.devices(static_cast<int>(r * tp + k));
+          role.pipeline = static_cast<uint32_t>(p);
+          role.stage = s;
+          role.num_stages = S;
+          role.layer_begin = st.layer_begin();
+          role.layer_end = st.layer_end();
+          role.tp = tp;
+          role.tp_rank = k;
+          role.dp = dp;
+          role.replica = r;
+          role.micro_batch_size = pipe.micro_batch_size();
+          role.num_micro_batches = pipe.num_micro_batches();
+          role.first_sequence = first_sequence;
+          role.share = shares[s][r];
+          role.tp_group = group;
+        }
+      }
+    }
+    // Transfers between stage s (A) and s + 1 (B).
+    for (uint32_t s = 0; s + 1 < S; ++s) {
+      const auto& a = pipe.stages(static_cast<int>(s));
+      const auto& b = pipe.stages(static_cast<int>(s + 1));
+      const uint32_t ta = models::TpDegree(a), tb = models::TpDegree(b);
+      for (uint32_t ra = 0; ra < shares[s].size(); ++ra) {
+        for (uint32_t rb = 0; rb < shares[s + 1].size(); ++rb) {
+          const SeqRange sa = shares[s][ra], sb = shares[s + 1][rb];
+          const uint32_t lo = std::max(sa.begin, sb.begin), hi = std::min(sa.end, sb.end);
+          if (lo >= hi) continue;
+          // Forward: receiver TP rank k of B gets the rows from TP rank k mod ta of A.
+          for (uint32_t k = 0; k < tb; ++k) {
+            const int from = rank_of(a.devices(static_cast<int>(ra * ta + k % ta)));
+            const int to = rank_of(b.devices(static_cast<int>(rb * tb + k)));
+            ep.roles[static_cast<size_t>(from)].send_forward.push_back({to, lo - sa.begin, hi - sa.begin});
+            ep.roles[static_cast<size_t>(to)].recv_forward.push_back({from, lo - sb.begin, hi - sb.begin});
+            channels.insert({from, to});
+          }
+          // Backward: receiver TP rank k of A gets the gradients from TP rank k mod tb of B.
+          for (uint32_t k = 0; k < ta; ++k) {
+            const int from = rank_of(b.devices(static_cast<int>(rb * tb + k % tb)));
+            const int to = rank_of(a.devices(static_cast<int>(ra * ta + k)));
+            ep.roles[static_cast<size_t>(from)].send_backward.push_back({to, lo - sb.begin, hi - sb.begin});
+            ep.roles[static_cast<size_t>(to)].recv_backward.push_back({from, lo - sa.begin, hi - sa.begin});
+            channels.insert({from, to});
+          }
+        }
+      }
+    }
+    first_sequence += uint64_t{pipe.micro_batch_size()} * pipe.num_micro_batches();
+  }
+  ep.channels.assign(channels.begin(), channels.end());
+  for (auto& g : models::DeriveGradSyncGroups(plan, ctx.model)) {
+    SyncGroupRanks sg;
+    for (uint32_t d : g.devices) sg.ranks.push_back(rank_of(d));
+    sg.group = std::move(g);
+    ep.sync_groups.push_back(std::move(sg));
+  }
+  return ep;
+}
+
+}  // namespace hetsim::executor

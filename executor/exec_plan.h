@@ -1,0 +1,102 @@
+// The physical side of a Plan: what every MPI rank of `hetsim-exec` does and with whom it talks.
+//
+// Ranks map to the plan's devices in ascending device order (rank r runs the r-th smallest device the
+// plan uses), so `mpirun -np N` must start exactly as many ranks as the plan has devices. From the plan
+// this derives, without any MPI or CUDA: each rank's pipeline, stage, intra-stage DP replica and TP rank;
+// its share of every micro-batch (the stage's micro_batch_split, sequences taken in order); the TP
+// groups; the pipeline transfers between neighbouring stages, including stages with different DP or TP
+// degrees (each receiving TP rank k gets the overlapping sequences from TP rank k mod t of every sending
+// replica that holds them); and the layer-wise gradient-sync groups (models/plan.h DeriveGradSyncGroups)
+// as world ranks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/plan.h"
+#include "models/proto/plan.pb.h"
+
+namespace hetsim::executor {
+
+// A half-open range of sequences inside a micro-batch.
+struct SeqRange {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  uint32_t size() const { return end - begin; }
+};
+
+// One pipeline message per micro-batch with world rank `peer`: the sequences [begin, end) of this rank's
+// share of the micro-batch (rows begin·seq_len .. end·seq_len of its boundary tensor).
+struct Transfer {
+  int peer = 0;
+  uint32_t begin = 0;
+  uint32_t end = 0;
+};
+
+struct RankRole {
+  int rank = 0;
+  uint32_t device = 0;
+  uint32_t pipeline = 0;
+  uint32_t stage = 0;
+  uint32_t num_stages = 1;
+  uint32_t layer_begin = 0;  // plan layers: 0 embedding, 1..L blocks, L+1 head
+  uint32_t layer_end = 0;
+  uint32_t tp = 1;
+  uint32_t tp_rank = 0;
+  uint32_t dp = 1;
+  uint32_t replica = 0;
+  uint32_t micro_batch_size = 1;   // of the pipeline
+  uint32_t num_micro_batches = 1;  // of the pipeline
+  uint64_t first_sequence = 0;     // index in the global batch of the pipeline's first sequence
+  SeqRange share;                  // this replica's sequences of every micro-batch
+  std::vector<int> tp_group;       // world ranks of this rank's TP group, by TP rank
+  std::vector<Transfer> recv_forward, send_forward, recv_backward, send_backward;
+
+  bool first_stage() const { return stage == 0; }
+  bool last_stage() const { return stage + 1 == num_stages; }
+  // Global-batch index of the first sequence this rank processes in micro-batch `mb`.
+  uint64_t FirstSequence(uint32_t mb) const {
+    return first_sequence + uint64_t{mb} * micro_batch_size + share.begin;
+  }
+};
+
+struct SyncGroupRanks {
+  models::GradSyncGroup group;
+  std::vector<int> ranks;  // world ranks, in the group's device order
+};
+
+struct ExecPlan {
+  std::vector<uint32_t> devices;  // world rank -> device
+  std::vector<RankRole> roles;    // by world rank
+  std::vector<std::vector<int>> tp_groups;           // every TP group of more than one rank, plan order
+  std::vector<SyncGroupRanks> sync_groups;           // plan order (DeriveGradSyncGroups)
+  std::vector<std::pair<int, int>> channels;         // directed (sender, receiver) pipeline pairs, sorted
+  // Per layer: (pipeline, stage, replica) of its first holder, whose copy is the canonical one.
+  std::vector<std::array<uint32_t, 3>> canonical_holder;
+  uint32_t global_batch = 0;
+  uint32_t seq_len = 0;
+  proto::Plan::Schedule schedule = proto::Plan::SCHEDULE_1F1B;
+  bool full_recompute = false;
+  // Plan features the executor runs in a simpler form (each says how); printed by rank 0.
+  std::vector<std::string> warnings;
+
+  int world_size() const { return static_cast<int>(devices.size()); }
+  // World rank running `device`, or −1.
+  int RankOfDevice(uint32_t device) const;
+};
+
+// Checks that the model is one the executor implements (Llama style: RMSNorm, SwiGLU, RoPE, no biases,
+// untied embeddings, decoder only).
+Status CheckExecutableModel(const models::TransformerModel& model);
+
+// Derives the ExecPlan. `plan` must pass models::ValidatePlanStructure. Errors (unsupported schedule or
+// model) name `file`.
+Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContext& ctx, const std::string& file);
+
+// MPI tag of the pipeline message of micro-batch `mb` (forward activations or backward gradients).
+inline int PipelineTag(uint32_t mb, bool backward) { return static_cast<int>(mb * 2 + (backward ? 1 : 0)); }
+
+}  // namespace hetsim::executor

@@ -1,0 +1,61 @@
+// Gradient synchronisation after the last backward pass of an iteration, for any plan: plain DP,
+// intra-stage DP, replicas in pipelines with different layer splits (AutoHet II-C: the groups are cut
+// at every stage boundary of every pipeline) and with different TP degrees (HexiScale §3.2: a layer is
+// cut into lcm(TP degrees) chunks, chunk c is all-reduced among the ranks that own it).
+//
+// Three steps, each a sequence of collectives every member issues in the same global order:
+//  1. In each TP group, key/value heads shared by several TP ranks (TP > kv heads) sum their partial
+//     gradients.
+//  2. For each gradient-sync group of this rank (models::DeriveGradSyncGroups, in plan order): the chunk's
+//     rows of every parameter of the group's layers are packed into one buffer and all-reduced (sum).
+//  3. In each TP group, tensors a rank holds beyond its own shard (replicated norms, shared key/value
+//     heads) are completed from the owners' synchronised chunks.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "executor/backend.h"
+#include "executor/exec_plan.h"
+#include "executor/stage_model.h"
+#include "executor/trace.h"
+
+namespace hetsim::executor {
+
+class GradSync {
+ public:
+  // `group_comms` maps a sync group's rank list to its communicator (this rank's groups only);
+  // `tp_comm` is null when tp == 1.
+  GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel* model, Comm* tp_comm,
+           std::map<std::vector<int>, Comm*> group_comms, SliceRecorder* recorder);
+  void Run();
+  // Number of sync groups this rank belongs to.
+  size_t num_groups() const { return groups_.size(); }
+
+ private:
+  struct Piece {
+    size_t param;      // index into the model's params
+    RowRange rows;     // local rows of the parameter
+    int64_t offset;    // element offset in the packed buffer
+  };
+  struct Group {
+    Comm* comm;
+    std::vector<Piece> pieces;
+    int64_t numel = 0;
+  };
+  // All-reduces over the TP group a buffer holding the listed parameters' gradients in their global
+  // layout: each rank contributes its held rows (or only its owned shard) and reads back its held rows.
+  void TpGlobalExchange(const std::vector<size_t>& params, bool owned_only);
+
+  Backend* be_;
+  const ExecPlan& plan_;
+  const RankRole& role_;
+  StageModel* model_;
+  Comm* tp_comm_;
+  SliceRecorder* recorder_;
+  std::vector<Group> groups_;
+  std::vector<size_t> partial_params_;   // step 1
+  std::vector<size_t> complete_params_;  // step 3
+};
+
+}  // namespace hetsim::executor

@@ -1,0 +1,126 @@
+#include "executor/mpi_comm.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "executor/mpi_util.h"
+
+namespace hetsim::executor {
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "?";
+  return buf;
+}
+
+int WorldRank() {
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+void FatalError(const char* file, int line, const std::string& what, const std::string& detail) {
+  std::fprintf(stderr, "hetsim-exec: host %s rank %d: %s:%d: %s failed: %s\n", HostName().c_str(), WorldRank(),
+               file, line, what.c_str(), detail.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
+  std::abort();
+}
+
+std::string MpiErrorString(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+namespace {
+
+MPI_Datatype MpiType(const Tensor& t) {
+  HETSIM_CHECK(t.dtype == DType::kF32, "MPI communication carries f32 tensors only");
+  return MPI_FLOAT;
+}
+
+class MpiComm final : public Comm {
+ public:
+  explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+    HETSIM_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    HETSIM_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  }
+  ~MpiComm() override { MPI_Comm_free(&comm_); }
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  void AllReduce(Tensor t, ReduceOp op) override {
+    HETSIM_CHECK(t.numel() <= INT32_MAX, "MPI all-reduce of more than 2^31 elements");
+    HETSIM_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, static_cast<int>(t.numel()), MpiType(t),
+                                   op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_));
+  }
+
+ private:
+  MPI_Comm comm_;
+  int size_ = 0, rank_ = 0;
+};
+
+class MpiPeerToPeer final : public PeerToPeer {
+ public:
+  MpiPeerToPeer() { HETSIM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_)); }
+  ~MpiPeerToPeer() override {
+    WaitSends();
+    MPI_Comm_free(&comm_);
+  }
+  void Send(int peer, Tensor t, int tag) override {
+    MPI_Request req;
+    HETSIM_MPI_CHECK(MPI_Isend(t.data, static_cast<int>(t.numel()), MpiType(t), peer, tag, comm_, &req));
+    pending_.push_back(req);
+  }
+  void WaitForMessage(int peer, int tag) override {
+    HETSIM_MPI_CHECK(MPI_Probe(peer, tag, comm_, MPI_STATUS_IGNORE));
+  }
+  void Recv(int peer, Tensor t, int tag) override {
+    MPI_Status status;
+    HETSIM_MPI_CHECK(MPI_Recv(t.data, static_cast<int>(t.numel()), MpiType(t), peer, tag, comm_, &status));
+    int count = 0;
+    HETSIM_MPI_CHECK(MPI_Get_count(&status, MpiType(t), &count));
+    HETSIM_CHECK(count == t.numel(), "pipeline message from rank " + std::to_string(peer) + " has " +
+                                         std::to_string(count) + " elements, expected " + std::to_string(t.numel()));
+  }
+  void WaitSends() override {
+    if (pending_.empty()) return;
+    HETSIM_MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+    pending_.clear();
+  }
+
+ private:
+  MPI_Comm comm_;
+  std::vector<MPI_Request> pending_;
+};
+
+class MpiCommFactory final : public CommFactory {
+ public:
+  std::unique_ptr<Comm> CreateGroup(const std::vector<int>& ranks, int index) override {
+    MPI_Group world, group;
+    HETSIM_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    HETSIM_MPI_CHECK(MPI_Group_incl(world, static_cast<int>(ranks.size()), ranks.data(), &group));
+    MPI_Comm comm;
+    HETSIM_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, group, index, &comm));
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    return std::make_unique<MpiComm>(comm);
+  }
+  std::unique_ptr<PeerToPeer> CreatePeerToPeer(const std::vector<std::pair<int, int>>&) override {
+    return std::make_unique<MpiPeerToPeer>();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CommFactory> MakeMpiCommFactory() { return std::make_unique<MpiCommFactory>(); }
+
+}  // namespace hetsim::executor

@@ -1,0 +1,150 @@
+#include "executor/options.h"
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <sstream>
+
+#include "models/plan.h"
+#include "models/spec_io.h"
+#include "models/suggest.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+
+namespace hetsim::executor {
+namespace po = boost::program_options;
+namespace {
+
+template <typename Enum>
+Status ParseEnumFlag(const std::string& flag, const std::string& value, const google::protobuf::EnumDescriptor* d,
+                     Enum* out) {
+  for (int i = 1; i < d->value_count(); ++i) {
+    if (models::EnumValueYamlName(d->value(i)) == value) {
+      *out = static_cast<Enum>(d->value(i)->number());
+      return Status::Ok();
+    }
+  }
+  const auto names = models::EnumYamlNames(d);
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return Status::Invalid("--" + flag + ": unknown value '" + value + "' (expected one of: " + list + ")" +
+                         DidYouMean(value, names));
+}
+
+// A reference inside a plan (`cluster: ../c.yaml`) is resolved relative to the plan file.
+std::string RelativeTo(const std::string& ref, const std::string& plan_file) {
+  if (ref.empty() || std::filesystem::exists(ref)) return ref;
+  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;  // a bundled name
+  const auto candidate = std::filesystem::path(plan_file).parent_path() / ref;
+  return std::filesystem::exists(candidate) ? candidate.string() : ref;
+}
+
+}  // namespace
+
+Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::string* help) {
+  ExecOptions o;
+  po::options_description desc(
+      "usage: mpirun -np R hetsim-exec --plan P [--cluster C] [--model M] [--training T] --backend cpu|cuda\n\n"
+      "Runs a plan for real, one MPI rank per device of the plan, and reports like the simulator.\n\nflags");
+  uint64_t seed = o.seed;
+  desc.add_options()
+      ("help,h", "print this help")
+      ("plan,p", po::value<std::string>(&o.plan), "plan file (or bundled plan name)")
+      ("cluster,c", po::value<std::string>(&o.cluster), "cluster (bundled name or file; default: the plan's)")
+      ("model,m", po::value<std::string>(&o.model), "model (bundled name or file; default: the plan's)")
+      ("training,t", po::value<std::string>(&o.training), "training spec file (default: the plan's, else the model's)")
+      ("backend,b", po::value<std::string>(&o.backend)->default_value("cpu"), "cpu (Eigen + MPI, fp32) | cuda (cuBLAS + NCCL)")
+      ("iterations,n", po::value<uint32_t>(&o.iterations)->default_value(3), "timed training steps")
+      ("warmup,w", po::value<uint32_t>(&o.warmup)->default_value(1), "untimed training steps before them")
+      ("seed", po::value<uint64_t>(&seed)->default_value(1234), "seed of the weights and the synthetic data")
+      ("lr", po::value<double>(&o.lr)->default_value(1e-3), "Adam learning rate")
+      ("rope-theta", po::value<double>(&o.rope_theta)->default_value(10000.0), "RoPE base")
+      ("report-out", po::value<std::string>(&o.report_out), "write the IterationReport (JSON) here")
+      ("timeline-out", po::value<std::string>(&o.timeline_out), "write the Chrome-trace timeline (JSON) here")
+      ("loss-out", po::value<std::string>(&o.loss_out), "write step,loss,iteration_s (CSV) here")
+      ("dump-gradients", po::value<std::string>(&o.dump_gradients), "write the first step's gradients here")
+      ("compare-gradients", po::value<std::string>(&o.compare_gradients),
+       "compare the first step's gradients with this dump; exit 1 when they differ by more than --rtol")
+      ("rtol", po::value<double>(&o.rtol)->default_value(1e-4), "tolerance of --compare-gradients (per tensor, "
+       "‖g − g_ref‖₂ / ‖g_ref‖₂)")
+      ("profile-out", po::value<std::string>(&o.profile_out),
+       "time every layer of rank 0 and merge the per-layer costs into this profile YAML (models/proto/profile.proto)")
+      ("profile-model", po::value<std::string>(&o.profile_model),
+       "model name written into the profile (default: the model's; e.g. llama2-7b for a stack of its layers)")
+      ("global-batch", po::value<uint32_t>(), "global batch in sequences (overrides the training spec)")
+      ("seq-len", po::value<uint32_t>(), "sequence length (overrides the training spec)")
+      ("dtype", po::value<std::string>(&o.dtype), "bf16 | fp32 (overrides the training spec)")
+      ("recompute", po::value<std::string>(&o.recompute), "none | selective | full (overrides the training spec)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::ostringstream ss;
+      ss << desc << "\n";
+      *help = ss.str();
+      return ExecOptions{};
+    }
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    std::vector<std::string> flags;
+    for (const auto& opt : desc.options()) flags.push_back("--" + opt->long_name());
+    return Status::Invalid("hetsim-exec: unknown flag '" + e.get_option_name() + "'" +
+                           DidYouMean(e.get_option_name(), flags) + " (`hetsim-exec --help` lists the flags)");
+  } catch (const po::error& e) {
+    return Status::Invalid(std::string("hetsim-exec: ") + e.what() + " (`hetsim-exec --help` lists the flags)");
+  }
+  o.seed = seed;
+  if (vm.count("global-batch")) o.global_batch = vm["global-batch"].as<uint32_t>();
+  if (vm.count("seq-len")) o.seq_len = vm["seq-len"].as<uint32_t>();
+  if (o.plan.empty()) return Status::Invalid("hetsim-exec: --plan is required (`hetsim-exec --help` lists the flags)");
+  if (o.backend != "cpu" && o.backend != "cuda") {
+    return Status::Invalid("hetsim-exec: --backend: unknown backend '" + o.backend + "' (expected cpu or cuda)" +
+                           DidYouMean(o.backend, {"cpu", "cuda"}));
+  }
+  if (o.iterations + o.warmup == 0) return Status::Invalid("hetsim-exec: --iterations and --warmup are both 0");
+  if (!(o.rtol > 0)) return Status::Invalid("hetsim-exec: --rtol must be positive");
+  return o;
+}
+
+Result<LoadedSpecs> LoadSpecs(const ExecOptions& o) {
+  HETSIM_ASSIGN_OR_RETURN(proto::Plan plan, models::LoadPlan(o.plan));
+  HETSIM_ASSIGN_OR_RETURN(models::SpecText plan_text, models::ReadSpec(models::SpecKind::kPlan, o.plan));
+  const std::string cref = !o.cluster.empty() ? o.cluster : RelativeTo(plan.cluster(), plan_text.file);
+  const std::string mref = !o.model.empty() ? o.model : RelativeTo(plan.model(), plan_text.file);
+  if (cref.empty() || mref.empty()) {
+    const std::string what = cref.empty() ? "cluster" : "model";
+    return Status::Invalid(plan_text.file + ": " + what + ": the plan names no " + what + "; add the key to the plan or pass --" +
+                           what);
+  }
+  HETSIM_ASSIGN_OR_RETURN(models::Cluster cluster, models::LoadCluster(cref));
+  HETSIM_ASSIGN_OR_RETURN(models::TransformerModel model, models::LoadModel(mref));
+  proto::Training t;
+  std::string tfile = "training flags";
+  if (!o.training.empty()) {
+    HETSIM_ASSIGN_OR_RETURN(t, models::LoadTraining(o.training));
+    tfile = o.training;
+  } else if (plan.has_training()) {
+    t = plan.training();
+    tfile = plan_text.file + ": training";
+  }
+  if (o.global_batch) t.set_global_batch_size(*o.global_batch);
+  if (o.seq_len) t.set_seq_len(*o.seq_len);
+  if (!o.dtype.empty()) {
+    proto::DType d{};
+    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("dtype", o.dtype, proto::DType_descriptor(), &d));
+    t.set_dtype(d);
+  }
+  if (!o.recompute.empty()) {
+    proto::Recompute r{};
+    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("recompute", o.recompute, proto::Recompute_descriptor(), &r));
+    t.set_recompute(r);
+  }
+  HETSIM_ASSIGN_OR_RETURN(proto::Training training, models::ResolveTraining(std::move(t), model, tfile));
+  models::PlanContext ctx{cluster, model, training};
+  HETSIM_RETURN_IF_ERROR(models::ValidatePlan(plan, ctx, plan_text.file));
+  std::string name = plan.name();
+  if (name.empty()) name = std::filesystem::path(plan_text.file).stem().string();
+  return LoadedSpecs{std::move(cluster), std::move(model), std::move(training), std::move(plan), plan_text.file,
+                     std::move(name)};
+}
+
+}  // namespace hetsim::executor

@@ -1,0 +1,320 @@
+#include "executor/stage_model.h"
+
+#include <cmath>
+
+namespace hetsim::executor {
+
+StageModel::StageModel(Backend* backend, const models::TransformerModel& model, uint32_t layer_begin,
+                       uint32_t layer_end, uint32_t tp, uint32_t tp_rank, Comm* tp_comm, const ModelOptions& options,
+                       SliceRecorder* recorder)
+    : be_(backend),
+      model_(model),
+      layer_begin_(layer_begin),
+      layer_end_(layer_end),
+      tp_(tp),
+      tp_rank_(tp_rank),
+      tp_comm_(tp_comm),
+      options_(options),
+      recorder_(recorder) {
+  HETSIM_CHECK(layer_begin < layer_end && layer_end <= model.num_layers(), "StageModel: bad layer range");
+  HETSIM_CHECK(tp == 1 || (tp_comm != nullptr && tp_comm->size() == static_cast<int>(tp)),
+               "StageModel: a TP degree above 1 needs a TP communicator of that size");
+  heads_ = AttentionHeads(model, tp, tp_rank);
+  ffn_local_ = SplitRows(model.spec().ffn_hidden_size(), tp_rank, tp).size();
+  vocab_begin_ = SplitRows(model.spec().vocab_size(), tp_rank, tp).begin;
+  for (uint32_t l = layer_begin; l < layer_end; ++l) {
+    layer_first_param_.push_back(params_.size());
+    for (const ParamSpec& spec : LayerParams(model, l, tp, tp_rank)) {
+      Param p;
+      p.spec = spec;
+      p.master = New(spec.held.size(), spec.cols, DType::kF32);
+      be_->InitParam(p.master.t(), options.seed, spec.tensor_id(), spec.held.begin, spec.init_std);
+      if (be_->separate_weight_copy()) {
+        p.weight = NewAct(spec.held.size(), spec.cols);
+        be_->Copy(p.weight.t(), p.master.t());
+      }
+      p.grad = New(spec.held.size(), spec.cols, DType::kF32);
+      p.adam_m = New(spec.held.size(), spec.cols, DType::kF32);
+      p.adam_v = New(spec.held.size(), spec.cols, DType::kF32);
+      be_->Fill(p.grad.t(), 0);
+      be_->Fill(p.adam_m.t(), 0);
+      be_->Fill(p.adam_v.t(), 0);
+      params_.push_back(std::move(p));
+    }
+  }
+  loss_ = New(1, 1, DType::kF32);
+  be_->Fill(loss_.t(), 0);
+}
+
+Param& StageModel::P(uint32_t layer, ParamKind kind) {
+  const size_t first = layer_first_param_.at(layer - layer_begin_);
+  for (size_t i = first; i < params_.size() && params_[i].spec.layer == layer; ++i) {
+    if (params_[i].spec.kind == kind) return params_[i];
+  }
+  HETSIM_CHECK(false, "StageModel: layer " + std::to_string(layer) + " has no " + ParamKindName(kind));
+  return params_.front();
+}
+
+void StageModel::TpAllReduce(Tensor t, ReduceOp op, int32_t mb) {
+  if (tp_ == 1) return;
+  SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
+  tp_comm_->AllReduce(t, op);
+}
+
+void StageModel::ZeroLoss() { be_->Fill(loss_.t(), 0); }
+
+void StageModel::ZeroGrads() {
+  for (auto& p : params_) be_->Fill(p.grad.t(), 0);
+}
+
+void StageModel::OptimizerStep(const AdamParams& adam) {
+  for (uint32_t l = layer_begin_; l < layer_end_; ++l) {
+    SliceRecorder::Scope scope(layer_recorder_, Category::kOptimizer, -1, static_cast<int32_t>(l));
+    for (size_t i = layer_first_param_[l - layer_begin_]; i < params_.size() && params_[i].spec.layer == l; ++i) {
+      Param& p = params_[i];
+      be_->Adam(p.master.t(), p.grad.t(), p.adam_m.t(), p.adam_v.t(), p.weight.empty() ? Tensor{} : p.weight.t(),
+                adam);
+    }
+  }
+}
+
+Buffer StageModel::Forward(uint32_t mb, int64_t batch, int64_t seq, Buffer input, Buffer labels, float grad_scale,
+                           bool recompute) {
+  MicroBatch& st = micro_batches_[mb];
+  st = MicroBatch{};
+  st.batch = batch;
+  st.seq = seq;
+  st.grad_scale = grad_scale;
+  st.labels = std::move(labels);
+  if (!recompute) {
+    st.saved = true;
+    return RunForward(mb, st, std::move(input), true, true);
+  }
+  st.input = std::move(input);
+  Buffer copy(be_, st.input.t().rows, st.input.t().cols, st.input.t().dtype);
+  be_->Copy(copy.t(), st.input.t());
+  return RunForward(mb, st, std::move(copy), false, true);
+}
+
+Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool save, bool add_loss) {
+  const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
+  const auto imb = static_cast<int32_t>(mb);
+  st.blocks.clear();
+  st.blocks.resize(layer_end_ - layer_begin_);
+  Buffer x;
+  if (layer_recorder_ != nullptr) activation_bytes_.resize(layer_end_ - layer_begin_, 0.0);
+  for (uint32_t l = layer_begin_; l < layer_end_; ++l) {
+    // A recomputation (add_loss false) is part of the backward pass.
+    SliceRecorder::Scope layer_scope(layer_recorder_, add_loss ? Category::kForward : Category::kBackward, imb,
+                                     static_cast<int32_t>(l));
+    const double bytes_before = static_cast<double>(be_->bytes_in_use());
+    auto kept = [&]() {
+      if (layer_recorder_ != nullptr && save) {
+        activation_bytes_[l - layer_begin_] = static_cast<double>(be_->bytes_in_use()) - bytes_before;
+      }
+    };
+    switch (model_.kind(l)) {
+      case models::LayerKind::kEmbedding: {
+        x = NewAct(T, h);
+        be_->Embedding(x.t(), input.t(), P(l, ParamKind::kEmbedding).w(), vocab_begin_);
+        TpAllReduce(x.t(), ReduceOp::kSum, imb);
+        if (save) st.tokens = std::move(input);
+        kept();
+        break;
+      }
+      case models::LayerKind::kTransformer: {
+        BlockSaved tmp;
+        BlockSaved& s = save ? st.blocks[l - layer_begin_] : tmp;
+        x = BlockForward(l, mb, st, s, l == layer_begin_ ? std::move(input) : std::move(x));
+        kept();
+        break;
+      }
+      case models::LayerKind::kHead: {
+        HeadSaved tmp;
+        HeadSaved& s = save ? st.head : tmp;
+        HeadForward(mb, st, s, l == layer_begin_ ? std::move(input) : std::move(x), add_loss);
+        kept();
+        return Buffer();
+      }
+    }
+  }
+  return x;
+}
+
+Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer x) {
+  const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size(), hd = model_.head_dim();
+  const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd, f = ffn_local_;
+  const auto imb = static_cast<int32_t>(mb);
+  s.x = std::move(x);
+  // Attention.
+  s.inv1 = New(T, 1, DType::kF32);
+  s.n1 = NewAct(T, h);
+  be_->RmsNorm(s.n1.t(), s.inv1.t(), s.x.t(), P(layer, ParamKind::kAttnNorm).w(), options_.norm_eps);
+  s.q = NewAct(T, qd);
+  s.k = NewAct(T, kvd);
+  s.v = NewAct(T, kvd);
+  be_->Gemm(s.q.t(), s.n1.t(), false, P(layer, ParamKind::kWq).w(), true, 1, 0);
+  be_->Gemm(s.k.t(), s.n1.t(), false, P(layer, ParamKind::kWk).w(), true, 1, 0);
+  be_->Gemm(s.v.t(), s.n1.t(), false, P(layer, ParamKind::kWv).w(), true, 1, 0);
+  be_->Rope(s.q.t(), st.seq, heads_.q_heads, hd, options_.rope_theta, false);
+  be_->Rope(s.k.t(), st.seq, heads_.kv_heads, hd, options_.rope_theta, false);
+  const AttentionShape shape{st.batch, st.seq, heads_.q_heads, heads_.kv_heads, hd,
+                             1.0f / std::sqrt(static_cast<float>(hd))};
+  s.probs = NewAct(shape.probs_numel(), 1);
+  s.attn = NewAct(T, qd);
+  be_->Attention(s.attn.t(), s.probs.t(), s.q.t(), s.k.t(), s.v.t(), shape);
+  Buffer o = NewAct(T, h);
+  be_->Gemm(o.t(), s.attn.t(), false, P(layer, ParamKind::kWoT).w(), false, 1, 0);
+  TpAllReduce(o.t(), ReduceOp::kSum, imb);
+  be_->Add(o.t(), s.x.t());
+  s.x2 = std::move(o);
+  // MLP.
+  s.inv2 = New(T, 1, DType::kF32);
+  s.n2 = NewAct(T, h);
+  be_->RmsNorm(s.n2.t(), s.inv2.t(), s.x2.t(), P(layer, ParamKind::kMlpNorm).w(), options_.norm_eps);
+  s.gate = NewAct(T, f);
+  s.up = NewAct(T, f);
+  be_->Gemm(s.gate.t(), s.n2.t(), false, P(layer, ParamKind::kWgate).w(), true, 1, 0);
+  be_->Gemm(s.up.t(), s.n2.t(), false, P(layer, ParamKind::kWup).w(), true, 1, 0);
+  s.act = NewAct(T, f);
+  be_->SwiGlu(s.act.t(), s.gate.t(), s.up.t());
+  Buffer y = NewAct(T, h);
+  be_->Gemm(y.t(), s.act.t(), false, P(layer, ParamKind::kWdownT).w(), false, 1, 0);
+  TpAllReduce(y.t(), ReduceOp::kSum, imb);
+  be_->Add(y.t(), s.x2.t());
+  return y;
+}
+
+void StageModel::HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x, bool add_loss) {
+  const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
+  const auto imb = static_cast<int32_t>(mb);
+  const uint32_t layer = model_.num_layers() - 1;
+  Param& head = P(layer, ParamKind::kHead);
+  s.x = std::move(x);
+  s.inv = New(T, 1, DType::kF32);
+  s.n = NewAct(T, h);
+  be_->RmsNorm(s.n.t(), s.inv.t(), s.x.t(), P(layer, ParamKind::kFinalNorm).w(), options_.norm_eps);
+  Buffer logits = NewAct(T, head.spec.held.size());
+  be_->Gemm(logits.t(), s.n.t(), false, head.w(), true, 1, 0);
+  Buffer row_max = New(T, 1, DType::kF32), sums = New(T, 2, DType::kF32);
+  be_->CrossEntropyMax(row_max.t(), logits.t());
+  TpAllReduce(row_max.t(), ReduceOp::kMax, imb);
+  be_->CrossEntropySums(sums.t(), row_max.t(), logits.t(), st.labels.t(), vocab_begin_);
+  TpAllReduce(sums.t(), ReduceOp::kSum, imb);
+  be_->CrossEntropyFinish(logits.t(), loss_.t(), row_max.t(), sums.t(), st.labels.t(), vocab_begin_, st.grad_scale,
+                          add_loss);
+  s.dlogits = std::move(logits);
+}
+
+Buffer StageModel::Backward(uint32_t mb, Buffer dout) {
+  auto it = micro_batches_.find(mb);
+  HETSIM_CHECK(it != micro_batches_.end(), "StageModel::Backward before Forward of micro-batch " + std::to_string(mb));
+  MicroBatch& st = it->second;
+  if (!st.saved) {
+    // Full recomputation: run the forward pass again, keeping everything (the loss was counted already).
+    Buffer copy(be_, st.input.t().rows, st.input.t().cols, st.input.t().dtype);
+    be_->Copy(copy.t(), st.input.t());
+    (void)RunForward(mb, st, std::move(copy), true, false);
+  }
+  Buffer d = std::move(dout);
+  for (uint32_t l = layer_end_; l-- > layer_begin_;) {
+    SliceRecorder::Scope layer_scope(layer_recorder_, Category::kBackward, static_cast<int32_t>(mb),
+                                     static_cast<int32_t>(l));
+    switch (model_.kind(l)) {
+      case models::LayerKind::kHead:
+        d = HeadBackward(mb, st.head);
+        break;
+      case models::LayerKind::kTransformer:
+        d = BlockBackward(l, mb, st, st.blocks[l - layer_begin_], std::move(d));
+        break;
+      case models::LayerKind::kEmbedding:
+        be_->EmbeddingBackward(P(l, ParamKind::kEmbedding).grad.t(), st.tokens.t(), d.t(), vocab_begin_);
+        d.Reset();
+        break;
+    }
+  }
+  micro_batches_.erase(it);
+  return d;
+}
+
+Buffer StageModel::HeadBackward(uint32_t mb, HeadSaved& s) {
+  const uint32_t layer = model_.num_layers() - 1;
+  const int64_t T = s.x.t().rows, h = model_.spec().hidden_size();
+  Param& head = P(layer, ParamKind::kHead);
+  Param& norm = P(layer, ParamKind::kFinalNorm);
+  Buffer dn = NewAct(T, h);
+  be_->Gemm(dn.t(), s.dlogits.t(), false, head.w(), false, 1, 0);
+  be_->Gemm(head.grad.t(), s.dlogits.t(), true, s.n.t(), false, 1, 1);
+  s.dlogits.Reset();
+  TpAllReduce(dn.t(), ReduceOp::kSum, static_cast<int32_t>(mb));
+  Buffer dx = NewAct(T, h);
+  be_->RmsNormBackward(dx.t(), norm.grad.t(), s.x.t(), norm.w(), s.inv.t(), dn.t(), false);
+  s = HeadSaved{};
+  return dx;
+}
+
+Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer dy) {
+  const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size(), hd = model_.head_dim();
+  const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd, f = ffn_local_;
+  const auto imb = static_cast<int32_t>(mb);
+  // MLP: y = x2 + down(silu(gate) ⊙ up).
+  Param& wdown = P(layer, ParamKind::kWdownT);
+  Param& wgate = P(layer, ParamKind::kWgate);
+  Param& wup = P(layer, ParamKind::kWup);
+  Buffer dact = NewAct(T, f);
+  be_->Gemm(dact.t(), dy.t(), false, wdown.w(), true, 1, 0);
+  be_->Gemm(wdown.grad.t(), s.act.t(), true, dy.t(), false, 1, 1);
+  s.act.Reset();
+  Buffer dgate = NewAct(T, f), dup = NewAct(T, f);
+  be_->SwiGluBackward(dgate.t(), dup.t(), s.gate.t(), s.up.t(), dact.t());
+  dact.Reset();
+  s.gate.Reset();
+  s.up.Reset();
+  Buffer dn2 = NewAct(T, h);
+  be_->Gemm(dn2.t(), dgate.t(), false, wgate.w(), false, 1, 0);
+  be_->Gemm(dn2.t(), dup.t(), false, wup.w(), false, 1, 1);
+  be_->Gemm(wgate.grad.t(), dgate.t(), true, s.n2.t(), false, 1, 1);
+  be_->Gemm(wup.grad.t(), dup.t(), true, s.n2.t(), false, 1, 1);
+  dgate.Reset();
+  dup.Reset();
+  TpAllReduce(dn2.t(), ReduceOp::kSum, imb);
+  Param& norm2 = P(layer, ParamKind::kMlpNorm);
+  Buffer dx2 = std::move(dy);  // the residual passes dy through; the norm's gradient is added to it
+  be_->RmsNormBackward(dx2.t(), norm2.grad.t(), s.x2.t(), norm2.w(), s.inv2.t(), dn2.t(), true);
+  dn2.Reset();
+  // Attention: x2 = x + o(attention(rope(q), rope(k), v)).
+  Param& wo = P(layer, ParamKind::kWoT);
+  Buffer dattn = NewAct(T, qd);
+  be_->Gemm(dattn.t(), dx2.t(), false, wo.w(), true, 1, 0);
+  be_->Gemm(wo.grad.t(), s.attn.t(), true, dx2.t(), false, 1, 1);
+  s.attn.Reset();
+  const AttentionShape shape{st.batch, st.seq, heads_.q_heads, heads_.kv_heads, hd,
+                             1.0f / std::sqrt(static_cast<float>(hd))};
+  Buffer dq = NewAct(T, qd), dk = NewAct(T, kvd), dv = NewAct(T, kvd);
+  be_->AttentionBackward(dq.t(), dk.t(), dv.t(), dattn.t(), s.q.t(), s.k.t(), s.v.t(), s.probs.t(), shape);
+  dattn.Reset();
+  s.probs.Reset();
+  be_->Rope(dq.t(), st.seq, heads_.q_heads, hd, options_.rope_theta, true);
+  be_->Rope(dk.t(), st.seq, heads_.kv_heads, hd, options_.rope_theta, true);
+  Param& wq = P(layer, ParamKind::kWq);
+  Param& wk = P(layer, ParamKind::kWk);
+  Param& wv = P(layer, ParamKind::kWv);
+  Buffer dn1 = NewAct(T, h);
+  be_->Gemm(dn1.t(), dq.t(), false, wq.w(), false, 1, 0);
+  be_->Gemm(dn1.t(), dk.t(), false, wk.w(), false, 1, 1);
+  be_->Gemm(dn1.t(), dv.t(), false, wv.w(), false, 1, 1);
+  be_->Gemm(wq.grad.t(), dq.t(), true, s.n1.t(), false, 1, 1);
+  be_->Gemm(wk.grad.t(), dk.t(), true, s.n1.t(), false, 1, 1);
+  be_->Gemm(wv.grad.t(), dv.t(), true, s.n1.t(), false, 1, 1);
+  dq.Reset();
+  dk.Reset();
+  dv.Reset();
+  TpAllReduce(dn1.t(), ReduceOp::kSum, imb);
+  Param& norm1 = P(layer, ParamKind::kAttnNorm);
+  Buffer dx = std::move(dx2);
+  be_->RmsNormBackward(dx.t(), norm1.grad.t(), s.x.t(), norm1.w(), s.inv1.t(), dn1.t(), true);
+  s = BlockSaved{};
+  return dx;
+}
+
+}  // namespace hetsim::executor

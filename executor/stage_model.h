@@ -1,0 +1,127 @@
+// The part of a Llama-style decoder one rank holds: the plan layers [layer_begin, layer_end) of its
+// stage, sharded for its TP rank (executor/sharding.h), with forward and backward passes per
+// micro-batch written against the Backend interface.
+//
+// Layers: 0 = embedding (vocabulary-parallel; partial lookups all-reduced over the TP group), 1..L =
+// blocks (pre-RMSNorm, grouped-query attention with RoPE, SwiGLU MLP; Megatron-LM column/row-parallel
+// projections with one all-reduce after each row-parallel projection in the forward pass and one after
+// each column-parallel input gradient in the backward pass), L+1 = head (final RMSNorm, vocabulary-
+// parallel output projection and cross-entropy: max and sum all-reduces, Megatron-LM §3).
+//
+// The loss is the mean token cross-entropy over the whole global batch, so the head seeds the backward
+// pass with grad_scale = 1 / (global batch · seq_len) whatever the micro-batch and pipeline layout;
+// gradients of every micro-batch, replica and pipeline are then plain sums.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "executor/backend.h"
+#include "executor/sharding.h"
+#include "executor/trace.h"
+#include "models/transformer.h"
+
+namespace hetsim::executor {
+
+struct ModelOptions {
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  uint64_t seed = 1234;
+};
+
+struct Param {
+  ParamSpec spec;
+  Buffer master;  // f32 [held rows, cols]
+  Buffer weight;  // compute copy (act dtype) when the backend keeps one
+  Buffer grad;    // f32, same shape as master
+  Buffer adam_m, adam_v;
+  Tensor w() const { return weight.empty() ? master.t() : weight.t(); }
+};
+
+class StageModel {
+ public:
+  // `tp` may be null when tp == 1; `recorder` may be null (no timing).
+  StageModel(Backend* backend, const models::TransformerModel& model, uint32_t layer_begin, uint32_t layer_end,
+             uint32_t tp, uint32_t tp_rank, Comm* tp_comm, const ModelOptions& options, SliceRecorder* recorder);
+
+  bool holds_embedding() const { return layer_begin_ == 0; }
+  bool holds_head() const { return layer_end_ == model_.num_layers(); }
+  uint32_t layer_begin() const { return layer_begin_; }
+  uint32_t layer_end() const { return layer_end_; }
+  std::vector<Param>& params() { return params_; }
+
+  // Forward pass of micro-batch `mb`: `batch` sequences of `seq` tokens. `input` is the token ids
+  // [T, 1] i32 when the stage holds the embedding, else the hidden states [T, hidden]; `labels` [T, 1]
+  // i32 when it holds the head. Returns the output hidden states (an empty Buffer when the stage holds
+  // the head). Keeps what the backward pass needs, or only the input when `recompute` (full activation
+  // recomputation: the backward pass runs the forward again first).
+  Buffer Forward(uint32_t mb, int64_t batch, int64_t seq, Buffer input, Buffer labels, float grad_scale,
+                 bool recompute);
+  // Backward pass of `mb`; `dout` is the gradient of the output (empty when the stage holds the head).
+  // Accumulates parameter gradients; returns the gradient of the input (empty when the stage holds the
+  // embedding).
+  Buffer Backward(uint32_t mb, Buffer dout);
+
+  // Σ of the token cross-entropies of every forward pass since the last ZeroLoss ([1,1] f32; zero unless
+  // the stage holds the head).
+  Tensor loss() const { return loss_.t(); }
+  void ZeroLoss();
+  void ZeroGrads();
+  // Adam over every parameter (`step` is 1-based).
+  void OptimizerStep(const AdamParams& adam);
+
+  // Per-layer timing (profiles): when set, every layer's forward, backward (with its recomputation) and
+  // optimizer step is recorded as a slice with its layer, and the bytes each layer keeps for the backward
+  // pass are measured.
+  void SetLayerRecorder(SliceRecorder* recorder) { layer_recorder_ = recorder; }
+  // Bytes kept by each layer of the stage (index: layer − layer_begin) in the last forward pass that kept
+  // activations, when a layer recorder is set.
+  const std::vector<double>& activation_bytes() const { return activation_bytes_; }
+
+ private:
+  struct BlockSaved {
+    Buffer x, inv1, n1, q, k, v, probs, attn, x2, inv2, n2, gate, up, act;
+  };
+  struct HeadSaved {
+    Buffer x, inv, n, dlogits;
+  };
+  struct MicroBatch {
+    int64_t batch = 0, seq = 0;
+    float grad_scale = 0;
+    Buffer input;   // kept under full recomputation
+    Buffer tokens;  // the embedding's input
+    Buffer labels;
+    std::vector<BlockSaved> blocks;
+    HeadSaved head;
+    bool saved = false;
+  };
+
+  Param& P(uint32_t layer, ParamKind kind);
+  void TpAllReduce(Tensor t, ReduceOp op, int32_t mb);
+  Buffer New(int64_t rows, int64_t cols, DType dtype) { return Buffer(be_, rows, cols, dtype); }
+  Buffer NewAct(int64_t rows, int64_t cols) { return Buffer(be_, rows, cols, be_->act_dtype()); }
+  Buffer RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool save, bool add_loss);
+  Buffer BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer x);
+  Buffer BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer dy);
+  void HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x, bool add_loss);
+  Buffer HeadBackward(uint32_t mb, HeadSaved& s);
+
+  Backend* be_;
+  const models::TransformerModel& model_;
+  uint32_t layer_begin_, layer_end_, tp_, tp_rank_;
+  Comm* tp_comm_;
+  ModelOptions options_;
+  SliceRecorder* recorder_;
+  SliceRecorder* layer_recorder_ = nullptr;
+  std::vector<double> activation_bytes_;
+  HeadShard heads_;
+  int64_t ffn_local_ = 0;
+  int64_t vocab_begin_ = 0;
+  std::vector<Param> params_;
+  std::vector<size_t> layer_first_param_;  // index of each layer's first parameter
+  std::map<uint32_t, MicroBatch> micro_batches_;
+  Buffer loss_;
+};
+
+}  // namespace hetsim::executor

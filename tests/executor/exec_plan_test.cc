@@ -1,0 +1,178 @@
+// ExecPlan: ranks, shares of micro-batches, pipeline transfers and sync groups, derived by hand for the
+// bundled cpu-4 plans.
+#include "executor/exec_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+
+namespace hetsim::executor {
+namespace {
+
+struct Loaded {
+  models::Cluster cluster;
+  models::TransformerModel model;
+  proto::Training training;
+  proto::Plan plan;
+};
+
+Loaded Load(const std::string& plan_name) {
+  auto plan = models::LoadPlan(plan_name);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  auto cluster = models::LoadCluster(plan->cluster());
+  auto model = models::LoadModel(plan->model());
+  EXPECT_TRUE(cluster.ok() && model.ok());
+  auto training = models::ResolveTraining(plan->training(), *model, "test");
+  EXPECT_TRUE(training.ok()) << training.status().message();
+  return {*cluster, *model, *training, *plan};
+}
+
+Result<ExecPlan> Build(const Loaded& l) {
+  const models::PlanContext ctx{l.cluster, l.model, l.training};
+  EXPECT_TRUE(models::ValidatePlanStructure(l.plan, ctx, "plan").ok());
+  return BuildExecPlan(l.plan, ctx, "plan");
+}
+
+bool SameTransfer(const Transfer& t, int peer, uint32_t begin, uint32_t end) {
+  return t.peer == peer && t.begin == begin && t.end == end;
+}
+
+TEST(ExecPlanTest, PureDataParallelHasOneSyncGroupAndNoTransfers) {
+  const Loaded l = Load("cpu-4-dp4");
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  ASSERT_EQ(ep->world_size(), 4);
+  for (int r = 0; r < 4; ++r) {
+    const RankRole& role = ep->roles[static_cast<size_t>(r)];
+    EXPECT_EQ(role.device, static_cast<uint32_t>(r));
+    EXPECT_EQ(role.pipeline, static_cast<uint32_t>(r));
+    // Pipelines of 2 x 2 sequences: pipeline p starts at sequence 4p.
+    EXPECT_EQ(role.first_sequence, 4u * static_cast<uint32_t>(r));
+    EXPECT_EQ(role.FirstSequence(1), 4u * static_cast<uint32_t>(r) + 2);
+    EXPECT_TRUE(role.send_forward.empty() && role.recv_backward.empty());
+  }
+  // One segment (no stage boundaries) held by 4 replicas with TP 1: one group of all ranks.
+  ASSERT_EQ(ep->sync_groups.size(), 1u);
+  EXPECT_EQ(ep->sync_groups[0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(ep->tp_groups.empty());
+  EXPECT_TRUE(ep->channels.empty());
+}
+
+TEST(ExecPlanTest, AsymmetricPipelinesSyncInChunks) {
+  const Loaded l = Load("cpu-4-hetero");
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  ASSERT_EQ(ep->world_size(), 4);
+  const auto& r0 = ep->roles[0];
+  const auto& r1 = ep->roles[1];
+  const auto& r2 = ep->roles[2];
+  const auto& r3 = ep->roles[3];
+  EXPECT_EQ(r0.tp, 2u);
+  EXPECT_EQ(r1.tp_rank, 1u);
+  EXPECT_EQ(r0.tp_group, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r2.stage, 1u);
+  EXPECT_EQ(r2.layer_begin, 2u);
+  // Pipeline 1 starts after pipeline 0's 5 x 2 sequences.
+  EXPECT_EQ(r3.pipeline, 1u);
+  EXPECT_EQ(r3.first_sequence, 10u);
+  EXPECT_EQ(r3.share.size(), 3u);
+  // Forward: stage 1 (TP 1) receives all 2 sequences from TP rank 0 mod 2 = rank 0.
+  ASSERT_EQ(r0.send_forward.size(), 1u);
+  EXPECT_TRUE(SameTransfer(r0.send_forward[0], 2, 0, 2));
+  EXPECT_TRUE(r1.send_forward.empty());
+  ASSERT_EQ(r2.recv_forward.size(), 1u);
+  EXPECT_TRUE(SameTransfer(r2.recv_forward[0], 0, 0, 2));
+  // Backward: both TP ranks of stage 0 receive the gradients from rank 2.
+  ASSERT_EQ(r2.send_backward.size(), 2u);
+  EXPECT_TRUE(SameTransfer(r2.send_backward[0], 0, 0, 2));
+  EXPECT_TRUE(SameTransfer(r2.send_backward[1], 1, 0, 2));
+  EXPECT_EQ(ep->channels, (std::vector<std::pair<int, int>>{{0, 2}, {2, 0}, {2, 1}}));
+  // Layers 0-1: TP degrees 2 and 1, lcm 2: chunk 0 {0, 3}, chunk 1 {1, 3}. Layers 2-5: {2, 3}.
+  ASSERT_EQ(ep->sync_groups.size(), 3u);
+  EXPECT_EQ(ep->sync_groups[0].ranks, (std::vector<int>{0, 3}));
+  EXPECT_EQ(ep->sync_groups[0].group.num_chunks, 2u);
+  EXPECT_EQ(ep->sync_groups[1].ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(ep->sync_groups[1].group.chunk, 1u);
+  EXPECT_EQ(ep->sync_groups[2].ranks, (std::vector<int>{2, 3}));
+  EXPECT_EQ(ep->sync_groups[2].group.layer_begin, 2u);
+  EXPECT_EQ(ep->sync_groups[2].group.layer_end, 6u);
+  // Canonical copies: pipeline 0's holders.
+  EXPECT_EQ(ep->canonical_holder[1], (std::array<uint32_t, 3>{0, 0, 0}));
+  EXPECT_EQ(ep->canonical_holder[5], (std::array<uint32_t, 3>{0, 1, 0}));
+}
+
+TEST(ExecPlanTest, NonUniformSplitRedistributesBetweenStages) {
+  const Loaded l = Load("cpu-4-dp-split");
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto& r0 = ep->roles[0];
+  const auto& r1 = ep->roles[1];
+  const auto& r2 = ep->roles[2];
+  const auto& r3 = ep->roles[3];
+  EXPECT_EQ(r0.share.begin, 0u);
+  EXPECT_EQ(r0.share.end, 3u);
+  EXPECT_EQ(r1.share.begin, 3u);
+  EXPECT_EQ(r1.share.end, 4u);
+  EXPECT_EQ(r1.FirstSequence(2), 2u * 4 + 3);
+  EXPECT_EQ(r2.share.size(), 4u);
+  // Forward: each TP rank of stage 1 gets sequences 0-2 from replica 0 and 3 from replica 1.
+  ASSERT_EQ(r0.send_forward.size(), 2u);
+  EXPECT_TRUE(SameTransfer(r0.send_forward[0], 2, 0, 3));
+  EXPECT_TRUE(SameTransfer(r0.send_forward[1], 3, 0, 3));
+  ASSERT_EQ(r3.recv_forward.size(), 2u);
+  EXPECT_TRUE(SameTransfer(r3.recv_forward[0], 0, 0, 3));
+  EXPECT_TRUE(SameTransfer(r3.recv_forward[1], 1, 3, 4));
+  // Backward: replica r of stage 0 (TP 1) gets its rows from TP rank 0 mod 2 = rank 2.
+  ASSERT_EQ(r2.send_backward.size(), 2u);
+  EXPECT_TRUE(SameTransfer(r2.send_backward[0], 0, 0, 3));
+  EXPECT_TRUE(SameTransfer(r2.send_backward[1], 1, 3, 4));
+  EXPECT_TRUE(r3.send_backward.empty());
+  ASSERT_EQ(r1.recv_backward.size(), 1u);
+  EXPECT_TRUE(SameTransfer(r1.recv_backward[0], 2, 0, 1));
+  // Only stage 0 has replicas: one group {0, 1} over layers 0-2.
+  ASSERT_EQ(ep->sync_groups.size(), 1u);
+  EXPECT_EQ(ep->sync_groups[0].ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(ep->sync_groups[0].group.layer_end, 3u);
+}
+
+TEST(ExecPlanTest, RanksFollowSortedDevices) {
+  Loaded l = Load("cpu-4-pp2");
+  // Move the pipeline to devices 3 and 1: rank 0 = device 1 (stage 1), rank 1 = device 3 (stage 0).
+  l.plan.mutable_pipelines(0)->mutable_stages(0)->set_devices(0, 3);
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->devices, (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(ep->roles[0].stage, 1u);
+  EXPECT_EQ(ep->roles[1].stage, 0u);
+  EXPECT_EQ(ep->RankOfDevice(3), 1);
+  EXPECT_EQ(ep->RankOfDevice(0), -1);
+}
+
+TEST(ExecPlanTest, RejectsInterleavedScheduleAndNonLlamaModels) {
+  Loaded l = Load("cpu-4-pp2");
+  l.plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+  l.plan.set_virtual_stages(1);
+  const models::PlanContext ctx{l.cluster, l.model, l.training};
+  auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("interleaved_1f1b"), std::string::npos) << ep.status().message();
+  auto gpt = models::LoadModel("gpt3-350m");
+  ASSERT_TRUE(gpt.ok());
+  const Status s = CheckExecutableModel(*gpt);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rmsnorm"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckExecutableModel(l.model).ok());
+}
+
+TEST(ExecPlanTest, WarnsAboutFeaturesRunInSimplerForm) {
+  Loaded l = Load("cpu-4-dp4");
+  l.plan.set_zero_stage(1);
+  l.plan.set_sequence_parallel(true);
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->warnings.size(), 2u);
+}
+
+}  // namespace
+}  // namespace hetsim::executor
