@@ -20,10 +20,14 @@ void Worsen(Link& acc, const Link& l) {
 
 const char* LinkKindName(LinkKind kind) {
   switch (kind) {
-    case LinkKind::kSelf: return "self";
-    case LinkKind::kIntraNode: return "intra-node";
-    case LinkKind::kInterNode: return "inter-node";
-    case LinkKind::kInterZone: return "inter-zone";
+    case LinkKind::kSelf:
+      return "self";
+    case LinkKind::kIntraNode:
+      return "intra-node";
+    case LinkKind::kInterNode:
+      return "inter-node";
+    case LinkKind::kInterZone:
+      return "inter-zone";
   }
   return "?";
 }
@@ -43,7 +47,9 @@ double RingReduceScatterSeconds(double bytes, uint32_t n, const Link& link) {
   return double(n - 1) / n * bytes / link.bandwidth_bytes_s + double(n - 1) * link.latency_s;
 }
 
-double RingAllGatherSeconds(double bytes, uint32_t n, const Link& link) { return RingReduceScatterSeconds(bytes, n, link); }
+double RingAllGatherSeconds(double bytes, uint32_t n, const Link& link) {
+  return RingReduceScatterSeconds(bytes, n, link);
+}
 
 double TreeAllReduceSeconds(double bytes, uint32_t n, const Link& link) {
   if (n <= 1) return 0;
@@ -229,9 +235,8 @@ double Topology::HierarchicalAllReduceSeconds(double bytes, std::span<const uint
   leaders.reserve(counts.size());
   for (const auto& [n, c] : counts) leaders.push_back(cluster_->node(n).first_device);
   const Link inter = Slowest(leaders);
-  const uint32_t max_local = std::max_element(counts.begin(), counts.end(), [](auto& x, auto& y) {
-                               return x.second < y.second;
-                             })->second;
+  const uint32_t max_local =
+      std::max_element(counts.begin(), counts.end(), [](auto& x, auto& y) { return x.second < y.second; })->second;
   return RingReduceScatterSeconds(bytes, max_local, intra) +
          RingAllReduceSeconds(bytes / local, static_cast<uint32_t>(counts.size()), inter) +
          RingAllGatherSeconds(bytes, max_local, intra);

@@ -1,0 +1,378 @@
+#include "planners/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "planners/planner.h"
+
+namespace hetsim::planners {
+namespace {
+
+using models::LayerKind;
+
+struct RangeShape {
+  uint32_t blocks = 0;
+  bool embedding = false;
+  bool head = false;
+};
+
+RangeShape Shape(const models::TransformerModel& model, uint32_t begin, uint32_t end) {
+  RangeShape s;
+  s.embedding = begin == 0 && end > 0;
+  s.head = end == model.num_layers() && begin < end;
+  const uint32_t total = end > begin ? end - begin : 0;
+  s.blocks = total - (s.embedding ? 1 : 0) - (s.head ? 1 : 0);
+  return s;
+}
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+// "1.23 s", "45.6 ms", "7.8 us".
+std::string Seconds(double s) {
+  if (s >= 1) return Fmt("%.3f s", s);
+  if (s >= 1e-3) return Fmt("%.2f ms", s * 1e3);
+  return Fmt("%.1f us", s * 1e6);
+}
+
+}  // namespace
+
+AnalyticCostModel::AnalyticCostModel(const PlanningProblem& problem, CostModelOptions options)
+    : cluster_(problem.cluster),
+      model_(problem.model),
+      training_(problem.training),
+      compute_(problem.model, problem.training, problem.profiles, problem.compute),
+      topology_(problem.cluster),
+      options_(options) {}
+
+const models::GpuSpec& AnalyticCostModel::ComputeGpu(uint32_t device) const {
+  return options_.assume_gpu != nullptr ? *options_.assume_gpu : *cluster_.device(device).gpu;
+}
+
+std::pair<double, double> AnalyticCostModel::RangeCompute(const models::GpuSpec& gpu, uint32_t begin, uint32_t end,
+                                                          uint32_t tp, double b, proto::Recompute recompute) const {
+  const RangeShape s = Shape(model_, begin, end);
+  double fwd = 0, bwd = 0;
+  if (s.blocks > 0) {
+    fwd += s.blocks * compute_.ForwardSeconds(gpu, 1, tp, b);
+    bwd += s.blocks * compute_.BackwardSeconds(gpu, 1, tp, b, recompute);
+  }
+  if (s.embedding) {
+    fwd += compute_.ForwardSeconds(gpu, 0, tp, b);
+    bwd += compute_.BackwardSeconds(gpu, 0, tp, b, recompute);
+  }
+  if (s.head) {
+    const uint32_t head = model_.num_layers() - 1;
+    fwd += compute_.ForwardSeconds(gpu, head, tp, b);
+    bwd += compute_.BackwardSeconds(gpu, head, tp, b, recompute);
+  }
+  return {fwd, bwd};
+}
+
+const models::GpuSpec& AnalyticCostModel::SlowestGpu(std::span<const uint32_t> group) const {
+  // The slowest GPU of a TP group sets its pace (groups are normally of one type).
+  const models::GpuSpec* gpu = &ComputeGpu(group[0]);
+  for (uint32_t d : group.subspan(1)) {
+    const models::GpuSpec* g = &ComputeGpu(d);
+    if (g != gpu && g->PeakTflops(training_.dtype()) < gpu->PeakTflops(training_.dtype())) gpu = g;
+  }
+  return *gpu;
+}
+
+ReplicaLinks AnalyticCostModel::Links(std::span<const uint32_t> group, std::span<const uint32_t> next,
+                                      std::span<const uint32_t> prev, bool leader_broadcast, uint32_t next_tp,
+                                      uint32_t prev_tp) const {
+  ReplicaLinks l;
+  if (group.size() > 1) l.tp = topology_.Slowest(group);
+  l.has_next = !next.empty();
+  l.has_prev = !prev.empty();
+  if (l.has_next) l.next = topology_.SlowestBetween(group, next);
+  if (l.has_prev) l.prev = topology_.SlowestBetween(group, prev);
+  if (leader_broadcast) {
+    // HexiScale eq. 5: one leader of the receiving stage's TP group receives, then broadcasts in the group.
+    if (l.has_next && next_tp > 1) {
+      l.next_tp = next_tp;
+      l.next_intra = topology_.Slowest(next.subspan(0, std::min<size_t>(next_tp, next.size())));
+    }
+    if (l.has_prev && prev_tp > 1) {
+      l.prev_tp = prev_tp;
+      l.prev_intra = topology_.Slowest(prev.subspan(0, std::min<size_t>(prev_tp, prev.size())));
+    }
+  }
+  return l;
+}
+
+ReplicaTime AnalyticCostModel::Replica(const models::GpuSpec& gpu, uint32_t tp, uint32_t begin, uint32_t end, double b,
+                                       const ReplicaLinks& links, proto::Recompute recompute) const {
+  ReplicaTime r;
+  if (b <= 0 || tp == 0) return r;
+  std::tie(r.forward_s, r.backward_s) = RangeCompute(gpu, begin, end, tp, b, recompute);
+  if (tp > 1) {
+    const RangeShape s = Shape(model_, begin, end);
+    const double bytes = models::TpAllReduceBytesPerLayer(model_, 1, b, training_.seq_len(), training_.dtype());
+    const double one = models::RingAllReduceSeconds(bytes, tp, links.tp);
+    const double per_pass = (2.0 * s.blocks + (s.embedding ? 1 : 0) + (s.head ? 1 : 0)) * one;
+    const double recomputed = recompute == proto::RECOMPUTE_FULL ? 2.0 * s.blocks * one : 0.0;
+    r.tp_s = 2 * per_pass + recomputed;
+  }
+  const double boundary = models::PipelineBoundaryBytes(model_, b, training_.seq_len(), training_.dtype());
+  auto hop = [&](const models::Link& link, uint32_t receivers, const models::Link& intra) {
+    double t = models::PointToPointSeconds(boundary, link);
+    if (receivers > 1) t += (receivers - 1) * (intra.latency_s + boundary / (receivers * intra.bandwidth_bytes_s));
+    return t;
+  };
+  if (links.has_next) r.pp_s += hop(links.next, links.next_tp, links.next_intra);
+  if (links.has_prev) r.pp_s += hop(links.prev, links.prev_tp, links.prev_intra);
+  return r;
+}
+
+ReplicaTime AnalyticCostModel::Replica(std::span<const uint32_t> group, uint32_t begin, uint32_t end, double b,
+                                       std::span<const uint32_t> next, std::span<const uint32_t> prev,
+                                       proto::Recompute recompute, bool leader_broadcast, uint32_t next_tp,
+                                       uint32_t prev_tp) const {
+  if (group.empty() || b <= 0) return ReplicaTime{};
+  return Replica(SlowestGpu(group), static_cast<uint32_t>(group.size()), begin, end, b,
+                 Links(group, next, prev, leader_broadcast, next_tp, prev_tp), recompute);
+}
+
+double AnalyticCostModel::GradientChunkBytes(uint32_t begin, uint32_t end, uint32_t chunks,
+                                             bool holds_embedding) const {
+  const RangeShape s = Shape(model_, begin, end);
+  const double wb = models::DTypeBytes(training_.dtype());
+  double params = 0;
+  if (s.blocks > 0) params += s.blocks * model_.ParamsPerRank(1, chunks, !holds_embedding);
+  if (s.embedding) params += model_.ParamsPerRank(0, chunks, false);
+  if (s.head) params += model_.ParamsPerRank(model_.num_layers() - 1, chunks, !holds_embedding);
+  return params * wb;
+}
+
+double AnalyticCostModel::GradSyncSeconds(double bytes, std::span<const uint32_t> devices, uint32_t zero_stage,
+                                          uint32_t micro_batches, proto::CommOptions::Algorithm algorithm) const {
+  const uint32_t n = static_cast<uint32_t>(devices.size());
+  if (n <= 1 || bytes <= 0) return 0;
+  const models::Link link = topology_.Slowest(devices);
+  const double m = std::max<uint32_t>(1, micro_batches);
+  switch (zero_stage) {
+    case 2:
+      return m * models::RingReduceScatterSeconds(bytes, n, link) + models::RingAllGatherSeconds(bytes, n, link);
+    case 3:
+      return m * (2 * models::RingAllGatherSeconds(bytes, n, link) + models::RingReduceScatterSeconds(bytes, n, link));
+    default:
+      break;
+  }
+  switch (algorithm) {
+    case proto::CommOptions::ALGORITHM_TREE:
+      return models::TreeAllReduceSeconds(bytes, n, link);
+    case proto::CommOptions::ALGORITHM_HIERARCHICAL:
+      return topology_.HierarchicalAllReduceSeconds(bytes, devices);
+    default:
+      return models::RingAllReduceSeconds(bytes, n, link);
+  }
+}
+
+double AnalyticCostModel::OptimizerSeconds(uint32_t device, double params) const {
+  return compute_.OptimizerSeconds(ComputeGpu(device), params);
+}
+
+double PipelineSeconds(std::span<const double> stage_times, uint32_t micro_batches, proto::Plan::Schedule schedule,
+                       uint32_t virtual_stages) {
+  if (stage_times.empty()) return 0;
+  double sum = 0, mx = 0;
+  for (double t : stage_times) {
+    sum += t;
+    mx = std::max(mx, t);
+  }
+  const double m = std::max<uint32_t>(1, micro_batches);
+  if (schedule == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
+    const double v = std::max<uint32_t>(1, virtual_stages);
+    return m * mx + (sum - mx) / v;
+  }
+  return (m - 1) * mx + sum;
+}
+
+PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memory) const {
+  PlanEstimate e;
+  const proto::Recompute recompute = models::EffectiveRecompute(plan, training_);
+  const proto::Plan::Schedule schedule = models::EffectiveSchedule(plan);
+  const bool leader = plan.comm().pp_leader_broadcast();
+  const uint32_t zero = plan.zero_stage();
+  // Per device: its stage's backward time (for overlap), its optimizer parameters.
+  std::vector<double> device_backward(cluster_.num_devices(), 0);
+  std::vector<uint32_t> device_layers(cluster_.num_devices(), 0);
+  std::vector<uint32_t> device_pipeline(cluster_.num_devices(), 0);
+  std::vector<char> used(cluster_.num_devices(), 0);
+  std::vector<char> holds_embedding(cluster_.num_devices(), 0);
+  // DP replicas per layer: the ZeRO sharding factor.
+  std::vector<uint32_t> replicas(model_.num_layers(), 0);
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model_.num_layers(); ++l) {
+        replicas[l] += models::DpDegree(st);
+      }
+    }
+  }
+  e.pipelines.reserve(plan.pipelines_size());
+  std::vector<double> times;
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    PipelineEstimate pe;
+    pe.micro_batches = pipe.num_micro_batches();
+    times.clear();
+    const int S = pipe.stages_size();
+    for (int s = 0; s < S; ++s) {
+      const auto& st = pipe.stages(s);
+      const uint32_t tp = models::TpDegree(st);
+      const auto split = models::MicroBatchSplit(st, pipe.micro_batch_size());
+      const std::span<const uint32_t> devices(st.devices().data(), st.devices_size());
+      std::span<const uint32_t> next, prev;
+      uint32_t next_tp = 1;
+      if (s + 1 < S) {
+        next = std::span<const uint32_t>(pipe.stages(s + 1).devices().data(), pipe.stages(s + 1).devices_size());
+        next_tp = models::TpDegree(pipe.stages(s + 1));
+      }
+      if (s > 0)
+        prev = std::span<const uint32_t>(pipe.stages(s - 1).devices().data(), pipe.stages(s - 1).devices_size());
+      StageEstimate se;
+      for (uint32_t r = 0; r < models::DpDegree(st); ++r) {
+        const auto group = devices.subspan(size_t{r} * tp, tp);
+        const double b = r < split.size() ? split[r] : 0;
+        const ReplicaTime rt =
+            Replica(group, st.layer_begin(), st.layer_end(), b, next, prev, recompute, leader, next_tp);
+        if (rt.total_s() >= se.time_s) {
+          se.time_s = rt.total_s();
+          se.slowest = rt;
+        }
+        for (uint32_t d : group) {
+          device_backward[d] = std::max(device_backward[d], rt.backward_s);
+          device_layers[d] = st.layer_end() - st.layer_begin();
+          device_pipeline[d] = static_cast<uint32_t>(p);
+          used[d] = 1;
+          holds_embedding[d] = st.layer_begin() == 0;
+        }
+      }
+      times.push_back(se.time_s);
+      pe.stages.push_back(se);
+    }
+    pe.time_s = PipelineSeconds(times, pipe.num_micro_batches(), schedule, plan.virtual_stages());
+    double work = 0;
+    for (double t : times) work += pipe.num_micro_batches() * t;
+    pe.bubble_fraction = pe.time_s > 0 && S > 0 ? std::max(0.0, 1.0 - work / (S * pe.time_s)) : 0;
+    if (pe.time_s > e.pipeline_s) {
+      e.pipeline_s = pe.time_s;
+      e.slowest_pipeline = static_cast<uint32_t>(p);
+    }
+    e.pipelines.push_back(std::move(pe));
+  }
+  // Gradient synchronisation: each device runs its groups one after another.
+  std::vector<double> sync(cluster_.num_devices(), 0);
+  for (const auto& g : models::DeriveGradSyncGroups(plan, model_)) {
+    // The group's first holder tells whether a tied head keeps its own embedding copy.
+    const double bytes =
+        GradientChunkBytes(g.layer_begin, g.layer_end, g.num_chunks, holds_embedding[g.devices.front()]);
+    uint32_t m = 1;
+    for (uint32_t d : g.devices)
+      m = std::max(m, plan.pipelines(static_cast<int>(device_pipeline[d])).num_micro_batches());
+    const double t = GradSyncSeconds(bytes, g.devices, zero, m, plan.comm().dp_algorithm());
+    for (uint32_t d : g.devices) sync[d] += t;
+  }
+  for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
+    double t = sync[d];
+    if (plan.comm().dp_overlap() && t > 0) {
+      // Each layer's gradients are ready when its backward ends: all but the last layer's share overlap.
+      const double last = t / std::max<uint32_t>(1, device_layers[d]);
+      t = std::max(last, t - device_backward[d]);
+    }
+    e.dp_sync_s = std::max(e.dp_sync_s, t);
+  }
+  // Optimizer step.
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      const uint32_t tp = models::TpDegree(st);
+      const bool has_embedding = st.layer_begin() == 0;
+      double params = 0;
+      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model_.num_layers(); ++l) {
+        const double n = model_.ParamsPerRank(l, tp, !has_embedding);
+        params += zero >= 1 ? n / std::max<uint32_t>(1, replicas[l]) : n;
+      }
+      for (uint32_t d : st.devices()) e.optimizer_s = std::max(e.optimizer_s, OptimizerSeconds(d, params));
+    }
+  }
+  e.iteration_s = e.pipeline_s + e.dp_sync_s + e.optimizer_s;
+  const double sequences = training_.global_batch_size();
+  if (e.iteration_s > 0) {
+    e.tokens_per_s = sequences * training_.seq_len() / e.iteration_s;
+    double peak = 0;
+    for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
+      if (used[d]) peak += cluster_.device(d).gpu->PeakTflops(training_.dtype()) * 1e12;
+    }
+    if (peak > 0) e.mfu = model_.IterationModelFlops(sequences, training_.seq_len()) / (e.iteration_s * peak);
+  }
+  if (with_memory) {
+    e.has_memory = true;
+    e.worst_shortfall_gib = -std::numeric_limits<double>::infinity();
+    const models::PlanContext ctx{cluster_, model_, training_};
+    for (const auto& dm : models::EstimateMemory(plan, ctx)) {
+      const double frac = dm.capacity_gib > 0 ? dm.total_gib / dm.capacity_gib : 0;
+      if (frac > e.peak_memory_fraction) {
+        e.peak_memory_fraction = frac;
+        e.tightest_device = dm.device;
+      }
+      e.worst_shortfall_gib = std::max(e.worst_shortfall_gib, dm.total_gib - dm.capacity_gib);
+      e.oom |= dm.oom();
+    }
+  }
+  return e;
+}
+
+models::GpuSpec AverageGpu(const models::Cluster& cluster) {
+  models::GpuSpec avg;
+  avg.name = "average";
+  const double n = std::max<uint32_t>(1, cluster.num_devices());
+  for (uint32_t d = 0; d < cluster.num_devices(); ++d) {
+    const auto& g = *cluster.device(d).gpu;
+    avg.peak_bf16_tflops += g.peak_bf16_tflops / n;
+    avg.peak_fp16_tflops += g.peak_fp16_tflops / n;
+    avg.peak_fp32_tflops += g.peak_fp32_tflops / n;
+    avg.memory_gib += g.memory_gib / n;
+    avg.hbm_bandwidth_gbyte_s += g.hbm_bandwidth_gbyte_s / n;
+    avg.scale_up_bandwidth_gbyte_s += g.scale_up_bandwidth_gbyte_s / n;
+    avg.pcie_bandwidth_gbyte_s += g.pcie_bandwidth_gbyte_s / n;
+  }
+  return avg;
+}
+
+std::string DescribeEstimate(const PlanEstimate& e) {
+  std::string out = "estimate (analytic model): iteration " + Seconds(e.iteration_s) + " = slowest pipeline " +
+                    Seconds(e.pipeline_s) + " (pipeline " + std::to_string(e.slowest_pipeline) + ") + DP sync " +
+                    Seconds(e.dp_sync_s) + " + optimizer " + Seconds(e.optimizer_s) + "\n";
+  out += "  throughput " + Fmt("%.0f", e.tokens_per_s) + " tokens/s, MFU " + Fmt("%.1f%%", 100 * e.mfu);
+  if (e.has_memory) {
+    out += ", peak memory " + Fmt("%.0f%%", 100 * e.peak_memory_fraction) + " of device " +
+           std::to_string(e.tightest_device) + (e.oom ? " (OUT OF MEMORY)" : "");
+  }
+  out += "\n";
+  // Identical pipelines are collapsed into one line.
+  for (size_t p = 0; p < e.pipelines.size(); ++p) {
+    const auto& pe = e.pipelines[p];
+    size_t q = p;
+    auto same = [&](const PipelineEstimate& a, const PipelineEstimate& b) {
+      if (a.stages.size() != b.stages.size() || a.micro_batches != b.micro_batches) return false;
+      return std::abs(a.time_s - b.time_s) <= 1e-12 * std::max(1.0, a.time_s);
+    };
+    while (q + 1 < e.pipelines.size() && same(pe, e.pipelines[q + 1])) ++q;
+    double slowest_stage = 0;
+    for (const auto& s : pe.stages) slowest_stage = std::max(slowest_stage, s.time_s);
+    out += "  pipeline" + (q > p ? "s " + std::to_string(p) + "-" + std::to_string(q) : " " + std::to_string(p)) +
+           ": " + Seconds(pe.time_s) + " (" + std::to_string(pe.stages.size()) + " stages, " +
+           std::to_string(pe.micro_batches) + " micro-batches, slowest stage " + Seconds(slowest_stage) +
+           " per micro-batch, bubble " + Fmt("%.1f%%", 100 * pe.bubble_fraction) + ")\n";
+    p = q;
+  }
+  return out;
+}
+
+}  // namespace hetsim::planners

@@ -1,0 +1,157 @@
+// The analytic cost model of a Plan: a closed form, microseconds per evaluation, in the shape the papers
+// use (Metis eq. 1; HexiScale Appendix A, eqs. 3–10). Planners use it in their inner loops; the
+// simulator (sim/) is the ground truth that plans are judged on. docs/planners.md derives every term.
+//
+// For pipeline p with m micro-batches of b sequences and stages s = 1..S, each stage's intra-stage DP
+// replica r (a TP group of t devices) processes b_r sequences of every micro-batch:
+//   replica time  τ_{s,r} = F + B            (forward and backward compute of the stage's layers on the
+//                                             replica's slowest GPU; B includes recomputation)
+//                         + TP all-reduces   (per layer: 2 per block and 1 for embedding/head in each pass,
+//                                             ring over the TP group's slowest link; full recomputation
+//                                             repeats the forward ones)
+//                         + PP hops          (activations of b_r sequences to the next stage, gradients to
+//                                             the previous one: α + bytes/β over the slowest link from the
+//                                             replica to that stage)
+//   stage time    t_s = max_r τ_{s,r}
+//   pipeline      T_p = (m − 1)·max_s t_s + Σ_s t_s              (1F1B and GPipe)
+//                 T_p = m·max_s t_s + (Σ_s t_s − max_s t_s)/v    (interleaved 1F1B, v chunks per stage)
+//   DP sync       per gradient-sync group (models::DeriveGradSyncGroups) of n devices holding S bytes,
+//                 over the group's slowest link: ZeRO 0/1 ring all-reduce 2(n−1)/n·S/β + 2(n−1)α;
+//                 ZeRO-2 a reduce-scatter per micro-batch plus one all-gather; ZeRO-3 two all-gathers and
+//                 a reduce-scatter per micro-batch. A device's groups run one after another; the sync
+//                 time is the largest per-device sum (HexiScale eq. 7). With comm.dp_overlap it hides
+//                 behind the stage's last backward pass except for one layer's share.
+//   optimizer     the largest per-device step over the parameters it updates (sharded by ZeRO ≥ 1)
+//   iteration     max_p T_p + DP sync + optimizer.
+// Memory comes from models::EstimateMemory, the same function ValidatePlan uses.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/cost.h"
+#include "models/plan.h"
+#include "models/topology.h"
+
+namespace hetsim::planners {
+
+struct PlanningProblem;
+
+struct CostModelOptions {
+  // When set, every device computes (and runs its optimizer step) as this GPU: Megatron-LM's view
+  // (the cluster's first GPU type) or Alpa/AMP's (the average GPU). Memory and links stay real.
+  const models::GpuSpec* assume_gpu = nullptr;
+};
+
+// One intra-stage replica (a TP group) for one micro-batch.
+struct ReplicaTime {
+  double forward_s = 0;   // compute
+  double backward_s = 0;  // compute, recomputation included
+  double tp_s = 0;        // TP all-reduces, both passes
+  double pp_s = 0;        // PP sends: activations forward, gradients backward
+  double total_s() const { return forward_s + backward_s + tp_s + pp_s; }
+};
+
+// The links a replica uses: its TP group's, and the PP links to the neighbouring stages (with the
+// receiving TP group's own link when the plan broadcasts from a leader, HexiScale eq. 5).
+struct ReplicaLinks {
+  models::Link tp;
+  bool has_next = false, has_prev = false;
+  models::Link next, prev;
+  uint32_t next_tp = 1, prev_tp = 1;  // receivers of a leader broadcast (1 = none)
+  models::Link next_intra, prev_intra;
+};
+
+struct StageEstimate {
+  ReplicaTime slowest;  // the replica that sets the stage time
+  double time_s = 0;    // t_s
+};
+
+struct PipelineEstimate {
+  double time_s = 0;  // T_p
+  uint32_t micro_batches = 0;
+  std::vector<StageEstimate> stages;
+  double bubble_fraction = 0;  // 1 − Σ_s m·t_s / (S·T_p)
+};
+
+struct PlanEstimate {
+  double iteration_s = 0;
+  double pipeline_s = 0;  // the slowest pipeline
+  uint32_t slowest_pipeline = 0;
+  double dp_sync_s = 0;
+  double optimizer_s = 0;
+  std::vector<PipelineEstimate> pipelines;
+  double tokens_per_s = 0;
+  double mfu = 0;  // model FLOPs (no recomputation) / (time × Σ peak of the devices the plan uses)
+  // Memory (only when estimated with memory).
+  bool has_memory = false;
+  double peak_memory_fraction = 0;  // the largest used / capacity over devices
+  uint32_t tightest_device = 0;
+  double worst_shortfall_gib = 0;  // the largest (used − capacity) over devices; ≤ 0 when everything fits
+  bool oom = false;
+};
+
+class AnalyticCostModel {
+ public:
+  AnalyticCostModel(const PlanningProblem& problem, CostModelOptions options = {});
+
+  // The estimate of a structurally valid plan (models::ValidatePlanStructure). Without memory it skips
+  // models::EstimateMemory (planners check memory on their own in their inner loops).
+  PlanEstimate Estimate(const proto::Plan& plan, bool with_memory = true) const;
+
+  // ---- building blocks (planners' inner loops) ----
+
+  // The GPU `device` computes as (the real one, or options.assume_gpu).
+  const models::GpuSpec& ComputeGpu(uint32_t device) const;
+  // Time of one replica (TP group `group` of degree group.size()) running layers [begin, end) on b
+  // sequences; `next` / `prev` are the devices of the neighbouring stages (empty for none), next_tp and
+  // prev_tp their TP degrees (used with leader_broadcast).
+  ReplicaTime Replica(std::span<const uint32_t> group, uint32_t begin, uint32_t end, double b,
+                      std::span<const uint32_t> next, std::span<const uint32_t> prev, proto::Recompute recompute,
+                      bool leader_broadcast = false, uint32_t next_tp = 1, uint32_t prev_tp = 1) const;
+  // The same in two steps, for inner loops that reuse the links: the replica's links, and its time on
+  // `gpu` (the group's slowest, SlowestGpu) at TP degree tp.
+  ReplicaLinks Links(std::span<const uint32_t> group, std::span<const uint32_t> next, std::span<const uint32_t> prev,
+                     bool leader_broadcast = false, uint32_t next_tp = 1, uint32_t prev_tp = 1) const;
+  ReplicaTime Replica(const models::GpuSpec& gpu, uint32_t tp, uint32_t begin, uint32_t end, double b,
+                      const ReplicaLinks& links, proto::Recompute recompute) const;
+  const models::GpuSpec& SlowestGpu(std::span<const uint32_t> group) const;
+  // Forward and backward compute of layers [begin, end) on `gpu` at TP degree tp for b sequences.
+  std::pair<double, double> RangeCompute(const models::GpuSpec& gpu, uint32_t begin, uint32_t end, uint32_t tp,
+                                         double b, proto::Recompute recompute) const;
+  // Bytes of gradients one rank holding chunk 1/chunks of layers [begin, end) synchronises.
+  double GradientChunkBytes(uint32_t begin, uint32_t end, uint32_t chunks, bool holds_embedding) const;
+  // One gradient-sync group's time (see the header comment); `micro_batches` matters for ZeRO 2 and 3.
+  double GradSyncSeconds(double bytes, std::span<const uint32_t> devices, uint32_t zero_stage, uint32_t micro_batches,
+                         proto::CommOptions::Algorithm algorithm = proto::CommOptions::ALGORITHM_RING) const;
+  // Optimizer step of a device updating `params` parameters.
+  double OptimizerSeconds(uint32_t device, double params) const;
+
+  const models::Topology& topology() const { return topology_; }
+  const models::ComputeCost& compute() const { return compute_; }
+  const models::TransformerModel& model() const { return model_; }
+  const proto::Training& training() const { return training_; }
+  const models::Cluster& cluster() const { return cluster_; }
+
+ private:
+  const models::Cluster& cluster_;
+  const models::TransformerModel& model_;
+  const proto::Training& training_;
+  models::ComputeCost compute_;
+  models::Topology topology_;
+  CostModelOptions options_;
+};
+
+// T_p for per-micro-batch stage times (see the header comment).
+double PipelineSeconds(std::span<const double> stage_times, uint32_t micro_batches, proto::Plan::Schedule schedule,
+                       uint32_t virtual_stages = 1);
+
+// A GPU whose throughput, memory and bandwidths are the averages over the cluster's devices (Alpa/AMP's
+// view of a heterogeneous cluster, Metis §3).
+models::GpuSpec AverageGpu(const models::Cluster& cluster);
+
+// A few lines: iteration time and its parts, per-pipeline times and bubbles, throughput, MFU, memory.
+std::string DescribeEstimate(const PlanEstimate& estimate);
+
+}  // namespace hetsim::planners

@@ -1,0 +1,28 @@
+// `exhaustive`: the exact reference. For small clusters it enumerates every plan of the space the
+// heterogeneous planners search and returns the proven best under the analytic cost model
+// (planners/cost_model.h), so that every heuristic planner can report its optimality gap against it.
+//
+// The space (docs/planners.md, "exhaustive", says it in full):
+//   - any number of pipelines (data-parallel replicas), each with its own micro-batch size b_p ≤
+//     max_micro_batch_size and count m_p, Σ b_p·m_p = global batch;
+//   - per pipeline, any sequence of stages; a stage is any set of TP groups of one degree t, each group t
+//     devices of one node (TP never crosses nodes); any contiguous layer range per stage;
+//   - per stage, any split of the micro-batch over its TP groups (each at least one sequence);
+//   - every device used (allow_unused_devices: any subset); ZeRO stage from zero_stages (default 1, 2, 3;
+//     0 is dominated by 1), 1F1B, Megatron sequence parallelism on (it only saves memory), recomputation as
+//     the training spec says.
+// Exactness: devices of one node are interchangeable and so are identical nodes under the same switch,
+// which the enumeration exploits (symmetry reduction); a subtree is cut only when a lower bound on its
+// iteration time is no better than the best plan found; each stage's micro-batch split is the min-max
+// optimum (MinMaxSplit) given its memory caps. Options: planners/proto/exhaustive.proto.
+#pragma once
+
+#include <memory>
+
+#include "planners/planner.h"
+
+namespace hetsim::planners::exhaustive {
+
+std::unique_ptr<Planner> NewPlanner();
+
+}  // namespace hetsim::planners::exhaustive

@@ -1,0 +1,34 @@
+#include "planners/galvatron/galvatron.h"
+
+#include "planners/proto/galvatron.pb.h"
+#include "planners/symmetric.h"
+
+namespace hetsim::planners::galvatron {
+namespace {
+
+class GalvatronPlanner : public PlannerWithOptions<proto::GalvatronOptions> {
+ public:
+  std::string name() const override { return "galvatron"; }
+
+  Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
+    const auto& o = options_;
+    SymmetricSearch space;
+    space.tp_degrees.assign(o.tp_degrees().begin(), o.tp_degrees().end());
+    space.pp_degrees.assign(o.pp_degrees().begin(), o.pp_degrees().end());
+    space.micro_batch_sizes.assign(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
+    space.zero_stages = o.zero_stages().empty() ? std::vector<uint32_t>{1, 3}
+                                                : std::vector<uint32_t>(o.zero_stages().begin(), o.zero_stages().end());
+    if (o.max_micro_batch_size() > 0) space.max_micro_batch_size = o.max_micro_batch_size();
+    space.sequence_parallel = o.has_sequence_parallel() ? o.sequence_parallel() : true;
+    const AnalyticCostModel ranking(problem);  // Galvatron profiles the GPUs it runs on
+    return SearchBalancedSymmetric(name(), problem, ranking, space);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Planner> NewPlanner() {
+  return std::make_unique<GalvatronPlanner>();
+}
+
+}  // namespace hetsim::planners::galvatron

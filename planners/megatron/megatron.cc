@@ -1,0 +1,113 @@
+#include "planners/megatron/megatron.h"
+
+#include "planners/proto/megatron.pb.h"
+#include "planners/symmetric.h"
+
+namespace hetsim::planners::megatron {
+namespace {
+
+class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
+ public:
+  std::string name() const override { return "megatron"; }
+
+  Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
+    const auto& o = options_;
+    CostModelOptions view;
+    if (!o.hetero_aware()) view.assume_gpu = problem.cluster.device(0).gpu;
+    const AnalyticCostModel ranking(problem, view);
+    BestPlan best(problem, ranking);
+    SearchStats& stats = best.stats();
+
+    const uint32_t G = problem.training.global_batch_size();
+    const uint32_t L = problem.model.num_layers();
+    const std::vector<uint32_t> zeros = o.zero_stages().empty()
+                                            ? std::vector<uint32_t>{1}
+                                            : std::vector<uint32_t>(o.zero_stages().begin(), o.zero_stages().end());
+    const bool sp = o.has_sequence_parallel() ? o.sequence_parallel() : true;
+    const uint32_t v = std::max<uint32_t>(1, o.virtual_stages());
+    const uint32_t bmax = o.max_micro_batch_size() > 0 ? o.max_micro_batch_size() : 32;
+    const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
+
+    SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
+      const uint32_t N = static_cast<uint32_t>(order.size());
+      for (uint32_t tp : TpCandidates(problem, {o.tp_degrees().begin(), o.tp_degrees().end()},
+                                      NodeGcd(problem.cluster, order), &stats)) {
+        std::vector<uint32_t> pps = o.pp_degrees().empty()
+                                        ? Divisors(N / tp)
+                                        : std::vector<uint32_t>(o.pp_degrees().begin(), o.pp_degrees().end());
+        for (uint32_t pp : pps) {
+          if ((N / tp) % pp != 0) {
+            stats.Reject("PP degree does not divide the GPUs left after TP");
+            continue;
+          }
+          if (pp > L) {
+            stats.Reject("more pipeline stages than layers");
+            continue;
+          }
+          const uint32_t dp = N / (tp * pp);
+          if (G % dp != 0) {
+            stats.Reject("global batch not divisible by the DP degree");
+            continue;
+          }
+          // Megatron-LM's uniform layer splits.
+          std::vector<LayerRanges> splits;
+          const bool blocks = o.layer_split() != proto::MegatronOptions::LAYER_SPLIT_WITH_EMBEDDING_AND_LOSS;
+          const bool layers = o.layer_split() != proto::MegatronOptions::LAYER_SPLIT_BLOCKS;
+          if (blocks) {
+            if (auto s = UniformBlocksSplit(problem.model, pp)) splits.push_back(*s);
+          }
+          if (layers) {
+            if (auto s = UniformLayersSplit(problem.model, pp); s && (splits.empty() || *s != splits[0])) {
+              splits.push_back(*s);
+            }
+          }
+          if (splits.empty()) {
+            stats.Reject("layers not divisible by the PP degree (Megatron-LM splits layers uniformly)");
+            continue;
+          }
+          for (uint32_t b : MicroBatchCandidates(G / dp, requested_b, bmax)) {
+            const uint32_t m = G / (dp * b);
+            if (v > 1 && m % pp != 0) {
+              stats.Reject("interleaved 1F1B needs the micro-batch count to be a multiple of the stage count");
+              continue;
+            }
+            for (const auto& split : splits) {
+              bool too_few = false;
+              for (const auto& [begin, end] : split) too_few |= v > 1 && end - begin < v;
+              if (too_few) {
+                stats.Reject("fewer layers per stage than virtual stages");
+                continue;
+              }
+              for (uint32_t zero : zeros) {
+                proto::Plan plan = MegatronLayout(order, dp, tp, pp, split, b, m);
+                plan.set_zero_stage(zero);
+                if (sp && tp > 1) plan.set_sequence_parallel(true);
+                if (v > 1) {
+                  plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+                  plan.set_virtual_stages(v);
+                }
+                best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero));
+              }
+            }
+          }
+        }
+      }
+    });
+    if (!o.hetero_aware() && best.found()) {
+      stats.notes.push_back(
+          "ranked as if every GPU were the cluster's first GPU type (" + problem.cluster.device(0).gpu->name +
+          "), as Megatron-LM ignores heterogeneity; option hetero_aware: true ranks on the real GPUs");
+    }
+    return best.Finish(
+        name(),
+        "Megatron-LM needs dp × tp × pp = the GPUs of whole nodes, TP inside a node and layers that divide evenly");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Planner> NewPlanner() {
+  return std::make_unique<MegatronPlanner>();
+}
+
+}  // namespace hetsim::planners::megatron

@@ -1,0 +1,124 @@
+#include "planners/planner.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "models/describe.h"
+#include "models/plan.h"
+#include "models/suggest.h"
+
+namespace hetsim::planners {
+namespace {
+
+const char* DTypeName(proto::DType d) {
+  switch (d) {
+    case proto::DTYPE_FP16:
+      return "fp16";
+    case proto::DTYPE_FP32:
+      return "fp32";
+    default:
+      return "bf16";
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> PlannerNames() {
+  std::vector<std::string> names;
+  for (const auto& p : Planners()) names.push_back(p.name);
+  return names;
+}
+
+Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name) {
+  for (const auto& p : Planners()) {
+    if (p.name == name) return p.create();
+  }
+  std::string list;
+  for (const auto& n : PlannerNames()) list += (list.empty() ? "" : ", ") + n;
+  return Status::NotFound("unknown planner '" + name + "'" + DidYouMean(name, PlannerNames()) +
+                          " (`hetsim list planners`: " + list + ")");
+}
+
+Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name, const std::string& options_yaml,
+                                               const std::string& file) {
+  HETSIM_ASSIGN_OR_RETURN(auto planner, CreatePlanner(name));
+  HETSIM_RETURN_IF_ERROR(planner->ConfigureText(options_yaml, file));
+  return planner;
+}
+
+Status CheckProblem(const PlanningProblem& problem) {
+  const proto::DType dtype = problem.training.dtype();
+  for (uint32_t d = 0; d < problem.cluster.num_devices(); ++d) {
+    const auto& gpu = *problem.cluster.device(d).gpu;
+    if (gpu.PeakTflops(dtype) > 0) continue;
+    uint32_t last = d;
+    while (last + 1 < problem.cluster.num_devices() && problem.cluster.device(last + 1).gpu == &gpu) ++last;
+    const char* use = gpu.peak_fp16_tflops > 0 && dtype != proto::DTYPE_FP16 ? "fp16" : "fp32";
+    return Status::Invalid(
+        "cluster '" + problem.cluster.name() + "': device" +
+        (last > d ? "s " + std::to_string(d) + "-" + std::to_string(last) : " " + std::to_string(d)) + " (" + gpu.name +
+        ") cannot train in " + DTypeName(dtype) + "; set the training spec's dtype: " + use + " (--dtype " + use + ")");
+  }
+  if (problem.training.global_batch_size() == 0 || problem.training.seq_len() == 0) {
+    return Status::Invalid("the training spec is not resolved (global batch and sequence length must be set)");
+  }
+  return Status::Ok();
+}
+
+Result<PlannerResult> RunPlanner(const Planner& planner, const PlanningProblem& problem) {
+  HETSIM_RETURN_IF_ERROR(CheckProblem(problem));
+  const auto start = std::chrono::steady_clock::now();
+  auto result = planner.MakePlan(problem);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!result.ok()) return result.status();
+  result->stats.wall_time_s = wall;
+  result->plan.set_planner(planner.name());
+  const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
+  const Status valid = models::ValidatePlan(result->plan, ctx, "plan by planner '" + planner.name() + "'");
+  if (!valid.ok()) {
+    return Status::Internal("planner '" + planner.name() +
+                            "' produced a plan that does not validate (a bug in the planner):\n" + valid.message());
+  }
+  result->estimate = AnalyticCostModel(problem).Estimate(result->plan, /*with_memory=*/true);
+  return result;
+}
+
+std::string PlanFileYaml(const proto::Plan& plan, const std::string& cluster_ref, const std::string& model_ref,
+                         const proto::Training& training, const std::string& comment) {
+  proto::Plan out = plan;
+  out.set_kind("plan");
+  if (out.name().empty()) {
+    out.set_name((plan.planner().empty() ? std::string("plan") : plan.planner()) + "-" + model_ref + "-" + cluster_ref);
+  }
+  out.set_cluster(cluster_ref);
+  out.set_model(model_ref);
+  *out.mutable_training() = training;
+  out.mutable_training()->clear_kind();
+  out.mutable_training()->clear_name();
+  std::string text;
+  size_t start = 0;
+  while (start < comment.size()) {
+    size_t end = comment.find('\n', start);
+    if (end == std::string::npos) end = comment.size();
+    text += "# " + comment.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  return text + models::MessageToYaml(out);
+}
+
+std::string DescribeStats(const SearchStats& stats) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "search: %llu candidates evaluated in %.3f s",
+                static_cast<unsigned long long>(stats.candidates_evaluated), stats.wall_time_s);
+  std::string out = buf;
+  if (stats.claims_optimal) {
+    out += stats.proven_optimal ? "; optimal under the analytic model (search complete)"
+                                : "; NOT proven optimal (search stopped early)";
+  }
+  out += "\n";
+  for (const auto& [reason, n] : stats.rejected) out += "  rejected " + std::to_string(n) + "× : " + reason + "\n";
+  for (const auto& note : stats.notes) out += "  note: " + note + "\n";
+  return out;
+}
+
+}  // namespace hetsim::planners

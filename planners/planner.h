@@ -1,0 +1,139 @@
+// The planner interface: every planner in hetsim turns (cluster, model, training spec, cost source,
+// options) into a Plan plus search statistics, so that experiments can run them side by side on the same
+// cluster. Planners are looked up by name in a registry (`hetsim list planners`).
+//
+// Contract of a planner:
+//   - Configure() reads its options message from YAML (unknown keys, wrong types and ranges are errors
+//     naming the file, line and key path, as for every hetsim file); no options = the defaults.
+//   - MakePlan() returns a plan that passes models::ValidatePlan (memory included) on the real cluster,
+//     or a Status saying why there is none: kInfeasible when nothing in the planner's space fits in
+//     memory (the message lists the best attempts and their memory shortfall), kInvalidArgument when the
+//     input cannot be planned for at all (e.g. a GPU that cannot train in the training spec's dtype).
+//   - Planners are deterministic: the same input and options give the same plan.
+// RunPlanner() wraps MakePlan(): it checks the input, times the search, names the planner in the plan and
+// re-validates and estimates the result, so a planner bug surfaces as an Internal error, never as an
+// invalid plan.
+#pragma once
+
+#include <google/protobuf/message.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/cluster.h"
+#include "models/cost.h"
+#include "models/profile_db.h"
+#include "models/proto/plan.pb.h"
+#include "models/proto/training.pb.h"
+#include "models/transformer.h"
+#include "models/yaml_proto.h"
+#include "planners/cost_model.h"
+
+namespace hetsim::planners {
+
+// What a planner plans for. The references must outlive the call.
+struct PlanningProblem {
+  const models::Cluster& cluster;
+  const models::TransformerModel& model;
+  const proto::Training& training;              // resolved (models::ResolveTraining)
+  const models::ProfileDb* profiles = nullptr;  // cost source: measured layer costs; analytic where absent
+  models::ComputeOptions compute = {};          // the analytic compute model's parameters
+};
+
+// How a search went.
+struct SearchStats {
+  uint64_t candidates_evaluated = 0;         // candidate plans whose cost was computed
+  double wall_time_s = 0;                    // filled in by RunPlanner
+  std::map<std::string, uint64_t> rejected;  // why candidates were discarded: reason -> count
+  // Planners that prove optimality (exhaustive): whether the search finished.
+  bool claims_optimal = false;
+  bool proven_optimal = false;
+  std::vector<std::string> notes;  // anything else worth a line in `hetsim plan`
+
+  void Reject(const std::string& reason, uint64_t n = 1) { rejected[reason] += n; }
+};
+
+struct PlannerResult {
+  proto::Plan plan;
+  PlanEstimate estimate;  // the analytic estimate of `plan` on the real cluster (filled in by RunPlanner)
+  SearchStats stats;
+};
+
+class Planner {
+ public:
+  virtual ~Planner() = default;
+  virtual std::string name() const = 0;
+  // Replaces the options with those in `options` (a YAML mapping of the options message; a null node
+  // means the defaults). `file` names the source in errors.
+  virtual Status Configure(const YAML::Node& options, const std::string& file) = 0;
+  // The same from YAML text (an options file); empty text means the defaults.
+  virtual Status ConfigureText(const std::string& yaml, const std::string& file) = 0;
+  // The options message as configured (defaults not filled in).
+  virtual const google::protobuf::Message& options() const = 0;
+  // Searches for a plan; see the contract above. Fills result.plan and result.stats.
+  virtual Result<PlannerResult> MakePlan(const PlanningProblem& problem) const = 0;
+};
+
+// ---- registry ------------------------------------------------------------------------------------
+
+struct PlannerInfo {
+  std::string name;
+  std::string summary;  // one line: what it models and where from
+  std::function<std::unique_ptr<Planner>()> create;
+};
+
+// Every registered planner, in a fixed order.
+const std::vector<PlannerInfo>& Planners();
+std::vector<std::string> PlannerNames();
+// A planner with default options; NotFound with "did you mean" for unknown names.
+Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name);
+// A planner configured from YAML text (empty text = defaults); `file` names the text in errors.
+Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name, const std::string& options_yaml,
+                                               const std::string& file);
+
+// Checks that the problem can be planned for at all: every device can train in the training spec's dtype.
+Status CheckProblem(const PlanningProblem& problem);
+
+// Runs `planner` on `problem` (see the contract at the top of this file).
+Result<PlannerResult> RunPlanner(const Planner& planner, const PlanningProblem& problem);
+
+// The plan as a YAML file that `hetsim describe --plan` and `hetsim validate` read directly: the plan with
+// its `cluster:`, `model:`, `training:` and `planner:` keys set.
+// `comment` (optional) becomes `#` lines at the top.
+std::string PlanFileYaml(const proto::Plan& plan, const std::string& cluster_ref, const std::string& model_ref,
+                         const proto::Training& training, const std::string& comment = "");
+
+// Several lines: the search statistics of a run (candidates, wall time, rejections by reason, notes).
+std::string DescribeStats(const SearchStats& stats);
+
+// ---- implementation helper ------------------------------------------------------------------------
+
+// A planner whose options are the proto message `Options` (planners/proto/), read with models/yaml_proto.h.
+template <typename Options>
+class PlannerWithOptions : public Planner {
+ public:
+  Status Configure(const YAML::Node& node, const std::string& file) override {
+    Options parsed;
+    if (node && !node.IsNull()) HETSIM_RETURN_IF_ERROR(models::YamlToMessage(node, file, "", &parsed));
+    options_ = std::move(parsed);
+    return Status::Ok();
+  }
+  Status ConfigureText(const std::string& yaml, const std::string& file) override {
+    Options parsed;
+    HETSIM_RETURN_IF_ERROR(models::ParseYaml(yaml, file, &parsed));
+    options_ = std::move(parsed);
+    return Status::Ok();
+  }
+  const google::protobuf::Message& options() const override { return options_; }
+  const Options& typed_options() const { return options_; }
+
+ protected:
+  Options options_;
+};
+
+}  // namespace hetsim::planners

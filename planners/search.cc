@@ -1,0 +1,388 @@
+#include "planners/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <queue>
+
+namespace hetsim::planners {
+namespace {
+
+constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+
+std::string Fixed(double v, int digits = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string ProblemSummary(const PlanningProblem& problem) {
+  const auto& t = problem.training;
+  const char* dtype = t.dtype() == proto::DTYPE_FP32 ? "fp32" : t.dtype() == proto::DTYPE_FP16 ? "fp16" : "bf16";
+  const char* rc = t.recompute() == proto::RECOMPUTE_FULL        ? "full"
+                   : t.recompute() == proto::RECOMPUTE_SELECTIVE ? "selective"
+                                                                 : "none";
+  return "cluster '" + problem.cluster.name() + "' (" + std::to_string(problem.cluster.num_devices()) +
+         " GPUs) for model '" + problem.model.name() + "' (global batch " + std::to_string(t.global_batch_size()) +
+         ", seq_len " + std::to_string(t.seq_len()) + ", " + dtype + ", recompute " + rc + ")";
+}
+
+std::string Rejections(const SearchStats& stats) {
+  std::string out;
+  for (const auto& [reason, n] : stats.rejected) {
+    out += "\n  rejected " + std::to_string(n) + "× : " + reason;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint32_t> Divisors(uint32_t n) {
+  std::vector<uint32_t> out;
+  for (uint32_t d = 1; uint64_t{d} * d <= n; ++d) {
+    if (n % d != 0) continue;
+    out.push_back(d);
+    if (d != n / d) out.push_back(n / d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool ModelAllowsTp(const models::TransformerModel& model, uint32_t tp) {
+  const uint32_t heads = model.spec().num_attention_heads(), kv = model.kv_heads();
+  return tp >= 1 && heads % tp == 0 && (kv % tp == 0 || tp % kv == 0);
+}
+
+std::vector<uint32_t> TpCandidates(const PlanningProblem& problem, const std::vector<uint32_t>& requested,
+                                   uint32_t node_gcd, SearchStats* stats) {
+  const uint32_t g = std::max<uint32_t>(1, node_gcd);
+  std::vector<uint32_t> all = requested.empty() ? Divisors(std::max<uint32_t>(1, g)) : requested;
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  std::vector<uint32_t> out;
+  for (uint32_t tp : all) {
+    if (g % tp != 0) {
+      if (stats != nullptr) stats->Reject("TP degree does not divide the GPUs of every node (TP stays inside a node)");
+      continue;
+    }
+    if (!ModelAllowsTp(problem.model, tp)) {
+      if (stats != nullptr) stats->Reject("TP degree does not divide the model's attention or key/value heads");
+      continue;
+    }
+    out.push_back(tp);
+  }
+  return out;
+}
+
+std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uint32_t>& requested, uint32_t max_size) {
+  std::vector<uint32_t> out;
+  if (!requested.empty()) {
+    for (uint32_t b : requested) {
+      if (b >= 1 && b <= batch && batch % b == 0) out.push_back(b);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+  for (uint32_t b = 1; b <= std::min(batch, max_size); ++b) {
+    if (batch % b == 0) out.push_back(b);
+  }
+  return out;
+}
+
+// ---- memory ----------------------------------------------------------------------------------------
+
+MemoryModel::MemoryModel(const PlanningProblem& problem) : model_(problem.model), training_(problem.training) {}
+
+double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard) const {
+  const bool mixed = training_.dtype() != proto::DTYPE_FP32;
+  const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
+  const double wb = models::DTypeBytes(training_.dtype());
+  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
+  const bool holds_embedding = begin == 0;
+  shard = std::max(1.0, shard);
+  double params = 0, largest = 0;
+  auto add = [&](uint32_t layer, double count) {
+    const double n = model_.ParamsPerRank(layer, tp, !holds_embedding);
+    params += count * n;
+    largest = std::max(largest, n * wb);
+  };
+  const uint32_t L = model_.num_layers();
+  uint32_t blocks = 0;
+  for (uint32_t l = begin; l < end && l < L; ++l) {
+    if (model_.kind(l) == models::LayerKind::kTransformer) ++blocks;
+  }
+  if (begin == 0 && end > 0) add(0, 1);
+  if (blocks > 0) add(1, blocks);
+  if (end == L && begin < end) add(L - 1, 1);
+  const double w = params * wb / (zero_stage >= 3 ? shard : 1.0) + (zero_stage >= 3 ? largest : 0.0);
+  const double g = params * wb / (zero_stage >= 2 ? shard : 1.0);
+  const double o = params * ob / (zero_stage >= 1 ? shard : 1.0);
+  return (w + g + o) / kGib;
+}
+
+double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
+                                     const std::vector<uint32_t>& replicas) const {
+  const bool mixed = training_.dtype() != proto::DTYPE_FP32;
+  const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
+  const double wb = models::DTypeBytes(training_.dtype());
+  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
+  const bool holds_embedding = begin == 0;
+  double w = 0, g = 0, o = 0, largest = 0;
+  for (uint32_t l = begin; l < end && l < model_.num_layers(); ++l) {
+    const double n = model_.ParamsPerRank(l, tp, !holds_embedding);
+    const double shard = std::max<uint32_t>(1, l < replicas.size() ? replicas[l] : 1);
+    w += n * wb / (zero_stage >= 3 ? shard : 1.0);
+    g += n * wb / (zero_stage >= 2 ? shard : 1.0);
+    o += n * ob / (zero_stage >= 1 ? shard : 1.0);
+    largest = std::max(largest, n * wb);
+  }
+  if (zero_stage >= 3) w += largest;
+  return (w + g + o) / kGib;
+}
+
+double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
+                                             proto::Recompute recompute) const {
+  double bytes = 0;
+  const uint32_t L = model_.num_layers();
+  uint32_t blocks = 0;
+  for (uint32_t l = begin; l < end && l < L; ++l) {
+    if (model_.kind(l) == models::LayerKind::kTransformer) ++blocks;
+  }
+  auto act = [&](uint32_t layer) {
+    return model_.ActivationBytes(layer, 1, training_.seq_len(), tp, sequence_parallel, recompute, training_.dtype(),
+                                  training_.attention());
+  };
+  if (begin == 0 && end > 0) bytes += act(0);
+  if (blocks > 0) bytes += blocks * act(1);
+  if (end == L && begin < end) bytes += act(L - 1);
+  return bytes / kGib;
+}
+
+double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
+                                            proto::Recompute recompute) const {
+  if (recompute != proto::RECOMPUTE_FULL) return 0;
+  double peak = 0;
+  const uint32_t L = model_.num_layers();
+  for (uint32_t layer : {0u, 1u, L - 1}) {
+    // Only the layer kinds the range holds.
+    bool held = false;
+    if (layer == 0) held = begin == 0 && end > 0;
+    if (layer == 1) held = std::max(1u, begin) < std::min(end, L - 1);  // some block in range
+    if (layer == L - 1) held = end == L && begin < end;
+    if (!held) continue;
+    peak = std::max(peak, model_.ActivationBytes(layer, 1, training_.seq_len(), tp, sequence_parallel,
+                                                 proto::RECOMPUTE_NONE, training_.dtype(), training_.attention()));
+  }
+  return peak / kGib;
+}
+
+double MemoryModel::WorkspaceGib() const {
+  return training_.workspace_gib();
+}
+
+double MemoryModel::InFlight(proto::Plan::Schedule schedule, uint32_t stage, uint32_t stages, uint32_t m,
+                             uint32_t virtual_stages) {
+  switch (schedule) {
+    case proto::Plan::SCHEDULE_GPIPE:
+      return m;
+    case proto::Plan::SCHEDULE_INTERLEAVED_1F1B: {
+      const double v = std::max<uint32_t>(1, virtual_stages);
+      const double S = stages;
+      return std::min<double>(m, S - stage) * (1.0 + (S - 1.0) / (S * v));
+    }
+    default:
+      return std::min<uint32_t>(m, stages - stage);
+  }
+}
+
+// ---- infeasible attempts ---------------------------------------------------------------------------
+
+void InfeasibleTracker::Offer(const std::string& what, double need_gib, double capacity_gib,
+                              const std::string& device) {
+  for (const auto& a : best_) {
+    if (a.what == what) return;
+  }
+  best_.push_back({what, device, need_gib, capacity_gib});
+  std::stable_sort(best_.begin(), best_.end(), [](const Attempt& a, const Attempt& b) {
+    return a.need_gib - a.capacity_gib < b.need_gib - b.capacity_gib;
+  });
+  if (best_.size() > 3) best_.resize(3);
+}
+
+Status InfeasibleTracker::ToStatus(const std::string& planner, const PlanningProblem& problem,
+                                   const SearchStats& stats) const {
+  std::string msg = planner + ": no plan in its search space fits in memory on " + ProblemSummary(problem) +
+                    "; the closest attempts:";
+  for (const auto& a : best_) {
+    msg += "\n  " + a.what + ": device " + a.device + " needs " + Fixed(a.need_gib) + " GiB of " +
+           Fixed(a.capacity_gib) + " GiB (short by " + Fixed(a.need_gib - a.capacity_gib) + " GiB)";
+  }
+  msg += Rejections(stats);
+  msg +=
+      "\n  try: recompute (--recompute full), ZeRO stages in the planner's options, a smaller global batch, or more "
+      "GPUs";
+  return Status::Infeasible(msg);
+}
+
+Status NothingFound(const std::string& planner, const PlanningProblem& problem, const SearchStats& stats,
+                    const std::string& hint) {
+  std::string msg = planner + ": its search space holds no valid plan on " + ProblemSummary(problem);
+  msg += Rejections(stats);
+  if (!hint.empty()) msg += "\n  " + hint;
+  return Status::Infeasible(msg);
+}
+
+// ---- layers ----------------------------------------------------------------------------------------
+
+std::vector<std::pair<uint32_t, uint32_t>> EvenLayerSplit(uint32_t layers, uint32_t stages) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  if (stages == 0) return out;
+  const uint32_t base = layers / stages, extra = layers % stages;
+  uint32_t begin = 0;
+  for (uint32_t s = 0; s < stages; ++s) {
+    const uint32_t n = base + (s < extra ? 1 : 0);
+    out.emplace_back(begin, begin + n);
+    begin += n;
+  }
+  return out;
+}
+
+std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceBlocks(uint32_t blocks,
+                                                                        const std::vector<double>& fixed_s,
+                                                                        const std::vector<double>& per_block_s,
+                                                                        const std::vector<uint32_t>& max_blocks) {
+  const uint32_t S = static_cast<uint32_t>(fixed_s.size());
+  if (S == 0 || per_block_s.size() != S || max_blocks.size() != S) return std::nullopt;
+  std::vector<uint32_t> lo(S), hi(S);
+  uint64_t sum_lo = 0, sum_hi = 0;
+  for (uint32_t s = 0; s < S; ++s) {
+    lo[s] = S == 1 ? blocks : (s == 0 || s == S - 1) ? 0 : 1;
+    hi[s] = std::min(max_blocks[s], blocks);
+    if (lo[s] > hi[s]) return std::nullopt;
+    sum_lo += lo[s];
+    sum_hi += hi[s];
+  }
+  if (sum_lo > blocks || sum_hi < blocks) return std::nullopt;
+  constexpr double kTol = 1e-12;
+  // Largest block count of stage s whose time stays within T (−1 when even lo[s] exceeds it).
+  auto cap = [&](uint32_t s, double T) -> int64_t {
+    const double c = per_block_s[s];
+    const double limit = T * (1 + kTol) + 1e-300;
+    if (fixed_s[s] + lo[s] * c > limit) return -1;
+    if (c <= 0) return hi[s];
+    int64_t n = static_cast<int64_t>(std::floor((T - fixed_s[s]) / c));
+    n = std::clamp<int64_t>(n, lo[s], hi[s]);
+    while (n < hi[s] && fixed_s[s] + (n + 1) * c <= limit) ++n;
+    while (n > lo[s] && fixed_s[s] + n * c > limit) --n;
+    return n;
+  };
+  auto feasible = [&](double T) {
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < S; ++s) {
+      const int64_t c = cap(s, T);
+      if (c < 0) return false;
+      total += static_cast<uint64_t>(c);
+    }
+    return total >= blocks;
+  };
+  std::vector<double> values;
+  for (uint32_t s = 0; s < S; ++s) {
+    for (uint32_t n = lo[s]; n <= hi[s]; ++n) values.push_back(fixed_s[s] + n * per_block_s[s]);
+  }
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  size_t a = 0, b = values.size() - 1;
+  if (!feasible(values[b])) return std::nullopt;
+  while (a < b) {
+    const size_t mid = (a + b) / 2;
+    if (feasible(values[mid])) {
+      b = mid;
+    } else {
+      a = mid + 1;
+    }
+  }
+  const double T = values[a];
+  // Fill the cheapest stages first: for this largest stage time it minimises the sum.
+  std::vector<uint32_t> n = lo, order(S);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return per_block_s[x] < per_block_s[y]; });
+  uint64_t left = blocks - sum_lo;
+  for (uint32_t s : order) {
+    const uint64_t room = static_cast<uint64_t>(cap(s, T)) - n[s];
+    const uint64_t take = std::min(room, left);
+    n[s] += static_cast<uint32_t>(take);
+    left -= take;
+  }
+  if (left != 0) return std::nullopt;
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  uint32_t begin = 0;
+  for (uint32_t s = 0; s < S; ++s) {
+    uint32_t count = n[s] + (s == 0 ? 1 : 0) + (s == S - 1 ? 1 : 0);
+    out.emplace_back(begin, begin + count);
+    begin += count;
+  }
+  return out;
+}
+
+// ---- batch -----------------------------------------------------------------------------------------
+
+std::optional<std::vector<uint32_t>> ProportionalSplit(uint32_t total, const std::vector<double>& weights,
+                                                       const std::vector<uint32_t>& caps) {
+  const size_t R = weights.size();
+  if (R == 0 || total < R || caps.size() != R) return std::nullopt;
+  uint64_t cap_sum = 0;
+  for (uint32_t c : caps) {
+    if (c < 1) return std::nullopt;
+    cap_sum += c;
+  }
+  if (cap_sum < total) return std::nullopt;
+  double wsum = 0;
+  for (double w : weights) wsum += std::max(0.0, w);
+  std::vector<uint32_t> x(R, 1);
+  uint32_t left = total - static_cast<uint32_t>(R);
+  // Each next sequence goes to the replica furthest below its proportional share (largest remainder).
+  while (left > 0) {
+    size_t best = R;
+    double deficit = -std::numeric_limits<double>::infinity();
+    for (size_t r = 0; r < R; ++r) {
+      if (x[r] >= caps[r]) continue;
+      const double share = wsum > 0 ? total * std::max(0.0, weights[r]) / wsum : double(total) / R;
+      const double d = share - x[r];
+      if (d > deficit + 1e-12) {
+        deficit = d;
+        best = r;
+      }
+    }
+    if (best == R) return std::nullopt;
+    ++x[best];
+    --left;
+  }
+  return x;
+}
+
+std::optional<std::vector<uint32_t>> MinMaxSplit(uint32_t total, uint32_t replicas,
+                                                 const std::function<double(uint32_t, uint32_t)>& value,
+                                                 const std::vector<uint32_t>& caps) {
+  if (replicas == 0 || total < replicas || caps.size() != replicas) return std::nullopt;
+  std::vector<uint32_t> x(replicas, 1);
+  for (uint32_t r = 0; r < replicas; ++r) {
+    if (caps[r] < 1) return std::nullopt;
+  }
+  using Entry = std::pair<double, uint32_t>;  // value after one more sequence, replica
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
+  for (uint32_t r = 0; r < replicas; ++r) {
+    if (caps[r] > 1) next.emplace(value(r, 2), r);
+  }
+  for (uint32_t left = total - replicas; left > 0; --left) {
+    if (next.empty()) return std::nullopt;
+    const auto [v, r] = next.top();
+    next.pop();
+    ++x[r];
+    if (x[r] < caps[r]) next.emplace(value(r, x[r] + 1), r);
+  }
+  return x;
+}
+
+}  // namespace hetsim::planners

@@ -1,0 +1,123 @@
+// Building blocks the planners share: candidate degrees, the per-device memory arithmetic of
+// models::EstimateMemory in closed form (for inner loops), layer and batch splitting, and the bookkeeping
+// of the best infeasible attempts for "nothing fits" messages.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planners/planner.h"
+
+namespace hetsim::planners {
+
+// ---- candidates ----------------------------------------------------------------------------------
+
+// Divisors of n in increasing order.
+std::vector<uint32_t> Divisors(uint32_t n);
+// TP degrees that keep TP groups inside nodes when devices are taken in node order (they divide
+// `node_gcd`, the gcd of the GPU counts of the nodes used) and that the model allows (divide the heads;
+// agree with the kv heads). `requested` (non-empty) restricts the list; each excluded requested degree is
+// counted in `stats` with its reason.
+std::vector<uint32_t> TpCandidates(const PlanningProblem& problem, const std::vector<uint32_t>& requested,
+                                   uint32_t node_gcd, SearchStats* stats);
+// Whether the model accepts TP degree tp (heads and kv heads).
+bool ModelAllowsTp(const models::TransformerModel& model, uint32_t tp);
+// Micro-batch sizes for `batch` sequences per replica: `requested` or 1..max_size, keeping those that
+// divide `batch`.
+std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uint32_t>& requested, uint32_t max_size);
+
+// ---- memory (the arithmetic of models::EstimateMemory, per device) ---------------------------------
+
+// Bytes are GiB throughout. Valid for a stage [begin, end) at TP tp whose every layer has the same number
+// of DP replicas `shard` (ZeRO's sharding factor) — true of symmetric plans.
+class MemoryModel {
+ public:
+  explicit MemoryModel(const PlanningProblem& problem);
+
+  // Weights, gradients, optimizer states (and ZeRO-3's gathered layer) of one device.
+  double StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard) const;
+  // The same with each layer's own replica count (replicas[layer]), layer by layer.
+  double StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
+                          const std::vector<uint32_t>& replicas) const;
+  // Activations one device keeps per sequence of a micro-batch, per micro-batch in flight.
+  double ActivationGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
+                                  proto::Recompute recompute) const;
+  // With full recomputation: the one layer re-materialised at a time, per sequence (else 0).
+  double PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
+                                 proto::Recompute recompute) const;
+  double WorkspaceGib() const;
+  // Micro-batches in flight at stage `stage` of `stages` with m micro-batches.
+  static double InFlight(proto::Plan::Schedule schedule, uint32_t stage, uint32_t stages, uint32_t m,
+                         uint32_t virtual_stages);
+  // Total of one device holding b sequences per micro-batch.
+  double TotalGib(double static_gib, double act_per_seq, double peak_per_seq, double b, double in_flight) const {
+    return static_gib + act_per_seq * b * in_flight + peak_per_seq * b + WorkspaceGib();
+  }
+
+ private:
+  const models::TransformerModel& model_;
+  const proto::Training& training_;
+};
+
+// Planners keep this margin below capacity so that rounding never makes ValidatePlan disagree.
+inline constexpr double kMemorySafety = 1e-6;
+inline bool FitsIn(double need_gib, double capacity_gib) {
+  return need_gib <= capacity_gib * (1 - kMemorySafety);
+}
+
+// The best attempts that did not fit in memory, for the Infeasible message.
+class InfeasibleTracker {
+ public:
+  // `what` describes the candidate ("dp=4 tp=2 pp=1 b=2"); `device` is the worst device.
+  void Offer(const std::string& what, double need_gib, double capacity_gib, const std::string& device);
+  bool empty() const { return best_.empty(); }
+  // "PLANNER: no plan fits in memory on CLUSTER for MODEL (…): best attempts: …".
+  Status ToStatus(const std::string& planner, const PlanningProblem& problem, const SearchStats& stats) const;
+
+ private:
+  struct Attempt {
+    std::string what, device;
+    double need_gib, capacity_gib;
+  };
+  std::vector<Attempt> best_;  // sorted by shortfall, at most 3
+};
+
+// The Status of a search that found nothing at all (no memory attempt either): lists the rejections.
+Status NothingFound(const std::string& planner, const PlanningProblem& problem, const SearchStats& stats,
+                    const std::string& hint);
+
+// ---- layers --------------------------------------------------------------------------------------
+
+// Layer ranges [begin, end) of `stages` stages over `layers` layers, as even as possible (the first
+// stages take one more when it does not divide).
+std::vector<std::pair<uint32_t, uint32_t>> EvenLayerSplit(uint32_t layers, uint32_t stages);
+
+// Balanced contiguous split of the model's L blocks over S stages whose time is linear in their blocks:
+// stage s takes fixed_s + n_s·per_block_s (fixed_s holds the embedding on the first stage and the head on
+// the last) and at most max_blocks_s blocks (memory). Middle stages take at least one block, the first and
+// last at least zero (one when S = 1 … they hold the embedding/head). Minimises the largest stage time,
+// then the sum. Returns the layer ranges (embedding and head included), or nullopt when the caps leave no
+// split.
+std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceBlocks(uint32_t blocks,
+                                                                        const std::vector<double>& fixed_s,
+                                                                        const std::vector<double>& per_block_s,
+                                                                        const std::vector<uint32_t>& max_blocks);
+
+// ---- batch ---------------------------------------------------------------------------------------
+
+// Splits `total` sequences over replicas in proportion to `weights`, each at least 1 and at most its cap
+// (largest remainders first). nullopt when the caps (or total < replicas) make it impossible.
+std::optional<std::vector<uint32_t>> ProportionalSplit(uint32_t total, const std::vector<double>& weights,
+                                                       const std::vector<uint32_t>& caps);
+
+// Splits `total` over replicas (each at least 1, at most caps[r]) minimising max_r value(r, x_r) for
+// non-decreasing value functions: gives each next sequence to the replica whose value after taking it is
+// smallest, which is optimal for non-decreasing functions. nullopt when infeasible.
+std::optional<std::vector<uint32_t>> MinMaxSplit(uint32_t total, uint32_t replicas,
+                                                 const std::function<double(uint32_t, uint32_t)>& value,
+                                                 const std::vector<uint32_t>& caps);
+
+}  // namespace hetsim::planners

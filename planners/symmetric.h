@@ -1,0 +1,111 @@
+// Plan layouts and the candidate loop the baseline planners share.
+//
+// Two layouts of a dp × tp × pp plan over an ordered device list:
+//   - Megatron's (MegatronLayout): dp pipelines; rank r = order[r] has TP index r mod tp, DP index
+//     (r / tp) mod dp, PP index r / (tp·dp) — TP fastest, then DP, then PP, as Megatron-LM orders ranks.
+//   - one pipeline with intra-stage data parallelism (IntraStageLayout): stage s holds the dp TP groups
+//     order[s·dp·tp, (s+1)·dp·tp); each micro-batch is split over them (Whale's replicated TaskGraphs,
+//     Alpa's per-stage meshes).
+// BestPlan ranks candidates: memory on the real devices first (the closed forms of MemoryModel), then the
+// planner's ranking cost model; it keeps the best and the closest memory misses for the error message.
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planners/search.h"
+
+namespace hetsim::planners {
+
+using LayerRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+proto::Plan MegatronLayout(const std::vector<uint32_t>& order, uint32_t dp, uint32_t tp, uint32_t pp,
+                           const LayerRanges& layers, uint32_t micro_batch_size, uint32_t micro_batches);
+// `tps[s]` is stage s's TP degree and `sizes[s]` its device count; `splits[s]` its micro-batch split
+// (empty = even).
+proto::Plan IntraStageLayout(const std::vector<uint32_t>& order, const std::vector<uint32_t>& sizes,
+                             const std::vector<uint32_t>& tps, const LayerRanges& layers, uint32_t micro_batch_size,
+                             uint32_t micro_batches, const std::vector<std::vector<uint32_t>>& splits);
+
+// Every device in node order.
+std::vector<uint32_t> NodeOrder(const models::Cluster& cluster);
+// The gcd of the GPU counts of the nodes `devices` touch (TP groups of a degree dividing it stay inside
+// nodes when `devices` are whole nodes in node order).
+uint32_t NodeGcd(const models::Cluster& cluster, const std::vector<uint32_t>& devices);
+
+// Megatron-LM's uniform splits: the blocks evenly (L % pp == 0, embedding with the first stage, head with
+// the last), or all L + 2 layers evenly ((L + 2) % pp == 0). nullopt when pp does not divide.
+std::optional<LayerRanges> UniformBlocksSplit(const models::TransformerModel& model, uint32_t pp);
+std::optional<LayerRanges> UniformLayersSplit(const models::TransformerModel& model, uint32_t pp);
+
+// The worst device of a plan for memory (largest need − capacity).
+struct MemoryCheck {
+  bool fits = true;
+  double need_gib = 0;
+  double capacity_gib = 0;
+  uint32_t device = 0;
+};
+// Memory of every device of a structurally valid plan, in closed form (equal to models::EstimateMemory
+// up to rounding; tests/planners check that).
+MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem, const MemoryModel& memory);
+
+// Layer ranges balanced on stage speed (BalanceBlocks) for `skeleton`, a plan whose pipelines all have the
+// same number of stages (their layer ranges are ignored; the result applies to every pipeline): stage s's
+// time per block and fixed time (embedding, head, PP hops) are the worst over its replicas in every
+// pipeline under `ranking`; its block cap comes from memory on the real devices. nullopt when no split
+// fits in memory.
+std::optional<LayerRanges> BalancedSplit(const proto::Plan& skeleton, const PlanningProblem& problem,
+                                         const AnalyticCostModel& ranking, const MemoryModel& memory);
+// Sets every pipeline's stage ranges to `layers`.
+void ApplyLayers(proto::Plan* plan, const LayerRanges& layers);
+
+class BestPlan {
+ public:
+  BestPlan(const PlanningProblem& problem, const AnalyticCostModel& ranking);
+
+  // Checks `plan` (structurally valid by construction) for memory on the real devices, then ranks it;
+  // keeps it when it is the best so far (ties keep the earlier). `what` names it in messages. Returns
+  // its ranking time, or +inf when it does not fit.
+  double Consider(proto::Plan plan, const std::string& what);
+  bool found() const { return best_.has_value(); }
+  double best_time() const { return best_time_; }
+  SearchStats& stats() { return stats_; }
+  const MemoryModel& memory() const { return memory_; }
+  // The best plan, or the Infeasible status listing the closest attempts (NothingFound when no candidate
+  // got as far as a memory check).
+  Result<PlannerResult> Finish(const std::string& planner, const std::string& hint = "");
+
+ private:
+  const PlanningProblem& problem_;
+  const AnalyticCostModel& ranking_;
+  MemoryModel memory_;
+  SearchStats stats_;
+  InfeasibleTracker misses_;
+  std::optional<proto::Plan> best_;
+  double best_time_ = std::numeric_limits<double>::infinity();
+};
+
+// Runs `search` on every device in node order and, while nothing fits, on the first k whole nodes in node
+// order for k = nodes − 1 down to 1: symmetric systems drop whole nodes when the GPU count does not factor
+// into their layout (Hetu v2 Appendix A.3: "the entire machine was treated as failed").
+void SearchWholeNodePrefixes(const PlanningProblem& problem, BestPlan& best,
+                             const std::function<void(const std::vector<uint32_t>& order)>& search);
+
+// The search of galvatron and amp: Megatron's layout for every dp × tp × pp (TP inside nodes) and
+// micro-batch size, layers balanced on the stages' speed under `ranking` (BalancedSplit), ranked by
+// `ranking`. Lists left empty mean every valid value.
+struct SymmetricSearch {
+  std::vector<uint32_t> tp_degrees, pp_degrees, micro_batch_sizes, zero_stages;
+  uint32_t max_micro_batch_size = 32;
+  bool sequence_parallel = true;
+};
+Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const PlanningProblem& problem,
+                                              const AnalyticCostModel& ranking, const SymmetricSearch& space);
+
+// "dp=4 tp=2 pp=2 b=1 m=8 zero=1".
+std::string CandidateName(uint32_t dp, uint32_t tp, uint32_t pp, uint32_t b, uint32_t m, uint32_t zero);
+
+}  // namespace hetsim::planners

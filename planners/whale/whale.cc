@@ -1,0 +1,143 @@
+#include "planners/whale/whale.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "planners/proto/whale.pb.h"
+#include "planners/symmetric.h"
+
+namespace hetsim::planners::whale {
+namespace {
+
+class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
+ public:
+  std::string name() const override { return "whale"; }
+
+  Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
+    const auto& o = options_;
+    const AnalyticCostModel ranking(problem);
+    BestPlan best(problem, ranking);
+    SearchStats& stats = best.stats();
+    const MemoryModel& memory = best.memory();
+    const auto& cluster = problem.cluster;
+    const uint32_t G = problem.training.global_batch_size();
+    const uint32_t L = problem.model.num_layers();
+    const proto::Recompute rc = problem.training.recompute();
+    const proto::DType dtype = problem.training.dtype();
+    const std::vector<uint32_t> zeros = o.zero_stages().empty()
+                                            ? std::vector<uint32_t>{1}
+                                            : std::vector<uint32_t>(o.zero_stages().begin(), o.zero_stages().end());
+    const uint32_t bmax = o.max_micro_batch_size() > 0 ? o.max_micro_batch_size() : 32;
+    const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
+    SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& node_order) {
+      const uint32_t N = static_cast<uint32_t>(node_order.size());
+      for (uint32_t tp : TpCandidates(problem, {o.tp_degrees().begin(), o.tp_degrees().end()},
+                                      NodeGcd(cluster, node_order), &stats)) {
+        const std::vector<uint32_t> pps = o.pp_degrees().empty()
+                                              ? Divisors(N / tp)
+                                              : std::vector<uint32_t>(o.pp_degrees().begin(), o.pp_degrees().end());
+        for (uint32_t pp : pps) {
+          if ((N / tp) % pp != 0) {
+            stats.Reject("PP degree does not divide the GPUs left after TP");
+            continue;
+          }
+          if (pp > L) {
+            stats.Reject("more pipeline stages than layers");
+            continue;
+          }
+          const uint32_t dp = N / (tp * pp), block = dp * tp;
+          const LayerRanges layers = EvenLayerSplit(L, pp);
+          // Device blocks in node order and the memory of their smallest device.
+          std::vector<double> block_capacity(pp, std::numeric_limits<double>::infinity());
+          for (uint32_t k = 0; k < pp; ++k) {
+            for (uint32_t i = 0; i < block; ++i) {
+              block_capacity[k] =
+                  std::min(block_capacity[k], cluster.device(node_order[k * block + i]).gpu->memory_gib);
+            }
+          }
+          for (uint32_t b : MicroBatchCandidates(G % dp == 0 ? G / dp : 0, requested_b, bmax)) {
+            const uint32_t B = dp * b, m = G / B;
+            for (uint32_t zero : zeros) {
+              // Inter-TaskGraph placement: stages by memory demand onto blocks by capacity (equal capacities
+              // keep node order).
+              std::vector<double> demand(pp);
+              std::vector<double> static_gib(pp), act(pp), peak(pp), in_flight(pp);
+              for (uint32_t s = 0; s < pp; ++s) {
+                const auto [begin, end] = layers[s];
+                static_gib[s] = memory.StaticGib(begin, end, tp, zero, dp);
+                act[s] =
+                    memory.ActivationGibPerSequence(begin, end, tp, false, rc);  // Whale has no sequence parallelism
+                peak[s] = memory.PeakLayerGibPerSequence(begin, end, tp, false, rc);
+                in_flight[s] = MemoryModel::InFlight(proto::Plan::SCHEDULE_1F1B, s, pp, m, 1);
+                demand[s] = memory.TotalGib(static_gib[s], act[s], peak[s], b, in_flight[s]);
+              }
+              std::vector<uint32_t> stages_by_demand(pp), blocks_by_capacity(pp);
+              std::iota(stages_by_demand.begin(), stages_by_demand.end(), 0);
+              std::iota(blocks_by_capacity.begin(), blocks_by_capacity.end(), 0);
+              std::stable_sort(stages_by_demand.begin(), stages_by_demand.end(),
+                               [&](uint32_t x, uint32_t y) { return demand[x] > demand[y]; });
+              std::stable_sort(blocks_by_capacity.begin(), blocks_by_capacity.end(),
+                               [&](uint32_t x, uint32_t y) { return block_capacity[x] > block_capacity[y]; });
+              std::vector<uint32_t> block_of(pp);
+              for (uint32_t i = 0; i < pp;) {
+                uint32_t j = i;
+                while (j + 1 < pp && block_capacity[blocks_by_capacity[j + 1]] == block_capacity[blocks_by_capacity[i]])
+                  ++j;
+                std::vector<uint32_t> st(stages_by_demand.begin() + i, stages_by_demand.begin() + j + 1);
+                std::vector<uint32_t> bl(blocks_by_capacity.begin() + i, blocks_by_capacity.begin() + j + 1);
+                std::sort(st.begin(), st.end());
+                std::sort(bl.begin(), bl.end());
+                for (size_t k = 0; k < st.size(); ++k) block_of[st[k]] = bl[k];
+                i = j + 1;
+              }
+              std::vector<uint32_t> order;
+              order.reserve(N);
+              for (uint32_t s = 0; s < pp; ++s) {
+                for (uint32_t i = 0; i < block; ++i) order.push_back(node_order[block_of[s] * block + i]);
+              }
+              // Intra-TaskGraph load balance: the micro-batch split by GPU speed under memory caps.
+              std::vector<std::vector<uint32_t>> splits(pp);
+              for (uint32_t s = 0; s < pp && dp > 1; ++s) {
+                std::vector<double> weights(dp);
+                std::vector<uint32_t> caps(dp);
+                for (uint32_t r = 0; r < dp; ++r) {
+                  double speed = std::numeric_limits<double>::infinity(), cap = speed;
+                  for (uint32_t k = 0; k < tp; ++k) {
+                    const auto& gpu = *cluster.device(order[s * block + r * tp + k]).gpu;
+                    speed = std::min(speed, gpu.PeakTflops(dtype));
+                    cap = std::min(cap, gpu.memory_gib);
+                  }
+                  weights[r] = speed;
+                  const double per_seq = act[s] * in_flight[s] + peak[s];
+                  const double room = cap * (1 - kMemorySafety) - static_gib[s] - memory.WorkspaceGib();
+                  caps[r] =
+                      per_seq <= 0 ? B : static_cast<uint32_t>(std::clamp(std::floor(room / per_seq), 0.0, double(B)));
+                }
+                if (auto split = ProportionalSplit(B, weights, caps)) {
+                  splits[s] = *split;
+                } else {
+                  stats.Reject("no speed-proportional split fits in memory (tried the even split)");
+                }
+              }
+              proto::Plan plan = IntraStageLayout(order, std::vector<uint32_t>(pp, block),
+                                                  std::vector<uint32_t>(pp, tp), layers, B, m, splits);
+              plan.set_zero_stage(zero);
+              best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero));
+            }
+          }
+          if (G % dp != 0) stats.Reject("global batch not divisible by the DP degree");
+        }
+      }
+    });
+    return best.Finish(name(), "Whale needs every stage of the same dp × tp shape, TP inside a node");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Planner> NewPlanner() {
+  return std::make_unique<WhalePlanner>();
+}
+
+}  // namespace hetsim::planners::whale

@@ -1,0 +1,80 @@
+#include "planners/zero/zero.h"
+
+#include <numeric>
+
+#include "planners/proto/zero.pb.h"
+#include "planners/symmetric.h"
+
+namespace hetsim::planners::zero {
+namespace {
+
+class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
+ public:
+  ZeroPlanner(std::string name, std::vector<uint32_t> zeros, std::vector<uint32_t> sps)
+      : name_(std::move(name)), default_zeros_(std::move(zeros)), default_sps_(std::move(sps)) {}
+
+  std::string name() const override { return name_; }
+
+  Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
+    const auto& o = options_;
+    const AnalyticCostModel ranking(problem);
+    BestPlan best(problem, ranking);
+    SearchStats& stats = best.stats();
+    const uint32_t G = problem.training.global_batch_size();
+    const uint32_t L = problem.model.num_layers();
+    const std::vector<uint32_t> zeros = o.zero_stages().empty()
+                                            ? default_zeros_
+                                            : std::vector<uint32_t>(o.zero_stages().begin(), o.zero_stages().end());
+    const std::vector<uint32_t> sps =
+        o.sp_degrees().empty() ? default_sps_ : std::vector<uint32_t>(o.sp_degrees().begin(), o.sp_degrees().end());
+    const uint32_t bmax = o.max_micro_batch_size() > 0 ? o.max_micro_batch_size() : 32;
+    const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
+    SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
+      const uint32_t N = static_cast<uint32_t>(order.size());
+      const uint32_t node_gcd = NodeGcd(problem.cluster, order);
+      for (uint32_t sp : sps) {
+        if (node_gcd % sp != 0) {
+          stats.Reject("SP degree does not divide the GPUs of every node (SP stays inside a node)");
+          continue;
+        }
+        if (!ModelAllowsTp(problem.model, sp)) {
+          stats.Reject("SP degree does not divide the model's attention or key/value heads");
+          continue;
+        }
+        const uint32_t dp = N / sp;
+        if (G % dp != 0) {
+          stats.Reject("global batch not divisible by the DP degree");
+          continue;
+        }
+        for (uint32_t b : MicroBatchCandidates(G / dp, requested_b, bmax)) {
+          const uint32_t m = G / (dp * b);
+          for (uint32_t z : zeros) {
+            proto::Plan plan = MegatronLayout(order, dp, sp, 1, {{0, L}}, b, m);
+            plan.set_zero_stage(z);
+            if (sp > 1) plan.set_sequence_parallel(true);
+            best.Consider(std::move(plan), "dp=" + std::to_string(dp) + " sp=" + std::to_string(sp) +
+                                               " b=" + std::to_string(b) + " m=" + std::to_string(m) +
+                                               " zero=" + std::to_string(z));
+          }
+        }
+      }
+    });
+    return best.Finish(name_, "ZeRO data parallelism needs the global batch divisible by the number of replicas");
+  }
+
+ private:
+  std::string name_;
+  std::vector<uint32_t> default_zeros_, default_sps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Planner> NewDeepSpeedPlanner() {
+  return std::make_unique<ZeroPlanner>("deepspeed", std::vector<uint32_t>{1, 2, 3}, std::vector<uint32_t>{1, 2, 4, 8});
+}
+
+std::unique_ptr<Planner> NewFsdpPlanner() {
+  return std::make_unique<ZeroPlanner>("fsdp", std::vector<uint32_t>{3, 2, 0}, std::vector<uint32_t>{1});
+}
+
+}  // namespace hetsim::planners::zero

@@ -1,0 +1,21 @@
+// `deepspeed` and `fsdp`: ZeRO data parallelism (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations
+// Toward Training Trillion Parameter Models", §5; PyTorch FSDP, Zhao et al. 2023) with a uniform batch
+// split: every GPU (or every sequence-parallel group) holds the whole model, sharded over the
+// data-parallel replicas by the ZeRO stage. deepspeed may add DeepSpeed-Ulysses sequence parallelism
+// (Jacobs et al. 2023) inside a node — the strategy Hetu v2 §7.1 and Appendix A.2 report as "DP×SP+AC".
+// Ulysses has no weight sharding of its own; the plan format expresses an SP group as a TP group with
+// sequence_parallel, so the analytic model charges it Megatron-SP's communication (docs/planners.md).
+// Candidates are ranked on the real GPUs (both systems are tuned by hand on the cluster they run on).
+// Options: planners/proto/zero.proto.
+#pragma once
+
+#include <memory>
+
+#include "planners/planner.h"
+
+namespace hetsim::planners::zero {
+
+std::unique_ptr<Planner> NewDeepSpeedPlanner();
+std::unique_ptr<Planner> NewFsdpPlanner();
+
+}  // namespace hetsim::planners::zero

@@ -1,0 +1,210 @@
+// The analytic cost model (planners/cost_model.h) against closed forms derived by hand. Layer times come
+// from hand-written profiles so that every term is a round number.
+#include "planners/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include "models/profile_db.h"
+#include "tests/planners/test_util.h"
+
+namespace hetsim::planners {
+namespace {
+
+using testing::ClusterFromYaml;
+using testing::Fixture;
+using testing::PlanFromYaml;
+
+// llama-tiny per-layer times at TP 1 and micro-batch 1: a block 1 ms forward and 2 ms backward on an
+// A100 and half that on an H100; the head 0.5 / 1 ms (A100) and half that on an H100; the embedding 0.
+models::ProfileDb TinyProfiles() {
+  models::ProfileDb db;
+  for (const auto& [gpu, scale] : {std::pair<std::string, double>{"a100-80gb", 1.0}, {"h100", 0.5}}) {
+    proto::Profile p;
+    p.set_gpu(gpu);
+    p.set_model("llama-tiny");
+    p.set_seq_len(128);
+    auto add = [&](proto::LayerTiming::LayerKind kind, double fwd, double bwd) {
+      auto* l = p.add_layers();
+      l->set_layer(kind);
+      l->set_tp_degree(1);
+      l->set_micro_batch_size(1);
+      l->set_forward_s(fwd * scale);
+      l->set_backward_s(bwd * scale);
+    };
+    add(proto::LayerTiming::LAYER_KIND_EMBEDDING, 0, 0);
+    add(proto::LayerTiming::LAYER_KIND_TRANSFORMER, 1e-3, 2e-3);
+    add(proto::LayerTiming::LAYER_KIND_HEAD, 0.5e-3, 1e-3);
+    const Status s = db.Add(p, gpu + ".yaml");
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  return db;
+}
+
+// llama-tiny (h = 256, 4 blocks, V = 1024, untied): block 725,504 parameters, embedding 262,144, head
+// 262,144 + 256 (final norm) = 262,400; in all 3,426,560 (models/catalog/models/llama-tiny.yaml).
+constexpr double kBlock = 725504, kEmbedding = 262144, kHead = 262400, kTotal = 3426560;
+
+TEST(PipelineTime, OneFOneBAndInterleavedClosedForms) {
+  const std::vector<double> t = {1.0, 3.0};
+  // (m − 1)·max + Σ = 3·3 + 4.
+  EXPECT_DOUBLE_EQ(PipelineSeconds(t, 4, proto::Plan::SCHEDULE_1F1B), 13.0);
+  EXPECT_DOUBLE_EQ(PipelineSeconds(t, 4, proto::Plan::SCHEDULE_GPIPE), 13.0);
+  // Interleaved with v = 2: m·max + (Σ − max)/v = 12 + 0.5.
+  EXPECT_DOUBLE_EQ(PipelineSeconds(t, 4, proto::Plan::SCHEDULE_INTERLEAVED_1F1B, 2), 12.5);
+  // One micro-batch: the stages one after another.
+  EXPECT_DOUBLE_EQ(PipelineSeconds(t, 1, proto::Plan::SCHEDULE_1F1B), 4.0);
+}
+
+TEST(AnalyticCost, TwoStageOneFOneBClosedForm) {
+  const Fixture f(ClusterFromYaml(R"(
+name: pair
+nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const models::ProfileDb db = TinyProfiles();
+  const AnalyticCostModel cost(f.problem(&db));
+  const proto::Plan plan = PlanFromYaml(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_begin: 0, layer_end: 3}
+      - {devices: [1], layer_begin: 3, layer_end: 6}
+)");
+  ASSERT_TRUE(models::ValidatePlanStructure(plan, f.context(), "plan").ok());
+  const PlanEstimate e = cost.Estimate(plan);
+  // One PP hop: b·s·h bf16 values = 1·128·256·2 = 65,536 bytes over NVSwitch (A100 catalog: 300 GB/s,
+  // 2 µs default latency).
+  const double hop = 2e-6 + 65536 / 300e9;
+  // Stage 0: embedding (0) + 2 blocks × (1 + 2) ms, then its forward send; stage 1: 2 blocks × 3 ms + head
+  // 1.5 ms, then its backward send.
+  const double t0 = 6e-3 + hop, t1 = 7.5e-3 + hop;
+  ASSERT_EQ(e.pipelines.size(), 1u);
+  EXPECT_NEAR(e.pipelines[0].stages[0].time_s, t0, 1e-12);
+  EXPECT_NEAR(e.pipelines[0].stages[1].time_s, t1, 1e-12);
+  // 1F1B: (m − 1)·max + Σ = 3·t1 + t0 + t1 = 36 ms + 5 hops.
+  EXPECT_NEAR(e.pipeline_s, 36e-3 + 5 * hop, 1e-12);
+  // No data parallelism: nothing to synchronise. The optimizer step streams 32 bytes per parameter
+  // through HBM (A100: 2,039 GB/s); stage 1 holds the most (2 blocks + head).
+  EXPECT_EQ(e.dp_sync_s, 0);
+  EXPECT_NEAR(e.optimizer_s, (2 * kBlock + kHead) * 32 / 2039e9, 1e-15);
+  EXPECT_NEAR(e.iteration_s, e.pipeline_s + e.optimizer_s, 1e-15);
+  // Bubble of the slower pipeline: 1 − Σ m·t_s / (S·T) with the numbers above.
+  EXPECT_NEAR(e.pipelines[0].bubble_fraction, 1 - 4 * (t0 + t1) / (2 * e.pipeline_s), 1e-12);
+  // Tokens: 4 sequences of 128 per iteration.
+  EXPECT_NEAR(e.tokens_per_s, 512 / e.iteration_s, 1e-6);
+  EXPECT_TRUE(e.has_memory);
+  EXPECT_FALSE(e.oom);
+}
+
+TEST(AnalyticCost, TwoPipelinesOfDifferentSpeedSlowerOnePlusRingSync) {
+  // One A100 and one H100 in two machines, one 100 Gb/s RoCE NIC each (3 µs), one 1 µs switch.
+  const Fixture f(ClusterFromYaml(R"(
+name: mixed
+nodes:
+  - {name: a, gpus: {type: a100-80gb, count: 1}, nic: {kind: roce, bandwidth_gbps: 100, latency_us: 3}}
+  - {name: h, gpus: {type: h100, count: 1}, nic: {kind: roce, bandwidth_gbps: 100, latency_us: 3}}
+network: {switch_latency_us: 1}
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 8, seq_len: 128}");
+  const models::ProfileDb db = TinyProfiles();
+  const AnalyticCostModel cost(f.problem(&db));
+  proto::Plan plan = PlanFromYaml(R"(
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 3, stages: [{devices: [0], layer_begin: 0, layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 5, stages: [{devices: [1], layer_begin: 0, layer_end: 6}]}
+)");
+  ASSERT_TRUE(models::ValidatePlanStructure(plan, f.context(), "plan").ok());
+  const PlanEstimate e = cost.Estimate(plan);
+  // A100: 3 micro-batches × (4 blocks × 3 ms + 1.5 ms head) = 40.5 ms; H100: 5 × 6.75 ms = 33.75 ms.
+  EXPECT_NEAR(e.pipelines[0].time_s, 40.5e-3, 1e-12);
+  EXPECT_NEAR(e.pipelines[1].time_s, 33.75e-3, 1e-12);
+  EXPECT_EQ(e.slowest_pipeline, 0u);
+  // Gradient sync: one group of 2 over the 100 Gb/s = 12.5 GB/s link, α = 3 µs NIC + 1 µs switch; all
+  // 3,426,560 bf16 gradients: ring 2(n−1)/n·S/β + 2(n−1)·α = S/β + 2α.
+  const double bytes = kTotal * 2;
+  const double sync = bytes / 12.5e9 + 2 * 4e-6;
+  EXPECT_NEAR(e.dp_sync_s, sync, 1e-12);
+  // Optimizer: every device updates the whole model; the A100 (2,039 GB/s) is slower than the H100.
+  const double opt = kTotal * 32 / 2039e9;
+  EXPECT_NEAR(e.optimizer_s, opt, 1e-15);
+  EXPECT_NEAR(e.iteration_s, 40.5e-3 + sync + opt, 1e-12);
+  // ZeRO-1: the same ring volume (reduce-scatter + all-gather), the optimizer step on half the states.
+  plan.set_zero_stage(1);
+  const PlanEstimate z1 = cost.Estimate(plan);
+  EXPECT_NEAR(z1.dp_sync_s, sync, 1e-12);
+  EXPECT_NEAR(z1.optimizer_s, opt / 2, 1e-15);
+  // ZeRO-2 reduce-scatters after each micro-batch (the most of the group's pipelines: 5) and all-gathers
+  // once: 6 × (S/2)/β + 6·α.
+  plan.set_zero_stage(2);
+  EXPECT_NEAR(cost.Estimate(plan).dp_sync_s, 6 * (bytes / 2 / 12.5e9 + 4e-6), 1e-12);
+  // Overlapped with the last backward pass (9 ms on the A100, 4.5 ms on the H100, both longer than the
+  // sync), only the last layer's share of the sync shows: sync / 6 layers.
+  plan.set_zero_stage(0);
+  plan.mutable_comm()->set_dp_overlap(true);
+  EXPECT_NEAR(cost.Estimate(plan).dp_sync_s, std::max(sync / 6, sync - 9e-3), 1e-12);
+}
+
+TEST(AnalyticCost, TensorParallelAllReducesPerLayer) {
+  // A TP-2 group on two A100s over NVSwitch; analytic compute (no profile).
+  const Fixture f(ClusterFromYaml(R"(
+name: pair
+nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 2, seq_len: 128}");
+  const AnalyticCostModel cost(f.problem());
+  const std::vector<uint32_t> group = {0, 1};
+  // Each block all-reduces b·s·h bf16 values twice per pass, the embedding and the head once:
+  // (2·4 + 2) all-reduces per pass, two passes; each a ring of 2 over 300 GB/s with 2 µs latency.
+  const double one = 65536 / 300e9 + 2 * 2e-6;
+  const ReplicaTime r = cost.Replica(group, 0, 6, 1, {}, {}, proto::RECOMPUTE_NONE);
+  EXPECT_NEAR(r.tp_s, 2 * 10 * one, 1e-15);
+  // Full recomputation repeats the blocks' forward all-reduces in the backward pass.
+  const ReplicaTime full = cost.Replica(group, 0, 6, 1, {}, {}, proto::RECOMPUTE_FULL);
+  EXPECT_NEAR(full.tp_s, 2 * 10 * one + 8 * one, 1e-15);
+  // Compute splits over the group: half the FLOPs each (at the efficiency of half the tokens).
+  const auto [f1, b1] = cost.RangeCompute(*f.cluster->device(0).gpu, 1, 2, 1, 1, proto::RECOMPUTE_NONE);
+  const auto [f2, b2] = cost.RangeCompute(*f.cluster->device(0).gpu, 1, 2, 2, 1, proto::RECOMPUTE_NONE);
+  EXPECT_LT(f2, f1);
+  EXPECT_GT(f2, f1 / 2);  // lower efficiency at half the tokens per rank
+  EXPECT_NEAR(b1, 2 * f1, 1e-15);
+}
+
+TEST(AnalyticCost, IntraStageReplicasWaitForTheSlowest) {
+  // Two replicas of one stage, an A100 and an H100, each micro-batch split [1, 1]: the A100 sets the pace.
+  const Fixture f(ClusterFromYaml(R"(
+name: mixed
+nodes:
+  - {name: a, gpus: {type: a100-80gb, count: 1}, nic: {kind: roce, bandwidth_gbps: 100, latency_us: 3}}
+  - {name: h, gpus: {type: h100, count: 1}, nic: {kind: roce, bandwidth_gbps: 100, latency_us: 3}}
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const models::ProfileDb db = TinyProfiles();
+  const AnalyticCostModel cost(f.problem(&db));
+  const proto::Plan plan = PlanFromYaml(R"(
+pipelines:
+  - {micro_batch_size: 2, num_micro_batches: 2, stages: [{devices: [0, 1], layer_begin: 0, layer_end: 6}]}
+)");
+  const PlanEstimate e = cost.Estimate(plan);
+  EXPECT_NEAR(e.pipelines[0].stages[0].time_s, 13.5e-3, 1e-12);
+  EXPECT_NEAR(e.pipeline_s, 27e-3, 1e-12);
+}
+
+TEST(AnalyticCost, FirstGpuViewIgnoresHeterogeneityButNotMemory) {
+  const Fixture f(testing::BundledCluster("hexiscale-case-study"), testing::BundledModel("llama2-7b"),
+                  "{global_batch_size: 8, seq_len: 1024, recompute: full}");
+  const AnalyticCostModel real(f.problem());
+  const AnalyticCostModel as_a800(f.problem(), {f.cluster->device(0).gpu});
+  // Device 7 is an RTX 3090: slower for real, an A800 in Megatron's view.
+  EXPECT_EQ(&as_a800.ComputeGpu(7), f.cluster->device(0).gpu);
+  const std::vector<uint32_t> d7 = {7};
+  EXPECT_GT(real.Replica(d7, 1, 2, 1, {}, {}, proto::RECOMPUTE_FULL).total_s(),
+            as_a800.Replica(d7, 1, 2, 1, {}, {}, proto::RECOMPUTE_FULL).total_s());
+  // The average GPU of 3 A800 (312) + 3 RTX 4090 (165.2) + 2 RTX 3090 (71) in bf16 TFLOPS.
+  const models::GpuSpec avg = AverageGpu(*f.cluster);
+  EXPECT_NEAR(avg.peak_bf16_tflops, (3 * 312 + 3 * 165.2 + 2 * 71) / 8.0, 1e-9);
+  EXPECT_NEAR(avg.memory_gib, (3 * 80 + 5 * 24) / 8.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace hetsim::planners

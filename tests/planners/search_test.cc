@@ -1,0 +1,204 @@
+// The planners' shared building blocks (planners/search.h, planners/symmetric.h): hand cases for the
+// splitting helpers, optimality of MinMaxSplit against brute force, and the closed-form memory of
+// CheckMemory against models::EstimateMemory on random plans.
+#include "planners/search.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "planners/symmetric.h"
+#include "tests/planners/test_util.h"
+
+namespace hetsim::planners {
+namespace {
+
+using testing::Fixture;
+
+TEST(Search, Divisors) {
+  EXPECT_EQ(Divisors(12), (std::vector<uint32_t>{1, 2, 3, 4, 6, 12}));
+  EXPECT_EQ(Divisors(1), (std::vector<uint32_t>{1}));
+  EXPECT_EQ(Divisors(49), (std::vector<uint32_t>{1, 7, 49}));
+}
+
+TEST(Search, EvenLayerSplitGivesTheFirstStagesTheRemainder) {
+  using R = std::vector<std::pair<uint32_t, uint32_t>>;
+  EXPECT_EQ(EvenLayerSplit(10, 3), (R{{0, 4}, {4, 7}, {7, 10}}));
+  EXPECT_EQ(EvenLayerSplit(6, 6), (R{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}}));
+}
+
+TEST(Search, BalanceBlocksMinimisesTheLargestStageThenTheSum) {
+  using R = std::vector<std::pair<uint32_t, uint32_t>>;
+  // 6 blocks over 3 stages taking fixed + n·per_block = 1 + n, 0 + 2n, 2 + n. The largest stage time is at
+  // least 4 (T = 3 holds 2 + 1 + 1 = 4 < 6 blocks; T = 4 holds 3 + 2 + 2 = 7); at T = 4 the cheap stages 0
+  // and 2 fill first: n = (3, 1, 2), stage times 4, 2, 4. Ranges add the embedding and the head.
+  const auto a = BalanceBlocks(6, {1, 0, 2}, {1, 2, 1}, {6, 6, 6});
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(*a, (R{{0, 4}, {4, 5}, {5, 8}}));
+  // Memory caps stage 0 at one block: T = 5 (1 + 2 + 3 = 6 blocks); n = (1, 2, 3), times 2, 4, 5.
+  const auto b = BalanceBlocks(6, {1, 0, 2}, {1, 2, 1}, {1, 6, 6});
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(*b, (R{{0, 2}, {2, 4}, {4, 8}}));
+  // Caps that cannot hold the model.
+  EXPECT_FALSE(BalanceBlocks(6, {1, 0, 2}, {1, 2, 1}, {1, 2, 2}).has_value());
+  // More middle stages than blocks.
+  EXPECT_FALSE(BalanceBlocks(1, {0, 0, 0, 0}, {1, 1, 1, 1}, {1, 1, 1, 1}).has_value());
+  // One stage holds everything.
+  EXPECT_EQ(*BalanceBlocks(4, {0}, {1}, {4}), (R{{0, 6}}));
+}
+
+TEST(Search, ProportionalSplitFollowsTheWeightsWithinCaps) {
+  const auto x = ProportionalSplit(10, {3, 1}, {10, 10});
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(std::accumulate(x->begin(), x->end(), 0u), 10u);
+  EXPECT_NEAR((*x)[0], 7.5, 1.0);  // within one sequence of the 3:1 share
+  EXPECT_EQ(*ProportionalSplit(10, {3, 1}, {5, 10}), (std::vector<uint32_t>{5, 5}));
+  EXPECT_FALSE(ProportionalSplit(10, {3, 1}, {5, 4}).has_value());
+  EXPECT_FALSE(ProportionalSplit(1, {1, 1}, {1, 1}).has_value());  // every replica needs a sequence
+}
+
+TEST(Search, MinMaxSplitIsOptimalForNonDecreasingTimes) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const uint32_t R = 2 + trial % 3, total = R + trial % 7;
+    // Per replica: a non-decreasing time per sequence count (random increments).
+    std::vector<std::vector<double>> t(R, std::vector<double>(total + 1, 0));
+    std::vector<uint32_t> caps(R);
+    for (uint32_t r = 0; r < R; ++r) {
+      for (uint32_t x = 1; x <= total; ++x) t[r][x] = t[r][x - 1] + std::uniform_real_distribution<>(0, 3)(rng);
+      caps[r] = 1 + rng() % total;
+    }
+    auto value = [&](uint32_t r, uint32_t x) { return t[r][x]; };
+    // Brute force over every split with each replica in [1, cap].
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<uint32_t> x(R, 1);
+    std::function<void(uint32_t, uint32_t)> rec = [&](uint32_t r, uint32_t left) {
+      if (r + 1 == R) {
+        if (left < 1 || left > caps[r]) return;
+        x[r] = left;
+        double m = 0;
+        for (uint32_t i = 0; i < R; ++i) m = std::max(m, t[i][x[i]]);
+        best = std::min(best, m);
+        return;
+      }
+      for (uint32_t v = 1; v <= std::min(caps[r], left); ++v) {
+        x[r] = v;
+        rec(r + 1, left - v);
+      }
+    };
+    rec(0, total);
+    const auto split = MinMaxSplit(total, R, value, caps);
+    if (best == std::numeric_limits<double>::infinity()) {
+      EXPECT_FALSE(split.has_value()) << "trial " << trial;
+      continue;
+    }
+    ASSERT_TRUE(split.has_value()) << "trial " << trial;
+    double got = 0;
+    for (uint32_t r = 0; r < R; ++r) {
+      EXPECT_LE((*split)[r], caps[r]);
+      got = std::max(got, t[r][(*split)[r]]);
+    }
+    EXPECT_EQ(std::accumulate(split->begin(), split->end(), 0u), total);
+    EXPECT_DOUBLE_EQ(got, best) << "trial " << trial;
+  }
+}
+
+TEST(Search, UniformSplitsFollowMegatronLm) {
+  const models::TransformerModel model = testing::BundledModel("llama3-405b");  // 126 blocks, 128 layers
+  EXPECT_FALSE(UniformBlocksSplit(model, 16).has_value());  // 126 % 16 != 0
+  const auto l = UniformLayersSplit(model, 16);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ((*l)[0], (std::pair<uint32_t, uint32_t>{0, 8}));  // embedding + 7 blocks, as in Llama 3
+  const auto b = UniformBlocksSplit(model, 2);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ((*b)[0], (std::pair<uint32_t, uint32_t>{0, 64}));  // embedding + 63 blocks
+  EXPECT_EQ((*b)[1], (std::pair<uint32_t, uint32_t>{64, 128}));
+}
+
+// A random plan on `cluster` for `model` (structurally valid up to the global batch, which the caller sets
+// to the plan's total).
+proto::Plan RandomPlan(std::mt19937& rng, const models::Cluster& cluster, const models::TransformerModel& model) {
+  proto::Plan plan;
+  std::vector<uint32_t> devices(cluster.num_devices());
+  std::iota(devices.begin(), devices.end(), 0);
+  std::shuffle(devices.begin(), devices.end(), rng);
+  const uint32_t used = 1 + rng() % cluster.num_devices();
+  const uint32_t pipelines = 1 + rng() % std::min<uint32_t>(used, 3);
+  // Devices per pipeline: one each, the rest at random.
+  std::vector<uint32_t> per_pipeline(pipelines, 1);
+  for (uint32_t k = pipelines; k < used; ++k) ++per_pipeline[rng() % pipelines];
+  size_t next = 0;
+  for (uint32_t p = 0; p < pipelines; ++p) {
+    const uint32_t mine = per_pipeline[p];
+    const uint32_t stages = 1 + rng() % std::min<uint32_t>({mine, 4, model.num_layers()});
+    std::vector<uint32_t> count(stages, 1), layers(stages, 1);
+    for (uint32_t k = stages; k < mine; ++k) ++count[rng() % stages];
+    for (uint32_t k = stages; k < model.num_layers(); ++k) ++layers[rng() % stages];
+    const uint32_t b = *std::max_element(count.begin(), count.end()) + rng() % 3;
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(b);
+    pipe->set_num_micro_batches(1 + rng() % 6);
+    uint32_t begin = 0;
+    for (uint32_t s = 0; s < stages; ++s) {
+      auto* st = pipe->add_stages();
+      const uint32_t tp = count[s] % 2 == 0 && rng() % 2 == 0 ? 2 : 1;
+      for (uint32_t k = 0; k < count[s]; ++k) st->add_devices(devices[next++]);
+      if (tp > 1) st->set_tp_degree(tp);
+      const uint32_t dp = count[s] / tp;
+      if (dp > 1 && rng() % 2 == 0) {
+        std::vector<uint32_t> split(dp, 1);
+        for (uint32_t k = dp; k < b; ++k) ++split[rng() % dp];
+        for (uint32_t x : split) st->add_micro_batch_split(x);
+      }
+      st->set_layer_begin(begin);
+      st->set_layer_end(begin + layers[s]);
+      begin += layers[s];
+    }
+  }
+  plan.set_zero_stage(rng() % 4);
+  plan.set_sequence_parallel(rng() % 2 == 0);
+  plan.set_schedule(rng() % 2 == 0 ? proto::Plan::SCHEDULE_1F1B : proto::Plan::SCHEDULE_GPIPE);
+  const proto::Recompute rc[] = {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL};
+  plan.set_recompute(rc[rng() % 3]);
+  return plan;
+}
+
+// CheckMemory's closed forms must agree with models::EstimateMemory (what ValidatePlan uses) on the worst
+// device of any plan.
+TEST(Memory, ClosedFormsAgreeWithEstimateMemoryOnRandomPlans) {
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (const char* name : {"hexiscale-case-study", "metis-nonuniform-v100-dominant-8", "autohet-4node"}) {
+    for (const char* model_name : {"llama2-7b", "gpt3-1.3b", "llama-tiny"}) {
+      const models::Cluster cluster = testing::BundledCluster(name);
+      const models::TransformerModel model = testing::BundledModel(model_name);
+      for (int trial = 0; trial < 20; ++trial) {
+        const proto::Plan plan = RandomPlan(rng, cluster, model);
+        uint64_t total = 0;
+        for (const auto& p : plan.pipelines()) total += uint64_t{p.micro_batch_size()} * p.num_micro_batches();
+        const Fixture f(cluster, model,
+                        "{global_batch_size: " + std::to_string(total) + ", seq_len: 256, dtype: fp16}");
+        const Status valid = models::ValidatePlanStructure(plan, f.context(), "random");
+        ASSERT_TRUE(valid.ok()) << valid.message();
+        const MemoryCheck fast = CheckMemory(plan, f.problem(), MemoryModel(f.problem()));
+        double worst = -1e300;
+        for (const auto& dm : models::EstimateMemory(plan, f.context())) {
+          worst = std::max(worst, dm.total_gib - dm.capacity_gib);
+        }
+        EXPECT_NEAR(fast.need_gib - fast.capacity_gib, worst, 1e-9 * std::max(1.0, std::abs(worst)))
+            << name << " " << model_name << " trial " << trial;
+        if (std::abs(worst) > 1e-6) {
+          EXPECT_EQ(fast.fits, worst < 0) << name << " trial " << trial;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 180);
+}
+
+}  // namespace
+}  // namespace hetsim::planners

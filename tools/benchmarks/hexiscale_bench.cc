@@ -1,0 +1,95 @@
+// bench_hexiscale [FILTER]: the HexiScale planner's search time at 64, 128, 240 and 320 GPUs (the paper's
+// Figure 9: under two minutes on 12 cores; hetsim's target: at most 10 s at 320 GPUs on 2 cores).
+//
+// Clusters: the Appendix B mix (8× RTX 3090, 4× RTX 3090, 8× RTX 4090 and 8× A800 machines, 0.7 GB/s
+// between machines; `hexiscale-240`) with the machine counts scaled to the GPU count (the paper does not
+// give the other compositions). Model: Llama 30B, 2,048 tokens, full recomputation (the
+// paper: "the runtime is independent of model size"; global batch 2,048, 4M tokens). Prints one line per measurement, `name value unit`:
+// the search's wall time, the plan's analytic MFU and its number of pipelines.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "planners/planner.h"
+
+namespace {
+
+using hetsim::Result;
+namespace models = hetsim::models;
+namespace planners = hetsim::planners;
+namespace proto = hetsim::proto;
+
+struct Case {
+  uint32_t gpus;
+  uint32_t rtx3090x8, rtx3090x4, rtx4090x8, a800x8;  // machines of each kind (hexiscale-240's node order)
+};
+
+void Print(const std::string& name, double value, const char* unit) {
+  std::printf("%s %.4g %s\n", name.c_str(), value, unit);
+  std::fflush(stdout);
+}
+
+int Run(const std::string& filter) {
+  const std::vector<Case> cases = {
+      {64, 1, 2, 5, 1}, {128, 2, 2, 12, 1}, {240, 5, 6, 20, 2}, {320, 7, 6, 27, 3}};
+  auto base = models::LoadCluster("hexiscale-240");
+  if (!base.ok()) {
+    std::fprintf(stderr, "%s\n", base.status().message().c_str());
+    return 1;
+  }
+  const proto::Cluster spec = base->spec();
+  auto model = models::LoadModel("llama-30b");
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().message().c_str());
+    return 1;
+  }
+  proto::Training t;
+  t.set_global_batch_size(2048);
+  t.set_seq_len(2048);
+  t.set_recompute(proto::RECOMPUTE_FULL);
+  auto training = models::ResolveTraining(t, *model, "bench");
+  if (!training.ok()) {
+    std::fprintf(stderr, "%s\n", training.status().message().c_str());
+    return 1;
+  }
+  for (const Case& c : cases) {
+    const std::string tag = "hexiscale/" + std::to_string(c.gpus) + "gpu";
+    if (!filter.empty() && tag.find(filter) == std::string::npos) continue;
+    proto::Cluster s = spec;
+    const uint32_t counts[] = {c.rtx3090x8, c.rtx3090x4, c.rtx4090x8, c.a800x8};
+    for (int i = 0; i < 4 && i < s.nodes_size(); ++i) s.mutable_nodes(i)->set_count(counts[i]);
+    s.set_name("hexiscale-bench-" + std::to_string(c.gpus));
+    auto cluster = models::Cluster::Build(s, "bench");
+    if (!cluster.ok()) {
+      std::fprintf(stderr, "%s\n", cluster.status().message().c_str());
+      return 1;
+    }
+    auto planner = planners::CreatePlanner("hexiscale");
+    if (!planner.ok()) {
+      std::fprintf(stderr, "%s\n", planner.status().message().c_str());
+      return 1;
+    }
+    const planners::PlanningProblem problem{*cluster, *model, *training};
+    const auto start = std::chrono::steady_clock::now();
+    auto result = planners::RunPlanner(**planner, problem);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!result.ok()) {
+      std::fprintf(stderr, "%s: %s\n", tag.c_str(), result.status().message().c_str());
+      return 1;
+    }
+    Print(tag + "/search_time", wall, "s");
+    Print(tag + "/candidates", static_cast<double>(result->stats.candidates_evaluated), "plans");
+    Print(tag + "/pipelines", result->plan.pipelines_size(), "pipelines");
+    Print(tag + "/estimated_mfu", 100 * result->estimate.mfu, "%");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return Run(argc > 1 ? argv[1] : "");
+}

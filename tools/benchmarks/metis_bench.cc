@@ -1,0 +1,92 @@
+// bench_metis [FILTER]: the Metis planner's search time at 16, 32, 64 and 128 GPUs (the paper's §5.4 and
+// Table 4: 0.1, 0.5, 1.7, 58.9 and 600 s for 4, 8, 16, 32 and 64 GPUs of T4 + V100 with GPT-3, var 0.5
+// and maximum permutation length 10; hetsim's target: at most 10 s at 64 GPUs on 2 cores).
+//
+// Clusters: Metis Table 3's uniform T4 + V100 composition (4-GPU GCP nodes, half of them T4, 16 Gbps;
+// `metis-uniform-t4-v100-32`) with the node counts scaled to the GPU count. Models: Table 2's GPT-3 per
+// GPU count (16 → 6.7B, 32 → 15B) and 15B beyond (Table 2 stops at 32 GPUs); global batch 128, 1,024
+// tokens, FP16 (the three GPU types have no BF16). Every case runs with 1 and 2 search threads.
+// Prints one line per measurement, `name value unit`: the wall time, the candidates costed, the
+// stage-device assignments visited and the plan's analytic iteration time.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "planners/planner.h"
+
+namespace {
+
+namespace models = hetsim::models;
+namespace planners = hetsim::planners;
+namespace proto = hetsim::proto;
+
+struct Case {
+  uint32_t gpus;
+  const char* model;
+};
+
+void Print(const std::string& name, double value, const char* unit) {
+  std::printf("%s %.4g %s\n", name.c_str(), value, unit);
+  std::fflush(stdout);
+}
+
+int Run(const std::string& filter) {
+  const std::vector<Case> cases = {{16, "gpt3-6.7b"}, {32, "gpt3-15b"}, {64, "gpt3-15b"}, {128, "gpt3-15b"}};
+  auto base = models::LoadCluster("metis-uniform-t4-v100-32");
+  if (!base.ok()) {
+    std::fprintf(stderr, "%s\n", base.status().message().c_str());
+    return 1;
+  }
+  for (const Case& c : cases) {
+    for (uint32_t threads : {1u, 2u}) {
+      const std::string tag = "metis/" + std::to_string(c.gpus) + "gpu-t4-v100-" + c.model + "/threads" +
+                              std::to_string(threads);
+      if (!filter.empty() && tag.find(filter) == std::string::npos) continue;
+      proto::Cluster spec = base->spec();
+      spec.set_name("metis-bench-t4-v100-" + std::to_string(c.gpus));
+      for (auto& node : *spec.mutable_nodes()) node.set_count(c.gpus / 8);
+      auto cluster = models::Cluster::Build(spec, tag);
+      auto model = models::LoadModel(c.model);
+      if (!cluster.ok() || !model.ok()) {
+        std::fprintf(stderr, "%s\n", (!cluster.ok() ? cluster.status() : model.status()).message().c_str());
+        return 1;
+      }
+      proto::Training t;
+      t.set_global_batch_size(128);
+      t.set_seq_len(1024);
+      t.set_dtype(proto::DTYPE_FP16);
+      auto training = models::ResolveTraining(t, *model, "bench");
+      if (!training.ok()) {
+        std::fprintf(stderr, "%s\n", training.status().message().c_str());
+        return 1;
+      }
+      auto planner = planners::CreatePlanner("metis", "threads: " + std::to_string(threads), "bench");
+      if (!planner.ok()) {
+        std::fprintf(stderr, "%s\n", planner.status().message().c_str());
+        return 1;
+      }
+      const planners::PlanningProblem problem{*cluster, *model, *training};
+      const auto start = std::chrono::steady_clock::now();
+      auto r = planners::RunPlanner(**planner, problem);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      Print(tag + "/search_wall", wall, "s");
+      if (!r.ok()) {
+        std::fprintf(stderr, "%s: %s\n", tag.c_str(), r.status().message().c_str());
+        continue;
+      }
+      Print(tag + "/candidates", static_cast<double>(r->stats.candidates_evaluated), "plans");
+      Print(tag + "/iteration_estimate", r->estimate.iteration_s, "s");
+      Print(tag + "/stages", r->plan.pipelines(0).stages_size(), "stages");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return Run(argc > 1 ? argv[1] : "");
+}
