@@ -81,6 +81,26 @@ class Runner {
   }
 
   s4u::Host* HostOf(uint32_t device) const { return sh_->platform->gpus[device]; }
+
+  // Whether a transfer between this device and `peer` goes through host memory (HetHub §3.1).
+  bool Staged(uint32_t peer) const {
+    return sh_->programs->cpu_staged && sh_->platform->gpu_node[peer] != sh_->platform->gpu_node[self_];
+  }
+  s4u::Host* CpuOf(uint32_t device) const { return sh_->platform->cpus[sh_->platform->gpu_node[device]]; }
+
+  // GPU -> host memory -> network -> peer's host memory, store-and-forward; then a zero-byte message tells
+  // the peer the data is in its host memory.
+  void StagedSend(uint32_t peer, double bytes, uint32_t channel) {
+    s4u::Comm::sendto(HostOf(self_), CpuOf(self_), Bytes(bytes));
+    s4u::Comm::sendto(CpuOf(self_), CpuOf(peer), Bytes(bytes));
+    pending_.push_back(Box(self_, peer, channel)->put_async(&g_payload, 0));
+  }
+  // Waits for the peer's notice, then copies host memory -> GPU.
+  void StagedRecv(uint32_t peer, double bytes, uint32_t channel) {
+    void* data = nullptr;
+    Box(peer, self_, channel)->get_async(&data)->wait();
+    s4u::Comm::sendto(CpuOf(self_), HostOf(self_), Bytes(bytes));
+  }
   Counters& counters() { return sh_->counters[slot_]; }
 
   void Record(double start, Category cat, uint16_t mb) {
@@ -126,14 +146,22 @@ class Runner {
       case OpKind::kSend: {
         const uint64_t key = MailboxKey(self_, op.peer, op.channel);
         sh_->board.posted[{key, counters().sent[key]++}] = t0;
-        pending_.push_back(Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)));
+        if (Staged(op.peer)) {
+          StagedSend(op.peer, op.bytes, op.channel);
+        } else {
+          pending_.push_back(Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)));
+        }
         break;
       }
       case OpKind::kRecv: {
         const uint64_t key = MailboxKey(op.peer, self_, op.channel);
         const std::pair<uint64_t, uint32_t> msg{key, counters().received[key]++};
-        void* data = nullptr;
-        Box(op.peer, self_, op.channel)->get_async(&data)->wait();
+        if (Staged(op.peer)) {
+          StagedRecv(op.peer, op.bytes, op.channel);
+        } else {
+          void* data = nullptr;
+          Box(op.peer, self_, op.channel)->get_async(&data)->wait();
+        }
         const double now = s4u::Engine::get_clock();
         // Waiting for the sender is bubble (idle); the transfer starts once both sides are there.
         auto it = sh_->board.posted.find(msg);
@@ -211,6 +239,23 @@ class Runner {
   // One exchange step: send `bytes` to `to` and receive from `from` on the group's channel. Returns
   // when the incoming transfer started.
   double Exchange(uint32_t to, uint32_t from, double bytes, uint32_t channel) {
+    if (Staged(to) || Staged(from)) {
+      // Staged sends complete on their own (through host memory), so send first, then receive.
+      const double t = s4u::Engine::get_clock();
+      if (Staged(to)) {
+        StagedSend(to, bytes, channel);
+      } else {
+        pending_.push_back(Box(self_, to, channel)->put_async(&g_payload, Bytes(bytes)));
+      }
+      if (Staged(from)) {
+        StagedRecv(from, bytes, channel);
+      } else {
+        void* data = nullptr;
+        Box(from, self_, channel)->get_async(&data)->wait();
+      }
+      WaitAllSends();
+      return t;
+    }
     void* data = nullptr;
     s4u::CommPtr s = Box(self_, to, channel)->put_async(&g_payload, Bytes(bytes));
     s4u::CommPtr r = Box(from, self_, channel)->get_async(&data);

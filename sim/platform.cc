@@ -48,6 +48,7 @@ class Builder {
  public:
   explicit Builder(const models::Cluster& c) : c_(c) {
     p_.gpus.resize(c.num_devices());
+    for (uint32_t d = 0; d < c.num_devices(); ++d) p_.gpu_node.push_back(c.device(d).node);
     p_.cpus.resize(c.nodes().size());
     for (const auto& s : c.spec().storage()) {
       if (s.kind() == proto::StorageEndpoint::KIND_LOCAL_NVME) nvme_ = &s;

@@ -23,6 +23,7 @@ namespace hetsim::sim {
 
 struct Platform {
   std::vector<simgrid::s4u::Host*> gpus;   // by device index
+  std::vector<uint32_t> gpu_node;          // by device index: the node it sits in
   std::vector<simgrid::s4u::Host*> cpus;   // by node index
   std::vector<simgrid::s4u::Host*> nvmes;  // by node index (empty without local NVMe storage)
   simgrid::s4u::Host* object_store = nullptr;

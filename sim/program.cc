@@ -37,6 +37,7 @@ class Builder {
   Result<Programs> Build() {
     HETSIM_RETURN_IF_ERROR(CheckSupported());
     out_.fidelity = fid_;
+    out_.cpu_staged = plan_.comm().cpu_staged();
     out_.device_slot.assign(ctx_.cluster.num_devices(), UINT32_MAX);
     for (int p = 0; p < plan_.pipelines_size(); ++p) {
       for (int s = 0; s < plan_.pipelines(p).stages_size(); ++s) {
@@ -347,10 +348,16 @@ class Builder {
         dp_ops.push_back(aw);
       }
       const double bytes = GroupBytes(sync_groups_[g], tr_.dtype());
-      if (plan_.zero_stage() >= 1) {
-        AddCollective(dp_ops, sync_groups_[g].devices, device, bytes, CollectiveKind::kReduceScatter, Category::kDp, 0);
-      } else {
-        AddAllReduce(dp_ops, sync_groups_[g].devices, device, bytes, Category::kDp, 0);
+      // Buckets of at most dp_bucket_mib each (all the same size), one collective per bucket.
+      const double bucket = plan_.comm().dp_bucket_mib() * 1024 * 1024;
+      const int buckets = bucket > 0 ? std::max(1, static_cast<int>(std::ceil(bytes / bucket))) : 1;
+      for (int bucket_index = 0; bucket_index < buckets; ++bucket_index) {
+        if (plan_.zero_stage() >= 1) {
+          AddCollective(dp_ops, sync_groups_[g].devices, device, bytes / buckets, CollectiveKind::kReduceScatter,
+                        Category::kDp, 0);
+        } else {
+          AddAllReduce(dp_ops, sync_groups_[g].devices, device, bytes / buckets, Category::kDp, 0);
+        }
       }
     }
     if (overlap) {

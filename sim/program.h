@@ -90,6 +90,8 @@ struct Programs {
   std::vector<std::vector<uint32_t>> groups;   // collective groups (device lists in rank order)
   std::vector<uint32_t> device_slot;           // device -> index into `devices` (or UINT32_MAX)
   Fidelity fidelity;
+  // HetHub §3.1: transfers between nodes are staged through host memory (GPU -> CPU -> network -> CPU -> GPU).
+  bool cpu_staged = false;
 };
 
 struct ProgramOptions {

@@ -170,11 +170,13 @@ double AppendixACost::StageSeconds(std::span<const uint32_t> group, uint32_t beg
   return t;
 }
 
-double AppendixACost::PipelineSeconds(std::span<const double> steady_s, uint32_t micro_batches, double nic_floor_s,
-                                      std::span<const double> fill_s) {
+double AppendixACost::PipelineSeconds(std::span<const double> stage_plus_hop_s, uint32_t micro_batches,
+                                      double nic_floor_s) {
   double sum = 0, mx = nic_floor_s;
-  for (double t : steady_s) mx = std::max(mx, t);
-  for (double t : fill_s.empty() ? steady_s : fill_s) sum += t;
+  for (double t : stage_plus_hop_s) {
+    sum += t;
+    mx = std::max(mx, t);
+  }
   return sum + (std::max<uint32_t>(1, micro_batches) - 1.0) * mx;
 }
 
@@ -212,7 +214,6 @@ AppendixACost::Breakdown AppendixACost::Evaluate(const proto::Plan& plan) const 
     const auto& pipe = plan.pipelines(p);
     const double b = pipe.micro_batch_size();
     times.clear();
-    std::vector<double> fill;
     double floor = 0;
     for (int s = 0; s < pipe.stages_size(); ++s) {
       const auto& st = pipe.stages(s);
@@ -221,18 +222,20 @@ AppendixACost::Breakdown AppendixACost::Evaluate(const proto::Plan& plan) const 
         if (na != nb) floor = std::max({floor, NicSeconds(na, nic_bytes[na]), NicSeconds(nb, nic_bytes[nb])});
       }
       const std::span<const uint32_t> devices(st.devices().data(), st.devices_size());
-      double t = StageSeconds(devices, st.layer_begin(), st.layer_end(), b), f = t;
-      if (s + 1 < pipe.stages_size()) {
-        const auto& nx = pipe.stages(s + 1);
-        const std::span<const uint32_t> next(nx.devices().data(), nx.devices_size());
-        t += PpHopSeconds(devices, next, b, leader);
-        f += PpHopSeconds(devices, next, b, leader, &sharing);
+      times.push_back(StageSeconds(devices, st.layer_begin(), st.layer_end(), b));
+      if (s > 0) {
+        // Eq. 5's two directions: the sender of each pays for it (forward j → j+1, backward j+1 → j).
+        const auto& pv = pipe.stages(s - 1);
+        const double hop =
+            PpHopSeconds(std::span<const uint32_t>(pv.devices().data(), pv.devices_size()), devices, b, leader,
+                         &sharing) /
+            2;
+        times[s - 1] += hop;
+        times[s] += hop;
       }
-      times.push_back(t);
-      fill.push_back(f);
       for (uint32_t d : st.devices()) device_pipeline[d] = static_cast<uint32_t>(p);
     }
-    const double tp = PipelineSeconds(times, pipe.num_micro_batches(), floor, fill);
+    const double tp = PipelineSeconds(times, pipe.num_micro_batches(), floor);
     out.pipelines_s.push_back(tp);
     out.pipeline_s = std::max(out.pipeline_s, tp);
   }

@@ -17,20 +17,22 @@
 //          with full recomputation over peak; here models::ComputeCost (the simulator's own: the real
 //          architecture's FLOPs over peak × efficiency, or a measured profile).
 //   eq. 8  stage time per micro-batch: its blocks × (eq. 6 + eq. 3), plus embedding/head.
-//   eq. 9  pipeline time: Σ_j (stage_j + hop_j) + (m − 1) · max_j (stage_j + hop_j).
+//   eq. 9  pipeline time: Σ_j (stage_j + hop_j) + (m − 1) · max_j (stage_j + hop_j), where the paper's
+//          hop_j is eq. 5 between stages j and j+1; here each stage pays for the transfers it sends (half
+//          of eq. 5 for the forward hop to j+1, half for the backward hop to j−1), as 1F1B runs them.
 //   eq. 7  DP cost: the largest per-device sum of eq. 4 over the chunks the device holds.
 //   eq. 10 iteration: max over pipelines of eq. 9, plus eq. 7.
 //   eq. 11 memory (full recomputation, no sharding) per block: 48H²·B/t + b·s·H·B.
-// Links (β, α): the topology's (models/topology.h). Across machines, eq. 4 uses a GPU's share of its
-// machine's NIC (every GPU of a machine synchronises gradients at the same time, so they split it); eq. 5
-// uses the pairwise link the paper measures (β_{d,d'}: the whole NIC, capped by the GPU's PCIe link).
-// Two additions to eq. 9 for shared NICs (the paper has none): pipelines laid out alike fill and drain
-// together, so in the Σ term a hop across machines gets its NIC divided among the pipelines crossing
-// it; and in the steady state a pipeline cannot start micro-batches faster than the busiest NIC it
-// crosses carries the activations and gradients of all those pipelines, so the max term is at least
-// max over NICs of (bytes per micro-batch out of it) / bandwidth. The max term's own hops stay
-// uncontended (the pipelines' transfers interleave there). docs/planners-hexiscale.md compares these
-// readings on the simulator.
+// Links (β, α): the topology's (models/topology.h), with one reading of β for machines whose GPUs share
+// a NIC (the paper's settings have one Ethernet link per machine; its formulas see no sharing):
+//   - eq. 4 uses a GPU's share of its machine's NIC: every GPU of a machine synchronises gradients at the
+//     same time, so they split it;
+//   - eq. 5 uses the pairwise link the paper measures (β_{d,d'}: the whole NIC, capped by the GPU's PCIe
+//     link) divided by the pipelines whose hops cross that NIC: pipelines laid out alike send their
+//     activations at the same moments (`sharing`; nullptr = one pipeline);
+//   - eq. 9's max term is at least the time the busiest NIC a pipeline crosses needs for the bytes all
+//     pipelines send through it per micro-batch (one direction), the steady-state link bound.
+// docs/planners-hexiscale.md shows on the simulator why the plain pairwise reading misleads the search.
 #pragma once
 
 #include <span>
@@ -67,10 +69,9 @@ class AppendixACost {
 
   // Eq. 8: a stage holding layers [begin, end) on TP group `group`, per micro-batch (no hop).
   double StageSeconds(std::span<const uint32_t> group, uint32_t begin, uint32_t end, double b) const;
-  // Eq. 9 from per-stage (stage + hop) times: Σ_j fill_j + (m − 1)·max(max_j steady_j, nic_floor_s),
-  // where fill_j is stage + contended hop and steady_j stage + uncontended hop (the same without NICs).
-  static double PipelineSeconds(std::span<const double> steady_s, uint32_t micro_batches, double nic_floor_s = 0,
-                                std::span<const double> fill_s = {});
+  // Eq. 9 from per-stage (stage + hop) times: Σ_j t_j + (m − 1)·max(max_j t_j, nic_floor_s).
+  static double PipelineSeconds(std::span<const double> stage_plus_hop_s, uint32_t micro_batches,
+                                double nic_floor_s = 0);
 
   struct Breakdown {
     double iteration_s = 0;             // eq. 10

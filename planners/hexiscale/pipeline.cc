@@ -152,8 +152,8 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
     }
   }
 
-  // The NIC floor of eq. 9 (cost.h): the groups laid out like this one share each machine's NIC, as many
-  // as the machine has GPUs over this group's GPUs on it.
+  // Pipelines sharing each machine's NIC (eq. 5's hops and eq. 9's NIC floor, cost.h): the groups laid
+  // out like this one, as many as the machine has GPUs over this group's GPUs on it.
   const double boundary_bytes =
       models::PipelineBoundaryBytes(problem_.model, b, problem_.training.seq_len(), problem_.training.dtype());
   std::vector<uint32_t> sharing(cluster.nodes().size(), 1);
@@ -317,7 +317,13 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
         per_block[j] = st.per_block;
         if (j == 0) fixed[j] += st.embedding;
         if (j + 1 == S) fixed[j] += st.head;
-        if (j + 1 < S) fixed[j] += cost_.PpHopSeconds(st.devices, stages[j + 1]->devices, b, params.leader_broadcast);
+        // Eq. 5's two directions: each stage pays for what it sends (cost.h).
+        if (j + 1 < S) {
+          const double hop =
+              cost_.PpHopSeconds(st.devices, stages[j + 1]->devices, b, params.leader_broadcast, &sharing) / 2;
+          fixed[j] += hop;
+          fixed[j + 1] += hop;
+        }
         const int64_t cap = max_blocks(st.capacity, st.tp, j, S);
         if (cap < 0) ok = false;
         caps[j] = static_cast<uint32_t>(std::max<int64_t>(0, cap));
@@ -336,12 +342,7 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
       for (const auto& [node, bytes] : nic_bytes) {
         tpl.max_s = std::max(tpl.max_s, cost_.NicSeconds(node, bytes * sharing[node]));
       }
-      // Filling and draining, the pipelines laid out alike share the NICs their hops cross.
-      for (uint32_t j = 0; j + 1 < S; ++j) {
-        if (stages[j]->node == stages[j + 1]->node) continue;
-        tpl.sum_s += cost_.PpHopSeconds(stages[j]->devices, stages[j + 1]->devices, b, params.leader_broadcast, &sharing) -
-                     cost_.PpHopSeconds(stages[j]->devices, stages[j + 1]->devices, b, params.leader_broadcast);
-      }
+
       for (uint32_t j = 0; j < S; ++j) {
         const auto [begin, end] = (*ranges)[j];
         const uint32_t nb = (end - begin) - (begin == 0 ? 1 : 0) - (end == L ? 1 : 0);

@@ -13,7 +13,7 @@ namespace hetsim::planners::metis {
 
 Knobs KnobsFrom(const proto::MetisOptions& o) {
   Knobs k;
-  if (o.var() > 0) k.var = o.var();
+  if (o.has_var()) k.var = o.var();
   if (o.max_permutation_length() > 0) k.max_permutation_length = o.max_permutation_length();
   if (o.max_profiled_tp_degree() > 0) k.max_profiled_tp = o.max_profiled_tp_degree();
   if (o.max_profiled_batch_size() > 0) k.max_profiled_batch = o.max_profiled_batch_size();

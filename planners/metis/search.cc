@@ -9,7 +9,6 @@
 #include <thread>
 #include <array>
 #include <tuple>
-#include <unordered_map>
 
 #include "planners/metis/internal.h"
 #include "planners/symmetric.h"
@@ -215,14 +214,16 @@ struct Scratch {
   std::vector<uint32_t> lo, hi, n;
   std::vector<double> c, share, fixed;
   std::vector<std::pair<double, double>> events;
-  // The bound's per-stage values, by (composition, position, micro-batches in flight, micro-batch).
+  // The bound's per-stage values, by (composition, position, micro-batches in flight, micro-batch): a
+  // direct-mapped cache (a collision recomputes; two independent 64-bit hashes must both match).
   struct StageBound {
-    uint64_t check = 0;
+    uint64_t key = 0, check = 0;
     std::array<double, 8> beta;
     std::array<int32_t, 8> most;
     double emb = 0, head = 0;
   };
-  std::unordered_map<uint64_t, StageBound> bounds;
+  static constexpr size_t kBoundSlots = size_t{1} << 14;
+  std::vector<StageBound> bounds = std::vector<StageBound>(kBoundSlots);
 };
 
 bool ProportionalBlocksInto(uint32_t blocks, const std::vector<double>& capacity, const std::vector<double>& fixed_load,
@@ -472,13 +473,12 @@ class Evaluator {
     return sum + (static_cast<double>(B_) - 1) * mx + dp_all + opt;
   }
 
-  // Sets a complete state (PlanCost).
-  static void SetBegins(const Layout& lay, State& st, uint32_t layers) {
+  // The layer boundaries of a complete state from its blocks (PlanCost).
+  static void SetBegins(const Layout& lay, State& st) {
     st.begin.assign(lay.S + 1, 0);
     for (uint32_t s = 0; s < lay.S; ++s) {
       st.begin[s + 1] = st.begin[s] + st.blocks[s] + (s == 0 ? 1 : 0) + (s + 1 == lay.S ? 1 : 0);
     }
-    (void)layers;
   }
 
  private:
@@ -735,9 +735,9 @@ class Evaluator {
       const uint64_t in_flight = std::min<uint32_t>(B_, S_ - s);
       const uint64_t key = Mix(Mix(Mix(lay_.sig[s].first, position), in_flight), b_);
       const uint64_t check = Mix(Mix(Mix(lay_.sig[s].second, position + 17), in_flight), b_ + 1);
-      auto [it, fresh] = scratch_.bounds.try_emplace(key);
-      Scratch::StageBound& e = it->second;
-      if (fresh || e.check != check || T > e.beta.size()) {
+      Scratch::StageBound& e = scratch_.bounds[key & (Scratch::kBoundSlots - 1)];
+      if (e.key != key || e.check != check || T > e.beta.size()) {
+        e.key = key;
         e.check = check;
         e.emb = e.head = kInf;
         for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) {
@@ -1190,7 +1190,7 @@ double PlanCost(const PlanningProblem& problem, const Knobs& knobs, const proto:
   const Placement pl = ToPlacement(a);
   Layout lay;
   MakeLayout(problem.cluster, prof, links, pl, lay);
-  Evaluator::SetBegins(lay, st, prof.layers());
+  Evaluator::SetBegins(lay, st);
   Counters counters;
   Scratch scratch;
   Evaluator ev(ctx, lay, pipe.num_micro_batches(), counters, scratch);

@@ -111,10 +111,24 @@ TEST(HexiScaleCost, Equation5LeaderSendsThenBroadcasts) {
               2 * (kPcieAlpha + kX / kPcieBeta), 1e-15);
 }
 
+TEST(HexiScaleCost, SharedNicsSlowHopsAndBoundTheSteadyState) {
+  const Problem p = MakeProblem(kTwoMachines, "llama-tiny", "{seq_len: 128}");
+  const AppendixACost cost(p.get());
+  // Two pipelines laid out alike cross both NICs: each leader gets half of the 1 GB/s.
+  const std::vector<uint32_t> sharing = {2, 2};
+  const double shared = (kEthAlpha + kX / (kNic / 2)) + (kPcieAlpha + kX / (2 * kPcieBeta));
+  EXPECT_NEAR(cost.PpHopSeconds(std::vector<uint32_t>{0}, std::vector<uint32_t>{2, 3}, 1, true, &sharing),
+              2 * shared, 1e-12);
+  // A NIC carries 3 MB in 3 ms at 1 GB/s (one direction).
+  EXPECT_NEAR(cost.NicSeconds(0, 3e6), 3e-3, 1e-15);
+}
+
 TEST(HexiScaleCost, Equation9PipelineTime) {
   const std::vector<double> stages = {1.0, 3.0, 2.0};
   EXPECT_DOUBLE_EQ(AppendixACost::PipelineSeconds(stages, 1), 6.0);
   EXPECT_DOUBLE_EQ(AppendixACost::PipelineSeconds(stages, 4), 6.0 + 3 * 3.0);
+  // A NIC that needs 5 s per micro-batch sets the steady state instead of the 3 s stage.
+  EXPECT_DOUBLE_EQ(AppendixACost::PipelineSeconds(stages, 4, 5.0), 6.0 + 3 * 5.0);
 }
 
 TEST(HexiScaleCost, Equation7ChunksGradientsToTheSmallestTpShard) {
@@ -141,7 +155,7 @@ pipelines:
   EXPECT_NEAR(e.dp_s, 2 * one_group, 1e-12);
   EXPECT_NEAR(e.iteration_s, e.pipeline_s + e.dp_s, 1e-12);  // eq. 10
   ASSERT_EQ(e.pipelines_s.size(), 2u);
-  // One stage, two micro-batches: eq. 9 is 2 × the stage time (eq. 8).
+  // One stage, two micro-batches: eq. 9 is 2 × the stage time (eq. 8), no hops, no NIC.
   EXPECT_NEAR(e.pipelines_s[1], 2 * cost.StageSeconds(std::vector<uint32_t>{2}, 0, 6, 1), 1e-12);
 }
 
@@ -301,7 +315,7 @@ TEST(HexiScalePlanner, NetworkDecidesWhichTrafficGetsTheFastLinks) {
   // goes to data parallelism, which has the larger volume, and each pipeline stays on one machine.
   const std::string training = "{seq_len: 128, global_batch_size: 32}";
   const std::string options = "{micro_batch_sizes: [1]}";
-  const Problem slow = MakeProblem(Twins("0.1"), "llama-tiny", training);
+  const Problem slow = MakeProblem(Twins("1"), "llama-tiny", training);
   auto rs = Plan(slow, options);
   ASSERT_TRUE(rs.ok()) << rs.status().message();
   const auto groups = models::DeriveGradSyncGroups(rs->plan, slow.model);

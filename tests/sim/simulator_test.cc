@@ -377,3 +377,29 @@ layers:
 
 }  // namespace
 }  // namespace hetsim::sim
+
+namespace hetsim::sim {
+namespace {
+
+TEST(Collectives, CpuStagedTransfersGoThroughHostMemory) {
+  // Two nodes of one GPU: PCIe 16 GB/s (GPU <-> host), a 100 Gb/s (12.5 GB/s) NIC. A 2-member ring
+  // all-reduce of S moves S each way. Direct (GPU-direct RDMA): S / 12.5 GB/s (the NIC is the bottleneck
+  // of the GPU -> PCIe -> NIC route). Staged through host memory (HetHub §3.1), store-and-forward:
+  // S/16 + S/12.5 + S/16 (GPU -> CPU, CPU -> CPU over the NIC, CPU -> GPU): 2.5625 times longer.
+  const auto cluster = ClusterFrom(R"(
+name: two
+nodes:
+  - {name: n, count: 2, gpus: {type: h100, count: 1}, fabric: {pcie_bandwidth_gbyte_s: 16, pcie_latency_us: 0.000001}, nic: {kind: ethernet, bandwidth_gbps: 100, latency_us: 0.000001}}
+)");
+  Programs direct = CollectivePrograms({{0, 1}}, 4e9, 2, Fidelity::Balanced());
+  Programs staged = direct;
+  staged.cpu_staged = true;
+  auto a = SimulatePrograms(direct, cluster, false);
+  auto b = SimulatePrograms(staged, cluster, false);
+  ASSERT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.status().message() : a.status().message());
+  EXPECT_NEAR(a->iteration_s, 4e9 / 12.5e9, 1e-3);
+  EXPECT_NEAR(b->iteration_s, 4e9 / 16e9 + 4e9 / 12.5e9 + 4e9 / 16e9, 2e-3);
+}
+
+}  // namespace
+}  // namespace hetsim::sim

@@ -6,8 +6,11 @@
 // `metis-uniform-t4-v100-32`) with the node counts scaled to the GPU count. Models: Table 2's GPT-3 per
 // GPU count (16 → 6.7B, 32 → 15B) and 15B beyond (Table 2 stops at 32 GPUs); global batch 128, 1,024
 // tokens, FP16 (the three GPU types have no BF16). Every case runs with 1 and 2 search threads.
-// Prints one line per measurement, `name value unit`: the wall time, the candidates costed, the
-// stage-device assignments visited and the plan's analytic iteration time.
+// Prints one line per measurement, `name value unit`: the search's wall time and CPU time (all threads;
+// on a shared machine the CPU time is the steadier figure), the candidate plans costed, the plan's
+// analytic iteration time and its number of stages.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -27,6 +30,13 @@ struct Case {
   uint32_t gpus;
   const char* model;
 };
+
+// CPU seconds this process has used (all threads).
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+}
 
 void Print(const std::string& name, double value, const char* unit) {
   std::printf("%s %.4g %s\n", name.c_str(), value, unit);
@@ -70,9 +80,11 @@ int Run(const std::string& filter) {
       }
       const planners::PlanningProblem problem{*cluster, *model, *training};
       const auto start = std::chrono::steady_clock::now();
+      const double cpu0 = CpuSeconds();
       auto r = planners::RunPlanner(**planner, problem);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       Print(tag + "/search_wall", wall, "s");
+      Print(tag + "/search_cpu", CpuSeconds() - cpu0, "s");
       if (!r.ok()) {
         std::fprintf(stderr, "%s: %s\n", tag.c_str(), r.status().message().c_str());
         continue;

@@ -93,10 +93,12 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     const std::string path = FlagString(vm, "output");
     char line[160];
     std::snprintf(line, sizeof line, "estimated iteration %.6g s (analytic model), %llu candidates in %.3f s",
-                  result->estimate.iteration_s,
-                  static_cast<unsigned long long>(result->stats.candidates_evaluated), result->stats.wall_time_s);
+                  result->estimate.iteration_s, static_cast<unsigned long long>(result->stats.candidates_evaluated),
+                  result->stats.wall_time_s);
     const std::string comment = "plan by `hetsim plan --planner " + name + "`; " + line;
-    const std::string text = planners::PlanFileYaml(result->plan, Reference(FlagString(vm, "cluster"), path),
+    proto::Plan named = result->plan;
+    if (named.name().empty()) named.set_name(name + "-" + specs->model->name() + "-" + specs->cluster->name());
+    const std::string text = planners::PlanFileYaml(named, Reference(FlagString(vm, "cluster"), path),
                                                     Reference(FlagString(vm, "model"), path), specs->training, comment);
     const Status s = models::WriteFileAtomically(path, text);
     if (!s.ok()) return Fail(err, s);
