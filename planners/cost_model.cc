@@ -276,7 +276,11 @@ PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memo
     uint32_t m = 1;
     for (uint32_t d : g.devices)
       m = std::max(m, plan.pipelines(static_cast<int>(device_pipeline[d])).num_micro_batches());
-    const double t = GradSyncSeconds(bytes, g.devices, zero, m, plan.comm().dp_algorithm());
+    // Bucketed as the simulator plays it: ⌈S / bucket⌉ equal collectives, one after another, so each
+    // bucket pays the collective's latency terms again.
+    const double bucket = plan.comm().dp_bucket_mib() * 1024 * 1024;
+    const double buckets = bucket > 0 ? std::max(1.0, std::ceil(bytes / bucket)) : 1.0;
+    const double t = buckets * GradSyncSeconds(bytes / buckets, g.devices, zero, m, plan.comm().dp_algorithm());
     for (uint32_t d : g.devices) sync[d] += t;
   }
   for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
