@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <unordered_map>
 
 namespace hetsim::sim {
@@ -62,6 +63,7 @@ class Runner {
     const DeviceProgram& prog = sh_->programs->programs[slot_];
     const auto& ops = dp_stream_ ? prog.dp_stream : prog.ops;
     for (const Op& op : ops) Execute(op);
+    StopStagers();
     WaitAllSends();
     if (dp_stream_) {
       sh_->done[slot_]->release();
@@ -89,11 +91,46 @@ class Runner {
   s4u::Host* CpuOf(uint32_t device) const { return sh_->platform->cpus[sh_->platform->gpu_node[device]]; }
 
   // GPU -> host memory -> network -> peer's host memory, store-and-forward; then a zero-byte message tells
-  // the peer the data is in its host memory.
+  // the peer the data is in its host memory. Blocks this device (a ring step cannot go on before it).
   void StagedSend(uint32_t peer, double bytes, uint32_t channel) {
     s4u::Comm::sendto(HostOf(self_), CpuOf(self_), Bytes(bytes));
     s4u::Comm::sendto(CpuOf(self_), CpuOf(peer), Bytes(bytes));
     pending_.push_back(Box(self_, peer, channel)->put_async(&g_payload, 0));
+  }
+  // A pipeline send staged the same way without holding up the device's stream: the device-to-host copy
+  // and the host's network send run on the host (a copy engine and a communicator thread, as HetHub's CPU
+  // communicator does), so the GPU goes on computing, as it does after posting a GPU-direct send. The
+  // messages of one channel stay in order because each channel's sends are handed to one host actor in
+  // sequence through a dedicated mailbox.
+  void StagedSendAsync(uint32_t peer, double bytes, uint32_t channel) {
+    const uint64_t key = MailboxKey(self_, peer, channel);
+    auto it = stagers_.find(key);
+    if (it == stagers_.end()) {
+      s4u::Mailbox* queue = s4u::Mailbox::by_name("stage:" + std::to_string(key));
+      s4u::Host* gpu = HostOf(self_);
+      s4u::Host* cpu = CpuOf(self_);
+      s4u::Host* peer_cpu = CpuOf(peer);
+      s4u::Mailbox* notice = Box(self_, peer, channel);
+      // The stager forwards one message per item it gets; a negative size ends it.
+      s4u::Actor::create("stage" + std::to_string(self_) + "-" + std::to_string(peer), cpu,
+                         [queue, gpu, cpu, peer_cpu, notice] {
+                           for (;;) {
+                             auto* item = queue->get<double>();
+                             const double b = *item;
+                             delete item;
+                             if (b < 0) return;
+                             s4u::Comm::sendto(gpu, cpu, Bytes(b));
+                             s4u::Comm::sendto(cpu, peer_cpu, Bytes(b));
+                             notice->put(&g_payload, 0);
+                           }
+                         });
+      it = stagers_.emplace(key, queue).first;
+    }
+    pending_.push_back(it->second->put_async(new double(bytes), 0));
+  }
+  void StopStagers() {
+    for (auto& [key, queue] : stagers_) queue->put(new double(-1), 0);
+    stagers_.clear();
   }
   // Waits for the peer's notice, then copies host memory -> GPU.
   void StagedRecv(uint32_t peer, double bytes, uint32_t channel) {
@@ -147,7 +184,7 @@ class Runner {
         const uint64_t key = MailboxKey(self_, op.peer, op.channel);
         sh_->board.posted[{key, counters().sent[key]++}] = t0;
         if (Staged(op.peer)) {
-          StagedSend(op.peer, op.bytes, op.channel);
+          StagedSendAsync(op.peer, op.bytes, op.channel);
         } else {
           pending_.push_back(Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)));
         }
@@ -335,6 +372,7 @@ class Runner {
   bool dp_stream_;
   DeviceTrace& trace_;
   std::unordered_map<uint64_t, s4u::Mailbox*> boxes_;
+  std::map<uint64_t, s4u::Mailbox*> stagers_;  // CPU-staged pipeline sends: the queue of each (peer, channel)
   std::unordered_map<uint32_t, std::pair<double, double>> routes_;
   std::deque<s4u::CommPtr> pending_;
 };
