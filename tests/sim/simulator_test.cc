@@ -338,11 +338,6 @@ pipelines:
   EXPECT_NE(r.status().message().find("interleaved_1f1b"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace hetsim::sim
-
-namespace hetsim::sim {
-namespace {
 
 TEST(Simulator, ProfilesThatIncludeTpCommunicationAreNotChargedTwice) {
   // Sailor-style profiles time whole layers, TP all-reduces included: a TP-2 stage timed by such a
@@ -375,37 +370,34 @@ layers:
   }
 }
 
-}  // namespace
-}  // namespace hetsim::sim
 
-namespace hetsim::sim {
-namespace {
+// Two nodes of one H100: PCIe 16 GB/s between each GPU and its host memory, a 100 Gb/s (12.5 GB/s) NIC,
+// ~0 latencies. Simulates `programs` with GPU-direct transfers and staged through host memory; returns
+// both iteration times.
+std::pair<double, double> DirectAndStaged(const Programs& programs) {
+  const auto cluster = ClusterFrom(R"(
+name: two
+nodes:
+  - {name: n, count: 2, gpus: {type: h100, count: 1}, fabric: {pcie_bandwidth_gbyte_s: 16, pcie_latency_us: 0.000001}, nic: {kind: ethernet, bandwidth_gbps: 100, latency_us: 0.000001}}
+)");
+  Programs staged = programs;
+  staged.cpu_staged = true;
+  auto a = SimulatePrograms(programs, cluster, false);
+  auto b = SimulatePrograms(staged, cluster, false);
+  EXPECT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.status().message() : a.status().message());
+  return {a.ok() ? a->iteration_s : -1, b.ok() ? b->iteration_s : -1};
+}
 
 TEST(Collectives, CpuStagedTransfersGoThroughHostMemory) {
   // Two nodes of one GPU: PCIe 16 GB/s (GPU <-> host), a 100 Gb/s (12.5 GB/s) NIC. A 2-member ring
   // all-reduce of S moves S each way. Direct (GPU-direct RDMA): S / 12.5 GB/s (the NIC is the bottleneck
   // of the GPU -> PCIe -> NIC route). Staged through host memory (HetHub §3.1), store-and-forward:
   // S/16 + S/12.5 + S/16 (GPU -> CPU, CPU -> CPU over the NIC, CPU -> GPU): 2.5625 times longer.
-  const auto cluster = ClusterFrom(R"(
-name: two
-nodes:
-  - {name: n, count: 2, gpus: {type: h100, count: 1}, fabric: {pcie_bandwidth_gbyte_s: 16, pcie_latency_us: 0.000001}, nic: {kind: ethernet, bandwidth_gbps: 100, latency_us: 0.000001}}
-)");
-  Programs direct = CollectivePrograms({{0, 1}}, 4e9, 2, Fidelity::Balanced());
-  Programs staged = direct;
-  staged.cpu_staged = true;
-  auto a = SimulatePrograms(direct, cluster, false);
-  auto b = SimulatePrograms(staged, cluster, false);
-  ASSERT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.status().message() : a.status().message());
-  EXPECT_NEAR(a->iteration_s, 4e9 / 12.5e9, 1e-3);
-  EXPECT_NEAR(b->iteration_s, 4e9 / 16e9 + 4e9 / 12.5e9 + 4e9 / 16e9, 2e-3);
+  const auto [direct, staged] = DirectAndStaged(CollectivePrograms({{0, 1}}, 4e9, 2, Fidelity::Balanced()));
+  EXPECT_NEAR(direct, 4e9 / 12.5e9, 1e-3);
+  EXPECT_NEAR(staged, 4e9 / 16e9 + 4e9 / 12.5e9 + 4e9 / 16e9, 2e-3);
 }
 
-}  // namespace
-}  // namespace hetsim::sim
-
-namespace hetsim::sim {
-namespace {
 
 TEST(Collectives, GradientBucketsPayTheLatencyOncePerBucket) {
   // Two nodes of one GPU, one stage replicated on both (DP 2), a 500 us NIC latency and nothing else of
@@ -433,21 +425,11 @@ nodes:
   EXPECT_NEAR(tk - t1, 2 * (k - 1) * alpha, 1e-6);
 }
 
-}  // namespace
-}  // namespace hetsim::sim
-
-namespace hetsim::sim {
-namespace {
 
 TEST(Collectives, CpuStagedPipelineSendCrossesPcieTwice) {
   // A pipeline hand-off of S = 2 GB from GPU 0 (node 0) to GPU 1 (node 1), then GPU 1 sends S back.
   // Direct: 2 · S / 12.5 GB/s. Staged (GPU -> host -> NIC -> host -> GPU, store-and-forward):
   // 2 · (S/16 + S/12.5 + S/16) GB/s; the receive side's host -> GPU copy is part of its wait.
-  const auto cluster = ClusterFrom(R"(
-name: two
-nodes:
-  - {name: n, count: 2, gpus: {type: h100, count: 1}, fabric: {pcie_bandwidth_gbyte_s: 16, pcie_latency_us: 0.000001}, nic: {kind: ethernet, bandwidth_gbps: 100, latency_us: 0.000001}}
-)");
   Programs direct;
   direct.fidelity = Fidelity::Balanced();
   direct.devices = {0, 1};
@@ -465,13 +447,9 @@ nodes:
   first.ops = {op(OpKind::kSend, 1, kChanPpForward), op(OpKind::kRecv, 1, kChanPpBackward)};
   second.ops = {op(OpKind::kRecv, 0, kChanPpForward), op(OpKind::kSend, 0, kChanPpBackward), op(OpKind::kWaitSends, 0, 0)};
   direct.programs = {first, second};
-  Programs staged = direct;
-  staged.cpu_staged = true;
-  auto a = SimulatePrograms(direct, cluster, false);
-  auto b = SimulatePrograms(staged, cluster, false);
-  ASSERT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.status().message() : a.status().message());
-  EXPECT_NEAR(a->iteration_s, 2 * 2e9 / 12.5e9, 1e-3);
-  EXPECT_NEAR(b->iteration_s, 2 * (2e9 / 16e9 + 2e9 / 12.5e9 + 2e9 / 16e9), 2e-3);
+  const auto [direct_s, staged_s] = DirectAndStaged(direct);
+  EXPECT_NEAR(direct_s, 2 * 2e9 / 12.5e9, 1e-3);
+  EXPECT_NEAR(staged_s, 2 * (2e9 / 16e9 + 2e9 / 12.5e9 + 2e9 / 16e9), 2e-3);
 }
 
 }  // namespace
