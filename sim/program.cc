@@ -75,8 +75,9 @@ class Builder {
 
  private:
   Status CheckSupported() const {
-    if (models::EffectiveSchedule(plan_) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
-      return Status::Invalid("plan: schedule: the simulator plays 1f1b and gpipe; interleaved_1f1b is not supported yet");
+    if (models::EffectiveSchedule(plan_) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B && plan_.zero_stage() >= 3) {
+      return Status::Invalid("plan: zero_stage: the simulator plays interleaved_1f1b with ZeRO 0-2; use zero_stage: 2 "
+                             "or the 1f1b schedule for ZeRO-3");
     }
     if (plan_.zero_stage() >= 3) {
       for (const auto& pipe : plan_.pipelines()) {
@@ -325,6 +326,8 @@ class Builder {
     if (models::EffectiveSchedule(plan_) == proto::Plan::SCHEDULE_GPIPE) {
       for (uint32_t j = 0; j < m; ++j) forward(static_cast<uint16_t>(j));
       for (uint32_t j = 0; j < m; ++j) backward(static_cast<uint16_t>(j));
+    } else if (models::EffectiveSchedule(plan_) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
+      EmitInterleaved(p, s, r, k, device, batch, ops);
     } else {
       const uint32_t warmup = std::min<uint32_t>(static_cast<uint32_t>(S - s - 1), m);
       uint32_t f = 0, b = 0;
@@ -381,6 +384,81 @@ class Builder {
                       CollectiveKind::kAllGather, Category::kZero, 0);
       }
     }
+  }
+
+  // Interleaved 1F1B (Narayanan et al. 2021 §2.2, Megatron-LM's virtual pipeline): each stage's layers are
+  // cut into v chunks, and chunk c of stage s is virtual stage c·S + s, so a micro-batch runs chunk 0 on
+  // stages 0..S−1, then chunk 1 on stages 0..S−1, and so on (stage S−1 hands chunk c to stage 0's chunk
+  // c + 1). Chunks split the stage's transformer blocks as evenly as possible (the first chunks take the
+  // remainder); the embedding goes with the first chunk and the head with the last. Since a plan names
+  // each stage's layers as one range, chunk c of stage s holds blocks of that range: with identical blocks
+  // this relabels layers without changing any time or byte.
+  //
+  // The order is Megatron-LM's (schedules.py, forward_backward_pipelining_with_interleaving): m·v
+  // forward micro-steps, step i running chunk (i mod S·v) / S on micro-batch (i / (S·v))·S + i mod S
+  // (backward: chunk v − 1 − that); stage s first runs min(m·v, 2(S − s − 1) + (v − 1)·S) forwards, then
+  // one forward and one backward alternately, then the remaining backwards. With free communication and
+  // equal chunks this takes (m·v + S − 1)·(f + b) for chunk times f and b (tests/sim).
+  //
+  // With comm.dp_overlap, a gradient group is handed to the DP stream after the last backward of the lowest
+  // chunk it touches (the chunk that finishes last).
+  void EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t device, double batch, std::vector<Op>& ops) {
+    const auto& pipe = plan_.pipelines(p);
+    const auto& st = pipe.stages(s);
+    const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
+    const uint32_t m = pipe.num_micro_batches();
+    const uint32_t v = std::max<uint32_t>(1, plan_.virtual_stages());
+    const uint32_t L = model_.num_layers();
+    // Chunk boundaries over the stage's blocks [first, last).
+    const uint32_t first = std::max<uint32_t>(st.layer_begin(), 1), last = std::min<uint32_t>(st.layer_end(), L - 1);
+    const uint32_t blocks = last > first ? last - first : 0;
+    std::vector<uint32_t> cut(v + 1);
+    for (uint32_t c = 0; c <= v; ++c) cut[c] = first + c * (blocks / v) + std::min(c, blocks % v);
+    cut[0] = st.layer_begin();
+    cut[v] = st.layer_end();
+    const bool overlap = plan_.comm().dp_overlap() && !device_groups_[device].empty();
+    // The lowest chunk each of the device's gradient groups touches.
+    std::vector<uint32_t> done_chunk;
+    for (uint32_t g : device_groups_[device]) {
+      uint32_t c = 0;
+      while (c + 1 < v && cut[c + 1] <= sync_groups_[g].layer_begin) ++c;
+      done_chunk.push_back(c);
+    }
+    const int prev = s > 0 ? s - 1 : static_cast<int>(S) - 1, next = s + 1 < static_cast<int>(S) ? s + 1 : 0;
+    auto forward = [&](uint32_t c, uint16_t j) {
+      if (s > 0 || (c > 0 && S > 1)) AddPp(ops, p, prev, s, device, false, r, k, true, j);
+      AddLayers(ops, device, st, r, cut[c], cut[c + 1], batch, true, j);
+      if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, s, next, device, true, r, k, true, j);
+    };
+    auto backward = [&](uint32_t c, uint16_t j) {
+      if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, next, s, device, false, r, k, false, j);
+      AddLayers(ops, device, st, r, cut[c], cut[c + 1], batch, false, j);
+      if (overlap && j + 1u == m) {
+        for (size_t i = 0; i < done_chunk.size(); ++i) {
+          if (done_chunk[i] != c) continue;
+          Op sig;
+          sig.kind = OpKind::kSignal;
+          ops.push_back(sig);
+        }
+      }
+      if (s > 0 || (c > 0 && S > 1)) AddPp(ops, p, s, prev, device, true, r, k, false, j);
+    };
+    const uint32_t total = m * v;
+    const auto micro_batch = [&](uint32_t i) { return static_cast<uint16_t>((i / (S * v)) * S + i % S); };
+    const auto chunk = [&](uint32_t i, bool fwd) {
+      const uint32_t c = (i % (S * v)) / S;
+      return fwd ? c : v - 1 - c;
+    };
+    const uint32_t warmup = std::min(total, 2 * (S - static_cast<uint32_t>(s) - 1) + (v - 1) * S);
+    uint32_t f = 0, b = 0;
+    for (; f < warmup; ++f) forward(chunk(f, true), micro_batch(f));
+    while (f < total) {
+      forward(chunk(f, true), micro_batch(f));
+      ++f;
+      backward(chunk(b, false), micro_batch(b));
+      ++b;
+    }
+    for (; b < total; ++b) backward(chunk(b, false), micro_batch(b));
   }
 
   const proto::Plan& plan_;

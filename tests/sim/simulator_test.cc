@@ -324,18 +324,52 @@ pipelines:
   EXPECT_NE(trace.find("\"cat\":\"tp\""), std::string::npos);
 }
 
-TEST(Simulator, UnsupportedScheduleIsAClearError) {
+TEST(PipelineSchedule, InterleavedOneFOneBMatchesClosedForm) {
+  // Stages [emb, b1, b2] and [b3, b4, head] in v = 2 chunks of one block each: f = 1 ms, b = 2 ms per
+  // chunk. Interleaved 1F1B with free communication: (m·v + S − 1)·(f + b) (Narayanan et al. 2021 §2.2:
+  // the bubble shrinks from (S − 1)·(F + B) to (S − 1)·(F + B)/v for whole-stage times F = v·f, B = v·b).
+  // m = 2: hand-played in sim/program.cc's schedule, 5 · 3 ms = 15 ms; m = 4: 9 · 3 ms = 27 ms, against
+  // 1F1B's (m + S − 1)·(F + B) = 30 ms.
+  const auto db = ExactProfile();
+  for (const uint32_t m : {2u, 4u}) {
+    const Setting run = MakeSetting(kFreeNode, m);
+    const auto plan = PlanFrom("schedule: interleaved_1f1b\nvirtual_stages: 2\npipelines: [{micro_batch_size: 1, "
+                               "num_micro_batches: " + std::to_string(m) +
+                               ", stages: [{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]}]");
+    EXPECT_NEAR(Simulate(run, plan, db), (m * 2 + 1) * 0.003, 1e-6) << "m = " << m;
+  }
+}
+
+TEST(PipelineSchedule, InterleavedWithOverlapAndIntraStageDpCompletes) {
+  // Two pipelines of two stages, the first stage of each DP-2 with an uneven split, v = 2, overlapped DP:
+  // every message and every gradient group must be matched (a mismatch deadlocks the simulation).
+  const Setting run = MakeSetting(kFreeNode, 16);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+schedule: interleaved_1f1b
+virtual_stages: 2
+comm: {dp_overlap: true}
+pipelines:
+  - {micro_batch_size: 2, num_micro_batches: 4, stages: [{devices: [0, 1], micro_batch_split: [1, 1], layer_end: 3}, {devices: [2], layer_begin: 3, layer_end: 6}]}
+  - {micro_batch_size: 2, num_micro_batches: 4, stages: [{devices: [3], layer_end: 3}, {devices: [4, 5], layer_begin: 3, layer_end: 6}]}
+)");
+  EXPECT_GT(Simulate(run, plan, db), 0.0);
+}
+
+TEST(Simulator, InterleavedWithZeroThreeIsAClearError) {
   const Setting run = MakeSetting(kFreeNode, 8);
   auto plan = PlanFrom(R"(
 schedule: interleaved_1f1b
 virtual_stages: 2
+zero_stage: 3
 pipelines:
-  - {micro_batch_size: 1, num_micro_batches: 8, stages: [{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [0, 1], layer_end: 3}, {devices: [2, 3], layer_begin: 3, layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [4, 5], layer_end: 3}, {devices: [6, 7], layer_begin: 3, layer_end: 6}]}
 )");
   models::PlanContext ctx{run.cluster, run.model, run.training};
   auto r = SimulateIteration(plan, ctx, SimOptions{});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("interleaved_1f1b"), std::string::npos);
+  EXPECT_NE(r.status().message().find("zero_stage"), std::string::npos) << r.status().message();
 }
 
 

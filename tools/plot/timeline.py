@@ -77,13 +77,15 @@ def render(trace_path, out_path, title="", max_tracks=64, dpi=110):
     """Writes the Gantt chart of the trace at trace_path to out_path (format from its extension)."""
     trace = load(trace_path)
     n = len(tracks(trace, max_tracks)[0])
-    fig, ax = plt.subplots(figsize=(14, 0.35 * n + 1.5))
+    height = 0.35 * n + 1.8
+    fig, ax = plt.subplots(figsize=(14, height))
     try:
         handles = draw(ax, trace, max_tracks)
         ax.set_title(title or trace_path, fontsize=10)
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=max(1, len(handles)),
-                  fontsize=8, frameon=False)
-        fig.tight_layout()
+        # The legend gets its own strip at the bottom of the figure, below the x-axis label, whatever the
+        # number of tracks.
+        fig.legend(handles=handles, loc="lower center", ncol=max(1, len(handles)), fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.35 / height, 1, 1))
         fig.savefig(out_path, dpi=dpi)
     finally:
         plt.close(fig)
