@@ -45,6 +45,10 @@ TEST(AnalyticVsSimulator, AgreeWithinTenPercentOnUncontendedPlans) {
        R"(pipelines:
   - {micro_batch_size: 1, num_micro_batches: 16, stages: [{devices: [0, 1], tp_degree: 2, layer_end: 17}, {devices: [2, 3], tp_degree: 2, layer_begin: 17, layer_end: 34}]}
   - {micro_batch_size: 1, num_micro_batches: 16, stages: [{devices: [4, 5], tp_degree: 2, layer_end: 17}, {devices: [6, 7], tp_degree: 2, layer_begin: 17, layer_end: 34}]})"},
+      {"pp4-interleaved-v2", kNode, "gpt3-2.6b", 16, 2048,
+       "schedule: interleaved_1f1b\nvirtual_stages: 2\npipelines: [{micro_batch_size: 1, num_micro_batches: 16, stages: "
+       "[{devices: [0], layer_end: 9}, {devices: [1], layer_begin: 9, layer_end: 17}, {devices: [2], layer_begin: 17, "
+       "layer_end: 25}, {devices: [3], layer_begin: 25, layer_end: 34}]}]"},
       {"two-nodes-tp8-pp2", kTwoNodes, "llama2-13b", 32, 4096,
        "pipelines: [{micro_batch_size: 1, num_micro_batches: 32, stages: [{devices: [0,1,2,3,4,5,6,7], tp_degree: 8, "
        "layer_end: 21}, {devices: [8,9,10,11,12,13,14,15], tp_degree: 8, layer_begin: 21, layer_end: 42}]}]"},
