@@ -24,6 +24,7 @@ Knobs KnobsFrom(const proto::MetisOptions& o) {
   if (o.max_full_assignments() > 0) k.max_full_assignments = o.max_full_assignments();
   if (o.max_dfs_nodes() > 0) k.max_dfs_nodes = o.max_dfs_nodes();
   k.threads = std::max<uint32_t>(1, o.threads());
+  k.time_limit_s = o.time_limit_s();
   return k;
 }
 

@@ -35,6 +35,10 @@ struct Knobs {
   uint64_t max_full_assignments = 20000;
   uint64_t max_dfs_nodes = 256;
   uint32_t threads = 1;
+  double time_limit_s = 0;  // 0: none
+  // The clock of time_limit_s, in seconds since any fixed point; empty: the steady clock. Tests inject one
+  // that advances per reading, which makes where the limit cuts the search deterministic.
+  std::function<double()> clock_s;
   // Cut (assignment, B) pairs whose lower bound exceeds the best plan so far (exact: never changes the
   // plan; not in the paper). Tests turn it off to check that.
   bool use_bound = true;
@@ -225,10 +229,13 @@ struct SearchResult {
   uint64_t assignments = 0;     // stage-device assignments visited
   uint64_t size_orders = 0;     // stage-size orders after pruning
   bool full_space = false;      // §4.1's full space (else consecutive placement)
+  bool cut_by_time_limit = false;  // knobs.time_limit_s passed: `plan` is the best found so far
 };
 
 // Runs Algorithm 1 (lines 4–22) over every stage count, micro-batch count and stage-device assignment the
-// knobs allow, filling `stats`.
+// knobs allow, filling `stats`. With knobs.time_limit_s > 0 the search stops once that many seconds have
+// passed and returns the best plan found so far (a note in `stats` says how much of the space it covered),
+// or an Infeasible status naming the limit when it had found none.
 Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, SearchStats& stats);
 
 // Lines 5–22 for one stage-device assignment and one micro-batch count B: the initial DP-only intra-stage

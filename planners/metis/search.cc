@@ -2,10 +2,13 @@
 // capacity-aware layer and data load balancing, and the cost model of §4.2.1 (eq. 1) that ranks the plans.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <array>
 #include <tuple>
@@ -17,6 +20,44 @@ namespace hetsim::planners::metis {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---- the anytime limit (time_limit_s; not in the paper) ---------------------------------------------------
+
+// The search's deadline, shared by its workers. A check costs an increment: each worker reads the clock on
+// its first check and then once every kStride checks (one check per (assignment, B) evaluation and per DFS
+// node), so the search stops within a few evaluations of the limit; once one worker has seen it pass,
+// every check returns true.
+class Deadline {
+ public:
+  // `clock` (optional): seconds since any fixed point (Knobs::clock_s); the steady clock by default.
+  Deadline(double limit_s, std::function<double()> clock) : limit_s_(limit_s), clock_(std::move(clock)) {
+    if (!clock_) {
+      clock_ = [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      };
+    }
+    start_s_ = clock_();
+  }
+
+  double limit_s() const { return limit_s_; }
+  // `ticks`: the calling worker's own counter.
+  bool Passed(uint32_t& ticks) {
+    if (limit_s_ <= 0) return false;
+    if (passed_.load(std::memory_order_relaxed)) return true;
+    if ((ticks++ & (kStride - 1)) != 0) return false;
+    if (ElapsedSeconds() >= limit_s_) passed_.store(true, std::memory_order_relaxed);
+    return passed_.load(std::memory_order_relaxed);
+  }
+  bool passed() const { return passed_.load(std::memory_order_relaxed); }
+  double ElapsedSeconds() const { return clock_() - start_s_; }
+
+ private:
+  static constexpr uint32_t kStride = 16;
+  const double limit_s_;
+  std::function<double()> clock_;
+  double start_s_ = 0;
+  std::atomic<bool> passed_{false};
+};
 
 // ---- layouts ---------------------------------------------------------------------------------------------
 
@@ -36,7 +77,10 @@ struct Layout {
   std::vector<char> hetero;          // Dg.IsHetero() (Algorithm 1, line 12): more than one GPU type
   std::vector<models::Link> dp_link;  // the slowest link among a stage's GPUs (§4.2.1: DP's bandwidth)
   std::vector<models::Link> pp;       // pp[i]: the slowest link between stages i and i + 1
-  std::vector<std::pair<uint64_t, uint64_t>> sig;  // a stage's composition ((class, GPUs) by node), hashed twice
+  // A stage's composition ((class, GPUs) by node), its position (first, middle, last, only) and S, hashed
+  // twice: what the bound's per-stage values depend on besides B (Scratch::bounds).
+  std::vector<std::pair<uint64_t, uint64_t>> sig;
+  std::vector<double> pp_hop_s;  // pp_hop_s[i]: one sequence's activations over pp[i] (the bound's f)
 };
 
 uint64_t Mix(uint64_t h, uint64_t v) {  // splitmix64 of h ^ v
@@ -82,8 +126,9 @@ void Worst(models::Link& acc, const models::Link& l, bool& any) {
   if (static_cast<int>(l.kind) > static_cast<int>(acc.kind)) acc.kind = l.kind;
 }
 
-void MakeLayout(const models::Cluster& cluster, const Profiler& prof, const NodeLinks& links, const Placement& pl,
-                Layout& lay) {
+// `boundary_bytes`: the PP bytes of one sequence.
+void MakeLayout(const models::Cluster& cluster, const Profiler& prof, const NodeLinks& links, double boundary_bytes,
+                const Placement& pl, Layout& lay) {
   const uint32_t S = static_cast<uint32_t>(pl.stage_begin.size()) - 1;
   lay.S = S;
   lay.part_begin = pl.stage_begin;
@@ -117,6 +162,13 @@ void MakeLayout(const models::Cluster& cluster, const Profiler& prof, const Node
         }
       }
     }
+  }
+  lay.pp_hop_s.resize(lay.pp.size());
+  for (size_t i = 0; i < lay.pp.size(); ++i) lay.pp_hop_s[i] = models::PointToPointSeconds(boundary_bytes, lay.pp[i]);
+  for (uint32_t s = 0; s < S; ++s) {
+    const uint64_t position = S == 1 ? 3 : s == 0 ? 0 : s + 1 == S ? 2 : 1;
+    lay.sig[s].first = Mix(lay.sig[s].first, (uint64_t{S} << 8) | position);
+    lay.sig[s].second = Mix(lay.sig[s].second ^ 0xa5a5ull, (position << 32) | S);
   }
 }
 
@@ -220,8 +272,23 @@ struct Scratch {
     uint64_t key = 0, check = 0;
     std::array<double, 8> beta;
     std::array<int32_t, 8> most;
+    std::array<double, 8> dp0, dp1;  // the stage's DP all-reduce: dp0 + dp1 × its blocks
     double emb = 0, head = 0;
   };
+  // The bound's per-stage values of the current evaluation (Evaluator::PrepareBound).
+  std::vector<double> beta, f, dp0, dp1;
+  std::vector<int32_t> most;
+  std::vector<std::pair<uint64_t, uint64_t>> keys;  // per stage: its entry's key and check
+  std::vector<std::pair<double, uint32_t>> fill;     // Evaluator::Terms
+  // DataLB's splits of mixed stages, direct-mapped like `bounds`.
+  struct SplitEntry {
+    uint64_t key = 0, check = 0;
+    bool ok = false;
+    double cap = 0;
+    std::vector<uint32_t> split;
+  };
+  static constexpr size_t kSplitSlots = size_t{1} << 12;
+  std::vector<SplitEntry> splits = std::vector<SplitEntry>(kSplitSlots);
   static constexpr size_t kBoundSlots = size_t{1} << 14;
   std::vector<StageBound> bounds = std::vector<StageBound>(kBoundSlots);
 };
@@ -369,8 +436,10 @@ bool ProportionalBlocksInto(uint32_t blocks, const std::vector<double>& capacity
 class Evaluator {
  public:
   // `incumbent`: the cost of the best plan found so far; subtrees whose lower bound exceeds it are cut.
+  // `deadline` (optional) stops the DFS once the time limit has passed (`ticks`: the worker's counter);
+  // Run() then returns the best plan of the nodes it visited, and cut() says so.
   Evaluator(const Context& ctx, const Layout& lay, uint32_t B, Counters& counters, Scratch& scratch,
-            double incumbent = kInf)
+            double incumbent = kInf, Deadline* deadline = nullptr, uint32_t* ticks = nullptr)
       : ctx_(ctx),
         prof_(ctx.prof),
         lay_(lay),
@@ -379,7 +448,9 @@ class Evaluator {
         b_(ctx.problem.training.global_batch_size() / B),
         counters_(counters),
         scratch_(scratch),
-        incumbent_(incumbent) {}
+        incumbent_(incumbent),
+        deadline_(ticks != nullptr ? deadline : nullptr),
+        ticks_(ticks) {}
 
   // The best complete plan's eq. 1 cost (+inf when none); the plan's state is best_state().
   double Run() {
@@ -396,7 +467,7 @@ class Evaluator {
     State st;
     st.tp.assign(S_, 1);
     PrepareBound();
-    if (ctx_.knobs.use_bound && Bound(0, st) > Incumbent()) {
+    if (ctx_.knobs.use_bound && Exceeds(0, st, Incumbent())) {
       ++counters_.pruned;
       return kInf;
     }
@@ -420,6 +491,8 @@ class Evaluator {
 
   const State& best_state() const { return best_state_; }
   uint32_t micro_batch() const { return b_; }
+  // Whether the time limit stopped the DFS before it finished.
+  bool cut() const { return cut_; }
 
   // The lower bound on every plan of this assignment and B (+inf when a stage is invalid at TP 1).
   double RootBound() {
@@ -523,11 +596,29 @@ class Evaluator {
       const Part& p = lay_.parts[i];
       if (p.k % tp != 0 || !prof_.TpProfiled(p.cls, tpi)) return;
     }
+    Scratch::SplitEntry* entry = nullptr;  // the cache entry to complete (a mixed stage)
     if (!lay_.hetero[s]) {
       const uint32_t q = b_ / dp, rem = b_ % dp;
       if (q + (rem > 0 ? 1 : 0) > prof_.max_batch()) return;
       for (uint32_t r = 0; r < dp; ++r) split[r] = q + (r < rem ? 1 : 0);
     } else {
+      // A mixed stage's split depends on its composition, TP, b and (with `memory`) its layers and
+      // position: the same in many assignments, so it is cached (ProportionalSplit is linear in b).
+      const uint64_t key = Mix(Mix(lay_.sig[s].first, (uint64_t{tp} << 32) | b_),
+                               memory ? (uint64_t{st.begin[s]} << 40 | uint64_t{st.begin[s + 1]} << 20 | s) + 1 : 0);
+      const uint64_t check = Mix(lay_.sig[s].second ^ 0x7e7eull, key);
+      Scratch::SplitEntry& e = scratch_.splits[key & (Scratch::kSplitSlots - 1)];
+      if (e.key == key && e.check == check) {
+        if (!e.ok) return;
+        std::copy(e.split.begin(), e.split.end(), split);
+        st.split_ok[s] = 1;
+        st.cap[s] = e.cap;
+        return;
+      }
+      e.key = key;
+      e.check = check;
+      e.ok = false;
+      entry = &e;
       const uint32_t even = std::min(prof_.max_batch(), (b_ + dp - 1) / dp);
       std::vector<double> speed;
       std::vector<uint32_t> caps;
@@ -548,6 +639,8 @@ class Evaluator {
       auto found = DataSplit(b_, speed, caps);
       if (!found) return;
       std::copy(found->begin(), found->end(), split);
+      e.ok = true;
+      e.split = std::move(*found);
     }
     st.split_ok[s] = 1;
     // The capacity of §4.2.2 3): the throughput of the stage's intra-stage plan running the whole model as
@@ -564,6 +657,7 @@ class Evaluator {
       }
     }
     st.cap[s] = slowest > 0 ? 1.0 / slowest : 1e12;
+    if (entry != nullptr) entry->cap = st.cap[s];
   }
 
   // Whether a device of stage s holding layers [begin, end) runs out of memory; `worst` (optional) gets
@@ -725,108 +819,271 @@ class Evaluator {
     return static_cast<int32_t>(std::min<int64_t>(most, blocks));
   }
 
+  // The TP degrees the DFS can give stage s, as a mask over tps: lines 30–36 raise TP only on a stage that
+  // runs out of memory, one doubling at a time, starting from TP 1 (line 7), and a raise to an invalid
+  // degree ends the branch (line 26; `valid[ti]` = StageKindLB, whose +inf implies InvalidIntraPlan). So
+  // the chain stops at the first degree at which the stage cannot run out of memory: holding the most
+  // blocks LayerLB can give it (every other stage keeps its fewest) with the largest micro-batch share a
+  // replica can get (⌈b/DP⌉ in the even split, b − (DP − 1) at most in DataLB's).
+  uint32_t ReachableTp(uint32_t s, const std::array<double, 8>& valid) const {
+    const uint32_t T = std::min<uint32_t>(ctx_.tps, static_cast<uint32_t>(valid.size()));
+    const uint32_t L = ctx_.L, blocks = ctx_.blocks;
+    const uint32_t others = S_ == 1 ? 0 : (S_ - 2) - ((s == 0 || s + 1 == S_) ? 0 : 1);  // middles but s
+    const uint32_t x = blocks - std::min(blocks, others);
+    uint32_t begin = 0, end = L;
+    if (S_ > 1) {
+      if (s == 0) {
+        end = 1 + x;
+      } else if (s + 1 == S_) {
+        begin = L - 1 - x;
+      } else {
+        begin = 1;
+        end = 1 + x;
+      }
+    }
+    const double in_flight = InFlight(s);
+    uint32_t mask = 0;
+    for (int ti = 0; ti >= 0 && static_cast<uint32_t>(ti) < T;) {
+      if (!(valid[ti] < kInf)) break;
+      mask |= 1u << ti;
+      const uint32_t tp = prof_.tp_degrees()[ti];
+      const uint32_t dp = lay_.size[s] / tp;
+      // Even split: at most ⌈b/dp⌉ sequences; DataLB in a mixed stage: at most what the others leave.
+      const uint32_t n = lay_.hetero[s] ? std::min(prof_.max_batch(), b_ - (dp - 1)) : (b_ + dp - 1) / dp;
+      bool fits = true;
+      for (uint32_t i = lay_.part_begin[s]; i < lay_.part_begin[s + 1] && fits; ++i) {
+        fits = FitsIn(prof_.DeviceGib(ti, begin, end, dp, n, in_flight), lay_.parts[i].memory_gib);
+      }
+      if (fits) break;
+      ti = prof_.TpIndex(tp * 2);
+    }
+    return mask;
+  }
+
+  // Stage s's DP term of eq. 1 at TP tps[ti] as a function of its blocks x: the ring all-reduce of its
+  // gradients per TP rank over the slowest link among its GPUs is dp0 + dp1·x (the parameters of a layer
+  // range are affine in its blocks, and so is the all-reduce in its bytes); 0 with one DP replica.
+  void StageDpCost(uint32_t s, uint32_t ti, double& dp0, double& dp1) const {
+    const uint32_t dp = lay_.size[s] / prof_.tp_degrees()[ti];
+    dp0 = dp1 = 0;
+    if (dp <= 1) return;
+    const uint32_t L = ctx_.L;
+    auto range_params = [&](uint32_t x) {
+      if (S_ == 1) return prof_.RangeParams(static_cast<int>(ti), 0, L);
+      if (s == 0) return prof_.RangeParams(static_cast<int>(ti), 0, 1 + x);
+      if (s + 1 == S_) return prof_.RangeParams(static_cast<int>(ti), L - 1 - x, L);
+      return prof_.RangeParams(static_cast<int>(ti), 1, 1 + x);
+    };
+    dp0 = models::RingAllReduceSeconds(range_params(0) * ctx_.wb, dp, lay_.dp_link[s]);
+    dp1 = std::max(0.0, models::RingAllReduceSeconds(range_params(1) * ctx_.wb, dp, lay_.dp_link[s]) - dp0);
+  }
+
   void PrepareBound() {
     const uint32_t T = ctx_.tps;
     beta_.assign(size_t{S_} * T, kInf);
     most_lb_.assign(size_t{S_} * T, -1);
+    dp0_.assign(size_t{S_} * T, 0);
+    dp1_.assign(size_t{S_} * T, 0);
     f_.assign(S_, 0);
+    // The cache is larger than the CPU's near caches: fetch every stage's entry before using any.
+    auto& keys = scratch_.keys;
+    keys.resize(S_);
     for (uint32_t s = 0; s < S_; ++s) {
-      const uint32_t position = S_ == 1 ? 3 : s == 0 ? 0 : s + 1 == S_ ? 2 : 1;
       const uint64_t in_flight = std::min<uint32_t>(B_, S_ - s);
-      const uint64_t key = Mix(Mix(Mix(lay_.sig[s].first, position), in_flight), b_);
-      const uint64_t check = Mix(Mix(Mix(lay_.sig[s].second, position + 17), in_flight), b_ + 1);
+      keys[s] = {Mix(lay_.sig[s].first, (in_flight << 32) | b_),
+                 Mix(lay_.sig[s].second ^ 0x3c3cull, (uint64_t{b_} << 32) | in_flight)};
+      __builtin_prefetch(&scratch_.bounds[keys[s].first & (Scratch::kBoundSlots - 1)]);
+    }
+    for (uint32_t s = 0; s < S_; ++s) {
+      const auto [key, check] = keys[s];
       Scratch::StageBound& e = scratch_.bounds[key & (Scratch::kBoundSlots - 1)];
       if (e.key != key || e.check != check || T > e.beta.size()) {
         e.key = key;
         e.check = check;
         e.emb = e.head = kInf;
+        for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) e.beta[ti] = StageKindLB(s, ti, 1);
+        const uint32_t reach = ReachableTp(s, e.beta);
         for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) {
-          e.beta[ti] = StageKindLB(s, ti, 1);
+          if (!((reach >> ti) & 1)) e.beta[ti] = kInf;
           e.most[ti] = e.beta[ti] < kInf ? MaxBlocksLB(s, ti) : -1;
           if (e.most[ti] < 0) e.beta[ti] = kInf;  // cannot hold its fewest blocks
+          if (!((reach >> ti) & 1)) continue;
           if (s == 0) e.emb = std::min(e.emb, StageKindLB(s, ti, 0));
           if (s + 1 == S_) e.head = std::min(e.head, StageKindLB(s, ti, 2));
+          e.dp0[ti] = e.dp1[ti] = 0;
+          if (e.beta[ti] < kInf) StageDpCost(s, ti, e.dp0[ti], e.dp1[ti]);
         }
       }
       for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) {
         beta_[s * T + ti] = e.beta[ti];
         most_lb_[s * T + ti] = e.most[ti];
+        dp0_[s * T + ti] = e.dp0[ti];
+        dp1_[s * T + ti] = e.dp1[ti];
       }
       if (s == 0) f_[s] += e.emb < kInf ? e.emb : 0;
       if (s + 1 == S_) f_[s] += e.head < kInf ? e.head : 0;
-      if (s + 1 < S_) f_[s] += models::PointToPointSeconds(ctx_.boundary_bytes, lay_.pp[s]);
-      if (s > 0) f_[s] += models::PointToPointSeconds(ctx_.boundary_bytes, lay_.pp[s - 1]);
+      if (s + 1 < S_) f_[s] += lay_.pp_hop_s[s];
+      if (s > 0) f_[s] += lay_.pp_hop_s[s - 1];
     }
   }
 
   // The bound at a DFS node about to handle stage s (s = 0: the root): stages before s keep their TP
-  // degree, stage s may only raise its own, later stages may take any. Stage j can process
-  // cap_j(T) = max over its TP degrees of min(M_j, (T − f_j)/β_j) blocks within time T (M_j: what its
-  // memory holds); T* is the least T with Σ_j cap_j(T) ≥ blocks (bisection).
-  double Bound(uint32_t s, const State& st) const {
+  // degree, stage s may only raise its own, later stages may take any it can reach (ReachableTp). With
+  // x_j blocks on stage j (lo_j ≤ x_j ≤ M_j, M_j what its memory holds at most, Σ x_j = blocks):
+  //   - max_j t_j ≥ T*, the least T with Σ_j capT_j(T) ≥ blocks, capT_j(T) = max over its TP degrees of
+  //     min(M_j, (T − f_j)/β_j): the blocks it can process within T;
+  //   - Σ_j t_j ≥ Σ_j f_j + min Σ_j x_j β_j (the fastest stages filled first, up to their memory);
+  //   - DP_all ≥ D*, the least D with Σ_j capD_j(D) ≥ blocks, capD_j(D) = max over its TP degrees of
+  //     min(M_j, (D − dp0_j)/dp1_j) (StageDpCost): the split that minimises the largest all-reduce.
+  // Each term is minimised over the layer split on its own, so cost ≥ (B − 1)·T* + Σ f + min Σ xβ + D*.
+  struct BoundTerms {
+    bool feasible = true;
+    double rest = 0;              // Σ f + min Σ x β
+    double lo_t = 0, hi_t = 0;    // T* ∈ [lo_t, hi_t]: lo_t = the largest stage time at its fewest blocks
+    double lo_d = 0, hi_d = 0;    // the same for D*
+  };
+
+  uint32_t FirstTp(uint32_t j, uint32_t s, const State& st) const {
+    return j <= s ? static_cast<uint32_t>(prof_.TpIndex(st.tp[j])) : 0;
+  }
+  uint32_t LastTp(uint32_t j, uint32_t s, const State& st) const { return j < s ? FirstTp(j, s, st) + 1 : ctx_.tps; }
+
+  BoundTerms Terms(uint32_t s, const State& st) const {
     const uint32_t T = ctx_.tps;
     const uint32_t blocks = ctx_.blocks;
-    auto first_tp = [&](uint32_t j) -> uint32_t { return j <= s ? static_cast<uint32_t>(prof_.TpIndex(st.tp[j])) : 0; };
-    auto last_tp = [&](uint32_t j) -> uint32_t { return j < s ? first_tp(j) + 1 : T; };
-    double sum_f = 0, least = kInf, middle = 0, lo_t = 0, hi_t = 0;
-    uint64_t room = 0;
-    uint32_t middles = 0;
+    BoundTerms out;
+    double sum_f = 0, sum_x = 0;
+    uint64_t room = 0, rest = blocks;
+    auto& fill = scratch_.fill;  // (β, blocks above the fewest that memory allows) per stage
+    fill.clear();
     for (uint32_t j = 0; j < S_; ++j) {
       const uint32_t lo = S_ == 1 ? blocks : (j == 0 || j + 1 == S_) ? 0 : 1;
-      double floor_j = kInf, best_beta = kInf;
+      double floor_j = kInf, best_beta = kInf, floor_d = kInf;
       int32_t most = -1;
-      for (uint32_t ti = first_tp(j); ti < last_tp(j); ++ti) {
+      for (uint32_t ti = FirstTp(j, s, st); ti < LastTp(j, s, st); ++ti) {
         const double bj = beta_[j * T + ti];
         if (!(bj < kInf)) continue;
         most = std::max(most, most_lb_[j * T + ti]);
         floor_j = std::min(floor_j, f_[j] + lo * bj);
         best_beta = std::min(best_beta, bj);
-        hi_t = std::max(hi_t, f_[j] + blocks * bj);
+        out.hi_t = std::max(out.hi_t, f_[j] + blocks * bj);
+        floor_d = std::min(floor_d, dp0_[j * T + ti] + lo * dp1_[j * T + ti]);
+        out.hi_d = std::max(out.hi_d, dp0_[j * T + ti] + blocks * dp1_[j * T + ti]);
       }
-      if (most < static_cast<int32_t>(lo)) return kInf;
+      if (most < static_cast<int32_t>(lo)) {
+        out.feasible = false;
+        return out;
+      }
       room += static_cast<uint32_t>(most);
       sum_f += f_[j];
-      least = std::min(least, best_beta);
-      lo_t = std::max(lo_t, floor_j);
-      if (lo == 1) {
-        middle += best_beta;
-        ++middles;
+      sum_x += lo * best_beta;
+      rest -= lo;
+      out.lo_t = std::max(out.lo_t, floor_j);
+      out.lo_d = std::max(out.lo_d, floor_d);
+      if (static_cast<uint32_t>(most) > lo) fill.emplace_back(best_beta, static_cast<uint32_t>(most) - lo);
+    }
+    if (room < blocks) {
+      out.feasible = false;
+      return out;
+    }
+    std::sort(fill.begin(), fill.end());
+    for (size_t i = 0; i < fill.size() && rest > 0; ++i) {
+      const uint64_t take = std::min<uint64_t>(rest, fill[i].second);
+      sum_x += take * fill[i].first;
+      rest -= take;
+    }
+    out.rest = sum_f + sum_x;
+    return out;
+  }
+
+  // Σ_j capT_j(t).
+  double CapacityT(uint32_t s, const State& st, double t) const {
+    const uint32_t T = ctx_.tps;
+    double total = 0;
+    for (uint32_t j = 0; j < S_; ++j) {
+      double c = 0;
+      for (uint32_t ti = FirstTp(j, s, st); ti < LastTp(j, s, st); ++ti) {
+        const double bj = beta_[j * T + ti];
+        if (!(bj < kInf)) continue;
+        c = std::max(c, std::min<double>(most_lb_[j * T + ti], std::max(0.0, (t - f_[j]) / bj)));
+      }
+      total += c;
+    }
+    return total;
+  }
+
+  // Σ_j capD_j(d).
+  double CapacityD(uint32_t s, const State& st, double d) const {
+    const uint32_t T = ctx_.tps;
+    const double blocks = ctx_.blocks;
+    double total = 0;
+    for (uint32_t j = 0; j < S_; ++j) {
+      double c = 0;
+      for (uint32_t ti = FirstTp(j, s, st); ti < LastTp(j, s, st); ++ti) {
+        if (!(beta_[j * T + ti] < kInf)) continue;
+        const double d0 = dp0_[j * T + ti], d1 = dp1_[j * T + ti];
+        const double fit = d1 > 0 ? std::max(0.0, (d - d0) / d1) : d >= d0 ? blocks : 0.0;
+        c = std::max(c, std::min<double>(most_lb_[j * T + ti], fit));
+      }
+      total += c;
+    }
+    return total;
+  }
+
+  // The least x in [lo, hi] with capacity(x) ≥ blocks, from below: bisection keeps capacity(a) < blocks
+  // (or a = lo), so the result never exceeds the true value.
+  template <typename Capacity>
+  double Least(double lo, double hi, const Capacity& capacity) const {
+    const double blocks = ctx_.blocks;
+    double a = lo, b = std::max(hi, lo);
+    if (capacity(a) >= blocks) return a;
+    for (int it = 0; it < 40 && b - a > 1e-6 * b; ++it) {
+      const double mid = 0.5 * (a + b);
+      if (capacity(mid) >= blocks) {
+        b = mid;
+      } else {
+        a = mid;
       }
     }
-    if (room < blocks) return kInf;
-    auto capacity = [&](double t) {
-      double total = 0;
-      for (uint32_t j = 0; j < S_; ++j) {
-        double c = 0;
-        for (uint32_t ti = first_tp(j); ti < last_tp(j); ++ti) {
-          const double bj = beta_[j * T + ti];
-          if (!(bj < kInf)) continue;
-          c = std::max(c, std::min<double>(most_lb_[j * T + ti], std::max(0.0, (t - f_[j]) / bj)));
-        }
-        total += c;
-      }
-      return total;
-    };
-    double a = lo_t, b = std::max(hi_t, lo_t);
-    if (capacity(a) < blocks) {
-      for (int it = 0; it < 40 && b - a > 1e-9 * b; ++it) {
-        const double mid = 0.5 * (a + b);
-        if (capacity(mid) >= blocks) {
-          b = mid;
-        } else {
-          a = mid;
-        }
-      }
-    }
-    const double t_star = a;  // capacity(a) < blocks (or a is the floor): T* ≥ a
-    const double sum_x = S_ == 1 ? blocks * least : middle + (blocks - std::min(blocks, middles)) * least;
-    return ((static_cast<double>(B_) - 1) * t_star + sum_f + sum_x) * (1 - 1e-9);
+    return a;
+  }
+
+  // The bound's value (+inf when no layer split fits in memory).
+  double Bound(uint32_t s, const State& st) const {
+    const BoundTerms terms = Terms(s, st);
+    if (!terms.feasible) return kInf;
+    const double t_star = B_ > 1 ? Least(terms.lo_t, terms.hi_t, [&](double t) { return CapacityT(s, st, t); }) : 0;
+    const double d_star = Least(terms.lo_d, terms.hi_d, [&](double d) { return CapacityD(s, st, d); });
+    return ((static_cast<double>(B_) - 1) * t_star + terms.rest + d_star) * (1 - 1e-9);
+  }
+
+  // Whether Bound(s, st) > incumbent, decided with as few capacity sums as possible: T* > t ⟺ capT(t) <
+  // blocks (capT does not decrease), so a point test against what the incumbent leaves for T* (with D*
+  // at its floor) or for D* (with T* at its floor) settles most cases without a bisection.
+  bool Exceeds(uint32_t s, const State& st, double incumbent) const {
+    if (!(incumbent < kInf)) return false;
+    const BoundTerms terms = Terms(s, st);
+    if (!terms.feasible) return true;
+    const double blocks = ctx_.blocks;
+    const double w = static_cast<double>(B_) - 1;
+    const double room = incumbent / (1 - 1e-9) - terms.rest;  // what (B − 1)·T* + D* must stay within
+    if (w * terms.lo_t + terms.lo_d > room) return true;
+    if (w > 0 && CapacityT(s, st, (room - terms.lo_d) / w) < blocks) return true;
+    if (CapacityD(s, st, room - w * terms.lo_t) < blocks) return true;
+    if (w == 0) return false;
+    const double t_star = Least(terms.lo_t, terms.hi_t, [&](double t) { return CapacityT(s, st, t); });
+    return CapacityD(s, st, room - w * t_star) < blocks;
   }
 
   double Incumbent() const { return std::min(incumbent_, best_); }
 
   // Lines 24–44.
   void Dfs(uint32_t s, State st) {
+    // The time limit: the plans already emitted stay (the best of them is returned).
+    if (cut_ || (deadline_ != nullptr && deadline_->Passed(*ticks_))) {
+      cut_ = true;
+      return;
+    }
     // Both branches of lines 30–43 can succeed at every stage that runs out of memory, so the DFS is
     // exponential in such stages; it visits at most max_dfs_nodes nodes per (assignment, B).
     if (++nodes_ > ctx_.knobs.max_dfs_nodes) {
@@ -896,8 +1153,16 @@ class Evaluator {
   uint64_t nodes_ = 0;
   double best_ = kInf;
   State best_state_;
-  std::vector<double> beta_, f_;               // the bound: [stage][tp], [stage]
-  std::vector<int32_t> most_lb_;               // [stage][tp]: blocks its memory can hold (upper bound)
+  // The bound (in scratch_, reused): β [stage][tp], f [stage], the blocks a stage's memory can hold at
+  // most [stage][tp], and StageDpCost [stage][tp].
+  std::vector<double>& beta_ = scratch_.beta;
+  std::vector<double>& f_ = scratch_.f;
+  std::vector<int32_t>& most_lb_ = scratch_.most;
+  std::vector<double>& dp0_ = scratch_.dp0;
+  std::vector<double>& dp1_ = scratch_.dp1;
+  Deadline* deadline_ = nullptr;
+  uint32_t* ticks_ = nullptr;
+  bool cut_ = false;
 };
 
 // Stage s's devices: GPUs of each node handed out in stage order.
@@ -958,6 +1223,81 @@ bool BatchFits(const std::vector<uint32_t>& sizes, uint32_t b, uint32_t max_batc
   return true;
 }
 
+// A work unit of the search: one stage count S and one multiset of stage sizes, with every order of the
+// sizes (§4.2.2 1)), every stage-device assignment of each order and every micro-batch count in Bs.
+struct Unit {
+  uint32_t S;
+  std::vector<uint32_t> sizes;
+  std::vector<uint32_t> Bs;  // the micro-batch counts every stage of these sizes can be valid with
+};
+
+// "8-14, 29, 31" for sorted, distinct values.
+std::string Ranges(const std::vector<uint32_t>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size();) {
+    size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(values[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(values[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "none" : out;
+}
+
+// Seconds with 4 significant digits ("120", "0.0121").
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", s);
+  return buf;
+}
+
+// What a search that the time limit cut covered: the units whose first stage-size order was probed, the
+// units finished, by stage count, and the micro-batch counts tried. Per unit: `probed`, and `state`
+// (0 not started, 1 started, 2 finished).
+std::string CoverageNote(const std::vector<Unit>& units, const std::vector<uint8_t>& probed,
+                         const std::vector<uint8_t>& state, const std::vector<uint32_t>& micro_batch_counts) {
+  std::map<uint32_t, std::array<uint32_t, 3>> by_stages;  // S -> units, started, finished
+  std::set<uint32_t> tried;
+  size_t finished = 0, probes = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    auto& n = by_stages[units[u].S];
+    ++n[0];
+    n[1] += state[u] != 0;
+    n[2] += state[u] == 2;
+    finished += state[u] == 2;
+    probes += probed[u] != 0 || state[u] == 2;
+    if (state[u] != 0) tried.insert(units[u].Bs.begin(), units[u].Bs.end());
+  }
+  std::vector<uint32_t> complete, started, none;
+  std::string partly;
+  for (const auto& [S, n] : by_stages) {
+    if (n[2] == n[0]) {
+      complete.push_back(S);
+    } else if (n[1] == 0) {
+      none.push_back(S);
+    } else if (n[2] == 0) {
+      started.push_back(S);
+    } else {
+      partly += (partly.empty() ? "" : ", ") + std::to_string(S) + " (" + std::to_string(n[2]) + " of " +
+                std::to_string(n[0]) + ")";
+    }
+  }
+  std::string bs;
+  for (uint32_t B : micro_batch_counts) {
+    if (tried.count(B)) bs += (bs.empty() ? "" : ", ") + std::to_string(B);
+  }
+  return "it probed the first stage-size order of " + std::to_string(probes) + " of " +
+         std::to_string(units.size()) + " work units (a unit: a stage count and a stage-size multiset) and " +
+         "searched " + std::to_string(finished) +
+         " units completely (every order, stage-device assignment and micro-batch count), best probe first; "
+         "stage counts searched completely: " +
+         Ranges(complete) + "; partly (units finished of all): " + (partly.empty() ? "none" : partly) +
+         "; probed or started only: " + Ranges(started) + "; not reached: " + Ranges(none) +
+         "; micro-batch counts B tried: " + (bs.empty() ? "none" : bs) +
+         " (of the " + std::to_string(micro_batch_counts.size()) + " divisors of the global batch)";
+}
+
 }  // namespace
 
 std::optional<std::vector<uint32_t>> ProportionalBlocks(uint32_t blocks, const std::vector<double>& capacity,
@@ -975,6 +1315,7 @@ std::optional<std::vector<uint32_t>> DataSplit(uint32_t total, const std::vector
 }
 
 Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, SearchStats& stats) {
+  Deadline deadline(knobs.time_limit_s, knobs.clock_s);
   const Profiler prof(problem, knobs);
   const Context ctx(problem, knobs, prof);
   const auto& cluster = problem.cluster;
@@ -996,11 +1337,6 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   const std::vector<uint32_t> micro_batch_counts = Divisors(G);
 
   // Work units: (stage count, size multiset), in order; workers take them one at a time.
-  struct Unit {
-    uint32_t S;
-    std::vector<uint32_t> sizes;
-    std::vector<uint32_t> Bs;  // the micro-batch counts every stage of these sizes can be valid with
-  };
   std::vector<Unit> units;
   std::vector<size_t> unit_order;
   uint64_t multisets = 0;
@@ -1015,18 +1351,29 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
     }
   }
 
-  // Best first: units in order of the lower bound of their first assignment, so that a good plan is
-  // found early and the bound cuts most of the rest. Ties between plans still go to the earlier unit in
-  // the canonical order (Best::Better), so the order of work does not change the result.
+  // The order of work (not in the paper; the plan does not depend on it: ties between plans of equal cost
+  // go to the earlier unit and assignment of the canonical order, Best::Better). It decides how soon a
+  // good plan is found, which matters twice: the exact cut skips more once the incumbent is good, and
+  // under time_limit_s the search returns whatever it has found. The canonical order (S = 1, 2, …) would
+  // spend a limit on the first stage counts — at 240 GPUs those whose few large stages cross nodes, so
+  // that their DP all-reduce runs over Ethernet — and so would an order by the lower bound alone, which
+  // lets every stage take any TP degree it could reach and so underrates those DP all-reduces. So:
+  //   1. probe: the first stage-size order of every unit, with every stage-device assignment and B (a
+  //      small slice of each unit: its other orders permute the same sizes), units in order of the
+  //      lower bound of their first assignment;
+  //   2. the remaining orders of each unit, units in order of the best plan their probe found (units
+  //      whose probe found none last, still by their bound).
+  // Ordinals number a unit's evaluations in the canonical order across both phases.
   {
+    uint32_t ticks = 0;
     Layout lay;
     Scratch scratch;
     Counters scratch_counters;
     std::vector<double> priority(units.size(), kInf);
-    for (size_t u = 0; u < units.size(); ++u) {
+    for (size_t u = 0; u < units.size() && !deadline.Passed(ticks); ++u) {
       const auto orders = StageSizeOrders(units[u].sizes, 1);  // the sizes in one order: cheap
       ForEachPlacement(cluster, classes, orders.front(), result.full_space, node_orders, [&](const Placement& pl) {
-        MakeLayout(cluster, prof, links, pl, lay);
+        MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
         for (uint32_t B : units[u].Bs) {
           Evaluator ev(ctx, lay, B, scratch_counters, scratch);
           priority[u] = std::min(priority[u], ev.RootBound());
@@ -1034,76 +1381,119 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
         return false;
       });
     }
-    std::vector<size_t> by_priority(units.size());
-    for (size_t u = 0; u < units.size(); ++u) by_priority[u] = u;
-    std::stable_sort(by_priority.begin(), by_priority.end(),
+    for (size_t u = 0; u < units.size(); ++u) unit_order.push_back(u);
+    std::stable_sort(unit_order.begin(), unit_order.end(),
                      [&](size_t a, size_t b) { return priority[a] < priority[b]; });
-    unit_order = std::move(by_priority);
   }
 
-  std::atomic<size_t> next{0};
+  // Per unit: how far it got (0 not started, 1 probed or started, 2 finished), its probe's best cost, and
+  // the evaluations its probe numbered.
+  std::vector<uint8_t> unit_state(units.size(), 0);
+  std::vector<uint8_t> probed(units.size(), 0);
+  std::vector<double> probe_cost(units.size(), kInf);
+  std::vector<uint64_t> probe_evaluations(units.size(), 0);
   std::atomic<double> shared_best{kInf};  // the best cost any worker has found: a valid incumbent for all
   std::mutex mu;
   Best best;
   Counters total;
   std::vector<Miss> all_misses;
-  auto worker = [&] {
-    Counters counters;
-    Best mine;
-    Layout lay;
-    Scratch scratch;
-    for (size_t i = next++; i < units.size(); i = next++) {
-      const size_t u = unit_order[i];
-      uint64_t ordinal = 0;
-      ForEachStageSizeOrder(units[u].sizes, knobs.max_permutation_length, [&](const std::vector<uint32_t>& order) {
-        ++counters.orders;
-        ForEachPlacement(cluster, classes, order, result.full_space, node_orders, [&](const Placement& pl) {
-          ++counters.assignments;
-          MakeLayout(cluster, prof, links, pl, lay);
-          for (uint32_t B : units[u].Bs) {
-            Evaluator ev(ctx, lay, B, counters, scratch, std::min(mine.cost, shared_best.load()));
-            const double c = ev.Run();
-            const uint64_t o = ordinal++;
-            if (!(c < kInf) || !mine.Better(c, u, o)) continue;
-            proto::Plan plan = BuildPlan(cluster, pl, lay, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
-            // §4.3's estimate agrees with hetsim's memory arithmetic; check all the same, so that the plan
-            // always validates.
-            if (!CheckMemory(plan, problem, prof.memory()).fits) {
-              ++counters.oom;
-              continue;
+  // Runs `phase` (0: probe, 1: the rest) of units unit_order[0..] on `threads` workers.
+  auto run_phase = [&](int phase, uint32_t threads) {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      Counters counters;
+      Best mine;
+      Layout lay;
+      Scratch scratch;
+      uint32_t my_ticks = 0;
+      while (!deadline.Passed(my_ticks)) {
+        const size_t i = next++;
+        if (i >= units.size()) break;
+        const size_t u = unit_order[i];
+        if (unit_state[u] == 2) continue;  // each unit is taken by one worker per phase; read after joins
+        unit_state[u] = 1;
+        bool cut = false;
+        uint64_t ordinal = phase == 0 ? 0 : probe_evaluations[u];
+        uint64_t order_index = 0;
+        double unit_best = kInf;
+        bool more_orders = false;
+        ForEachStageSizeOrder(units[u].sizes, knobs.max_permutation_length, [&](const std::vector<uint32_t>& order) {
+          if (order_index++ != 0) {
+            if (phase == 0) {
+              more_orders = true;
+              return false;
             }
-            mine.cost = c;
-            mine.unit = u;
-            mine.ordinal = o;
-            mine.plan = std::move(plan);
-            double seen = shared_best.load();
-            while (c < seen && !shared_best.compare_exchange_weak(seen, c)) {
-            }
+          } else if (phase == 1) {
+            return true;  // the probe's
           }
-          return true;
+          ++counters.orders;
+          ForEachPlacement(cluster, classes, order, result.full_space, node_orders, [&](const Placement& pl) {
+            ++counters.assignments;
+            MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
+            for (uint32_t B : units[u].Bs) {
+              // Algorithm 1's loops (line 4) stop at the time limit: checked once per (assignment, B).
+              if (deadline.Passed(my_ticks)) {
+                cut = true;
+                break;
+              }
+              Evaluator ev(ctx, lay, B, counters, scratch, std::min(mine.cost, shared_best.load()), &deadline,
+                           &my_ticks);
+              const double c = ev.Run();
+              cut |= ev.cut();
+              const uint64_t o = ordinal++;
+              if (!(c < kInf) || !mine.Better(c, u, o)) continue;
+              proto::Plan plan = BuildPlan(cluster, pl, lay, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
+              // §4.3's estimate agrees with hetsim's memory arithmetic; check all the same, so that the plan
+              // always validates.
+              if (!CheckMemory(plan, problem, prof.memory()).fits) {
+                ++counters.oom;
+                continue;
+              }
+              unit_best = std::min(unit_best, c);
+              mine.cost = c;
+              mine.unit = u;
+              mine.ordinal = o;
+              mine.plan = std::move(plan);
+              double seen = shared_best.load();
+              while (c < seen && !shared_best.compare_exchange_weak(seen, c)) {
+              }
+            }
+            return !cut;
+          });
+          return !cut;
         });
-        return true;
-      });
+        if (phase == 0) {
+          probe_evaluations[u] = ordinal;
+          probe_cost[u] = unit_best;
+          probed[u] = !cut;
+        }
+        if (!cut && (phase == 1 || !more_orders)) unit_state[u] = 2;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (mine.plan && best.Better(mine.cost, mine.unit, mine.ordinal)) best = std::move(mine);
+      total.evaluated += counters.evaluated;
+      total.invalid += counters.invalid;
+      total.oom += counters.oom;
+      total.truncated += counters.truncated;
+      total.pruned += counters.pruned;
+      total.assignments += counters.assignments;
+      total.orders += counters.orders;
+      for (auto& m : counters.misses.top) all_misses.push_back(std::move(m));
+    };
+    if (threads == 1) {
+      worker();
+    } else {
+      std::vector<std::thread> pool;
+      for (uint32_t t = 0; t < threads; ++t) pool.emplace_back(worker);
+      for (auto& t : pool) t.join();
     }
-    std::lock_guard<std::mutex> lock(mu);
-    if (mine.plan && best.Better(mine.cost, mine.unit, mine.ordinal)) best = std::move(mine);
-    total.evaluated += counters.evaluated;
-    total.invalid += counters.invalid;
-    total.oom += counters.oom;
-    total.truncated += counters.truncated;
-    total.pruned += counters.pruned;
-    total.assignments += counters.assignments;
-    total.orders += counters.orders;
-    for (auto& m : counters.misses.top) all_misses.push_back(std::move(m));
   };
   const uint32_t threads = std::max<uint32_t>(1, std::min<uint32_t>(knobs.threads, 64));
-  if (threads == 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (uint32_t t = 0; t < threads; ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
-  }
+  run_phase(0, threads);
+  // A unit's probe cost is an upper bound on its best plan, a good guess at how good its other orders are.
+  std::stable_sort(unit_order.begin(), unit_order.end(),
+                   [&](size_t a, size_t b) { return probe_cost[a] < probe_cost[b]; });
+  run_phase(1, threads);
 
   stats.candidates_evaluated += total.evaluated;
   if (multisets > units.size()) {
@@ -1132,6 +1522,24 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
                                            : "consecutive GPUs over " + std::to_string(node_orders.size()) +
                                                  " node orders") +
                         "), " + std::to_string(micro_batch_counts.size()) + " micro-batch counts");
+  std::string coverage;
+  if (deadline.passed()) {
+    result.cut_by_time_limit = true;
+    coverage = CoverageNote(units, probed, unit_state, micro_batch_counts);
+    const std::string elapsed = FormatSeconds(deadline.ElapsedSeconds());
+    if (best.plan) {
+      stats.notes.push_back("search cut by the time limit (time_limit_s: " + FormatSeconds(knobs.time_limit_s) +
+                            ") after " + elapsed +
+                            " s: the plan is the best found so far, not the result of Metis's complete search; " +
+                            coverage);
+    } else {
+      return Status::Infeasible("metis: no plan found before the time limit (time_limit_s: " +
+                                FormatSeconds(knobs.time_limit_s) + ") cut the search after " + elapsed +
+                                " s on cluster '" + cluster.name() + "' (" + std::to_string(N) +
+                                " GPUs) for model '" + problem.model.name() + "'; " + coverage +
+                                "\n  raise time_limit_s in the planner's options (0 = no limit)");
+    }
+  }
   if (!best.plan) {
     if (!all_misses.empty()) {
       std::sort(all_misses.begin(), all_misses.end(), [](const Miss& a, const Miss& b) {
@@ -1157,7 +1565,7 @@ std::optional<std::pair<proto::Plan, double>> PlanAssignment(const PlanningProbl
   const NodeLinks links(problem.cluster, prof.topology());
   const Placement pl = ToPlacement(assignment);
   Layout lay;
-  MakeLayout(problem.cluster, prof, links, pl, lay);
+  MakeLayout(problem.cluster, prof, links, ctx.boundary_bytes, pl, lay);
   Counters counters;
   Scratch scratch;
   Evaluator ev(ctx, lay, micro_batches, counters, scratch);
@@ -1189,7 +1597,7 @@ double PlanCost(const PlanningProblem& problem, const Knobs& knobs, const proto:
   }
   const Placement pl = ToPlacement(a);
   Layout lay;
-  MakeLayout(problem.cluster, prof, links, pl, lay);
+  MakeLayout(problem.cluster, prof, links, ctx.boundary_bytes, pl, lay);
   Evaluator::SetBegins(lay, st);
   Counters counters;
   Scratch scratch;

@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
 
 #include "models/plan.h"
 #include "models/profile_db.h"
@@ -387,6 +390,95 @@ TEST(Metis, BoundAndThreadsDoNotChangeThePlan) {
   auto threaded = Search(problem, two, stats);
   ASSERT_TRUE(threaded.ok());
   EXPECT_EQ(with->plan->SerializeAsString(), threaded->plan->SerializeAsString());
+}
+
+// ---- the time limit (time_limit_s; not in the paper) ------------------------------------------------------
+
+// Whether any note of `stats` contains `text`.
+bool NoteMentions(const SearchStats& stats, const std::string& text) {
+  for (const auto& note : stats.notes) {
+    if (note.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A clock for Knobs::clock_s that advances one second per reading and counts its readings: the limit then
+// cuts the search after a fixed amount of work, whatever the machine's speed.
+struct CountingClock {
+  std::shared_ptr<uint64_t> readings = std::make_shared<uint64_t>(0);
+  std::function<double()> clock() const {
+    auto r = readings;
+    return [r] { return static_cast<double>((*r)++); };
+  }
+};
+
+// A limit that passes halfway through the search (by clock readings) stops it there: the best plan found
+// so far comes back, valid, with a note that the limit cut the search and what it covered; it is never
+// better than the complete search's plan, and fewer candidates were costed. 16 T4 + V100 GPUs, GPT-3 6.7B.
+TEST(MetisTimeLimit, ReturnsTheBestPlanFoundSoFar) {
+  const Fixture f(planners::testing::BundledCluster("metis-uniform-t4-v100-16"),
+                  planners::testing::BundledModel("gpt3-6.7b"), "{global_batch_size: 128, seq_len: 1024, dtype: fp16}");
+  const auto problem = f.problem();
+  // The complete search, timed by the counting clock under a limit it never reaches.
+  CountingClock full_clock;
+  Knobs full_knobs;
+  full_knobs.time_limit_s = 1e12;
+  full_knobs.clock_s = full_clock.clock();
+  SearchStats full_stats;
+  auto full = Search(problem, full_knobs, full_stats);
+  ASSERT_TRUE(full.ok()) << full.status().message();
+  EXPECT_FALSE(full->cut_by_time_limit);
+  EXPECT_FALSE(NoteMentions(full_stats, "time limit"));
+  const uint64_t readings = *full_clock.readings;
+  ASSERT_GT(readings, 8u);  // enough for a limit halfway through
+
+  CountingClock half_clock;
+  Knobs half;
+  half.time_limit_s = static_cast<double>(readings / 2);
+  half.clock_s = half_clock.clock();
+  SearchStats stats;
+  auto cut = Search(problem, half, stats);
+  ASSERT_TRUE(cut.ok()) << cut.status().message();
+  EXPECT_TRUE(cut->cut_by_time_limit);
+  ASSERT_TRUE(cut->plan.has_value());
+  EXPECT_TRUE(models::ValidatePlan(*cut->plan, f.context(), "metis").ok());
+  EXPECT_GE(cut->cost_s, full->cost_s * (1 - 1e-12));
+  EXPECT_LT(stats.candidates_evaluated, full_stats.candidates_evaluated);
+  EXPECT_TRUE(NoteMentions(stats, "search cut by the time limit (time_limit_s: ")) << DescribeStats(stats);
+  EXPECT_TRUE(NoteMentions(stats, "the plan is the best found so far")) << DescribeStats(stats);
+  EXPECT_TRUE(NoteMentions(stats, "stage counts searched completely")) << DescribeStats(stats);
+  EXPECT_TRUE(NoteMentions(stats, "micro-batch counts B tried")) << DescribeStats(stats);
+}
+
+// A limit that passes before any plan is found is an error that names the limit and says to raise it.
+TEST(MetisTimeLimit, NoPlanBeforeTheLimitIsAClearError) {
+  const Fixture f(planners::testing::BundledCluster("metis-uniform-t4-v100-16"),
+                  planners::testing::BundledModel("gpt3-6.7b"), "{global_batch_size: 128, seq_len: 1024, dtype: fp16}");
+  CountingClock clock;
+  Knobs knobs;
+  knobs.time_limit_s = 0.5;  // the first check reads the clock a second after the start
+  knobs.clock_s = clock.clock();
+  SearchStats stats;
+  auto r = Search(f.problem(), knobs, stats);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kInfeasible);
+  EXPECT_NE(r.status().message().find("no plan found before the time limit (time_limit_s: 0.5)"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("raise time_limit_s"), std::string::npos) << r.status().message();
+}
+
+// Through the registry with the real clock: a limit the search does not reach changes nothing (the same
+// plan, no note); the option is range-checked.
+TEST(MetisTimeLimit, UnreachedLimitKeepsThePlan) {
+  const Fixture f(planners::testing::BundledCluster("metis-uniform-t4-v100-16"),
+                  planners::testing::BundledModel("gpt3-6.7b"), "{global_batch_size: 128, seq_len: 1024, dtype: fp16}");
+  auto none = planners::testing::Run("metis", f.problem());
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  auto limited = planners::testing::Run("metis", f.problem(), "time_limit_s: 3600\n");
+  ASSERT_TRUE(limited.ok()) << limited.status().message();
+  EXPECT_EQ(none->plan.SerializeAsString(), limited->plan.SerializeAsString());
+  EXPECT_FALSE(NoteMentions(limited->stats, "time limit"));
+  EXPECT_FALSE(CreatePlanner("metis", "time_limit_s: -1\n", "o.yaml").ok());
 }
 
 // Through the registry: options are the paper's knobs, checked like every hetsim file; the plan validates
