@@ -46,7 +46,7 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_SAILOR_DIR = "/work/shared/data/profiles/sailor"
+DEFAULT_SAILOR_DIR = os.path.join(REPO, "third_party", "sailor-profiles")
 DEFAULT_OUT_DIR = os.path.join(REPO, "models", "catalog", "profiles")
 SAILOR_REPO_PATH = "sailor/Planner/sailor_planner/profiles"  # where the files live in github.com/eth-easl/sailor
 
