@@ -14,22 +14,6 @@ namespace hetsim::executor {
 namespace po = boost::program_options;
 namespace {
 
-template <typename Enum>
-Status ParseEnumFlag(const std::string& flag, const std::string& value, const google::protobuf::EnumDescriptor* d,
-                     Enum* out) {
-  for (int i = 1; i < d->value_count(); ++i) {
-    if (models::EnumValueYamlName(d->value(i)) == value) {
-      *out = static_cast<Enum>(d->value(i)->number());
-      return Status::Ok();
-    }
-  }
-  const auto names = models::EnumYamlNames(d);
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  return Status::Invalid("--" + flag + ": unknown value '" + value + "' (expected one of: " + list + ")" +
-                         DidYouMean(value, names));
-}
-
 // A reference inside a plan (`cluster: ../c.yaml`) is resolved relative to the plan file.
 std::string RelativeTo(const std::string& ref, const std::string& plan_file) {
   if (ref.empty() || std::filesystem::exists(ref)) return ref;
@@ -129,14 +113,12 @@ Result<LoadedSpecs> LoadSpecs(const ExecOptions& o) {
   if (o.global_batch) t.set_global_batch_size(*o.global_batch);
   if (o.seq_len) t.set_seq_len(*o.seq_len);
   if (!o.dtype.empty()) {
-    proto::DType d{};
-    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("dtype", o.dtype, proto::DType_descriptor(), &d));
-    t.set_dtype(d);
+    HETSIM_ASSIGN_OR_RETURN(const int d, models::ParseEnumFlag("dtype", o.dtype, proto::DType_descriptor()));
+    t.set_dtype(static_cast<proto::DType>(d));
   }
   if (!o.recompute.empty()) {
-    proto::Recompute r{};
-    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("recompute", o.recompute, proto::Recompute_descriptor(), &r));
-    t.set_recompute(r);
+    HETSIM_ASSIGN_OR_RETURN(const int r, models::ParseEnumFlag("recompute", o.recompute, proto::Recompute_descriptor()));
+    t.set_recompute(static_cast<proto::Recompute>(r));
   }
   HETSIM_ASSIGN_OR_RETURN(proto::Training training, models::ResolveTraining(std::move(t), model, tfile));
   models::PlanContext ctx{cluster, model, training};

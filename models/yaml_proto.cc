@@ -463,6 +463,17 @@ std::vector<std::string> EnumYamlNames(const EnumDescriptor* e) {
   return names;
 }
 
+Result<int> ParseEnumFlag(const std::string& flag, const std::string& value, const EnumDescriptor* e) {
+  for (int i = 1; i < e->value_count(); ++i) {
+    if (EnumValueYamlName(e->value(i)) == value) return e->value(i)->number();
+  }
+  const auto names = EnumYamlNames(e);
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return Status::Invalid("--" + flag + ": unknown value '" + value + "' (expected one of: " + list + ")" +
+                         DidYouMean(value, names));
+}
+
 std::string YamlLocation(const std::string& file, const YAML::Node& node) {
   const YAML::Mark m = node.Mark();
   if (m.is_null() || m.line < 0) return file;

@@ -34,6 +34,10 @@ std::string EnumValueYamlName(const google::protobuf::EnumValueDescriptor* value
 // The YAML spellings of every value of `e` except the 0 ("unspecified") value.
 std::vector<std::string> EnumYamlNames(const google::protobuf::EnumDescriptor* e);
 
+// The value of `e` whose YAML spelling is `value`, for command-line flags: an error names `--flag`, the
+// valid spellings and the nearest one.
+Result<int> ParseEnumFlag(const std::string& flag, const std::string& value, const google::protobuf::EnumDescriptor* e);
+
 // `file:line:col` of a YAML node (or just `file` when the node has no position).
 std::string YamlLocation(const std::string& file, const YAML::Node& node);
 

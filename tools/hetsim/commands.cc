@@ -34,23 +34,6 @@ void AddTrainingFlags(po::options_description& d) {
 
 namespace {
 
-// Reads an enum flag by its YAML spelling.
-template <typename Enum>
-Status ParseEnumFlag(const std::string& flag, const std::string& value, const google::protobuf::EnumDescriptor* d,
-                     Enum* out) {
-  for (int i = 1; i < d->value_count(); ++i) {
-    if (models::EnumValueYamlName(d->value(i)) == value) {
-      *out = static_cast<Enum>(d->value(i)->number());
-      return Status::Ok();
-    }
-  }
-  const auto names = models::EnumYamlNames(d);
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  return Status::Invalid("--" + flag + ": unknown value '" + value + "' (expected one of: " + list + ")" +
-                         DidYouMean(value, names));
-}
-
 // The training spec from --training, the plan's inline spec and the flags (flags win), resolved.
 Result<proto::Training> TrainingFromFlags(const po::variables_map& vm, const models::TransformerModel& model,
                                           const proto::Training* from_plan) {
@@ -77,14 +60,12 @@ Result<proto::Training> TrainingFromFlags(const po::variables_map& vm, const mod
     }
   }
   if (vm.count("dtype")) {
-    proto::DType d{};
-    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("dtype", Str(vm, "dtype"), proto::DType_descriptor(), &d));
-    t.set_dtype(d);
+    HETSIM_ASSIGN_OR_RETURN(const int d, models::ParseEnumFlag("dtype", Str(vm, "dtype"), proto::DType_descriptor()));
+    t.set_dtype(static_cast<proto::DType>(d));
   }
   if (vm.count("recompute")) {
-    proto::Recompute r{};
-    HETSIM_RETURN_IF_ERROR(ParseEnumFlag("recompute", Str(vm, "recompute"), proto::Recompute_descriptor(), &r));
-    t.set_recompute(r);
+    HETSIM_ASSIGN_OR_RETURN(const int r, models::ParseEnumFlag("recompute", Str(vm, "recompute"), proto::Recompute_descriptor()));
+    t.set_recompute(static_cast<proto::Recompute>(r));
   }
   return models::ResolveTraining(std::move(t), model, file);
 }
