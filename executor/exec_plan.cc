@@ -11,6 +11,16 @@ int ExecPlan::RankOfDevice(uint32_t device) const {
   return it != devices.end() && *it == device ? static_cast<int>(it - devices.begin()) : -1;
 }
 
+size_t ExecPlan::SyncGroupOfLowering(uint32_t g) const {
+  const auto& lg = lowering.sync_groups.at(g);
+  for (size_t i = 0; i < sync_groups.size(); ++i) {
+    const auto& sg = sync_groups[i].group;
+    if (sg.layer_begin == lg.layer_begin && sg.layer_end == lg.layer_end && sg.chunk == lg.chunk) return i;
+  }
+  HETSIM_CHECK(false, "ExecPlan: the lowering's sync group " + std::to_string(g) + " is not in the plan's");
+  return 0;
+}
+
 Status CheckExecutableModel(const models::TransformerModel& model) {
   const auto& m = model.spec();
   std::vector<std::string> problems;
@@ -41,14 +51,35 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   if (recompute == proto::RECOMPUTE_SELECTIVE) {
     ep.warnings.push_back("recompute: selective recomputation is run as none (every activation is kept)");
   }
+  // The form the executor runs (each simplification says how).
+  proto::Plan exec = plan;
   if (plan.zero_stage() > 0) {
     ep.warnings.push_back("zero_stage: " + std::to_string(plan.zero_stage()) +
                           " is run as ZeRO-0 (gradients all-reduced, optimizer states replicated)");
+    exec.set_zero_stage(0);
   }
   if (plan.sequence_parallel()) {
     ep.warnings.push_back("sequence_parallel: run as plain tensor parallelism (all-reduces instead of "
                           "reduce-scatter/all-gather pairs; the same bytes)");
   }
+  if (plan.comm().dp_overlap()) {
+    ep.warnings.push_back("comm.dp_overlap: the gradient sync runs after the last backward pass (no overlap)");
+    exec.mutable_comm()->set_dp_overlap(false);
+  }
+  if (plan.comm().dp_algorithm() == proto::CommOptions::ALGORITHM_HIERARCHICAL) {
+    ep.warnings.push_back("comm.dp_algorithm: hierarchical is run as one all-reduce per gradient group (the "
+                          "communication library picks its algorithm)");
+    exec.mutable_comm()->set_dp_algorithm(proto::CommOptions::ALGORITHM_RING);
+  }
+  if (plan.comm().pp_leader_broadcast()) {
+    ep.warnings.push_back("comm.pp_leader_broadcast: every TP rank receives the activations itself");
+    exec.mutable_comm()->set_pp_leader_broadcast(false);
+  }
+  if (plan.comm().cpu_staged()) {
+    ep.warnings.push_back("comm.cpu_staged: transfers go directly (the communication library routes them)");
+    exec.mutable_comm()->set_cpu_staged(false);
+  }
+  HETSIM_ASSIGN_OR_RETURN(ep.lowering, models::LowerPlan(exec, ctx));
 
   // Rank <-> device.
   for (const auto& pipe : plan.pipelines()) {
@@ -105,36 +136,19 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
         }
       }
     }
-    // Transfers between stage s (A) and s + 1 (B).
-    for (uint32_t s = 0; s + 1 < S; ++s) {
-      const auto& a = pipe.stages(static_cast<int>(s));
-      const auto& b = pipe.stages(static_cast<int>(s + 1));
-      const uint32_t ta = models::TpDegree(a), tb = models::TpDegree(b);
-      for (uint32_t ra = 0; ra < shares[s].size(); ++ra) {
-        for (uint32_t rb = 0; rb < shares[s + 1].size(); ++rb) {
-          const SeqRange sa = shares[s][ra], sb = shares[s + 1][rb];
-          const uint32_t lo = std::max(sa.begin, sb.begin), hi = std::min(sa.end, sb.end);
-          if (lo >= hi) continue;
-          // Forward: receiver TP rank k of B gets the rows from TP rank k mod ta of A.
-          for (uint32_t k = 0; k < tb; ++k) {
-            const int from = rank_of(a.devices(static_cast<int>(ra * ta + k % ta)));
-            const int to = rank_of(b.devices(static_cast<int>(rb * tb + k)));
-            ep.roles[static_cast<size_t>(from)].send_forward.push_back({to, lo - sa.begin, hi - sa.begin});
-            ep.roles[static_cast<size_t>(to)].recv_forward.push_back({from, lo - sb.begin, hi - sb.begin});
-            channels.insert({from, to});
-          }
-          // Backward: receiver TP rank k of A gets the gradients from TP rank k mod tb of B.
-          for (uint32_t k = 0; k < ta; ++k) {
-            const int from = rank_of(b.devices(static_cast<int>(rb * tb + k % tb)));
-            const int to = rank_of(a.devices(static_cast<int>(ra * ta + k)));
-            ep.roles[static_cast<size_t>(from)].send_backward.push_back({to, lo - sb.begin, hi - sb.begin});
-            ep.roles[static_cast<size_t>(to)].recv_backward.push_back({from, lo - sa.begin, hi - sa.begin});
-            channels.insert({from, to});
-          }
-        }
-      }
-    }
     first_sequence += uint64_t{pipe.micro_batch_size()} * pipe.num_micro_batches();
+  }
+  // Pipeline transfers: the lowering's sends and receives of micro-batch 0 (every micro-batch moves the
+  // same rows).
+  for (auto& role : ep.roles) {
+    role.slot = ep.lowering.device_slot.at(role.device);
+    for (const models::Op& op : ep.lowering.ranks[role.slot].ops) {
+      if ((op.kind != models::OpKind::kSend && op.kind != models::OpKind::kRecv) || op.micro_batch != 0) continue;
+      const bool fwd = op.channel == models::kChanPpForward, send = op.kind == models::OpKind::kSend;
+      const Transfer t{rank_of(op.peer), op.seq_begin, op.seq_end};
+      (send ? (fwd ? role.send_forward : role.send_backward) : (fwd ? role.recv_forward : role.recv_backward)).push_back(t);
+      if (send) channels.insert({role.rank, t.peer});
+    }
   }
   ep.channels.assign(channels.begin(), channels.end());
   for (auto& g : models::DeriveGradSyncGroups(plan, ctx.model)) {

@@ -1,13 +1,16 @@
 // The physical side of a Plan: what every MPI rank of `hetsim-exec` does and with whom it talks.
 //
 // Ranks map to the plan's devices in ascending device order (rank r runs the r-th smallest device the
-// plan uses), so `mpirun -np N` must start exactly as many ranks as the plan has devices. From the plan
-// this derives, without any MPI or CUDA: each rank's pipeline, stage, intra-stage DP replica and TP rank;
-// its share of every micro-batch (the stage's micro_batch_split, sequences taken in order); the TP
-// groups; the pipeline transfers between neighbouring stages, including stages with different DP or TP
-// degrees (each receiving TP rank k gets the overlapping sequences from TP rank k mod t of every sending
-// replica that holds them); and the layer-wise gradient-sync groups (models/plan.h DeriveGradSyncGroups)
-// as world ranks.
+// plan uses), so `mpirun -np N` must start exactly as many ranks as the plan has devices. The work itself
+// is the plan's lowering (models/lowering.h), the same operation lists the simulator plays: each rank
+// runs its list in order. From the plan and its lowering this derives, without any MPI or CUDA: each
+// rank's pipeline, stage, intra-stage DP replica and TP rank; its share of every micro-batch (the stage's
+// micro_batch_split, sequences taken in order); the TP groups; the pipeline transfers of the lowering
+// (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
+// DeriveGradSyncGroups) as world ranks.
+//
+// Plan features the executor runs in a simpler form are lowered in that form (ZeRO as ZeRO-0, no DP
+// overlap, flat all-reduces instead of hierarchical ones, no PP leader broadcast), each with a warning.
 #pragma once
 
 #include <array>
@@ -16,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/lowering.h"
 #include "models/plan.h"
 #include "models/proto/plan.pb.h"
 
@@ -38,6 +42,7 @@ struct Transfer {
 
 struct RankRole {
   int rank = 0;
+  uint32_t slot = 0;     // index into ExecPlan::lowering.ranks
   uint32_t device = 0;
   uint32_t pipeline = 0;
   uint32_t stage = 0;
@@ -53,6 +58,7 @@ struct RankRole {
   uint64_t first_sequence = 0;     // index in the global batch of the pipeline's first sequence
   SeqRange share;                  // this replica's sequences of every micro-batch
   std::vector<int> tp_group;       // world ranks of this rank's TP group, by TP rank
+  // The lowering's pipeline transfers of one micro-batch, per direction.
   std::vector<Transfer> recv_forward, send_forward, recv_backward, send_backward;
 
   bool first_stage() const { return stage == 0; }
@@ -82,10 +88,16 @@ struct ExecPlan {
   bool full_recompute = false;
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.
   std::vector<std::string> warnings;
+  // What the ranks run: the lowering of the plan in the executor's form.
+  models::Lowering lowering;
 
   int world_size() const { return static_cast<int>(devices.size()); }
   // World rank running `device`, or −1.
   int RankOfDevice(uint32_t device) const;
+  // The operations of world rank `rank` (main stream).
+  const std::vector<models::Op>& Ops(int rank) const { return lowering.ranks.at(roles.at(static_cast<size_t>(rank)).slot).ops; }
+  // Index into sync_groups of the lowering's sync group `g` (models::Lowering::sync_groups).
+  size_t SyncGroupOfLowering(uint32_t g) const;
 };
 
 // Checks that the model is one the executor implements (Llama style: RMSNorm, SwiGLU, RoPE, no biases,

@@ -15,7 +15,8 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
       recorder_(recorder) {
   auto& params = model_->params();
   std::set<uint32_t> synced_layers;
-  for (const auto& sg : plan.sync_groups) {
+  for (size_t index = 0; index < plan.sync_groups.size(); ++index) {
+    const auto& sg = plan.sync_groups[index];
     if (std::find(sg.ranks.begin(), sg.ranks.end(), rank) == sg.ranks.end()) continue;
     const auto& g = sg.group;
     Group grp;
@@ -32,7 +33,7 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
       grp.numel += chunk.size() * spec.cols;
       synced_layers.insert(spec.layer);
     }
-    groups_.push_back(std::move(grp));
+    groups_.emplace(index, std::move(grp));
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& spec = params[i].spec;
@@ -66,28 +67,52 @@ void GradSync::TpGlobalExchange(const std::vector<size_t>& idx, bool owned_only)
   }
 }
 
-void GradSync::Run() {
-  if (groups_.empty() && partial_params_.empty() && complete_params_.empty()) return;
-  auto& params = model_->params();
-  SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
+void GradSync::Begin() {
+  if (partial_params_.empty()) return;
   // 1. Shared key/value heads: every sharer computed part of the gradient.
+  SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
   TpGlobalExchange(partial_params_, false);
-  // 2. Chunks across replicas.
-  for (auto& g : groups_) {
-    if (g.numel == 0) continue;
-    Buffer buf(be_, g.numel, 1, DType::kF32);
+}
+
+double GradSync::RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets) {
+  // 2. One bucket of one group's chunks across replicas.
+  auto it = groups_.find(index);
+  HETSIM_CHECK(it != groups_.end(), "GradSync: this rank is not in sync group " + std::to_string(index));
+  Group& g = it->second;
+  HETSIM_CHECK(bucket < num_buckets, "GradSync: bucket out of range");
+  if (g.numel == 0) return 0;
+  SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
+  auto& params = model_->params();
+  if (bucket == 0) {
+    g.buffer = Buffer(be_, g.numel, 1, DType::kF32);
     for (const auto& pc : g.pieces) {
       const Tensor src = params[pc.param].grad.t().Rows(pc.rows.begin, pc.rows.end);
-      be_->Copy(buf.t().Flat(pc.offset, src.numel()), src);
-    }
-    g.comm->AllReduce(buf.t(), ReduceOp::kSum);
-    for (const auto& pc : g.pieces) {
-      const Tensor dst = params[pc.param].grad.t().Rows(pc.rows.begin, pc.rows.end);
-      be_->Copy(dst, buf.t().Flat(pc.offset, dst.numel()));
+      be_->Copy(g.buffer.t().Flat(pc.offset, src.numel()), src);
     }
   }
+  const int64_t begin = g.numel * bucket / num_buckets, end = g.numel * (bucket + 1) / num_buckets;
+  if (end > begin) g.comm->AllReduce(g.buffer.t().Flat(begin, end - begin), ReduceOp::kSum);
+  if (bucket + 1 == num_buckets) {
+    for (const auto& pc : g.pieces) {
+      const Tensor dst = params[pc.param].grad.t().Rows(pc.rows.begin, pc.rows.end);
+      be_->Copy(dst, g.buffer.t().Flat(pc.offset, dst.numel()));
+    }
+    g.buffer = Buffer();
+  }
+  return static_cast<double>(end - begin) * static_cast<double>(DTypeSize(DType::kF32));
+}
+
+void GradSync::End() {
+  if (complete_params_.empty()) return;
   // 3. Complete the rows this rank holds but other TP ranks synchronised.
+  SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
   TpGlobalExchange(complete_params_, true);
+}
+
+void GradSync::Run() {
+  Begin();
+  for (auto& [index, g] : groups_) (void)RunGroup(index, 0, 1);
+  End();
 }
 
 }  // namespace hetsim::executor

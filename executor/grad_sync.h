@@ -28,6 +28,14 @@ class GradSync {
   // `tp_comm` is null when tp == 1.
   GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel* model, Comm* tp_comm,
            std::map<std::vector<int>, Comm*> group_comms, SliceRecorder* recorder);
+  // The three steps in the order of the plan's lowering: Begin() (step 1) after the last backward, then
+  // RunGroup() for every gradient-sync operation of the rank's list (step 2: bucket `bucket` of
+  // `num_buckets` of sync group `index` of ExecPlan::sync_groups; returns the bytes all-reduced), then
+  // End() (step 3) before the optimizer step.
+  void Begin();
+  double RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets);
+  void End();
+  // All three steps, groups in plan order (tests).
   void Run();
   // Number of sync groups this rank belongs to.
   size_t num_groups() const { return groups_.size(); }
@@ -42,6 +50,7 @@ class GradSync {
     Comm* comm;
     std::vector<Piece> pieces;
     int64_t numel = 0;
+    Buffer buffer;  // packed gradients while a bucketed sync is under way
   };
   // All-reduces over the TP group a buffer holding the listed parameters' gradients in their global
   // layout: each rank contributes its held rows (or only its owned shard) and reads back its held rows.
@@ -53,7 +62,7 @@ class GradSync {
   StageModel* model_;
   Comm* tp_comm_;
   SliceRecorder* recorder_;
-  std::vector<Group> groups_;
+  std::map<size_t, Group> groups_;  // by index into ExecPlan::sync_groups
   std::vector<size_t> partial_params_;   // step 1
   std::vector<size_t> complete_params_;  // step 3
 };

@@ -44,6 +44,9 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
       ("rope-theta", po::value<double>(&o.rope_theta)->default_value(10000.0), "RoPE base")
       ("report-out", po::value<std::string>(&o.report_out), "write the IterationReport (JSON) here")
       ("timeline-out", po::value<std::string>(&o.timeline_out), "write the Chrome-trace timeline (JSON) here")
+      ("ops-out", po::value<std::string>(&o.ops_out),
+       "write the operations every rank executed in the first step, one line each as `hetsim lower` prints "
+       "the plan's lowering (compare the two with diff)")
       ("loss-out", po::value<std::string>(&o.loss_out), "write step,loss,iteration_s (CSV) here")
       ("dump-gradients", po::value<std::string>(&o.dump_gradients), "write the first step's gradients here")
       ("compare-gradients", po::value<std::string>(&o.compare_gradients),

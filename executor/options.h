@@ -29,6 +29,7 @@ struct ExecOptions {
   double rope_theta = 10000.0;
   std::string report_out;         // IterationReport JSON
   std::string timeline_out;       // Chrome-trace JSON
+  std::string ops_out;            // the operations every rank executed in the first step (models::FormatOp lines)
   std::string loss_out;           // CSV: step, loss, iteration seconds
   std::string dump_gradients;     // the gradients of the first step, as a binary file (gradient_file.h)
   std::string compare_gradients;  // a reference dump to compare the first step's gradients with

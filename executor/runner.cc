@@ -20,7 +20,6 @@
 #include "executor/mpi_comm.h"
 #include "executor/mpi_util.h"
 #include "executor/options.h"
-#include "executor/schedule.h"
 #include "executor/stage_model.h"
 #include "executor/trace.h"
 #include "models/spec_io.h"
@@ -31,6 +30,67 @@
 
 namespace hetsim::executor {
 namespace {
+
+// What this rank executed in the first step, one models::FormatOp line per operation, in the order it
+// ran them (layer passes and TP collectives as the model reports them): hetsim-exec --ops-out writes it
+// for comparison with the plan's lowering.
+class OpLog : public OpObserver {
+ public:
+  OpLog(const ExecPlan& plan, const RankRole& role, const models::TransformerModel& model, uint32_t seq_len)
+      : plan_(plan), role_(role), model_(model), seq_len_(seq_len) {}
+
+  bool active = false;
+  std::string text;
+
+  void LayerPass(bool forward, bool recompute, uint32_t mb, uint32_t layer, int64_t sequences) override {
+    models::Op op;
+    op.kind = models::OpKind::kCompute;
+    op.category = forward ? models::Category::kForward : models::Category::kBackward;
+    op.micro_batch = static_cast<uint16_t>(mb);
+    op.layer_begin = layer;
+    op.layer_end = layer + 1;
+    op.seq_begin = role_.share.begin;
+    op.seq_end = role_.share.begin + static_cast<uint32_t>(sequences);
+    op.recompute = recompute;
+    const double n = static_cast<double>(sequences);
+    op.flops = (forward || recompute ? model_.ForwardFlops(layer, n, seq_len_) : model_.BackwardFlops(layer, n, seq_len_)) /
+               role_.tp;
+    Add(op);
+  }
+  void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) override {
+    models::Op op;
+    op.kind = models::OpKind::kCollective;
+    op.category = models::Category::kTp;
+    op.reduce = max ? models::ReduceOp::kMax : models::ReduceOp::kSum;
+    op.micro_batch = static_cast<uint16_t>(mb);
+    op.group = GroupOf(role_.tp_group);
+    op.rank = role_.tp_rank;
+    op.layer_begin = layer;
+    op.layer_end = layer + 1;
+    op.bytes = bytes;
+    Add(op);
+  }
+  // A point-to-point transfer, a wait, a gradient-sync collective or the optimizer step, as executed.
+  void Add(models::Op op) {
+    if (!active) return;
+    text += models::FormatOp(plan_.lowering, role_.device, "main", index_++, op) + "\n";
+  }
+  // The lowering's index of the group of these world ranks (or kNone when it has none).
+  uint32_t GroupOf(const std::vector<int>& ranks) const {
+    std::vector<uint32_t> devices;
+    for (int r : ranks) devices.push_back(plan_.devices.at(static_cast<size_t>(r)));
+    const auto& gs = plan_.lowering.groups;
+    const auto it = std::find(gs.begin(), gs.end(), devices);
+    return it == gs.end() ? models::kNone : static_cast<uint32_t>(it - gs.begin());
+  }
+
+ private:
+  const ExecPlan& plan_;
+  const RankRole& role_;
+  const models::TransformerModel& model_;
+  uint32_t seq_len_;
+  size_t index_ = 0;
+};
 
 // Everything rank `rank` runs.
 class Runner {
@@ -45,15 +105,23 @@ class Runner {
         role_(plan.roles.at(static_cast<size_t>(rank))),
         be_(backend),
         factory_(factory),
-        recorder_(backend) {}
+        recorder_(backend),
+        log_(plan, role_, specs.model, plan.seq_len) {}
 
   int Run();
 
  private:
   void SetupComms();
   double Step(uint32_t step, bool timed, DeviceTiming* timing);
+  // Runs the operations of the rank's lowered list (ExecPlan::Ops) in order.
+  void RunOps();
+  // The pass (forward or backward of one micro-batch over the stage) whose operations start at ops[i]:
+  // its layer operations and the TP collectives inside them. Returns the index after them.
+  size_t RunPass(const std::vector<models::Op>& ops, size_t i);
   void Forward(uint32_t mb);
   void Backward(uint32_t mb);
+  void Recv(const models::Op& op);
+  void Send(const models::Op& op);
   // Token ids of this rank's share of micro-batch `mb` of step `step` (inputs, or labels = inputs
   // shifted by one).
   Buffer Tokens(uint32_t step, uint32_t mb, bool labels);
@@ -63,6 +131,8 @@ class Runner {
   void WriteProfile(const std::vector<std::vector<TimedSlice>>& layer_steps);
   // The gradients in the global layout (complete on rank 0 only), from the canonical holder of each
   // layer; sets the largest relative difference of any rank's held rows from them (and its rank).
+  // Gathers every rank's executed operations (--ops-out) on rank 0, which writes them.
+  void WriteOps();
   GradientDump CollectGradients(double loss, double* disagreement, int* disagreeing_rank);
   int CheckGradients(double loss);
   // Gathers every rank's timing on rank 0, which prints the summary and writes the report and timeline.
@@ -84,10 +154,14 @@ class Runner {
   std::unique_ptr<PeerToPeer> p2p_;
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<GradSync> sync_;
-  std::vector<Buffer> in_flight_sends_;
+  // Per micro-batch: received activations (forward) or gradients (backward), and the pass outputs that
+  // sends read (kept until the sends complete).
+  std::map<uint32_t, Buffer> recv_forward_, recv_backward_, out_forward_, out_backward_;
+  OpLog log_;
   std::vector<Buffer> inputs_, labels_;  // per micro-batch, for the current step
   std::unique_ptr<SliceRecorder> layer_recorder_;  // profile mode
   std::vector<std::vector<TimedSlice>> layer_steps_;  // per timed step
+  uint32_t step_ = 0;
 };
 
 void Runner::SetupComms() {
@@ -132,54 +206,138 @@ void Runner::PrepareData(uint32_t step) {
   }
 }
 
-void Runner::Forward(uint32_t mb) {
+void Runner::Recv(const models::Op& op) {
   const int64_t T = role_.share.size() * seq(), h = specs_.model.spec().hidden_size();
-  const int tag = PipelineTag(mb, false);
+  const bool backward = op.channel == models::kChanPpBackward;
+  Buffer& buf = (backward ? recv_backward_ : recv_forward_)[op.micro_batch];
+  if (buf.empty()) buf = Buffer(be_, T, h, be_->act_dtype());
+  const int peer = plan_.RankOfDevice(op.peer), tag = PipelineTag(op.micro_batch, backward);
+  p2p_->WaitForMessage(peer, tag);  // waiting for the other stage is idle time, not transfer
+  const Tensor rows = buf.t().Rows(op.seq_begin * seq(), op.seq_end * seq());
+  {
+    SliceRecorder::Scope pp(&recorder_, Category::kPp, static_cast<int32_t>(op.micro_batch));
+    p2p_->Recv(peer, rows, tag);
+  }
+  models::Op done = op;
+  done.bytes = static_cast<double>(rows.bytes());
+  log_.Add(done);
+}
+
+void Runner::Send(const models::Op& op) {
+  const bool backward = op.channel == models::kChanPpBackward;
+  auto& outs = backward ? out_backward_ : out_forward_;
+  const auto it = outs.find(op.micro_batch);
+  HETSIM_CHECK(it != outs.end() && !it->second.empty(),
+               "hetsim-exec: send of micro-batch " + std::to_string(op.micro_batch) + " before its pass");
+  const Tensor rows = it->second.t().Rows(op.seq_begin * seq(), op.seq_end * seq());
+  p2p_->Send(plan_.RankOfDevice(op.peer), rows, PipelineTag(op.micro_batch, backward));
+  models::Op done = op;
+  done.bytes = static_cast<double>(rows.bytes());
+  log_.Add(done);
+}
+
+void Runner::Forward(uint32_t mb) {
   Buffer input;
   if (role_.first_stage()) {
     input = std::move(inputs_[mb]);
   } else {
-    input = Buffer(be_, T, h, be_->act_dtype());
-    for (const auto& tr : role_.recv_forward) {
-      p2p_->WaitForMessage(tr.peer, tag);  // waiting for the previous stage is idle time, not transfer
-      SliceRecorder::Scope pp(&recorder_, Category::kPp, static_cast<int32_t>(mb));
-      p2p_->Recv(tr.peer, input.t().Rows(tr.begin * seq(), tr.end * seq()), tag);
-    }
+    input = std::move(recv_forward_.at(mb));
+    recv_forward_.erase(mb);
   }
   Buffer labels = std::move(labels_[mb]);
   const float grad_scale = 1.0f / (static_cast<float>(plan_.global_batch) * static_cast<float>(plan_.seq_len));
-  Buffer out;
-  {
-    SliceRecorder::Scope f(&recorder_, Category::kForward, static_cast<int32_t>(mb));
-    out = model_->Forward(mb, role_.share.size(), seq(), std::move(input), std::move(labels), grad_scale,
-                          plan_.full_recompute);
-  }
-  if (!role_.last_stage()) {
-    for (const auto& tr : role_.send_forward) p2p_->Send(tr.peer, out.t().Rows(tr.begin * seq(), tr.end * seq()), tag);
-    in_flight_sends_.push_back(std::move(out));
-  }
+  SliceRecorder::Scope f(&recorder_, Category::kForward, static_cast<int32_t>(mb));
+  Buffer out = model_->Forward(mb, role_.share.size(), seq(), std::move(input), std::move(labels), grad_scale,
+                               plan_.full_recompute);
+  if (!role_.last_stage()) out_forward_[mb] = std::move(out);
 }
 
 void Runner::Backward(uint32_t mb) {
-  const int64_t T = role_.share.size() * seq(), h = specs_.model.spec().hidden_size();
-  const int tag = PipelineTag(mb, true);
   Buffer dout;
   if (!role_.last_stage()) {
-    dout = Buffer(be_, T, h, be_->act_dtype());
-    for (const auto& tr : role_.recv_backward) {
-      p2p_->WaitForMessage(tr.peer, tag);
-      SliceRecorder::Scope pp(&recorder_, Category::kPp, static_cast<int32_t>(mb));
-      p2p_->Recv(tr.peer, dout.t().Rows(tr.begin * seq(), tr.end * seq()), tag);
+    dout = std::move(recv_backward_.at(mb));
+    recv_backward_.erase(mb);
+  }
+  SliceRecorder::Scope b(&recorder_, Category::kBackward, static_cast<int32_t>(mb));
+  Buffer dx = model_->Backward(mb, std::move(dout));
+  if (!role_.first_stage()) out_backward_[mb] = std::move(dx);
+}
+
+size_t Runner::RunPass(const std::vector<models::Op>& ops, size_t i) {
+  const models::Op& first = ops[i];
+  uint32_t lo = first.layer_begin, hi = first.layer_end;
+  size_t j = i;
+  for (; j < ops.size(); ++j) {
+    const models::Op& op = ops[j];
+    const bool layer = op.kind == models::OpKind::kCompute && op.category == first.category;
+    const bool tp = op.kind == models::OpKind::kCollective && op.in_pass;
+    if (!(layer || tp) || op.micro_batch != first.micro_batch) break;
+    if (layer) lo = std::min(lo, op.layer_begin), hi = std::max(hi, op.layer_end);
+  }
+  // The model runs a pass over the whole stage; the lowering of the executor's plans has nothing else.
+  HETSIM_CHECK(lo == role_.layer_begin && hi == role_.layer_end,
+               "hetsim-exec: a pass over layers " + std::to_string(lo) + "-" + std::to_string(hi) +
+                   " is not the stage's " + std::to_string(role_.layer_begin) + "-" + std::to_string(role_.layer_end));
+  if (first.category == Category::kForward) {
+    Forward(first.micro_batch);
+  } else {
+    Backward(first.micro_batch);
+  }
+  return j;
+}
+
+void Runner::RunOps() {
+  const std::vector<models::Op>& ops = plan_.Ops(rank_);
+  for (size_t i = 0; i < ops.size();) {
+    const models::Op& op = ops[i];
+    switch (op.kind) {
+      case models::OpKind::kRecv:
+        Recv(op);
+        ++i;
+        break;
+      case models::OpKind::kSend:
+        Send(op);
+        ++i;
+        break;
+      case models::OpKind::kCompute:
+        if (op.category != Category::kOptimizer) {
+          i = RunPass(ops, i);
+          break;
+        }
+        sync_->End();
+        {
+          SliceRecorder::Scope opt(&recorder_, Category::kOptimizer, -1);
+          AdamParams adam;
+          adam.lr = static_cast<float>(o_.lr);
+          adam.step = static_cast<int>(step_) + 1;
+          model_->OptimizerStep(adam);
+        }
+        log_.Add(op);
+        ++i;
+        break;
+      case models::OpKind::kWaitSends:
+        p2p_->WaitSends();
+        out_forward_.clear();
+        out_backward_.clear();
+        log_.Add(op);
+        sync_->Begin();
+        ++i;
+        break;
+      case models::OpKind::kCollective: {
+        HETSIM_CHECK(op.category == Category::kDp && op.sync_group != models::kNone,
+                     "hetsim-exec: the executor's lowering has a collective outside a pass that is not a gradient "
+                     "sync");
+        const size_t index = plan_.SyncGroupOfLowering(op.sync_group);
+        models::Op done = op;
+        done.bytes = sync_->RunGroup(index, op.bucket, op.num_buckets);
+        done.group = log_.GroupOf(plan_.sync_groups[index].ranks);
+        log_.Add(done);
+        ++i;
+        break;
+      }
+      default:
+        HETSIM_CHECK(false, "hetsim-exec: the executor's lowering has a stream operation (no DP overlap here)");
     }
-  }
-  Buffer dx;
-  {
-    SliceRecorder::Scope b(&recorder_, Category::kBackward, static_cast<int32_t>(mb));
-    dx = model_->Backward(mb, std::move(dout));
-  }
-  if (!role_.first_stage()) {
-    for (const auto& tr : role_.send_backward) p2p_->Send(tr.peer, dx.t().Rows(tr.begin * seq(), tr.end * seq()), tag);
-    in_flight_sends_.push_back(std::move(dx));
   }
 }
 
@@ -190,23 +348,10 @@ double Runner::Step(uint32_t step, bool timed, DeviceTiming* timing) {
   be_->ClearMarks();
   const Backend::Mark origin = be_->Record();
   model_->ZeroLoss();
-  for (const auto& st : StageSchedule(plan_.schedule, role_.stage, role_.num_stages, role_.num_micro_batches)) {
-    if (st.forward) {
-      Forward(st.micro_batch);
-    } else {
-      Backward(st.micro_batch);
-    }
-  }
-  p2p_->WaitSends();
-  in_flight_sends_.clear();
-  sync_->Run();
-  {
-    SliceRecorder::Scope opt(&recorder_, Category::kOptimizer, -1);
-    AdamParams adam;
-    adam.lr = static_cast<float>(o_.lr);
-    adam.step = static_cast<int>(step) + 1;
-    model_->OptimizerStep(adam);
-  }
+  step_ = step;
+  log_.active = step == 0 && !o_.ops_out.empty();
+  RunOps();
+  log_.active = false;
   const Backend::Mark end = be_->Record();
   be_->Synchronize();
   const double seconds = be_->Elapsed(origin, end);
@@ -231,6 +376,28 @@ double Runner::Step(uint32_t step, bool timed, DeviceTiming* timing) {
     std::fflush(stdout);
   }
   return loss;
+}
+
+void Runner::WriteOps() {
+  // Rank r runs the r-th smallest device: rank order is the device order `hetsim lower` prints.
+  const int n = static_cast<int>(log_.text.size()), world = plan_.world_size();
+  std::vector<int> counts(root() ? world : 0), displs(root() ? world : 0);
+  HETSIM_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string all;
+  if (root()) {
+    int total = 0;
+    for (int r = 0; r < world; ++r) displs[static_cast<size_t>(r)] = total, total += counts[static_cast<size_t>(r)];
+    all.resize(static_cast<size_t>(total));
+  }
+  HETSIM_MPI_CHECK(MPI_Gatherv(log_.text.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0,
+                               MPI_COMM_WORLD));
+  if (!root()) return;
+  const Status s = models::WriteFileAtomically(o_.ops_out, all);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+  } else {
+    std::printf("executed operations of step 1 written to %s\n", o_.ops_out.c_str());
+  }
 }
 
 GradientDump Runner::CollectGradients(double loss, double* disagreement, int* disagreeing_rank) {
@@ -477,6 +644,7 @@ int Runner::Run() {
   mo.rope_theta = static_cast<float>(o_.rope_theta);
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.layer_begin, role_.layer_end, role_.tp, role_.tp_rank,
                                         tp_comm_, mo, &recorder_);
+  model_->SetOpObserver(&log_);
   if (!o_.profile_out.empty()) {
     layer_recorder_ = std::make_unique<SliceRecorder>(be_);
     model_->SetLayerRecorder(layer_recorder_.get());
@@ -496,6 +664,7 @@ int Runner::Run() {
     char line[96];
     std::snprintf(line, sizeof(line), "%u,%.8f,%.6f\n", step + 1, loss, timed ? timing.iteration_s.back() : 0.0);
     loss_csv += line;
+    if (step == 0 && !o_.ops_out.empty()) WriteOps();
     if (step == 0 && (!o_.dump_gradients.empty() || !o_.compare_gradients.empty())) status |= CheckGradients(loss);
     model_->ZeroGrads();
   }

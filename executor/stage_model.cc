@@ -57,6 +57,11 @@ Param& StageModel::P(uint32_t layer, ParamKind kind) {
 
 void StageModel::TpAllReduce(Tensor t, ReduceOp op, int32_t mb) {
   if (tp_ == 1) return;
+  if (observer_ != nullptr) {
+    observer_->TpCollective(static_cast<uint32_t>(mb), current_layer_,
+                            static_cast<double>(t.numel()) * static_cast<double>(DTypeSize(t.dtype)),
+                            op == ReduceOp::kMax);
+  }
   SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
   tp_comm_->AllReduce(t, op);
 }
@@ -86,17 +91,11 @@ Buffer StageModel::Forward(uint32_t mb, int64_t batch, int64_t seq, Buffer input
   st.seq = seq;
   st.grad_scale = grad_scale;
   st.labels = std::move(labels);
-  if (!recompute) {
-    st.saved = true;
-    return RunForward(mb, st, std::move(input), true, true);
-  }
-  st.input = std::move(input);
-  Buffer copy(be_, st.input.t().rows, st.input.t().cols, st.input.t().dtype);
-  be_->Copy(copy.t(), st.input.t());
-  return RunForward(mb, st, std::move(copy), false, true);
+  st.saved = !recompute;
+  return RunForward(mb, st, std::move(input), recompute);
 }
 
-Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool save, bool add_loss) {
+Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool checkpoint) {
   const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
   const auto imb = static_cast<int32_t>(mb);
   st.blocks.clear();
@@ -104,35 +103,40 @@ Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool sa
   Buffer x;
   if (layer_recorder_ != nullptr) activation_bytes_.resize(layer_end_ - layer_begin_, 0.0);
   for (uint32_t l = layer_begin_; l < layer_end_; ++l) {
-    // A recomputation (add_loss false) is part of the backward pass.
-    SliceRecorder::Scope layer_scope(layer_recorder_, add_loss ? Category::kForward : Category::kBackward, imb,
-                                     static_cast<int32_t>(l));
+    SliceRecorder::Scope layer_scope(layer_recorder_, Category::kForward, imb, static_cast<int32_t>(l));
+    current_layer_ = l;
+    if (observer_ != nullptr) observer_->LayerPass(true, false, mb, l, st.batch);
     const double bytes_before = static_cast<double>(be_->bytes_in_use());
     auto kept = [&]() {
-      if (layer_recorder_ != nullptr && save) {
-        activation_bytes_[l - layer_begin_] = static_cast<double>(be_->bytes_in_use()) - bytes_before;
-      }
+      if (layer_recorder_ != nullptr) activation_bytes_[l - layer_begin_] = static_cast<double>(be_->bytes_in_use()) - bytes_before;
     };
     switch (model_.kind(l)) {
       case models::LayerKind::kEmbedding: {
         x = NewAct(T, h);
         be_->Embedding(x.t(), input.t(), P(l, ParamKind::kEmbedding).w(), vocab_begin_);
         TpAllReduce(x.t(), ReduceOp::kSum, imb);
-        if (save) st.tokens = std::move(input);
+        st.tokens = std::move(input);
         kept();
         break;
       }
       case models::LayerKind::kTransformer: {
-        BlockSaved tmp;
-        BlockSaved& s = save ? st.blocks[l - layer_begin_] : tmp;
-        x = BlockForward(l, mb, st, s, l == layer_begin_ ? std::move(input) : std::move(x));
+        BlockSaved& s = st.blocks[l - layer_begin_];
+        Buffer in = l == layer_begin_ ? std::move(input) : std::move(x);
+        if (!checkpoint) {
+          x = BlockForward(l, mb, st, s, std::move(in));
+        } else {
+          // Megatron-LM's full recomputation: the block keeps only its input (the checkpoint).
+          Buffer keep(be_, in.t().rows, in.t().cols, in.t().dtype);
+          be_->Copy(keep.t(), in.t());
+          BlockSaved tmp;
+          x = BlockForward(l, mb, st, tmp, std::move(in));
+          s.x = std::move(keep);
+        }
         kept();
         break;
       }
       case models::LayerKind::kHead: {
-        HeadSaved tmp;
-        HeadSaved& s = save ? st.head : tmp;
-        HeadForward(mb, st, s, l == layer_begin_ ? std::move(input) : std::move(x), add_loss);
+        HeadForward(mb, st, st.head, l == layer_begin_ ? std::move(input) : std::move(x), true);
         kept();
         return Buffer();
       }
@@ -210,16 +214,20 @@ Buffer StageModel::Backward(uint32_t mb, Buffer dout) {
   auto it = micro_batches_.find(mb);
   HETSIM_CHECK(it != micro_batches_.end(), "StageModel::Backward before Forward of micro-batch " + std::to_string(mb));
   MicroBatch& st = it->second;
-  if (!st.saved) {
-    // Full recomputation: run the forward pass again, keeping everything (the loss was counted already).
-    Buffer copy(be_, st.input.t().rows, st.input.t().cols, st.input.t().dtype);
-    be_->Copy(copy.t(), st.input.t());
-    (void)RunForward(mb, st, std::move(copy), true, false);
-  }
   Buffer d = std::move(dout);
   for (uint32_t l = layer_end_; l-- > layer_begin_;) {
     SliceRecorder::Scope layer_scope(layer_recorder_, Category::kBackward, static_cast<int32_t>(mb),
                                      static_cast<int32_t>(l));
+    current_layer_ = l;
+    if (!st.saved && model_.kind(l) == models::LayerKind::kTransformer) {
+      // Full recomputation: the block's forward again from its checkpointed input, right before its backward.
+      if (observer_ != nullptr) observer_->LayerPass(false, true, mb, l, st.batch);
+      BlockSaved& s = st.blocks[l - layer_begin_];
+      Buffer in = std::move(s.x);
+      s = BlockSaved{};
+      (void)BlockForward(l, mb, st, s, std::move(in));
+    }
+    if (observer_ != nullptr) observer_->LayerPass(false, false, mb, l, st.batch);
     switch (model_.kind(l)) {
       case models::LayerKind::kHead:
         d = HeadBackward(mb, st.head);

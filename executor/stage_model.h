@@ -39,6 +39,16 @@ struct Param {
   Tensor w() const { return weight.empty() ? master.t() : weight.t(); }
 };
 
+// Told of every layer pass and TP collective the model runs, in the order it runs them (the executor's
+// record of what it executed, compared with the plan's lowering: hetsim-exec --ops-out).
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  // `recompute`: the forward recomputation of a block inside the backward pass.
+  virtual void LayerPass(bool forward, bool recompute, uint32_t mb, uint32_t layer, int64_t sequences) = 0;
+  virtual void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) = 0;
+};
+
 class StageModel {
  public:
   // `tp` may be null when tp == 1; `recorder` may be null (no timing).
@@ -54,8 +64,9 @@ class StageModel {
   // Forward pass of micro-batch `mb`: `batch` sequences of `seq` tokens. `input` is the token ids
   // [T, 1] i32 when the stage holds the embedding, else the hidden states [T, hidden]; `labels` [T, 1]
   // i32 when it holds the head. Returns the output hidden states (an empty Buffer when the stage holds
-  // the head). Keeps what the backward pass needs, or only the input when `recompute` (full activation
-  // recomputation: the backward pass runs the forward again first).
+  // the head). Keeps what the backward pass needs or, when `recompute` (full activation
+  // recomputation, Megatron-LM style: each block keeps only its input and runs its forward again right
+  // before its backward).
   Buffer Forward(uint32_t mb, int64_t batch, int64_t seq, Buffer input, Buffer labels, float grad_scale,
                  bool recompute);
   // Backward pass of `mb`; `dout` is the gradient of the output (empty when the stage holds the head).
@@ -75,6 +86,7 @@ class StageModel {
   // optimizer step is recorded as a slice with its layer, and the bytes each layer keeps for the backward
   // pass are measured.
   void SetLayerRecorder(SliceRecorder* recorder) { layer_recorder_ = recorder; }
+  void SetOpObserver(OpObserver* observer) { observer_ = observer; }
   // Bytes kept by each layer of the stage (index: layer − layer_begin) in the last forward pass that kept
   // activations, when a layer recorder is set.
   const std::vector<double>& activation_bytes() const { return activation_bytes_; }
@@ -89,7 +101,6 @@ class StageModel {
   struct MicroBatch {
     int64_t batch = 0, seq = 0;
     float grad_scale = 0;
-    Buffer input;   // kept under full recomputation
     Buffer tokens;  // the embedding's input
     Buffer labels;
     std::vector<BlockSaved> blocks;
@@ -101,7 +112,8 @@ class StageModel {
   void TpAllReduce(Tensor t, ReduceOp op, int32_t mb);
   Buffer New(int64_t rows, int64_t cols, DType dtype) { return Buffer(be_, rows, cols, dtype); }
   Buffer NewAct(int64_t rows, int64_t cols) { return Buffer(be_, rows, cols, be_->act_dtype()); }
-  Buffer RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool save, bool add_loss);
+  // checkpoint: blocks keep only their inputs (full recomputation).
+  Buffer RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool checkpoint);
   Buffer BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer x);
   Buffer BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer dy);
   void HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x, bool add_loss);
@@ -114,6 +126,8 @@ class StageModel {
   ModelOptions options_;
   SliceRecorder* recorder_;
   SliceRecorder* layer_recorder_ = nullptr;
+  OpObserver* observer_ = nullptr;
+  uint32_t current_layer_ = 0;
   std::vector<double> activation_bytes_;
   HeadShard heads_;
   int64_t ffn_local_ = 0;

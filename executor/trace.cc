@@ -5,18 +5,6 @@
 
 namespace hetsim::executor {
 
-const char* CategoryName(Category c) {
-  switch (c) {
-    case Category::kForward: return "forward";
-    case Category::kBackward: return "backward";
-    case Category::kOptimizer: return "optimizer";
-    case Category::kTp: return "tp";
-    case Category::kPp: return "pp";
-    case Category::kDp: return "dp";
-  }
-  return "?";
-}
-
 size_t SliceRecorder::Begin(Category c, int32_t micro_batch, int32_t layer) {
   pending_.push_back({c, micro_batch, layer, backend_->Record(), 0});
   return pending_.size() - 1;
@@ -68,124 +56,56 @@ std::vector<double> IterationTimes(const std::vector<DeviceTiming>& devices) {
 
 }  // namespace
 
-proto::IterationReport BuildReport(const ReportContext& ctx, const std::vector<DeviceTiming>& devices) {
-  proto::IterationReport r;
-  r.set_kind("iteration_report");
-  r.set_cluster(ctx.cluster.name());
-  r.set_model(ctx.model.name());
-  r.set_plan(ctx.plan_name);
-  r.set_source("executor");
-  const auto iters = IterationTimes(devices);
-  double t = 0;
-  for (double x : iters) t += x;
-  t = iters.empty() ? 0 : t / double(iters.size());
-  r.set_iteration_time_s(t);
-  const double tokens = double(ctx.training.global_batch_size()) * ctx.training.seq_len();
-  r.set_tokens_per_s(t > 0 ? tokens / t : 0);
-  double peak_flops = 0;
-  for (uint32_t d : ctx.plan.devices) peak_flops += ctx.cluster.device(d).gpu->PeakTflops(ctx.training.dtype()) * 1e12;
-  const double model_flops = ctx.model.IterationModelFlops(ctx.training.global_batch_size(), ctx.training.seq_len());
-  r.set_mfu(t > 0 && peak_flops > 0 ? model_flops / (t * peak_flops) : 0);
-  r.set_flops_convention("model FLOPs = 3 x forward FLOPs (TransformerModel::IterationModelFlops: 2 per MAC, "
-                         "attention 4·b·s²·h per layer, no causal halving, no recomputation)");
-  double idle_total = 0;
-  for (const auto& d : devices) {
-    const RankRole& role = ctx.plan.roles.at(static_cast<size_t>(d.rank));
-    std::vector<double> sum(kNumCategories, 0.0);
-    for (const auto& it : d.slices) {
-      const auto s = CategorySeconds(it, true);
-      for (int c = 0; c < kNumCategories; ++c) sum[static_cast<size_t>(c)] += s[static_cast<size_t>(c)];
-    }
-    const double n = std::max<size_t>(1, d.slices.size());
-    auto avg = [&](Category c) { return sum[static_cast<size_t>(c)] / n; };
-    auto* dr = r.add_devices();
-    dr->set_device(role.device);
-    const auto& info = ctx.cluster.device(role.device);
-    dr->set_gpu(info.gpu->name);
-    dr->set_node(ctx.cluster.node(info.node).name);
-    dr->set_pipeline(role.pipeline);
-    dr->set_stage(role.stage);
-    const double compute = avg(Category::kForward) + avg(Category::kBackward) + avg(Category::kOptimizer);
-    const double comm = avg(Category::kTp) + avg(Category::kPp) + avg(Category::kDp);
-    dr->set_compute_s(compute);
-    dr->set_communication_s(comm);
-    dr->set_tp_communication_s(avg(Category::kTp));
-    dr->set_pp_communication_s(avg(Category::kPp));
-    dr->set_dp_communication_s(avg(Category::kDp));
-    const double idle = std::max(0.0, t - compute - comm);
-    dr->set_idle_s(idle);
-    idle_total += idle;
-    const double gib = 1024.0 * 1024.0 * 1024.0;
-    dr->set_peak_memory_gib(d.peak_memory_bytes / gib);
-    dr->set_capacity_gib(info.gpu->memory_gib);
-    dr->set_oom(d.peak_memory_bytes / gib > info.gpu->memory_gib);
-    if (dr->oom()) r.set_any_oom(true);
-  }
-  r.set_bubble_fraction(t > 0 && !devices.empty() ? idle_total / (t * double(devices.size())) : 0);
-  r.set_wall_time_s(ctx.wall_time_s);
-  return r;
-}
-
-namespace {
-
-std::string JsonEscape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
-  }
-  return o;
-}
-
-}  // namespace
-
-std::string BuildChromeTrace(const ReportContext& ctx, const std::vector<DeviceTiming>& devices) {
+models::IterationMeasure MeasureIteration(const ReportContext& ctx, const std::vector<DeviceTiming>& devices) {
+  models::IterationMeasure m;
+  m.source = "executor";
+  m.plan_name = ctx.plan_name;
+  m.wall_time_s = ctx.wall_time_s;
   const auto iters = IterationTimes(devices);
   std::vector<double> offset(iters.size() + 1, 0.0);
   for (size_t i = 0; i < iters.size(); ++i) offset[i + 1] = offset[i] + iters[i];
-  std::string out = "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"source\": \"executor\", \"plan\": \"" +
-                    JsonEscape(ctx.plan_name) + "\"},\n\"traceEvents\": [\n";
-  bool first = true;
-  auto emit = [&](const std::string& e) {
-    out += first ? "  " : ",\n  ";
-    out += e;
-    first = false;
-  };
-  std::vector<bool> named_node(ctx.cluster.nodes().size(), false);
-  char buf[512];
+  m.iteration_s = iters.empty() ? 0 : offset.back() / double(iters.size());
+  const double gib = 1024.0 * 1024.0 * 1024.0;
   for (const auto& d : devices) {
     const RankRole& role = ctx.plan.roles.at(static_cast<size_t>(d.rank));
-    const auto& info = ctx.cluster.device(role.device);
-    if (!named_node[info.node]) {
-      named_node[info.node] = true;
-      emit("{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + std::to_string(info.node) +
-           ", \"args\": {\"name\": \"" + JsonEscape(ctx.cluster.node(info.node).name) + "\"}}");
-    }
-    std::snprintf(buf, sizeof(buf),
-                  "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %u, \"tid\": %u, \"args\": {\"name\": "
-                  "\"GPU %u (%s) p%u s%u\"}}",
-                  info.node, role.device, role.device, JsonEscape(info.gpu->name).c_str(), role.pipeline, role.stage);
-    emit(buf);
-    emit("{\"ph\": \"M\", \"name\": \"thread_sort_index\", \"pid\": " + std::to_string(info.node) +
-         ", \"tid\": " + std::to_string(role.device) + ", \"args\": {\"sort_index\": " + std::to_string(role.device) +
-         "}}");
+    std::vector<double> sum(kNumCategories, 0.0);
+    double pipeline_end = 0;
+    models::DeviceMeasure dm;
     for (size_t i = 0; i < d.slices.size(); ++i) {
-      for (const auto& s : d.slices[i]) {
-        const std::string name = s.micro_batch >= 0 ? std::string(CategoryName(s.category)) + " mb " +
-                                                          std::to_string(s.micro_batch)
-                                                    : CategoryName(s.category);
-        std::snprintf(buf, sizeof(buf),
-                      "{\"ph\": \"X\", \"name\": \"%s\", \"cat\": \"%s\", \"pid\": %u, \"tid\": %u, \"ts\": %.3f, "
-                      "\"dur\": %.3f, \"args\": {\"iteration\": %zu, \"micro_batch\": %d}}",
-                      name.c_str(), CategoryName(s.category), info.node, role.device, (offset[i] + s.begin_s) * 1e6,
-                      (s.end_s - s.begin_s) * 1e6, i, s.micro_batch);
-        emit(buf);
+      const auto s = CategorySeconds(d.slices[i], true);
+      for (int c = 0; c < kNumCategories; ++c) sum[static_cast<size_t>(c)] += s[static_cast<size_t>(c)];
+      double end = 0;
+      for (const auto& sl : d.slices[i]) {
+        if (sl.category == Category::kForward || sl.category == Category::kBackward) end = std::max(end, sl.end_s);
+        dm.slices.push_back({offset[i] + sl.begin_s, offset[i] + sl.end_s, sl.category, sl.micro_batch});
       }
+      pipeline_end += end;
     }
+    const double n = std::max<size_t>(1, d.slices.size());
+    auto avg = [&](Category c) { return sum[static_cast<size_t>(c)] / n; };
+    dm.device = role.device;
+    dm.pipeline = role.pipeline;
+    dm.stage = role.stage;
+    dm.fwd_bwd_s = avg(Category::kForward) + avg(Category::kBackward);
+    dm.compute_s = dm.fwd_bwd_s + avg(Category::kOptimizer);
+    dm.tp_s = avg(Category::kTp);
+    dm.pp_s = avg(Category::kPp);
+    dm.dp_s = avg(Category::kDp);
+    dm.zero_s = avg(Category::kZero);
+    dm.pipeline_end_s = pipeline_end / n;
+    dm.peak_memory_gib = d.peak_memory_bytes / gib;
+    dm.capacity_gib = ctx.cluster.device(role.device).gpu->memory_gib;
+    m.devices.push_back(std::move(dm));
   }
-  out += "\n]}\n";
-  return out;
+  return m;
+}
+
+proto::IterationReport BuildReport(const ReportContext& ctx, const std::vector<DeviceTiming>& devices) {
+  return models::BuildIterationReport(MeasureIteration(ctx, devices), ctx.cluster, ctx.model, ctx.training);
+}
+
+std::string BuildChromeTrace(const ReportContext& ctx, const std::vector<DeviceTiming>& devices) {
+  return models::ChromeTraceJson(MeasureIteration(ctx, devices), ctx.cluster);
 }
 
 std::vector<LayerMeasurement> MeasureLayers(const std::vector<std::vector<TimedSlice>>& steps,

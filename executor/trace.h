@@ -14,15 +14,18 @@
 #include "executor/backend.h"
 #include "executor/exec_plan.h"
 #include "models/cluster.h"
+#include "models/iteration_report.h"
+#include "models/lowering.h"
 #include "models/proto/profile.pb.h"
 #include "models/proto/report.pb.h"
 #include "models/transformer.h"
 
 namespace hetsim::executor {
 
-enum class Category : uint8_t { kForward, kBackward, kOptimizer, kTp, kPp, kDp };
-inline constexpr int kNumCategories = 6;
-const char* CategoryName(Category c);
+// The categories of the lowering (models/lowering.h), shared with the simulator.
+using models::Category;
+using models::CategoryName;
+using models::kNumCategories;
 
 struct TimedSlice {
   Category category = Category::kForward;
@@ -88,16 +91,17 @@ struct ReportContext {
   double wall_time_s = 0;
 };
 
-// Per device (by rank): compute = forward + backward + optimizer − nested TP; communication = TP + PP
-// (receives; sends are asynchronous) + DP; idle = iteration time − compute − communication, where the
-// iteration time is the slowest rank's, averaged over the timed iterations. bubble_fraction is the mean
-// idle share. MFU uses TransformerModel::IterationModelFlops over Σ peak of the plan's devices.
+// What the ranks measured, in the form the shared writers (models/iteration_report.h) take. Per device
+// (by rank), averaged over the timed iterations: compute = forward + backward + optimizer − nested TP;
+// TP, PP (receives; sends are asynchronous) and DP communication; the end of the last forward/backward
+// slice. The iteration time is the slowest rank's, averaged over the timed iterations; the timeline lays
+// the timed iterations end to end (each as long as its slowest rank).
+models::IterationMeasure MeasureIteration(const ReportContext& ctx, const std::vector<DeviceTiming>& devices);
+
+// models::BuildIterationReport of MeasureIteration (the simulator's report writer).
 proto::IterationReport BuildReport(const ReportContext& ctx, const std::vector<DeviceTiming>& devices);
 
-// Chrome trace (JSON object format), as the simulator writes it (sim/simulator.h ChromeTraceJson): pid =
-// node, tid = device ("GPU d (type) pP sS"), one complete ("X") event per slice with cat = the category
-// and name "forward mb 3" (per-micro-batch categories) or "dp"; the timed iterations laid end to end
-// (each as long as its slowest rank).
+// models::ChromeTraceJson of MeasureIteration (the simulator's timeline writer).
 std::string BuildChromeTrace(const ReportContext& ctx, const std::vector<DeviceTiming>& devices);
 
 // Per-layer measurements of one rank (profile mode), averaged per micro-batch (forward, backward) or per

@@ -1,17 +1,8 @@
-// The iteration as per-device programs: what each GPU does, in order, during one training iteration.
-//
-// Built from a Plan without SimGrid (so it is testable on its own); sim/engine.cc plays the programs on
-// the SimGrid platform, one actor per device (plus one "DP stream" actor per device when gradient
+// The iteration as per-device programs the SimGrid engine plays: the plan's lowering (models/lowering.h,
+// shared with the executor) with a duration on every compute operation and the fidelity's choices made
+// (TP collectives per layer, fused per pass, or costed analytically). No SimGrid here; sim/engine.cc plays
+// the programs, one actor per device (plus one "DP stream" actor per device when gradient
 // synchronisation overlaps the backward pass).
-//
-// Schedules (per pipeline, stage s of S, m micro-batches):
-//   1F1B (PipeDream-flush): min(S − s − 1, m) warm-up forwards, then alternate one forward and one
-//         backward, then the remaining backwards.
-//   GPipe: all m forwards, then all m backwards.
-// Forward of a micro-batch on a device: receive the activations from the previous stage (PP), [ZeRO-3
-// all-gather], compute (with the TP collectives of each layer), send to the next stage. Backward mirrors
-// it. After the last backward: the gradient-sync collectives of the device's groups (models/plan.h
-// DeriveGradSyncGroups), then the optimizer step (and ZeRO's parameter all-gather).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +10,7 @@
 #include <vector>
 
 #include "models/cost.h"
+#include "models/lowering.h"
 #include "models/plan.h"
 
 namespace hetsim::sim {
@@ -54,14 +46,16 @@ enum class OpKind : uint8_t {
   kWaitSends,   // wait for every posted send to complete
 };
 
-enum class Category : uint8_t { kForward, kBackward, kOptimizer, kTp, kPp, kDp, kZero, kIdle };
-const char* CategoryName(Category c);
-
-enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
-enum class Algorithm : uint8_t { kRing, kTree };
-
-// Point-to-point channels: messages between two devices are matched in order per channel.
-enum Channel : uint8_t { kChanPpForward = 0, kChanPpBackward = 1, kChanTp = 2, kChanDp = 3 };
+// One vocabulary with the lowering and the executor.
+using models::Algorithm;
+using models::Category;
+using models::CategoryName;
+using models::CollectiveKind;
+using models::Channel;
+using models::kChanDp;
+using models::kChanPpBackward;
+using models::kChanPpForward;
+using models::kChanTp;
 
 struct Op {
   OpKind kind = OpKind::kCompute;
@@ -102,9 +96,40 @@ struct ProgramOptions {
   uint64_t seed = 1;
 };
 
-// Builds every device's program. The plan must be valid (ValidatePlanStructure); a plan the simulator
-// cannot play (interleaved 1F1B, ZeRO-3 across pipelines of different micro-batch counts) is an error.
+// Lowers the plan (models::LowerPlan) and costs every compute operation with `cost`. The plan must be
+// valid (ValidatePlanStructure); a plan the lowering rejects is an error.
 Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContext& ctx, const models::ComputeCost& cost,
-                       const ProgramOptions& options);
+                               const ProgramOptions& options);
+
+// Costs an existing lowering (consumed: its operation lists are released device by device).
+Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
+                              const models::ComputeCost& cost, const ProgramOptions& options);
+
+// ---- what the engine measures (sim/engine.h plays; these types carry no SimGrid) -----------------
+
+struct Slice {
+  double start_s = 0;
+  double end_s = 0;
+  Category category = Category::kForward;
+  uint16_t micro_batch = 0;
+};
+
+// What one device did.
+struct DeviceTrace {
+  double compute_s = 0;        // forward + backward + optimizer
+  double fwd_bwd_s = 0;        // forward + backward only
+  double tp_s = 0;             // time inside TP collectives
+  double pp_s = 0;             // PP transfer time (after the peer was ready)
+  double dp_s = 0;             // gradient sync on the main stream (or the exposed part when overlapped)
+  double zero_s = 0;           // ZeRO gathers
+  double pipeline_end_s = 0;   // end of the last backward compute
+  double end_s = 0;            // end of the device's iteration
+  std::vector<Slice> slices;   // filled when recording a timeline
+};
+
+struct EngineResult {
+  double iteration_s = 0;
+  std::vector<DeviceTrace> devices;  // parallel to Programs::devices
+};
 
 }  // namespace hetsim::sim

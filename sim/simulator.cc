@@ -1,6 +1,5 @@
 #include "sim/simulator.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <simgrid/s4u.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,71 +11,42 @@
 #include <map>
 #include <sstream>
 
+#include "models/iteration_report.h"
+#include "sim/engine.h"
 #include "sim/platform.h"
 
 namespace hetsim::sim {
 namespace {
 
-constexpr const char* kFlopsConvention =
-    "model FLOPs = 3 x forward FLOPs (2 per multiply-add of every matmul, plus 4*b*s^2*h attention per layer, "
-    "no causal halving, no recomputation) / (iteration time x sum of the plan's devices' dense peak at the "
-    "training dtype)";
-
-// Builds the report from the engine's traces.
+// The report from the engine's traces (models/iteration_report.h, shared with the executor); memory is
+// the estimate of models::EstimateMemory.
 proto::IterationReport MakeReport(const proto::Plan& plan, const models::PlanContext& ctx, const Programs& programs,
                                   const EngineResult& er) {
-  proto::IterationReport rep;
-  rep.set_kind("iteration_report");
-  rep.set_cluster(ctx.cluster.name());
-  rep.set_model(ctx.model.name());
-  rep.set_plan(plan.name());
-  rep.set_source("simulator");
-  const double T = er.iteration_s;
-  rep.set_iteration_time_s(T);
-  const double seqs = ctx.training.global_batch_size();
-  rep.set_tokens_per_s(T > 0 ? seqs * ctx.training.seq_len() / T : 0);
-  double peak = 0;
-  for (uint32_t d : programs.devices) peak += ctx.cluster.device(d).gpu->PeakTflops(ctx.training.dtype()) * 1e12;
-  rep.set_mfu(T > 0 && peak > 0 ? ctx.model.IterationModelFlops(seqs, ctx.training.seq_len()) / (T * peak) : 0);
-  rep.set_flops_convention(kFlopsConvention);
-  std::map<uint32_t, double> phase_end;  // pipeline -> end of its last backward
-  for (size_t i = 0; i < programs.devices.size(); ++i) {
-    auto& e = phase_end[programs.programs[i].pipeline];
-    e = std::max(e, er.devices[i].pipeline_end_s);
-  }
+  models::IterationMeasure m;
+  m.source = "simulator";
+  m.plan_name = plan.name();
+  m.iteration_s = er.iteration_s;
   std::map<uint32_t, const models::DeviceMemory*> mem;
   const auto memory = models::EstimateMemory(plan, ctx);
-  for (const auto& m : memory) mem[m.device] = &m;
-  double idle_in_phase = 0, phase_total = 0;
-  bool any_oom = false;
+  for (const auto& dm : memory) mem[dm.device] = &dm;
   for (size_t i = 0; i < programs.devices.size(); ++i) {
-    const uint32_t d = programs.devices[i];
     const auto& tr = er.devices[i];
-    auto* dr = rep.add_devices();
-    dr->set_device(d);
-    dr->set_gpu(ctx.cluster.device(d).gpu->name);
-    dr->set_node(ctx.cluster.node(ctx.cluster.device(d).node).name);
-    dr->set_pipeline(programs.programs[i].pipeline);
-    dr->set_stage(programs.programs[i].stage);
-    dr->set_compute_s(tr.compute_s);
-    const double comm = tr.tp_s + tr.pp_s + tr.dp_s + tr.zero_s;
-    dr->set_communication_s(comm);
-    dr->set_idle_s(std::max(0.0, T - tr.compute_s - comm));
-    dr->set_tp_communication_s(tr.tp_s);
-    dr->set_pp_communication_s(tr.pp_s);
-    dr->set_dp_communication_s(tr.dp_s + tr.zero_s);
-    const auto* m = mem.at(d);
-    dr->set_peak_memory_gib(m->total_gib);
-    dr->set_capacity_gib(m->capacity_gib);
-    dr->set_oom(m->oom());
-    any_oom |= m->oom();
-    const double phase = phase_end[programs.programs[i].pipeline];
-    phase_total += phase;
-    idle_in_phase += std::max(0.0, phase - tr.fwd_bwd_s - tr.tp_s - tr.pp_s);
+    models::DeviceMeasure d;
+    d.device = programs.devices[i];
+    d.pipeline = programs.programs[i].pipeline;
+    d.stage = programs.programs[i].stage;
+    d.compute_s = tr.compute_s;
+    d.fwd_bwd_s = tr.fwd_bwd_s;
+    d.tp_s = tr.tp_s;
+    d.pp_s = tr.pp_s;
+    d.dp_s = tr.dp_s;
+    d.zero_s = tr.zero_s;
+    d.pipeline_end_s = tr.pipeline_end_s;
+    d.peak_memory_gib = mem.at(d.device)->total_gib;
+    d.capacity_gib = mem.at(d.device)->capacity_gib;
+    m.devices.push_back(std::move(d));
   }
-  rep.set_any_oom(any_oom);
-  rep.set_bubble_fraction(phase_total > 0 ? idle_in_phase / phase_total : 0);
-  return rep;
+  return models::BuildIterationReport(m, ctx.cluster, ctx.model, ctx.training);
 }
 
 // ---- child <-> parent transport --------------------------------------------------------------------
@@ -260,52 +230,24 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
 }
 
 std::string ChromeTraceJson(const SimResult& result, const models::Cluster& cluster) {
-  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  auto add = [&](const std::string& ev) {
-    if (!first) out += ",\n";
-    first = false;
-    out += ev;
-  };
-  char buf[512];
-  std::map<uint32_t, bool> named_nodes;
+  models::IterationMeasure m;
+  m.source = "simulator";
+  m.plan_name = result.report.plan();
+  m.iteration_s = result.report.iteration_time_s();
   const auto& devs = result.report.devices();
   for (int i = 0; i < devs.size(); ++i) {
-    const uint32_t d = devs[i].device();
-    const uint32_t node = cluster.device(d).node;
-    if (!named_nodes[node]) {
-      named_nodes[node] = true;
-      std::snprintf(buf, sizeof(buf), R"({"name":"process_name","ph":"M","pid":%u,"args":{"name":"%s"}})", node,
-                    cluster.node(node).name.c_str());
-      add(buf);
+    models::DeviceMeasure d;
+    d.device = devs[i].device();
+    d.pipeline = devs[i].pipeline();
+    d.stage = devs[i].stage();
+    if (static_cast<size_t>(i) < result.timeline.size()) {
+      for (const Slice& s : result.timeline[static_cast<size_t>(i)]) {
+        d.slices.push_back({s.start_s, s.end_s, s.category, s.micro_batch});
+      }
     }
-    std::snprintf(buf, sizeof(buf),
-                  R"({"name":"thread_name","ph":"M","pid":%u,"tid":%u,"args":{"name":"GPU %u (%s) p%u s%u"}})", node, d,
-                  d, devs[i].gpu().c_str(), devs[i].pipeline(), devs[i].stage());
-    add(buf);
-    if (static_cast<size_t>(i) >= result.timeline.size()) continue;
-    for (const Slice& s : result.timeline[static_cast<size_t>(i)]) {
-      const char* cat = CategoryName(s.category);
-      const bool per_mb = s.category != Category::kOptimizer && s.category != Category::kDp;
-      std::snprintf(buf, sizeof(buf),
-                    R"({"name":"%s%s%s","cat":"%s","ph":"X","ts":%.3f,"dur":%.3f,"pid":%u,"tid":%u,"args":{"micro_batch":%u}})",
-                    cat, per_mb ? " mb " : "", per_mb ? std::to_string(s.micro_batch).c_str() : "", cat, s.start_s * 1e6,
-                    (s.end_s - s.start_s) * 1e6, node, d, s.micro_batch);
-      add(buf);
-    }
+    m.devices.push_back(std::move(d));
   }
-  out += "\n]}\n";
-  return out;
-}
-
-std::string ReportJson(const proto::IterationReport& report) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions opt;
-  opt.add_whitespace = true;
-  opt.preserve_proto_field_names = true;
-  opt.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(report, &json, opt);
-  return json;
+  return models::ChromeTraceJson(m, cluster);
 }
 
 Result<Fidelity> ParseFidelity(const std::string& name) {

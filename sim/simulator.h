@@ -2,16 +2,17 @@
 //
 // SimGrid allows one engine per process, so every call runs the simulation in a child process (fork)
 // and brings the report and timeline back through a pipe: callers (the CLI, planners, the experiment
-// runner, tests) may simulate as often as they like.
+// runner, tests) may simulate as often as they like. This header (and those it includes) has no SimGrid:
+// code outside sim/ includes it without SimGrid's headers.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "models/cost.h"
+#include "models/iteration_report.h"
 #include "models/plan.h"
 #include "models/proto/report.pb.h"
-#include "sim/engine.h"
 #include "sim/program.h"
 
 namespace hetsim::sim {
@@ -39,12 +40,13 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
 // for tests of the engine and for benchmarks.
 Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cluster& cluster, bool record_timeline);
 
-// Chrome-trace JSON (open in Perfetto or chrome://tracing): one process per node, one track per GPU,
-// slices named forward / backward / tp / pp / dp / zero / optimizer with the micro-batch.
+// Chrome-trace JSON (open in Perfetto or chrome://tracing), written by models::ChromeTraceJson like the
+// executor's: one process per node, one track per GPU, slices named forward / backward / tp / pp / dp /
+// zero / optimizer with the micro-batch.
 std::string ChromeTraceJson(const SimResult& result, const models::Cluster& cluster);
 
-// The report as JSON (proto3 JSON mapping).
-std::string ReportJson(const proto::IterationReport& report);
+// The report as JSON (proto3 JSON mapping): models::ReportJson.
+using models::ReportJson;
 
 // "fast" | "balanced" | "full" -> Fidelity.
 Result<Fidelity> ParseFidelity(const std::string& name);

@@ -61,7 +61,9 @@ TEST(TraceTest, ReportFromTwoDevices) {
   EXPECT_DOUBLE_EQ(r.devices(1).compute_s(), 1.5);
   EXPECT_DOUBLE_EQ(r.devices(1).communication_s(), 1.0);
   EXPECT_DOUBLE_EQ(r.devices(1).idle_s(), 1.0);
-  EXPECT_DOUBLE_EQ(r.bubble_fraction(), (2.0 + 1.0) / (2 * 3.5));
+  // Bubble: both ranks are pipeline 0, whose phase ends with rank 1's backward at 3 s. Idle inside it:
+  // rank 0 3 − 1 (forward) = 2, rank 1 3 − 1.5 (backward) − 0.5 (TP) − 0.5 (PP) = 0.5.
+  EXPECT_DOUBLE_EQ(r.bubble_fraction(), (2.0 + 0.5) / (2 * 3.0));
   // MFU: model FLOPs of 16 sequences over 3.5 s × 2 devices × 1 TFLOPS (the cpu row's fp32 peak).
   EXPECT_NEAR(r.mfu(), model->IterationModelFlops(16, 64) / (3.5 * 2e12), 1e-12);
   EXPECT_FALSE(r.any_oom());

@@ -320,8 +320,8 @@ pipelines:
   EXPECT_LT(r->report.mfu(), 1);
   const std::string trace = ChromeTraceJson(*r, run.cluster);
   EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
-  EXPECT_NE(trace.find("\"name\":\"forward mb 0\""), std::string::npos);
-  EXPECT_NE(trace.find("\"cat\":\"tp\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\": \"forward mb 0\""), std::string::npos);
+  EXPECT_NE(trace.find("\"cat\": \"tp\""), std::string::npos);
 }
 
 TEST(PipelineSchedule, InterleavedOneFOneBMatchesClosedForm) {

@@ -1,9 +1,10 @@
-// `hetsim simulate`: one iteration of a plan on the simulated cluster.
+// `hetsim simulate`: one iteration of a plan on the simulated cluster; `hetsim lower`: the plan's lowering.
 #include <cstdio>
 #include <map>
 #include <ostream>
 
 #include "models/describe.h"
+#include "models/lowering.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
 #include "sim/simulator.h"
@@ -144,6 +145,48 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   return 0;
 }
 
+int RunLower(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  auto specs = LoadSpecs(vm, true, true);
+  if (!specs.ok()) {
+    err << specs.status().message() << "\n";
+    return 1;
+  }
+  if (!specs->plan) {
+    err << "hetsim lower: give --plan FILE\n";
+    return 2;
+  }
+  models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
+  Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file);
+  if (!st.ok()) {
+    err << st.message() << "\n";
+    return 1;
+  }
+  models::LoweringOptions lo;
+  lo.fuse_passes = vm.count("fused") > 0;
+  auto lowering = models::LowerPlan(*specs->plan, ctx, lo);
+  if (!lowering.ok()) {
+    err << specs->plan_file << ": " << lowering.status().message() << "\n";
+    return 1;
+  }
+  const std::string text = models::FormatLowering(*lowering);
+  if (vm.count("output")) {
+    Status w = models::WriteFileAtomically(FlagString(vm, "output"), text);
+    if (!w.ok()) {
+      err << w.message() << "\n";
+      return 1;
+    }
+    size_t ops = 0;
+    for (const auto& r : lowering->ranks) ops += r.ops.size() + r.dp_stream.size();
+    const auto totals = models::TotalOps(*lowering);
+    out << "lowered " << specs->plan_file << ": " << lowering->ranks.size() << " ranks, " << ops << " operations, "
+        << Fmt("%.4g", totals.flops) << " FLOPs, " << Fmt("%.4g", totals.send_bytes) << " bytes sent point-to-point -> "
+        << FlagString(vm, "output") << "\n";
+  } else {
+    out << text;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Command> SimCommands() {
@@ -161,7 +204,17 @@ std::vector<Command> SimCommands() {
                  ("report-out", po::value<std::string>(), "write the iteration report (JSON)")
                  ("timeline-out", po::value<std::string>(), "write a Chrome-trace timeline (JSON, opens in Perfetto)");
            },
-           RunSimulate}};
+           RunSimulate},
+          {"lower", "print the plan's lowering: every rank's operations in order (what the simulator plays and "
+                    "hetsim-exec runs)",
+           "hetsim lower --plan P [--cluster C --model M --training T] [--fused] [-o ops.txt]",
+           [](po::options_description& d, po::positional_options_description&) {
+             AddSpecFlags(d, true);
+             d.add_options()("fused", "one operation per pass and micro-batch, as the simulator's balanced and fast "
+                                      "fidelities play it (default: per layer, as hetsim-exec runs it)")
+                 ("output,o", po::value<std::string>(), "write the operations here instead of standard output");
+           },
+           RunLower}};
 }
 
 }  // namespace hetsim::cli

@@ -1,0 +1,658 @@
+#include "models/lowering.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "models/cost.h"
+
+namespace hetsim::models {
+
+const char* CategoryName(Category c) {
+  switch (c) {
+    case Category::kForward: return "forward";
+    case Category::kBackward: return "backward";
+    case Category::kOptimizer: return "optimizer";
+    case Category::kTp: return "tp";
+    case Category::kPp: return "pp";
+    case Category::kDp: return "dp";
+    case Category::kZero: return "zero";
+    case Category::kIdle: return "idle";
+  }
+  return "?";
+}
+
+const char* CollectiveName(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
+                                             uint32_t seq_len, proto::DType dtype) {
+  const double activations = DTypeBytes(dtype) * batch * seq_len * model.spec().hidden_size();
+  switch (model.kind(layer)) {
+    case LayerKind::kEmbedding:
+      // Vocabulary-parallel lookup: partial embeddings summed; the input gradient is the token ids' (none).
+      if (forward) return {{activations, ReduceOp::kSum}};
+      return {};
+    case LayerKind::kTransformer:
+      // After the row-parallel attention output and MLP down projections (forward), after the
+      // column-parallel QKV and MLP up projections' input gradients (backward).
+      return {{activations, ReduceOp::kSum}, {activations, ReduceOp::kSum}};
+    case LayerKind::kHead: {
+      // Vocabulary-parallel cross-entropy: the row maxima (one fp32 per token), then the softmax
+      // denominators and the target logits (two fp32 per token); backward: the input gradient of the
+      // column-parallel output projection.
+      const double tokens = batch * seq_len;
+      if (forward) return {{4.0 * tokens, ReduceOp::kMax}, {8.0 * tokens, ReduceOp::kSum}};
+      return {{activations, ReduceOp::kSum}};
+    }
+  }
+  return {};
+}
+
+namespace {
+
+class Lowerer {
+ public:
+  Lowerer(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options)
+      : plan_(plan), ctx_(ctx), options_(options), model_(ctx.model), tr_(ctx.training),
+        full_recompute_(EffectiveRecompute(plan, ctx.training) == proto::RECOMPUTE_FULL) {}
+
+  Result<Lowering> Lower() {
+    HETSIM_RETURN_IF_ERROR(CheckSupported());
+    out_.cpu_staged = plan_.comm().cpu_staged();
+    out_.device_slot.assign(ctx_.cluster.num_devices(), kNone);
+    for (int p = 0; p < plan_.pipelines_size(); ++p) {
+      const auto& pipe = plan_.pipelines(p);
+      for (int s = 0; s < pipe.stages_size(); ++s) {
+        const auto& st = pipe.stages(s);
+        const uint32_t t = TpDegree(st);
+        for (int i = 0; i < st.devices_size(); ++i) {
+          const uint32_t d = st.devices(i);
+          out_.device_slot[d] = static_cast<uint32_t>(out_.devices.size());
+          out_.devices.push_back(d);
+          RankOps r;
+          r.device = d;
+          r.pipeline = static_cast<uint32_t>(p);
+          r.stage = static_cast<uint32_t>(s);
+          r.replica = static_cast<uint32_t>(i) / t;
+          r.tp_rank = static_cast<uint32_t>(i) % t;
+          r.tp = t;
+          r.layer_begin = st.layer_begin();
+          r.layer_end = st.layer_end();
+          out_.ranks.push_back(std::move(r));
+        }
+      }
+    }
+    out_.sync_groups = DeriveGradSyncGroups(plan_, model_);
+    // Backward order: later layers first, then by chunk.
+    std::stable_sort(out_.sync_groups.begin(), out_.sync_groups.end(), [](const auto& a, const auto& b) {
+      return a.layer_begin != b.layer_begin ? a.layer_begin > b.layer_begin : a.chunk < b.chunk;
+    });
+    device_groups_.assign(ctx_.cluster.num_devices(), {});
+    for (uint32_t g = 0; g < out_.sync_groups.size(); ++g) {
+      for (uint32_t d : out_.sync_groups[g].devices) device_groups_[d].push_back(g);
+    }
+    for (int p = 0; p < plan_.pipelines_size(); ++p) {
+      const auto& pipe = plan_.pipelines(p);
+      for (int s = 0; s < pipe.stages_size(); ++s) {
+        const auto& st = pipe.stages(s);
+        for (uint32_t r = 0; r < DpDegree(st); ++r) {
+          for (uint32_t k = 0; k < TpDegree(st); ++k) EmitRank(p, s, r, k);
+        }
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  Status CheckSupported() const {
+    if (EffectiveSchedule(plan_) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B && plan_.zero_stage() >= 3) {
+      return Status::Invalid("plan: zero_stage: interleaved_1f1b runs with ZeRO 0-2; use zero_stage: 2 "
+                             "or the 1f1b schedule for ZeRO-3");
+    }
+    if (plan_.zero_stage() >= 3) {
+      for (const auto& pipe : plan_.pipelines()) {
+        if (pipe.num_micro_batches() != plan_.pipelines(0).num_micro_batches()) {
+          return Status::Invalid("plan: zero_stage: ZeRO-3 gathers weights every micro-batch across pipelines, so "
+                                 "every pipeline needs the same num_micro_batches");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  uint32_t GroupId(std::vector<uint32_t> members) {
+    auto [it, inserted] = group_ids_.emplace(members, static_cast<uint32_t>(out_.groups.size()));
+    if (inserted) out_.groups.push_back(std::move(members));
+    return it->second;
+  }
+
+  static uint32_t RankIn(const std::vector<uint32_t>& members, uint32_t device) {
+    return static_cast<uint32_t>(std::find(members.begin(), members.end(), device) - members.begin());
+  }
+
+  static std::vector<uint32_t> TpGroup(const proto::Stage& st, uint32_t r) {
+    const uint32_t t = TpDegree(st);
+    return {st.devices().begin() + r * t, st.devices().begin() + (r + 1) * t};
+  }
+
+  // Sequence ranges of each replica inside one micro-batch.
+  static std::vector<std::pair<uint32_t, uint32_t>> Ranges(const proto::Stage& st, uint32_t mbs) {
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    uint32_t at = 0;
+    for (uint32_t b : MicroBatchSplit(st, mbs)) {
+      out.emplace_back(at, at + b);
+      at += b;
+    }
+    return out;
+  }
+
+  Op& AddCollective(std::vector<Op>& ops, const std::vector<uint32_t>& members, uint32_t device, double bytes,
+                    CollectiveKind kind, Category cat, uint16_t mb, Algorithm algo = Algorithm::kRing) {
+    Op op;
+    op.kind = OpKind::kCollective;
+    op.category = cat;
+    op.collective = kind;
+    op.algorithm = algo;
+    op.group = GroupId(members);
+    op.rank = RankIn(members, device);
+    op.bytes = bytes;
+    op.micro_batch = mb;
+    ops.push_back(op);
+    return ops.back();
+  }
+
+  // A DP all-reduce with the plan's algorithm; hierarchical expands into reduce-scatter inside each node,
+  // all-reduce across nodes among same-local-index peers, all-gather inside each node (needs the same
+  // number of members on every node; otherwise it falls back to a ring).
+  void AddAllReduce(std::vector<Op>& ops, const std::vector<uint32_t>& members, uint32_t device, const Op& proto_op) {
+    const auto add = [&](const std::vector<uint32_t>& m, double bytes, CollectiveKind kind, Algorithm algo) {
+      if (m.size() < 2) return;
+      Op& op = AddCollective(ops, m, device, bytes, kind, proto_op.category, 0, algo);
+      op.sync_group = proto_op.sync_group;
+      op.bucket = proto_op.bucket;
+      op.num_buckets = proto_op.num_buckets;
+      op.layer_begin = proto_op.layer_begin;
+      op.layer_end = proto_op.layer_end;
+    };
+    const double bytes = proto_op.bytes;
+    const auto algo = plan_.comm().dp_algorithm();
+    if (algo == proto::CommOptions::ALGORITHM_TREE) {
+      add(members, bytes, CollectiveKind::kAllReduce, Algorithm::kTree);
+      return;
+    }
+    if (algo == proto::CommOptions::ALGORITHM_HIERARCHICAL) {
+      std::map<uint32_t, std::vector<uint32_t>> by_node;
+      for (uint32_t d : members) by_node[ctx_.cluster.device(d).node].push_back(d);
+      const size_t c = by_node.begin()->second.size();
+      bool uniform = by_node.size() > 1 && c > 1;
+      for (const auto& [node, ds] : by_node) uniform &= ds.size() == c;
+      if (uniform) {
+        const auto& local = by_node[ctx_.cluster.device(device).node];
+        const size_t idx = RankIn(local, device);
+        std::vector<uint32_t> cross;
+        for (const auto& [node, ds] : by_node) cross.push_back(ds[idx]);
+        add(local, bytes, CollectiveKind::kReduceScatter, Algorithm::kRing);
+        add(cross, bytes / static_cast<double>(c), CollectiveKind::kAllReduce, Algorithm::kRing);
+        add(local, bytes, CollectiveKind::kAllGather, Algorithm::kRing);
+        return;
+      }
+    }
+    add(members, bytes, CollectiveKind::kAllReduce, Algorithm::kRing);
+  }
+
+  void AddCompute(std::vector<Op>& ops, uint32_t layer, double flops, Category cat, uint16_t mb,
+                  std::pair<uint32_t, uint32_t> seqs, bool recompute) {
+    if (options_.fuse_passes && !ops.empty() && ops.back().kind == OpKind::kCompute && ops.back().category == cat &&
+        ops.back().micro_batch == mb && ops.back().layer_begin <= layer + 1 && layer <= ops.back().layer_end) {
+      // Consecutive layers of one pass (forward: ascending, backward: descending, with recomputation)
+      // are one operation.
+      ops.back().layer_begin = std::min(ops.back().layer_begin, layer);
+      ops.back().layer_end = std::max(ops.back().layer_end, layer + 1);
+      ops.back().flops += flops;
+      return;
+    }
+    Op op;
+    op.kind = OpKind::kCompute;
+    op.category = cat;
+    op.micro_batch = mb;
+    op.layer_begin = layer;
+    op.layer_end = layer + 1;
+    op.seq_begin = seqs.first;
+    op.seq_end = seqs.second;
+    op.flops = flops;
+    op.recompute = recompute && !options_.fuse_passes;
+    ops.push_back(op);
+  }
+
+  // One layer's TP collectives in one direction (or their bytes into the pass's fused all-reduce).
+  void AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
+                  double batch, bool forward, uint16_t mb, double* fused_bytes) {
+    if (tp_group.size() < 2) return;
+    if (options_.tp_in_compute && options_.tp_in_compute(device, layer, static_cast<uint32_t>(tp_group.size()), batch)) {
+      return;
+    }
+    for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, tr_.seq_len(), tr_.dtype())) {
+      if (options_.fuse_passes) {
+        *fused_bytes += c.bytes;
+        continue;
+      }
+      Op& op = AddCollective(ops, tp_group, device, c.bytes, CollectiveKind::kAllReduce, Category::kTp, mb);
+      op.reduce = c.reduce;
+      op.in_pass = true;
+      op.layer_begin = layer;
+      op.layer_end = layer + 1;
+    }
+  }
+
+  // Compute of layers [a, b) in one direction (backward: b − 1 down to a), with the TP collectives.
+  void AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a, uint32_t b,
+                 std::pair<uint32_t, uint32_t> seqs, bool forward, uint16_t mb) {
+    const uint32_t t = TpDegree(st);
+    const double batch = seqs.second - seqs.first;
+    const Category cat = forward ? Category::kForward : Category::kBackward;
+    const auto tp_group = TpGroup(st, r);
+    const uint32_t L = model_.num_layers();
+    double fused_bytes = 0;
+    for (uint32_t i = 0; i < b - a; ++i) {
+      const uint32_t l = forward ? a + i : b - 1 - i;
+      const double fwd_flops = model_.ForwardFlops(l, batch, tr_.seq_len()) / t;
+      if (forward) {
+        AddCompute(ops, l, fwd_flops, cat, mb, seqs, false);
+        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes);
+        continue;
+      }
+      // Megatron-LM's full recomputation re-runs each transformer block's forward right before its backward.
+      if (full_recompute_ && l > 0 && l + 1 < L) {
+        AddCompute(ops, l, fwd_flops, cat, mb, seqs, true);
+        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes);
+      }
+      AddCompute(ops, l, model_.BackwardFlops(l, batch, tr_.seq_len()) / t, cat, mb, seqs, false);
+      AddLayerTp(ops, device, tp_group, l, batch, false, mb, &fused_bytes);
+    }
+    if (fused_bytes > 0) {
+      Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb);
+      op.in_pass = true;
+      op.layer_begin = a;
+      op.layer_end = b;
+    }
+  }
+
+  // Point-to-point transfers of micro-batch `mb` between stage `from` and stage `to` of pipeline p
+  // (forward: to = from + 1; backward: to = from − 1), as seen by `device` at (stage, r, k).
+  void AddPp(std::vector<Op>& ops, int p, int from, int to, uint32_t device, bool sending, uint32_t r, uint32_t k,
+             bool forward, uint16_t mb) {
+    const auto& pipe = plan_.pipelines(p);
+    const auto& sst = pipe.stages(from);
+    const auto& rst = pipe.stages(to);
+    const uint32_t ts = TpDegree(sst), trv = TpDegree(rst);
+    const auto srange = Ranges(sst, pipe.micro_batch_size());
+    const auto rrange = Ranges(rst, pipe.micro_batch_size());
+    const double per_seq = PipelineBoundaryBytes(model_, 1, tr_.seq_len(), tr_.dtype());
+    const bool leader = plan_.comm().pp_leader_broadcast();
+    const uint8_t chan = forward ? kChanPpForward : kChanPpBackward;
+    for (uint32_t rr = 0; rr < rrange.size(); ++rr) {
+      for (uint32_t kr = 0; kr < (leader ? 1u : trv); ++kr) {
+        for (uint32_t sr = 0; sr < srange.size(); ++sr) {
+          const uint32_t lo = std::max(rrange[rr].first, srange[sr].first);
+          const uint32_t hi = std::min(rrange[rr].second, srange[sr].second);
+          if (lo >= hi) continue;
+          const uint32_t ks = leader ? 0 : kr % ts;
+          const uint32_t sender = sst.devices(static_cast<int>(sr * ts + ks));
+          const uint32_t receiver = rst.devices(static_cast<int>(rr * trv + kr));
+          const bool mine = sending ? (sr == r && ks == k) : (rr == r && kr == k);
+          if (!mine) continue;
+          const uint32_t base = sending ? srange[sr].first : rrange[rr].first;
+          Op op;
+          op.kind = sending ? OpKind::kSend : OpKind::kRecv;
+          op.category = Category::kPp;
+          op.channel = chan;
+          op.peer = sending ? receiver : sender;
+          op.seq_begin = lo - base;
+          op.seq_end = hi - base;
+          op.bytes = (hi - lo) * per_seq;
+          op.micro_batch = mb;
+          ops.push_back(op);
+        }
+      }
+    }
+    if (!sending && leader && trv > 1) {
+      const double bytes = (rrange[r].second - rrange[r].first) * per_seq;
+      AddCollective(ops, TpGroup(rst, r), device, bytes, CollectiveKind::kBroadcast, Category::kPp, mb);
+    }
+  }
+
+  double GroupBytes(const GradSyncGroup& g) const {
+    double params = 0;
+    for (uint32_t l = g.layer_begin; l < g.layer_end; ++l) params += model_.ParamsPerRank(l, g.num_chunks, g.layer_begin != 0);
+    return params * DTypeBytes(tr_.dtype());
+  }
+
+  void AddZeroGathers(std::vector<Op>& ops, uint32_t device, uint16_t mb) {
+    if (plan_.zero_stage() < 3) return;
+    for (uint32_t g : device_groups_[device]) {
+      const auto& sg = out_.sync_groups[g];
+      if (sg.devices.size() < 2) continue;
+      Op& op = AddCollective(ops, sg.devices, device, GroupBytes(sg), CollectiveKind::kAllGather, Category::kZero, mb);
+      op.sync_group = g;
+      op.layer_begin = sg.layer_begin;
+      op.layer_end = sg.layer_end;
+    }
+  }
+
+  void Signal(std::vector<Op>& ops) {
+    Op sig;
+    sig.kind = OpKind::kSignal;
+    ops.push_back(sig);
+  }
+
+  void EmitRank(int p, int s, uint32_t r, uint32_t k) {
+    const auto& pipe = plan_.pipelines(p);
+    const auto& st = pipe.stages(s);
+    const uint32_t device = st.devices(static_cast<int>(r * TpDegree(st) + k));
+    RankOps& rank = out_.ranks[out_.device_slot[device]];
+    std::vector<Op>& ops = rank.ops;
+    const int S = pipe.stages_size();
+    const uint32_t m = pipe.num_micro_batches();
+    const auto seqs = Ranges(st, pipe.micro_batch_size())[r];
+    const bool overlap = plan_.comm().dp_overlap() && !device_groups_[device].empty();
+
+    auto forward = [&](uint16_t j) {
+      if (s > 0) AddPp(ops, p, s - 1, s, device, false, r, k, true, j);
+      AddZeroGathers(ops, device, j);
+      AddLayers(ops, device, st, r, st.layer_begin(), st.layer_end(), seqs, true, j);
+      if (s + 1 < S) AddPp(ops, p, s, s + 1, device, true, r, k, true, j);
+    };
+    auto backward = [&](uint16_t j) {
+      if (s + 1 < S) AddPp(ops, p, s + 1, s, device, false, r, k, false, j);
+      AddZeroGathers(ops, device, j);
+      if (overlap && j + 1u == m) {
+        // The last backward runs segment by segment (later layers first) and hands each finished
+        // segment's gradient groups to the DP stream.
+        std::vector<uint32_t> cuts = {st.layer_end()};
+        for (uint32_t g : device_groups_[device]) cuts.push_back(out_.sync_groups[g].layer_begin);
+        std::sort(cuts.rbegin(), cuts.rend());
+        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+        for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+          AddLayers(ops, device, st, r, cuts[i + 1], cuts[i], seqs, false, j);
+          for (uint32_t g : device_groups_[device]) {
+            if (out_.sync_groups[g].layer_begin == cuts[i + 1]) Signal(ops);
+          }
+        }
+      } else {
+        AddLayers(ops, device, st, r, st.layer_begin(), st.layer_end(), seqs, false, j);
+      }
+      if (s > 0) AddPp(ops, p, s, s - 1, device, true, r, k, false, j);
+    };
+
+    const auto schedule = EffectiveSchedule(plan_);
+    if (schedule == proto::Plan::SCHEDULE_GPIPE) {
+      for (uint32_t j = 0; j < m; ++j) forward(static_cast<uint16_t>(j));
+      for (uint32_t j = 0; j < m; ++j) backward(static_cast<uint16_t>(j));
+    } else if (schedule == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
+      EmitInterleaved(p, s, r, k, device, seqs, ops);
+    } else {
+      const uint32_t warmup = std::min<uint32_t>(static_cast<uint32_t>(S - s - 1), m);
+      uint32_t f = 0, b = 0;
+      for (; f < warmup; ++f) forward(static_cast<uint16_t>(f));
+      while (f < m) {
+        forward(static_cast<uint16_t>(f++));
+        backward(static_cast<uint16_t>(b++));
+      }
+      while (b < m) backward(static_cast<uint16_t>(b++));
+    }
+    Op wait;
+    wait.kind = OpKind::kWaitSends;
+    ops.push_back(wait);
+
+    // Gradient synchronisation (ZeRO ≥ 1 reduce-scatters instead of all-reducing).
+    std::vector<Op>& dp_ops = overlap ? rank.dp_stream : ops;
+    for (uint32_t g : device_groups_[device]) {
+      const auto& sg = out_.sync_groups[g];
+      if (overlap) {
+        Op aw;
+        aw.kind = OpKind::kAwait;
+        dp_ops.push_back(aw);
+      }
+      if (sg.devices.size() < 2) continue;
+      const double bytes = GroupBytes(sg);
+      // Buckets of at most dp_bucket_mib each (all the same size), one collective per bucket.
+      const double bucket = plan_.comm().dp_bucket_mib() * 1024 * 1024;
+      const int buckets = bucket > 0 ? std::max(1, static_cast<int>(std::ceil(bytes / bucket))) : 1;
+      for (int i = 0; i < buckets; ++i) {
+        Op op;
+        op.category = Category::kDp;
+        op.sync_group = g;
+        op.bucket = static_cast<uint16_t>(i);
+        op.num_buckets = static_cast<uint16_t>(buckets);
+        op.layer_begin = sg.layer_begin;
+        op.layer_end = sg.layer_end;
+        op.bytes = bytes / buckets;
+        if (plan_.zero_stage() >= 1) {
+          Op& rs = AddCollective(dp_ops, sg.devices, device, op.bytes, CollectiveKind::kReduceScatter, Category::kDp, 0);
+          rs.sync_group = g;
+          rs.bucket = op.bucket;
+          rs.num_buckets = op.num_buckets;
+          rs.layer_begin = sg.layer_begin;
+          rs.layer_end = sg.layer_end;
+        } else {
+          AddAllReduce(dp_ops, sg.devices, device, op);
+        }
+      }
+    }
+    if (overlap) {
+      Op join;
+      join.kind = OpKind::kJoin;
+      ops.push_back(join);
+    }
+    // Optimizer step over the parameters this device updates (its ZeRO shard).
+    double params = 0;
+    for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) {
+      params += model_.ParamsPerRank(l, TpDegree(st), st.layer_begin() != 0);
+    }
+    double shard = 1;
+    if (plan_.zero_stage() >= 1 && !device_groups_[device].empty()) {
+      shard = static_cast<double>(out_.sync_groups[device_groups_[device].front()].devices.size());
+    }
+    Op opt;
+    opt.kind = OpKind::kCompute;
+    opt.category = Category::kOptimizer;
+    opt.layer_begin = st.layer_begin();
+    opt.layer_end = st.layer_end();
+    opt.params = params / shard;
+    ops.push_back(opt);
+    if (plan_.zero_stage() >= 1) {
+      for (uint32_t g : device_groups_[device]) {
+        const auto& sg = out_.sync_groups[g];
+        if (sg.devices.size() < 2) continue;
+        Op& op = AddCollective(ops, sg.devices, device, GroupBytes(sg), CollectiveKind::kAllGather, Category::kZero, 0);
+        op.sync_group = g;
+        op.layer_begin = sg.layer_begin;
+        op.layer_end = sg.layer_end;
+      }
+    }
+  }
+
+  // Interleaved 1F1B (Narayanan et al. 2021 §2.2, Megatron-LM's virtual pipeline): each stage's layers are
+  // cut into v chunks, and chunk c of stage s is virtual stage c·S + s, so a micro-batch runs chunk 0 on
+  // stages 0..S−1, then chunk 1 on stages 0..S−1, and so on (stage S−1 hands chunk c to stage 0's chunk
+  // c + 1). Chunks split the stage's transformer blocks as evenly as possible (the first chunks take the
+  // remainder); the embedding goes with the first chunk and the head with the last. Since a plan names
+  // each stage's layers as one range, chunk c of stage s holds blocks of that range: with identical blocks
+  // this relabels layers without changing any time or byte.
+  //
+  // The order is Megatron-LM's (schedules.py, forward_backward_pipelining_with_interleaving): m·v
+  // forward micro-steps, step i running chunk (i mod S·v) / S on micro-batch (i / (S·v))·S + i mod S
+  // (backward: chunk v − 1 − that); stage s first runs min(m·v, 2(S − s − 1) + (v − 1)·S) forwards, then
+  // one forward and one backward alternately, then the remaining backwards. With free communication and
+  // equal chunks this takes (m·v + S − 1)·(f + b) for chunk times f and b (tests/sim).
+  //
+  // With comm.dp_overlap, a gradient group is handed to the DP stream after the last backward of the lowest
+  // chunk it touches (the chunk that finishes last).
+  void EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t device, std::pair<uint32_t, uint32_t> seqs,
+                       std::vector<Op>& ops) {
+    const auto& pipe = plan_.pipelines(p);
+    const auto& st = pipe.stages(s);
+    const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
+    const uint32_t m = pipe.num_micro_batches();
+    const uint32_t v = std::max<uint32_t>(1, plan_.virtual_stages());
+    const uint32_t L = model_.num_layers();
+    // Chunk boundaries over the stage's blocks [first, last).
+    const uint32_t first = std::max<uint32_t>(st.layer_begin(), 1), last = std::min<uint32_t>(st.layer_end(), L - 1);
+    const uint32_t blocks = last > first ? last - first : 0;
+    std::vector<uint32_t> cut(v + 1);
+    for (uint32_t c = 0; c <= v; ++c) cut[c] = first + c * (blocks / v) + std::min(c, blocks % v);
+    cut[0] = st.layer_begin();
+    cut[v] = st.layer_end();
+    const bool overlap = plan_.comm().dp_overlap() && !device_groups_[device].empty();
+    // The lowest chunk each of the device's gradient groups touches.
+    std::vector<uint32_t> done_chunk;
+    for (uint32_t g : device_groups_[device]) {
+      uint32_t c = 0;
+      while (c + 1 < v && cut[c + 1] <= out_.sync_groups[g].layer_begin) ++c;
+      done_chunk.push_back(c);
+    }
+    const int prev = s > 0 ? s - 1 : static_cast<int>(S) - 1, next = s + 1 < static_cast<int>(S) ? s + 1 : 0;
+    auto forward = [&](uint32_t c, uint16_t j) {
+      if (s > 0 || (c > 0 && S > 1)) AddPp(ops, p, prev, s, device, false, r, k, true, j);
+      AddLayers(ops, device, st, r, cut[c], cut[c + 1], seqs, true, j);
+      if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, s, next, device, true, r, k, true, j);
+    };
+    auto backward = [&](uint32_t c, uint16_t j) {
+      if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, next, s, device, false, r, k, false, j);
+      AddLayers(ops, device, st, r, cut[c], cut[c + 1], seqs, false, j);
+      if (overlap && j + 1u == m) {
+        for (size_t i = 0; i < done_chunk.size(); ++i) {
+          if (done_chunk[i] == c) Signal(ops);
+        }
+      }
+      if (s > 0 || (c > 0 && S > 1)) AddPp(ops, p, s, prev, device, true, r, k, false, j);
+    };
+    const uint32_t total = m * v;
+    const auto micro_batch = [&](uint32_t i) { return static_cast<uint16_t>((i / (S * v)) * S + i % S); };
+    const auto chunk = [&](uint32_t i, bool fwd) {
+      const uint32_t c = (i % (S * v)) / S;
+      return fwd ? c : v - 1 - c;
+    };
+    const uint32_t warmup = std::min(total, 2 * (S - static_cast<uint32_t>(s) - 1) + (v - 1) * S);
+    uint32_t f = 0, b = 0;
+    for (; f < warmup; ++f) forward(chunk(f, true), micro_batch(f));
+    while (f < total) {
+      forward(chunk(f, true), micro_batch(f));
+      ++f;
+      backward(chunk(b, false), micro_batch(b));
+      ++b;
+    }
+    for (; b < total; ++b) backward(chunk(b, false), micro_batch(b));
+  }
+
+  const proto::Plan& plan_;
+  const PlanContext& ctx_;
+  const LoweringOptions& options_;
+  const TransformerModel& model_;
+  const proto::Training& tr_;
+  const bool full_recompute_;
+  Lowering out_;
+  std::vector<std::vector<uint32_t>> device_groups_;
+  std::map<std::vector<uint32_t>, uint32_t> group_ids_;
+};
+
+std::string Devices(const std::vector<uint32_t>& ds) {
+  std::string s = "[";
+  for (size_t i = 0; i < ds.size(); ++i) s += (i ? "," : "") + std::to_string(ds[i]);
+  return s + "]";
+}
+
+const char* KindName(OpKind k) {
+  switch (k) {
+    case OpKind::kCompute: return "compute";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+    case OpKind::kCollective: return "collective";
+    case OpKind::kSignal: return "signal";
+    case OpKind::kAwait: return "await";
+    case OpKind::kJoin: return "join";
+    case OpKind::kWaitSends: return "wait_sends";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Result<Lowering> LowerPlan(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options) {
+  return Lowerer(plan, ctx, options).Lower();
+}
+
+std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stream, size_t index, const Op& op) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "device %u %s %zu %s %s mb %u", device, stream, index, KindName(op.kind),
+                CategoryName(op.category), op.micro_batch);
+  std::string s = buf;
+  switch (op.kind) {
+    case OpKind::kCompute:
+      std::snprintf(buf, sizeof(buf), " layers %u-%u seqs %u-%u%s flops %.6g params %.6g", op.layer_begin,
+                    op.layer_end, op.seq_begin, op.seq_end, op.recompute ? " recompute" : "", op.flops, op.params);
+      s += buf;
+      break;
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      std::snprintf(buf, sizeof(buf), " peer %u rows %u-%u bytes %.6g", op.peer, op.seq_begin, op.seq_end, op.bytes);
+      s += buf;
+      break;
+    case OpKind::kCollective:
+      std::snprintf(buf, sizeof(buf), " %s%s group ", CollectiveName(op.collective),
+                    op.reduce == ReduceOp::kMax ? "(max)" : "");
+      s += buf + Devices(lowering.groups.at(op.group));
+      std::snprintf(buf, sizeof(buf), " layers %u-%u bytes %.6g", op.layer_begin, op.layer_end, op.bytes);
+      s += buf;
+      if (op.num_buckets > 1) s += " bucket " + std::to_string(op.bucket) + "/" + std::to_string(op.num_buckets);
+      break;
+    default:
+      break;
+  }
+  return s;
+}
+
+std::string FormatLowering(const Lowering& lowering) {
+  std::vector<uint32_t> order(lowering.devices.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return lowering.devices[a] < lowering.devices[b]; });
+  std::string out;
+  for (uint32_t i : order) {
+    const auto& r = lowering.ranks[i];
+    for (size_t k = 0; k < r.ops.size(); ++k) out += FormatOp(lowering, r.device, "main", k, r.ops[k]) + "\n";
+    for (size_t k = 0; k < r.dp_stream.size(); ++k) out += FormatOp(lowering, r.device, "dp", k, r.dp_stream[k]) + "\n";
+  }
+  return out;
+}
+
+OpTotals TotalOps(const Lowering& lowering) {
+  OpTotals t;
+  for (const auto& r : lowering.ranks) {
+    for (const auto* stream : {&r.ops, &r.dp_stream}) {
+      for (const Op& op : *stream) {
+        switch (op.kind) {
+          case OpKind::kCompute:
+            t.flops += op.flops;
+            t.optimizer_params += op.params;
+            break;
+          case OpKind::kSend: t.send_bytes += op.bytes; break;
+          case OpKind::kRecv: t.recv_bytes += op.bytes; break;
+          case OpKind::kCollective: t.collective_bytes[static_cast<int>(op.category)] += op.bytes; break;
+          default: break;
+        }
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace hetsim::models

@@ -1,0 +1,161 @@
+// The lowering: a Plan turned, exactly once, into the ordered list of operations every rank (device)
+// performs in one training iteration. The simulator (sim/) plays these lists on SimGrid and the
+// executor (executor/) runs them with real kernels and MPI/NCCL, so "the executor runs the very same
+// plan" holds by construction, and calibration can compare the two operation by operation.
+//
+// No SimGrid, CUDA or MPI here, and no cost: operations carry sizes (bytes, FLOPs, parameters, sequences,
+// layers), micro-batch ids and categories; turning them into seconds is the consumer's business.
+//
+// What is decided here, once:
+//  - Schedules, per pipeline, stage s of S, m micro-batches:
+//      1F1B (PipeDream-flush): min(S − s − 1, m) warm-up forwards, then one forward and one backward
+//           alternately, then the remaining backwards;
+//      GPipe: all m forwards, then all m backwards;
+//      interleaved 1F1B: Megatron-LM's virtual-pipeline order (see EmitInterleaved in lowering.cc).
+//  - A forward pass of a micro-batch on a rank: receive the activations from the previous stage (PP),
+//    [ZeRO-3 all-gather], the layers in order with each layer's TP collectives, send to the next stage.
+//    The backward pass mirrors it, layers in reverse order; under full recomputation each transformer
+//    block first runs its forward again (with its forward TP collectives), as Megatron-LM's per-layer
+//    activation checkpointing does.
+//  - TP collectives per layer (Megatron-LM, Shoeybi et al. 2019 §3; vocabulary-parallel embedding and
+//    cross-entropy): embedding forward 1 all-reduce of b·s·h, backward none; transformer block 2 of b·s·h
+//    in each direction; head forward 2 all-reduces, of b·s fp32 row maxima and of 2·b·s fp32
+//    softmax denominators and target logits, backward 1 of b·s·h. Sequence parallelism moves the same bytes as all-gather +
+//    reduce-scatter pairs and is lowered as all-reduces.
+//  - PP transfers between stages of different DP or TP degrees: each receiving TP rank k gets the
+//    overlapping sequences from TP rank k mod t of every sending replica that holds them; with
+//    comm.pp_leader_broadcast only TP rank 0 receives and broadcasts to its TP group.
+//  - Gradient synchronisation after the last backward: the layer-wise groups of DeriveGradSyncGroups in
+//    backward order (later layers first), each in comm.dp_bucket_mib buckets, all-reduced (ring, tree or
+//    hierarchical = reduce-scatter in the node, all-reduce across nodes, all-gather in the node) or
+//    reduce-scattered under ZeRO ≥ 1; with comm.dp_overlap on a second stream that starts each group
+//    as soon as the backward of its layers is done. Then the optimizer step over the rank's shard, and
+//    under ZeRO ≥ 1 the parameter all-gathers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/plan.h"
+
+namespace hetsim::models {
+
+enum class OpKind : uint8_t {
+  kCompute,     // a pass (or part of one) over layers [layer_begin, layer_end) of the rank's stage
+  kSend,        // post an asynchronous point-to-point send of `bytes` to device `peer`
+  kRecv,        // block until the matching message from device `peer` arrived
+  kCollective,  // take part (as `rank`) in a collective over group `group`
+  kSignal,      // (main stream) tell the rank's DP stream that the next gradient group is ready
+  kAwait,       // (DP stream) wait for the next kSignal of the main stream
+  kJoin,        // (main stream) wait until the rank's DP stream has finished
+  kWaitSends,   // wait for every posted send to complete
+};
+
+// What an operation's time is booked as, in reports and timelines of the simulator and the executor.
+enum class Category : uint8_t { kForward, kBackward, kOptimizer, kTp, kPp, kDp, kZero, kIdle };
+inline constexpr int kNumCategories = 8;
+const char* CategoryName(Category c);
+
+enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+const char* CollectiveName(CollectiveKind k);
+enum class Algorithm : uint8_t { kRing, kTree };
+enum class ReduceOp : uint8_t { kSum, kMax };
+
+// Point-to-point channels: messages between two devices are matched in order per channel.
+enum Channel : uint8_t { kChanPpForward = 0, kChanPpBackward = 1, kChanTp = 2, kChanDp = 3 };
+
+inline constexpr uint32_t kNone = UINT32_MAX;
+
+struct Op {
+  OpKind kind = OpKind::kCompute;
+  Category category = Category::kForward;
+  CollectiveKind collective = CollectiveKind::kAllReduce;
+  Algorithm algorithm = Algorithm::kRing;
+  ReduceOp reduce = ReduceOp::kSum;
+  uint8_t channel = 0;
+  bool recompute = false;  // compute: a forward recomputation inside the backward pass
+  bool in_pass = false;    // collective: issued by the layer code inside the surrounding compute pass (TP)
+  uint16_t micro_batch = 0;
+  uint16_t bucket = 0;        // DP: this bucket of `num_buckets`
+  uint16_t num_buckets = 1;
+  uint32_t peer = kNone;      // send/recv: the other device
+  uint32_t group = kNone;     // collective: index into Lowering::groups
+  uint32_t rank = 0;          // collective: this device's rank in the group
+  uint32_t sync_group = kNone;  // DP/ZeRO collective: index into Lowering::sync_groups
+  uint32_t layer_begin = 0;   // compute / TP collective: the layers; DP/ZeRO: the sync group's layers
+  uint32_t layer_end = 0;
+  uint32_t seq_begin = 0;     // compute: the rank's sequences of the micro-batch; send/recv: the rows
+  uint32_t seq_end = 0;       // [seq_begin, seq_end) of the rank's share that travel
+  double bytes = 0;           // send/recv/collective payload (collectives: the full buffer S)
+  double flops = 0;           // compute (forward/backward): FLOPs on this rank (divided by TP)
+  double params = 0;          // optimizer: parameters this rank updates
+  uint32_t sequences() const { return seq_end - seq_begin; }
+};
+
+// The operations of one rank.
+struct RankOps {
+  uint32_t device = 0;
+  uint32_t pipeline = 0;
+  uint32_t stage = 0;
+  uint32_t replica = 0;   // intra-stage DP replica
+  uint32_t tp_rank = 0;
+  uint32_t tp = 1;
+  uint32_t layer_begin = 0;  // the stage's layers
+  uint32_t layer_end = 0;
+  std::vector<Op> ops;        // the main stream
+  std::vector<Op> dp_stream;  // the overlapped gradient-sync stream (empty unless comm.dp_overlap)
+};
+
+struct Lowering {
+  std::vector<uint32_t> devices;              // devices the plan uses, in plan order
+  std::vector<RankOps> ranks;                 // parallel to `devices`
+  std::vector<std::vector<uint32_t>> groups;  // collective groups (devices in rank order)
+  std::vector<GradSyncGroup> sync_groups;     // DeriveGradSyncGroups in backward order
+  std::vector<uint32_t> device_slot;          // device -> index into `devices` (or kNone)
+  // HetHub §3.1: transfers between nodes are staged through host memory (for the simulator's platform).
+  bool cpu_staged = false;
+};
+
+struct LoweringOptions {
+  // One compute operation per pass and micro-batch (consecutive layers merged) and the pass's TP
+  // collectives fused into one all-reduce of the same total bytes after it. Off: one compute operation
+  // per layer, each followed by that layer's TP collectives (what the executor issues).
+  bool fuse_passes = false;
+  // Layers whose TP communication is already inside the compute's measured time (profiles that include
+  // it): no TP collective is emitted for them. Called with (device, layer, TP degree, sequences).
+  std::function<bool(uint32_t, uint32_t, uint32_t, double)> tp_in_compute;
+};
+
+// Lowers a structurally valid plan (ValidatePlanStructure). Errors for plans no consumer can run
+// (interleaved 1F1B with ZeRO-3; ZeRO-3 across pipelines of different micro-batch counts).
+Result<Lowering> LowerPlan(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options = {});
+
+// TP collectives of one layer's forward or backward pass for `batch` sequences (see the header comment).
+struct TpCollective {
+  double bytes = 0;
+  ReduceOp reduce = ReduceOp::kSum;
+};
+std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
+                                             uint32_t seq_len, proto::DType dtype);
+
+// One line per operation, for dumps and comparisons (`hetsim lower`, hetsim-exec --ops-out):
+//   "device 3 main 12 recv pp mb 1 peer 2 rows 0-2 bytes 32768"
+// Groups are printed as their device lists, so two lowerings that number groups differently still compare
+// equal. `stream` is "main" or "dp".
+std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stream, size_t index, const Op& op);
+// Every rank's operations, ranks in ascending device order.
+std::string FormatLowering(const Lowering& lowering);
+
+// Totals for tests and summaries.
+struct OpTotals {
+  double flops = 0;          // Σ compute FLOPs
+  double send_bytes = 0;     // Σ send bytes
+  double recv_bytes = 0;     // Σ receive bytes
+  double collective_bytes[kNumCategories] = {};  // Σ over ranks of each rank's collective buffer bytes
+  double optimizer_params = 0;
+};
+OpTotals TotalOps(const Lowering& lowering);
+
+}  // namespace hetsim::models
