@@ -19,7 +19,6 @@
 #include "models/training.h"
 #include "models/transformer.h"
 #include "models/yaml_proto.h"
-#include "tools/hetsim/cli.h"
 
 namespace hetsim::models {
 namespace {
@@ -83,22 +82,6 @@ Status ModelStatus(const std::string& yaml, const std::string& file = "inline-mo
   return TransformerModel::Build(std::move(m), file).status();
 }
 
-struct CliResult {
-  int code = 0;
-  std::string out;
-  std::string err;
-};
-
-CliResult RunCli(const std::vector<std::string>& args) {
-  std::vector<const char*> argv = {"hetsim"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  CliResult r;
-  r.code = cli::Main(static_cast<int>(argv.size()), argv.data(), out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
 
 // A small valid cluster; tests below change one thing each.
 constexpr const char* kGoodCluster = R"(
@@ -419,23 +402,6 @@ TEST(BadSpecKind, WrongKindWithCompatibleKeysNamesBothKinds) {
   const Status st = ParseSpec(src, SpecKind::kCluster, &c);
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(Has(st.message(), "wrong-kind.yaml:1:7: kind: this is a 'model' file but a cluster was expected"));
-}
-
-TEST(BadSpecKind, ValidateWithoutKindNamesFileAndKey) {
-  const std::string file = BadFile("missing_kind.yaml");
-  const auto r = RunCli({"validate", file});
-  EXPECT_NE(r.code, 0);
-  EXPECT_TRUE(Has(r.err, file + ": missing top-level key 'kind'"));
-  EXPECT_TRUE(Has(r.err, "cluster, model, training, plan, profile"));
-}
-
-TEST(BadSpecKind, ValidateWithUnknownKindSuggests) {
-  const std::string file = BadFile("unknown_kind.yaml");
-  const auto r = RunCli({"validate", file});
-  EXPECT_NE(r.code, 0);
-  EXPECT_TRUE(Has(r.err, file + ":2:"));
-  EXPECT_TRUE(Has(r.err, "kind: unknown kind 'clustr'"));
-  EXPECT_TRUE(Has(r.err, "did you mean 'cluster'"));
 }
 
 // ---- cluster semantics ---------------------------------------------------------------------------
@@ -912,21 +878,6 @@ pipelines:
   EXPECT_TRUE(Has(st.message(), "pipelines[1].stages[0].devices: a stage needs at least one device"));
 }
 
-// For death tests: 0 when `hetsim validate FILE` fails (exit 1) with `expected` on stderr.
-int ValidateInChild(const std::string& file, const std::string& expected) {
-  const auto r = RunCli({"validate", file});
-  return r.code == 1 && r.err.find(expected) != std::string::npos ? 0 : 3;
-}
-
-// Interleaved 1F1B divides the micro-batch count by the stage count: a pipeline without stages must be
-// an error, not a division by zero. Run in a child process so that a crash fails only this test.
-TEST(BadPlanDeathTest, InterleavedScheduleWithoutStagesDoesNotCrash) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string file = BadFile("plan_interleaved_no_stages.yaml");
-  EXPECT_EXIT(std::_Exit(ValidateInChild(file, file + ": pipelines[0].stages: a pipeline needs at least one stage")),
-              testing::ExitedWithCode(0), "");
-}
-
 TEST(BadPlan, ReportsSeveralIndependentErrorsAtOnce) {
   const std::string file = BadFile("plan_two_errors.yaml");
   auto plan = LoadPlan(file);
@@ -943,64 +894,6 @@ TEST(BadPlan, ReportsSeveralIndependentErrorsAtOnce) {
   EXPECT_TRUE(Has(lines[1], "pipelines[0].stages[2].layer_begin: is 24 but the previous stage ends at 23; "
                             "layers 23..23 would be missing"));
   EXPECT_TRUE(EveryLineNames(st.message(), file));
-}
-
-// ---- command line --------------------------------------------------------------------------------
-
-TEST(BadCli, UnknownSubcommandSuggests) {
-  const auto r = RunCli({"valdate", "x.yaml"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(Has(r.err, "unknown command 'valdate'; did you mean 'validate'?"));
-  EXPECT_TRUE(r.out.empty());
-}
-
-TEST(BadCli, UnknownFlagSuggests) {
-  const auto r = RunCli({"describe", "--clustr", "x"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(Has(r.err, "unknown flag '--clustr'; did you mean '--cluster'?"));
-}
-
-TEST(BadCli, ListWithMisspelledKindSuggests) {
-  const auto r = RunCli({"list", "clustres"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(Has(r.err, "unknown kind 'clustres'; did you mean 'clusters'?"));
-}
-
-TEST(BadCli, ValidateNonexistentPathNamesIt) {
-  const std::string path = BadFile("no-such-dir/no-such-file.yaml");
-  const auto r = RunCli({"validate", path});
-  EXPECT_NE(r.code, 0);
-  EXPECT_TRUE(Has(r.err, path));
-  EXPECT_TRUE(Has(r.err, "no such file"));
-}
-
-TEST(BadCli, ValidatePlanPrintsEveryError) {
-  const std::string file = BadFile("plan_two_errors.yaml");
-  const auto r = RunCli({"validate", file});
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(Has(r.err, "pipelines[0].stages[1].devices[0]"));
-  EXPECT_TRUE(Has(r.err, "pipelines[0].stages[2].layer_begin"));
-  EXPECT_TRUE(EveryLineNames(r.err, file));
-}
-
-TEST(BadCli, BadFlagValuesAreUsageErrors) {
-  const auto not_a_number = RunCli({"describe", "--model", "llama2-7b", "--global-batch", "abc"});
-  EXPECT_EQ(not_a_number.code, 2);
-  EXPECT_TRUE(Has(not_a_number.err, "--global-batch"));
-  const auto bad_dtype = RunCli({"describe", "--model", "llama2-7b", "--dtype", "bf61"});
-  EXPECT_NE(bad_dtype.code, 0);
-  EXPECT_TRUE(Has(bad_dtype.err, "--dtype: unknown value 'bf61'"));
-  EXPECT_TRUE(Has(bad_dtype.err, "did you mean 'bf16'"));
-  const auto missing_value = RunCli({"describe", "--cluster"});
-  EXPECT_EQ(missing_value.code, 2);
-  EXPECT_TRUE(Has(missing_value.err, "--cluster"));
-}
-
-// `--global-batch -1` must not silently become 4294967295 sequences.
-TEST(BadCli, NegativeGlobalBatchIsRejected) {
-  const auto r = RunCli({"describe", "--model", "llama2-7b", "--global-batch", "-1"});
-  EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_TRUE(Has(r.err, "--global-batch"));
 }
 
 }  // namespace

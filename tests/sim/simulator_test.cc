@@ -201,6 +201,63 @@ pipelines:
   EXPECT_NEAR(Simulate(run, plan, db), expected, 1e-7);
 }
 
+// Every layer of llama-tiny takes no time: what remains of an iteration is its communication.
+models::ProfileDb ZeroTimeProfile() {
+  proto::Profile p;
+  const Status s = models::ParseYaml(R"(
+gpu: h100
+model: llama-tiny
+seq_len: 128
+layers:
+  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
+  - {layer: embedding, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
+  - {layer: head, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
+)",
+                                     "zero-profile", &p);
+  EXPECT_TRUE(s.ok()) << s.message();
+  models::ProfileDb db;
+  const Status a = db.Add(p, "zero-profile");
+  EXPECT_TRUE(a.ok()) << a.message();
+  return db;
+}
+
+TEST(GradientSync, HierarchicalAllReduceMatchesItsClosedForm) {
+  // Four single-stage pipelines on two nodes of two GPUs: NVSwitch at B1 = 100 GB/s, one 100 Gb/s NIC
+  // per GPU (B2 = 12.5 GB/s), latencies ~0. One gradient group {0, 1, 2, 3} of all llama-tiny parameters,
+  // P = 262,144 (embedding) + 4·725,504 (blocks) + 262,400 (head) = 3,426,560 bf16 values: S = 6,853,120
+  // bytes. Hierarchical (lowering): reduce-scatter inside each node (2 members: each sends S/2 at B1),
+  // then all-reduce of S/2 across the nodes by {0, 2} and {1, 3} on their own NICs (2 members: each
+  // sends S/2 at B2), then all-gather inside each node (S/2 at B1): S/B1 + S/(2·B2) = 0.34266 ms.
+  // A flat ring over 0-1-2-3 instead sends 2·(3/4)·S per member, through a NIC for members 1 and 3:
+  // 1.5·S/B2 = 0.82237 ms.
+  const Setting run = MakeSetting(R"(
+name: two-by-two
+nodes:
+  - name: n
+    count: 2
+    gpus: {type: h100, count: 2}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: 100, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000, pcie_latency_us: 0.000001}
+    nic: {kind: infiniband, bandwidth_gbps: 100, attachment: per_gpu, latency_us: 0.000001}
+network: {switch_latency_us: 0.000001}
+)",
+                                  4);
+  const auto db = ZeroTimeProfile();
+  auto plan = PlanFrom(R"(
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0], layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [1], layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [2], layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [3], layer_end: 6}]}
+comm: {dp_algorithm: hierarchical}
+)");
+  const double S = 6853120;
+  for (Fidelity fid : {Fidelity::Balanced(), Fidelity::Full()}) {
+    EXPECT_NEAR(Simulate(run, plan, db, fid), S / 100e9 + S / 25e9, 1e-8);
+  }
+  plan.mutable_comm()->set_dp_algorithm(proto::CommOptions::ALGORITHM_RING);
+  EXPECT_NEAR(Simulate(run, plan, db), 1.5 * S / 12.5e9, 1e-8);
+}
+
 // ---- collectives on hand-built programs -----------------------------------------------------------
 
 Programs CollectivePrograms(const std::vector<std::vector<uint32_t>>& groups, double bytes, uint32_t num_devices,

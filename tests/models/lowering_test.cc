@@ -1,0 +1,348 @@
+// The lowering (models/lowering.h): schedules written out by hand for small pipelines, the TP
+// collectives of each layer kind counted by hand, and a property test over random plans that the
+// operation lists conserve FLOPs and bytes against closed forms.
+#include "models/lowering.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+
+namespace hetsim::models {
+namespace {
+
+// Two nodes of four GPUs (llama-tiny: layers 0 embedding, 1-4 blocks, 5 head).
+Cluster EightGpus() {
+  proto::Cluster c;
+  const Status s = ParseYaml(R"(
+name: eight
+nodes:
+  - {name: n, count: 2, gpus: {type: h100, count: 4}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
+)",
+                             "eight.yaml", &c);
+  EXPECT_TRUE(s.ok()) << s.message();
+  auto r = Cluster::Build(c, "eight.yaml");
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return std::move(r).value();
+}
+
+struct World {
+  Cluster cluster = EightGpus();
+  TransformerModel model = std::move(LoadModel("llama-tiny")).value();
+};
+
+World& TheWorld() {
+  static World w;
+  return w;
+}
+
+proto::Training TrainingFor(const proto::Plan& plan, proto::Recompute recompute = proto::RECOMPUTE_NONE) {
+  uint32_t batch = 0;
+  for (const auto& p : plan.pipelines()) batch += p.micro_batch_size() * p.num_micro_batches();
+  proto::Training t;
+  t.set_global_batch_size(batch);
+  t.set_seq_len(16);
+  t.set_recompute(recompute);
+  auto r = ResolveTraining(t, TheWorld().model, "t");
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return *r;
+}
+
+// One pipeline of S single-device stages, one layer each except the last, which takes the rest.
+proto::Plan Chain(uint32_t S, uint32_t m, proto::Plan::Schedule schedule) {
+  proto::Plan plan;
+  plan.set_schedule(schedule);
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(1);
+  pipe->set_num_micro_batches(m);
+  for (uint32_t s = 0; s < S; ++s) {
+    auto* st = pipe->add_stages();
+    st->add_devices(s);
+    st->set_layer_begin(s);
+    st->set_layer_end(s + 1 == S ? TheWorld().model.num_layers() : s + 1);
+  }
+  return plan;
+}
+
+Lowering Lower(const proto::Plan& plan, const proto::Training& training, const LoweringOptions& options = {}) {
+  const PlanContext ctx{TheWorld().cluster, TheWorld().model, training};
+  const Status v = ValidatePlanStructure(plan, ctx, "plan");
+  EXPECT_TRUE(v.ok()) << v.message();
+  auto l = LowerPlan(plan, ctx, options);
+  EXPECT_TRUE(l.ok()) << l.status().message();
+  return std::move(l).value();
+}
+
+// The passes of a rank's list: "F0 F1 B0 ..." (consecutive compute operations of one pass are one step).
+std::string Steps(const RankOps& r) {
+  std::string out;
+  const Op* last = nullptr;
+  for (const Op& op : r.ops) {
+    if (op.kind != OpKind::kCompute || op.category == Category::kOptimizer) {
+      if (op.kind != OpKind::kCollective) last = nullptr;
+      continue;
+    }
+    if (last != nullptr && last->category == op.category && last->micro_batch == op.micro_batch) continue;
+    last = &op;
+    if (!out.empty()) out += ' ';
+    out += (op.category == Category::kForward ? 'F' : 'B') + std::to_string(op.micro_batch);
+  }
+  return out;
+}
+
+std::string StageSteps(proto::Plan::Schedule sched, uint32_t stage, uint32_t stages, uint32_t m) {
+  const auto plan = Chain(stages, m, sched);
+  const Lowering l = Lower(plan, TrainingFor(plan));
+  return Steps(l.ranks.at(l.device_slot.at(stage)));
+}
+
+TEST(LoweringSchedule, OneFOneBWarmUpSteadyCoolDown) {
+  constexpr auto k1F1B = proto::Plan::SCHEDULE_1F1B;
+  // 4 stages, 6 micro-batches: stage s warms up with min(3 − s, 6) forwards.
+  EXPECT_EQ(StageSteps(k1F1B, 0, 4, 6), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+  EXPECT_EQ(StageSteps(k1F1B, 1, 4, 6), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5");
+  EXPECT_EQ(StageSteps(k1F1B, 3, 4, 6), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
+  // Fewer micro-batches than stages: the warm-up is capped at m.
+  EXPECT_EQ(StageSteps(k1F1B, 0, 4, 2), "F0 F1 B0 B1");
+  EXPECT_EQ(StageSteps(k1F1B, 0, 1, 3), "F0 B0 F1 B1 F2 B2");
+}
+
+TEST(LoweringSchedule, GPipeRunsAllForwardsFirst) {
+  EXPECT_EQ(StageSteps(proto::Plan::SCHEDULE_GPIPE, 2, 4, 3), "F0 F1 F2 B0 B1 B2");
+}
+
+TEST(LoweringSchedule, EveryMicroBatchRunsForwardThenBackwardOnce) {
+  for (auto sched : {proto::Plan::SCHEDULE_1F1B, proto::Plan::SCHEDULE_GPIPE}) {
+    for (uint32_t stages = 1; stages <= 6; ++stages) {
+      for (uint32_t m = 1; m <= 9; ++m) {
+        const auto plan = Chain(stages, m, sched);
+        const Lowering l = Lower(plan, TrainingFor(plan));
+        for (uint32_t s = 0; s < stages; ++s) {
+          const std::string steps = Steps(l.ranks.at(l.device_slot.at(s)));
+          std::vector<int> seen(m, 0);
+          int in_flight = 0, peak = 0, count = 0;
+          for (size_t i = 0; i < steps.size(); i = steps.find(' ', i) == std::string::npos ? steps.size() : steps.find(' ', i) + 1) {
+            const bool fwd = steps[i] == 'F';
+            int& state = seen[static_cast<size_t>(std::stoi(steps.substr(i + 1)))];
+            ASSERT_EQ(state, fwd ? 0 : 1) << steps;
+            ++state;
+            ++count;
+            peak = std::max(peak, in_flight += fwd ? 1 : -1);
+          }
+          EXPECT_EQ(count, static_cast<int>(2 * m)) << steps;
+          // 1F1B keeps at most min(S − s, m) micro-batches in flight (the memory model's assumption).
+          if (sched == proto::Plan::SCHEDULE_1F1B) {
+            EXPECT_EQ(static_cast<uint32_t>(peak), std::min(stages - s, m));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LoweringTp, EachLayerKindIssuesMegatronsCollectives) {
+  // One stage of TP 2 over all of llama-tiny, one micro-batch of 2 sequences of 16 tokens, bf16:
+  // activations A = 2·16·256·2 bytes = 16,384. Forward: embedding 1 × A, 4 blocks × 2 × A, head a max of
+  // 2·16·4 = 128 bytes and a sum of 256 bytes. Backward: head 1 × A, blocks 2 × A each, embedding none.
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(2);
+  pipe->set_num_micro_batches(1);
+  auto* st = pipe->add_stages();
+  st->add_devices(0);
+  st->add_devices(1);
+  st->set_tp_degree(2);
+  st->set_layer_end(6);
+  for (bool recompute : {false, true}) {
+    const auto tr = TrainingFor(plan, recompute ? proto::RECOMPUTE_FULL : proto::RECOMPUTE_NONE);
+    const Lowering l = Lower(plan, tr);
+    std::vector<double> fwd, bwd;
+    bool forward = true;  // the pass of the last compute operation
+    for (const Op& op : l.ranks[0].ops) {
+      if (op.kind == OpKind::kCompute) forward = op.category == Category::kForward;
+      if (op.kind != OpKind::kCollective || op.category != Category::kTp) continue;
+      EXPECT_TRUE(op.in_pass);
+      EXPECT_EQ(l.groups[op.group], (std::vector<uint32_t>{0, 1}));
+      (forward ? fwd : bwd).push_back(op.bytes);
+    }
+    const double A = 16384;
+    std::vector<double> want_fwd = {A, A, A, A, A, A, A, A, A, 128, 256};
+    std::vector<double> want_bwd = {A};  // head
+    for (int b = 0; b < 4; ++b) {
+      if (recompute) want_bwd.insert(want_bwd.end(), {A, A});  // the block's forward again
+      want_bwd.insert(want_bwd.end(), {A, A});
+    }
+    EXPECT_EQ(fwd, want_fwd) << "recompute " << recompute;
+    EXPECT_EQ(bwd, want_bwd) << "recompute " << recompute;
+  }
+}
+
+TEST(LoweringTp, FusedPassesMoveTheSameBytesInOneCollective) {
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(2);
+  pipe->set_num_micro_batches(3);
+  auto* st = pipe->add_stages();
+  st->add_devices(0);
+  st->add_devices(1);
+  st->set_tp_degree(2);
+  st->set_layer_end(6);
+  const auto tr = TrainingFor(plan);
+  LoweringOptions fused;
+  fused.fuse_passes = true;
+  const Lowering a = Lower(plan, tr), b = Lower(plan, tr, fused);
+  const OpTotals ta = TotalOps(a), tb = TotalOps(b);
+  EXPECT_DOUBLE_EQ(ta.flops, tb.flops);
+  EXPECT_DOUBLE_EQ(ta.collective_bytes[static_cast<int>(Category::kTp)],
+                   tb.collective_bytes[static_cast<int>(Category::kTp)]);
+  // Fused: per micro-batch one forward and one backward compute, each followed by one TP all-reduce.
+  size_t compute = 0, tp = 0;
+  for (const Op& op : b.ranks[0].ops) {
+    compute += op.kind == OpKind::kCompute && op.category != Category::kOptimizer;
+    tp += op.kind == OpKind::kCollective && op.category == Category::kTp;
+  }
+  EXPECT_EQ(compute, 6u);
+  EXPECT_EQ(tp, 6u);
+}
+
+// ---- conservation over random plans ----------------------------------------------------------------
+
+// A random valid plan on the eight GPUs: 1-2 pipelines, 1-3 stages each, TP and intra-stage DP of 1 or
+// 2, uneven layer splits and micro-batch splits, any schedule, ZeRO 0-2, buckets, overlap, algorithms.
+proto::Plan RandomPlan(std::mt19937& gen) {
+  auto pick = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(gen); };
+  const uint32_t L = TheWorld().model.num_layers();
+  proto::Plan plan;
+  const uint32_t pipes = pick(1, 2);
+  uint32_t next_device = 0;
+  for (uint32_t p = 0; p < pipes; ++p) {
+    auto* pipe = plan.add_pipelines();
+    const uint32_t S = pick(1, 3);
+    pipe->set_num_micro_batches(pick(1, 5));
+    std::vector<uint32_t> cuts = {0};
+    for (uint32_t s = 1; s < S; ++s) cuts.push_back(pick(cuts.back() + 1, L - (S - s)));
+    cuts.push_back(L);
+    uint32_t mbs = 0;
+    std::vector<uint32_t> dps;
+    for (uint32_t s = 0; s < S; ++s) dps.push_back(pick(1, 2));
+    mbs = pick(*std::max_element(dps.begin(), dps.end()), 5);
+    pipe->set_micro_batch_size(mbs);
+    for (uint32_t s = 0; s < S; ++s) {
+      auto* st = pipe->add_stages();
+      const uint32_t t = pick(1, 2), dp = dps[s];
+      if (next_device + t * dp > 8) return RandomPlan(gen);
+      for (uint32_t i = 0; i < t * dp; ++i) st->add_devices(next_device++);
+      st->set_tp_degree(t);
+      st->set_layer_begin(cuts[s]);
+      st->set_layer_end(cuts[s + 1]);
+      if (dp == 2 && pick(0, 1)) {
+        const uint32_t first = pick(1, mbs - 1);
+        st->add_micro_batch_split(first);
+        st->add_micro_batch_split(mbs - first);
+      }
+    }
+  }
+  const uint32_t sched = pick(0, 2);
+  plan.set_schedule(sched == 0 ? proto::Plan::SCHEDULE_1F1B
+                               : sched == 1 ? proto::Plan::SCHEDULE_GPIPE : proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+  if (sched == 2) plan.set_virtual_stages(2);
+  plan.set_zero_stage(pick(0, 2));
+  plan.mutable_comm()->set_dp_overlap(pick(0, 1));
+  plan.mutable_comm()->set_dp_bucket_mib(pick(0, 1) ? 1 : 0);
+  plan.mutable_comm()->set_dp_algorithm(pick(0, 1) ? proto::CommOptions::ALGORITHM_HIERARCHICAL
+                                                   : proto::CommOptions::ALGORITHM_RING);
+  plan.mutable_comm()->set_pp_leader_broadcast(pick(0, 3) == 0);
+  return plan;
+}
+
+TEST(LoweringProperty, RandomPlansConserveFlopsAndBytes) {
+  std::mt19937 gen(20261122);
+  const auto& w = TheWorld();
+  const uint32_t L = w.model.num_layers();
+  int checked = 0;
+  for (int trial = 0; trial < 400 && checked < 120; ++trial) {
+    const proto::Plan plan = RandomPlan(gen);
+    const auto recompute = gen() % 2 ? proto::RECOMPUTE_FULL : proto::RECOMPUTE_NONE;
+    const proto::Training tr = TrainingFor(plan, recompute);
+    const PlanContext ctx{w.cluster, w.model, tr};
+    if (!ValidatePlanStructure(plan, ctx, "random").ok()) continue;
+    auto lowered = LowerPlan(plan, ctx);
+    ASSERT_TRUE(lowered.ok()) << lowered.status().message() << "\n" << MessageToYaml(plan);
+    const OpTotals totals = TotalOps(*lowered);
+    ++checked;
+    const double seq = tr.seq_len(), h = w.model.spec().hidden_size(), dt = 2;  // bf16
+    // FLOPs: every sequence of every pipeline runs every layer forward and backward once (FLOPs are linear
+    // in the batch; TP ranks each do 1/t), and under full recomputation every block's forward again.
+    double flops = 0, pp = 0, tp = 0;
+    for (const auto& pipe : plan.pipelines()) {
+      const double seqs = double(pipe.micro_batch_size()) * pipe.num_micro_batches();
+      for (uint32_t l = 0; l < L; ++l) {
+        flops += seqs * (w.model.ForwardFlops(l, 1, tr.seq_len()) + w.model.BackwardFlops(l, 1, tr.seq_len()));
+        if (recompute == proto::RECOMPUTE_FULL && l > 0 && l + 1 < L) flops += seqs * w.model.ForwardFlops(l, 1, tr.seq_len());
+      }
+      // PP: across each boundary every sequence's activations reach every receiving TP rank (or only TP
+      // rank 0 with leader broadcast) forward, and its gradients every sending TP rank backward. With the
+      // interleaved schedule the last stage also hands chunks back to the first (v − 1 times per sequence).
+      const int S = pipe.stages_size();
+      const double v = plan.schedule() == proto::Plan::SCHEDULE_INTERLEAVED_1F1B ? 2 : 1;
+      const bool leader = plan.comm().pp_leader_broadcast();
+      for (int s = 0; s + 1 < S || (v > 1 && S > 1 && s + 1 == S); ++s) {
+        const auto& a = pipe.stages(s);
+        const auto& b = pipe.stages((s + 1) % S);
+        const double times = s + 1 < S ? v : v - 1;
+        pp += times * seqs * seq * h * dt * ((leader ? 1 : TpDegree(b)) + (leader ? 1 : TpDegree(a)));
+      }
+      // TP: per sequence and TP rank, forward 1 (embedding) + 2 per block, head 4 + 8 bytes per token;
+      // backward 1 (head) + 2 per block; recomputation 2 more per block.
+      for (const auto& st : pipe.stages()) {
+        const uint32_t t = TpDegree(st);
+        if (t < 2) continue;
+        const double per_seq_rank = seq * h * dt;
+        double per_seq = 0;
+        for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) {
+          if (l == 0) per_seq += per_seq_rank;
+          else if (l + 1 == L) per_seq += 12 * seq + per_seq_rank;
+          else per_seq += (recompute == proto::RECOMPUTE_FULL ? 6 : 4) * per_seq_rank;
+        }
+        tp += seqs * t * per_seq;
+      }
+    }
+    EXPECT_NEAR(totals.flops, flops, 1e-9 * flops) << MessageToYaml(plan);
+    EXPECT_DOUBLE_EQ(totals.send_bytes, totals.recv_bytes) << MessageToYaml(plan);
+    EXPECT_NEAR(totals.send_bytes, pp, 1e-9 * (pp + 1)) << MessageToYaml(plan);
+    EXPECT_NEAR(totals.collective_bytes[static_cast<int>(Category::kTp)], tp, 1e-9 * (tp + 1)) << MessageToYaml(plan);
+    // DP: every member of every gradient group syncs the group's parameters once (buckets split them,
+    // hierarchical algorithms move them in three collectives: S + S/c + S within and across nodes).
+    double dp = 0;
+    for (const auto& g : lowered->sync_groups) {
+      if (g.devices.size() < 2) continue;
+      double params = 0;
+      for (uint32_t l = g.layer_begin; l < g.layer_end; ++l) params += w.model.ParamsPerRank(l, g.num_chunks, g.layer_begin != 0);
+      double per_member = params * dt;
+      if (plan.zero_stage() == 0 && plan.comm().dp_algorithm() == proto::CommOptions::ALGORITHM_HIERARCHICAL) {
+        std::map<uint32_t, uint32_t> per_node;
+        for (uint32_t d : g.devices) per_node[w.cluster.device(d).node]++;
+        const uint32_t c = per_node.begin()->second;
+        bool uniform = per_node.size() > 1 && c > 1;
+        for (const auto& [node, n] : per_node) uniform &= n == c;
+        if (uniform) per_member *= 2 + 1.0 / c;
+      }
+      dp += per_member * g.devices.size();
+    }
+    EXPECT_NEAR(totals.collective_bytes[static_cast<int>(Category::kDp)], dp, 1e-9 * (dp + 1)) << MessageToYaml(plan);
+    // Every rank ends with exactly one optimizer step, after one wait for its sends.
+    for (const auto& r : lowered->ranks) {
+      EXPECT_EQ(std::count_if(r.ops.begin(), r.ops.end(), [](const Op& op) { return op.category == Category::kOptimizer; }), 1);
+      EXPECT_EQ(std::count_if(r.ops.begin(), r.ops.end(), [](const Op& op) { return op.kind == OpKind::kWaitSends; }), 1);
+    }
+  }
+  EXPECT_GE(checked, 100);
+}
+
+}  // namespace
+}  // namespace hetsim::models

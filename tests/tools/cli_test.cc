@@ -1,0 +1,159 @@
+// The command line's answers to bad input: unknown commands, flags and kinds get a suggestion, bad
+// files name the file and key, and every such error exits non-zero (moved here from tests/models so that
+// the models/ tests do not link the CLI).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/hetsim/cli.h"
+
+namespace hetsim {
+namespace {
+
+std::string BadFile(const std::string& name) { return std::string(HETSIM_SOURCE_DIR) + "/tests/data/bad/" + name; }
+
+testing::AssertionResult Has(const std::string& text, const std::string& needle) {
+  if (text.find(needle) != std::string::npos) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "expected to find\n  [" << needle << "]\nin\n  [" << text << "]";
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+// Every line of a multi-line error names the file it is about.
+testing::AssertionResult EveryLineNames(const std::string& text, const std::string& file) {
+  const auto lines = Lines(text);
+  if (lines.empty()) return testing::AssertionFailure() << "empty message";
+  for (const auto& l : lines) {
+    if (l.rfind(file, 0) != 0) {
+      return testing::AssertionFailure() << "line does not start with '" << file << "': [" << l << "]\nin\n["
+                                         << text << "]";
+    }
+  }
+  return testing::AssertionSuccess();
+}
+
+// The name in "did you mean 'NAME'?" or "".
+
+struct CliResult {
+  int code = 0;
+  std::string out;
+  std::string err;
+};
+
+CliResult RunCli(const std::vector<std::string>& args) {
+  std::vector<const char*> argv = {"hetsim"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  CliResult r;
+  r.code = cli::Main(static_cast<int>(argv.size()), argv.data(), out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+TEST(BadSpecKind, ValidateWithoutKindNamesFileAndKey) {
+  const std::string file = BadFile("missing_kind.yaml");
+  const auto r = RunCli({"validate", file});
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(Has(r.err, file + ": missing top-level key 'kind'"));
+  EXPECT_TRUE(Has(r.err, "cluster, model, training, plan, profile"));
+}
+
+
+TEST(BadSpecKind, ValidateWithUnknownKindSuggests) {
+  const std::string file = BadFile("unknown_kind.yaml");
+  const auto r = RunCli({"validate", file});
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(Has(r.err, file + ":2:"));
+  EXPECT_TRUE(Has(r.err, "kind: unknown kind 'clustr'"));
+  EXPECT_TRUE(Has(r.err, "did you mean 'cluster'"));
+}
+
+
+// For death tests: 0 when `hetsim validate FILE` fails (exit 1) with `expected` on stderr.
+int ValidateInChild(const std::string& file, const std::string& expected) {
+  const auto r = RunCli({"validate", file});
+  return r.code == 1 && r.err.find(expected) != std::string::npos ? 0 : 3;
+}
+
+// Interleaved 1F1B divides the micro-batch count by the stage count: a pipeline without stages must be
+// an error, not a division by zero. Run in a child process so that a crash fails only this test.
+TEST(BadPlanDeathTest, InterleavedScheduleWithoutStagesDoesNotCrash) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string file = BadFile("plan_interleaved_no_stages.yaml");
+  EXPECT_EXIT(std::_Exit(ValidateInChild(file, file + ": pipelines[0].stages: a pipeline needs at least one stage")),
+              testing::ExitedWithCode(0), "");
+}
+
+
+// ---- command line --------------------------------------------------------------------------------
+
+TEST(BadCli, UnknownSubcommandSuggests) {
+  const auto r = RunCli({"valdate", "x.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.err, "unknown command 'valdate'; did you mean 'validate'?"));
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(BadCli, UnknownFlagSuggests) {
+  const auto r = RunCli({"describe", "--clustr", "x"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.err, "unknown flag '--clustr'; did you mean '--cluster'?"));
+}
+
+TEST(BadCli, ListWithMisspelledKindSuggests) {
+  const auto r = RunCli({"list", "clustres"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.err, "unknown kind 'clustres'; did you mean 'clusters'?"));
+}
+
+TEST(BadCli, ValidateNonexistentPathNamesIt) {
+  const std::string path = BadFile("no-such-dir/no-such-file.yaml");
+  const auto r = RunCli({"validate", path});
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(Has(r.err, path));
+  EXPECT_TRUE(Has(r.err, "no such file"));
+}
+
+TEST(BadCli, ValidatePlanPrintsEveryError) {
+  const std::string file = BadFile("plan_two_errors.yaml");
+  const auto r = RunCli({"validate", file});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.err, "pipelines[0].stages[1].devices[0]"));
+  EXPECT_TRUE(Has(r.err, "pipelines[0].stages[2].layer_begin"));
+  EXPECT_TRUE(EveryLineNames(r.err, file));
+}
+
+TEST(BadCli, BadFlagValuesAreUsageErrors) {
+  const auto not_a_number = RunCli({"describe", "--model", "llama2-7b", "--global-batch", "abc"});
+  EXPECT_EQ(not_a_number.code, 2);
+  EXPECT_TRUE(Has(not_a_number.err, "--global-batch"));
+  const auto bad_dtype = RunCli({"describe", "--model", "llama2-7b", "--dtype", "bf61"});
+  EXPECT_NE(bad_dtype.code, 0);
+  EXPECT_TRUE(Has(bad_dtype.err, "--dtype: unknown value 'bf61'"));
+  EXPECT_TRUE(Has(bad_dtype.err, "did you mean 'bf16'"));
+  const auto missing_value = RunCli({"describe", "--cluster"});
+  EXPECT_EQ(missing_value.code, 2);
+  EXPECT_TRUE(Has(missing_value.err, "--cluster"));
+}
+
+// `--global-batch -1` must not silently become 4294967295 sequences.
+TEST(BadCli, NegativeGlobalBatchIsRejected) {
+  const auto r = RunCli({"describe", "--model", "llama2-7b", "--global-batch", "-1"});
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.err, "--global-batch"));
+}
+
+}  // namespace
+}  // namespace hetsim
