@@ -1,6 +1,5 @@
 #include "executor/runner.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -555,13 +554,7 @@ void Runner::Report(const DeviceTiming& mine, double wall_s) {
               report.iteration_time_s(), mine.iteration_s.size(), report.tokens_per_s(), 100 * report.mfu(),
               100 * report.bubble_fraction());
   if (!o_.report_out.empty()) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions jo;
-    jo.add_whitespace = true;
-    jo.preserve_proto_field_names = true;
-    jo.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(report, &json, jo);
-    const Status s = models::WriteFileAtomically(o_.report_out, json);
+    const Status s = models::WriteFileAtomically(o_.report_out, models::ReportJson(report));
     if (!s.ok()) std::fprintf(stderr, "%s\n", s.message().c_str());
   }
   if (!o_.timeline_out.empty()) {

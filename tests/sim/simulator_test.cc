@@ -40,26 +40,26 @@ nodes:
     fabric: {kind: nvswitch, bandwidth_gbyte_s: 1000000, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}
 )";
 
-// llama-tiny with exact layer costs: every block takes 1 ms forward and 2 ms backward, the embedding
-// and the head take no time.
-models::ProfileDb ExactProfile() {
+// llama-tiny with exact layer costs: every block takes `forward_s` forward and `backward_s` backward, the
+// embedding and the head take no time.
+models::ProfileDb BlockProfile(double forward_s, double backward_s) {
   proto::Profile p;
-  const Status s = models::ParseYaml(R"(
-gpu: h100
-model: llama-tiny
-seq_len: 128
-layers:
-  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
-  - {layer: embedding, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
-  - {layer: head, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
-)",
-                                     "exact-profile", &p);
+  const std::string yaml = "gpu: h100\nmodel: llama-tiny\nseq_len: 128\nlayers:\n"
+                           "  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: " +
+                           std::to_string(forward_s) + ", backward_s: " + std::to_string(backward_s) +
+                           "}\n"
+                           "  - {layer: embedding, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}\n"
+                           "  - {layer: head, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}\n";
+  const Status s = models::ParseYaml(yaml, "block-profile", &p);
   EXPECT_TRUE(s.ok()) << s.message();
   models::ProfileDb db;
-  const Status a = db.Add(p, "exact-profile");
+  const Status a = db.Add(p, "block-profile");
   EXPECT_TRUE(a.ok()) << a.message();
   return db;
 }
+
+// Blocks of 1 ms forward and 2 ms backward.
+models::ProfileDb ExactProfile() { return BlockProfile(0.001, 0.002); }
 
 struct Setting {
   models::Cluster cluster;
@@ -201,26 +201,6 @@ pipelines:
   EXPECT_NEAR(Simulate(run, plan, db), expected, 1e-7);
 }
 
-// Every layer of llama-tiny takes no time: what remains of an iteration is its communication.
-models::ProfileDb ZeroTimeProfile() {
-  proto::Profile p;
-  const Status s = models::ParseYaml(R"(
-gpu: h100
-model: llama-tiny
-seq_len: 128
-layers:
-  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
-  - {layer: embedding, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
-  - {layer: head, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
-)",
-                                     "zero-profile", &p);
-  EXPECT_TRUE(s.ok()) << s.message();
-  models::ProfileDb db;
-  const Status a = db.Add(p, "zero-profile");
-  EXPECT_TRUE(a.ok()) << a.message();
-  return db;
-}
-
 TEST(GradientSync, HierarchicalAllReduceMatchesItsClosedForm) {
   // Four single-stage pipelines on two nodes of two GPUs: NVSwitch at B1 = 100 GB/s, one 100 Gb/s NIC
   // per GPU (B2 = 12.5 GB/s), latencies ~0. One gradient group {0, 1, 2, 3} of all llama-tiny parameters,
@@ -241,7 +221,7 @@ nodes:
 network: {switch_latency_us: 0.000001}
 )",
                                   4);
-  const auto db = ZeroTimeProfile();
+  const auto db = BlockProfile(0, 0);  // no compute: what remains is communication
   auto plan = PlanFrom(R"(
 pipelines:
   - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0], layer_end: 6}]}

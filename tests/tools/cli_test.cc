@@ -8,42 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/text_checks.h"
 #include "tools/hetsim/cli.h"
 
 namespace hetsim {
 namespace {
 
-std::string BadFile(const std::string& name) { return std::string(HETSIM_SOURCE_DIR) + "/tests/data/bad/" + name; }
+using testing_util::BadFile;
+using testing_util::EveryLineNames;
+using testing_util::Has;
+using testing_util::Lines;
 
-testing::AssertionResult Has(const std::string& text, const std::string& needle) {
-  if (text.find(needle) != std::string::npos) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << "expected to find\n  [" << needle << "]\nin\n  [" << text << "]";
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
-}
-
-// Every line of a multi-line error names the file it is about.
-testing::AssertionResult EveryLineNames(const std::string& text, const std::string& file) {
-  const auto lines = Lines(text);
-  if (lines.empty()) return testing::AssertionFailure() << "empty message";
-  for (const auto& l : lines) {
-    if (l.rfind(file, 0) != 0) {
-      return testing::AssertionFailure() << "line does not start with '" << file << "': [" << l << "]\nin\n["
-                                         << text << "]";
-    }
-  }
-  return testing::AssertionSuccess();
-}
-
-// The name in "did you mean 'NAME'?" or "".
 
 struct CliResult {
   int code = 0;
