@@ -90,8 +90,7 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   out.devices = std::move(lowering.devices);
   out.device_slot = std::move(lowering.device_slot);
   out.groups = std::move(lowering.groups);
-  // Recomputation has operations of its own when the lowering keeps layers apart (full fidelity).
-  const bool separate_recompute = options.fidelity.tp == TpDetail::kPerLayer;
+  const bool separate_recompute = lowering.separate_recompute;
   out.programs.resize(out.devices.size());
   for (size_t i = 0; i < out.devices.size(); ++i) {
     models::RankOps& r = lowering.ranks[i];

@@ -393,6 +393,36 @@ pipelines:
   EXPECT_GT(Simulate(run, plan, db), 0.0);
 }
 
+TEST(Simulator, ComputeTimeIsTheSameAtEveryFidelityForEveryRecomputation) {
+  // The fidelities differ in how communication is played, never in what compute costs: per layer (full)
+  // or per pass (balanced, fast), with recomputation as its own operations (full) or inside the backward
+  // pass, every device computes for the same time (analytic cost model, TP 2, two stages).
+  for (auto recompute : {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL}) {
+    Setting run = MakeSetting(kFreeNode, 8);
+    run.training.set_recompute(recompute);
+    const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 4
+    stages: [{devices: [0, 1], tp_degree: 2, layer_end: 3}, {devices: [2, 3], tp_degree: 2, layer_begin: 3, layer_end: 6}]
+)");
+    models::PlanContext ctx{run.cluster, run.model, run.training};
+    std::vector<std::vector<double>> compute;
+    for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced(), Fidelity::Fast()}) {
+      SimOptions opt;
+      opt.fidelity = fid;
+      auto r = SimulateIteration(plan, ctx, opt);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      compute.emplace_back();
+      for (const auto& d : r->report.devices()) compute.back().push_back(d.compute_s());
+    }
+    for (size_t i = 0; i < compute[0].size(); ++i) {
+      EXPECT_NEAR(compute[1][i], compute[0][i], 1e-12 * compute[0][i]) << "recompute " << recompute;
+      EXPECT_NEAR(compute[2][i], compute[0][i], 1e-12 * compute[0][i]) << "recompute " << recompute;
+    }
+  }
+}
+
 TEST(Simulator, InterleavedWithZeroThreeIsAClearError) {
   const Setting run = MakeSetting(kFreeNode, 8);
   auto plan = PlanFrom(R"(
