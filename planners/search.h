@@ -106,6 +106,24 @@ std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceBlocks(uint32_t
                                                                         const std::vector<double>& per_block_s,
                                                                         const std::vector<uint32_t>& max_blocks);
 
+// The most blocks n in [lo, hi] for which `fits(n)` holds, where fits is monotone (true up to some n,
+// false after: more blocks never need less memory); −1 when not even `lo` fits. A binary search: about
+// log2(hi − lo) calls of `fits`.
+template <typename Fits>
+int64_t MostBlocksThatFit(uint32_t lo, uint32_t hi, Fits&& fits) {
+  if (lo > hi || !fits(lo)) return -1;
+  uint32_t a = lo, z = hi;
+  while (a < z) {
+    const uint32_t mid = a + (z - a + 1) / 2;
+    if (fits(mid)) {
+      a = mid;
+    } else {
+      z = mid - 1;
+    }
+  }
+  return a;
+}
+
 // ---- batch ---------------------------------------------------------------------------------------
 
 // Splits `total` sequences over replicas in proportion to `weights`, each at least 1 and at most its cap

@@ -261,6 +261,31 @@ Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::st
   return r;
 }
 
+void ForEachSymmetricShape(const PlanningProblem& problem, uint32_t devices, uint32_t node_gcd,
+                           const std::vector<uint32_t>& tp_degrees, const std::vector<uint32_t>& pp_degrees,
+                           SearchStats* stats, const std::function<void(uint32_t dp, uint32_t tp, uint32_t pp)>& shape) {
+  const uint32_t G = problem.training.global_batch_size();
+  const uint32_t L = problem.model.num_layers();
+  for (uint32_t tp : TpCandidates(problem, tp_degrees, node_gcd, stats)) {
+    for (uint32_t pp : pp_degrees.empty() ? Divisors(devices / tp) : pp_degrees) {
+      if ((devices / tp) % pp != 0) {
+        stats->Reject("PP degree does not divide the GPUs left after TP");
+        continue;
+      }
+      if (pp > L) {
+        stats->Reject("more pipeline stages than layers");
+        continue;
+      }
+      const uint32_t dp = devices / (tp * pp);
+      if (G % dp != 0) {
+        stats->Reject("global batch not divisible by the DP degree");
+        continue;
+      }
+      shape(dp, tp, pp);
+    }
+  }
+}
+
 Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const PlanningProblem& problem,
                                               const AnalyticCostModel& ranking, const SymmetricSearch& space) {
   BestPlan best(problem, ranking);
@@ -270,37 +295,23 @@ Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const 
   const std::vector<uint32_t> zeros = space.zero_stages.empty() ? std::vector<uint32_t>{1} : space.zero_stages;
   SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
     const uint32_t N = static_cast<uint32_t>(order.size());
-    for (uint32_t tp : TpCandidates(problem, space.tp_degrees, NodeGcd(problem.cluster, order), &stats)) {
-      for (uint32_t pp : space.pp_degrees.empty() ? Divisors(N / tp) : space.pp_degrees) {
-        if ((N / tp) % pp != 0) {
-          stats.Reject("PP degree does not divide the GPUs left after TP");
-          continue;
-        }
-        if (pp > L) {
-          stats.Reject("more pipeline stages than layers");
-          continue;
-        }
-        const uint32_t dp = N / (tp * pp);
-        if (G % dp != 0) {
-          stats.Reject("global batch not divisible by the DP degree");
-          continue;
-        }
-        for (uint32_t b : MicroBatchCandidates(G / dp, space.micro_batch_sizes, space.max_micro_batch_size)) {
-          const uint32_t m = G / (dp * b);
-          for (uint32_t zero : zeros) {
-            proto::Plan plan = MegatronLayout(order, dp, tp, pp, EvenLayerSplit(L, pp), b, m);
-            plan.set_zero_stage(zero);
-            if (space.sequence_parallel && tp > 1) plan.set_sequence_parallel(true);
-            if (auto layers = BalancedSplit(plan, problem, ranking, best.memory())) {
-              ApplyLayers(&plan, *layers);
-            } else {
-              stats.Reject("no layer split fits in memory (tried the even split)");
-            }
-            best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero));
+    ForEachSymmetricShape(problem, N, NodeGcd(problem.cluster, order), space.tp_degrees, space.pp_degrees, &stats,
+                          [&](uint32_t dp, uint32_t tp, uint32_t pp) {
+      for (uint32_t b : MicroBatchCandidates(G / dp, space.micro_batch_sizes, space.max_micro_batch_size)) {
+        const uint32_t m = G / (dp * b);
+        for (uint32_t zero : zeros) {
+          proto::Plan plan = MegatronLayout(order, dp, tp, pp, EvenLayerSplit(L, pp), b, m);
+          plan.set_zero_stage(zero);
+          if (space.sequence_parallel && tp > 1) plan.set_sequence_parallel(true);
+          if (auto layers = BalancedSplit(plan, problem, ranking, best.memory())) {
+            ApplyLayers(&plan, *layers);
+          } else {
+            stats.Reject("no layer split fits in memory (tried the even split)");
           }
+          best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero));
         }
       }
-    }
+    });
   });
   return best.Finish(planner, "needs dp × tp × pp = the GPUs of whole nodes, with TP inside a node");
 }

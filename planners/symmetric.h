@@ -94,6 +94,15 @@ class BestPlan {
 void SearchWholeNodePrefixes(const PlanningProblem& problem, BestPlan& best,
                              const std::function<void(const std::vector<uint32_t>& order)>& search);
 
+// Every symmetric shape of `devices` GPUs, the candidate loop of megatron, whale, galvatron and amp: tp
+// from TpCandidates (`tp_degrees`, or every degree dividing `node_gcd` and the heads), pp from
+// `pp_degrees` (or every divisor of devices / tp) that divides devices / tp and is at most the model's
+// layers, dp = devices / (tp·pp) dividing the global batch. Calls `shape(dp, tp, pp)` for each; rejections
+// are counted in `stats` with their reason.
+void ForEachSymmetricShape(const PlanningProblem& problem, uint32_t devices, uint32_t node_gcd,
+                           const std::vector<uint32_t>& tp_degrees, const std::vector<uint32_t>& pp_degrees,
+                           SearchStats* stats, const std::function<void(uint32_t dp, uint32_t tp, uint32_t pp)>& shape);
+
 // The search of galvatron and amp: Megatron's layout for every dp × tp × pp (TP inside nodes) and
 // micro-batch size, layers balanced on the stages' speed under `ranking` (BalancedSplit), ranked by
 // `ranking`. Lists left empty mean every valid value.

@@ -421,22 +421,13 @@ class Search {
         const double peak = memory_.PeakLayerGibPerSequence(begin, end, st.tp, true, rc_);
         return FitsIn(memory_.TotalGib(least, act, peak, 1, 1), cap_gib);
       };
-      const uint32_t lo = LowBlocks(s, S);
-      if (!fits(lo)) {
+      const int64_t most = MostBlocksThatFit(LowBlocks(s, S), blocks_, fits);
+      if (most < 0) {
         pr.feasible = false;
         break;
       }
-      uint32_t a = lo, z = blocks_;
-      while (a < z) {
-        const uint32_t mid = (a + z + 1) / 2;
-        if (fits(mid)) {
-          a = mid;
-        } else {
-          z = mid - 1;
-        }
-      }
-      pr.max_blocks[s] = a;
-      capacity += a;
+      pr.max_blocks[s] = static_cast<uint32_t>(most);
+      capacity += static_cast<uint32_t>(most);
     }
     if (capacity < blocks_) pr.feasible = false;
     pr.tstar.assign(pr.X, kInf);

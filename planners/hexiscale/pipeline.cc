@@ -241,19 +241,7 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
       return FitsIn(need, capacity);
     };
     const uint32_t lo = shape == 3 ? blocks : shape == 1 ? 1 : 0;
-    int64_t result = -1;
-    if (fits(lo)) {
-      uint32_t a = lo, z = blocks;
-      while (a < z) {
-        const uint32_t mid = (a + z + 1) / 2;
-        if (fits(mid)) {
-          a = mid;
-        } else {
-          z = mid - 1;
-        }
-      }
-      result = a;
-    }
+    const int64_t result = MostBlocksThatFit(lo, blocks, fits);
     cap_memo.emplace(key, result);
     return result;
   };

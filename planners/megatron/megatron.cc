@@ -19,7 +19,6 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
     SearchStats& stats = best.stats();
 
     const uint32_t G = problem.training.global_batch_size();
-    const uint32_t L = problem.model.num_layers();
     const std::vector<uint32_t> zeros = o.zero_stages().empty()
                                             ? std::vector<uint32_t>{1}
                                             : std::vector<uint32_t>(o.zero_stages().begin(), o.zero_stages().end());
@@ -30,25 +29,9 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
 
     SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
       const uint32_t N = static_cast<uint32_t>(order.size());
-      for (uint32_t tp : TpCandidates(problem, {o.tp_degrees().begin(), o.tp_degrees().end()},
-                                      NodeGcd(problem.cluster, order), &stats)) {
-        std::vector<uint32_t> pps = o.pp_degrees().empty()
-                                        ? Divisors(N / tp)
-                                        : std::vector<uint32_t>(o.pp_degrees().begin(), o.pp_degrees().end());
-        for (uint32_t pp : pps) {
-          if ((N / tp) % pp != 0) {
-            stats.Reject("PP degree does not divide the GPUs left after TP");
-            continue;
-          }
-          if (pp > L) {
-            stats.Reject("more pipeline stages than layers");
-            continue;
-          }
-          const uint32_t dp = N / (tp * pp);
-          if (G % dp != 0) {
-            stats.Reject("global batch not divisible by the DP degree");
-            continue;
-          }
+      ForEachSymmetricShape(problem, N, NodeGcd(problem.cluster, order), {o.tp_degrees().begin(), o.tp_degrees().end()},
+                            {o.pp_degrees().begin(), o.pp_degrees().end()}, &stats,
+                            [&](uint32_t dp, uint32_t tp, uint32_t pp) {
           // Megatron-LM's uniform layer splits.
           std::vector<LayerRanges> splits;
           const bool blocks = o.layer_split() != proto::MegatronOptions::LAYER_SPLIT_WITH_EMBEDDING_AND_LOSS;
@@ -63,7 +46,7 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
           }
           if (splits.empty()) {
             stats.Reject("layers not divisible by the PP degree (Megatron-LM splits layers uniformly)");
-            continue;
+            return;
           }
           for (uint32_t b : MicroBatchCandidates(G / dp, requested_b, bmax)) {
             const uint32_t m = G / (dp * b);
@@ -90,8 +73,7 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
               }
             }
           }
-        }
-      }
+      });
     });
     if (!o.hetero_aware() && best.found()) {
       stats.notes.push_back(

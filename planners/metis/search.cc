@@ -701,19 +701,7 @@ class Evaluator {
       const uint32_t end = S_ == 1 ? L : s == 0 ? 1 + n : s + 1 == S_ ? L : 1 + n;
       return !OomAt(s, st, begin, end, nullptr);
     };
-    int32_t result = -1;
-    if (fits(lo)) {
-      uint32_t a = lo, b = blocks;
-      while (a < b) {
-        const uint32_t mid = (a + b + 1) / 2;
-        if (fits(mid)) {
-          a = mid;
-        } else {
-          b = mid - 1;
-        }
-      }
-      result = static_cast<int32_t>(a);
-    }
+    const auto result = static_cast<int32_t>(MostBlocksThatFit(lo, blocks, fits));
     st.most[s] = result;
     return result;
   }

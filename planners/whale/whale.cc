@@ -32,21 +32,10 @@ class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
     const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
     SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& node_order) {
       const uint32_t N = static_cast<uint32_t>(node_order.size());
-      for (uint32_t tp : TpCandidates(problem, {o.tp_degrees().begin(), o.tp_degrees().end()},
-                                      NodeGcd(cluster, node_order), &stats)) {
-        const std::vector<uint32_t> pps = o.pp_degrees().empty()
-                                              ? Divisors(N / tp)
-                                              : std::vector<uint32_t>(o.pp_degrees().begin(), o.pp_degrees().end());
-        for (uint32_t pp : pps) {
-          if ((N / tp) % pp != 0) {
-            stats.Reject("PP degree does not divide the GPUs left after TP");
-            continue;
-          }
-          if (pp > L) {
-            stats.Reject("more pipeline stages than layers");
-            continue;
-          }
-          const uint32_t dp = N / (tp * pp), block = dp * tp;
+      ForEachSymmetricShape(problem, N, NodeGcd(cluster, node_order), {o.tp_degrees().begin(), o.tp_degrees().end()},
+                            {o.pp_degrees().begin(), o.pp_degrees().end()}, &stats,
+                            [&](uint32_t dp, uint32_t tp, uint32_t pp) {
+          const uint32_t block = dp * tp;
           const LayerRanges layers = EvenLayerSplit(L, pp);
           // Device blocks in node order and the memory of their smallest device.
           std::vector<double> block_capacity(pp, std::numeric_limits<double>::infinity());
@@ -56,7 +45,7 @@ class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
                   std::min(block_capacity[k], cluster.device(node_order[k * block + i]).gpu->memory_gib);
             }
           }
-          for (uint32_t b : MicroBatchCandidates(G % dp == 0 ? G / dp : 0, requested_b, bmax)) {
+          for (uint32_t b : MicroBatchCandidates(G / dp, requested_b, bmax)) {
             const uint32_t B = dp * b, m = G / B;
             for (uint32_t zero : zeros) {
               // Inter-TaskGraph placement: stages by memory demand onto blocks by capacity (equal capacities
@@ -126,9 +115,7 @@ class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
               best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero));
             }
           }
-          if (G % dp != 0) stats.Reject("global batch not divisible by the DP degree");
-        }
-      }
+      });
     });
     return best.Finish(name(), "Whale needs every stage of the same dp × tp shape, TP inside a node");
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -116,6 +117,48 @@ TEST(Search, UniformSplitsFollowMegatronLm) {
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ((*b)[0], (std::pair<uint32_t, uint32_t>{0, 64}));  // embedding + 63 blocks
   EXPECT_EQ((*b)[1], (std::pair<uint32_t, uint32_t>{64, 128}));
+}
+
+TEST(Search, MostBlocksThatFitFindsTheLastTrueOfAMonotonePredicate) {
+  int calls = 0;
+  auto upto = [&](uint32_t limit) {
+    return [&calls, limit](uint32_t n) {
+      ++calls;
+      return n <= limit;
+    };
+  };
+  EXPECT_EQ(MostBlocksThatFit(0, 80, upto(37)), 37);
+  EXPECT_LE(calls, 8);  // 1 + ceil(log2(81))
+  EXPECT_EQ(MostBlocksThatFit(1, 80, upto(80)), 80);
+  EXPECT_EQ(MostBlocksThatFit(1, 80, upto(1)), 1);
+  EXPECT_EQ(MostBlocksThatFit(2, 80, upto(1)), -1);  // not even the fewest
+  EXPECT_EQ(MostBlocksThatFit(5, 5, upto(9)), 5);
+  EXPECT_EQ(MostBlocksThatFit(6, 5, upto(9)), -1);   // an empty range
+}
+
+TEST(Search, SymmetricShapesOfEightGpusOnTwoNodes) {
+  // 8 GPUs (2 nodes of 4: TP divides 4), llama-tiny (8 heads, 4 kv heads, 6 layers), global batch 8.
+  // tp ∈ {1, 2, 4}; pp divides 8/tp and is at most 6; dp = 8/(tp·pp) divides 8: tp 1: pp 1, 2, 4
+  // (pp 8 > 6 layers); tp 2: pp 1, 2, 4; tp 4: pp 1, 2.
+  const testing::Fixture f(testing::ClusterFromYaml(R"(
+name: two-by-four
+nodes:
+  - {name: n, count: 2, gpus: {type: h100, count: 4}, nic: {kind: roce, bandwidth_gbps: 200}}
+)"),
+                           testing::BundledModel("llama-tiny"), "global_batch_size: 8\nseq_len: 64\n");
+  const auto problem = f.problem();
+  SearchStats stats;
+  std::vector<std::array<uint32_t, 3>> shapes;
+  ForEachSymmetricShape(problem, 8, 4, {}, {}, &stats,
+                        [&](uint32_t dp, uint32_t tp, uint32_t pp) { shapes.push_back({dp, tp, pp}); });
+  const std::vector<std::array<uint32_t, 3>> want = {{8, 1, 1}, {4, 1, 2}, {2, 1, 4}, {4, 2, 1},
+                                                     {2, 2, 2}, {1, 2, 4}, {2, 4, 1}, {1, 4, 2}};
+  EXPECT_EQ(shapes, want);
+  // Requested degrees are kept to the valid ones: pp 3 does not divide 8.
+  shapes.clear();
+  ForEachSymmetricShape(problem, 8, 4, {2}, {3, 4}, &stats,
+                        [&](uint32_t dp, uint32_t tp, uint32_t pp) { shapes.push_back({dp, tp, pp}); });
+  EXPECT_EQ(shapes, (std::vector<std::array<uint32_t, 3>>{{1, 2, 4}}));
 }
 
 // A random plan on `cluster` for `model` (structurally valid up to the global batch, which the caller sets
