@@ -93,6 +93,7 @@ models::IterationMeasure MeasureIteration(const ReportContext& ctx, const std::v
     dm.dp_s = avg(Category::kDp);
     dm.zero_s = avg(Category::kZero);
     dm.pipeline_end_s = pipeline_end / n;
+    dm.comm_in_phase_s = dm.tp_s + dm.pp_s;  // the gradient sync comes after the last backward pass
     dm.peak_memory_gib = d.peak_memory_bytes / gib;
     dm.capacity_gib = ctx.cluster.device(role.device).gpu->memory_gib;
     m.devices.push_back(std::move(dm));

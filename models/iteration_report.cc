@@ -57,7 +57,7 @@ proto::IterationReport BuildIterationReport(const IterationMeasure& m, const Clu
     any_oom |= oom;
     const double phase = phase_end[d.pipeline];
     phase_total += phase;
-    idle_in_phase += std::max(0.0, phase - d.fwd_bwd_s - d.tp_s - d.pp_s);
+    idle_in_phase += std::max(0.0, phase - d.fwd_bwd_s - d.comm_in_phase_s);
   }
   rep.set_any_oom(any_oom);
   rep.set_bubble_fraction(phase_total > 0 ? idle_in_phase / phase_total : 0);

@@ -36,6 +36,7 @@ struct DeviceMeasure {
   double dp_s = 0;
   double zero_s = 0;
   double pipeline_end_s = 0;  // end of the device's last forward/backward compute
+  double comm_in_phase_s = 0; // communication and waiting inside collectives before then (not a bubble)
   double peak_memory_gib = 0;
   double capacity_gib = 0;
   std::vector<TimelineSlice> slices;  // the timeline (optional)
@@ -55,6 +56,9 @@ extern const char* const kFlopsConvention;
 // Per device: communication = TP + PP + DP + ZeRO (exposed), idle = iteration − compute − communication.
 // bubble_fraction: over every device, the idle time before its pipeline's last forward/backward compute
 // ends (the pipeline phase, excluding the gradient sync and optimizer after it), over the phase's length.
+// Communication inside the phase (TP, PP, and DP or ZeRO collectives within it) and waiting inside a
+// collective for a slower member (a straggler, a load imbalance) are not bubble: a plan without pipeline
+// parallelism has none.
 // tokens/s from the training spec; MFU = TransformerModel::IterationModelFlops / (time · Σ peak).
 proto::IterationReport BuildIterationReport(const IterationMeasure& m, const Cluster& cluster,
                                             const TransformerModel& model, const proto::Training& training);

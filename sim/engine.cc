@@ -177,6 +177,8 @@ class Runner {
         if (op.category != Category::kOptimizer) {
           trace_.fwd_bwd_s += op.seconds;
           trace_.pipeline_end_s = t0 + op.seconds;
+          trace_.comm_in_phase_s =
+              trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + collective_wait_s_;
         }
         Record(t0, op.category, op.micro_batch);
         break;
@@ -219,6 +221,7 @@ class Runner {
         const double ready = std::clamp(it->second.first, t0, now);
         if (++it->second.second == sh_->programs->groups[op.group].size()) sh_->board.arrived.erase(it);
         AddComm(op.category, now - ready);
+        collective_wait_s_ += ready - t0;
         if (sh_->record) {
           if (ready > t0) trace_.slices.push_back({t0, ready, Category::kIdle, op.micro_batch});
           if (now > ready) trace_.slices.push_back({ready, now, op.category, op.micro_batch});
@@ -371,6 +374,7 @@ class Runner {
   uint32_t self_;
   bool dp_stream_;
   DeviceTrace& trace_;
+  double collective_wait_s_ = 0;  // this actor's waiting for late members inside collectives so far
   std::unordered_map<uint64_t, s4u::Mailbox*> boxes_;
   std::map<uint64_t, s4u::Mailbox*> stagers_;  // CPU-staged pipeline sends: the queue of each (peer, channel)
   std::unordered_map<uint32_t, std::pair<double, double>> routes_;

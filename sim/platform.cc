@@ -157,14 +157,22 @@ class Builder {
         z->add_route(nvme->get_netpoint(), nullptr, nullptr, nullptr, r, true);
       }
       // GPUs: PCIe link to the host / NIC side, fabric port for intra-node traffic.
-      std::vector<s4u::Link*> pcie(node.num_gpus), port(node.num_gpus);
+      // GPU-to-GPU routes: over the fabric ports, or on a PCIe fabric over both GPUs' PCIe links (and their
+      // P2P caps when the fabric is slower than PCIe).
+      std::vector<s4u::Link*> pcie(node.num_gpus), port(node.num_gpus, nullptr), p2p(node.num_gpus, nullptr);
       for (uint32_t l = 0; l < node.num_gpus; ++l) {
         const uint32_t d = node.first_device + l;
         const std::string gn = nn + "-gpu" + std::to_string(l);
         s4u::Host* h = z->create_host(gn, kGpuSpeed)->seal();
         p_.gpus[d] = h;
         pcie[l] = Duplex(z, gn + "-pcie", f.pcie_bandwidth_gbyte_s() * kGbyte, PcieLatency(f));
-        port[l] = pcie_fabric ? pcie[l] : Duplex(z, gn + "-port", f.bandwidth_gbyte_s() * kGbyte, f.latency_us() * 1e-6 / 2);
+        if (!pcie_fabric) {
+          port[l] = Duplex(z, gn + "-port", f.bandwidth_gbyte_s() * kGbyte, f.latency_us() * 1e-6 / 2);
+        } else if (f.bandwidth_gbyte_s() < f.pcie_bandwidth_gbyte_s()) {
+          // Peer-to-peer over PCIe slower than the GPU's link (through the host bridge, or no P2P at all):
+          // the fabric bandwidth caps GPU-to-GPU traffic, which still shares the GPU's PCIe link.
+          p2p[l] = Duplex(z, gn + "-p2p", f.bandwidth_gbyte_s() * kGbyte, 0);
+        }
         std::vector<s4u::LinkInRoute> route = {s4u::LinkInRoute(pcie[l], Dir::UP)};
         if (!nics.empty()) route.emplace_back(nics[l % nics.size()], Dir::UP);
         z->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, route, true);
@@ -184,9 +192,17 @@ class Builder {
       for (uint32_t a = 0; a < node.num_gpus; ++a) {
         for (uint32_t b = 0; b < node.num_gpus; ++b) {
           if (a == b) continue;
+          std::vector<s4u::LinkInRoute> route;
+          if (!pcie_fabric) {
+            route = {s4u::LinkInRoute(port[a], Dir::UP), s4u::LinkInRoute(port[b], Dir::DOWN)};
+          } else {
+            route.emplace_back(pcie[a], Dir::UP);
+            if (p2p[a] != nullptr) route.emplace_back(p2p[a], Dir::UP);
+            if (p2p[b] != nullptr) route.emplace_back(p2p[b], Dir::DOWN);
+            route.emplace_back(pcie[b], Dir::DOWN);
+          }
           z->add_bypass_route(p_.gpus[node.first_device + a]->get_netpoint(),
-                              p_.gpus[node.first_device + b]->get_netpoint(), nullptr, nullptr,
-                              {s4u::LinkInRoute(port[a], Dir::UP), s4u::LinkInRoute(port[b], Dir::DOWN)});
+                              p_.gpus[node.first_device + b]->get_netpoint(), nullptr, nullptr, route);
         }
       }
     }

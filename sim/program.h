@@ -124,6 +124,9 @@ struct DeviceTrace {
   double zero_s = 0;           // ZeRO gathers
   double pipeline_end_s = 0;   // end of the last backward compute
   double end_s = 0;            // end of the device's iteration
+  // Communication and waiting inside collectives up to the end of the last forward/backward compute: the
+  // part of the pipeline phase that is neither compute nor a bubble.
+  double comm_in_phase_s = 0;
   std::vector<Slice> slices;   // filled when recording a timeline
 };
 

@@ -42,6 +42,7 @@ proto::IterationReport MakeReport(const proto::Plan& plan, const models::PlanCon
     d.dp_s = tr.dp_s;
     d.zero_s = tr.zero_s;
     d.pipeline_end_s = tr.pipeline_end_s;
+    d.comm_in_phase_s = tr.comm_in_phase_s;
     d.peak_memory_gib = mem.at(d.device)->total_gib;
     d.capacity_gib = mem.at(d.device)->capacity_gib;
     m.devices.push_back(std::move(d));
@@ -144,6 +145,7 @@ void PutTraces(std::string& out, const EngineResult& er) {
     PutPod(out, d.zero_s);
     PutPod(out, d.pipeline_end_s);
     PutPod(out, d.end_s);
+    PutPod(out, d.comm_in_phase_s);
     PutPod(out, static_cast<uint64_t>(d.slices.size()));
     if (!d.slices.empty()) Put(out, d.slices.data(), d.slices.size() * sizeof(Slice));
   }
@@ -157,7 +159,8 @@ bool GetTraces(Reader& rd, EngineResult* er) {
   for (auto& d : er->devices) {
     uint64_t k = 0;
     if (!rd.Pod(&d.compute_s) || !rd.Pod(&d.fwd_bwd_s) || !rd.Pod(&d.tp_s) || !rd.Pod(&d.pp_s) || !rd.Pod(&d.dp_s) ||
-        !rd.Pod(&d.zero_s) || !rd.Pod(&d.pipeline_end_s) || !rd.Pod(&d.end_s) || !rd.Pod(&k) ||
+        !rd.Pod(&d.zero_s) || !rd.Pod(&d.pipeline_end_s) || !rd.Pod(&d.end_s) || !rd.Pod(&d.comm_in_phase_s) ||
+        !rd.Pod(&k) ||
         !rd.Bytes(k * sizeof(Slice), &bytes)) {
       return false;
     }

@@ -322,6 +322,23 @@ nodes:
   EXPECT_NEAR(b->iteration_s / a->iteration_s, 2.0, 0.01);
 }
 
+TEST(Collectives, PcieFabricBandwidthCapsPeerToPeerTraffic) {
+  // Two GPUs behind PCIe links of 32 GB/s whose peer-to-peer path only reaches 10 GB/s (fabric.bandwidth):
+  // a 2-member ring all-reduce of S = 1 GB moves S each way, S / 10 GB/s = 0.1 s (not S / 32 GB/s).
+  const auto cluster = ClusterFrom(R"(
+name: pcie-p2p
+nodes:
+  - name: n
+    gpus: {type: h100, count: 2}
+    fabric: {kind: pcie, bandwidth_gbyte_s: 10, pcie_bandwidth_gbyte_s: 32, latency_us: 0.000001}
+)");
+  for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
+    auto r = SimulatePrograms(CollectivePrograms({{0, 1}}, 1e9, 2, fid), cluster, false);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_NEAR(r->iteration_s, 0.1, 1e-6);
+  }
+}
+
 TEST(Collectives, TreeAndHierarchicalAllReducesComplete) {
   // Not a timing claim: every algorithm must terminate with all members (no mismatched messages).
   const auto cluster = ClusterFrom(R"(
@@ -421,6 +438,31 @@ pipelines:
       EXPECT_NEAR(compute[2][i], compute[0][i], 1e-12 * compute[0][i]) << "recompute " << recompute;
     }
   }
+}
+
+TEST(Simulator, WaitingForASlowerReplicaIsNotAPipelineBubble) {
+  // Two single-stage pipelines, one on an H100 and one on an A100 (3.2x slower at the analytic cost), in
+  // one ZeRO-3 group: before every forward and backward pass both all-gather the weights, so the H100
+  // waits for the A100 inside each all-gather. Without pipeline parallelism there is no bubble: the
+  // waiting is idle time (the H100's idle_s > 0), and it and the all-gathers are not bubble.
+  const Setting run = MakeSetting(R"(
+name: mixed
+nodes:
+  - {name: fast, gpus: {type: h100, count: 1}, nic: {kind: roce, bandwidth_gbps: 400}}
+  - {name: slow, gpus: {type: a100-80gb, count: 1}, nic: {kind: roce, bandwidth_gbps: 400}}
+)",
+                                  8);
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [0], layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [1], layer_end: 6}]}
+zero_stage: 3
+)");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  auto r = SimulateIteration(plan, ctx, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GT(r->report.devices(0).idle_s(), 0.05 * r->report.iteration_time_s());
+  EXPECT_NEAR(r->report.bubble_fraction(), 0.0, 1e-9);
 }
 
 TEST(Simulator, InterleavedWithZeroThreeIsAClearError) {
