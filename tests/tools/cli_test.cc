@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -128,6 +129,56 @@ TEST(BadCli, NegativeGlobalBatchIsRejected) {
   const auto r = RunCli({"describe", "--model", "llama2-7b", "--global-batch", "-1"});
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_TRUE(Has(r.err, "--global-batch"));
+}
+
+
+// ---- validate-sim ------------------------------------------------------------------------------------
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ValidateSim, ReportsTheErrorOfEveryRunAndBothHalves) {
+  // Two runs of a GPT model of hidden 1024 on 2 and 4 A100s; the measured times are the simulator's
+  // order of magnitude, not its output: the test checks the report's shape, not a number.
+  const std::string runs = WriteTemp("runs.csv",
+                                     "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,"
+                                     "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
+                                     "iteration time (ms)\n"
+                                     "2,16,8,1024,16,24,1024,1,1,2,372.16\n"
+                                     "4,16,4,1024,16,24,1024,2,2,1,300.0\n");
+  const std::string out = testing::TempDir() + "per-run.csv";
+  const auto r = RunCli({"validate-sim", "--runs", runs, "-o", out});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 2 of 2 runs"));
+  EXPECT_TRUE(Has(r.out, "development half     1 runs"));
+  EXPECT_TRUE(Has(r.out, "held-out half        1 runs"));
+  EXPECT_TRUE(Has(r.out, "tp=2"));
+  std::ifstream in(out);
+  std::string header, row1, row2, extra;
+  std::getline(in, header);
+  std::getline(in, row1);
+  std::getline(in, row2);
+  EXPECT_TRUE(Has(header, "measured_ms,simulated_ms,error"));
+  EXPECT_TRUE(Has(row1, ",development,372.1600,"));
+  EXPECT_TRUE(Has(row2, ",held_out,300.0000,"));
+  EXPECT_FALSE(std::getline(in, extra));
+}
+
+TEST(ValidateSim, BadRowsNameTheLineAndTheProblem) {
+  const std::string shape = WriteTemp("bad-shape.csv", "4,16,4,1024,16,24,1024,2,1,1,300.0\n");
+  const auto a = RunCli({"validate-sim", "--runs", shape});
+  EXPECT_EQ(a.code, 1);
+  EXPECT_TRUE(Has(a.err, shape + ":1: TP × DP × PP = 2 but #GPUs is 4"));
+  const std::string columns = WriteTemp("bad-columns.csv", "4,16,4,1024\n");
+  const auto b = RunCli({"validate-sim", "--runs", columns});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_TRUE(Has(b.err, columns + ":1: expected 11 columns, found 4"));
+  const auto c = RunCli({"validate-sim"});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_TRUE(Has(c.err, "give --runs FILE.csv"));
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ std::vector<Command> SpecCommands();     // list, validate, describe (commands.c
 std::vector<Command> PlannerCommands();  // plan (plan_commands.cc)
 std::vector<Command> SimCommands();      // simulate (sim_commands.cc)
 std::vector<Command> RunCommands();      // run (run_command.cc; needs the planners room)
+Command ValidateSimCommand();             // validate-sim (validate_sim_command.cc; needs the planners room)
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
 // planners room: an error.
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,

@@ -80,7 +80,8 @@ std::vector<Command> RunCommands() {
                  ("quiet,q", "no progress bar");
              p.add("manifest", 1);
            },
-           RunRun}};
+           RunRun},
+          ValidateSimCommand()};
 }
 
 }  // namespace hetsim::cli

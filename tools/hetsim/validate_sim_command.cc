@@ -1,0 +1,262 @@
+// `hetsim validate-sim --runs FILE.csv`: simulates every measured training run of a CSV and reports the
+// simulator's error per run, its mean absolute percentage error (MAPE) and bias, on a development half and
+// on a held-out half, and the error by TP, PP, micro-batch and model width (does it trend?).
+//
+// The CSV (vTrain's layout, experiments/validation/README.md): #GPUs, global batch, micro batch, hidden
+// size, attention heads, #layers, sequence length, TP, DP, PP, iteration time (ms). Each row is a
+// GPT-style model (GELU MLP of 4h, LayerNorm, learned positions, biases, vocabulary --vocab) run by
+// Megatron-LM on one node of --gpu GPUs: Megatron's rank layout, blocks split evenly over the stages
+// (embedding with the first, head with the last), 1F1B, --dtype, --recompute.
+//
+// Rows alternate between the halves (even rows: development, odd rows: held out), so that a calibration
+// fitted on the development half is judged on runs it has not seen.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <sstream>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "planners/search.h"
+#include "planners/symmetric.h"
+#include "sim/simulator.h"
+#include "tools/hetsim/cli.h"
+
+namespace hetsim::cli {
+namespace {
+
+struct Run {
+  int line = 0;
+  uint32_t gpus = 0, global_batch = 0, micro_batch = 0, hidden = 0, heads = 0, layers = 0, seq_len = 0;
+  uint32_t tp = 0, dp = 0, pp = 0;
+  double measured_ms = 0;
+  double simulated_ms = 0;
+  bool ok = false;
+  std::string error;
+  double rel() const { return (simulated_ms - measured_ms) / measured_ms; }
+};
+
+Result<std::vector<Run>> ReadRuns(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::Invalid(path + ": cannot open the runs file (--runs)");
+  std::vector<Run> runs;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF) line = line.substr(3);  // UTF-8 BOM
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<double> v;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) {
+      char* end = nullptr;
+      const double x = std::strtod(cell.c_str(), &end);
+      if (end == cell.c_str()) {
+        return Status::Invalid(path + ":" + std::to_string(n) + ": '" + cell +
+                               "' is not a number (columns: #GPUs, global batch, micro batch, hidden size, attention "
+                               "heads, #layers, sequence length, TP, DP, PP, iteration time ms)");
+      }
+      v.push_back(x);
+    }
+    if (v.size() != 11) {
+      return Status::Invalid(path + ":" + std::to_string(n) + ": expected 11 columns, found " +
+                             std::to_string(v.size()));
+    }
+    Run r;
+    r.line = n;
+    uint32_t* fields[] = {&r.gpus, &r.global_batch, &r.micro_batch, &r.hidden, &r.heads,
+                          &r.layers, &r.seq_len, &r.tp, &r.dp, &r.pp};
+    for (int i = 0; i < 10; ++i) {
+      if (v[i] < 1 || v[i] != std::floor(v[i])) {
+        return Status::Invalid(path + ":" + std::to_string(n) + ": column " + std::to_string(i + 1) +
+                               " must be a positive integer, found " + std::to_string(v[i]));
+      }
+      *fields[i] = static_cast<uint32_t>(v[i]);
+    }
+    r.measured_ms = v[10];
+    if (!(r.measured_ms > 0)) return Status::Invalid(path + ":" + std::to_string(n) + ": iteration time must be > 0");
+    if (r.tp * r.dp * r.pp != r.gpus) {
+      return Status::Invalid(path + ":" + std::to_string(n) + ": TP × DP × PP = " +
+                             std::to_string(r.tp * r.dp * r.pp) + " but #GPUs is " + std::to_string(r.gpus));
+    }
+    runs.push_back(r);
+  }
+  if (runs.empty()) return Status::Invalid(path + ": no runs");
+  return runs;
+}
+
+// Simulates one run; sets simulated_ms or error.
+void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dtype, proto::Recompute recompute,
+                 const sim::Fidelity& fidelity) {
+  auto fail = [&](const std::string& why) { r.error = why; };
+  proto::Model m;
+  m.set_name("gpt-h" + std::to_string(r.hidden) + "-l" + std::to_string(r.layers));
+  m.set_num_layers(r.layers);
+  m.set_hidden_size(r.hidden);
+  m.set_ffn_hidden_size(4 * r.hidden);
+  m.set_num_attention_heads(r.heads);
+  m.set_num_kv_heads(r.heads);
+  m.set_vocab_size(vocab);
+  m.set_max_seq_len(r.seq_len);
+  m.set_mlp(proto::Model::MLP_GELU);
+  m.set_norm(proto::Model::NORM_LAYERNORM);
+  m.set_position(proto::Model::POSITION_LEARNED);
+  m.set_linear_bias(true);
+  auto model = models::TransformerModel::Build(m, "run");
+  if (!model.ok()) return fail(model.status().message());
+  proto::Cluster c;
+  c.set_name("one-node");
+  auto* node = c.add_nodes();
+  node->set_name("node");
+  node->mutable_gpus()->set_type(gpu);
+  node->mutable_gpus()->set_count(r.gpus);
+  auto cluster = models::Cluster::Build(c, "run");
+  if (!cluster.ok()) return fail(cluster.status().message());
+  proto::Training t;
+  t.set_global_batch_size(r.global_batch);
+  t.set_seq_len(r.seq_len);
+  t.set_dtype(dtype);
+  t.set_recompute(recompute);
+  auto training = models::ResolveTraining(t, *model, "run");
+  if (!training.ok()) return fail(training.status().message());
+  if (r.global_batch % (r.dp * r.micro_batch) != 0) return fail("global batch not divisible by DP × micro batch");
+  std::vector<uint32_t> order(r.gpus);
+  for (uint32_t i = 0; i < r.gpus; ++i) order[i] = i;
+  const auto split = planners::UniformBlocksSplit(*model, r.pp);
+  const auto layers = split ? *split : planners::EvenLayerSplit(model->num_layers(), r.pp);
+  const proto::Plan plan = planners::MegatronLayout(order, r.dp, r.tp, r.pp, layers, r.micro_batch,
+                                                    r.global_batch / (r.dp * r.micro_batch));
+  const models::PlanContext ctx{*cluster, *model, *training};
+  const Status v = models::ValidatePlanStructure(plan, ctx, "run");
+  if (!v.ok()) return fail(v.message());
+  sim::SimOptions opt;
+  opt.fidelity = fidelity;
+  auto res = sim::SimulateIteration(plan, ctx, opt);
+  if (!res.ok()) return fail(res.status().message());
+  r.simulated_ms = res->report.iteration_time_s() * 1e3;
+  r.ok = true;
+}
+
+struct Errors {
+  int n = 0;
+  double abs_sum = 0, sum = 0;
+  void Add(double rel) {
+    ++n;
+    abs_sum += std::fabs(rel);
+    sum += rel;
+  }
+  std::string Line() const {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%4d runs  MAPE %6.1f%%  bias %+6.1f%%", n, n ? 100 * abs_sum / n : 0.0,
+                  n ? 100 * sum / n : 0.0);
+    return buf;
+  }
+};
+
+int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (!vm.count("runs")) {
+    err << "hetsim validate-sim: give --runs FILE.csv (e.g. experiments/validation/vtrain_a100_single_node.csv)\n";
+    return 2;
+  }
+  auto runs = ReadRuns(FlagString(vm, "runs"));
+  if (!runs.ok()) {
+    err << runs.status().message() << "\n";
+    return 1;
+  }
+  auto fid = sim::ParseFidelity(vm["fidelity"].as<std::string>());
+  if (!fid.ok()) {
+    err << fid.status().message() << "\n";
+    return 2;
+  }
+  proto::DType dtype;
+  if (!proto::DType_Parse("DTYPE_" + [&] {
+        std::string s = vm["dtype"].as<std::string>();
+        for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        return s;
+      }(), &dtype)) {
+    err << "--dtype: unknown value '" << vm["dtype"].as<std::string>() << "' (expected fp16, bf16, fp32)\n";
+    return 2;
+  }
+  const std::string rc = vm["recompute"].as<std::string>();
+  const proto::Recompute recompute = rc == "full"        ? proto::RECOMPUTE_FULL
+                                     : rc == "selective" ? proto::RECOMPUTE_SELECTIVE
+                                     : rc == "none"      ? proto::RECOMPUTE_NONE
+                                                         : proto::RECOMPUTE_UNSPECIFIED;
+  if (recompute == proto::RECOMPUTE_UNSPECIFIED) {
+    err << "--recompute: unknown value '" << rc << "' (expected none, selective, full)\n";
+    return 2;
+  }
+  const std::string gpu = vm["gpu"].as<std::string>();
+  const uint32_t vocab = vm["vocab"].as<uint32_t>();
+  const size_t limit = vm.count("limit") ? vm["limit"].as<size_t>() : runs->size();
+  Errors dev, held, all;
+  std::map<std::string, Errors> by;
+  std::string csv = "line,gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,half,measured_ms,"
+                    "simulated_ms,error\n";
+  size_t done = 0, failed = 0;
+  for (size_t i = 0; i < runs->size() && i < limit; ++i) {
+    Run& r = (*runs)[i];
+    SimulateRun(r, gpu, vocab, dtype, recompute, *fid);
+    ++done;
+    if (done % 50 == 0) err << "validate-sim: " << done << "/" << std::min(limit, runs->size()) << " runs\n";
+    const bool development = i % 2 == 0;
+    if (!r.ok) {
+      ++failed;
+      err << FlagString(vm, "runs") << ":" << r.line << ": not simulated: " << r.error << "\n";
+      continue;
+    }
+    (development ? dev : held).Add(r.rel());
+    all.Add(r.rel());
+    by["tp=" + std::to_string(r.tp)].Add(r.rel());
+    by["pp=" + std::to_string(r.pp)].Add(r.rel());
+    by["micro_batch=" + std::to_string(r.micro_batch)].Add(r.rel());
+    by["hidden=" + std::to_string(r.hidden)].Add(r.rel());
+    char row[256];
+    std::snprintf(row, sizeof(row), "%d,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%s,%.4f,%.4f,%.6f\n", r.line, r.gpus,
+                  r.global_batch, r.micro_batch, r.hidden, r.heads, r.layers, r.seq_len, r.tp, r.dp, r.pp,
+                  development ? "development" : "held_out", r.measured_ms, r.simulated_ms, r.rel());
+    csv += row;
+  }
+  out << "simulated " << all.n << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
+      << " (" << gpu << ", fidelity " << vm["fidelity"].as<std::string>() << ")\n";
+  out << "  development half  " << dev.Line() << "\n";
+  out << "  held-out half     " << held.Line() << "\n";
+  out << "  all               " << all.Line() << "\n";
+  out << "\n  error by configuration (a trend means a missing effect, not a wrong scale):\n";
+  for (const auto& [key, e] : by) out << "    " << key << std::string(key.size() < 16 ? 16 - key.size() : 1, ' ') << e.Line() << "\n";
+  if (vm.count("output")) {
+    const Status s = models::WriteFileAtomically(FlagString(vm, "output"), csv);
+    if (!s.ok()) {
+      err << s.message() << "\n";
+      return 1;
+    }
+    out << "\nper-run results: " << FlagString(vm, "output") << "\n";
+  }
+  return failed > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+Command ValidateSimCommand() {
+  return {"validate-sim",
+          "simulate measured training runs (CSV) and report the simulator's error: MAPE and bias on a development "
+          "and a held-out half, and by configuration",
+          "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--fidelity fast] [-o per-run.csv]",
+          [](po::options_description& d, po::positional_options_description&) {
+            d.add_options()("runs", po::value<std::string>(), "measured runs (vTrain's CSV columns)")
+                ("gpu", po::value<std::string>()->default_value("a100-80gb"), "GPU type of the node (`hetsim list gpus`)")
+                ("vocab", po::value<uint32_t>()->default_value(51200), "vocabulary of the runs' models")
+                ("dtype", po::value<std::string>()->default_value("fp16"), "training dtype of the runs")
+                ("recompute", po::value<std::string>()->default_value("full"), "activation recomputation of the runs")
+                ("fidelity", po::value<std::string>()->default_value("fast"), "fast | balanced | full")
+                ("limit", po::value<size_t>(), "simulate only the first N runs")
+                ("output,o", po::value<std::string>(), "write every run's simulated time and error (CSV)");
+          },
+          RunValidateSim};
+}
+
+}  // namespace hetsim::cli
