@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Draws the residuals of `hetsim validate-sim -o RUNS.csv`: the simulator's relative error per run against
+the measured time, and by TP, micro-batch and model width, so that a trend (a missing effect) is seen at a
+glance rather than read from a table.
+
+Usage: tools/plot/residuals.py RUNS.csv OUT.png [--title TEXT]   (also writes OUT.pdf)
+"""
+import argparse
+import csv
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    needed = {"measured_ms", "simulated_ms", "error", "tp", "micro_batch", "hidden", "half"}
+    if not rows or not needed.issubset(rows[0].keys()):
+        raise ValueError(f"{path}: not a `hetsim validate-sim -o` file (columns {sorted(needed)})")
+    return rows
+
+
+def mape(values):
+    return 100 * sum(abs(v) for v in values) / len(values) if values else 0.0
+
+
+def render(rows, out, title):
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), gridspec_kw={"width_ratios": [2, 1, 1, 1]})
+    ax = axes[0]
+    for half, colour in (("development", "#4C72B0"), ("held_out", "#DD8452")):
+        part = [r for r in rows if r["half"] == half]
+        ax.scatter([float(r["measured_ms"]) for r in part], [100 * float(r["error"]) for r in part], s=8,
+                   alpha=0.6, color=colour,
+                   label=f"{half.replace('_', '-')} (MAPE {mape([float(r['error']) for r in part]):.1f}%)")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("measured iteration time (ms)")
+    ax.set_ylabel("simulated − measured (%)")
+    ax.legend(frameon=False, fontsize=9)
+    for ax, key, label in zip(axes[1:], ("tp", "micro_batch", "hidden"), ("TP degree", "micro-batch", "hidden size")):
+        groups = sorted({int(r[key]) for r in rows})
+        data = [[100 * float(r["error"]) for r in rows if int(r[key]) == g] for g in groups]
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(groups) + 1), [str(g) for g in groups])
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xlabel(label)
+    fig.suptitle(title, fontweight="bold")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    fig.savefig(out.rsplit(".", 1)[0] + ".pdf")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs")
+    p.add_argument("out")
+    p.add_argument("--title", default="Simulator error on measured runs")
+    a = p.parse_args()
+    try:
+        render(load(a.runs), a.out, a.title)
+    except (OSError, ValueError) as e:
+        print(f"residuals.py: {e}", file=sys.stderr)
+        return 1
+    print(f"residuals: {a.out} {a.out.rsplit('.', 1)[0]}.pdf")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
