@@ -23,14 +23,48 @@ bool ComputeCost::TpIncludedInProfile(const GpuSpec& gpu, uint32_t layer, uint32
   return p.has_value() && p->includes_tp_communication;
 }
 
+size_t ComputeCost::KeyHash::operator()(const Key& k) const {
+  size_t h = std::hash<const void*>()(k.gpu);
+  h = h * 31 + static_cast<size_t>(k.kind);
+  h = h * 31 + k.tp;
+  h = h * 31 + std::hash<double>()(k.micro_batch);
+  return h * 31 + static_cast<size_t>(k.pass);
+}
+
+double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                                Pass pass) const {
+  if (options_.model == ComputeModel::kTokenEfficiency) {
+    const double flops = (pass == Pass::kForward ? model_.ForwardFlops(layer, micro_batch, training_.seq_len())
+                                                 : model_.BackwardFlops(layer, micro_batch, training_.seq_len())) /
+                         tp;
+    if (flops == 0) return 0;
+    const double peak = gpu.PeakTflops(training_.dtype()) * 1e12;
+    const double tokens = micro_batch * training_.seq_len() / tp;
+    return flops / (peak * Efficiency(tokens));
+  }
+  const Key key{&gpu, model_.kind(layer), tp, micro_batch, pass};
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+  }
+  KernelShape shape;
+  shape.micro_batch = micro_batch;
+  shape.seq_len = training_.seq_len();
+  shape.tp = tp;
+  shape.dtype = training_.dtype();
+  shape.attention = training_.attention();
+  const double t =
+      TimeKernels(LayerKernels(model_, layer, pass, shape), gpu, KernelParamsFor(gpu, options_.calibration), training_.dtype()).seconds();
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  cache_[key] = t;
+  return t;
+}
+
 double ComputeCost::ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const {
   if (micro_batch <= 0) return 0;
   if (auto p = Profiled(gpu, layer, tp, micro_batch)) return p->forward_s;
-  const double flops = model_.ForwardFlops(layer, micro_batch, training_.seq_len()) / tp;
-  if (flops == 0) return 0;
-  const double peak = gpu.PeakTflops(training_.dtype()) * 1e12;
-  const double tokens = micro_batch * training_.seq_len() / tp;
-  return flops / (peak * Efficiency(tokens));
+  return PassSeconds(gpu, layer, tp, micro_batch, Pass::kForward);
 }
 
 double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
@@ -42,10 +76,7 @@ double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t
   if (auto p = Profiled(gpu, layer, tp, micro_batch)) {
     bwd = p->backward_s;
   } else {
-    const double flops = model_.BackwardFlops(layer, micro_batch, training_.seq_len()) / tp;
-    const double peak = gpu.PeakTflops(training_.dtype()) * 1e12;
-    const double tokens = micro_batch * training_.seq_len() / tp;
-    bwd = flops == 0 ? 0 : flops / (peak * Efficiency(tokens));
+    bwd = PassSeconds(gpu, layer, tp, micro_batch, Pass::kBackward);
   }
   if (model_.kind(layer) != LayerKind::kTransformer) return bwd;
   if (recompute == proto::RECOMPUTE_FULL) return bwd + fwd;
@@ -57,6 +88,18 @@ double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t
     return bwd + fwd * core / total;
   }
   return bwd;
+}
+
+double ComputeCost::PassOverheadSeconds(const GpuSpec& gpu) const {
+  return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).pass_overhead_s : 0;
+}
+
+double ComputeCost::IterationOverheadSeconds(const GpuSpec& gpu) const {
+  return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).iteration_overhead_s : 0;
+}
+
+double ComputeCost::CollectiveLatencySeconds(const GpuSpec& gpu, uint32_t group_size) const {
+  return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).CollectiveLatency(group_size) : 0;
 }
 
 double ComputeCost::OptimizerSeconds(const GpuSpec& gpu, double params) const {

@@ -4,13 +4,19 @@
 //
 // Compute time of a layer (forward or backward) on one GPU:
 //   - from a measured profile (ProfileDb) when one covers (GPU, model, TP, sequence length);
-//   - otherwise analytically: FLOPs / TP ÷ (peak × efficiency), where the efficiency saturates with the
-//     work per GPU: eff = max_efficiency · t / (t + half_tokens), t = tokens per micro-batch per rank.
-//     The defaults (0.60, 256 tokens) are hetsim's own choice pending calibration (calibration/).
+//   - otherwise (the default, ComputeModel::kKernel) from the per-kernel model of models/kernels.h: the
+//     layer's kernels after TP sharding, each costed by the GPU type's roofline and fixed costs;
+//   - or (ComputeModel::kTokenEfficiency, the closed form the tests and the planners' papers use):
+//     FLOPs / TP ÷ (peak × efficiency), where the efficiency saturates with the work per GPU:
+//     eff = max_efficiency · t / (t + half_tokens), t = tokens per micro-batch per rank.
 // Backward time includes recomputation: + forward (full) or + the attention core's FLOPs (selective).
 #pragma once
 
+#include <mutex>
+#include <unordered_map>
+
 #include "models/gpu_catalog.h"
+#include "models/kernels.h"
 #include "models/profile_db.h"
 #include "models/proto/plan.pb.h"
 #include "models/proto/training.pb.h"
@@ -18,7 +24,15 @@
 
 namespace hetsim::models {
 
+enum class ComputeModel : uint8_t {
+  kKernel,           // models/kernels.h, with the GPU type's KernelParams (fixed costs included)
+  kTokenEfficiency,  // FLOPs at a token-dependent efficiency; no fixed costs
+};
+
 struct ComputeOptions {
+  ComputeModel model = ComputeModel::kKernel;
+  std::string calibration;  // kKernel: the bundled calibration (models/kernels.h); "" = default
+  // kTokenEfficiency:
   double max_efficiency = 0.60;  // fraction of peak a large GEMM-bound layer reaches
   double half_tokens = 256;      // tokens per rank at which half of max_efficiency is reached
   // Optimizer step: a memory-bound pass over this many bytes per parameter (Adam mixed precision:
@@ -37,8 +51,14 @@ class ComputeCost {
                          proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED) const;
   // The optimizer step over `params` parameters held by one device.
   double OptimizerSeconds(const GpuSpec& gpu, double params) const;
-  // The analytic efficiency at `tokens` tokens per rank.
+  // The analytic efficiency at `tokens` tokens per rank (kTokenEfficiency).
   double Efficiency(double tokens) const;
+  // Fixed costs of the kernel model (0 under kTokenEfficiency): host time per micro-batch and pass on a
+  // stage, per iteration, and the fixed cost α of one collective call over `group_size` devices.
+  double PassOverheadSeconds(const GpuSpec& gpu) const;
+  double IterationOverheadSeconds(const GpuSpec& gpu) const;
+  double CollectiveLatencySeconds(const GpuSpec& gpu, uint32_t group_size) const;
+  const ComputeOptions& options() const { return options_; }
   // True when a measured profile times this layer and its times already include the layer's TP
   // collectives (so TP communication must not be added again).
   bool TpIncludedInProfile(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
@@ -48,10 +68,28 @@ class ComputeCost {
 
  private:
   std::optional<LayerCost> Profiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
+  // One pass of `layer` without recomputation, by the configured model.
+  double PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch, Pass pass) const;
+  struct Key {
+    const GpuSpec* gpu;
+    LayerKind kind;
+    uint32_t tp;
+    double micro_batch;
+    Pass pass;
+    bool operator==(const Key& o) const {
+      return gpu == o.gpu && kind == o.kind && tp == o.tp && micro_batch == o.micro_batch && pass == o.pass;
+    }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
   const TransformerModel& model_;
   const proto::Training& training_;
   const ProfileDb* profiles_;
   ComputeOptions options_;
+  // Kernel-model pass times (every block has the same shape); shared by the planners' search threads.
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<Key, double, KeyHash> cache_;
 };
 
 // Bytes each communication of one micro-batch moves (before any algorithm's 2(n−1)/n factors).

@@ -236,7 +236,7 @@ class Lowerer {
 
   // One layer's TP collectives in one direction (or their bytes into the pass's fused all-reduce).
   void AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
-                  double batch, bool forward, uint16_t mb, double* fused_bytes) {
+                  double batch, bool forward, uint16_t mb, double* fused_bytes, uint32_t* fused_calls) {
     if (tp_group.size() < 2) return;
     if (options_.tp_in_compute && options_.tp_in_compute(device, layer, static_cast<uint32_t>(tp_group.size()), batch)) {
       return;
@@ -244,6 +244,7 @@ class Lowerer {
     for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, tr_.seq_len(), tr_.dtype())) {
       if (options_.fuse_passes) {
         *fused_bytes += c.bytes;
+        ++*fused_calls;
         continue;
       }
       Op& op = AddCollective(ops, tp_group, device, c.bytes, CollectiveKind::kAllReduce, Category::kTp, mb);
@@ -263,25 +264,27 @@ class Lowerer {
     const auto tp_group = TpGroup(st, r);
     const uint32_t L = model_.num_layers();
     double fused_bytes = 0;
+    uint32_t fused_calls = 0;
     for (uint32_t i = 0; i < b - a; ++i) {
       const uint32_t l = forward ? a + i : b - 1 - i;
       const double fwd_flops = model_.ForwardFlops(l, batch, tr_.seq_len()) / t;
       if (forward) {
         AddCompute(ops, l, fwd_flops, cat, mb, seqs, false);
-        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes);
+        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes, &fused_calls);
         continue;
       }
       // Megatron-LM's full recomputation re-runs each transformer block's forward right before its backward.
       if (full_recompute_ && l > 0 && l + 1 < L) {
         AddCompute(ops, l, fwd_flops, cat, mb, seqs, true);
-        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes);
+        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes, &fused_calls);
       }
       AddCompute(ops, l, model_.BackwardFlops(l, batch, tr_.seq_len()) / t, cat, mb, seqs, false);
-      AddLayerTp(ops, device, tp_group, l, batch, false, mb, &fused_bytes);
+      AddLayerTp(ops, device, tp_group, l, batch, false, mb, &fused_bytes, &fused_calls);
     }
     if (fused_bytes > 0) {
       Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb);
       op.in_pass = true;
+      op.calls = fused_calls;
       op.layer_begin = a;
       op.layer_end = b;
     }

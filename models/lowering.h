@@ -80,6 +80,7 @@ struct Op {
   uint16_t micro_batch = 0;
   uint16_t bucket = 0;        // DP: this bucket of `num_buckets`
   uint16_t num_buckets = 1;
+  uint32_t calls = 1;         // collective: the calls it stands for (a pass's fused TP all-reduces)
   uint32_t peer = kNone;      // send/recv: the other device
   uint32_t group = kNone;     // collective: index into Lowering::groups
   uint32_t rank = 0;          // collective: this device's rank in the group

@@ -70,6 +70,11 @@ std::pair<double, double> AnalyticCostModel::RangeCompute(const models::GpuSpec&
     fwd += compute_.ForwardSeconds(gpu, head, tp, b);
     bwd += compute_.BackwardSeconds(gpu, head, tp, b, recompute);
   }
+  if (end > begin) {
+    // The host's fixed work per micro-batch and pass (kernel model; as the simulator charges it).
+    fwd += compute_.PassOverheadSeconds(gpu);
+    bwd += compute_.PassOverheadSeconds(gpu);
+  }
   return {fwd, bwd};
 }
 
@@ -114,7 +119,7 @@ ReplicaTime AnalyticCostModel::Replica(const models::GpuSpec& gpu, uint32_t tp, 
   if (tp > 1) {
     const RangeShape s = Shape(model_, begin, end);
     const double bytes = models::TpAllReduceBytesPerLayer(model_, 1, b, training_.seq_len(), training_.dtype());
-    const double one = models::RingAllReduceSeconds(bytes, tp, links.tp);
+    const double one = models::RingAllReduceSeconds(bytes, tp, links.tp) + compute_.CollectiveLatencySeconds(gpu, tp);
     const double per_pass = (2.0 * s.blocks + (s.embedding ? 1 : 0) + (s.head ? 1 : 0)) * one;
     const double recomputed = recompute == proto::RECOMPUTE_FULL ? 2.0 * s.blocks * one : 0.0;
     r.tp_s = 2 * per_pass + recomputed;
@@ -156,26 +161,31 @@ double AnalyticCostModel::GradSyncSeconds(double bytes, std::span<const uint32_t
   if (n <= 1 || bytes <= 0) return 0;
   const models::Link link = topology_.Slowest(devices);
   const double m = std::max<uint32_t>(1, micro_batches);
+  // Every collective call's fixed cost α (kernel model), as the simulator charges it.
+  const double alpha = compute_.CollectiveLatencySeconds(ComputeGpu(devices[0]), n);
   switch (zero_stage) {
     case 2:
-      return m * models::RingReduceScatterSeconds(bytes, n, link) + models::RingAllGatherSeconds(bytes, n, link);
+      return m * (models::RingReduceScatterSeconds(bytes, n, link) + alpha) +
+             models::RingAllGatherSeconds(bytes, n, link) + alpha;
     case 3:
-      return m * (2 * models::RingAllGatherSeconds(bytes, n, link) + models::RingReduceScatterSeconds(bytes, n, link));
+      return m * (2 * models::RingAllGatherSeconds(bytes, n, link) + models::RingReduceScatterSeconds(bytes, n, link) +
+                  3 * alpha);
     default:
       break;
   }
   switch (algorithm) {
     case proto::CommOptions::ALGORITHM_TREE:
-      return models::TreeAllReduceSeconds(bytes, n, link);
+      return models::TreeAllReduceSeconds(bytes, n, link) + alpha;
     case proto::CommOptions::ALGORITHM_HIERARCHICAL:
-      return topology_.HierarchicalAllReduceSeconds(bytes, devices);
+      return topology_.HierarchicalAllReduceSeconds(bytes, devices) + alpha;
     default:
-      return models::RingAllReduceSeconds(bytes, n, link);
+      return models::RingAllReduceSeconds(bytes, n, link) + alpha;
   }
 }
 
 double AnalyticCostModel::OptimizerSeconds(uint32_t device, double params) const {
-  return compute_.OptimizerSeconds(ComputeGpu(device), params);
+  const models::GpuSpec& gpu = ComputeGpu(device);
+  return compute_.OptimizerSeconds(gpu, params) + compute_.IterationOverheadSeconds(gpu);
 }
 
 double PipelineSeconds(std::span<const double> stage_times, uint32_t micro_batches, proto::Plan::Schedule schedule,

@@ -215,6 +215,7 @@ class Runner {
         const std::pair<uint64_t, uint32_t> inst{op.group, counters().collectives[op.group]++};
         auto& slot = sh_->board.arrived[inst];
         slot.first = std::max(slot.first, t0);
+        if (op.seconds > 0) s4u::this_actor::sleep_for(op.seconds);
         RunCollective(op);
         const double now = s4u::Engine::get_clock();
         auto it = sh_->board.arrived.find(inst);
@@ -234,7 +235,7 @@ class Runner {
         const uint32_t next = g[(op.rank + 1) % g.size()];
         auto [bw, lat] = RouteOf(next);
         const double steps = 2 * (n - 1);
-        const double t = steps * (op.bytes / n) / bw + steps * lat;
+        const double t = op.seconds + steps * (op.bytes / n) / bw + steps * lat;
         s4u::this_actor::sleep_for(t);
         AddComm(op.category, t);
         Record(t0, op.category, op.micro_batch);

@@ -20,12 +20,20 @@ OpKind PlayKind(models::OpKind k) {
   return OpKind::kCompute;
 }
 
-// The duration of one lowered compute operation on `gpu` (TP degree `tp`).
-double ComputeSeconds(const models::Op& op, const models::GpuSpec& gpu, uint32_t tp, const models::ComputeCost& cost,
-                      bool separate_recompute) {
-  if (op.category == Category::kOptimizer) return cost.OptimizerSeconds(gpu, op.params);
+// The duration of one lowered compute operation of rank `r` on `gpu`.
+double ComputeSeconds(const models::Op& op, const models::RankOps& r, const models::GpuSpec& gpu,
+                      const models::ComputeCost& cost, bool separate_recompute) {
+  if (op.category == Category::kOptimizer) {
+    return cost.OptimizerSeconds(gpu, op.params) + cost.IterationOverheadSeconds(gpu);
+  }
+  const uint32_t tp = r.tp;
   const double batch = op.sequences();
   double seconds = 0;
+  // The host's per-micro-batch work of a pass on this stage, once per pass: with the operation that
+  // holds the stage's first layer (not with a recomputation).
+  if (!op.recompute && op.layer_begin == r.layer_begin && op.layer_end > op.layer_begin) {
+    seconds += cost.PassOverheadSeconds(gpu);
+  }
   for (uint32_t l = op.layer_begin; l < op.layer_end; ++l) {
     if (op.category == Category::kForward || op.recompute) {
       seconds += cost.ForwardSeconds(gpu, l, tp, batch);
@@ -39,8 +47,9 @@ double ComputeSeconds(const models::Op& op, const models::GpuSpec& gpu, uint32_t
   return seconds;
 }
 
-void Append(std::vector<Op>& out, const models::Op& lo, const models::GpuSpec& gpu, uint32_t tp,
-            const models::ComputeCost& cost, const Fidelity& fid, bool separate_recompute) {
+void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
+            const std::vector<std::vector<uint32_t>>& groups, const models::ComputeCost& cost, const Fidelity& fid,
+            bool separate_recompute) {
   Op op;
   op.kind = PlayKind(lo.kind);
   op.category = lo.category;
@@ -53,7 +62,7 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::GpuSpec& g
   op.rank = lo.rank;
   op.bytes = lo.bytes;
   if (lo.kind == models::OpKind::kCompute) {
-    op.seconds = ComputeSeconds(lo, gpu, tp, cost, separate_recompute);
+    op.seconds = ComputeSeconds(lo, r, gpu, cost, separate_recompute);
     if (op.seconds <= 0) return;
     // Consecutive compute of the same pass is one slice.
     if (!out.empty() && out.back().kind == OpKind::kCompute && out.back().category == op.category &&
@@ -62,8 +71,10 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::GpuSpec& g
       return;
     }
   }
-  if (lo.kind == models::OpKind::kCollective && lo.category == Category::kTp && fid.tp == TpDetail::kAnalytic) {
-    op.kind = OpKind::kTpAnalytic;
+  if (lo.kind == models::OpKind::kCollective) {
+    // The call's fixed cost α (NCCL launch and synchronisation), before its transfers.
+    op.seconds = lo.calls * cost.CollectiveLatencySeconds(gpu, static_cast<uint32_t>(groups[op.group].size()));
+    if (lo.category == Category::kTp && fid.tp == TpDetail::kAnalytic) op.kind = OpKind::kTpAnalytic;
   }
   out.push_back(op);
 }
@@ -99,8 +110,10 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
     prog.stage = r.stage;
     const auto& gpu = *ctx.cluster.device(r.device).gpu;
     prog.ops.reserve(r.ops.size());
-    for (const auto& lo : r.ops) Append(prog.ops, lo, gpu, r.tp, cost, options.fidelity, separate_recompute);
-    for (const auto& lo : r.dp_stream) Append(prog.dp_stream, lo, gpu, r.tp, cost, options.fidelity, separate_recompute);
+    for (const auto& lo : r.ops) Append(prog.ops, lo, r, gpu, out.groups, cost, options.fidelity, separate_recompute);
+    for (const auto& lo : r.dp_stream) {
+      Append(prog.dp_stream, lo, r, gpu, out.groups, cost, options.fidelity, separate_recompute);
+    }
     std::vector<models::Op>().swap(r.ops);
     std::vector<models::Op>().swap(r.dp_stream);
   }

@@ -67,7 +67,7 @@ struct Op {
   uint32_t peer = 0;   // send/recv peer device
   uint32_t group = 0;  // collective group (index into Programs::groups)
   uint32_t rank = 0;   // this device's rank in the group
-  double seconds = 0;  // compute
+  double seconds = 0;  // compute; collectives: the call's fixed cost α before its transfers
   double bytes = 0;    // payload (collectives: the full buffer S)
 };
 

@@ -208,6 +208,15 @@ TEST(LoweringTp, FusedPassesMoveTheSameBytesInOneCollective) {
   }
   EXPECT_EQ(compute, 6u);
   EXPECT_EQ(tp, 6u);
+  // Each fused all-reduce stands for the calls it replaced (their fixed costs are still paid): per micro-batch
+  // forward: embedding 1 + 4 blocks × 2 + head 2 (max and sum) = 11; backward: 4 × 2 + head 1 = 9.
+  uint32_t unfused_calls = 0, fused_calls = 0;
+  for (const Op& op : a.ranks[0].ops) unfused_calls += op.kind == OpKind::kCollective && op.category == Category::kTp;
+  for (const Op& op : b.ranks[0].ops) {
+    if (op.kind == OpKind::kCollective && op.category == Category::kTp) fused_calls += op.calls;
+  }
+  EXPECT_EQ(unfused_calls, 3u * (11 + 9));
+  EXPECT_EQ(fused_calls, unfused_calls);
 }
 
 // ---- conservation over random plans ----------------------------------------------------------------

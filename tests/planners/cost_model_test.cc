@@ -40,6 +40,12 @@ models::ProfileDb TinyProfiles() {
   return db;
 }
 
+// The closed-form compute model without the kernel model's fixed costs (collective α, host overheads).
+PlanningProblem ClosedForm(PlanningProblem p) {
+  p.compute.model = models::ComputeModel::kTokenEfficiency;
+  return p;
+}
+
 // llama-tiny (h = 256, 4 blocks, V = 1024, untied): block 725,504 parameters, embedding 262,144, head
 // 262,144 + 256 (final norm) = 262,400; in all 3,426,560 (models/catalog/models/llama-tiny.yaml).
 constexpr double kBlock = 725504, kEmbedding = 262144, kHead = 262400, kTotal = 3426560;
@@ -108,7 +114,7 @@ network: {switch_latency_us: 1}
 )"),
                   testing::BundledModel("llama-tiny"), "{global_batch_size: 8, seq_len: 128}");
   const models::ProfileDb db = TinyProfiles();
-  const AnalyticCostModel cost(f.problem(&db));
+  const AnalyticCostModel cost(ClosedForm(f.problem(&db)));
   proto::Plan plan = PlanFromYaml(R"(
 pipelines:
   - {micro_batch_size: 1, num_micro_batches: 3, stages: [{devices: [0], layer_begin: 0, layer_end: 6}]}
@@ -152,7 +158,7 @@ name: pair
 nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
 )"),
                   testing::BundledModel("llama-tiny"), "{global_batch_size: 2, seq_len: 128}");
-  const AnalyticCostModel cost(f.problem());
+  const AnalyticCostModel cost(ClosedForm(f.problem()));
   const std::vector<uint32_t> group = {0, 1};
   // Each block all-reduces b·s·h bf16 values twice per pass, the embedding and the head once:
   // (2·4 + 2) all-reduces per pass, two passes; each a ring of 2 over 300 GB/s with 2 µs latency.

@@ -71,6 +71,7 @@ position: rope
     models::PlanContext ctx{*cluster_, *model_, training_};
     EXPECT_TRUE(models::ValidatePlanStructure(plan, ctx, "plan").ok());
     SimOptions opt;
+    opt.compute.model = models::ComputeModel::kTokenEfficiency;  // closed form: no fixed costs
     opt.profiles = &db_;
     opt.compute.optimizer_bytes_per_param = 0;
     auto r = SimulateIteration(plan, ctx, opt);

@@ -83,6 +83,7 @@ double Simulate(const Setting& run, const proto::Plan& plan, const models::Profi
   const Status v = models::ValidatePlanStructure(plan, ctx, "plan");
   EXPECT_TRUE(v.ok()) << v.message();
   SimOptions opt;
+  opt.compute.model = models::ComputeModel::kTokenEfficiency;  // closed form: no fixed costs
   opt.fidelity = fid;
   opt.profiles = &db;
   opt.compute.optimizer_bytes_per_param = 0;  // no optimizer step: the pipeline alone
@@ -157,6 +158,7 @@ pipelines:
 )");
   models::PlanContext ctx{run.cluster, run.model, run.training};
   SimOptions opt;
+  opt.compute.model = models::ComputeModel::kTokenEfficiency;  // closed form: no fixed costs
   opt.profiles = &db;
   opt.compute.optimizer_bytes_per_param = 0;
   auto r = SimulateIteration(plan, ctx, opt);
@@ -364,6 +366,7 @@ pipelines:
 )");
   models::PlanContext ctx{run.cluster, run.model, run.training};
   SimOptions opt;
+  opt.compute.model = models::ComputeModel::kTokenEfficiency;  // closed form: no fixed costs
   opt.record_timeline = true;
   auto r = SimulateIteration(plan, ctx, opt);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -427,6 +430,7 @@ pipelines:
     std::vector<std::vector<double>> compute;
     for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced(), Fidelity::Fast()}) {
       SimOptions opt;
+  opt.compute.model = models::ComputeModel::kTokenEfficiency;  // closed form: no fixed costs
       opt.fidelity = fid;
       auto r = SimulateIteration(plan, ctx, opt);
       ASSERT_TRUE(r.ok()) << r.status().message();
@@ -459,7 +463,9 @@ pipelines:
 zero_stage: 3
 )");
   models::PlanContext ctx{run.cluster, run.model, run.training};
-  auto r = SimulateIteration(plan, ctx, SimOptions{});
+  SimOptions opt;
+  opt.compute.model = models::ComputeModel::kTokenEfficiency;  // the 3.2x of the closed form
+  auto r = SimulateIteration(plan, ctx, opt);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_GT(r->report.devices(0).idle_s(), 0.05 * r->report.iteration_time_s());
   EXPECT_NEAR(r->report.bubble_fraction(), 0.0, 1e-9);
@@ -502,6 +508,7 @@ layers:
     const auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [0, 1], tp_degree: 2, layer_end: 6}]}]");
     models::PlanContext ctx{run.cluster, run.model, run.training};
     SimOptions opt;
+  opt.compute.model = models::ComputeModel::kTokenEfficiency;  // closed form: no fixed costs
     opt.profiles = &db;
     auto r = SimulateIteration(plan, ctx, opt);
     ASSERT_TRUE(r.ok()) << r.status().message();

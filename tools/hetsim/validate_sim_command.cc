@@ -10,6 +10,7 @@
 //
 // Rows alternate between the halves (even rows: development, odd rows: held out), so that a calibration
 // fitted on the development half is judged on runs it has not seen.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "models/kernels.h"
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
@@ -91,7 +93,7 @@ Result<std::vector<Run>> ReadRuns(const std::string& path) {
 
 // Simulates one run; sets simulated_ms or error.
 void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dtype, proto::Recompute recompute,
-                 const sim::Fidelity& fidelity) {
+                 const sim::Fidelity& fidelity, const std::string& calibration) {
   auto fail = [&](const std::string& why) { r.error = why; };
   proto::Model m;
   m.set_name("gpt-h" + std::to_string(r.hidden) + "-l" + std::to_string(r.layers));
@@ -121,6 +123,8 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   t.set_seq_len(r.seq_len);
   t.set_dtype(dtype);
   t.set_recompute(recompute);
+  // Megatron-DeepSpeed of vTrain's runs: fused scale-mask-softmax, no flash attention.
+  t.set_attention(proto::ATTENTION_STANDARD);
   auto training = models::ResolveTraining(t, *model, "run");
   if (!training.ok()) return fail(training.status().message());
   if (r.global_batch % (r.dp * r.micro_batch) != 0) return fail("global batch not divisible by DP × micro batch");
@@ -128,13 +132,16 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   for (uint32_t i = 0; i < r.gpus; ++i) order[i] = i;
   const auto split = planners::UniformBlocksSplit(*model, r.pp);
   const auto layers = split ? *split : planners::EvenLayerSplit(model->num_layers(), r.pp);
-  const proto::Plan plan = planners::MegatronLayout(order, r.dp, r.tp, r.pp, layers, r.micro_batch,
-                                                    r.global_batch / (r.dp * r.micro_batch));
+  proto::Plan plan = planners::MegatronLayout(order, r.dp, r.tp, r.pp, layers, r.micro_batch,
+                                              r.global_batch / (r.dp * r.micro_batch));
+  // Megatron's data-parallel all-reduce: one call over the whole contiguous gradient buffer.
+  plan.mutable_comm()->set_dp_bucket_mib(0);
   const models::PlanContext ctx{*cluster, *model, *training};
   const Status v = models::ValidatePlanStructure(plan, ctx, "run");
   if (!v.ok()) return fail(v.message());
   sim::SimOptions opt;
   opt.fidelity = fidelity;
+  opt.compute.calibration = calibration;
   auto res = sim::SimulateIteration(plan, ctx, opt);
   if (!res.ok()) return fail(res.status().message());
   r.simulated_ms = res->report.iteration_time_s() * 1e3;
@@ -190,6 +197,16 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     err << "--recompute: unknown value '" << rc << "' (expected none, selective, full)\n";
     return 2;
   }
+  const std::string calibration = vm["calibration"].as<std::string>();
+  {
+    const auto& known = models::KernelCalibrations();
+    if (std::find(known.begin(), known.end(), calibration) == known.end()) {
+      err << "--calibration: unknown calibration '" << calibration << "' (bundled:";
+      for (const auto& k : known) err << " " << k;
+      err << ")\n";
+      return 2;
+    }
+  }
   const std::string gpu = vm["gpu"].as<std::string>();
   const uint32_t vocab = vm["vocab"].as<uint32_t>();
   const size_t limit = vm.count("limit") ? vm["limit"].as<size_t>() : runs->size();
@@ -200,7 +217,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
   size_t done = 0, failed = 0;
   for (size_t i = 0; i < runs->size() && i < limit; ++i) {
     Run& r = (*runs)[i];
-    SimulateRun(r, gpu, vocab, dtype, recompute, *fid);
+    SimulateRun(r, gpu, vocab, dtype, recompute, *fid, calibration);
     ++done;
     if (done % 50 == 0) err << "validate-sim: " << done << "/" << std::min(limit, runs->size()) << " runs\n";
     const bool development = i % 2 == 0;
@@ -222,7 +239,8 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     csv += row;
   }
   out << "simulated " << all.n << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
-      << " (" << gpu << ", fidelity " << vm["fidelity"].as<std::string>() << ")\n";
+      << " (" << gpu << ", calibration " << calibration << ", fidelity " << vm["fidelity"].as<std::string>()
+      << ")\n";
   out << "  development half  " << dev.Line() << "\n";
   out << "  held-out half     " << held.Line() << "\n";
   out << "  all               " << all.Line() << "\n";
@@ -245,7 +263,7 @@ Command ValidateSimCommand() {
   return {"validate-sim",
           "simulate measured training runs (CSV) and report the simulator's error: MAPE and bias on a development "
           "and a held-out half, and by configuration",
-          "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--fidelity fast] [-o per-run.csv]",
+          "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--calibration vtrain-a100] [--fidelity fast] [-o per-run.csv]",
           [](po::options_description& d, po::positional_options_description&) {
             d.add_options()("runs", po::value<std::string>(), "measured runs (vTrain's CSV columns)")
                 ("gpu", po::value<std::string>()->default_value("a100-80gb"), "GPU type of the node (`hetsim list gpus`)")
@@ -253,6 +271,8 @@ Command ValidateSimCommand() {
                 ("dtype", po::value<std::string>()->default_value("fp16"), "training dtype of the runs")
                 ("recompute", po::value<std::string>()->default_value("full"), "activation recomputation of the runs")
                 ("fidelity", po::value<std::string>()->default_value("fast"), "fast | balanced | full")
+                ("calibration", po::value<std::string>()->default_value("vtrain-a100"),
+                 "kernel-model calibration: vtrain-a100 (fitted on the development half of vTrain's runs) or default")
                 ("limit", po::value<size_t>(), "simulate only the first N runs")
                 ("output,o", po::value<std::string>(), "write every run's simulated time and error (CSV)");
           },

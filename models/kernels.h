@@ -1,0 +1,92 @@
+// The per-kernel compute model: each layer pass lowered to the kernels Megatron-LM launches for it, each
+// kernel costed on a GPU type by a roofline with wave quantisation and fixed costs.
+//
+// A kernel is a GEMM (m, n, k, batch) or a memory-bound pass over `bytes` of HBM traffic. On a GPU with
+// parameters P (KernelParams):
+//   GEMM:    tiles = batch · ⌈m/tile_m⌉ · ⌈n/tile_n⌉, waves = ⌈tiles / sm_count⌉,
+//            compute = waves · (2 · tile_m · tile_n · k) / (peak / sm_count) / P.gemm_efficiency
+//            (the last wave runs as long as a full one: wave quantisation), memory = its operands' bytes
+//            / (HBM bandwidth · P.memory_efficiency); gpu = max(compute, memory) + P.kernel_latency_s.
+//   memory:  gpu = bytes / (HBM bandwidth · P.memory_efficiency) + P.kernel_latency_s.
+//   host:    every kernel costs P.host_overhead_s of CPU time to issue (framework dispatch + launch).
+// A pass (a layer's forward or backward) takes max(Σ gpu, Σ host): the host issues asynchronously, so the
+// GPU waits for it only when the kernels are shorter than their issue cost (small models, high TP).
+//
+// The kernel lists follow Megatron-LM's GPT block (Shoeybi et al. 2019; Korthikanti et al. 2022 §4): QKV,
+// attention core (standard: QKᵀ, scale-mask-softmax, dropout, AV batched GEMMs; flash: one fused kernel
+// of the causal half of the score FLOPs), output projection, bias-dropout-add, two norms, MLP (GELU: 2
+// GEMMs; SwiGLU: a fused gate+up GEMM and a down GEMM) and its activation. A backward GEMM is two GEMMs
+// (input gradient and weight gradient). The head is the vocabulary GEMM and a vocabulary-parallel
+// cross-entropy in fp32. docs/simulator.md ("Compute model") lists every kernel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/gpu_catalog.h"
+#include "models/proto/training.pb.h"
+#include "models/transformer.h"
+
+namespace hetsim::models {
+
+struct KernelParams {
+  std::string source;                 // where the values come from
+  int sm_count = 0;                   // streaming multiprocessors; 0 = no wave quantisation
+  double tile_m = 128, tile_n = 128;  // GEMM output tile of the library's kernels
+  double gemm_efficiency = 0.87;      // fraction of peak a full wave of GEMM tiles reaches
+  double memory_efficiency = 0.84;    // fraction of the HBM bandwidth memory-bound kernels reach
+  double kernel_latency_s = 5e-6;     // GPU time of every kernel beyond its roofline
+  double host_overhead_s = 10e-6;     // CPU time to issue one kernel
+  double pass_overhead_s = 0;         // host time per micro-batch and pass on a stage (schedule, data)
+  double iteration_overhead_s = 0;    // per iteration (optimizer bookkeeping, logging)
+  // Fixed cost α of one collective call by group size (sorted by size; interpolated in log2 of the size,
+  // the last value held beyond): NCCL's launch and synchronisation cost, added to the simulated transfer.
+  std::vector<std::pair<uint32_t, double>> collective_latency_s = {{2, 20e-6}, {8, 30e-6}};
+
+  double CollectiveLatency(uint32_t group_size) const;
+};
+
+// The parameters of a GPU type under a bundled calibration: "default" (or "") is the chip's values with a
+// tuned stack's host costs; "vtrain-a100" is the whole fit to vTrain's A100 runs, host costs included
+// (GPU types it does not cover get the default). models/kernels.cc says which values were fitted on
+// measured runs and which are generic.
+const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calibration = "");
+const std::vector<std::string>& KernelCalibrations();
+
+struct Kernel {
+  enum class Type : uint8_t { kGemm, kMemory, kFused };
+  Type type = Type::kMemory;
+  const char* name = "";
+  double m = 0, n = 0, k = 0, batch = 1;  // GEMM shape (per batch entry)
+  double bytes = 0;                       // HBM traffic (memory kernels; GEMMs: derived from the shape)
+  double flops = 0;                       // fused kernels (flash attention): FLOPs at GEMM efficiency
+};
+
+enum class Pass : uint8_t { kForward, kBackward };
+
+struct KernelShape {
+  double micro_batch = 1;
+  uint32_t seq_len = 1;
+  uint32_t tp = 1;
+  proto::DType dtype = proto::DTYPE_BF16;
+  proto::Attention attention = proto::ATTENTION_FLASH;
+};
+
+// The kernels of one pass of `layer` on one TP rank (backward: without recomputation).
+std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, Pass pass, const KernelShape& shape);
+
+struct PassTime {
+  double gpu_s = 0;   // Σ kernel GPU time
+  double host_s = 0;  // Σ issue cost
+  size_t kernels = 0;
+  double seconds() const { return gpu_s > host_s ? gpu_s : host_s; }
+};
+
+// GPU time of one kernel.
+double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams& p, proto::DType dtype);
+PassTime TimeKernels(const std::vector<Kernel>& kernels, const GpuSpec& gpu, const KernelParams& p,
+                     proto::DType dtype);
+
+}  // namespace hetsim::models

@@ -1,0 +1,159 @@
+// The per-kernel compute model (models/kernels.h): roofline with wave quantisation, fixed costs, host-bound
+// passes, TP sharding of the kernels' shapes, and the ComputeCost that uses it.
+#include "models/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "models/cost.h"
+#include "models/spec_io.h"
+#include "models/training.h"
+
+namespace hetsim::models {
+namespace {
+
+const GpuSpec& Gpu(const std::string& name) { return *GpuCatalog::Bundled().Find(name).value(); }
+
+Kernel Gemm(double m, double n, double k) {
+  Kernel g;
+  g.type = Kernel::Type::kGemm;
+  g.m = m, g.n = n, g.k = k;
+  return g;
+}
+
+const Kernel* Named(const std::vector<Kernel>& ks, const char* name) {
+  for (const Kernel& k : ks) {
+    if (std::strcmp(k.name, name) == 0) return &k;
+  }
+  return nullptr;
+}
+
+TEST(KernelModel, ALastPartialWaveCostsAFullWave) {
+  // A100: 108 SMs, 312 TFLOPS fp16. 10×10 tiles of 128×128 fill one wave (100 ≤ 108); 11×10 = 110 tiles need
+  // two. With k = 8192 both are compute-bound: one wave is 2·128·128·8192 FLOPs at 312e12·eff/108 per SM.
+  const GpuSpec& a100 = Gpu("a100-80gb");
+  const KernelParams& p = KernelParamsFor(a100);
+  const double wave = 2.0 * 128 * 128 * 8192 / (312e12 * p.gemm_efficiency / 108);
+  EXPECT_NEAR(KernelGpuSeconds(Gemm(1280, 1280, 8192), a100, p, proto::DTYPE_FP16), wave + p.kernel_latency_s,
+              1e-12);
+  EXPECT_NEAR(KernelGpuSeconds(Gemm(1408, 1280, 8192), a100, p, proto::DTYPE_FP16), 2 * wave + p.kernel_latency_s,
+              1e-12);
+  // An outer product (k = 16) is HBM-bound: its 16384² output dominates the bytes (about 0.35 ms against
+  // 152 waves × 0.2 µs of math).
+  const double bytes = 2.0 * (16384.0 * 16 + 16 * 16384 + 16384.0 * 16384);
+  EXPECT_NEAR(KernelGpuSeconds(Gemm(16384, 16384, 16), a100, p, proto::DTYPE_FP16),
+              bytes / (2039e9 * p.memory_efficiency) + p.kernel_latency_s, 1e-12);
+}
+
+TEST(KernelModel, APassIsHostBoundWhenItsKernelsAreShorterThanTheirIssueCost) {
+  const GpuSpec& a100 = Gpu("a100-80gb");
+  const KernelParams& p = KernelParamsFor(a100, "vtrain-a100");
+  Kernel tiny;
+  tiny.bytes = 1024;
+  const PassTime t = TimeKernels({tiny, tiny, tiny}, a100, p, proto::DTYPE_FP16);
+  EXPECT_EQ(t.kernels, 3u);
+  EXPECT_NEAR(t.host_s, 3 * p.host_overhead_s, 1e-15);
+  EXPECT_GT(t.host_s, t.gpu_s);
+  EXPECT_DOUBLE_EQ(t.seconds(), t.host_s);
+  Kernel big;
+  big.bytes = 1e9;  // 1 GB: about 0.6 ms of HBM time, far above the issue cost
+  const PassTime u = TimeKernels({big}, a100, p, proto::DTYPE_FP16);
+  EXPECT_DOUBLE_EQ(u.seconds(), u.gpu_s);
+}
+
+TEST(KernelModel, TensorParallelismShardsWeightsNotTokens) {
+  auto model = LoadModel("gpt3-2.6b");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const double h = model->spec().hidden_size();
+  KernelShape shape;
+  shape.micro_batch = 2;
+  shape.seq_len = 1024;
+  shape.tp = 4;
+  const auto ks = LayerKernels(*model, 1, Pass::kForward, shape);
+  const Kernel* qkv = Named(ks, "qkv");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_DOUBLE_EQ(qkv->m, 2 * 1024);  // every rank sees all tokens
+  EXPECT_DOUBLE_EQ(qkv->n, 3 * h / 4);
+  EXPECT_DOUBLE_EQ(qkv->k, h);
+  const Kernel* out = Named(ks, "attention-out");
+  ASSERT_NE(out, nullptr);
+  EXPECT_DOUBLE_EQ(out->k, h / 4);
+}
+
+TEST(KernelModel, BackwardGemmsDoTwiceTheForwardFlops) {
+  auto model = LoadModel("gpt3-2.6b");
+  ASSERT_TRUE(model.ok());
+  KernelShape shape;
+  shape.seq_len = 2048;
+  shape.tp = 2;
+  shape.attention = proto::ATTENTION_STANDARD;
+  auto gemm_flops = [&](Pass pass) {
+    double f = 0;
+    for (const Kernel& k : LayerKernels(*model, 1, pass, shape)) {
+      if (k.type == Kernel::Type::kGemm) f += 2 * k.m * k.n * k.k * k.batch;
+    }
+    return f;
+  };
+  EXPECT_NEAR(gemm_flops(Pass::kBackward), 2 * gemm_flops(Pass::kForward), 1e-6 * gemm_flops(Pass::kForward));
+  // And the forward GEMMs are the block's matmul FLOPs (ForwardFlops counts the same matmuls), per rank.
+  EXPECT_NEAR(gemm_flops(Pass::kForward), model->ForwardFlops(1, 1, 2048) / 2, 1e-6 * gemm_flops(Pass::kForward));
+}
+
+TEST(KernelModel, FlashAttentionKeepsTheScoresOutOfHbm) {
+  auto model = LoadModel("gpt3-2.6b");
+  ASSERT_TRUE(model.ok());
+  KernelShape shape;
+  shape.seq_len = 2048;
+  shape.attention = proto::ATTENTION_STANDARD;
+  const auto standard = LayerKernels(*model, 1, Pass::kForward, shape);
+  ASSERT_NE(Named(standard, "scale-mask-softmax"), nullptr);
+  // b · heads · s² fp16 scores, read and written.
+  EXPECT_DOUBLE_EQ(Named(standard, "scale-mask-softmax")->bytes,
+                   2.0 * model->spec().num_attention_heads() * 2048.0 * 2048 * 2);
+  shape.attention = proto::ATTENTION_FLASH;
+  const auto flash = LayerKernels(*model, 1, Pass::kForward, shape);
+  EXPECT_EQ(Named(flash, "scale-mask-softmax"), nullptr);
+  ASSERT_NE(Named(flash, "flash-attention"), nullptr);
+  EXPECT_LT(flash.size(), standard.size());
+}
+
+TEST(KernelModel, CollectiveLatencyInterpolatesInLogGroupSize) {
+  KernelParams p;
+  p.collective_latency_s = {{2, 10e-6}, {8, 40e-6}};
+  EXPECT_EQ(p.CollectiveLatency(1), 0.0);
+  EXPECT_DOUBLE_EQ(p.CollectiveLatency(2), 10e-6);
+  EXPECT_NEAR(p.CollectiveLatency(4), 25e-6, 1e-15);  // halfway between log2 2 and log2 8
+  EXPECT_DOUBLE_EQ(p.CollectiveLatency(64), 40e-6);  // held beyond the last size
+}
+
+TEST(KernelModel, NamedCalibrationsCoverTheirGpusOnly) {
+  const KernelParams& a100 = KernelParamsFor(Gpu("a100-80gb"), "vtrain-a100");
+  const KernelParams& a100_default = KernelParamsFor(Gpu("a100-80gb"));
+  EXPECT_GT(a100.host_overhead_s, a100_default.host_overhead_s);
+  EXPECT_DOUBLE_EQ(a100.gemm_efficiency, a100_default.gemm_efficiency);  // the same chip
+  const KernelParams& h100 = KernelParamsFor(Gpu("h100"), "vtrain-a100");
+  EXPECT_DOUBLE_EQ(h100.host_overhead_s, KernelParamsFor(Gpu("h100")).host_overhead_s);
+  EXPECT_EQ(h100.sm_count, 132);
+}
+
+TEST(KernelModel, ComputeCostAddsAForwardForFullRecomputation) {
+  auto model = LoadModel("gpt3-2.6b");
+  ASSERT_TRUE(model.ok());
+  proto::Training t;
+  t.set_seq_len(1024);
+  t.set_recompute(proto::RECOMPUTE_FULL);
+  auto training = ResolveTraining(t, *model, "t");
+  ASSERT_TRUE(training.ok()) << training.status().message();
+  const ComputeCost cost(*model, *training);
+  const GpuSpec& h100 = Gpu("h100");
+  const double fwd = cost.ForwardSeconds(h100, 1, 2, 4);
+  const double none = cost.BackwardSeconds(h100, 1, 2, 4, proto::RECOMPUTE_NONE);
+  EXPECT_GT(none, fwd);  // a backward pass does about twice the forward's work
+  EXPECT_NEAR(cost.BackwardSeconds(h100, 1, 2, 4), none + fwd, 1e-15);
+  // Cached pass times are the same numbers.
+  EXPECT_DOUBLE_EQ(cost.ForwardSeconds(h100, 2, 2, 4), fwd);
+}
+
+}  // namespace
+}  // namespace hetsim::models
