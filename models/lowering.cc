@@ -302,6 +302,8 @@ class Lowerer {
     const auto rrange = Ranges(rst, pipe.micro_batch_size());
     const double per_seq = PipelineBoundaryBytes(model_, 1, tr_.seq_len(), tr_.dtype());
     const bool leader = plan_.comm().pp_leader_broadcast();
+    // Scatter-gather: each TP rank moves 1/t of the tensor to its peer rank, then the receivers all-gather.
+    const bool scatter = !leader && plan_.comm().pp_scatter_gather() && ts == trv && ts > 1;
     const uint8_t chan = forward ? kChanPpForward : kChanPpBackward;
     for (uint32_t rr = 0; rr < rrange.size(); ++rr) {
       for (uint32_t kr = 0; kr < (leader ? 1u : trv); ++kr) {
@@ -322,11 +324,15 @@ class Lowerer {
           op.peer = sending ? receiver : sender;
           op.seq_begin = lo - base;
           op.seq_end = hi - base;
-          op.bytes = (hi - lo) * per_seq;
+          op.bytes = (hi - lo) * per_seq / (scatter ? ts : 1);
           op.micro_batch = mb;
           ops.push_back(op);
         }
       }
+    }
+    if (!sending && scatter) {
+      const double bytes = (rrange[r].second - rrange[r].first) * per_seq;
+      AddCollective(ops, TpGroup(rst, r), device, bytes, CollectiveKind::kAllGather, Category::kPp, mb);
     }
     if (!sending && leader && trv > 1) {
       const double bytes = (rrange[r].second - rrange[r].first) * per_seq;

@@ -34,16 +34,22 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
   if (!op.recompute && op.layer_begin == r.layer_begin && op.layer_end > op.layer_begin) {
     seconds += cost.PassOverheadSeconds(gpu);
   }
+  auto layer_seconds = [&](uint32_t l) {
+    if (op.category == Category::kForward || op.recompute) return cost.ForwardSeconds(gpu, l, tp, batch);
+    // With separate recomputation operations, a backward operation is the backward alone.
+    if (separate_recompute) return cost.BackwardSeconds(gpu, l, tp, batch, proto::RECOMPUTE_NONE);
+    return cost.BackwardSeconds(gpu, l, tp, batch);
+  };
+  // Every block costs the same: cost one, count the rest.
+  uint32_t blocks = 0, first_block = 0;
   for (uint32_t l = op.layer_begin; l < op.layer_end; ++l) {
-    if (op.category == Category::kForward || op.recompute) {
-      seconds += cost.ForwardSeconds(gpu, l, tp, batch);
-    } else if (separate_recompute) {
-      // The recomputation has its own operation: the backward alone.
-      seconds += cost.BackwardSeconds(gpu, l, tp, batch, proto::RECOMPUTE_NONE);
+    if (cost.model().kind(l) == models::LayerKind::kTransformer) {
+      if (blocks++ == 0) first_block = l;
     } else {
-      seconds += cost.BackwardSeconds(gpu, l, tp, batch);
+      seconds += layer_seconds(l);
     }
   }
+  if (blocks > 0) seconds += blocks * layer_seconds(first_block);
   return seconds;
 }
 

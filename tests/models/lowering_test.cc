@@ -219,6 +219,48 @@ TEST(LoweringTp, FusedPassesMoveTheSameBytesInOneCollective) {
   EXPECT_EQ(fused_calls, unfused_calls);
 }
 
+TEST(LoweringPp, ScatterGatherSendsATpShareAndAllGathers) {
+  // Two stages of TP 2 (devices 0,1 then 2,3). Without scatter-gather each receiving TP rank gets the whole
+  // b·s·h boundary tensor from its peer; with it, 1/2 each, and the receiving pair all-gathers the halves.
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(2);
+  pipe->set_num_micro_batches(1);
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto* st = pipe->add_stages();
+    st->add_devices(2 * s);
+    st->add_devices(2 * s + 1);
+    st->set_tp_degree(2);
+    st->set_layer_begin(s == 0 ? 0 : 3);
+    st->set_layer_end(s == 0 ? 3 : 6);
+  }
+  const auto tr = TrainingFor(plan);
+  const double tensor = 2.0 * 16 * TheWorld().model.spec().hidden_size() * 2;  // b·s·h bf16
+  auto pp_recv_bytes = [&](const Lowering& l, uint32_t rank, size_t* gathers) {
+    double bytes = 0;
+    *gathers = 0;
+    for (const Op& op : l.ranks[rank].ops) {
+      if (op.kind == OpKind::kRecv && op.category == Category::kPp) bytes += op.bytes;
+      if (op.kind == OpKind::kCollective && op.category == Category::kPp) {
+        EXPECT_EQ(op.collective, CollectiveKind::kAllGather);
+        EXPECT_DOUBLE_EQ(op.bytes, tensor);
+        ++*gathers;
+      }
+    }
+    return bytes;
+  };
+  size_t gathers = 0;
+  const Lowering whole = Lower(plan, tr);
+  EXPECT_DOUBLE_EQ(pp_recv_bytes(whole, 2, &gathers), tensor);  // stage 1, TP rank 0: the forward tensor
+  EXPECT_EQ(gathers, 0u);
+  plan.mutable_comm()->set_pp_scatter_gather(true);
+  const Lowering split = Lower(plan, tr);
+  EXPECT_DOUBLE_EQ(pp_recv_bytes(split, 2, &gathers), tensor / 2);
+  EXPECT_EQ(gathers, 1u);
+  EXPECT_DOUBLE_EQ(pp_recv_bytes(split, 1, &gathers), tensor / 2);  // stage 0 receives the gradient
+  EXPECT_EQ(gathers, 1u);
+}
+
 // ---- conservation over random plans ----------------------------------------------------------------
 
 // A random valid plan on the eight GPUs: 1-2 pipelines, 1-3 stages each, TP and intra-stage DP of 1 or

@@ -136,6 +136,7 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
                                               r.global_batch / (r.dp * r.micro_batch));
   // Megatron's data-parallel all-reduce: one call over the whole contiguous gradient buffer.
   plan.mutable_comm()->set_dp_bucket_mib(0);
+  plan.mutable_comm()->set_pp_scatter_gather(true);  // Megatron's default between equal TP degrees
   const models::PlanContext ctx{*cluster, *model, *training};
   const Status v = models::ValidatePlanStructure(plan, ctx, "run");
   if (!v.ok()) return fail(v.message());
