@@ -231,7 +231,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
   const bool adam = tr.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double weight_bytes = DTypeBytes(tr.dtype());
   const double grad_bytes = weight_bytes;
-  const double optim_bytes = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
+  const double optim_bytes = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + tr.optimizer_extra_bytes_per_param();
   const uint32_t zero = plan.zero_stage();
   // DP replicas per layer: the ZeRO sharding factor.
   std::vector<uint32_t> replicas(model.num_layers(), 0);
@@ -275,10 +275,11 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         double act = 0, peak_layer = 0;
         for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
           act += model.ActivationBytes(l, b, tr.seq_len(), tp, plan.sequence_parallel(), recompute, tr.dtype(),
-                                       tr.attention());
+                                       tr.attention(), tr.dropout());
           if (recompute == proto::RECOMPUTE_FULL) {
             peak_layer = std::max(peak_layer, model.ActivationBytes(l, b, tr.seq_len(), tp, plan.sequence_parallel(),
-                                                                    proto::RECOMPUTE_NONE, tr.dtype(), tr.attention()));
+                                                                    proto::RECOMPUTE_NONE, tr.dtype(), tr.attention(),
+                                                                    tr.dropout()));
           }
         }
         act = act * in_flight + peak_layer;  // full recompute re-materialises one layer at a time
@@ -292,7 +293,9 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
           dm.optimizer_gib = optim / kGib;
           dm.activations_gib = act / kGib;
           dm.workspace_gib = tr.workspace_gib();
-          dm.total_gib = dm.params_gib + dm.grads_gib + dm.optimizer_gib + dm.activations_gib + dm.workspace_gib;
+          const double tensors = dm.params_gib + dm.grads_gib + dm.optimizer_gib + dm.activations_gib;
+          dm.allocator_gib = tr.allocator_overhead() * tensors;
+          dm.total_gib = tensors + dm.allocator_gib + dm.workspace_gib;
           dm.capacity_gib = ctx.cluster.device(dm.device).gpu->memory_gib;
           out.push_back(dm);
         }
@@ -311,7 +314,8 @@ Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::
                std::to_string(dm.device) + " (" + ctx.cluster.DeviceName(dm.device) + ", " +
                ctx.cluster.device(dm.device).gpu->name + ") needs " + Fixed(dm.total_gib) + " GiB (weights " +
                Fixed(dm.params_gib) + ", gradients " + Fixed(dm.grads_gib) + ", optimizer " + Fixed(dm.optimizer_gib) +
-               ", activations " + Fixed(dm.activations_gib) + ", workspace " + Fixed(dm.workspace_gib) +
+               ", activations " + Fixed(dm.activations_gib) + ", allocator " + Fixed(dm.allocator_gib) +
+               ", workspace " + Fixed(dm.workspace_gib) +
                ") but has " + Fixed(dm.capacity_gib) +
                " GiB; use more stages or a higher TP degree, ZeRO, recomputation or smaller micro-batches");
   }

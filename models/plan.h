@@ -67,6 +67,7 @@ struct DeviceMemory {
   double optimizer_gib = 0;
   double activations_gib = 0;
   double workspace_gib = 0;
+  double allocator_gib = 0;  // the caching allocator's overhead (training.allocator_overhead)
   double total_gib = 0;
   double capacity_gib = 0;
   bool oom() const { return total_gib > capacity_gib; }

@@ -143,7 +143,7 @@ double TransformerModel::IterationModelFlops(double sequences, uint32_t seq_len)
 
 double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp,
                                          bool sequence_parallel, proto::Recompute recompute, proto::DType dtype,
-                                         proto::Attention attention) const {
+                                         proto::Attention attention, double dropout) const {
   const double B = DTypeBytes(dtype), s = seq_len, b = batch, h = spec_.hidden_size(), t = tp;
   const double sbh = s * b * h;
   switch (kind(layer)) {
@@ -165,12 +165,15 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   // Split across TP ranks: Q, K, V; the attention output (input of the output projection); MLP internals.
   const double mlp_internal = spec_.mlp() == proto::Model::MLP_SWIGLU ? 3 * B * s * b * f : 2 * B * s * b * f;
   double split = B * s * b * (h + 2 * kvd) + B * sbh + mlp_internal;
+  double masks = 0;  // 1 byte per element (Korthikanti et al. 2022 §4.1)
   if (attention == proto::ATTENTION_FLASH) {
     split += 4.0 * s * b * a;  // softmax log-sum-exp statistics, fp32
   } else if (recompute != proto::RECOMPUTE_SELECTIVE) {
     split += B * a * s * s * b;  // softmax output kept for the value product
+    if (dropout > 0) split += a * s * s * b + B * a * s * s * b;  // attention-dropout mask and its output
   }
-  return (sequence_parallel ? replicated / t : replicated) + split / t;
+  if (dropout > 0) masks = 2 * sbh;  // after the attention output projection and after the MLP
+  return (sequence_parallel ? (replicated + masks) / t : replicated + masks) + split / t;
 }
 
 double TransformerModel::BoundaryBytes(double batch, uint32_t seq_len, proto::DType dtype) const {

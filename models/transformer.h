@@ -55,9 +55,11 @@ class TransformerModel {
   // the numerator of MFU.
   double IterationModelFlops(double sequences, uint32_t seq_len) const;
 
-  // Bytes of activations one TP rank stores for the backward pass of `layer` per micro-batch.
+  // Bytes of activations one TP rank stores for the backward pass of `layer` per micro-batch; with
+  // `dropout` > 0, plus the dropout masks (1 byte per element).
   double ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp, bool sequence_parallel,
-                         proto::Recompute recompute, proto::DType dtype, proto::Attention attention) const;
+                         proto::Recompute recompute, proto::DType dtype, proto::Attention attention,
+                         double dropout = 0) const;
   // Bytes of the hidden states crossing a stage boundary per micro-batch (b·s·h elements).
   double BoundaryBytes(double batch, uint32_t seq_len, proto::DType dtype) const;
 

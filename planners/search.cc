@@ -99,7 +99,7 @@ double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_
   const bool mixed = training_.dtype() != proto::DTYPE_FP32;
   const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
-  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
+  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
   const bool holds_embedding = begin == 0;
   shard = std::max(1.0, shard);
   double params = 0, largest = 0;
@@ -119,7 +119,7 @@ double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_
   const double w = params * wb / (zero_stage >= 3 ? shard : 1.0) + (zero_stage >= 3 ? largest : 0.0);
   const double g = params * wb / (zero_stage >= 2 ? shard : 1.0);
   const double o = params * ob / (zero_stage >= 1 ? shard : 1.0);
-  return (w + g + o) / kGib;
+  return (w + g + o) * (1 + training_.allocator_overhead()) / kGib;
 }
 
 double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
@@ -127,7 +127,7 @@ double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, 
   const bool mixed = training_.dtype() != proto::DTYPE_FP32;
   const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
-  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
+  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
   const bool holds_embedding = begin == 0;
   double w = 0, g = 0, o = 0, largest = 0;
   for (uint32_t l = begin; l < end && l < model_.num_layers(); ++l) {
@@ -139,7 +139,7 @@ double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, 
     largest = std::max(largest, n * wb);
   }
   if (zero_stage >= 3) w += largest;
-  return (w + g + o) / kGib;
+  return (w + g + o) * (1 + training_.allocator_overhead()) / kGib;
 }
 
 double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
@@ -152,12 +152,12 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
   }
   auto act = [&](uint32_t layer) {
     return model_.ActivationBytes(layer, 1, training_.seq_len(), tp, sequence_parallel, recompute, training_.dtype(),
-                                  training_.attention());
+                                  training_.attention(), training_.dropout());
   };
   if (begin == 0 && end > 0) bytes += act(0);
   if (blocks > 0) bytes += blocks * act(1);
   if (end == L && begin < end) bytes += act(L - 1);
-  return bytes / kGib;
+  return bytes * (1 + training_.allocator_overhead()) / kGib;
 }
 
 double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
@@ -173,9 +173,10 @@ double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32
     if (layer == L - 1) held = end == L && begin < end;
     if (!held) continue;
     peak = std::max(peak, model_.ActivationBytes(layer, 1, training_.seq_len(), tp, sequence_parallel,
-                                                 proto::RECOMPUTE_NONE, training_.dtype(), training_.attention()));
+                                                 proto::RECOMPUTE_NONE, training_.dtype(), training_.attention(),
+                                                 training_.dropout()));
   }
-  return peak / kGib;
+  return peak * (1 + training_.allocator_overhead()) / kGib;
 }
 
 double MemoryModel::WorkspaceGib() const {

@@ -71,6 +71,37 @@ pipelines:
   EXPECT_DOUBLE_EQ(mem[0].capacity_gib, 16.0);
 }
 
+TEST(PlanMemory, DropoutMasksAllocatorOverheadAndExtraOptimizerBytes) {
+  // The plan above (stage 1: 2 blocks + head, 1 micro-batch in flight), with standard attention, dropout,
+  // a 10% allocator overhead and Megatron's 4-byte fp32 main-gradient buffer.
+  auto f = Make("cpu-4", "llama-tiny",
+                "{global_batch_size: 8, seq_len: 128, dtype: fp32, attention: standard, dropout: 0.1, "
+                "allocator_overhead: 0.1, optimizer_extra_bytes_per_param: 4}");
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_begin: 0, layer_end: 3}
+      - {devices: [1], layer_begin: 3, layer_end: 6}
+)");
+  PlanContext ctx{f.cluster, f.model, f.training};
+  const auto mem = EstimateMemory(plan, ctx);
+  ASSERT_EQ(mem.size(), 2u);
+  const double stage1_params = 2 * 725504.0 + 262400;
+  // Optimizer: 8 (Adam moments) + 4 (the extra buffer) bytes per parameter.
+  EXPECT_DOUBLE_EQ(mem[1].optimizer_gib * kGib, 12 * stage1_params);
+  // A block (fp32, b = 2, s = 128, 8 heads): without the softmax statistics of flash attention
+  // (3,956,736 − 8,192), plus the kept softmax output 4·8·128²·2 = 1,048,576, the attention-dropout mask
+  // 8·128²·2 = 262,144 and its output 1,048,576, and the two hidden masks 2·256·256 = 131,072:
+  // 6,438,912 bytes. Head unchanged: 1,572,864.
+  const double block = 3956736 - 8192 + 1048576 + 262144 + 1048576 + 131072, head = 1572864;
+  EXPECT_DOUBLE_EQ(mem[1].activations_gib * kGib, 2 * block + head);
+  const double tensors = mem[1].params_gib + mem[1].grads_gib + mem[1].optimizer_gib + mem[1].activations_gib;
+  EXPECT_NEAR(mem[1].allocator_gib, 0.1 * tensors, 1e-15);
+  EXPECT_NEAR(mem[1].total_gib, 1.1 * tensors + 1.0, 1e-12);
+}
+
 TEST(PlanMemory, GpipeKeepsEveryMicroBatchAndZeroShardsOverReplicas) {
   auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: fp32}");
   auto plan = PlanFrom(R"(
