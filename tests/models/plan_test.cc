@@ -36,20 +36,23 @@ proto::Plan PlanFrom(const std::string& yaml) {
   return p;
 }
 
-TEST(PlanMemory, TwoStageOneFOneBMatchesHandDerivation) {
-  // llama-tiny: h = 256, f = 688, 8 heads of 32, 4 kv heads, V = 1024, 4 blocks.
-  // block params = 2h² + 2h·(4·32) + 3hf + 2h = 131,072 + 65,536 + 528,384 + 512 = 725,504
-  // embedding = V·h = 262,144; head = V·h + h = 262,400.
-  // fp32 Adam: 4 (weights) + 4 (gradients) + 8 (two moments) = 16 bytes per parameter.
-  auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: fp32}");
-  const auto plan = PlanFrom(R"(
+// Two single-device stages of llama-tiny (embedding + 2 blocks, 2 blocks + head), 4 micro-batches of 2.
+constexpr const char* kTwoStages = R"(
 pipelines:
   - micro_batch_size: 2
     num_micro_batches: 4
     stages:
       - {devices: [0], layer_begin: 0, layer_end: 3}
       - {devices: [1], layer_begin: 3, layer_end: 6}
-)");
+)";
+
+TEST(PlanMemory, TwoStageOneFOneBMatchesHandDerivation) {
+  // llama-tiny: h = 256, f = 688, 8 heads of 32, 4 kv heads, V = 1024, 4 blocks.
+  // block params = 2h² + 2h·(4·32) + 3hf + 2h = 131,072 + 65,536 + 528,384 + 512 = 725,504
+  // embedding = V·h = 262,144; head = V·h + h = 262,400.
+  // fp32 Adam: 4 (weights) + 4 (gradients) + 8 (two moments) = 16 bytes per parameter.
+  auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: fp32}");
+  const auto plan = PlanFrom(kTwoStages);
   PlanContext ctx{f.cluster, f.model, f.training};
   ASSERT_TRUE(ValidatePlanStructure(plan, ctx, "plan").ok());
   const auto mem = EstimateMemory(plan, ctx);
@@ -77,14 +80,7 @@ TEST(PlanMemory, DropoutMasksAllocatorOverheadAndExtraOptimizerBytes) {
   auto f = Make("cpu-4", "llama-tiny",
                 "{global_batch_size: 8, seq_len: 128, dtype: fp32, attention: standard, dropout: 0.1, "
                 "allocator_overhead: 0.1, optimizer_extra_bytes_per_param: 4}");
-  const auto plan = PlanFrom(R"(
-pipelines:
-  - micro_batch_size: 2
-    num_micro_batches: 4
-    stages:
-      - {devices: [0], layer_begin: 0, layer_end: 3}
-      - {devices: [1], layer_begin: 3, layer_end: 6}
-)");
+  const auto plan = PlanFrom(kTwoStages);
   PlanContext ctx{f.cluster, f.model, f.training};
   const auto mem = EstimateMemory(plan, ctx);
   ASSERT_EQ(mem.size(), 2u);
