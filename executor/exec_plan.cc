@@ -60,7 +60,8 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   }
   if (plan.sequence_parallel()) {
     ep.warnings.push_back("sequence_parallel: run as plain tensor parallelism (all-reduces instead of "
-                          "reduce-scatter/all-gather pairs; the same bytes)");
+                          "reduce-scatter/all-gather pairs; the same bytes; whole activations between stages)");
+    exec.set_sequence_parallel(false);
   }
   if (plan.comm().dp_overlap()) {
     ep.warnings.push_back("comm.dp_overlap: the gradient sync runs after the last backward pass (no overlap)");

@@ -303,7 +303,11 @@ class Lowerer {
     const double per_seq = PipelineBoundaryBytes(model_, 1, tr_.seq_len(), tr_.dtype());
     const bool leader = plan_.comm().pp_leader_broadcast();
     // Scatter-gather: each TP rank moves 1/t of the tensor to its peer rank, then the receivers all-gather.
-    const bool scatter = !leader && plan_.comm().pp_scatter_gather() && ts == trv && ts > 1;
+    // Under sequence parallelism the boundary tensor is sequence-sharded anyway (Megatron-LM sends
+    // [s/t, b, h] per rank): 1/t each, nothing to gather.
+    const bool same_tp = !leader && ts == trv && ts > 1;
+    const bool sharded = same_tp && plan_.sequence_parallel();
+    const bool scatter = same_tp && (sharded || plan_.comm().pp_scatter_gather());
     const uint8_t chan = forward ? kChanPpForward : kChanPpBackward;
     for (uint32_t rr = 0; rr < rrange.size(); ++rr) {
       for (uint32_t kr = 0; kr < (leader ? 1u : trv); ++kr) {
@@ -330,7 +334,7 @@ class Lowerer {
         }
       }
     }
-    if (!sending && scatter) {
+    if (!sending && scatter && !sharded) {
       const double bytes = (rrange[r].second - rrange[r].first) * per_seq;
       AddCollective(ops, TpGroup(rst, r), device, bytes, CollectiveKind::kAllGather, Category::kPp, mb);
     }

@@ -259,6 +259,12 @@ TEST(LoweringPp, ScatterGatherSendsATpShareAndAllGathers) {
   EXPECT_EQ(gathers, 1u);
   EXPECT_DOUBLE_EQ(pp_recv_bytes(split, 1, &gathers), tensor / 2);  // stage 0 receives the gradient
   EXPECT_EQ(gathers, 1u);
+  // Sequence parallelism: the boundary tensor is already split by sequence, 1/2 each and no all-gather.
+  plan.mutable_comm()->set_pp_scatter_gather(false);
+  plan.set_sequence_parallel(true);
+  const Lowering sp = Lower(plan, tr);
+  EXPECT_DOUBLE_EQ(pp_recv_bytes(sp, 2, &gathers), tensor / 2);
+  EXPECT_EQ(gathers, 0u);
 }
 
 // ---- conservation over random plans ----------------------------------------------------------------
