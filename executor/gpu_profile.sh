@@ -13,7 +13,8 @@
 # Usage (on a machine with an NVIDIA GPU, CUDA, NCCL and Open MPI):
 #   bash executor/gpu_profile.sh [OUT.yaml]
 # Environment: GPU (catalog name, default h100), MBS (default "1 2 3 4 5 6 7 8"), SEQ (4096), LAYERS (2),
-#   WARMUP (2), ITERS (5), BUILD (build-gpu), CUDA_ARCH ("90-real;90-virtual").
+#   WARMUP (2), ITERS (5), BUILD (build-gpu), CUDA_ARCH ("90-real;90-virtual"), HETSIM_EXEC (a hetsim-exec
+#   built elsewhere: skips the build), REPORT_DIR (keeps each run's plan and report there), MPIRUN ("mpirun -np 1" by default; empty: run the one rank directly).
 # Memory: the CUDA backend keeps the softmax probabilities (standard attention, BF16: 2·heads·SEQ² bytes per
 # sequence and layer, 1 GiB at 4096), so micro-batch 8 with LAYERS=2 needs about 40 GiB.
 set -euo pipefail
@@ -29,13 +30,19 @@ iters=${ITERS:-5}
 build=${BUILD:-build-gpu}
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-echo "== building hetsim-exec (CUDA backend) in $build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETSIM_BUILD_TESTS=OFF -DHETSIM_EXECUTOR_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90-real;90-virtual}" >/dev/null
-cmake --build "$build" --target hetsim-exec
+exe=${HETSIM_EXEC:-}
+if [ -z "$exe" ]; then
+  echo "== building hetsim-exec (CUDA backend) in $build"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETSIM_BUILD_TESTS=OFF -DHETSIM_EXECUTOR_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90-real;90-virtual}" >/dev/null
+  cmake --build "$build" --target hetsim-exec
+  exe="$build/hetsim-exec"
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+reports=${REPORT_DIR:-$work}  # each micro-batch's IterationReport JSON (kept when REPORT_DIR is set)
+mkdir -p "$reports"
 cat > "$work/cluster.yaml" <<EOF
 kind: cluster
 name: one-$gpu
@@ -48,9 +55,14 @@ EOF
 sed -e "s/^name: llama2-7b\$/name: llama2-7b-stack$layers/" -e "s/^num_layers: 32\$/num_layers: $layers/" \
   -e '/^published_params_billion/d' models/catalog/models/llama2-7b.yaml > "$work/model.yaml"
 grep -q "^num_layers: $layers\$" "$work/model.yaml" || { echo "could not derive the layer-stack model" >&2; exit 1; }
+[ "$reports" = "$work" ] || cp "$work/cluster.yaml" "$work/model.yaml" "$reports/"
 
-mpirun=(mpirun -np 1)
-[ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
+if [ -n "${MPIRUN+set}" ]; then
+  read -r -a mpirun <<< "$MPIRUN"
+else
+  mpirun=(mpirun -np 1)
+  [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
+fi
 last_layer=$((layers + 2))
 for mbs in $mbs_list; do
   cat > "$work/plan.yaml" <<EOF
@@ -65,9 +77,10 @@ pipelines:
       - {devices: [0], layer_begin: 0, layer_end: $last_layer}
 EOF
   echo "== micro-batch $mbs"
-  "${mpirun[@]}" "$build/hetsim-exec" --cluster "$work/cluster.yaml" --model "$work/model.yaml" \
+  cp "$work/plan.yaml" "$reports/plan-mbs$mbs.yaml"
+  "${mpirun[@]}" "$exe" --cluster "$work/cluster.yaml" --model "$work/model.yaml" \
     --plan "$work/plan.yaml" --backend cuda --warmup "$warmup" --iterations "$iters" \
-    --profile-out "$out" --profile-model llama2-7b --report-out "$work/report-mbs$mbs.json"
+    --profile-out "$out" --profile-model llama2-7b --report-out "$reports/report-mbs$mbs.json"
 done
 echo "== $out"
 cat "$out"

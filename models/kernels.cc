@@ -69,7 +69,40 @@ KernelParams VtrainA100(const GpuSpec& gpu) {
   return p;
 }
 
+// Hopper SXM parts (the H100's chip: 132 SMs, the same tensor cores and HBM3 generation).
+bool IsHopperSxm(const std::string& gpu) {
+  return gpu == "h100" || gpu == "h800" || gpu == "h200" || gpu == "gh200";
+}
+
+// Measured on one H100 80GB HBM3 (SXM5, driver 580.159, CUDA 13.0, cuBLAS 13) with hetsim-kernel-bench
+// (calibration/gpu_session.sh, 2026-11-22; data: calibration/data/kernels-h100.csv, fit:
+// tools/fit/fit_microbench.py):
+// - GEMM: 1,155 distinct BF16 GEMMs of Llama-2 7B/13B/70B and Llama-3 8B/70B blocks and heads at TP 1-8,
+//   micro-batch 1-4, sequence 2,048-8,192, on random data: 72.2% of the 989 TFLOPS dense peak per full wave of
+//   128x128 tiles (median 686 TFLOP/s, best 811), per-GEMM error of the fit 7.5% MAPE.
+// - HBM: a vectorised copy reaches 90% of 3.35 TB/s and the fused Adam step 78% (traffic >= 32 MB); the
+//   memory efficiency is their mean, for the vectorised fused kernels a tuned stack runs.
+// - Latency: one-element kernels back to back complete one per 4.53 µs, the host issuing them at the same
+//   rate, so the GPU-side latency is at most that; taken as the kernel latency.
+KernelParams H100(const GpuSpec& gpu) {
+  KernelParams p = Generic(gpu);
+  p.gemm_efficiency = 0.7226;
+  p.memory_efficiency = 0.84;
+  p.kernel_latency_s = 4.53e-6;
+  p.source = "H100 GEMM/HBM efficiencies and kernel latency measured with hetsim-kernel-bench "
+             "(calibration/data/kernels-h100.csv); generic host and collective costs";
+  return p;
+}
+
 }  // namespace
+
+Status CheckKernelCalibration(const std::string& calibration, const std::string& flag) {
+  const auto& known = KernelCalibrations();
+  if (calibration.empty() || std::find(known.begin(), known.end(), calibration) != known.end()) return Status::Ok();
+  std::string names;
+  for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+  return Status::Invalid(flag + ": unknown calibration '" + calibration + "' (bundled: " + names + ")");
+}
 
 double KernelParams::CollectiveLatency(uint32_t group_size) const {
   if (group_size <= 1 || collective_latency_s.empty()) return 0;
@@ -98,10 +131,12 @@ const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calib
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
   KernelParams p;
-  if (!IsA100Family(gpu.name)) {
-    p = Generic(gpu);
-  } else {
+  if (IsA100Family(gpu.name)) {
     p = calibration == "vtrain-a100" ? VtrainA100(gpu) : A100(gpu);
+  } else if (IsHopperSxm(gpu.name)) {
+    p = H100(gpu);
+  } else {
+    p = Generic(gpu);
   }
   return (*cache)[key] = p;
 }

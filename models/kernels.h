@@ -27,6 +27,7 @@
 
 #include "models/gpu_catalog.h"
 #include "models/proto/training.pb.h"
+#include "models/status.h"
 #include "models/transformer.h"
 
 namespace hetsim::models {
@@ -54,6 +55,8 @@ struct KernelParams {
 // measured runs and which are generic.
 const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calibration = "");
 const std::vector<std::string>& KernelCalibrations();
+// OK when `calibration` is bundled (or empty); else an error naming `flag` and listing the bundled names.
+Status CheckKernelCalibration(const std::string& calibration, const std::string& flag = "--calibration");
 
 struct Kernel {
   enum class Type : uint8_t { kGemm, kMemory, kFused };

@@ -137,6 +137,34 @@ TEST(KernelModel, NamedCalibrationsCoverTheirGpusOnly) {
   EXPECT_EQ(h100.sm_count, 132);
 }
 
+// The H100 parameters were measured on an H100 SXM (calibration/data/kernels-h100.csv) and hold for the
+// Hopper SXM parts that share its chip, not for the cut-down H20 or the PCIe card's 114 SMs.
+TEST(KernelModel, MeasuredHopperParametersCoverTheSxmChipOnly) {
+  for (const char* name : {"h100", "h800", "h200"}) {
+    const KernelParams& p = KernelParamsFor(Gpu(name));
+    EXPECT_DOUBLE_EQ(p.gemm_efficiency, 0.7226) << name;
+    EXPECT_EQ(p.sm_count, 132) << name;
+  }
+  for (const char* name : {"h20", "h100-pcie"}) {
+    EXPECT_NE(KernelParamsFor(Gpu(name)).gemm_efficiency, 0.7226) << name;
+  }
+  // A full wave of 128x128 tiles over k = 4096 on the H100: 132 tiles x 2*128*128*4096 FLOPs at 72.26% of
+  // 989 TFLOPS = 24.79 us of compute (the operands, 28 MB, take 10 us at 84% of 3.35 TB/s), plus 4.53 us.
+  const Kernel g = Gemm(11 * 128, 12 * 128, 4096);  // 132 tiles: one full wave
+  const double flops = 132 * 2.0 * 128 * 128 * 4096;
+  EXPECT_NEAR(KernelGpuSeconds(g, Gpu("h100"), KernelParamsFor(Gpu("h100")), proto::DTYPE_BF16),
+              flops / (989e12 * 0.7226) + 4.53e-6, 1e-9);
+}
+
+TEST(KernelModel, UnknownCalibrationNamesTheFlagAndTheBundledOnes) {
+  EXPECT_TRUE(CheckKernelCalibration("").ok());
+  EXPECT_TRUE(CheckKernelCalibration("vtrain-a100").ok());
+  const Status s = CheckKernelCalibration("vtrain-h100", "--calibration");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--calibration: unknown calibration 'vtrain-h100'"), std::string::npos);
+  EXPECT_NE(s.message().find("default, vtrain-a100"), std::string::npos);
+}
+
 TEST(KernelModel, ComputeCostAddsAForwardForFullRecomputation) {
   auto model = LoadModel("gpt3-2.6b");
   ASSERT_TRUE(model.ok());

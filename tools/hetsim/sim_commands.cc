@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "models/describe.h"
+#include "models/kernels.h"
 #include "models/lowering.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
@@ -115,10 +116,16 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     err << profiles.status().message() << "\n";
     return 1;
   }
+  const std::string calibration = FlagString(vm, "calibration");
+  if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
+    err << c.message() << "\n";
+    return 2;
+  }
   sim::SimOptions opt;
   opt.fidelity = *fid;
   opt.record_timeline = vm.count("timeline-out") > 0;
   opt.profiles = &*profiles;
+  opt.compute.calibration = calibration;
   auto res = sim::SimulateIteration(*specs->plan, ctx, opt);
   if (!res.ok()) {
     err << res.status().message() << "\n";
@@ -201,6 +208,8 @@ std::vector<Command> SimCommands() {
                              "fast | balanced | full (docs/simulator.md)")
                  ("profile", po::value<std::vector<std::string>>()->composing(),
                   "measured layer profile (bundled name or path); repeatable")
+                 ("calibration", po::value<std::string>()->default_value("default"),
+                  "kernel-model calibration: default or vtrain-a100 (docs/simulator.md)")
                  ("report-out", po::value<std::string>(), "write the iteration report (JSON)")
                  ("timeline-out", po::value<std::string>(), "write a Chrome-trace timeline (JSON, opens in Perfetto)");
            },

@@ -199,14 +199,9 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     return 2;
   }
   const std::string calibration = vm["calibration"].as<std::string>();
-  {
-    const auto& known = models::KernelCalibrations();
-    if (std::find(known.begin(), known.end(), calibration) == known.end()) {
-      err << "--calibration: unknown calibration '" << calibration << "' (bundled:";
-      for (const auto& k : known) err << " " << k;
-      err << ")\n";
-      return 2;
-    }
+  if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
+    err << c.message() << "\n";
+    return 2;
   }
   const std::string gpu = vm["gpu"].as<std::string>();
   const uint32_t vocab = vm["vocab"].as<uint32_t>();

@@ -1,0 +1,397 @@
+// hetsim-kernel-bench: times, on the executor's backends, the kernels the compute model (models/kernels.h)
+// charges, and writes one CSV row per measurement with the model's prediction beside it.
+//
+// What it measures (each the median of --reps timed runs after warm-up, with the backend's stream timer):
+// - gemm:    every distinct non-batched GEMM of models::LayerKernels for a transformer block and the head,
+//            forward and backward, of each --models entry at each --tp shard, --micro-batch and --seq-len:
+//            the shapes the lowering produces. A weight-gradient GEMM accumulates into an fp32 gradient
+//            (beta = 1), as Megatron-LM's gradient-accumulation fusion does; the others write act dtype.
+// - memory:  elementwise passes (copy, add, scale), RMSNorm forward and backward, SwiGLU and the Adam step,
+//            over sizes from 64 KiB to 1 GiB of traffic: the slope is the reached HBM bandwidth, the
+//            intercept the per-kernel latency.
+// - attention: the backend's causal attention (standard: scores materialised) forward and backward at
+//            each model's per-TP-rank head count.
+// - launch:  2,000 back-to-back one-element kernels: GPU time per kernel (the floor of kernel latency) and
+//            host issue time per kernel (what the model calls host_overhead_s for a bare launch).
+// The model column is models::KernelGpuSeconds with --calibration's parameters for --gpu: the fit
+// (calibration/) compares the two.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "executor/backend.h"
+#include "executor/cpu_backend.h"
+#if HETSIM_EXECUTOR_CUDA
+#include "executor/cuda_backend.h"
+#endif
+#include "models/gpu_catalog.h"
+#include "models/kernels.h"
+#include "models/spec_io.h"
+
+namespace {
+
+using hetsim::executor::Backend;
+using hetsim::executor::Buffer;
+using hetsim::executor::DType;
+namespace hm = hetsim::models;
+namespace po = boost::program_options;
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+struct Timing {
+  double median_s = 0, min_s = 0;
+  int reps = 0;
+};
+
+// Runs `op` warmup times untimed, then `reps` times between stream marks (so the GPU time of each run is
+// read without host gaps), and returns the median and the minimum.
+template <typename Op>
+Timing TimeOp(Backend* be, int reps, Op op) {
+  for (int i = 0; i < 3; ++i) op();
+  be->Synchronize();
+  be->ClearMarks();
+  std::vector<Backend::Mark> marks;
+  marks.push_back(be->Record());
+  for (int i = 0; i < reps; ++i) {
+    op();
+    marks.push_back(be->Record());
+  }
+  be->Synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(be->Elapsed(marks[i], marks[i + 1]));
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front(), reps};
+}
+
+// Repetitions that keep a measurement near `budget_s` of GPU time, between 3 and max_reps.
+int RepsFor(double estimate_s, int max_reps, double budget_s = 0.05) {
+  if (estimate_s <= 0) return max_reps;
+  return std::clamp(static_cast<int>(budget_s / estimate_s), 3, max_reps);
+}
+
+// Fills `t` with seeded normal values (std 0.02, like initial weights): tensor cores draw less power, and so
+// hold higher clocks, on constant data, which would overstate GEMM throughput by about 10%.
+void RandomFill(Backend* be, hetsim::executor::Tensor t, uint64_t id) {
+  if (t.dtype == DType::kF32) {
+    be->InitParam(t, 7, id, 0, 0.02f);
+    return;
+  }
+  Buffer tmp(be, t.rows, t.cols, DType::kF32);
+  be->InitParam(tmp.t(), 7, id, 0, 0.02f);
+  be->Copy(t, tmp.t());
+}
+
+struct Row {
+  std::string kind, name, model;
+  int tp = 0;
+  double micro_batch = 0;
+  int seq_len = 0;
+  std::string pass;
+  double m = 0, n = 0, k = 0, batch = 1, bytes = 0, flops = 0;
+  Timing measured;
+  double model_s = 0;
+};
+
+void WriteRow(std::ostream& out, const Row& r) {
+  out << r.kind << ',' << r.name << ',' << r.model << ',' << r.tp << ',' << r.micro_batch << ',' << r.seq_len << ','
+      << r.pass << ',' << r.m << ',' << r.n << ',' << r.k << ',' << r.batch << ',' << r.bytes << ',' << r.flops << ','
+      << r.measured.median_s << ',' << r.measured.min_s << ',' << r.measured.reps << ',' << r.model_s << '\n';
+  out.flush();
+}
+
+int Main(int argc, char** argv) {
+  std::string backend_name = "cpu", gpu_name, calibration, models_arg, tp_arg, mbs_arg, seq_arg, out_path, dtype_arg;
+  int max_reps = 20;
+  bool quick = false;
+  po::options_description desc(
+      "hetsim-kernel-bench: times the compute model's kernels on an executor backend and writes a CSV\n"
+      "(kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s)\n"
+      "Options");
+  desc.add_options()("help,h", "this help")
+      ("backend", po::value(&backend_name)->default_value("cpu"), "cpu | cuda")
+      ("gpu", po::value(&gpu_name)->default_value(""), "catalog GPU whose model prediction is written (default: h100 on cuda, cpu on cpu)")
+      ("calibration", po::value(&calibration)->default_value("default"), "bundled kernel calibration of the prediction column")
+      ("models", po::value(&models_arg)->default_value("llama2-7b,llama2-13b,llama2-70b"), "comma-separated bundled models or files")
+      ("tp", po::value(&tp_arg)->default_value("1,2,4,8"), "TP shard degrees")
+      ("micro-batch", po::value(&mbs_arg)->default_value("1,2,4"), "micro-batch sizes")
+      ("seq-len", po::value(&seq_arg)->default_value("4096"), "sequence lengths")
+      ("dtype", po::value(&dtype_arg)->default_value(""), "bf16 | fp32 (default: bf16 on cuda, fp32 on cpu)")
+      ("reps", po::value(&max_reps)->default_value(20), "timed repetitions per measurement (at most)")
+      ("quick", po::bool_switch(&quick), "a small set (one model, TP 1 and 8, micro-batch 1, short memory sweep)")
+      ("out,o", po::value(&out_path), "CSV output (default: standard output)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "hetsim-kernel-bench: " << e.what() << "\n" << desc;
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  const bool cuda = backend_name == "cuda";
+  if (!cuda && backend_name != "cpu") {
+    std::cerr << "hetsim-kernel-bench: --backend must be cpu or cuda, not '" << backend_name << "'\n";
+    return 2;
+  }
+  if (dtype_arg.empty()) dtype_arg = cuda ? "bf16" : "fp32";
+  if (dtype_arg != "bf16" && dtype_arg != "fp32") {
+    std::cerr << "hetsim-kernel-bench: --dtype must be bf16 or fp32\n";
+    return 2;
+  }
+  const DType act = dtype_arg == "bf16" ? DType::kBF16 : DType::kF32;
+  const auto proto_dtype = act == DType::kBF16 ? hetsim::proto::DTYPE_BF16 : hetsim::proto::DTYPE_FP32;
+  if (gpu_name.empty()) gpu_name = cuda ? "h100" : "cpu";
+  auto gpu = hm::GpuCatalog::Bundled().Find(gpu_name);
+  if (!gpu.ok()) {
+    std::cerr << "hetsim-kernel-bench: --gpu: " << gpu.status().message() << "\n";
+    return 2;
+  }
+  const hm::KernelParams& params = hm::KernelParamsFor(*gpu.value(), calibration);
+  if (quick) {
+    models_arg = SplitList(models_arg).front();
+    tp_arg = "1,8";
+    mbs_arg = "1";
+    seq_arg = SplitList(seq_arg).front();
+    max_reps = std::min(max_reps, 5);
+  }
+
+  std::unique_ptr<Backend> be;
+#if HETSIM_EXECUTOR_CUDA
+  if (cuda) be = hetsim::executor::MakeCudaBackend(0, act);
+#endif
+  if (cuda && !be) {
+    std::cerr << "hetsim-kernel-bench: this build has no CUDA backend (configure with HETSIM_EXECUTOR_CUDA=ON)\n";
+    return 2;
+  }
+  if (!be) be = hetsim::executor::MakeCpuBackend();
+
+  std::ofstream file;
+  if (!out_path.empty()) {
+    file.open(out_path);
+    if (!file) {
+      std::cerr << "hetsim-kernel-bench: cannot write '" << out_path << "'\n";
+      return 1;
+    }
+  }
+  std::ostream& out = out_path.empty() ? std::cout : file;
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  out << "# hetsim-kernel-bench backend=" << be->name() << " dtype=" << dtype_arg << " gpu=" << gpu_name
+      << " calibration=" << calibration << " date=" << date << "\n# command: " << command << "\n";
+  out << "kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s\n";
+
+  // ---- launch: one-element kernels back to back ----
+  {
+    Buffer one(be.get(), 1, 1, DType::kF32);
+    be->Fill(one.t(), 1.0f);
+    const int launches = quick ? 200 : 2000;
+    be->Synchronize();
+    be->ClearMarks();
+    const auto m0 = be->Record();
+    const auto h0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < launches; ++i) be->Scale(one.t(), 1.0f);
+    const auto h1 = std::chrono::steady_clock::now();
+    const auto m1 = be->Record();
+    be->Synchronize();
+    Row r;
+    r.kind = "launch", r.name = "scale-1";
+    r.measured = {be->Elapsed(m0, m1) / launches, be->Elapsed(m0, m1) / launches, launches};
+    r.model_s = params.kernel_latency_s;
+    WriteRow(out, r);
+    Row h = r;
+    h.name = "host-issue";
+    const double host = std::chrono::duration<double>(h1 - h0).count() / launches;
+    h.measured = {host, host, launches};
+    h.model_s = params.host_overhead_s;
+    WriteRow(out, h);
+  }
+
+  // ---- memory-bound kernels over a sweep of sizes ----
+  {
+    const int64_t max_elems = quick ? (int64_t{1} << 24) : (int64_t{1} << 28);
+    const size_t e = hetsim::executor::DTypeSize(act);
+    for (int64_t n = int64_t{1} << 15; n <= max_elems; n *= 4) {
+      const int64_t cols = 4096, rows = std::max<int64_t>(1, n / cols);
+      const int64_t numel = rows * cols;
+      Buffer x(be.get(), rows, cols, act), y(be.get(), rows, cols, act), z(be.get(), rows, cols, act);
+      RandomFill(be.get(), x.t(), 8), RandomFill(be.get(), y.t(), 9), be->Fill(z.t(), 0.0f);
+      Buffer w(be.get(), 1, cols, act), gw(be.get(), 1, cols, DType::kF32), inv(be.get(), rows, 1, DType::kF32);
+      be->Fill(w.t(), 1.0f), be->Fill(gw.t(), 0.0f);
+      auto mem_row = [&](const char* name, double bytes, auto op) {
+        Row r;
+        r.kind = "memory", r.name = name, r.bytes = bytes, r.m = static_cast<double>(numel);
+        const double bw = gpu.value()->hbm_bandwidth_gbyte_s * 1e9;
+        r.measured = TimeOp(be.get(), RepsFor(bw > 0 ? bytes / bw : 1e-3, max_reps), op);
+        hm::Kernel k;
+        k.bytes = bytes;
+        r.model_s = hm::KernelGpuSeconds(k, *gpu.value(), params, proto_dtype);
+        WriteRow(out, r);
+      };
+      const double b = static_cast<double>(numel) * e;
+      mem_row("copy", 2 * b, [&] { be->Copy(z.t(), x.t()); });
+      mem_row("add", 3 * b, [&] { be->Add(z.t(), x.t()); });
+      mem_row("scale", 2 * b, [&] { be->Scale(z.t(), 1.0f); });
+      mem_row("rmsnorm", 2 * b, [&] { be->RmsNorm(z.t(), inv.t(), x.t(), w.t(), 1e-5f); });
+      mem_row("rmsnorm-grad", 3 * b, [&] { be->RmsNormBackward(z.t(), gw.t(), x.t(), w.t(), inv.t(), y.t(), false); });
+      if (numel % 2 == 0) {
+        const auto half_x = hetsim::executor::Tensor{x.t().data, rows, cols / 2, act};
+        const auto half_y = hetsim::executor::Tensor{y.t().data, rows, cols / 2, act};
+        const auto half_z = hetsim::executor::Tensor{z.t().data, rows, cols / 2, act};
+        mem_row("swiglu", 1.5 * b, [&] { be->SwiGlu(half_z, half_x, half_y); });
+      }
+      if (numel <= (int64_t{1} << 26)) {
+        // Adam over numel fp32 parameters: reads param, grad, m, v; writes param, m, v and the act copy.
+        Buffer p(be.get(), rows, cols, DType::kF32), g(be.get(), rows, cols, DType::kF32),
+            m1(be.get(), rows, cols, DType::kF32), v1(be.get(), rows, cols, DType::kF32);
+        be->Fill(p.t(), 0.1f), be->Fill(g.t(), 0.01f), be->Fill(m1.t(), 0.0f), be->Fill(v1.t(), 0.0f);
+        hetsim::executor::AdamParams ap;
+        const auto copy_t = be->separate_weight_copy() ? z.t() : hetsim::executor::Tensor{};
+        mem_row("adam", static_cast<double>(numel) * (7 * 4 + (copy_t.empty() ? 0 : e)),
+                [&] { be->Adam(p.t(), g.t(), m1.t(), v1.t(), copy_t, ap); });
+      }
+    }
+  }
+
+  // ---- the GEMMs and attention of each model's block and head ----
+  std::set<std::tuple<double, double, double, int>> seen;  // shape and layout (forward, dgrad, wgrad)
+  for (const auto& model_name : SplitList(models_arg)) {
+    auto model = hm::LoadModel(model_name);
+    if (!model.ok()) {
+      std::cerr << "hetsim-kernel-bench: --models: " << model.status().message() << "\n";
+      return 2;
+    }
+    const auto& spec = model->spec();
+    uint32_t block = 0, head = 0;
+    for (uint32_t l = 0; l < model->num_layers(); ++l) {
+      if (model->kind(l) == hm::LayerKind::kTransformer && block == 0) block = l;
+      if (model->kind(l) == hm::LayerKind::kHead) head = l;
+    }
+    for (const auto& tp_s : SplitList(tp_arg)) {
+      const uint32_t tp = static_cast<uint32_t>(std::stoul(tp_s));
+      if (spec.num_attention_heads() % tp != 0) continue;
+      for (const auto& seq_s : SplitList(seq_arg)) {
+        for (const auto& mbs_s : SplitList(mbs_arg)) {
+          hm::KernelShape shape;
+          shape.micro_batch = std::stod(mbs_s), shape.seq_len = static_cast<uint32_t>(std::stoul(seq_s));
+          shape.tp = tp, shape.dtype = proto_dtype, shape.attention = hetsim::proto::ATTENTION_STANDARD;
+          std::cerr << "hetsim-kernel-bench: " << model_name << " tp=" << tp << " mbs=" << mbs_s << " seq=" << seq_s
+                    << "\n";
+          for (uint32_t layer : {block, head}) {
+            for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
+              for (const auto& k : hm::LayerKernels(model.value(), layer, pass, shape)) {
+                if (k.type != hm::Kernel::Type::kGemm || k.batch != 1) continue;
+                const bool wgrad = std::string(k.name).find("wgrad") != std::string::npos;
+                if (!seen.insert({k.m, k.n, k.k, wgrad ? 2 : static_cast<int>(pass)}).second) continue;
+                const auto M = static_cast<int64_t>(k.m), N = static_cast<int64_t>(k.n), K = static_cast<int64_t>(k.k);
+                // The executor's layouts: activations [tokens, features], weights [out, in].
+                //   forward  y[T,N] = x[T,K]·W[N,K]ᵀ          (trans_b)
+                //   dgrad    dx[T,K'] = dy[T,N']·W[N',K']      (M=T, N=K', K=N')
+                //   wgrad    dW[N',K'] += dy[T,N']ᵀ·x[T,K']     (trans_a; fp32 accumulation)
+                Buffer a, b, c;
+                bool ta = false, tb = false;
+                if (wgrad) {
+                  a = Buffer(be.get(), K, M, act), b = Buffer(be.get(), K, N, act), ta = true;
+                  c = Buffer(be.get(), M, N, DType::kF32);
+                } else if (pass == hm::Pass::kForward) {
+                  a = Buffer(be.get(), M, K, act), b = Buffer(be.get(), N, K, act), tb = true;
+                  c = Buffer(be.get(), M, N, act);
+                } else {
+                  a = Buffer(be.get(), M, K, act), b = Buffer(be.get(), K, N, act);
+                  c = Buffer(be.get(), M, N, act);
+                }
+                RandomFill(be.get(), a.t(), 1), RandomFill(be.get(), b.t(), 2), be->Fill(c.t(), 0.0f);
+                Row r;
+                r.kind = "gemm", r.name = k.name, r.model = model_name, r.tp = static_cast<int>(tp);
+                r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
+                r.pass = pass == hm::Pass::kForward ? "fwd" : "bwd";
+                r.m = k.m, r.n = k.n, r.k = k.k, r.flops = 2 * k.m * k.n * k.k;
+                r.model_s = hm::KernelGpuSeconds(k, *gpu.value(), params, proto_dtype);
+                r.measured = TimeOp(be.get(), RepsFor(r.model_s, max_reps),
+                                    [&] { be->Gemm(c.t(), a.t(), ta, b.t(), tb, 1.0f, wgrad ? 1.0f : 0.0f); });
+                WriteRow(out, r);
+              }
+            }
+          }
+          // Attention core at this rank's heads (standard attention: scores materialised).
+          hetsim::executor::AttentionShape as;
+          as.batch = static_cast<int64_t>(shape.micro_batch), as.seq = shape.seq_len;
+          as.q_heads = spec.num_attention_heads() / tp;
+          const uint32_t kv = spec.num_kv_heads() ? spec.num_kv_heads() : spec.num_attention_heads();
+          as.kv_heads = std::max<int64_t>(1, kv / tp);
+          as.head_dim = spec.hidden_size() / spec.num_attention_heads();
+          as.scale = 1.0f / std::sqrt(static_cast<float>(as.head_dim));
+          const int64_t tokens = as.batch * as.seq;
+          const double probs_bytes = static_cast<double>(as.probs_numel()) * hetsim::executor::DTypeSize(act);
+          if (probs_bytes > 16e9) continue;
+          Buffer q(be.get(), tokens, as.q_heads * as.head_dim, act), kk(be.get(), tokens, as.kv_heads * as.head_dim, act),
+              v(be.get(), tokens, as.kv_heads * as.head_dim, act), o(be.get(), tokens, as.q_heads * as.head_dim, act),
+              probs(be.get(), 1, as.probs_numel(), act), dq(be.get(), tokens, as.q_heads * as.head_dim, act),
+              dk(be.get(), tokens, as.kv_heads * as.head_dim, act), dv(be.get(), tokens, as.kv_heads * as.head_dim, act);
+          RandomFill(be.get(), q.t(), 3), RandomFill(be.get(), kk.t(), 4), RandomFill(be.get(), v.t(), 5);
+          RandomFill(be.get(), o.t(), 6);
+          double model_fwd = 0, model_bwd = 0;
+          for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
+            for (const auto& k : hm::LayerKernels(model.value(), block, pass, shape)) {
+              const std::string n = k.name;
+              const bool core = (k.type == hm::Kernel::Type::kGemm && k.batch != 1) || n.find("softmax") != std::string::npos;
+              if (core) (pass == hm::Pass::kForward ? model_fwd : model_bwd) += hm::KernelGpuSeconds(k, *gpu.value(), params, proto_dtype);
+            }
+          }
+          Row r;
+          r.kind = "attention", r.model = model_name, r.tp = static_cast<int>(tp);
+          r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
+          r.m = static_cast<double>(as.seq), r.n = static_cast<double>(as.seq), r.k = static_cast<double>(as.head_dim);
+          r.batch = static_cast<double>(as.batch * as.q_heads);
+          r.flops = 4.0 * r.batch * r.m * r.n * r.k;
+          r.name = "attention-core", r.pass = "fwd", r.model_s = model_fwd;
+          r.measured = TimeOp(be.get(), RepsFor(model_fwd, max_reps), [&] {
+            be->Attention(o.t(), probs.t(), q.t(), kk.t(), v.t(), as);
+          });
+          WriteRow(out, r);
+          r.name = "attention-core-grad", r.pass = "bwd", r.model_s = model_bwd, r.flops *= 2;
+          r.measured = TimeOp(be.get(), RepsFor(model_bwd, max_reps), [&] {
+            be->AttentionBackward(dq.t(), dk.t(), dv.t(), o.t(), q.t(), kk.t(), v.t(), probs.t(), as);
+          });
+          WriteRow(out, r);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "hetsim-kernel-bench: " << e.what() << "\n";
+    return 1;
+  }
+}
