@@ -220,6 +220,24 @@ Link Topology::SlowestBetween(std::span<const uint32_t> from, std::span<const ui
   return any ? acc : Link{};
 }
 
+Link Topology::RingLink(std::span<const uint32_t> devices) const {
+  const auto counts = NodeCounts(devices);
+  if (counts.size() < 2) return Slowest(devices);
+  uint32_t k = std::numeric_limits<uint32_t>::max();
+  Link acc;
+  std::vector<uint32_t> leaders;
+  leaders.reserve(counts.size());
+  for (const auto& [n, c] : counts) {
+    k = std::min(k, c);
+    if (c >= 2) Worsen(acc, NodePair(n, n));
+    leaders.push_back(cluster_->node(n).first_device);
+  }
+  Link inter = Slowest(leaders);
+  inter.bandwidth_bytes_s *= k;
+  Worsen(acc, inter);
+  return acc;
+}
+
 double Topology::HierarchicalAllReduceSeconds(double bytes, std::span<const uint32_t> devices) const {
   if (devices.size() < 2) return 0;
   const auto counts = NodeCounts(devices);

@@ -60,6 +60,10 @@ class Topology {
   // The slowest link among all pairs of `devices`: minimum bandwidth and maximum latency over the pairs
   // (they may come from different pairs). kSelf for fewer than two devices. O(n log n).
   Link Slowest(std::span<const uint32_t> devices) const;
+  // The link a ring collective over `devices` runs at: Slowest, except that the hop between two nodes is
+  // striped over k flows, k = the fewest members the group has on one node (NCCL's channels cross between
+  // nodes at different member GPUs, each through its own NIC), as the simulator plays it.
+  Link RingLink(std::span<const uint32_t> devices) const;
   // The slowest link over pairs (a in `from`, b in `to`).
   Link SlowestBetween(std::span<const uint32_t> from, std::span<const uint32_t> to) const;
   // Bandwidth one GPU of `node` gets off the node (bytes/s): its NIC share capped by its PCIe link;

@@ -159,7 +159,11 @@ double AnalyticCostModel::GradSyncSeconds(double bytes, std::span<const uint32_t
                                           uint32_t micro_batches, proto::CommOptions::Algorithm algorithm) const {
   const uint32_t n = static_cast<uint32_t>(devices.size());
   if (n <= 1 || bytes <= 0) return 0;
-  const models::Link link = topology_.Slowest(devices);
+  // Rings stripe their hops between nodes over the members' NICs (models::Topology::RingLink); a tree
+  // crosses on one path.
+  const models::Link link = algorithm == proto::CommOptions::ALGORITHM_TREE && zero_stage < 2
+                                ? topology_.Slowest(devices)
+                                : topology_.RingLink(devices);
   const double m = std::max<uint32_t>(1, micro_batches);
   // Every collective call's fixed cost α (kernel model), as the simulator charges it.
   const double alpha = compute_.CollectiveLatencySeconds(ComputeGpu(devices[0]), n);

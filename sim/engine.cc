@@ -278,8 +278,14 @@ class Runner {
   }
 
   // One exchange step: send `bytes` to `to` and receive from `from` on the group's channel. Returns
-  // when the incoming transfer started.
-  double Exchange(uint32_t to, uint32_t from, double bytes, uint32_t channel) {
+  // when the incoming transfer started. `group` (rings only) stripes a hop between nodes over rails: NCCL
+  // runs a collective as several channels, each a ring that crosses from one node to the next at a
+  // different member GPU, through that GPU's NIC (rail-optimised networks: NIC i of every node on rail i).
+  // With k = min(members on this node, members on the next), the hop is k flows of bytes/k: this device's
+  // own to `to` (which the receiver matches), and k − 1 flows between the other members of the two nodes,
+  // which this device waits for before its next step.
+  double Exchange(uint32_t to, uint32_t from, double bytes, uint32_t channel,
+                  const std::vector<uint32_t>* group = nullptr) {
     if (Staged(to) || Staged(from)) {
       // Staged sends complete on their own (through host memory), so send first, then receive.
       const double t = s4u::Engine::get_clock();
@@ -297,12 +303,36 @@ class Runner {
       WaitAllSends();
       return t;
     }
+    std::vector<s4u::CommPtr> stripes;
+    if (group != nullptr) bytes = StripeOverRails(to, bytes, *group, &stripes);
     void* data = nullptr;
     s4u::CommPtr s = Box(self_, to, channel)->put_async(&g_payload, Bytes(bytes));
     s4u::CommPtr r = Box(from, self_, channel)->get_async(&data);
     r->wait();
     s->wait();
+    for (auto& c : stripes) c->wait();
     return r->get_start_time();
+  }
+
+  // Starts the other rails' share of a hop from this device's node to `to`'s (see Exchange) and returns the
+  // bytes left for this device's own flow.
+  double StripeOverRails(uint32_t to, double bytes, const std::vector<uint32_t>& group,
+                         std::vector<s4u::CommPtr>* stripes) {
+    const auto& node = sh_->platform->gpu_node;
+    const uint32_t here = node[self_], there = node[to];
+    if (here == there) return bytes;
+    std::vector<uint32_t> mine, theirs;  // the other members on each side
+    for (uint32_t d : group) {
+      if (node[d] == here && d != self_) mine.push_back(d);
+      if (node[d] == there && d != to) theirs.push_back(d);
+    }
+    const size_t extra = std::min(mine.size(), theirs.size());
+    if (extra == 0) return bytes;
+    const double share = bytes / static_cast<double>(extra + 1);
+    for (size_t i = 0; i < extra; ++i) {
+      stripes->push_back(s4u::Comm::sendto_async(HostOf(mine[i]), HostOf(theirs[i]), Bytes(share)));
+    }
+    return share;
   }
 
   // Runs this member's part of a collective; returns when its communication really started (for rings
@@ -360,11 +390,11 @@ class Runner {
     double ready = called;
     if (full) {
       for (uint32_t i = 0; i < steps; ++i) {
-        const double started = Exchange(next, prev, chunk, channel);
+        const double started = Exchange(next, prev, chunk, channel, &g);
         if (i == 0) ready = started;
       }
     } else {
-      ready = Exchange(next, prev, chunk * steps, channel);
+      ready = Exchange(next, prev, chunk * steps, channel, &g);
       if (steps > 1) s4u::this_actor::sleep_for((steps - 1) * RouteOf(next).second);
     }
     return ready;

@@ -97,6 +97,30 @@ network: {switch_latency_us: 1}
   EXPECT_NEAR(cross.latency_s, 2e-6 + 5e-3 + 2e-6, 1e-12);
 }
 
+// A ring's hop between nodes is striped over the members' NICs: k = the fewest members on one node.
+TEST(Topology, RingLinkStripesTheHopBetweenNodesOverTheMembersNics) {
+  const Cluster c = ClusterFromYaml(R"(
+name: rails
+nodes:
+  - name: n
+    count: 2
+    gpus: {type: h100, count: 4}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: 100}
+    nic: {kind: infiniband, bandwidth_gbps: 100, attachment: per_gpu}
+)");
+  const Topology t(c);
+  // 4 members per node: 4 × 12.5 GB/s = 50 GB/s, below the 100 GB/s NVSwitch.
+  const std::vector<uint32_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_DOUBLE_EQ(t.RingLink(all).bandwidth_bytes_s, 50e9);
+  EXPECT_DOUBLE_EQ(t.Slowest(all).bandwidth_bytes_s, 12.5e9);  // the pairwise view is unchanged
+  // 2 members on one node, 1 on the other: k = 1, one NIC.
+  const std::vector<uint32_t> uneven = {0, 1, 4};
+  EXPECT_DOUBLE_EQ(t.RingLink(uneven).bandwidth_bytes_s, 12.5e9);
+  // One node: the fabric.
+  const std::vector<uint32_t> node = {0, 1, 2, 3};
+  EXPECT_DOUBLE_EQ(t.RingLink(node).bandwidth_bytes_s, 100e9);
+}
+
 // Slowest() and SlowestBetween() must equal the pairwise minimum bandwidth / maximum latency.
 TEST(Topology, GroupShortcutsEqualThePairwiseDefinition) {
   const Cluster tree = ClusterFromYaml(R"(

@@ -210,8 +210,9 @@ TEST(GradientSync, HierarchicalAllReduceMatchesItsClosedForm) {
   // bytes. Hierarchical (lowering): reduce-scatter inside each node (2 members: each sends S/2 at B1),
   // then all-reduce of S/2 across the nodes by {0, 2} and {1, 3} on their own NICs (2 members: each
   // sends S/2 at B2), then all-gather inside each node (S/2 at B1): S/B1 + S/(2·B2) = 0.34266 ms.
-  // A flat ring over 0-1-2-3 instead sends 2·(3/4)·S per member, through a NIC for members 1 and 3:
-  // 1.5·S/B2 = 0.82237 ms.
+  // A flat ring over 0-1-2-3 instead sends 2·(3/4)·S per member; the hops 1→2 and 3→0 cross between the
+  // nodes, each striped over both members' NICs (NCCL's channels cross at different GPUs): 1.5·S/(2·B2) =
+  // 0.41119 ms.
   const Setting run = MakeSetting(R"(
 name: two-by-two
 nodes:
@@ -237,7 +238,7 @@ comm: {dp_algorithm: hierarchical}
     EXPECT_NEAR(Simulate(run, plan, db, fid), S / 100e9 + S / 25e9, 1e-8);
   }
   plan.mutable_comm()->set_dp_algorithm(proto::CommOptions::ALGORITHM_RING);
-  EXPECT_NEAR(Simulate(run, plan, db), 1.5 * S / 12.5e9, 1e-8);
+  EXPECT_NEAR(Simulate(run, plan, db), 1.5 * S / (2 * 12.5e9), 1e-8);
 }
 
 // ---- collectives on hand-built programs -----------------------------------------------------------
@@ -301,6 +302,33 @@ nodes:
   ASSERT_TRUE(one.ok() && two.ok());
   EXPECT_NEAR(one->iteration_s, 1e9 / 12.5e9, 1e-3);  // S / B (latencies are microseconds)
   EXPECT_NEAR(two->iteration_s / one->iteration_s, 2.0, 0.01);
+}
+
+TEST(Collectives, ARingBetweenNodesStripesItsHopOverTheMembersNics) {
+  // Two nodes of 4 GPUs, NVSwitch at 100 GB/s per GPU, one 100 Gb/s (12.5 GB/s) NIC per GPU. One ring
+  // all-reduce over all 8 GPUs of S = 1 GB: every link carries 2(n−1)/n · S = 1.75 GB. Inside a node that
+  // takes 1.75e9 / 100e9 = 17.5 ms. The hop between the nodes is striped over the 4 members' NICs (NCCL's
+  // channels cross at different GPUs), 1.75e9 / 4 / 12.5e9 = 35 ms, which bounds the collective; one NIC
+  // alone would take 140 ms. Latencies add microseconds.
+  const auto cluster = ClusterFrom(R"(
+name: rails
+nodes:
+  - name: n
+    count: 2
+    gpus: {type: h100, count: 4}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: 100, latency_us: 2}
+    nic: {kind: infiniband, bandwidth_gbps: 100, attachment: per_gpu}
+)");
+  for (Fidelity fid : {Fidelity::Balanced(), Fidelity::Full()}) {
+    auto r = SimulatePrograms(CollectivePrograms({{0, 1, 2, 3, 4, 5, 6, 7}}, 1e9, 8, fid), cluster, false);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_NEAR(r->iteration_s, 1.75e9 / 4 / 12.5e9, 0.5e-3);
+  }
+  // Two rings of one GPU per node ({0, 4} and {1, 5}) have no other members to stripe over: each keeps its
+  // own NIC, 2(2−1)/2 · S / 12.5e9 = 80 ms.
+  auto pairs = SimulatePrograms(CollectivePrograms({{0, 4}, {1, 5}}, 1e9, 8, Fidelity::Balanced()), cluster, false);
+  ASSERT_TRUE(pairs.ok());
+  EXPECT_NEAR(pairs->iteration_s, 1e9 / 12.5e9, 0.5e-3);
 }
 
 TEST(Collectives, PodOversubscriptionThrottlesCrossPodTraffic) {
