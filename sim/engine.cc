@@ -151,6 +151,7 @@ class Runner {
       case Category::kTp: trace_.tp_s += seconds; break;
       case Category::kPp: trace_.pp_s += seconds; break;
       case Category::kZero: trace_.zero_s += seconds; break;
+      case Category::kCp: trace_.cp_s += seconds; break;
       default: trace_.dp_s += seconds; break;
     }
   }
@@ -178,7 +179,7 @@ class Runner {
           trace_.fwd_bwd_s += op.seconds;
           trace_.pipeline_end_s = t0 + op.seconds;
           trace_.comm_in_phase_s =
-              trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + collective_wait_s_;
+              trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
         }
         Record(t0, op.category, op.micro_batch);
         break;
@@ -326,6 +327,18 @@ class Runner {
         void* data = nullptr;
         Box(g[0], self_, channel)->get_async(&data)->wait();
       }
+      return called;
+    }
+    if (op.collective == CollectiveKind::kAllToAll) {
+      // Direct all-to-all (DeepSpeed-Ulysses): S/n of the buffer to every other member at once, as NCCL's
+      // grouped sends and receives do; full and aggregate detail alike.
+      std::vector<s4u::CommPtr> comms;
+      std::vector<void*> data(n, nullptr);
+      for (uint32_t i = 1; i < n; ++i) {
+        comms.push_back(Box(self_, g[(r + i) % n], channel)->put_async(&g_payload, Bytes(op.bytes / n)));
+        comms.push_back(Box(g[(r + n - i) % n], self_, channel)->get_async(&data[i]));
+      }
+      for (auto& c : comms) c->wait();
       return called;
     }
     if (op.algorithm == Algorithm::kTree && op.collective == CollectiveKind::kAllReduce) {
