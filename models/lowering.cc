@@ -296,24 +296,32 @@ class Lowerer {
     }
   }
 
-  // Ring-attention point-to-point operations of one pass of one block (or of a fused pass): `steps`
-  // sends of `bytes` each to the next CP rank (before the compute, so the ring overlaps it) or receives
-  // from the previous one (after it).
-  void AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool sending, uint32_t steps,
+  // Ring-attention point-to-point operations of one pass of one block (or of a fused pass). Before the
+  // compute (`sending`): `steps` sends of `bytes` each to the next CP rank and as many receives posted
+  // from the previous one, so the transfers run during the compute; after it: the receives completed.
+  void AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before, uint32_t steps,
                double bytes, uint16_t mb, uint32_t a, uint32_t b, double batch) {
     const uint32_t n = static_cast<uint32_t>(ring.size()), c = RankIn(ring, device);
-    for (uint32_t i = 0; i < steps; ++i) {
-      Op op;
-      op.kind = sending ? OpKind::kSend : OpKind::kRecv;
-      op.category = Category::kCp;
-      op.channel = kChanCp;
-      op.peer = sending ? ring[(c + 1) % n] : ring[(c + n - 1) % n];
-      op.micro_batch = mb;
-      op.layer_begin = a;
-      op.layer_end = b;
-      op.seq_end = static_cast<uint32_t>(batch);
-      op.bytes = bytes;
-      ops.push_back(op);
+    const auto add = [&](OpKind kind) {
+      for (uint32_t i = 0; i < steps; ++i) {
+        Op op;
+        op.kind = kind;
+        op.category = Category::kCp;
+        op.channel = kChanCp;
+        op.peer = kind == OpKind::kSend ? ring[(c + 1) % n] : ring[(c + n - 1) % n];
+        op.micro_batch = mb;
+        op.layer_begin = a;
+        op.layer_end = b;
+        op.seq_end = static_cast<uint32_t>(batch);
+        op.bytes = bytes;
+        ops.push_back(op);
+      }
+    };
+    if (before) {
+      add(OpKind::kSend);
+      add(OpKind::kPostRecv);
+    } else {
+      add(OpKind::kRecv);
     }
   }
 
@@ -706,6 +714,7 @@ const char* KindName(OpKind k) {
     case OpKind::kCompute: return "compute";
     case OpKind::kSend: return "send";
     case OpKind::kRecv: return "recv";
+    case OpKind::kPostRecv: return "post_recv";
     case OpKind::kCollective: return "collective";
     case OpKind::kSignal: return "signal";
     case OpKind::kAwait: return "await";
@@ -734,6 +743,7 @@ std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stre
       break;
     case OpKind::kSend:
     case OpKind::kRecv:
+    case OpKind::kPostRecv:
       std::snprintf(buf, sizeof(buf), " peer %u rows %u-%u bytes %.6g", op.peer, op.seq_begin, op.seq_end, op.bytes);
       s += buf;
       break;

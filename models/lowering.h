@@ -31,8 +31,9 @@
 //    FLOPs. Each transformer block's forward (and its recomputation) passes K/V blocks around the ring:
 //    cp − 1 sends of one K/V block (2·b·(s/cp)·kv·d/t elements) to the next CP rank and cp − 1 receives
 //    from the previous one; its backward passes K/V with their gradients dK/dV: cp − 1 sends and receives
-//    of twice that. The sends are posted before the block's compute and the receives follow it, so the
-//    ring overlaps the block's compute as TransformerEngine overlaps it with the attention steps. TP
+//    of twice that. The sends and the receives are posted (kPostRecv) before the block's compute and the
+//    receives completed after it, so the ring overlaps the block's compute as TransformerEngine overlaps
+//    it with the attention steps. TP
 //    collectives and PP transfers carry the rank's s/cp tokens; PP runs between equal CP ranks.
 //  - DeepSpeed-Ulysses (Jacobs et al. 2023, §3): every rank of a Ulysses group of u holds seq_len / u
 //    tokens; each transformer block's forward has 4 all-to-alls in the group (q, k and v to head
@@ -59,6 +60,8 @@ enum class OpKind : uint8_t {
   kCompute,     // a pass (or part of one) over layers [layer_begin, layer_end) of the rank's stage
   kSend,        // post an asynchronous point-to-point send of `bytes` to device `peer`
   kRecv,        // block until the matching message from device `peer` arrived
+  kPostRecv,    // post the receive of the next message from `peer` on `channel` without waiting (ring
+                // attention: the transfer runs during the compute that follows; the kRecv completes it)
   kCollective,  // take part (as `rank`) in a collective over group `group`
   kSignal,      // (main stream) tell the rank's DP stream that the next gradient group is ready
   kAwait,       // (DP stream) wait for the next kSignal of the main stream

@@ -11,6 +11,7 @@ OpKind PlayKind(models::OpKind k) {
     case models::OpKind::kCompute: return OpKind::kCompute;
     case models::OpKind::kSend: return OpKind::kSend;
     case models::OpKind::kRecv: return OpKind::kRecv;
+    case models::OpKind::kPostRecv: return OpKind::kPostRecv;
     case models::OpKind::kCollective: return OpKind::kCollective;
     case models::OpKind::kSignal: return OpKind::kSignal;
     case models::OpKind::kAwait: return OpKind::kAwait;

@@ -38,6 +38,7 @@ enum class OpKind : uint8_t {
   kCompute,     // busy for `seconds`
   kSend,        // post an asynchronous point-to-point send of `bytes` to `peer`
   kRecv,        // block until the matching message from `peer` arrived
+  kPostRecv,    // post the receive of the next message from `peer` without waiting (the kRecv completes it)
   kCollective,  // take part (as `rank`) in a collective over group `group`
   kTpAnalytic,  // TP collective time computed from the route (TpDetail::kAnalytic)
   kSignal,      // (main stream) tell the device's DP stream that a gradient group is ready

@@ -94,6 +94,7 @@ proto::Plan OneStage(uint32_t devices, uint32_t tp, uint32_t cp, uint32_t ulysse
 struct Ring {
   std::vector<double> fwd_sends, bwd_sends, recvs;
   std::vector<uint32_t> send_peers, recv_peers;
+  size_t posted = 0;  // receives posted before the compute
 };
 
 // The ring-attention sends of one rank, split by the pass of the compute operation they surround.
@@ -102,6 +103,10 @@ Ring RingOf(const RankOps& r) {
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const Op& op = r.ops[i];
     if (op.category != Category::kCp) continue;
+    if (op.kind == OpKind::kPostRecv) {
+      ++out.posted;
+      continue;
+    }
     if (op.kind == OpKind::kRecv) {
       out.recvs.push_back(op.bytes);
       out.recv_peers.push_back(op.peer);
@@ -138,6 +143,7 @@ TEST(ContextParallelLowering, RingSendsPerBlockPassAtCp2AndCp4) {
       EXPECT_EQ(ring.fwd_sends, std::vector<double>(4 * (cp - 1), block)) << "cp " << cp << " rank " << c;
       EXPECT_EQ(ring.bwd_sends, std::vector<double>(4 * (cp - 1), 2 * block)) << "cp " << cp << " rank " << c;
       EXPECT_EQ(ring.recvs.size(), 8u * (cp - 1));
+      EXPECT_EQ(ring.posted, ring.recvs.size());
       // Devices 0..cp-1 are CP ranks 0..cp-1 (TP 1): send to c + 1, receive from c − 1, around the ring.
       for (uint32_t p : ring.send_peers) EXPECT_EQ(p, (c + 1) % cp);
       for (uint32_t p : ring.recv_peers) EXPECT_EQ(p, (c + cp - 1) % cp);
