@@ -44,6 +44,19 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   if (ep.schedule != proto::Plan::SCHEDULE_1F1B && ep.schedule != proto::Plan::SCHEDULE_GPIPE) {
     return Status::Invalid(file + ": schedule: the executor runs 1f1b and gpipe; interleaved_1f1b is not supported");
   }
+  // Ring attention and Ulysses' all-to-alls have no kernels or communicators here: refuse rather than run
+  // a different plan.
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) {
+      const auto& st = plan.pipelines(p).stages(s);
+      if (models::CpDegree(st) > 1 || models::UlyssesDegree(st) > 1) {
+        return Status::Invalid(file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]." +
+                               (models::CpDegree(st) > 1 ? "cp_degree" : "ulysses_degree") +
+                               ": the executor runs neither context parallelism nor DeepSpeed-Ulysses; simulate "
+                               "this plan (hetsim simulate) or set cp_degree and ulysses_degree to 1");
+      }
+    }
+  }
   ep.global_batch = ctx.training.global_batch_size();
   ep.seq_len = ctx.training.seq_len();
   const auto recompute = models::EffectiveRecompute(plan, ctx.training);

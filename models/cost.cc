@@ -13,8 +13,8 @@ double ComputeCost::Efficiency(double tokens) const {
 }
 
 std::optional<LayerCost> ComputeCost::Profiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
-                                               double micro_batch) const {
-  if (profiles_ == nullptr || profiles_->empty()) return std::nullopt;
+                                               double micro_batch, SequenceSharding shard) const {
+  if (profiles_ == nullptr || profiles_->empty() || shard.ways() > 1) return std::nullopt;
   return profiles_->Lookup(gpu.name, model_.name(), model_.kind(layer), tp, micro_batch, training_.seq_len());
 }
 
@@ -28,21 +28,24 @@ size_t ComputeCost::KeyHash::operator()(const Key& k) const {
   h = h * 31 + static_cast<size_t>(k.kind);
   h = h * 31 + k.tp;
   h = h * 31 + std::hash<double>()(k.micro_batch);
-  return h * 31 + static_cast<size_t>(k.pass);
+  h = h * 31 + static_cast<size_t>(k.pass);
+  return h * 31 + k.shard.cp * 1024 + k.shard.ulysses;
 }
 
 double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                                Pass pass) const {
+                                Pass pass, SequenceSharding shard) const {
   if (options_.model == ComputeModel::kTokenEfficiency) {
+    // CP and Ulysses split a layer's FLOPs evenly (load-balanced causal chunks; whole heads).
+    const double ways = shard.ways();
     const double flops = (pass == Pass::kForward ? model_.ForwardFlops(layer, micro_batch, training_.seq_len())
                                                  : model_.BackwardFlops(layer, micro_batch, training_.seq_len())) /
-                         tp;
+                         (tp * ways);
     if (flops == 0) return 0;
     const double peak = gpu.PeakTflops(training_.dtype()) * 1e12;
-    const double tokens = micro_batch * training_.seq_len() / tp;
+    const double tokens = micro_batch * training_.seq_len() / (tp * ways);
     return flops / (peak * Efficiency(tokens));
   }
-  const Key key{&gpu, model_.kind(layer), tp, micro_batch, pass};
+  const Key key{&gpu, model_.kind(layer), tp, micro_batch, pass, shard};
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(key);
@@ -54,6 +57,7 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
   shape.tp = tp;
   shape.dtype = training_.dtype();
   shape.attention = training_.attention();
+  shape.shard = shard;
   const double t =
       TimeKernels(LayerKernels(model_, layer, pass, shape), gpu, KernelParamsFor(gpu, options_.calibration), training_.dtype()).seconds();
   std::lock_guard<std::mutex> lock(cache_mu_);
@@ -61,22 +65,23 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
   return t;
 }
 
-double ComputeCost::ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const {
+double ComputeCost::ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                                   SequenceSharding shard) const {
   if (micro_batch <= 0) return 0;
-  if (auto p = Profiled(gpu, layer, tp, micro_batch)) return p->forward_s;
-  return PassSeconds(gpu, layer, tp, micro_batch, Pass::kForward);
+  if (auto p = Profiled(gpu, layer, tp, micro_batch, shard)) return p->forward_s;
+  return PassSeconds(gpu, layer, tp, micro_batch, Pass::kForward, shard);
 }
 
 double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                                    proto::Recompute recompute) const {
+                                    proto::Recompute recompute, SequenceSharding shard) const {
   if (micro_batch <= 0) return 0;
   if (recompute == proto::RECOMPUTE_UNSPECIFIED) recompute = training_.recompute();
-  const double fwd = ForwardSeconds(gpu, layer, tp, micro_batch);
+  const double fwd = ForwardSeconds(gpu, layer, tp, micro_batch, shard);
   double bwd = 0;
-  if (auto p = Profiled(gpu, layer, tp, micro_batch)) {
+  if (auto p = Profiled(gpu, layer, tp, micro_batch, shard)) {
     bwd = p->backward_s;
   } else {
-    bwd = PassSeconds(gpu, layer, tp, micro_batch, Pass::kBackward);
+    bwd = PassSeconds(gpu, layer, tp, micro_batch, Pass::kBackward, shard);
   }
   if (model_.kind(layer) != LayerKind::kTransformer) return bwd;
   if (recompute == proto::RECOMPUTE_FULL) return bwd + fwd;

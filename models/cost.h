@@ -45,10 +45,14 @@ class ComputeCost {
   ComputeCost(const TransformerModel& model, const proto::Training& training, const ProfileDb* profiles = nullptr,
               ComputeOptions options = {});
 
-  double ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
+  // `shard`: context parallelism / Ulysses (each rank computes seq_len / ways tokens and its share of
+  // the attention); measured profiles are taken at the whole sequence, so a sharded pass always uses the
+  // configured model.
+  double ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                        SequenceSharding shard = {}) const;
   // Includes recomputation per the training spec (or `recompute` when given).
   double BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                         proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED) const;
+                         proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED, SequenceSharding shard = {}) const;
   // The optimizer step over `params` parameters held by one device.
   double OptimizerSeconds(const GpuSpec& gpu, double params) const;
   // The analytic efficiency at `tokens` tokens per rank (kTokenEfficiency).
@@ -67,17 +71,21 @@ class ComputeCost {
   const proto::Training& training() const { return training_; }
 
  private:
-  std::optional<LayerCost> Profiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
+  std::optional<LayerCost> Profiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                                    SequenceSharding shard = {}) const;
   // One pass of `layer` without recomputation, by the configured model.
-  double PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch, Pass pass) const;
+  double PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch, Pass pass,
+                     SequenceSharding shard) const;
   struct Key {
     const GpuSpec* gpu;
     LayerKind kind;
     uint32_t tp;
     double micro_batch;
     Pass pass;
+    SequenceSharding shard;
     bool operator==(const Key& o) const {
-      return gpu == o.gpu && kind == o.kind && tp == o.tp && micro_batch == o.micro_batch && pass == o.pass;
+      return gpu == o.gpu && kind == o.kind && tp == o.tp && micro_batch == o.micro_batch && pass == o.pass &&
+             shard == o.shard;
     }
   };
   struct KeyHash {

@@ -182,6 +182,7 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
     std::string key = std::to_string(pipe.micro_batch_size()) + "x" + std::to_string(pipe.num_micro_batches());
     for (const auto& st : pipe.stages()) {
       key += "|" + std::to_string(st.devices_size()) + "," + std::to_string(TpDegree(st)) + "," +
+             std::to_string(CpDegree(st)) + "," + std::to_string(UlyssesDegree(st)) + "," +
              std::to_string(st.layer_begin()) + "-" + std::to_string(st.layer_end());
       for (uint32_t b : st.micro_batch_split()) key += "," + std::to_string(b);
       for (uint32_t d : st.devices()) key += ":" + ctx.cluster.device(d).gpu->name;
@@ -226,7 +227,10 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
       }
       any_oom |= oom;
       t.Add({std::to_string(s), LayerRange(ctx.model, st.layer_begin(), st.layer_end()), FormatDeviceList(devs), gpus,
-             std::to_string(TpDegree(st)) + "×" + std::to_string(DpDegree(st)), split,
+             std::to_string(TpDegree(st)) + "×" + std::to_string(DpDegree(st)) +
+                 (CpDegree(st) > 1 ? " cp" + std::to_string(CpDegree(st)) : "") +
+                 (UlyssesDegree(st) > 1 ? " ulysses" + std::to_string(UlyssesDegree(st)) : ""),
+             split,
              Fmt("%.1f", worst) + " / " + Fmt("%.0f", cap) + (oom ? "  OUT OF MEMORY" : "")});
     }
     o << t.Render("  ");

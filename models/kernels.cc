@@ -145,7 +145,10 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   const auto& spec = model.spec();
   const double e = DTypeBytes(shape.dtype);
   const double t = shape.tp;
-  const double b = shape.micro_batch, s = shape.seq_len, bs = b * s;
+  // s: the tokens of each sequence on this rank (CP and Ulysses shard the sequence); full_s: the whole
+  // sequence, which attention still spans.
+  const double full_s = shape.seq_len, ways = shape.shard.ways();
+  const double b = shape.micro_batch, s = full_s / ways, bs = b * s;
   const double h = spec.hidden_size();
   std::vector<Kernel> k;
   auto gemm = [&](const char* name, double m, double n, double kk, double batch = 1) {
@@ -220,9 +223,20 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
     x.type = Kernel::Type::kFused;
     x.name = fwd ? "flash-attention" : "flash-attention-grad";
     const double causal = spec.encoder_only() ? 1.0 : 0.5;
-    x.flops = (fwd ? 1.0 : 2.5) * 4 * b * s * s * heads * hd * causal;
-    x.bytes = (fwd ? 2 : 4) * bs * qkv * e;
-    k.push_back(x);
+    // Queries of this rank: the local tokens (CP), or the whole sequence after Ulysses' all-to-all with
+    // heads / ulysses. Keys: the whole sequence. Load-balanced CP gives every rank the causal share
+    // s_q · full_s · causal of the score matrix (Megatron-LM's 2·cp chunking).
+    const double uly = shape.shard.ulysses, cp = shape.shard.cp;
+    const double q_tokens = full_s / cp, att_heads = heads / uly, att_qkv = qkv / uly;
+    const double flops = (fwd ? 1.0 : 2.5) * 4 * b * q_tokens * full_s * att_heads * hd * causal;
+    // Ring attention: one kernel per ring step, each over the rank's queries and one K/V block.
+    x.flops = flops / cp;
+    x.bytes = (fwd ? 2 : 4) * b * q_tokens * att_qkv * e;
+    for (uint32_t i = 0; i < shape.shard.cp; ++i) k.push_back(x);
+    // Rescaling the partial output and log-sum-exp of each later step (fp32 read and write).
+    if (fwd) {
+      for (uint32_t i = 1; i < shape.shard.cp; ++i) mem("ring-attention-correction", 2 * b * q_tokens * h / t * 4);
+    }
   }
   linear("attention-out", "attention-out-dgrad", "attention-out-wgrad", bs, h, h / t);
   mem(fwd ? "bias-dropout-add" : "bias-dropout-add-grad", (fwd ? 3 * e + 1 : 4 * e) * bs * h);

@@ -17,7 +17,8 @@
 // of the causal half of the score FLOPs), output projection, bias-dropout-add, two norms, MLP (GELU: 2
 // GEMMs; SwiGLU: a fused gate+up GEMM and a down GEMM) and its activation. A backward GEMM is two GEMMs
 // (input gradient and weight gradient). The head is the vocabulary GEMM and a vocabulary-parallel
-// cross-entropy in fp32. docs/simulator.md ("Compute model") lists every kernel.
+// cross-entropy in fp32. docs/simulator.md ("Compute model") lists every kernel. Context parallelism and
+// Ulysses shard the tokens (KernelShape::shard).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +76,12 @@ struct KernelShape {
   uint32_t tp = 1;
   proto::DType dtype = proto::DTYPE_BF16;
   proto::Attention attention = proto::ATTENTION_FLASH;
+  // Context parallelism / Ulysses: every token-proportional kernel sees seq_len / (cp · ulysses) tokens.
+  // Ring attention (cp > 1) runs as cp flash-attention steps over the K/V blocks of the ring, whose FLOPs
+  // add up to the rank's causal share 1/cp of the whole sequence's attention, plus cp − 1 memory-bound
+  // corrections of the partial output (online softmax); under Ulysses attention runs on the whole sequence
+  // with heads / (tp · ulysses) per rank. Flash attention only (ValidatePlanStructure).
+  SequenceSharding shard;
 };
 
 // The kernels of one pass of `layer` on one TP rank (backward: without recomputation).

@@ -18,6 +18,7 @@ const char* CategoryName(Category c) {
     case Category::kPp: return "pp";
     case Category::kDp: return "dp";
     case Category::kZero: return "zero";
+    case Category::kCp: return "cp";
     case Category::kIdle: return "idle";
   }
   return "?";
@@ -29,6 +30,7 @@ const char* CollectiveName(CollectiveKind k) {
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -57,6 +59,24 @@ std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint
   return {};
 }
 
+double RingKvBlockBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp, uint32_t cp,
+                        proto::DType dtype) {
+  const double kv_heads = std::max(1.0, static_cast<double>(model.kv_heads()) / tp);
+  return 2.0 * batch * (static_cast<double>(seq_len) / cp) * kv_heads * model.head_dim() * DTypeBytes(dtype);
+}
+
+std::vector<double> UlyssesAllToAllBytes(const TransformerModel& model, bool forward, double batch, uint32_t seq_len,
+                                         uint32_t tp, uint32_t ulysses, proto::DType dtype) {
+  // DeepSpeed-Ulysses §3.1: q, k, v go from [s/u, heads] to [s, heads/u] before attention and the
+  // output comes back after it; the backward moves the gradients the opposite way.
+  const double tokens = batch * static_cast<double>(seq_len) / ulysses;
+  const double e = DTypeBytes(dtype), d = model.head_dim();
+  const double q = tokens * model.spec().num_attention_heads() / tp * d * e;
+  const double kv = tokens * std::max(1.0, static_cast<double>(model.kv_heads()) / tp) * d * e;
+  if (forward) return {q, kv, kv, q};
+  return {q, q, kv, kv};
+}
+
 namespace {
 
 class Lowerer {
@@ -74,7 +94,7 @@ class Lowerer {
       const auto& pipe = plan_.pipelines(p);
       for (int s = 0; s < pipe.stages_size(); ++s) {
         const auto& st = pipe.stages(s);
-        const uint32_t t = TpDegree(st);
+        const uint32_t t = TpDegree(st), width = ReplicaWidth(st);
         for (int i = 0; i < st.devices_size(); ++i) {
           const uint32_t d = st.devices(i);
           out_.device_slot[d] = static_cast<uint32_t>(out_.devices.size());
@@ -83,9 +103,11 @@ class Lowerer {
           r.device = d;
           r.pipeline = static_cast<uint32_t>(p);
           r.stage = static_cast<uint32_t>(s);
-          r.replica = static_cast<uint32_t>(i) / t;
+          r.replica = static_cast<uint32_t>(i) / width;
           r.tp_rank = static_cast<uint32_t>(i) % t;
           r.tp = t;
+          r.shard_rank = (static_cast<uint32_t>(i) % width) / t;
+          r.shard = StageSharding(st);
           r.layer_begin = st.layer_begin();
           r.layer_end = st.layer_end();
           out_.ranks.push_back(std::move(r));
@@ -106,7 +128,9 @@ class Lowerer {
       for (int s = 0; s < pipe.stages_size(); ++s) {
         const auto& st = pipe.stages(s);
         for (uint32_t r = 0; r < DpDegree(st); ++r) {
-          for (uint32_t k = 0; k < TpDegree(st); ++k) EmitRank(p, s, r, k);
+          for (uint32_t j = 0; j < StageSharding(st).ways(); ++j) {
+            for (uint32_t k = 0; k < TpDegree(st); ++k) EmitRank(p, s, r, j, k);
+          }
         }
       }
     }
@@ -140,9 +164,25 @@ class Lowerer {
     return static_cast<uint32_t>(std::find(members.begin(), members.end(), device) - members.begin());
   }
 
-  static std::vector<uint32_t> TpGroup(const proto::Stage& st, uint32_t r) {
-    const uint32_t t = TpDegree(st);
-    return {st.devices().begin() + r * t, st.devices().begin() + (r + 1) * t};
+  // The TP group of sequence shard j of replica r.
+  static std::vector<uint32_t> TpGroup(const proto::Stage& st, uint32_t r, uint32_t j) {
+    std::vector<uint32_t> out;
+    for (uint32_t k = 0; k < TpDegree(st); ++k) out.push_back(StageDevice(st, r, j, k));
+    return out;
+  }
+
+  // The CP ring (in CP-rank order) and the Ulysses group of the rank at (r, j, k).
+  static std::vector<uint32_t> CpGroup(const proto::Stage& st, uint32_t r, uint32_t j, uint32_t k) {
+    const SequenceSharding sh = StageSharding(st);
+    std::vector<uint32_t> out;
+    for (uint32_t c = 0; c < sh.cp; ++c) out.push_back(StageDevice(st, r, c * sh.ulysses + j % sh.ulysses, k));
+    return out;
+  }
+  static std::vector<uint32_t> UlyssesGroup(const proto::Stage& st, uint32_t r, uint32_t j, uint32_t k) {
+    const SequenceSharding sh = StageSharding(st);
+    std::vector<uint32_t> out;
+    for (uint32_t q = 0; q < sh.ulysses; ++q) out.push_back(StageDevice(st, r, (j / sh.ulysses) * sh.ulysses + q, k));
+    return out;
   }
 
   // Sequence ranges of each replica inside one micro-batch.
@@ -236,12 +276,13 @@ class Lowerer {
 
   // One layer's TP collectives in one direction (or their bytes into the pass's fused all-reduce).
   void AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
-                  double batch, bool forward, uint16_t mb, double* fused_bytes, uint32_t* fused_calls) {
+                  double batch, uint32_t local_seq, bool forward, uint16_t mb, double* fused_bytes,
+                  uint32_t* fused_calls) {
     if (tp_group.size() < 2) return;
     if (options_.tp_in_compute && options_.tp_in_compute(device, layer, static_cast<uint32_t>(tp_group.size()), batch)) {
       return;
     }
-    for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, tr_.seq_len(), tr_.dtype())) {
+    for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, local_seq, tr_.dtype())) {
       if (options_.fuse_passes) {
         *fused_bytes += c.bytes;
         ++*fused_calls;
@@ -255,36 +296,115 @@ class Lowerer {
     }
   }
 
-  // Compute of layers [a, b) in one direction (backward: b − 1 down to a), with the TP collectives.
+  // Ring-attention point-to-point operations of one pass of one block (or of a fused pass). Before the
+  // compute (`sending`): `steps` sends of `bytes` each to the next CP rank and as many receives posted
+  // from the previous one, so the transfers run during the compute; after it: the receives completed.
+  void AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before, uint32_t steps,
+               double bytes, uint16_t mb, uint32_t a, uint32_t b, double batch) {
+    const uint32_t n = static_cast<uint32_t>(ring.size()), c = RankIn(ring, device);
+    const auto add = [&](OpKind kind) {
+      for (uint32_t i = 0; i < steps; ++i) {
+        Op op;
+        op.kind = kind;
+        op.category = Category::kCp;
+        op.channel = kChanCp;
+        op.peer = kind == OpKind::kSend ? ring[(c + 1) % n] : ring[(c + n - 1) % n];
+        op.micro_batch = mb;
+        op.layer_begin = a;
+        op.layer_end = b;
+        op.seq_end = static_cast<uint32_t>(batch);
+        op.bytes = bytes;
+        ops.push_back(op);
+      }
+    };
+    if (before) {
+      add(OpKind::kSend);
+      add(OpKind::kPostRecv);
+    } else {
+      add(OpKind::kRecv);
+    }
+  }
+
+  // Compute of layers [a, b) in one direction (backward: b − 1 down to a), with the TP collectives, the
+  // CP ring exchanges and the Ulysses all-to-alls (see the header comment).
   void AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a, uint32_t b,
                  std::pair<uint32_t, uint32_t> seqs, bool forward, uint16_t mb) {
+    const RankOps& me = out_.ranks[out_.device_slot[device]];
     const uint32_t t = TpDegree(st);
+    const SequenceSharding sh = StageSharding(st);
+    const double ways = sh.ways();
+    const uint32_t local_seq = tr_.seq_len() / sh.ways();
     const double batch = seqs.second - seqs.first;
     const Category cat = forward ? Category::kForward : Category::kBackward;
-    const auto tp_group = TpGroup(st, r);
+    const auto tp_group = TpGroup(st, r, me.shard_rank);
+    const auto ring = CpGroup(st, r, me.shard_rank, me.tp_rank);
+    const auto uly_group = UlyssesGroup(st, r, me.shard_rank, me.tp_rank);
     const uint32_t L = model_.num_layers();
-    double fused_bytes = 0;
-    uint32_t fused_calls = 0;
+    const bool fuse = options_.fuse_passes;
+    // One K/V block per ring step in a forward (or recomputed forward), K/V and dK/dV in a backward.
+    const uint32_t steps = sh.cp - 1;
+    const double kv_block = sh.cp > 1 ? RingKvBlockBytes(model_, batch, tr_.seq_len(), t, sh.cp, tr_.dtype()) : 0;
+    const auto is_block = [&](uint32_t l) { return model_.kind(l) == LayerKind::kTransformer; };
+    const auto ring_bytes = [&](bool fwd_pass) { return fwd_pass ? kv_block : 2 * kv_block; };
+    double fused_ring = 0;
+    if (fuse && steps > 0) {
+      // The pass's ring traffic as one send before it and one receive after it (per ring step).
+      for (uint32_t l = a; l < b; ++l) {
+        if (!is_block(l)) continue;
+        fused_ring += ring_bytes(forward);
+        if (!forward && full_recompute_) fused_ring += ring_bytes(true);
+      }
+      if (fused_ring > 0) AddRing(ops, ring, device, true, steps, fused_ring, mb, a, b, batch);
+    }
+    double fused_bytes = 0, fused_a2a = 0;
+    uint32_t fused_calls = 0, fused_a2a_calls = 0;
+    // One block pass (forward, recomputed forward or backward): ring sends, compute, ring receives, TP
+    // collectives, Ulysses all-to-alls.
+    const auto pass = [&](uint32_t l, bool fwd_pass, bool recompute) {
+      const bool ring_here = !fuse && steps > 0 && is_block(l);
+      if (ring_here) AddRing(ops, ring, device, true, steps, ring_bytes(fwd_pass), mb, l, l + 1, batch);
+      const double flops = (fwd_pass ? model_.ForwardFlops(l, batch, tr_.seq_len())
+                                     : model_.BackwardFlops(l, batch, tr_.seq_len())) /
+                           (t * ways);
+      AddCompute(ops, l, flops, cat, mb, seqs, recompute);
+      if (ring_here) AddRing(ops, ring, device, false, steps, ring_bytes(fwd_pass), mb, l, l + 1, batch);
+      AddLayerTp(ops, device, tp_group, l, batch, local_seq, fwd_pass, mb, &fused_bytes, &fused_calls);
+      if (sh.ulysses > 1 && is_block(l)) {
+        for (double bytes : UlyssesAllToAllBytes(model_, fwd_pass, batch, tr_.seq_len(), t, sh.ulysses, tr_.dtype())) {
+          if (fuse) {
+            fused_a2a += bytes;
+            ++fused_a2a_calls;
+            continue;
+          }
+          Op& op = AddCollective(ops, uly_group, device, bytes, CollectiveKind::kAllToAll, Category::kCp, mb);
+          op.in_pass = true;
+          op.layer_begin = l;
+          op.layer_end = l + 1;
+        }
+      }
+    };
     for (uint32_t i = 0; i < b - a; ++i) {
       const uint32_t l = forward ? a + i : b - 1 - i;
-      const double fwd_flops = model_.ForwardFlops(l, batch, tr_.seq_len()) / t;
       if (forward) {
-        AddCompute(ops, l, fwd_flops, cat, mb, seqs, false);
-        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes, &fused_calls);
+        pass(l, true, false);
         continue;
       }
       // Megatron-LM's full recomputation re-runs each transformer block's forward right before its backward.
-      if (full_recompute_ && l > 0 && l + 1 < L) {
-        AddCompute(ops, l, fwd_flops, cat, mb, seqs, true);
-        AddLayerTp(ops, device, tp_group, l, batch, true, mb, &fused_bytes, &fused_calls);
-      }
-      AddCompute(ops, l, model_.BackwardFlops(l, batch, tr_.seq_len()) / t, cat, mb, seqs, false);
-      AddLayerTp(ops, device, tp_group, l, batch, false, mb, &fused_bytes, &fused_calls);
+      if (full_recompute_ && l > 0 && l + 1 < L) pass(l, true, true);
+      pass(l, false, false);
     }
+    if (fused_ring > 0) AddRing(ops, ring, device, false, steps, fused_ring, mb, a, b, batch);
     if (fused_bytes > 0) {
       Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb);
       op.in_pass = true;
       op.calls = fused_calls;
+      op.layer_begin = a;
+      op.layer_end = b;
+    }
+    if (fused_a2a > 0) {
+      Op& op = AddCollective(ops, uly_group, device, fused_a2a, CollectiveKind::kAllToAll, Category::kCp, mb);
+      op.in_pass = true;
+      op.calls = fused_a2a_calls;
       op.layer_begin = a;
       op.layer_end = b;
     }
@@ -300,7 +420,11 @@ class Lowerer {
     const uint32_t ts = TpDegree(sst), trv = TpDegree(rst);
     const auto srange = Ranges(sst, pipe.micro_batch_size());
     const auto rrange = Ranges(rst, pipe.micro_batch_size());
-    const double per_seq = PipelineBoundaryBytes(model_, 1, tr_.seq_len(), tr_.dtype());
+    // CP and Ulysses: sequence shard j of one stage hands its seq_len / ways tokens to shard j of the next
+    // (every stage of a pipeline shards alike).
+    const uint32_t j = out_.ranks[out_.device_slot[device]].shard_rank;
+    const double per_seq =
+        PipelineBoundaryBytes(model_, 1, tr_.seq_len(), tr_.dtype()) / StageSharding(rst).ways();
     const bool leader = plan_.comm().pp_leader_broadcast();
     // Scatter-gather: each TP rank moves 1/t of the tensor to its peer rank, then the receivers all-gather.
     // Under sequence parallelism the boundary tensor is sequence-sharded anyway (Megatron-LM sends
@@ -316,8 +440,8 @@ class Lowerer {
           const uint32_t hi = std::min(rrange[rr].second, srange[sr].second);
           if (lo >= hi) continue;
           const uint32_t ks = leader ? 0 : kr % ts;
-          const uint32_t sender = sst.devices(static_cast<int>(sr * ts + ks));
-          const uint32_t receiver = rst.devices(static_cast<int>(rr * trv + kr));
+          const uint32_t sender = StageDevice(sst, sr, j, ks);
+          const uint32_t receiver = StageDevice(rst, rr, j, kr);
           const bool mine = sending ? (sr == r && ks == k) : (rr == r && kr == k);
           if (!mine) continue;
           const uint32_t base = sending ? srange[sr].first : rrange[rr].first;
@@ -336,11 +460,11 @@ class Lowerer {
     }
     if (!sending && scatter && !sharded) {
       const double bytes = (rrange[r].second - rrange[r].first) * per_seq;
-      AddCollective(ops, TpGroup(rst, r), device, bytes, CollectiveKind::kAllGather, Category::kPp, mb);
+      AddCollective(ops, TpGroup(rst, r, j), device, bytes, CollectiveKind::kAllGather, Category::kPp, mb);
     }
     if (!sending && leader && trv > 1) {
       const double bytes = (rrange[r].second - rrange[r].first) * per_seq;
-      AddCollective(ops, TpGroup(rst, r), device, bytes, CollectiveKind::kBroadcast, Category::kPp, mb);
+      AddCollective(ops, TpGroup(rst, r, j), device, bytes, CollectiveKind::kBroadcast, Category::kPp, mb);
     }
   }
 
@@ -368,10 +492,10 @@ class Lowerer {
     ops.push_back(sig);
   }
 
-  void EmitRank(int p, int s, uint32_t r, uint32_t k) {
+  void EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k) {
     const auto& pipe = plan_.pipelines(p);
     const auto& st = pipe.stages(s);
-    const uint32_t device = st.devices(static_cast<int>(r * TpDegree(st) + k));
+    const uint32_t device = StageDevice(st, r, seq_shard, k);
     RankOps& rank = out_.ranks[out_.device_slot[device]];
     std::vector<Op>& ops = rank.ops;
     const int S = pipe.stages_size();
@@ -590,6 +714,7 @@ const char* KindName(OpKind k) {
     case OpKind::kCompute: return "compute";
     case OpKind::kSend: return "send";
     case OpKind::kRecv: return "recv";
+    case OpKind::kPostRecv: return "post_recv";
     case OpKind::kCollective: return "collective";
     case OpKind::kSignal: return "signal";
     case OpKind::kAwait: return "await";
@@ -618,6 +743,7 @@ std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stre
       break;
     case OpKind::kSend:
     case OpKind::kRecv:
+    case OpKind::kPostRecv:
       std::snprintf(buf, sizeof(buf), " peer %u rows %u-%u bytes %.6g", op.peer, op.seq_begin, op.seq_end, op.bytes);
       s += buf;
       break;
@@ -658,7 +784,13 @@ OpTotals TotalOps(const Lowering& lowering) {
             t.flops += op.flops;
             t.optimizer_params += op.params;
             break;
-          case OpKind::kSend: t.send_bytes += op.bytes; break;
+          case OpKind::kSend:
+            t.send_bytes += op.bytes;
+            if (op.category == Category::kCp) {
+              t.cp_send_bytes += op.bytes;
+              ++t.cp_sends;
+            }
+            break;
           case OpKind::kRecv: t.recv_bytes += op.bytes; break;
           case OpKind::kCollective: t.collective_bytes[static_cast<int>(op.category)] += op.bytes; break;
           default: break;

@@ -25,6 +25,20 @@
 //  - PP transfers between stages of different DP or TP degrees: each receiving TP rank k gets the
 //    overlapping sequences from TP rank k mod t of every sending replica that holds them; with
 //    comm.pp_leader_broadcast only TP rank 0 receives and broadcasts to its TP group.
+//  - Context parallelism (Megatron-LM's CP over TransformerEngine's ring attention; Liu et al. 2023, "Ring
+//    Attention with Blockwise Transformers"): every rank of a CP group of cp holds seq_len / cp tokens
+//    (chunks c and 2·cp − 1 − c of 2·cp, so causal work is balanced) and computes 1/cp of each layer's
+//    FLOPs. Each transformer block's forward (and its recomputation) passes K/V blocks around the ring:
+//    cp − 1 sends of one K/V block (2·b·(s/cp)·kv·d/t elements) to the next CP rank and cp − 1 receives
+//    from the previous one; its backward passes K/V with their gradients dK/dV: cp − 1 sends and receives
+//    of twice that. The sends and the receives are posted (kPostRecv) before the block's compute and the
+//    receives completed after it, so the ring overlaps the block's compute as TransformerEngine overlaps
+//    it with the attention steps. TP
+//    collectives and PP transfers carry the rank's s/cp tokens; PP runs between equal CP ranks.
+//  - DeepSpeed-Ulysses (Jacobs et al. 2023, §3): every rank of a Ulysses group of u holds seq_len / u
+//    tokens; each transformer block's forward has 4 all-to-alls in the group (q, k and v to head
+//    sharding before attention, the output back after it) and its backward the mirror image (d(output)
+//    before, dq, dk, dv after), each of the rank's whole local tensor.
 //  - Gradient synchronisation after the last backward: the layer-wise groups of DeriveGradSyncGroups in
 //    backward order (later layers first), each in comm.dp_bucket_mib buckets, all-reduced (ring, tree or
 //    hierarchical = reduce-scatter in the node, all-reduce across nodes, all-gather in the node) or
@@ -46,6 +60,8 @@ enum class OpKind : uint8_t {
   kCompute,     // a pass (or part of one) over layers [layer_begin, layer_end) of the rank's stage
   kSend,        // post an asynchronous point-to-point send of `bytes` to device `peer`
   kRecv,        // block until the matching message from device `peer` arrived
+  kPostRecv,    // post the receive of the next message from `peer` on `channel` without waiting (ring
+                // attention: the transfer runs during the compute that follows; the kRecv completes it)
   kCollective,  // take part (as `rank`) in a collective over group `group`
   kSignal,      // (main stream) tell the rank's DP stream that the next gradient group is ready
   kAwait,       // (DP stream) wait for the next kSignal of the main stream
@@ -54,17 +70,19 @@ enum class OpKind : uint8_t {
 };
 
 // What an operation's time is booked as, in reports and timelines of the simulator and the executor.
-enum class Category : uint8_t { kForward, kBackward, kOptimizer, kTp, kPp, kDp, kZero, kIdle };
-inline constexpr int kNumCategories = 8;
+// kCp: context-parallel ring exchanges and Ulysses all-to-alls (communication inside attention).
+enum class Category : uint8_t { kForward, kBackward, kOptimizer, kTp, kPp, kDp, kZero, kCp, kIdle };
+inline constexpr int kNumCategories = 9;
 const char* CategoryName(Category c);
 
-enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+// kAllToAll: every member sends S/n of its S-byte buffer to each other member (Ulysses).
+enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll };
 const char* CollectiveName(CollectiveKind k);
 enum class Algorithm : uint8_t { kRing, kTree };
 enum class ReduceOp : uint8_t { kSum, kMax };
 
 // Point-to-point channels: messages between two devices are matched in order per channel.
-enum Channel : uint8_t { kChanPpForward = 0, kChanPpBackward = 1, kChanTp = 2, kChanDp = 3 };
+enum Channel : uint8_t { kChanPpForward = 0, kChanPpBackward = 1, kChanTp = 2, kChanDp = 3, kChanCp = 4 };
 
 inline constexpr uint32_t kNone = UINT32_MAX;
 
@@ -103,6 +121,8 @@ struct RankOps {
   uint32_t replica = 0;   // intra-stage DP replica
   uint32_t tp_rank = 0;
   uint32_t tp = 1;
+  uint32_t shard_rank = 0;   // sequence shard: cp_rank · ulysses + ulysses_rank
+  SequenceSharding shard;    // the stage's CP and Ulysses degrees
   uint32_t layer_begin = 0;  // the stage's layers
   uint32_t layer_end = 0;
   std::vector<Op> ops;        // the main stream
@@ -145,6 +165,16 @@ struct TpCollective {
 std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
                                              uint32_t seq_len, proto::DType dtype);
 
+// Bytes of one K/V block a ring-attention rank sends per ring step in the forward pass: K and V of
+// `batch` sequences of seq_len / cp tokens, kv heads / tp (at least one) per rank. The backward sends
+// twice this per step (the block and its gradient).
+double RingKvBlockBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp, uint32_t cp,
+                        proto::DType dtype);
+// Ulysses all-to-alls of one transformer block's forward (q, k, v, output) or backward (d(output), dq, dk,
+// dv) pass: each the rank's local tensor of `batch` sequences of seq_len / ulysses tokens.
+std::vector<double> UlyssesAllToAllBytes(const TransformerModel& model, bool forward, double batch, uint32_t seq_len,
+                                         uint32_t tp, uint32_t ulysses, proto::DType dtype);
+
 // One line per operation, for dumps and comparisons (`hetsim lower`, hetsim-exec --ops-out):
 //   "device 3 main 12 recv pp mb 1 peer 2 rows 0-2 bytes 32768"
 // Groups are printed as their device lists, so two lowerings that number groups differently still compare
@@ -159,6 +189,8 @@ struct OpTotals {
   double send_bytes = 0;     // Σ send bytes
   double recv_bytes = 0;     // Σ receive bytes
   double collective_bytes[kNumCategories] = {};  // Σ over ranks of each rank's collective buffer bytes
+  double cp_send_bytes = 0;  // Σ ring-attention send bytes (included in send_bytes)
+  uint64_t cp_sends = 0;     // number of ring-attention sends
   double optimizer_params = 0;
 };
 OpTotals TotalOps(const Lowering& lowering);

@@ -26,8 +26,29 @@ std::string Fixed(double v, int digits = 1) {
 
 uint32_t TpDegree(const proto::Stage& stage) { return stage.tp_degree() == 0 ? 1 : stage.tp_degree(); }
 
+uint32_t CpDegree(const proto::Stage& stage) { return stage.cp_degree() == 0 ? 1 : stage.cp_degree(); }
+
+uint32_t UlyssesDegree(const proto::Stage& stage) { return stage.ulysses_degree() == 0 ? 1 : stage.ulysses_degree(); }
+
+SequenceSharding StageSharding(const proto::Stage& stage) { return {CpDegree(stage), UlyssesDegree(stage)}; }
+
+uint32_t ReplicaWidth(const proto::Stage& stage) { return TpDegree(stage) * UlyssesDegree(stage) * CpDegree(stage); }
+
 uint32_t DpDegree(const proto::Stage& stage) {
-  return static_cast<uint32_t>(stage.devices_size()) / TpDegree(stage);
+  return static_cast<uint32_t>(stage.devices_size()) / ReplicaWidth(stage);
+}
+
+uint32_t StageDevice(const proto::Stage& stage, uint32_t r, uint32_t j, uint32_t k) {
+  return stage.devices(static_cast<int>(r * ReplicaWidth(stage) + j * TpDegree(stage) + k));
+}
+
+double ContextParallelBufferBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp,
+                                  uint32_t cp, proto::DType dtype) {
+  if (cp <= 1) return 0;
+  // K and V of seq_len / cp tokens; with fewer kv heads than TP ranks each rank keeps one kv head.
+  const double kv_heads = std::max(1.0, static_cast<double>(model.kv_heads()) / tp);
+  const double block = 2.0 * batch * (static_cast<double>(seq_len) / cp) * kv_heads * model.head_dim() * DTypeBytes(dtype);
+  return 2 * block;
 }
 
 std::vector<uint32_t> MicroBatchSplit(const proto::Stage& stage, uint32_t micro_batch_size) {
@@ -105,11 +126,55 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
         errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " and the model's " + std::to_string(kv) +
                    " key/value heads do not divide one another");
       }
-      const uint32_t dp = st.devices_size() % tp == 0 ? DpDegree(st) : 0;
+      const uint32_t cp = CpDegree(st), uly = UlyssesDegree(st), width = ReplicaWidth(st);
+      const uint32_t seq = ctx.training.seq_len();
+      if ((cp > 1 || uly > 1) && st.devices_size() % tp == 0 && st.devices_size() % width != 0) {
+        errors.Add(at + spath + ".devices: " + std::to_string(st.devices_size()) +
+                   " devices are not a multiple of tp_degree × ulysses_degree × cp_degree = " + std::to_string(tp) +
+                   " × " + std::to_string(uly) + " × " + std::to_string(cp) + " = " + std::to_string(width) +
+                   " (the stage's world size is dp × tp × ulysses × cp); list a multiple of " + std::to_string(width) +
+                   " devices or lower a degree");
+      }
+      if (cp > 1 && seq % (2 * cp) != 0) {
+        errors.Add(at + spath + ".cp_degree: " + std::to_string(cp) + " needs seq_len divisible by 2 × cp_degree = " +
+                   std::to_string(2 * cp) + " (load-balanced causal attention cuts each sequence into 2·cp chunks) but "
+                   "seq_len is " + std::to_string(seq) + "; pick a cp_degree with 2·cp dividing " + std::to_string(seq));
+      }
+      if (uly > 1) {
+        if (seq % uly != 0) {
+          errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " does not divide seq_len " +
+                     std::to_string(seq) + " (each rank holds seq_len / ulysses_degree tokens)");
+        }
+        const uint32_t heads_per_tp = heads % tp == 0 ? heads / tp : heads;
+        const uint32_t kv_per_tp = kv % tp == 0 ? kv / tp : 1;
+        if (heads_per_tp % uly != 0 || kv_per_tp % uly != 0) {
+          errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " must divide the attention heads (" +
+                     std::to_string(heads_per_tp) + ") and key/value heads (" + std::to_string(kv_per_tp) +
+                     ") per TP rank (the all-to-all hands each Ulysses rank whole heads); use a divisor of " +
+                     std::to_string(std::gcd(heads_per_tp, kv_per_tp)));
+        }
+      }
+      if (cp > 1 && uly > 1) {
+        errors.Add(at + spath + ": cp_degree and ulysses_degree cannot both exceed 1 (hierarchical a2a+p2p context "
+                   "parallelism is not modelled); keep one of them at 1");
+      }
+      if ((cp > 1 || uly > 1) && ctx.training.attention() == proto::ATTENTION_STANDARD) {
+        errors.Add(at + spath + (cp > 1 ? ".cp_degree" : ".ulysses_degree") +
+                   ": context parallelism and Ulysses are modelled with flash attention only (Megatron-LM's CP "
+                   "runs on TransformerEngine's fused attention); set the training spec's attention: flash");
+      }
+      if (s > 0 && (cp != CpDegree(pipe.stages(0)) || uly != UlyssesDegree(pipe.stages(0)))) {
+        errors.Add(at + spath + ".cp_degree: every stage of a pipeline needs the same cp_degree and ulysses_degree "
+                   "(stage 0 has " + std::to_string(CpDegree(pipe.stages(0))) + " and " +
+                   std::to_string(UlyssesDegree(pipe.stages(0))) + ", this stage " + std::to_string(cp) + " and " +
+                   std::to_string(uly) + "): activations pass between stages shard by shard");
+      }
+      const uint32_t dp = st.devices_size() % width == 0 ? DpDegree(st) : 0;
       if (st.micro_batch_split_size() > 0) {
         if (dp != 0 && static_cast<uint32_t>(st.micro_batch_split_size()) != dp) {
           errors.Add(at + spath + ".micro_batch_split: has " + std::to_string(st.micro_batch_split_size()) +
-                     " entries but the stage has " + std::to_string(dp) + " DP replicas (devices / tp_degree)");
+                     " entries but the stage has " + std::to_string(dp) +
+                     " DP replicas (devices / (tp_degree × ulysses_degree × cp_degree))");
         }
         const uint64_t sum = std::accumulate(st.micro_batch_split().begin(), st.micro_batch_split().end(), 0ull);
         if (sum != pipe.micro_batch_size()) {
@@ -175,9 +240,9 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
 
 namespace {
 
-// One holder of a layer range: a TP group (one intra-stage DP replica of one stage).
+// One holder of a layer range: a TP group (one sequence shard of one intra-stage DP replica of one stage).
 struct Holder {
-  uint32_t pipeline, stage, replica;
+  uint32_t pipeline, stage, replica, shard;
   const proto::Stage* st;
 };
 
@@ -201,8 +266,11 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
       for (int s = 0; s < pipe.stages_size(); ++s) {
         const auto& st = pipe.stages(s);
         if (st.layer_begin() <= begin && begin < st.layer_end()) {
+          // CP and Ulysses ranks hold the same weights: their gradients are summed with the DP replicas'.
           for (uint32_t r = 0; r < DpDegree(st); ++r) {
-            holders.push_back({static_cast<uint32_t>(p), static_cast<uint32_t>(s), r, &st});
+            for (uint32_t j = 0; j < StageSharding(st).ways(); ++j) {
+              holders.push_back({static_cast<uint32_t>(p), static_cast<uint32_t>(s), r, j, &st});
+            }
           }
           chunks = std::lcm(chunks, TpDegree(st));
         }
@@ -214,7 +282,7 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
       for (const auto& h : holders) {
         const uint32_t tp = TpDegree(*h.st);
         const uint32_t rank = c * tp / chunks;  // the TP rank whose shard contains chunk c
-        g.devices.push_back(h.st->devices(static_cast<int>(h.replica * tp + rank)));
+        g.devices.push_back(StageDevice(*h.st, h.replica, h.shard, rank));
       }
       groups.push_back(std::move(g));
     }
@@ -237,7 +305,9 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
   std::vector<uint32_t> replicas(model.num_layers(), 0);
   for (const auto& pipe : plan.pipelines()) {
     for (const auto& st : pipe.stages()) {
-      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) replicas[l] += DpDegree(st);
+      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
+        replicas[l] += DpDegree(st) * StageSharding(st).ways();  // ZeRO shards over DP × CP (Megatron-LM)
+      }
     }
   }
   std::vector<DeviceMemory> out;
@@ -248,6 +318,9 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
     for (uint32_t s = 0; s < S; ++s) {
       const auto& st = pipe.stages(static_cast<int>(s));
       const uint32_t tp = TpDegree(st);
+      const SequenceSharding shard_seq = StageSharding(st);
+      // Tokens of each sequence one rank holds (CP: two of the 2·cp chunks; Ulysses: seq / u).
+      const uint32_t local_seq = tr.seq_len() / shard_seq.ways();
       const bool holds_embedding = st.layer_begin() == 0;
       double in_flight = 0;
       switch (schedule) {
@@ -273,19 +346,24 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
       for (uint32_t r = 0; r < DpDegree(st); ++r) {
         const double b = r < split.size() ? split[r] : 0;
         double act = 0, peak_layer = 0;
+        bool blocks = false;
         for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
-          act += model.ActivationBytes(l, b, tr.seq_len(), tp, plan.sequence_parallel(), recompute, tr.dtype(),
+          act += model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(), recompute, tr.dtype(),
                                        tr.attention(), tr.dropout());
+          blocks |= model.kind(l) == LayerKind::kTransformer;
           if (recompute == proto::RECOMPUTE_FULL) {
-            peak_layer = std::max(peak_layer, model.ActivationBytes(l, b, tr.seq_len(), tp, plan.sequence_parallel(),
+            peak_layer = std::max(peak_layer, model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(),
                                                                     proto::RECOMPUTE_NONE, tr.dtype(), tr.attention(),
                                                                     tr.dropout()));
           }
         }
+        // Ring attention's receive buffers live while a block runs (one block at a time).
+        if (blocks) peak_layer += ContextParallelBufferBytes(model, b, tr.seq_len(), tp, shard_seq.cp, tr.dtype());
         act = act * in_flight + peak_layer;  // full recompute re-materialises one layer at a time
-        for (uint32_t k = 0; k < tp; ++k) {
+        // Every TP, Ulysses and CP rank of the replica holds the same amounts.
+        for (uint32_t i = 0; i < ReplicaWidth(st); ++i) {
           DeviceMemory dm;
-          dm.device = st.devices(static_cast<int>(r * tp + k));
+          dm.device = st.devices(static_cast<int>(r * ReplicaWidth(st) + i));
           dm.pipeline = static_cast<uint32_t>(p);
           dm.stage = s;
           dm.params_gib = params / kGib;

@@ -26,7 +26,17 @@ struct PlanContext {
 // (the first replicas get one more when it does not divide).
 std::vector<uint32_t> MicroBatchSplit(const proto::Stage& stage, uint32_t micro_batch_size);
 uint32_t TpDegree(const proto::Stage& stage);
+uint32_t CpDegree(const proto::Stage& stage);       // context-parallel (ring attention) degree, default 1
+uint32_t UlyssesDegree(const proto::Stage& stage);  // DeepSpeed-Ulysses degree, default 1
+// How the stage shards each sequence (context parallelism and Ulysses).
+SequenceSharding StageSharding(const proto::Stage& stage);
+// Devices of one intra-stage DP replica: tp · ulysses · cp.
+uint32_t ReplicaWidth(const proto::Stage& stage);
+// Intra-stage DP replicas: devices / ReplicaWidth.
 uint32_t DpDegree(const proto::Stage& stage);
+// The device of intra-stage DP replica r, sequence shard j (= cp_rank · ulysses + ulysses_rank) and TP rank
+// k (the rank order of plan.proto's Stage: TP innermost, then Ulysses, then CP, then DP).
+uint32_t StageDevice(const proto::Stage& stage, uint32_t r, uint32_t j, uint32_t k);
 proto::Plan::Schedule EffectiveSchedule(const proto::Plan& plan);
 proto::Recompute EffectiveRecompute(const proto::Plan& plan, const proto::Training& training);
 
@@ -36,7 +46,8 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
 // gives the per-device numbers.
 Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::string& file);
 
-// One gradient-synchronisation group: the devices that hold the same shard (`chunk` of `num_chunks`)
+// One gradient-synchronisation group (context-parallel and Ulysses ranks hold the same weights, so every
+// sequence shard of every replica is a holder: DP × CP as in Megatron-LM): the devices that hold the same shard (`chunk` of `num_chunks`)
 // of layers [layer_begin, layer_end) and all-reduce its gradients after the backward pass.
 // When the replicas of a layer use different TP degrees, every layer's parameters are cut into
 // lcm(TP degrees) chunks and each chunk is synchronised among the ranks that own it (HexiScale §3.2);
@@ -57,7 +68,15 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
 // ZeRO-1/2/3 shard the optimizer states / + gradients / + weights over the layer's DP replicas.
 // Activations: per micro-batch (TransformerModel::ActivationBytes) times the micro-batches in flight:
 // 1F1B keeps min(m, S − i) at stage i of S, GPipe keeps all m, interleaved 1F1B keeps
-// min(m, S − i) · (1 + (S − 1)/(S · v)) (Narayanan et al. 2021 §2.2.2).
+// min(m, S − i) · (1 + (S − 1)/(S · v)) (Narayanan et al. 2021 §2.2.2). Context parallelism and
+// Ulysses shard the sequence, so each rank stores the activations of seq_len / (cp · ulysses) tokens;
+// ring attention adds its K/V receive buffers (ContextParallelBufferBytes) while a block runs.
+// Transient bytes of ring attention on one rank while a transformer block runs (0 for cp = 1): two K/V
+// blocks of seq_len / cp tokens (TransformerEngine double-buffers the block being received while the
+// current one is used; in the backward the K/V block travels with its gradient dK/dV, the same two
+// blocks' worth).
+double ContextParallelBufferBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp,
+                                  uint32_t cp, proto::DType dtype);
 struct DeviceMemory {
   uint32_t device = 0;
   uint32_t pipeline = 0;

@@ -22,6 +22,17 @@ namespace hetsim::models {
 
 enum class LayerKind { kEmbedding, kTransformer, kHead };
 
+// How each sequence is sharded across ranks that hold the same weights: context parallelism (ring
+// attention over `cp` ranks, Liu et al. 2023; Megatron-LM's CP) and DeepSpeed-Ulysses (all-to-all to head
+// sharding over `ulysses` ranks, Jacobs et al. 2023). Each rank holds seq_len / ways() tokens outside
+// attention.
+struct SequenceSharding {
+  uint32_t cp = 1;
+  uint32_t ulysses = 1;
+  uint32_t ways() const { return cp * ulysses; }
+  bool operator==(const SequenceSharding&) const = default;
+};
+
 // Bytes of one element of `dtype`.
 double DTypeBytes(proto::DType dtype);
 

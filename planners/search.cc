@@ -143,7 +143,8 @@ double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, 
 }
 
 double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
-                                             proto::Recompute recompute) const {
+                                             proto::Recompute recompute, models::SequenceSharding shard) const {
+  const uint32_t local_seq = training_.seq_len() / shard.ways();
   double bytes = 0;
   const uint32_t L = model_.num_layers();
   uint32_t blocks = 0;
@@ -151,7 +152,7 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
     if (model_.kind(l) == models::LayerKind::kTransformer) ++blocks;
   }
   auto act = [&](uint32_t layer) {
-    return model_.ActivationBytes(layer, 1, training_.seq_len(), tp, sequence_parallel, recompute, training_.dtype(),
+    return model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute, training_.dtype(),
                                   training_.attention(), training_.dropout());
   };
   if (begin == 0 && end > 0) bytes += act(0);
@@ -161,10 +162,16 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
 }
 
 double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
-                                            proto::Recompute recompute) const {
-  if (recompute != proto::RECOMPUTE_FULL) return 0;
-  double peak = 0;
+                                            proto::Recompute recompute, models::SequenceSharding shard) const {
   const uint32_t L = model_.num_layers();
+  const bool any_block = std::max(1u, begin) < std::min(end, L - 1);
+  // Ring attention's receive buffers while a block runs (models::EstimateMemory adds the same).
+  const double ring = any_block ? models::ContextParallelBufferBytes(model_, 1, training_.seq_len(), tp, shard.cp,
+                                                                     training_.dtype())
+                                : 0.0;
+  if (recompute != proto::RECOMPUTE_FULL) return ring * (1 + training_.allocator_overhead()) / kGib;
+  const uint32_t local_seq = training_.seq_len() / shard.ways();
+  double peak = 0;
   for (uint32_t layer : {0u, 1u, L - 1}) {
     // Only the layer kinds the range holds.
     bool held = false;
@@ -172,11 +179,11 @@ double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32
     if (layer == 1) held = std::max(1u, begin) < std::min(end, L - 1);  // some block in range
     if (layer == L - 1) held = end == L && begin < end;
     if (!held) continue;
-    peak = std::max(peak, model_.ActivationBytes(layer, 1, training_.seq_len(), tp, sequence_parallel,
+    peak = std::max(peak, model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel,
                                                  proto::RECOMPUTE_NONE, training_.dtype(), training_.attention(),
                                                  training_.dropout()));
   }
-  return peak * (1 + training_.allocator_overhead()) / kGib;
+  return (peak + ring) * (1 + training_.allocator_overhead()) / kGib;
 }
 
 double MemoryModel::WorkspaceGib() const {

@@ -42,12 +42,15 @@ class MemoryModel {
   // The same with each layer's own replica count (replicas[layer]), layer by layer.
   double StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
                           const std::vector<uint32_t>& replicas) const;
-  // Activations one device keeps per sequence of a micro-batch, per micro-batch in flight.
+  // Activations one device keeps per sequence of a micro-batch, per micro-batch in flight. Context
+  // parallelism and Ulysses (`shard`) leave each device seq_len / (cp · ulysses) tokens of every sequence.
   double ActivationGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
-                                  proto::Recompute recompute) const;
-  // With full recomputation: the one layer re-materialised at a time, per sequence (else 0).
+                                  proto::Recompute recompute, models::SequenceSharding shard = {}) const;
+  // Transient memory of the one layer running, per sequence: with full recomputation the layer
+  // re-materialised; with context parallelism ring attention's K/V receive buffers
+  // (models::ContextParallelBufferBytes). 0 when neither applies.
   double PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
-                                 proto::Recompute recompute) const;
+                                 proto::Recompute recompute, models::SequenceSharding shard = {}) const;
   double WorkspaceGib() const;
   // Micro-batches in flight at stage `stage` of `stages` with m micro-batches.
   static double InFlight(proto::Plan::Schedule schedule, uint32_t stage, uint32_t stages, uint32_t m,

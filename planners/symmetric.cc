@@ -102,7 +102,9 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
   std::vector<uint32_t> replicas(L, 0);
   for (const auto& pipe : plan.pipelines()) {
     for (const auto& st : pipe.stages()) {
-      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < L; ++l) replicas[l] += models::DpDegree(st);
+      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < L; ++l) {
+        replicas[l] += models::DpDegree(st) * models::StageSharding(st).ways();  // ZeRO over DP × CP
+      }
     }
   }
   const proto::Recompute rc = models::EffectiveRecompute(plan, problem.training);
@@ -123,15 +125,17 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
       } else {
         static_gib = memory.StaticGibByLayer(b0, e0, tp, plan.zero_stage(), replicas);
       }
-      const double act = memory.ActivationGibPerSequence(b0, e0, tp, plan.sequence_parallel(), rc);
-      const double peak = memory.PeakLayerGibPerSequence(b0, e0, tp, plan.sequence_parallel(), rc);
+      const auto shard = models::StageSharding(st);
+      const double act = memory.ActivationGibPerSequence(b0, e0, tp, plan.sequence_parallel(), rc, shard);
+      const double peak = memory.PeakLayerGibPerSequence(b0, e0, tp, plan.sequence_parallel(), rc, shard);
       const double in_flight = MemoryModel::InFlight(schedule, s, S, pipe.num_micro_batches(), plan.virtual_stages());
       const auto split = models::MicroBatchSplit(st, pipe.micro_batch_size());
       for (uint32_t r = 0; r < models::DpDegree(st); ++r) {
         const double b = r < split.size() ? split[r] : 0;
         const double need = memory.TotalGib(static_gib, act, peak, b, in_flight);
-        for (uint32_t k = 0; k < tp; ++k) {
-          const uint32_t d = st.devices(static_cast<int>(r * tp + k));
+        const uint32_t width = models::ReplicaWidth(st);
+        for (uint32_t k = 0; k < width; ++k) {
+          const uint32_t d = st.devices(static_cast<int>(r * width + k));
           const double cap = problem.cluster.device(d).gpu->memory_gib;
           if (!FitsIn(need, cap)) worst.fits = false;
           if (need - cap > worst_gap) {

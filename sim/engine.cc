@@ -151,6 +151,7 @@ class Runner {
       case Category::kTp: trace_.tp_s += seconds; break;
       case Category::kPp: trace_.pp_s += seconds; break;
       case Category::kZero: trace_.zero_s += seconds; break;
+      case Category::kCp: trace_.cp_s += seconds; break;
       default: trace_.dp_s += seconds; break;
     }
   }
@@ -178,7 +179,7 @@ class Runner {
           trace_.fwd_bwd_s += op.seconds;
           trace_.pipeline_end_s = t0 + op.seconds;
           trace_.comm_in_phase_s =
-              trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + collective_wait_s_;
+              trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
         }
         Record(t0, op.category, op.micro_batch);
         break;
@@ -192,10 +193,21 @@ class Runner {
         }
         break;
       }
+      case OpKind::kPostRecv: {
+        // SimGrid starts a transfer once both sides are posted: posting the receive early lets a ring
+        // attention transfer run during the compute that follows (CPU staging is not used for it).
+        auto& posted = early_recvs_[MailboxKey(op.peer, self_, op.channel)];
+        posted.push_back(Box(op.peer, self_, op.channel)->get_async(&early_data_));
+        break;
+      }
       case OpKind::kRecv: {
         const uint64_t key = MailboxKey(op.peer, self_, op.channel);
         const std::pair<uint64_t, uint32_t> msg{key, counters().received[key]++};
-        if (Staged(op.peer)) {
+        auto early = early_recvs_.find(key);
+        if (early != early_recvs_.end() && !early->second.empty()) {
+          early->second.front()->wait();
+          early->second.pop_front();
+        } else if (Staged(op.peer)) {
           StagedRecv(op.peer, op.bytes, op.channel);
         } else {
           void* data = nullptr;
@@ -358,6 +370,18 @@ class Runner {
       }
       return called;
     }
+    if (op.collective == CollectiveKind::kAllToAll) {
+      // Direct all-to-all (DeepSpeed-Ulysses): S/n of the buffer to every other member at once, as NCCL's
+      // grouped sends and receives do; full and aggregate detail alike.
+      std::vector<s4u::CommPtr> comms;
+      std::vector<void*> data(n, nullptr);
+      for (uint32_t i = 1; i < n; ++i) {
+        comms.push_back(Box(self_, g[(r + i) % n], channel)->put_async(&g_payload, Bytes(op.bytes / n)));
+        comms.push_back(Box(g[(r + n - i) % n], self_, channel)->get_async(&data[i]));
+      }
+      for (auto& c : comms) c->wait();
+      return called;
+    }
     if (op.algorithm == Algorithm::kTree && op.collective == CollectiveKind::kAllReduce) {
       // Binary tree by rank: every member sends the (pipelined) buffer to its parent while receiving
       // from its children, then the result flows back down.
@@ -410,6 +434,9 @@ class Runner {
   std::map<uint64_t, s4u::Mailbox*> stagers_;  // CPU-staged pipeline sends: the queue of each (peer, channel)
   std::unordered_map<uint32_t, std::pair<double, double>> routes_;
   std::deque<s4u::CommPtr> pending_;
+  // Receives posted ahead by kPostRecv, per mailbox, in posting order.
+  std::unordered_map<uint64_t, std::deque<s4u::CommPtr>> early_recvs_;
+  void* early_data_ = nullptr;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@ OpKind PlayKind(models::OpKind k) {
     case models::OpKind::kCompute: return OpKind::kCompute;
     case models::OpKind::kSend: return OpKind::kSend;
     case models::OpKind::kRecv: return OpKind::kRecv;
+    case models::OpKind::kPostRecv: return OpKind::kPostRecv;
     case models::OpKind::kCollective: return OpKind::kCollective;
     case models::OpKind::kSignal: return OpKind::kSignal;
     case models::OpKind::kAwait: return OpKind::kAwait;
@@ -27,6 +28,7 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
     return cost.OptimizerSeconds(gpu, op.params) + cost.IterationOverheadSeconds(gpu);
   }
   const uint32_t tp = r.tp;
+  const models::SequenceSharding shard = r.shard;  // CP / Ulysses: the rank's share of each sequence
   const double batch = op.sequences();
   double seconds = 0;
   // The host's per-micro-batch work of a pass on this stage, once per pass: with the operation that
@@ -35,10 +37,10 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
     seconds += cost.PassOverheadSeconds(gpu);
   }
   auto layer_seconds = [&](uint32_t l) {
-    if (op.category == Category::kForward || op.recompute) return cost.ForwardSeconds(gpu, l, tp, batch);
+    if (op.category == Category::kForward || op.recompute) return cost.ForwardSeconds(gpu, l, tp, batch, shard);
     // With separate recomputation operations, a backward operation is the backward alone.
-    if (separate_recompute) return cost.BackwardSeconds(gpu, l, tp, batch, proto::RECOMPUTE_NONE);
-    return cost.BackwardSeconds(gpu, l, tp, batch);
+    if (separate_recompute) return cost.BackwardSeconds(gpu, l, tp, batch, proto::RECOMPUTE_NONE, shard);
+    return cost.BackwardSeconds(gpu, l, tp, batch, proto::RECOMPUTE_UNSPECIFIED, shard);
   };
   // Every block costs the same: cost one, count the rest.
   uint32_t blocks = 0, first_block = 0;

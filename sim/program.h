@@ -38,6 +38,7 @@ enum class OpKind : uint8_t {
   kCompute,     // busy for `seconds`
   kSend,        // post an asynchronous point-to-point send of `bytes` to `peer`
   kRecv,        // block until the matching message from `peer` arrived
+  kPostRecv,    // post the receive of the next message from `peer` without waiting (the kRecv completes it)
   kCollective,  // take part (as `rank`) in a collective over group `group`
   kTpAnalytic,  // TP collective time computed from the route (TpDetail::kAnalytic)
   kSignal,      // (main stream) tell the device's DP stream that a gradient group is ready
@@ -122,6 +123,7 @@ struct DeviceTrace {
   double pp_s = 0;             // PP transfer time (after the peer was ready)
   double dp_s = 0;             // gradient sync on the main stream (or the exposed part when overlapped)
   double zero_s = 0;           // ZeRO gathers
+  double cp_s = 0;             // context-parallel ring exchanges and Ulysses all-to-alls (exposed)
   double pipeline_end_s = 0;   // end of the last backward compute
   double end_s = 0;            // end of the device's iteration
   // Communication and waiting inside collectives up to the end of the last forward/backward compute: the

@@ -41,6 +41,7 @@ sim::OpKind PlayKind(models::OpKind k) {
   switch (k) {
     case models::OpKind::kSend: return sim::OpKind::kSend;
     case models::OpKind::kRecv: return sim::OpKind::kRecv;
+    case models::OpKind::kPostRecv: return sim::OpKind::kPostRecv;
     case models::OpKind::kCollective: return sim::OpKind::kCollective;
     case models::OpKind::kSignal: return sim::OpKind::kSignal;
     case models::OpKind::kAwait: return sim::OpKind::kAwait;

@@ -165,6 +165,24 @@ TEST(ExecPlanTest, RejectsInterleavedScheduleAndNonLlamaModels) {
   EXPECT_TRUE(CheckExecutableModel(l.model).ok());
 }
 
+TEST(ExecPlanTest, RefusesContextParallelismAndUlysses) {
+  for (const char* field : {"cp_degree", "ulysses_degree"}) {
+    Loaded l = Load("cpu-4-dp4");
+    auto* st = l.plan.mutable_pipelines(0)->mutable_stages(0);
+    if (std::string(field) == "cp_degree") {
+      st->set_cp_degree(2);
+    } else {
+      st->set_ulysses_degree(2);
+    }
+    const models::PlanContext ctx{l.cluster, l.model, l.training};
+    auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
+    ASSERT_FALSE(ep.ok()) << field;
+    EXPECT_NE(ep.status().message().find(std::string("p.yaml: pipelines[0].stages[0].") + field), std::string::npos)
+        << ep.status().message();
+    EXPECT_NE(ep.status().message().find("set cp_degree and ulysses_degree to 1"), std::string::npos);
+  }
+}
+
 TEST(ExecPlanTest, WarnsAboutFeaturesRunInSimplerForm) {
   Loaded l = Load("cpu-4-dp4");
   l.plan.set_zero_stage(1);

@@ -243,5 +243,56 @@ TEST(Memory, ClosedFormsAgreeWithEstimateMemoryOnRandomPlans) {
   EXPECT_EQ(checked, 180);
 }
 
+// The same agreement for context-parallel plans: two stages of 4 devices with (tp, cp) = (1, 2), (2, 2)
+// and (1, 4), every ZeRO stage and recomputation policy. Also checks by hand that the planners' memory
+// model halves the activations per sequence at cp 2 (flash attention stores nothing quadratic) and adds
+// ring attention's two K/V blocks per sequence (2 · 2 · 256/2 tokens · 4096 · 2 bytes = 4 MiB for
+// llama2-7b at seq 256, tp 1) to the transient peak.
+TEST(Memory, ClosedFormsAgreeWithEstimateMemoryUnderContextParallelism) {
+  const models::Cluster cluster = testing::BundledCluster("autohet-4node");
+  const models::TransformerModel model = testing::BundledModel("llama2-7b");
+  ASSERT_GE(cluster.num_devices(), 8u);
+  int checked = 0;
+  for (const auto& [tp, cp] : std::vector<std::pair<uint32_t, uint32_t>>{{1, 2}, {2, 2}, {1, 4}}) {
+    for (uint32_t zero = 0; zero <= 3; ++zero) {
+      for (proto::Recompute rc : {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}) {
+        proto::Plan plan;
+        plan.set_zero_stage(zero);
+        plan.set_recompute(rc);
+        auto* pipe = plan.add_pipelines();
+        pipe->set_micro_batch_size(2);
+        pipe->set_num_micro_batches(3);
+        for (uint32_t s = 0; s < 2; ++s) {
+          auto* st = pipe->add_stages();
+          for (uint32_t d = 0; d < 4; ++d) st->add_devices(4 * s + d);
+          st->set_tp_degree(tp);
+          st->set_cp_degree(cp);
+          st->set_layer_begin(s == 0 ? 0 : 10);
+          st->set_layer_end(s == 0 ? 10 : model.num_layers());
+        }
+        const Fixture f(cluster, model, "{global_batch_size: 6, seq_len: 256, dtype: fp16}");
+        const Status valid = models::ValidatePlanStructure(plan, f.context(), "cp");
+        ASSERT_TRUE(valid.ok()) << valid.message();
+        const MemoryCheck fast = CheckMemory(plan, f.problem(), MemoryModel(f.problem()));
+        double worst = -1e300;
+        for (const auto& dm : models::EstimateMemory(plan, f.context())) {
+          worst = std::max(worst, dm.total_gib - dm.capacity_gib);
+        }
+        EXPECT_NEAR(fast.need_gib - fast.capacity_gib, worst, 1e-9 * std::max(1.0, std::abs(worst)))
+            << "tp " << tp << " cp " << cp << " zero " << zero;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 24);
+  const Fixture f(cluster, model, "{global_batch_size: 6, seq_len: 256, dtype: fp16}");
+  const MemoryModel memory(f.problem());
+  const double one = memory.ActivationGibPerSequence(1, 10, 1, false, proto::RECOMPUTE_NONE);
+  const double two = memory.ActivationGibPerSequence(1, 10, 1, false, proto::RECOMPUTE_NONE, {2, 1});
+  EXPECT_NEAR(two, one / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(memory.PeakLayerGibPerSequence(1, 10, 1, false, proto::RECOMPUTE_NONE), 0);
+  EXPECT_DOUBLE_EQ(memory.PeakLayerGibPerSequence(1, 10, 1, false, proto::RECOMPUTE_NONE, {2, 1}), 4.0 / 1024);
+}
+
 }  // namespace
 }  // namespace hetsim::planners
