@@ -718,10 +718,12 @@ int Run(int rank, int world, int argc, char** argv) {
     factory = MakeMpiCommFactory();
   } else {
 #ifdef HETSIM_EXECUTOR_CUDA
-    if (dtype == proto::DTYPE_FP16) {
+    if (dtype != proto::DTYPE_BF16 && dtype != proto::DTYPE_FP32) {
       return Fail(rank,
-                  Status::Invalid(specs->plan_file + ": training.dtype: the CUDA backend runs bf16 or fp32 (fp16 "
-                                  "would need loss scaling)"),
+                  Status::Invalid(specs->plan_file + ": training.dtype: the CUDA backend runs bf16 or fp32, not " +
+                                  models::DTypeName(dtype) +
+                                  " (fp16 would need loss scaling; fp8 and tf32 GEMMs are not implemented); set "
+                                  "`training: {dtype: bf16}` or pass --dtype bf16"),
                   1);
     }
     MPI_Comm local;

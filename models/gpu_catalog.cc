@@ -50,14 +50,32 @@ double GpuSpec::PeakTflops(proto::DType dtype) const {
   switch (dtype) {
     case proto::DTYPE_FP16: return peak_fp16_tflops;
     case proto::DTYPE_FP32: return peak_fp32_tflops;
+    case proto::DTYPE_TF32: return peak_tf32_tflops;
+    case proto::DTYPE_FP8: return peak_fp8_tflops;
     default: return peak_bf16_tflops;
   }
+}
+
+const char* DTypeName(proto::DType dtype) {
+  switch (dtype) {
+    case proto::DTYPE_FP16: return "fp16";
+    case proto::DTYPE_FP32: return "fp32";
+    case proto::DTYPE_TF32: return "tf32";
+    case proto::DTYPE_FP8: return "fp8";
+    default: return "bf16";
+  }
+}
+
+const char* SuggestedDType(const GpuSpec& gpu, proto::DType unusable) {
+  if (gpu.peak_bf16_tflops > 0 && unusable != proto::DTYPE_BF16) return "bf16";
+  if (gpu.peak_fp16_tflops > 0 && unusable != proto::DTYPE_FP16) return "fp16";
+  return "fp32";
 }
 
 Result<GpuCatalog> GpuCatalog::Parse(const std::string& csv_text, const std::string& file) {
   static const std::vector<std::string> kColumns = {
       "name", "aliases", "vendor", "form_factor", "peak_bf16_tflops", "peak_fp16_tflops",
-      "peak_fp32_tflops", "memory_gib", "hbm_bandwidth_gbyte_s", "scale_up", "scale_up_bandwidth_gbyte_s",
+      "peak_fp32_tflops", "peak_tf32_tflops", "peak_fp8_tflops", "memory_gib", "hbm_bandwidth_gbyte_s", "scale_up", "scale_up_bandwidth_gbyte_s",
       "pcie_gen", "pcie_bandwidth_gbyte_s", "source"};
   GpuCatalog cat;
   ErrorList errors;
@@ -98,15 +116,17 @@ Result<GpuCatalog> GpuCatalog::Parse(const std::string& csv_text, const std::str
     num(4, &g.peak_bf16_tflops);
     num(5, &g.peak_fp16_tflops);
     num(6, &g.peak_fp32_tflops);
-    num(7, &g.memory_gib);
-    num(8, &g.hbm_bandwidth_gbyte_s);
-    g.scale_up = cells[9];
-    num(10, &g.scale_up_bandwidth_gbyte_s);
+    num(7, &g.peak_tf32_tflops);
+    num(8, &g.peak_fp8_tflops);
+    num(9, &g.memory_gib);
+    num(10, &g.hbm_bandwidth_gbyte_s);
+    g.scale_up = cells[11];
+    num(12, &g.scale_up_bandwidth_gbyte_s);
     double gen = 0;
-    num(11, &gen);
+    num(13, &gen);
     g.pcie_gen = static_cast<int>(gen);
-    num(12, &g.pcie_bandwidth_gbyte_s);
-    g.source = cells[13];
+    num(14, &g.pcie_bandwidth_gbyte_s);
+    g.source = cells[15];
     static const std::vector<std::string> kFabrics = {"nvswitch", "nvlink", "pcie", "xgmi"};
     if (std::find(kFabrics.begin(), kFabrics.end(), g.scale_up) == kFabrics.end()) {
       errors.Add(where + "scale_up: unknown fabric '" + g.scale_up + "'" + DidYouMean(g.scale_up, kFabrics));

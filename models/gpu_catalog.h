@@ -19,6 +19,8 @@ struct GpuSpec {
   double peak_bf16_tflops = 0;  // dense tensor-core peak; 0 = no BF16 support
   double peak_fp16_tflops = 0;
   double peak_fp32_tflops = 0;
+  double peak_tf32_tflops = 0;  // dense TF32 tensor-core peak; 0 = none
+  double peak_fp8_tflops = 0;   // dense FP8 tensor-core peak; 0 = none
   double memory_gib = 0;
   double hbm_bandwidth_gbyte_s = 0;
   std::string scale_up;  // nvswitch | nvlink | pcie | xgmi
@@ -27,9 +29,14 @@ struct GpuSpec {
   double pcie_bandwidth_gbyte_s = 0;  // per GPU, one direction
   std::string source;
 
-  // Peak TFLOPS for `dtype`, or 0 when the GPU cannot compute in it.
+  // Peak TFLOPS for `dtype`'s matmuls, or 0 when the GPU cannot compute in it.
   double PeakTflops(proto::DType dtype) const;
 };
+
+// "bf16", "fp16", "fp32", "fp8", "tf32".
+const char* DTypeName(proto::DType dtype);
+// A dtype `gpu` can train in, other than `unusable` (for error messages): bf16, fp16 or fp32, in that order.
+const char* SuggestedDType(const GpuSpec& gpu, proto::DType unusable);
 
 class GpuCatalog {
  public:

@@ -66,6 +66,7 @@ struct Kernel {
   double m = 0, n = 0, k = 0, batch = 1;  // GEMM shape (per batch entry)
   double bytes = 0;                       // HBM traffic (memory kernels; GEMMs: derived from the shape)
   double flops = 0;                       // fused kernels (flash attention): FLOPs at GEMM efficiency
+  bool block_linear = false;  // a transformer block's linear layer: the GEMMs FP8 training runs in FP8
 };
 
 enum class Pass : uint8_t { kForward, kBackward };

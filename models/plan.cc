@@ -107,12 +107,9 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
         }
         const auto* gpu = ctx.cluster.device(d).gpu;
         if (gpu->PeakTflops(ctx.training.dtype()) <= 0) {
-          const char* dtype = ctx.training.dtype() == proto::DTYPE_BF16   ? "bf16"
-                              : ctx.training.dtype() == proto::DTYPE_FP16 ? "fp16"
-                                                                          : "fp32";
-          const char* use = gpu->peak_fp16_tflops > 0 && ctx.training.dtype() != proto::DTYPE_FP16 ? "fp16" : "fp32";
           errors.Add(at + dpath + ": device " + std::to_string(d) + " is a " + gpu->name + ", which cannot train in " +
-                     dtype + "; set the training spec's dtype: " + use);
+                     DTypeName(ctx.training.dtype()) + "; set the training spec's dtype: " +
+                     SuggestedDType(*gpu, ctx.training.dtype()));
         }
       }
       if (st.devices_size() > 0 && st.devices_size() % tp != 0) {
@@ -295,7 +292,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
   const auto& tr = ctx.training;
   const proto::Recompute recompute = EffectiveRecompute(plan, tr);
   const proto::Plan::Schedule schedule = EffectiveSchedule(plan);
-  const bool mixed = tr.dtype() != proto::DTYPE_FP32;
+  const bool mixed = MixedPrecision(tr.dtype());
   const bool adam = tr.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double weight_bytes = DTypeBytes(tr.dtype());
   const double grad_bytes = weight_bytes;

@@ -2,7 +2,12 @@
 
 namespace hetsim::models {
 
-double DTypeBytes(proto::DType dtype) { return dtype == proto::DTYPE_FP32 ? 4.0 : 2.0; }
+// FP8 training keeps bf16 tensors (proto::DTYPE_FP8); TF32 keeps fp32 ones.
+double DTypeBytes(proto::DType dtype) {
+  return dtype == proto::DTYPE_FP32 || dtype == proto::DTYPE_TF32 ? 4.0 : 2.0;
+}
+
+bool MixedPrecision(proto::DType dtype) { return DTypeBytes(dtype) < 4.0; }
 
 Result<TransformerModel> TransformerModel::Build(proto::Model spec, const std::string& file) {
   ErrorList errors;

@@ -35,6 +35,8 @@ struct SequenceSharding {
 
 // Bytes of one element of `dtype`.
 double DTypeBytes(proto::DType dtype);
+// True when the training keeps fp32 master weights beside lower-precision ones (bf16, fp16, fp8).
+bool MixedPrecision(proto::DType dtype);
 
 class TransformerModel {
  public:

@@ -8,20 +8,6 @@
 #include "models/suggest.h"
 
 namespace hetsim::planners {
-namespace {
-
-const char* DTypeName(proto::DType d) {
-  switch (d) {
-    case proto::DTYPE_FP16:
-      return "fp16";
-    case proto::DTYPE_FP32:
-      return "fp32";
-    default:
-      return "bf16";
-  }
-}
-
-}  // namespace
 
 std::vector<std::string> PlannerNames() {
   std::vector<std::string> names;
@@ -53,11 +39,11 @@ Status CheckProblem(const PlanningProblem& problem) {
     if (gpu.PeakTflops(dtype) > 0) continue;
     uint32_t last = d;
     while (last + 1 < problem.cluster.num_devices() && problem.cluster.device(last + 1).gpu == &gpu) ++last;
-    const char* use = gpu.peak_fp16_tflops > 0 && dtype != proto::DTYPE_FP16 ? "fp16" : "fp32";
+    const char* use = models::SuggestedDType(gpu, dtype);
     return Status::Invalid(
         "cluster '" + problem.cluster.name() + "': device" +
         (last > d ? "s " + std::to_string(d) + "-" + std::to_string(last) : " " + std::to_string(d)) + " (" + gpu.name +
-        ") cannot train in " + DTypeName(dtype) + "; set the training spec's dtype: " + use + " (--dtype " + use + ")");
+        ") cannot train in " + models::DTypeName(dtype) + "; set the training spec's dtype: " + use + " (--dtype " + use + ")");
   }
   if (problem.training.global_batch_size() == 0 || problem.training.seq_len() == 0) {
     return Status::Invalid("the training spec is not resolved (global batch and sequence length must be set)");

@@ -19,7 +19,7 @@ std::string Fixed(double v, int digits = 1) {
 
 std::string ProblemSummary(const PlanningProblem& problem) {
   const auto& t = problem.training;
-  const char* dtype = t.dtype() == proto::DTYPE_FP32 ? "fp32" : t.dtype() == proto::DTYPE_FP16 ? "fp16" : "bf16";
+  const char* dtype = models::DTypeName(t.dtype());
   const char* rc = t.recompute() == proto::RECOMPUTE_FULL        ? "full"
                    : t.recompute() == proto::RECOMPUTE_SELECTIVE ? "selective"
                                                                  : "none";
@@ -96,7 +96,7 @@ std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uin
 MemoryModel::MemoryModel(const PlanningProblem& problem) : model_(problem.model), training_(problem.training) {}
 
 double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard) const {
-  const bool mixed = training_.dtype() != proto::DTYPE_FP32;
+  const bool mixed = models::MixedPrecision(training_.dtype());
   const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
   const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
@@ -124,7 +124,7 @@ double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_
 
 double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
                                      const std::vector<uint32_t>& replicas) const {
-  const bool mixed = training_.dtype() != proto::DTYPE_FP32;
+  const bool mixed = models::MixedPrecision(training_.dtype());
   const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
   const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();

@@ -237,7 +237,7 @@ double Profiler::StaticGib(int tpi, uint32_t begin, uint32_t end, uint32_t dp) c
   // The arithmetic of planners::MemoryModel::StaticGib (blocks are identical).
   if (end <= begin) return 0;
   const auto& training = problem_.training;
-  const bool mixed = training.dtype() != proto::DTYPE_FP32;
+  const bool mixed = models::MixedPrecision(training.dtype());
   const bool adam = training.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training.dtype());
   const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);

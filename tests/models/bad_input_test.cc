@@ -816,6 +816,32 @@ TEST(BadPlan, Fp16OnCpuWorkersDoesNotSuggestFp16Again) {
   EXPECT_TRUE(Has(st.message(), "fp32"));
 }
 
+// FP8 needs FP8 tensor cores (Hopper, Ada, MI300): an A100 gets the advice to train in bf16.
+TEST(BadPlan, Fp8OnGpusWithoutFp8SuggestsBf16) {
+  auto a100 = LoadCluster("autohet-nonuniform-1a100-4h20");  // device 0: an A100; 1-4: H20 (FP8)
+  auto model = LoadModel("llama-tiny");
+  ASSERT_TRUE(a100.ok() && model.ok());
+  proto::Training t;
+  t.set_global_batch_size(4);
+  t.set_dtype(proto::DTYPE_FP8);
+  auto training = ResolveTraining(t, *model, "training");
+  ASSERT_TRUE(training.ok());
+  proto::Plan p;
+  ASSERT_TRUE(ParseYaml("pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [0], "
+                        "layer_end: 6}]}]\n",
+                        "fp8.yaml", &p)
+                  .ok());
+  const Status st = ValidatePlanStructure(p, PlanContext{*a100, *model, *training}, "fp8.yaml");
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "fp8.yaml: pipelines[0].stages[0].devices[0]: device 0 is a a100-80gb, which "
+                                "cannot train in fp8; set the training spec's dtype: bf16"))
+      << st.message();
+  // TF32 it has.
+  proto::Training tf32 = *training;
+  tf32.set_dtype(proto::DTYPE_TF32);
+  EXPECT_TRUE(ValidatePlanStructure(p, PlanContext{*a100, *model, tf32}, "fp8.yaml").ok());
+}
+
 TEST(BadPlan, VirtualStagesWithoutInterleavedSchedule) {
   const Status st = PlanStatus(OnePipeline(kGoodStages, "virtual_stages: 2\n"));
   ASSERT_FALSE(st.ok());

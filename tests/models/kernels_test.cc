@@ -156,6 +156,40 @@ TEST(KernelModel, MeasuredHopperParametersCoverTheSxmChipOnly) {
               flops / (989e12 * 0.7226) + 4.53e-6, 1e-9);
 }
 
+// FP8 (Transformer Engine) runs the blocks' linear layers at the FP8 peak (H100: 1978.9 against 989 BF16
+// TFLOPS) and everything else in bf16: a compute-bound QKV GEMM takes half its BF16 time less the shared
+// kernel latency, the head's logits GEMM and the attention take their BF16 time.
+TEST(KernelModel, Fp8RunsOnlyTheBlocksLinearLayersAtTheFp8Peak) {
+  const auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  const GpuSpec& h100 = Gpu("h100");
+  const KernelParams& p = KernelParamsFor(h100);
+  KernelShape bf16, fp8;
+  bf16.micro_batch = fp8.micro_batch = 4;
+  bf16.seq_len = fp8.seq_len = 4096;
+  fp8.dtype = proto::DTYPE_FP8;
+  const auto block16 = LayerKernels(*model, 1, Pass::kForward, bf16), block8 = LayerKernels(*model, 1, Pass::kForward, fp8);
+  const Kernel* qkv = Named(block8, "qkv");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_TRUE(qkv->block_linear);
+  const double t16 = KernelGpuSeconds(*Named(block16, "qkv"), h100, p, proto::DTYPE_BF16) - p.kernel_latency_s;
+  const double t8 = KernelGpuSeconds(*qkv, h100, p, proto::DTYPE_FP8) - p.kernel_latency_s;
+  EXPECT_NEAR(t8 / t16, 989.0 / 1978.9, 1e-3);
+  const uint32_t head = model->num_layers() - 1;
+  const Kernel* logits = Named(LayerKernels(*model, head, Pass::kForward, fp8), "logits");
+  ASSERT_NE(logits, nullptr);
+  EXPECT_FALSE(logits->block_linear);
+  EXPECT_DOUBLE_EQ(KernelGpuSeconds(*logits, h100, p, proto::DTYPE_FP8),
+                   KernelGpuSeconds(*logits, h100, p, proto::DTYPE_BF16));
+  // Storage: fp8 keeps bf16 tensors and fp32 masters; tf32 keeps fp32 tensors and no separate masters.
+  EXPECT_DOUBLE_EQ(DTypeBytes(proto::DTYPE_FP8), 2.0);
+  EXPECT_TRUE(MixedPrecision(proto::DTYPE_FP8));
+  EXPECT_DOUBLE_EQ(DTypeBytes(proto::DTYPE_TF32), 4.0);
+  EXPECT_FALSE(MixedPrecision(proto::DTYPE_TF32));
+  EXPECT_DOUBLE_EQ(h100.PeakTflops(proto::DTYPE_TF32), 494.7);
+  EXPECT_DOUBLE_EQ(Gpu("a100-80gb").PeakTflops(proto::DTYPE_FP8), 0.0);
+}
+
 TEST(KernelModel, UnknownCalibrationNamesTheFlagAndTheBundledOnes) {
   EXPECT_TRUE(CheckKernelCalibration("").ok());
   EXPECT_TRUE(CheckKernelCalibration("vtrain-a100").ok());

@@ -333,7 +333,13 @@ Result<PointSetup> SetupPoint(const Manifest& m, const Point& p) {
       t.set_recompute(v == "full" ? proto::RECOMPUTE_FULL : v == "selective" ? proto::RECOMPUTE_SELECTIVE
                                                                                : proto::RECOMPUTE_NONE);
     }
-    if (name == "dtype") t.set_dtype(v == "fp16" ? proto::DTYPE_FP16 : v == "fp32" ? proto::DTYPE_FP32 : proto::DTYPE_BF16);
+    if (name == "dtype") {
+      t.set_dtype(v == "fp16"   ? proto::DTYPE_FP16
+                  : v == "fp32" ? proto::DTYPE_FP32
+                  : v == "fp8"  ? proto::DTYPE_FP8
+                  : v == "tf32" ? proto::DTYPE_TF32
+                                : proto::DTYPE_BF16);
+    }
     if (name == "nic_bandwidth_gbps") {
       for (auto& ng : *c.mutable_nodes()) {
         if (ng.has_nic()) ng.mutable_nic()->set_bandwidth_gbps(num);
