@@ -85,6 +85,11 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
                           "communication library picks its algorithm)");
     exec.mutable_comm()->set_dp_algorithm(proto::CommOptions::ALGORITHM_RING);
   }
+  if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {
+    ep.warnings.push_back("comm.tp_algorithm: nvls is left to the communication library (NCCL picks NVLS on "
+                          "NVSwitch systems by itself; the CPU backend runs rings)");
+    exec.mutable_comm()->set_tp_algorithm(proto::CommOptions::ALGORITHM_RING);
+  }
   if (plan.comm().pp_leader_broadcast()) {
     ep.warnings.push_back("comm.pp_leader_broadcast: every TP rank receives the activations itself");
     exec.mutable_comm()->set_pp_leader_broadcast(false);

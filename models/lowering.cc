@@ -211,6 +211,11 @@ class Lowerer {
     return ops.back();
   }
 
+  // The plan's algorithm for TP all-reduces (validation keeps nvls to TP groups inside NVSwitch nodes).
+  Algorithm TpAlgorithm() const {
+    return plan_.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS ? Algorithm::kNvls : Algorithm::kRing;
+  }
+
   // A DP all-reduce with the plan's algorithm; hierarchical expands into reduce-scatter inside each node,
   // all-reduce across nodes among same-local-index peers, all-gather inside each node (needs the same
   // number of members on every node; otherwise it falls back to a ring).
@@ -288,7 +293,7 @@ class Lowerer {
         ++*fused_calls;
         continue;
       }
-      Op& op = AddCollective(ops, tp_group, device, c.bytes, CollectiveKind::kAllReduce, Category::kTp, mb);
+      Op& op = AddCollective(ops, tp_group, device, c.bytes, CollectiveKind::kAllReduce, Category::kTp, mb, TpAlgorithm());
       op.reduce = c.reduce;
       op.in_pass = true;
       op.layer_begin = layer;
@@ -395,7 +400,8 @@ class Lowerer {
     }
     if (fused_ring > 0) AddRing(ops, ring, device, false, steps, fused_ring, mb, a, b, batch);
     if (fused_bytes > 0) {
-      Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb);
+      Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb,
+                             TpAlgorithm());
       op.in_pass = true;
       op.calls = fused_calls;
       op.layer_begin = a;

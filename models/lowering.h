@@ -78,7 +78,7 @@ const char* CategoryName(Category c);
 // kAllToAll: every member sends S/n of its S-byte buffer to each other member (Ulysses).
 enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll };
 const char* CollectiveName(CollectiveKind k);
-enum class Algorithm : uint8_t { kRing, kTree };
+enum class Algorithm : uint8_t { kRing, kTree, kNvls };
 enum class ReduceOp : uint8_t { kSum, kMax };
 
 // Point-to-point channels: messages between two devices are matched in order per channel.

@@ -77,6 +77,10 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
   const uint32_t heads = model.spec().num_attention_heads();
   const uint32_t kv = model.kv_heads();
   if (plan.pipelines_size() == 0) errors.Add(at + "pipelines: a plan needs at least one pipeline");
+  if (plan.comm().dp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {
+    errors.Add(at + "comm.dp_algorithm: nvls is modelled for TP all-reduces inside a node only; use "
+               "comm.tp_algorithm: nvls, and ring, tree or hierarchical for the gradient sync");
+  }
   std::map<uint32_t, std::string> owner;  // device -> where it is used
   uint64_t sequences = 0;
   for (int p = 0; p < plan.pipelines_size(); ++p) {
@@ -149,6 +153,26 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
                      std::to_string(heads_per_tp) + ") and key/value heads (" + std::to_string(kv_per_tp) +
                      ") per TP rank (the all-to-all hands each Ulysses rank whole heads); use a divisor of " +
                      std::to_string(std::gcd(heads_per_tp, kv_per_tp)));
+        }
+      }
+      if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS && tp > 1 &&
+          st.devices_size() % tp == 0) {
+        // NVLS reduces in the NVSwitch: every TP group must sit inside one node with an NVSwitch fabric.
+        for (int g = 0; g + static_cast<int>(tp) <= st.devices_size(); g += static_cast<int>(tp)) {
+          bool ok = true;
+          for (int i = g; i < g + static_cast<int>(tp) && ok; ++i) {
+            const uint32_t d = st.devices(i), d0 = st.devices(g);
+            if (d >= ctx.cluster.num_devices() || d0 >= ctx.cluster.num_devices()) continue;
+            const auto& dev = ctx.cluster.device(d);
+            ok = dev.node == ctx.cluster.device(d0).node &&
+                 ctx.cluster.node(dev.node).fabric.kind() == proto::IntraNodeFabric::KIND_NVSWITCH;
+          }
+          if (!ok) {
+            errors.Add(at + "comm.tp_algorithm: nvls needs every TP group inside one NVSwitch node, but " + spath +
+                       "'s TP group of devices[" + std::to_string(g) + ".." + std::to_string(g + tp - 1) +
+                       "] spans nodes or a node without an NVSwitch fabric; use tp_algorithm: ring");
+            break;
+          }
         }
       }
       if (cp > 1 && uly > 1) {

@@ -42,6 +42,11 @@ double RingAllReduceSeconds(double bytes, uint32_t n, const Link& link) {
   return 2.0 * (n - 1) / n * bytes / link.bandwidth_bytes_s + 2.0 * (n - 1) * link.latency_s;
 }
 
+double NvlsAllReduceSeconds(double bytes, uint32_t n, const Link& link) {
+  if (n <= 1) return 0;
+  return bytes / (kNvlsEfficiency * link.bandwidth_bytes_s) + 2.0 * link.latency_s;
+}
+
 double RingReduceScatterSeconds(double bytes, uint32_t n, const Link& link) {
   if (n <= 1) return 0;
   return double(n - 1) / n * bytes / link.bandwidth_bytes_s + double(n - 1) * link.latency_s;

@@ -37,6 +37,13 @@ struct Link {
   double latency_s = 0;
 };
 
+// NVLink SHARP (NVLS) all-reduce: every GPU sends and receives S once through the NVSwitch, which reduces;
+// the switch's reduction rate holds it to this fraction of the GPU's NVLink bandwidth. Fitted on the
+// measured NCCL curves of ../shared/data/nccl (copied into calibration/data/nccl): an 8-GPU H100 DGX
+// reaches 274 GB/s algorithm bandwidth at 8 GiB and H200 HGX 259-268 GB/s at 5-8 GPUs, over 450 GB/s ports
+// (0.58-0.61); NCCL's ring on the same H200s reaches 364-366 GB/s bus bandwidth.
+inline constexpr double kNvlsEfficiency = 0.6;
+
 // ---- α–β formulas (α = link.latency_s, β = link.bandwidth_bytes_s; `bytes` is S) ---------------------
 
 // One message: α + S/β.
@@ -47,6 +54,8 @@ double RingAllReduceSeconds(double bytes, uint32_t n, const Link& link);
 // Ring reduce-scatter (or all-gather) of S bytes in total over n ranks: (n−1)/n · S/β + (n−1)·α.
 double RingReduceScatterSeconds(double bytes, uint32_t n, const Link& link);
 double RingAllGatherSeconds(double bytes, uint32_t n, const Link& link);
+// NVLS all-reduce inside one NVSwitch node: S/(kNvlsEfficiency·β) + 2α (to the switch, back from it).
+double NvlsAllReduceSeconds(double bytes, uint32_t n, const Link& link);
 // Tree all-reduce (reduce to the root, broadcast back, pipelined): 2·⌈log₂ n⌉·α + 2·S/β.
 double TreeAllReduceSeconds(double bytes, uint32_t n, const Link& link);
 

@@ -8,6 +8,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "models/topology.h"
+
 namespace hetsim::sim {
 namespace {
 
@@ -247,7 +249,9 @@ class Runner {
         const uint32_t next = g[(op.rank + 1) % g.size()];
         auto [bw, lat] = RouteOf(next);
         const double steps = 2 * (n - 1);
-        const double t = op.seconds + steps * (op.bytes / n) / bw + steps * lat;
+        const double t = op.seconds + (op.algorithm == Algorithm::kNvls
+                                           ? op.bytes / (models::kNvlsEfficiency * bw) + 2 * lat
+                                           : steps * (op.bytes / n) / bw + steps * lat);
         s4u::this_actor::sleep_for(t);
         AddComm(op.category, t);
         Record(t0, op.category, op.micro_batch);
@@ -381,6 +385,14 @@ class Runner {
       }
       for (auto& c : comms) c->wait();
       return called;
+    }
+    if (op.algorithm == Algorithm::kNvls && op.collective == CollectiveKind::kAllReduce) {
+      // NVLS: each member sends S into the switch and receives the reduced S back, both at the switch's
+      // reduction rate (kNvlsEfficiency of its port); one exchange of S / efficiency with the ring
+      // neighbour loads every port that way, plus the second hop's latency.
+      const double started = Exchange(next, prev, op.bytes / models::kNvlsEfficiency, channel);
+      s4u::this_actor::sleep_for(RouteOf(next).second);
+      return started;
     }
     if (op.algorithm == Algorithm::kTree && op.collective == CollectiveKind::kAllReduce) {
       // Binary tree by rank: every member sends the (pipelined) buffer to its parent while receiving

@@ -842,6 +842,39 @@ TEST(BadPlan, Fp8OnGpusWithoutFp8SuggestsBf16) {
   EXPECT_TRUE(ValidatePlanStructure(p, PlanContext{*a100, *model, tf32}, "fp8.yaml").ok());
 }
 
+// NVLS reduces inside an NVSwitch: a TP group across nodes, or NVLS for the gradient sync, is an error.
+TEST(BadPlan, NvlsNeedsTpGroupsInsideOneNvswitchNode) {
+  auto cluster = LoadCluster("autohet-nonuniform-1a100-4h20");  // node a100: device 0; node h20: 1-4
+  auto model = LoadModel("llama-tiny");
+  ASSERT_TRUE(cluster.ok() && model.ok());
+  proto::Training t;
+  t.set_global_batch_size(4);
+  auto training = ResolveTraining(t, *model, "training");
+  ASSERT_TRUE(training.ok());
+  const PlanContext ctx{*cluster, *model, *training};
+  const auto check = [&](const std::string& yaml) {
+    proto::Plan p;
+    EXPECT_TRUE(ParseYaml(yaml, "nvls.yaml", &p).ok());
+    return ValidatePlanStructure(p, ctx, "nvls.yaml");
+  };
+  const std::string across = "comm: {tp_algorithm: nvls}\npipelines: [{micro_batch_size: 1, num_micro_batches: 4, "
+                             "stages: [{devices: [0, 1], tp_degree: 2, layer_end: 6}]}]\n";
+  const Status st = check(across);
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "nvls.yaml: comm.tp_algorithm: nvls needs every TP group inside one NVSwitch node, "
+                                "but pipelines[0].stages[0]'s TP group of devices[0..1] spans nodes"))
+      << st.message();
+  EXPECT_TRUE(Has(st.message(), "use tp_algorithm: ring"));
+  // Inside the H20 node (NVSwitch) it is fine.
+  EXPECT_TRUE(check("comm: {tp_algorithm: nvls}\npipelines: [{micro_batch_size: 1, num_micro_batches: 4, "
+                    "stages: [{devices: [1, 2, 3, 4], tp_degree: 4, layer_end: 6}]}]\n")
+                  .ok());
+  const Status dp = check("comm: {dp_algorithm: nvls}\npipelines: [{micro_batch_size: 1, num_micro_batches: 4, "
+                          "stages: [{devices: [1, 2], layer_end: 6}]}]\n");
+  ASSERT_FALSE(dp.ok());
+  EXPECT_TRUE(Has(dp.message(), "nvls.yaml: comm.dp_algorithm: nvls is modelled for TP all-reduces inside a node only"));
+}
+
 TEST(BadPlan, VirtualStagesWithoutInterleavedSchedule) {
   const Status st = PlanStatus(OnePipeline(kGoodStages, "virtual_stages: 2\n"));
   ASSERT_FALSE(st.ok());

@@ -304,6 +304,33 @@ nodes:
   EXPECT_NEAR(two->iteration_s / one->iteration_s, 2.0, 0.01);
 }
 
+TEST(Collectives, NvlsAllReduceSendsTheBufferOnceAtTheSwitchsReductionRate) {
+  // 8 GPUs on one NVSwitch node, 100 GB/s per GPU, α = 2 µs. NVLS all-reduce of S = 400 MB: each GPU sends
+  // S into the switch and receives S back at kNvlsEfficiency = 0.6 of its port: S / 60e9 + 2α = 6.6707 ms;
+  // a ring would take 2·7/8 · S / 100e9 + 14α = 7.028 ms.
+  const auto cluster = ClusterFrom(R"(
+name: nvls
+nodes:
+  - {name: n, gpus: {type: h100, count: 8}, fabric: {kind: nvswitch, bandwidth_gbyte_s: 100, latency_us: 2}}
+)");
+  for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
+    Programs p = CollectivePrograms({{0, 1, 2, 3, 4, 5, 6, 7}}, 400e6, 8, fid);
+    for (auto& prog : p.programs) prog.ops[0].algorithm = Algorithm::kNvls;
+    auto nvls = SimulatePrograms(p, cluster, false);
+    ASSERT_TRUE(nvls.ok()) << nvls.status().message();
+    EXPECT_NEAR(nvls->iteration_s, 400e6 / 60e9 + 2 * 2e-6, 1e-7);
+    // The analytic TP path (fast fidelity) charges the same.
+    for (auto& prog : p.programs) prog.ops[0].kind = OpKind::kTpAnalytic;
+    auto analytic = SimulatePrograms(p, cluster, false);
+    ASSERT_TRUE(analytic.ok());
+    EXPECT_NEAR(analytic->iteration_s, 400e6 / 60e9 + 2 * 2e-6, 1e-7);
+  }
+  auto ring = SimulatePrograms(CollectivePrograms({{0, 1, 2, 3, 4, 5, 6, 7}}, 400e6, 8, Fidelity::Balanced()), cluster,
+                               false);
+  ASSERT_TRUE(ring.ok());
+  EXPECT_NEAR(ring->iteration_s, 1.75 * 400e6 / 100e9 + 14 * 2e-6, 1e-7);
+}
+
 TEST(Collectives, ARingBetweenNodesStripesItsHopOverTheMembersNics) {
   // Two nodes of 4 GPUs, NVSwitch at 100 GB/s per GPU, one 100 Gb/s (12.5 GB/s) NIC per GPU. One ring
   // all-reduce over all 8 GPUs of S = 1 GB: every link carries 2(n−1)/n · S = 1.75 GB. Inside a node that
