@@ -90,6 +90,11 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
                           "NVSwitch systems by itself; the CPU backend runs rings)");
     exec.mutable_comm()->set_tp_algorithm(proto::CommOptions::ALGORITHM_RING);
   }
+  if (plan.comm().tp_overlap()) {
+    ep.warnings.push_back("comm.tp_overlap: TP collectives run after the layer code that issues them (no "
+                          "userbuffers overlap)");
+    exec.mutable_comm()->set_tp_overlap(false);
+  }
   if (plan.comm().pp_leader_broadcast()) {
     ep.warnings.push_back("comm.pp_leader_broadcast: every TP rank receives the activations itself");
     exec.mutable_comm()->set_pp_leader_broadcast(false);

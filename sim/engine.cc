@@ -142,11 +142,15 @@ class Runner {
   }
   Counters& counters() { return sh_->counters[slot_]; }
 
-  void Record(double start, Category cat, uint16_t mb) {
+  void Record(double start, Category cat, uint16_t mb, double end = -1) {
     if (!sh_->record) return;
-    const double end = s4u::Engine::get_clock();
+    if (end < 0) end = s4u::Engine::get_clock();
     if (end > start) trace_.slices.push_back({start, end, cat, mb});
   }
+
+  // Until when the compute started by kComputeAsync keeps the device busy (0 when none is running):
+  // communication before then is hidden behind it (comm.tp_overlap).
+  double HiddenUntil() const { return async_compute_ ? async_end_s_ : 0; }
 
   void AddComm(Category cat, double seconds) {
     switch (cat) {
@@ -184,6 +188,21 @@ class Runner {
               trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
         }
         Record(t0, op.category, op.micro_batch);
+        break;
+      case OpKind::kComputeAsync:
+        // The GPU host runs nothing else, so an execution of seconds × its speed takes `seconds`.
+        async_compute_ = s4u::this_actor::exec_async(op.seconds * s4u::this_actor::get_host()->get_speed());
+        async_end_s_ = t0 + op.seconds;
+        trace_.compute_s += op.seconds;
+        trace_.fwd_bwd_s += op.seconds;
+        trace_.pipeline_end_s = async_end_s_;
+        Record(t0, op.category, op.micro_batch, async_end_s_);
+        break;
+      case OpKind::kComputeJoin:
+        if (async_compute_) async_compute_->wait();
+        async_compute_ = nullptr;
+        trace_.comm_in_phase_s =
+            trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
         break;
       case OpKind::kSend: {
         const uint64_t key = MailboxKey(self_, op.peer, op.channel);
@@ -233,12 +252,15 @@ class Runner {
         RunCollective(op);
         const double now = s4u::Engine::get_clock();
         auto it = sh_->board.arrived.find(inst);
-        const double ready = std::clamp(it->second.first, t0, now);
+        const double arrival = std::clamp(it->second.first, t0, now);
         if (++it->second.second == sh_->programs->groups[op.group].size()) sh_->board.arrived.erase(it);
+        // Time under a running overlapped compute is neither communication nor waiting.
+        const double busy_until = std::clamp(HiddenUntil(), t0, now);
+        const double ready = std::max(arrival, busy_until);
         AddComm(op.category, now - ready);
-        collective_wait_s_ += ready - t0;
+        collective_wait_s_ += arrival > busy_until ? arrival - busy_until : 0;
         if (sh_->record) {
-          if (ready > t0) trace_.slices.push_back({t0, ready, Category::kIdle, op.micro_batch});
+          if (arrival > busy_until) trace_.slices.push_back({busy_until, arrival, Category::kIdle, op.micro_batch});
           if (now > ready) trace_.slices.push_back({ready, now, op.category, op.micro_batch});
         }
         break;
@@ -253,8 +275,9 @@ class Runner {
                                            ? op.bytes / (models::kNvlsEfficiency * bw) + 2 * lat
                                            : steps * (op.bytes / n) / bw + steps * lat);
         s4u::this_actor::sleep_for(t);
-        AddComm(op.category, t);
-        Record(t0, op.category, op.micro_batch);
+        const double exposed_from = std::clamp(HiddenUntil(), t0, t0 + t);
+        AddComm(op.category, t0 + t - exposed_from);
+        Record(exposed_from, op.category, op.micro_batch);
         break;
       }
       case OpKind::kSignal:
@@ -446,6 +469,8 @@ class Runner {
   std::map<uint64_t, s4u::Mailbox*> stagers_;  // CPU-staged pipeline sends: the queue of each (peer, channel)
   std::unordered_map<uint32_t, std::pair<double, double>> routes_;
   std::deque<s4u::CommPtr> pending_;
+  s4u::ExecPtr async_compute_;  // kComputeAsync's compute, until kComputeJoin
+  double async_end_s_ = 0;
   // Receives posted ahead by kPostRecv, per mailbox, in posting order.
   std::unordered_map<uint64_t, std::deque<s4u::CommPtr>> early_recvs_;
   void* early_data_ = nullptr;

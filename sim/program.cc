@@ -87,6 +87,55 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   out.push_back(op);
 }
 
+bool IsTpComm(const Op& op) {
+  return op.category == Category::kTp && (op.kind == OpKind::kCollective || op.kind == OpKind::kTpAnalytic);
+}
+
+// comm.tp_overlap: every forward/backward compute operation followed by TP collectives becomes
+//   compute C/k; start compute (k−1)·C/k; the collectives with (k−1)/k of their bytes; wait for the compute;
+//   the collectives with the last 1/k of their bytes
+// (kTpOverlapChunks = k). The collectives' fixed costs stay with their first part.
+std::vector<Op> OverlapTp(const std::vector<Op>& ops) {
+  std::vector<Op> out;
+  out.reserve(ops.size() + ops.size() / 2);
+  const double k = kTpOverlapChunks;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const bool pass = op.kind == OpKind::kCompute &&
+                      (op.category == Category::kForward || op.category == Category::kBackward);
+    size_t j = i + 1;
+    while (pass && j < ops.size() && IsTpComm(ops[j]) && ops[j].micro_batch == op.micro_batch) ++j;
+    if (!pass || j == i + 1) {
+      out.push_back(op);
+      continue;
+    }
+    Op first = op;
+    first.seconds = op.seconds / k;
+    out.push_back(first);
+    Op async = op;
+    async.kind = OpKind::kComputeAsync;
+    async.seconds = op.seconds - first.seconds;
+    out.push_back(async);
+    for (size_t c = i + 1; c < j; ++c) {
+      Op during = ops[c];
+      during.bytes = ops[c].bytes * (k - 1) / k;
+      out.push_back(during);
+    }
+    Op join = op;
+    join.kind = OpKind::kComputeJoin;
+    join.seconds = 0;
+    out.push_back(join);
+    for (size_t c = i + 1; c < j; ++c) {
+      Op tail = ops[c];
+      tail.bytes = ops[c].bytes / k;
+      tail.seconds = 0;
+      out.push_back(tail);
+    }
+    i = j - 1;
+  }
+  return out;
+}
+
 // Log-normal compute noise of mean 1 and coefficient of variation cv: σ² = ln(1 + cv²), μ = −σ²/2.
 void Jitter(Programs& out, double cv, uint64_t seed) {
   const double sigma = std::sqrt(std::log1p(cv * cv));
@@ -126,6 +175,9 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
     std::vector<models::Op>().swap(r.dp_stream);
   }
   if (options.compute_jitter_cv > 0) Jitter(out, options.compute_jitter_cv, options.seed);
+  if (lowering.tp_overlap) {
+    for (auto& prog : out.programs) prog.ops = OverlapTp(prog.ops);
+  }
   return out;
 }
 

@@ -45,6 +45,8 @@ enum class OpKind : uint8_t {
   kAwait,       // (DP stream) wait for the next kSignal of the main stream
   kJoin,        // (main stream) wait until the device's DP stream has finished
   kWaitSends,   // wait for every posted send to complete
+  kComputeAsync,  // start `seconds` of compute and go on (comm.tp_overlap: TP collectives run meanwhile)
+  kComputeJoin,   // wait for the compute kComputeAsync started
 };
 
 // One vocabulary with the lowering and the executor.
@@ -96,6 +98,12 @@ struct ProgramOptions {
   double compute_jitter_cv = 0;
   uint64_t seed = 1;
 };
+
+// TP communication overlap (comm.tp_overlap), as Transformer Engine's userbuffers pipeline it: a pass's
+// compute C and the M of TP collectives that follow it run in kTpOverlapChunks chunks, chunk i's
+// communication during chunk i+1's compute, so the pair takes C/k + max((k−1)·C/k, (k−1)·M/k) + M/k:
+// the first chunk's compute and the last chunk's communication are exposed.
+inline constexpr double kTpOverlapChunks = 4;
 
 // Lowers the plan (models::LowerPlan) and costs every compute operation with `cost`. The plan must be
 // valid (ValidatePlanStructure); a plan the lowering rejects is an error.
