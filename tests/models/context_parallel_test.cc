@@ -15,6 +15,7 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include "tests/common/specs.h"
 #include "tests/common/text_checks.h"
 
 namespace hetsim::models {
@@ -24,36 +25,9 @@ using testing_util::Has;
 
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
-Cluster EightGpus() {
-  proto::Cluster c;
-  const Status s = ParseYaml(R"(
-name: eight
-nodes:
-  - {name: n, count: 2, gpus: {type: h100, count: 4}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
-)",
-                             "eight.yaml", &c);
-  EXPECT_TRUE(s.ok()) << s.message();
-  auto r = Cluster::Build(c, "eight.yaml");
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return std::move(r).value();
-}
+using testing_util::TheWorld;
 
-struct World {
-  Cluster cluster = EightGpus();
-  TransformerModel model = std::move(LoadModel("llama-tiny")).value();
-};
-
-World& TheWorld() {
-  static World w;
-  return w;
-}
-
-proto::Plan PlanFrom(const std::string& yaml) {
-  proto::Plan p;
-  const Status s = ParseYaml(yaml, "cp-plan.yaml", &p);
-  EXPECT_TRUE(s.ok()) << s.message();
-  return p;
-}
+proto::Plan PlanFrom(const std::string& yaml) { return testing_util::PlanFrom(yaml, "cp-plan.yaml"); }
 
 proto::Training Training(const proto::Plan& plan, uint32_t seq_len, proto::Recompute recompute = proto::RECOMPUTE_NONE,
                          proto::Attention attention = proto::ATTENTION_FLASH) {

@@ -12,34 +12,13 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include "tests/common/specs.h"
 
 namespace hetsim::models {
 namespace {
 
 // Two nodes of four GPUs (llama-tiny: layers 0 embedding, 1-4 blocks, 5 head).
-Cluster EightGpus() {
-  proto::Cluster c;
-  const Status s = ParseYaml(R"(
-name: eight
-nodes:
-  - {name: n, count: 2, gpus: {type: h100, count: 4}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
-)",
-                             "eight.yaml", &c);
-  EXPECT_TRUE(s.ok()) << s.message();
-  auto r = Cluster::Build(c, "eight.yaml");
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return std::move(r).value();
-}
-
-struct World {
-  Cluster cluster = EightGpus();
-  TransformerModel model = std::move(LoadModel("llama-tiny")).value();
-};
-
-World& TheWorld() {
-  static World w;
-  return w;
-}
+using testing_util::TheWorld;
 
 proto::Training TrainingFor(const proto::Plan& plan, proto::Recompute recompute = proto::RECOMPUTE_NONE) {
   uint32_t batch = 0;

@@ -11,25 +11,13 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include "tests/common/specs.h"
 
 namespace hetsim::sim {
 namespace {
 
-models::Cluster ClusterFrom(const std::string& yaml) {
-  proto::Cluster c;
-  const Status s = models::ParseYaml(yaml, "test-cluster", &c);
-  EXPECT_TRUE(s.ok()) << s.message();
-  auto r = models::Cluster::Build(c, "test-cluster");
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return std::move(r).value();
-}
-
-proto::Plan PlanFrom(const std::string& yaml) {
-  proto::Plan p;
-  const Status s = models::ParseYaml(yaml, "test-plan", &p);
-  EXPECT_TRUE(s.ok()) << s.message();
-  return p;
-}
+using testing_util::ClusterFrom;
+using testing_util::PlanFrom;
 
 // One node of 8 H100s whose fabric is so fast that communication is free (1e6 GB/s, ~0 latency).
 const char* kFreeNode = R"(
