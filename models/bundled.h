@@ -8,7 +8,7 @@
 
 namespace hetsim::models {
 
-enum class SpecKind { kCluster, kModel, kTraining, kPlan, kProfile, kExperiment };
+enum class SpecKind { kCluster, kModel, kTraining, kPlan, kProfile, kExperiment, kCalibration };
 
 struct BundledFile {
   SpecKind kind;

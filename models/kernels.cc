@@ -5,8 +5,13 @@
 #include <map>
 #include <mutex>
 
+#include "models/spec_io.h"
+#include "models/suggest.h"
+
 namespace hetsim::models {
 namespace {
+
+constexpr int kMaxCalibrationDepth = 8;  // base chains (bundled ones are one deep)
 
 // Streaming multiprocessors (NVIDIA) or compute units (AMD, per device as the framework sees it), from
 // the vendors' architecture whitepapers and product pages.
@@ -22,86 +27,108 @@ int SmCount(const std::string& gpu) {
   return it == kSms.end() ? 0 : it->second;
 }
 
-bool IsA100Family(const std::string& gpu) { return gpu.rfind("a100", 0) == 0 || gpu == "a800"; }
+// A calibration by bundled name or path, parsed and checked once (models/proto/calibration.proto).
+Result<const proto::Calibration*> CachedCalibration(const std::string& name_or_path) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::string, proto::Calibration>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(name_or_path);
+  if (it != cache->end()) return &it->second;
+  HETSIM_ASSIGN_OR_RETURN(proto::Calibration c, LoadKernelCalibration(name_or_path));
+  proto::Calibration& slot = (*cache)[name_or_path];
+  slot = std::move(c);
+  return &slot;
+}
 
-KernelParams Generic(const GpuSpec& gpu) {
+// Overwrites the fields `k` sets.
+void Apply(const proto::KernelCalibration& k, KernelParams* p) {
+  if (!k.source().empty()) p->source = k.source();
+  if (k.has_gemm_efficiency()) p->gemm_efficiency = k.gemm_efficiency();
+  if (k.has_memory_efficiency()) p->memory_efficiency = k.memory_efficiency();
+  if (k.has_kernel_latency_us()) p->kernel_latency_s = k.kernel_latency_us() * 1e-6;
+  if (k.has_host_overhead_us()) p->host_overhead_s = k.host_overhead_us() * 1e-6;
+  if (k.has_pass_overhead_ms()) p->pass_overhead_s = k.pass_overhead_ms() * 1e-3;
+  if (k.has_iteration_overhead_ms()) p->iteration_overhead_s = k.iteration_overhead_ms() * 1e-3;
+  if (k.has_sm_count()) p->sm_count = static_cast<int>(k.sm_count());
+  if (k.collective_latency_size() > 0) {
+    p->collective_latency_s.clear();
+    for (const auto& c : k.collective_latency()) p->collective_latency_s.emplace_back(c.group_size(), c.latency_us() * 1e-6);
+  }
+}
+
+// The layers of `calibration` for `gpu`: built-in defaults, base, generic, the GPU's entry.
+KernelParams Build(const GpuSpec& gpu, const std::string& calibration, int depth) {
   KernelParams p;
   p.sm_count = SmCount(gpu.name);
-  p.source =
-      "generic defaults (the A100 fit's efficiencies; host and collective costs of a tuned PyTorch + NCCL stack), "
-      "not measured on this GPU type";
-  if (gpu.name == "cpu") {
-    // The executor's CPU backend: Eigen kernels, MPI collectives; no launch queue to speak of.
-    p.sm_count = 0;
-    p.kernel_latency_s = 0;
-    p.host_overhead_s = 0;
-    p.collective_latency_s = {{2, 0}};
-    p.source = "cpu: no fixed per-kernel costs until calibrated (issue 15)";
+  p.source = "built-in generic defaults";
+  auto c = CachedCalibration(calibration);
+  HETSIM_CHECK(c.ok(), c.ok() ? "" : c.status().message());
+  const proto::Calibration& cal = *c.value();
+  if (!cal.base().empty() && depth < kMaxCalibrationDepth) p = Build(gpu, cal.base(), depth + 1);
+  Apply(cal.generic(), &p);
+  for (const auto& k : cal.gpus()) {
+    for (const auto& name : k.gpus()) {
+      auto g = GpuCatalog::Bundled().Find(name);
+      if (g.ok() && g.value()->name == gpu.name) Apply(k, &p);
+    }
   }
-  return p;
-}
-
-// The A100's chip: GEMM and HBM efficiencies fitted by tools/fit/fit_kernel_model.py on the development
-// half (even rows) of vTrain's 1,440 measured Megatron-DeepSpeed runs on one DGX A100-SXM4-80GB
-// (experiments/validation/vtrain_a100_single_node.csv); host and collective costs generic, since they
-// belong to the software stack, not the chip (the calibration "vtrain-a100" has that run's).
-KernelParams A100(const GpuSpec& gpu) {
-  KernelParams p = Generic(gpu);
-  p.gemm_efficiency = 0.9201;
-  p.memory_efficiency = 0.7606;
-  p.source = "A100 efficiencies fitted on vTrain's runs (development half, tools/fit/fit_kernel_model.py); "
-             "generic host and collective costs";
-  return p;
-}
-
-// The whole fit, stack included: vTrain's Megatron-DeepSpeed (PyTorch eager, fp16 with loss scaling) issues
-// kernels slowly (about 61 µs each) and pays about 1.2 ms of host work per micro-batch and pass, so its
-// small models run at a few percent of peak; its NCCL calls cost 23 µs (2 GPUs), under 1 µs (4) and
-// 157 µs (8) beyond their transfers.
-KernelParams VtrainA100(const GpuSpec& gpu) {
-  KernelParams p = A100(gpu);
-  p.kernel_latency_s = 22.63e-6;
-  p.host_overhead_s = 60.86e-6;
-  p.pass_overhead_s = 1.194e-3;
-  p.iteration_overhead_s = 0;
-  p.collective_latency_s = {{2, 22.5e-6}, {4, 0.3e-6}, {8, 157.3e-6}};
-  p.source = "fitted on vTrain's A100 runs (development half), tools/fit/fit_kernel_model.py";
-  return p;
-}
-
-// Hopper SXM parts (the H100's chip: 132 SMs, the same tensor cores and HBM3 generation).
-bool IsHopperSxm(const std::string& gpu) {
-  return gpu == "h100" || gpu == "h800" || gpu == "h200" || gpu == "gh200";
-}
-
-// Measured on one H100 80GB HBM3 (SXM5, driver 580.159, CUDA 13.0, cuBLAS 13) with hetsim-kernel-bench
-// (calibration/gpu_session.sh, 2026-11-22; data: calibration/data/kernels-h100.csv, fit:
-// tools/fit/fit_microbench.py):
-// - GEMM: 1,155 distinct BF16 GEMMs of Llama-2 7B/13B/70B and Llama-3 8B/70B blocks and heads at TP 1-8,
-//   micro-batch 1-4, sequence 2,048-8,192, on random data: 72.2% of the 989 TFLOPS dense peak per full wave of
-//   128x128 tiles (median 686 TFLOP/s, best 811), per-GEMM error of the fit 7.5% MAPE.
-// - HBM: a vectorised copy reaches 90% of 3.35 TB/s and the fused Adam step 78% (traffic >= 32 MB); the
-//   memory efficiency is their mean, for the vectorised fused kernels a tuned stack runs.
-// - Latency: one-element kernels back to back complete one per 4.53 µs, the host issuing them at the same
-//   rate, so the GPU-side latency is at most that; taken as the kernel latency.
-KernelParams H100(const GpuSpec& gpu) {
-  KernelParams p = Generic(gpu);
-  p.gemm_efficiency = 0.7226;
-  p.memory_efficiency = 0.84;
-  p.kernel_latency_s = 4.53e-6;
-  p.source = "H100 GEMM/HBM efficiencies and kernel latency measured with hetsim-kernel-bench "
-             "(calibration/data/kernels-h100.csv); generic host and collective costs";
   return p;
 }
 
 }  // namespace
 
+Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path) {
+  HETSIM_ASSIGN_OR_RETURN(SpecText src, ReadSpec(SpecKind::kCalibration, name_or_path));
+  proto::Calibration c;
+  HETSIM_RETURN_IF_ERROR(ParseSpec(src, SpecKind::kCalibration, &c));
+  ErrorList errors;
+  const std::string at = src.file + ": ";
+  const auto check = [&](const proto::KernelCalibration& k, const std::string& path) {
+    for (int j = 0; j < k.gpus_size(); ++j) {
+      auto g = GpuCatalog::Bundled().Find(k.gpus(j));
+      if (!g.ok()) errors.Add(at + path + ".gpus[" + std::to_string(j) + "]: " + g.status().message());
+    }
+    for (int j = 1; j < k.collective_latency_size(); ++j) {
+      if (k.collective_latency(j).group_size() <= k.collective_latency(j - 1).group_size()) {
+        errors.Add(at + path + ".collective_latency[" + std::to_string(j) +
+                   "].group_size: the entries must go up in group size");
+      }
+    }
+  };
+  check(c.generic(), "generic");
+  if (c.generic().gpus_size() > 0) errors.Add(at + "generic.gpus: the generic values apply to every GPU; name none");
+  for (int i = 0; i < c.gpus_size(); ++i) {
+    const std::string path = "gpus[" + std::to_string(i) + "]";
+    if (c.gpus(i).gpus_size() == 0) errors.Add(at + path + ".gpus: name the GPU types these values apply to");
+    check(c.gpus(i), path);
+  }
+  if (!c.base().empty()) {
+    // The base is bundled, so a chain ends; a file cannot name itself.
+    auto base = ReadSpec(SpecKind::kCalibration, c.base());
+    if (!base.ok() || !base->bundled) {
+      errors.Add(at + "base: '" + c.base() + "' is not a bundled calibration (" + [] {
+        std::string names;
+        for (const auto& k : KernelCalibrations()) names += (names.empty() ? "" : ", ") + k;
+        return names;
+      }() + ")");
+    }
+  }
+  if (!errors.empty()) return errors.ToStatus();
+  return c;
+}
+
 Status CheckKernelCalibration(const std::string& calibration, const std::string& flag) {
+  if (calibration.empty()) return Status::Ok();
+  auto c = CachedCalibration(calibration);
+  if (c.ok()) return Status::Ok();
   const auto& known = KernelCalibrations();
-  if (calibration.empty() || std::find(known.begin(), known.end(), calibration) != known.end()) return Status::Ok();
+  const bool path = calibration.find('/') != std::string::npos || calibration.ends_with(".yaml") ||
+                    calibration.ends_with(".yml");
+  if (path) return Status::Invalid(flag + ": " + c.status().message());
   std::string names;
   for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
-  return Status::Invalid(flag + ": unknown calibration '" + calibration + "' (bundled: " + names + ")");
+  return Status::Invalid(flag + ": unknown calibration '" + calibration + "' (bundled: " + names +
+                         "; or the path of a calibration file)" + DidYouMean(calibration, known));
 }
 
 double KernelParams::CollectiveLatency(uint32_t group_size) const {
@@ -118,27 +145,19 @@ double KernelParams::CollectiveLatency(uint32_t group_size) const {
 }
 
 const std::vector<std::string>& KernelCalibrations() {
-  static const std::vector<std::string> kNames = {"default", "vtrain-a100"};
+  static const std::vector<std::string> kNames = BundledNames(SpecKind::kCalibration);
   return kNames;
 }
 
 const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calibration) {
   static std::mutex mu;
-  static std::map<std::pair<std::string, std::string>, KernelParams>* cache =
-      new std::map<std::pair<std::string, std::string>, KernelParams>();
+  static auto* cache = new std::map<std::pair<std::string, std::string>, KernelParams>();
+  const std::string name = calibration.empty() ? "default" : calibration;
   std::lock_guard<std::mutex> lock(mu);
-  const std::pair<std::string, std::string> key{gpu.name, calibration};
+  const std::pair<std::string, std::string> key{gpu.name, name};
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
-  KernelParams p;
-  if (IsA100Family(gpu.name)) {
-    p = calibration == "vtrain-a100" ? VtrainA100(gpu) : A100(gpu);
-  } else if (IsHopperSxm(gpu.name)) {
-    p = H100(gpu);
-  } else {
-    p = Generic(gpu);
-  }
-  return (*cache)[key] = p;
+  return (*cache)[key] = Build(gpu, name, 0);
 }
 
 std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, Pass pass, const KernelShape& shape) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "models/gpu_catalog.h"
+#include "models/proto/calibration.pb.h"
 #include "models/proto/training.pb.h"
 #include "models/status.h"
 #include "models/transformer.h"
@@ -54,9 +55,15 @@ struct KernelParams {
 // tuned stack's host costs; "vtrain-a100" is the whole fit to vTrain's A100 runs, host costs included
 // (GPU types it does not cover get the default). models/kernels.cc says which values were fitted on
 // measured runs and which are generic.
+// `calibration` is a bundled name (models/catalog/calibrations/, "" = "default") or a calibration file's
+// path (models/proto/calibration.proto) that CheckKernelCalibration accepted.
 const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calibration = "");
+// The bundled calibrations' names.
 const std::vector<std::string>& KernelCalibrations();
-// OK when `calibration` is bundled (or empty); else an error naming `flag` and listing the bundled names.
+// Reads and checks a calibration (bundled name or path): GPU names, group-size order, base.
+Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path);
+// OK when `calibration` is empty, bundled or a valid calibration file; else an error naming `flag` (and
+// the file and field), listing the bundled names.
 Status CheckKernelCalibration(const std::string& calibration, const std::string& flag = "--calibration");
 
 struct Kernel {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "models/cost.h"
 #include "models/spec_io.h"
@@ -197,6 +198,54 @@ TEST(KernelModel, UnknownCalibrationNamesTheFlagAndTheBundledOnes) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--calibration: unknown calibration 'vtrain-h100'"), std::string::npos);
   EXPECT_NE(s.message().find("default, vtrain-a100"), std::string::npos);
+}
+
+// A calibration file layers over its base: the fields it sets for a GPU type change, the rest are the
+// base's, and GPU types it does not name keep the base's values.
+TEST(KernelModel, ACalibrationFileOverridesOnlyWhatItSets) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/h100-slow-gemm.yaml";
+  {
+    std::ofstream f(path);
+    f << "kind: calibration\nname: h100-slow-gemm\nbase: default\n"
+         "gpus:\n  - gpus: [h100]\n    source: test\n    gemm_efficiency: 0.5\n"
+         "    collective_latency: [{group_size: 2, latency_us: 7}, {group_size: 16, latency_us: 70}]\n";
+  }
+  ASSERT_TRUE(CheckKernelCalibration(path).ok()) << CheckKernelCalibration(path).message();
+  const KernelParams& h100 = KernelParamsFor(Gpu("h100"), path);
+  EXPECT_DOUBLE_EQ(h100.gemm_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(h100.memory_efficiency, 0.84);      // default's H100 entry
+  EXPECT_DOUBLE_EQ(h100.kernel_latency_s, 4.53e-6);    // default's H100 entry
+  EXPECT_DOUBLE_EQ(h100.host_overhead_s, 10e-6);       // default's generic values
+  EXPECT_EQ(h100.source, "test");
+  // α interpolates in log2 of the group size: 4 GPUs sit a third of the way from 2 to 16.
+  EXPECT_NEAR(h100.CollectiveLatency(4), 7e-6 + (70e-6 - 7e-6) / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(KernelParamsFor(Gpu("a100-80gb"), path).gemm_efficiency, 0.9201);
+}
+
+TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {
+  const std::string path = ::testing::TempDir() + "/bad-calibration.yaml";
+  {
+    std::ofstream f(path);
+    f << "kind: calibration\nbase: nosuch\ngpus:\n  - gpus: [h1000]\n"
+         "    collective_latency: [{group_size: 8, latency_us: 1}, {group_size: 4, latency_us: 2}]\n";
+  }
+  const Status s = CheckKernelCalibration(path);
+  ASSERT_FALSE(s.ok());
+  const std::string& m = s.message();
+  EXPECT_NE(m.find("--calibration: " + path + ": gpus[0].gpus[0]:"), std::string::npos) << m;
+  EXPECT_NE(m.find("h1000"), std::string::npos) << m;
+  EXPECT_NE(m.find(path + ": gpus[0].collective_latency[1].group_size: the entries must go up in group size"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (default, vtrain-a100)"), std::string::npos)
+      << m;
+  // An efficiency above 1 breaks the schema's bounds.
+  {
+    std::ofstream f(path);
+    f << "kind: calibration\ngeneric: {gemm_efficiency: 1.5}\n";
+  }
+  EXPECT_FALSE(CheckKernelCalibration(path).ok());
 }
 
 TEST(KernelModel, ComputeCostAddsAForwardForFullRecomputation) {

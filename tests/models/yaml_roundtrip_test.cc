@@ -25,6 +25,7 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/transformer.h"
+#include "models/proto/calibration.pb.h"
 #include "models/proto/experiment.pb.h"
 #include "models/yaml_proto.h"
 
@@ -42,6 +43,7 @@ std::unique_ptr<Message> NewMessage(SpecKind kind) {
     case SpecKind::kPlan: return std::make_unique<proto::Plan>();
     case SpecKind::kProfile: return std::make_unique<proto::Profile>();
     case SpecKind::kExperiment: return std::make_unique<proto::Experiment>();
+    case SpecKind::kCalibration: return std::make_unique<proto::Calibration>();
   }
   return nullptr;
 }

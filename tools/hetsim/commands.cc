@@ -7,6 +7,7 @@
 #include "models/plan.h"
 #include "models/proto/cluster.pb.h"
 #include "models/proto/model.pb.h"
+#include "models/kernels.h"
 #include "models/spec_io.h"
 #include "models/suggest.h"
 #include "models/training.h"
@@ -103,7 +104,8 @@ int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
                                                               {"models", SpecKind::kModel},
                                                               {"plans", SpecKind::kPlan},
                                                               {"trainings", SpecKind::kTraining},
-                                                              {"profiles", SpecKind::kProfile}};
+                                                              {"profiles", SpecKind::kProfile},
+                                                              {"calibrations", SpecKind::kCalibration}};
   for (const auto& [name, kind] : map) {
     if (name == what) {
       for (const auto& n : models::BundledNames(kind)) out << n << "\n";
@@ -111,7 +113,7 @@ int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     }
   }
   err << "hetsim list: unknown kind '" << what << "'" << DidYouMean(what, kinds)
-      << " (expected one of: clusters, models, gpus, planners, plans, trainings, profiles)\n";
+      << " (expected one of: clusters, models, gpus, planners, plans, trainings, profiles, calibrations)\n";
   return 2;
 }
 
@@ -123,7 +125,8 @@ bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostr
   // ReadSpec with any kind reads files; a bare name is looked up among every kind of bundled spec.
   if (!text.ok()) {
     std::vector<std::string> names;
-    for (auto k : {SpecKind::kCluster, SpecKind::kModel, SpecKind::kTraining, SpecKind::kPlan, SpecKind::kProfile}) {
+    for (auto k : {SpecKind::kCluster, SpecKind::kModel, SpecKind::kTraining, SpecKind::kPlan, SpecKind::kProfile,
+                   SpecKind::kCalibration}) {
       auto t = models::ReadSpec(k, path);
       if (t.ok()) {
         text = t;
@@ -190,6 +193,12 @@ bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostr
         if (!gpu.ok()) st = Status::Invalid(text->file + ": gpu: " + gpu.status().message());
       }
       what = "profile";
+      break;
+    }
+    case SpecKind::kCalibration: {
+      auto c = models::LoadKernelCalibration(path);
+      st = c.status();
+      if (c.ok()) what = "calibration of " + std::to_string(c->gpus_size()) + " GPU group(s)";
       break;
     }
     case SpecKind::kExperiment: {
@@ -290,7 +299,7 @@ const std::vector<Command>& Commands() {
 std::vector<Command> SpecCommands() {
   return {
       {"list", "print the bundled clusters, models, GPUs, plans, trainings or profiles",
-       "hetsim list clusters|models|gpus|planners|plans|trainings|profiles",
+       "hetsim list clusters|models|gpus|planners|plans|trainings|profiles|calibrations",
        [](po::options_description& d, po::positional_options_description& p) {
          d.add_options()("what", po::value<std::string>()->default_value("clusters"), "what to list");
          p.add("what", 1);
