@@ -177,7 +177,8 @@ TEST(KernelModel, Fp8RunsOnlyTheBlocksLinearLayersAtTheFp8Peak) {
   const double t8 = KernelGpuSeconds(*qkv, h100, p, proto::DTYPE_FP8) - p.kernel_latency_s;
   EXPECT_NEAR(t8 / t16, 989.0 / 1978.9, 1e-3);
   const uint32_t head = model->num_layers() - 1;
-  const Kernel* logits = Named(LayerKernels(*model, head, Pass::kForward, fp8), "logits");
+  const auto head_kernels = LayerKernels(*model, head, Pass::kForward, fp8);
+  const Kernel* logits = Named(head_kernels, "logits");
   ASSERT_NE(logits, nullptr);
   EXPECT_FALSE(logits->block_linear);
   EXPECT_DOUBLE_EQ(KernelGpuSeconds(*logits, h100, p, proto::DTYPE_FP8),
