@@ -169,11 +169,11 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const hm::KernelParams& params = hm::KernelParamsFor(*gpu.value(), calibration);
-  if (quick) {
+  if (quick) {  // a short set; the lists given on the command line stay
     models_arg = SplitList(models_arg).front();
-    tp_arg = "1,8";
-    mbs_arg = "1";
-    seq_arg = SplitList(seq_arg).front();
+    if (vm["tp"].defaulted()) tp_arg = "1,8";
+    if (vm["micro-batch"].defaulted()) mbs_arg = "1";
+    if (vm["seq-len"].defaulted()) seq_arg = SplitList(seq_arg).front();
     max_reps = std::min(max_reps, 5);
   }
 

@@ -13,6 +13,7 @@
 //   (BF16 on CUDA when training in bf16, the master itself otherwise). Activations have act_dtype().
 #pragma once
 
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -117,6 +118,10 @@ class Backend {
   virtual Mark Record() = 0;
   virtual double Elapsed(Mark from, Mark to) = 0;
   virtual void ClearMarks() = 0;
+  // Called by a host-synchronous backend (CPU) after each GEMM and attention, so that pending pipeline
+  // sends progress while the rank computes, as NCCL's do on a GPU (MPI moves a large message only inside
+  // MPI calls of both ranks). GPU backends ignore it.
+  virtual void SetProgressHook(std::function<void()> hook) { (void)hook; }
 };
 
 // A Backend allocation, freed when it goes out of scope.
@@ -172,6 +177,8 @@ class PeerToPeer {
   virtual void WaitForMessage(int peer, int tag) = 0;
   virtual void Recv(int peer, Tensor t, int tag) = 0;
   virtual void WaitSends() = 0;
+  // Lets pending sends advance without blocking (Backend::SetProgressHook); a no-op by default.
+  virtual void Progress() {}
 };
 
 // Creates the communicators of one backend. Every rank calls CreateGroup for the groups it belongs to in

@@ -91,6 +91,12 @@ class MpiPeerToPeer final : public PeerToPeer {
     HETSIM_CHECK(count == t.numel(), "pipeline message from rank " + std::to_string(peer) + " has " +
                                          std::to_string(count) + " elements, expected " + std::to_string(t.numel()));
   }
+  void Progress() override {
+    if (pending_.empty()) return;
+    int done = 0;
+    HETSIM_MPI_CHECK(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) pending_.clear();
+  }
   void WaitSends() override {
     if (pending_.empty()) return;
     HETSIM_MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));

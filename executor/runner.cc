@@ -178,6 +178,7 @@ void Runner::SetupComms() {
   }
   if (role_.tp > 1) tp_comm_ = comms_.at(role_.tp_group).get();
   p2p_ = factory_->CreatePeerToPeer(plan_.channels);
+  be_->SetProgressHook([this] { p2p_->Progress(); });
 }
 
 Buffer Runner::Tokens(uint32_t step, uint32_t mb, bool labels) {
@@ -671,6 +672,7 @@ int Runner::Run() {
   if (layer_recorder_ != nullptr && o_.iterations > 0 && root()) WriteProfile(layer_steps_);
   sync_.reset();
   model_.reset();
+  be_->SetProgressHook({});
   p2p_.reset();
   comms_.clear();
   return status;

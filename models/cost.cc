@@ -103,6 +103,10 @@ double ComputeCost::IterationOverheadSeconds(const GpuSpec& gpu) const {
   return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).iteration_overhead_s : 0;
 }
 
+double ComputeCost::CollectiveEfficiency(const GpuSpec& gpu) const {
+  return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).collective_efficiency : 1;
+}
+
 double ComputeCost::CollectiveLatencySeconds(const GpuSpec& gpu, uint32_t group_size) const {
   return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).CollectiveLatency(group_size) : 0;
 }

@@ -62,6 +62,9 @@ class ComputeCost {
   double PassOverheadSeconds(const GpuSpec& gpu) const;
   double IterationOverheadSeconds(const GpuSpec& gpu) const;
   double CollectiveLatencySeconds(const GpuSpec& gpu, uint32_t group_size) const;
+  // The fraction of link bandwidth collectives reach on this GPU type (calibration; 1 under
+  // kTokenEfficiency).
+  double CollectiveEfficiency(const GpuSpec& gpu) const;
   const ComputeOptions& options() const { return options_; }
   // True when a measured profile times this layer and its times already include the layer's TP
   // collectives (so TP communication must not be added again).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -50,6 +51,9 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
   if (k.has_pass_overhead_ms()) p->pass_overhead_s = k.pass_overhead_ms() * 1e-3;
   if (k.has_iteration_overhead_ms()) p->iteration_overhead_s = k.iteration_overhead_ms() * 1e-3;
   if (k.has_sm_count()) p->sm_count = static_cast<int>(k.sm_count());
+  if (k.has_link_bandwidth_gbyte_s()) p->link_bandwidth_bytes_s = k.link_bandwidth_gbyte_s() * 1e9;
+  if (k.has_link_latency_us()) p->link_latency_s = k.link_latency_us() * 1e-6;
+  if (k.has_collective_efficiency()) p->collective_efficiency = k.collective_efficiency();
   if (k.collective_latency_size() > 0) {
     p->collective_latency_s.clear();
     for (const auto& c : k.collective_latency()) p->collective_latency_s.emplace_back(c.group_size(), c.latency_us() * 1e-6);
@@ -115,6 +119,19 @@ Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path
   }
   if (!errors.empty()) return errors.ToStatus();
   return c;
+}
+
+std::vector<std::string> CalibrationProfiles(const std::string& calibration) {
+  std::vector<std::string> out;
+  if (calibration.empty()) return out;
+  auto c = CachedCalibration(calibration);
+  if (!c.ok()) return out;
+  const auto dir = std::filesystem::path(calibration).parent_path();
+  for (const auto& p : c.value()->profiles()) {
+    const bool path = p.find('/') != std::string::npos || p.ends_with(".yaml") || p.ends_with(".yml");
+    out.push_back(path && !std::filesystem::path(p).is_absolute() ? (dir / p).string() : p);
+  }
+  return out;
 }
 
 Status CheckKernelCalibration(const std::string& calibration, const std::string& flag) {

@@ -47,6 +47,11 @@ struct KernelParams {
   // Fixed cost α of one collective call by group size (sorted by size; interpolated in log2 of the size,
   // the last value held beyond): NCCL's launch and synchronisation cost, added to the simulated transfer.
   std::vector<std::pair<uint32_t, double>> collective_latency_s = {{2, 20e-6}, {8, 30e-6}};
+  // Measured intra-node link (0 / −1: the cluster's fabric applies), and the fraction of link bandwidth
+  // collectives reach (calibration.proto).
+  double link_bandwidth_bytes_s = 0;
+  double link_latency_s = -1;
+  double collective_efficiency = 1;
 
   double CollectiveLatency(uint32_t group_size) const;
 };
@@ -62,6 +67,9 @@ const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calib
 const std::vector<std::string>& KernelCalibrations();
 // Reads and checks a calibration (bundled name or path): GPU names, group-size order, base.
 Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path);
+// The measured profiles a calibration brings (its `profiles`, resolved against the file's folder); empty
+// for bundled calibrations without any, or an invalid one.
+std::vector<std::string> CalibrationProfiles(const std::string& calibration);
 // OK when `calibration` is empty, bundled or a valid calibration file; else an error naming `flag` (and
 // the file and field), listing the bundled names.
 Status CheckKernelCalibration(const std::string& calibration, const std::string& flag = "--calibration");

@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "models/kernels.h"
+
 namespace hetsim::sim {
 namespace {
 
@@ -46,7 +48,7 @@ double NicBytesPerS(const models::NodeInfo& n) { return n.has_nic ? n.nic.bandwi
 
 class Builder {
  public:
-  explicit Builder(const models::Cluster& c) : c_(c) {
+  Builder(const models::Cluster& c, const std::string& calibration) : c_(c), calibration_(calibration) {
     p_.gpus.resize(c.num_devices());
     for (uint32_t d = 0; d < c.num_devices(); ++d) p_.gpu_node.push_back(c.device(d).node);
     p_.cpus.resize(c.nodes().size());
@@ -129,9 +131,9 @@ class Builder {
     const double switch_lat = c_.spec().network().switch_latency_us() * 1e-6;
     for (uint32_t n : nodes) {
       const auto& node = c_.node(n);
-      const auto& f = node.fabric;
+      const bool pcie_fabric = node.fabric.kind() == proto::IntraNodeFabric::KIND_PCIE;
+      const proto::IntraNodeFabric f = CalibratedFabric(node, pcie_fabric);
       const std::string nn = node.name;
-      const bool pcie_fabric = f.kind() == proto::IntraNodeFabric::KIND_PCIE;
       // NICs of the node.
       std::vector<s4u::Link*> nics;
       if (node.has_nic) {
@@ -208,6 +210,19 @@ class Builder {
     }
   }
 
+  // The node's fabric with the calibration's measured link of its GPU type, when it has one: on a PCIe
+  // fabric the measured device-to-device bandwidth and latency are the GPUs' PCIe links'.
+  proto::IntraNodeFabric CalibratedFabric(const models::NodeInfo& node, bool pcie_fabric) const {
+    proto::IntraNodeFabric f = node.fabric;
+    const models::KernelParams& k = models::KernelParamsFor(*node.gpu, calibration_);
+    if (k.link_bandwidth_bytes_s > 0) {
+      f.set_bandwidth_gbyte_s(k.link_bandwidth_bytes_s / kGbyte);
+      if (pcie_fabric) f.set_pcie_bandwidth_gbyte_s(k.link_bandwidth_bytes_s / kGbyte);
+    }
+    if (k.link_latency_s >= 0) f.set_latency_us(k.link_latency_s * 1e6);
+    return f;
+  }
+
   // Half of the hop latency on the GPU's PCIe link (a route crosses it once per end).
   static double PcieLatency(const proto::IntraNodeFabric& f) {
     return (f.kind() == proto::IntraNodeFabric::KIND_PCIE ? f.latency_us() : f.pcie_latency_us()) * 1e-6 / 2;
@@ -222,6 +237,7 @@ class Builder {
   }
 
   const models::Cluster& c_;
+  const std::string& calibration_;
   Platform p_;
   const proto::StorageEndpoint* nvme_ = nullptr;
   const proto::StorageEndpoint* object_store_ = nullptr;
@@ -229,6 +245,8 @@ class Builder {
 
 }  // namespace
 
-Platform BuildPlatform(const models::Cluster& cluster) { return Builder(cluster).Build(); }
+Platform BuildPlatform(const models::Cluster& cluster, const std::string& calibration) {
+  return Builder(cluster, calibration).Build();
+}
 
 }  // namespace hetsim::sim

@@ -15,6 +15,7 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <string>
 #include <vector>
 
 #include "models/cluster.h"
@@ -30,6 +31,8 @@ struct Platform {
 };
 
 // Builds the platform into the current SimGrid engine (which must exist and have no platform yet).
-Platform BuildPlatform(const models::Cluster& cluster);
+// `calibration` (models/kernels.h): a GPU type's measured intra-node link (link_bandwidth_gbyte_s,
+// link_latency_us) replaces the fabric's of the nodes of that type.
+Platform BuildPlatform(const models::Cluster& cluster, const std::string& calibration = "");
 
 }  // namespace hetsim::sim

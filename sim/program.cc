@@ -82,6 +82,9 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   if (lo.kind == models::OpKind::kCollective) {
     // The call's fixed cost α (NCCL launch and synchronisation), before its transfers.
     op.seconds = lo.calls * cost.CollectiveLatencySeconds(gpu, static_cast<uint32_t>(groups[op.group].size()));
+    // Rings reach a calibrated fraction of the links' bandwidth (NCCL's bus bandwidth): the transfers
+    // carry the bytes that take as long at the full bandwidth.
+    op.bytes = lo.bytes / cost.CollectiveEfficiency(gpu);
     if (lo.category == Category::kTp && fid.tp == TpDetail::kAnalytic) op.kind = OpKind::kTpAnalytic;
   }
   out.push_back(op);

@@ -212,7 +212,7 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                                                                          options.seed});
                             if (!programs.ok()) return std::string(1, '\1') + programs.status().message();
                             auto engine = MakeEngine();
-                            const Platform platform = BuildPlatform(ctx.cluster);
+                            const Platform platform = BuildPlatform(ctx.cluster, options.compute.calibration);
                             const EngineResult er = RunEngine(*programs, platform, options.record_timeline);
                             const std::string rep = MakeReport(plan, ctx, *programs, er).SerializeAsString();
                             std::string out(1, '\0');

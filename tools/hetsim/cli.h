@@ -37,6 +37,9 @@ std::vector<Command> PlannerCommands();  // plan (plan_commands.cc)
 std::vector<Command> SimCommands();      // simulate (sim_commands.cc)
 std::vector<Command> RunCommands();      // run (run_command.cc; needs the planners room)
 Command ValidateSimCommand();             // validate-sim (validate_sim_command.cc; needs the planners room)
+std::vector<Command> CalibrationCommands();  // calibrate (calibrate_command.cc; needs the calibration room)
+// validate-sim --executor (validate_exec.cc; without the calibration room: an error).
+int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err);
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
 // planners room: an error.
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,

@@ -291,6 +291,7 @@ const std::vector<Command>& Commands() {
     for (auto&& c : PlannerCommands()) all.push_back(std::move(c));
     for (auto&& c : SimCommands()) all.push_back(std::move(c));
     for (auto&& c : RunCommands()) all.push_back(std::move(c));
+    for (auto&& c : CalibrationCommands()) all.push_back(std::move(c));
     return all;
   }();
   return commands;

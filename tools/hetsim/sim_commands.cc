@@ -117,6 +117,7 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   }
   std::vector<std::string> profile_refs;
   if (vm.count("profile")) profile_refs = vm["profile"].as<std::vector<std::string>>();
+  for (auto& p : models::CalibrationProfiles(FlagString(vm, "calibration"))) profile_refs.push_back(std::move(p));
   auto profiles = models::ProfileDb::Load(profile_refs);
   if (!profiles.ok()) {
     err << profiles.status().message() << "\n";

@@ -166,8 +166,10 @@ struct Errors {
 };
 
 int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (vm["executor"].as<bool>()) return RunValidateExecutor(vm, out, err);
   if (!vm.count("runs")) {
-    err << "hetsim validate-sim: give --runs FILE.csv (e.g. experiments/validation/vtrain_a100_single_node.csv)\n";
+    err << "hetsim validate-sim: give --runs FILE.csv (e.g. experiments/validation/vtrain_a100_single_node.csv), or "
+           "--executor --plans P1,P2,... to compare with runs of hetsim-exec\n";
     return 2;
   }
   auto runs = ReadRuns(FlagString(vm, "runs"));
@@ -257,9 +259,10 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
 
 Command ValidateSimCommand() {
   return {"validate-sim",
-          "simulate measured training runs (CSV) and report the simulator's error: MAPE and bias on a development "
-          "and a held-out half, and by configuration",
-          "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--calibration vtrain-a100] [--fidelity fast] [-o per-run.csv]",
+          "simulate measured training runs (CSV), or run plans on the executor and in the simulator, and report the "
+          "simulator's error: MAPE and bias, by configuration or by operation",
+          "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--calibration vtrain-a100] [--fidelity fast] [-o per-run.csv]\n"
+          "       hetsim validate-sim --executor --plans P1,P2,... --calibration FILE [--backend cpu] [--figure F.png]",
           [](po::options_description& d, po::positional_options_description&) {
             d.add_options()("runs", po::value<std::string>(), "measured runs (vTrain's CSV columns)")
                 ("gpu", po::value<std::string>()->default_value("a100-80gb"), "GPU type of the node (`hetsim list gpus`)")
@@ -270,7 +273,18 @@ Command ValidateSimCommand() {
                 ("calibration", po::value<std::string>()->default_value("vtrain-a100"),
                  "kernel-model calibration: vtrain-a100 (fitted on the development half of vTrain's runs) or default")
                 ("limit", po::value<size_t>(), "simulate only the first N runs")
-                ("output,o", po::value<std::string>(), "write every run's simulated time and error (CSV)");
+                ("output,o", po::value<std::string>(), "write every run's (or plan's) simulated time and error (CSV)")
+                ("executor", po::bool_switch()->default_value(false),
+                 "compare with plans run on hetsim-exec (mpirun) instead of a CSV of measured runs")
+                ("plans", po::value<std::string>(), "--executor: comma-separated plan files or bundled names")
+                ("backend", po::value<std::string>()->default_value("cpu"), "--executor: cpu | cuda")
+                ("iterations", po::value<uint32_t>()->default_value(5), "--executor: timed iterations per run")
+                ("warmup", po::value<uint32_t>()->default_value(2), "--executor: untimed iterations before them")
+                ("repeats", po::value<int>()->default_value(1), "--executor: runs per plan (the median run is compared)")
+                ("tolerance", po::value<double>(), "--executor: exit 1 when a plan's error exceeds this fraction (e.g. 0.1)")
+                ("figure", po::value<std::string>(), "--executor: draw executed vs simulated time per operation (PNG)")
+                ("work-dir", po::value<std::string>(), "--executor: the executor's reports and logs (default validate-exec/)")
+                ("mpirun", po::value<std::string>()->default_value("mpirun"), "--executor: the MPI launcher");
           },
           RunValidateSim};
 }

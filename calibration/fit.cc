@@ -1,0 +1,342 @@
+#include "calibration/fit.h"
+
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "models/kernels.h"
+
+namespace hetsim::calibration {
+namespace {
+
+std::string Fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
+}
+
+// Reads a CSV with a header line (after '#' comment lines) into rows of named cells.
+Result<std::vector<std::map<std::string, std::string>>> ReadCsv(const std::string& path,
+                                                                 const std::vector<std::string>& required) {
+  std::ifstream in(path);
+  if (!in) return Status::Invalid(path + ": cannot open");
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    if (header.empty()) {
+      header = cells;
+      for (const auto& r : required) {
+        if (std::find(header.begin(), header.end(), r) == header.end()) {
+          return Status::Invalid(path + ":" + std::to_string(n) + ": the header has no column '" + r +
+                                 "' (is this the right benchmark's output?)");
+        }
+      }
+      continue;
+    }
+    if (cells.size() != header.size()) {
+      return Status::Invalid(path + ":" + std::to_string(n) + ": " + std::to_string(cells.size()) + " cells, the header has " +
+                             std::to_string(header.size()));
+    }
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < cells.size(); ++i) row[header[i]] = cells[i];
+    row["#line"] = std::to_string(n);
+    rows.push_back(std::move(row));
+  }
+  if (header.empty()) return Status::Invalid(path + ": empty (no header line)");
+  return rows;
+}
+
+Result<double> Number(const std::map<std::string, std::string>& row, const std::string& key, const std::string& path) {
+  const std::string& s = row.at(key);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+    return Status::Invalid(path + ":" + row.at("#line") + ": column " + key + ": '" + s + "' is not a number");
+  }
+  return v;
+}
+
+// Four significant digits: what the measurements support, and a readable file.
+double Round(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  const double scale = std::pow(10.0, 3 - std::floor(std::log10(std::fabs(v))));
+  return std::round(v * scale) / scale;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// Seconds of `k` at unit efficiency without fixed costs: waves of tiles (or FLOPs) at peak for GEMMs,
+// bytes at the HBM bandwidth for memory kernels.
+double IdealSeconds(const models::Kernel& k, const models::GpuSpec& gpu, proto::DType dtype) {
+  models::KernelParams unit = models::KernelParamsFor(gpu);
+  unit.gemm_efficiency = 1, unit.memory_efficiency = 1, unit.kernel_latency_s = 0;
+  if (k.type == models::Kernel::Type::kGemm) unit.memory_efficiency = 1e12;  // compute term only
+  return models::KernelGpuSeconds(k, gpu, unit, dtype);
+}
+
+}  // namespace
+
+Result<std::vector<KernelRow>> ReadKernelBench(const std::string& path) {
+  const std::vector<std::string> cols = {"kind", "name", "model", "tp", "micro_batch", "seq_len", "pass", "m", "n",
+                                         "k", "batch", "bytes", "flops", "median_s", "min_s", "model_s"};
+  HETSIM_ASSIGN_OR_RETURN(auto rows, ReadCsv(path, cols));
+  std::vector<KernelRow> out;
+  for (const auto& r : rows) {
+    KernelRow k;
+    k.kind = r.at("kind"), k.name = r.at("name"), k.model = r.at("model"), k.pass = r.at("pass");
+    double* nums[] = {&k.tp, &k.micro_batch, &k.seq_len, &k.m, &k.n, &k.k, &k.batch, &k.bytes, &k.flops,
+                      &k.median_s, &k.min_s, &k.model_s};
+    for (size_t i = 0; i < 12; ++i) {
+      static const char* keys[] = {"tp", "micro_batch", "seq_len", "m", "n", "k", "batch", "bytes", "flops",
+                                   "median_s", "min_s", "model_s"};
+      HETSIM_ASSIGN_OR_RETURN(*nums[i], Number(r, keys[i], path));
+    }
+    if (!(k.median_s > 0)) return Status::Invalid(path + ":" + r.at("#line") + ": median_s must be positive");
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+Result<std::vector<CommRow>> ReadCommBench(const std::string& path) {
+  HETSIM_ASSIGN_OR_RETURN(auto rows, ReadCsv(path, {"op", "group_size", "bytes", "median_s"}));
+  std::vector<CommRow> out;
+  for (const auto& r : rows) {
+    CommRow c;
+    c.op = r.at("op");
+    if (c.op != "allreduce" && c.op != "p2p") {
+      return Status::Invalid(path + ":" + r.at("#line") + ": op '" + c.op + "' (expected allreduce or p2p)");
+    }
+    HETSIM_ASSIGN_OR_RETURN(double g, Number(r, "group_size", path));
+    HETSIM_ASSIGN_OR_RETURN(c.bytes, Number(r, "bytes", path));
+    HETSIM_ASSIGN_OR_RETURN(c.median_s, Number(r, "median_s", path));
+    if (g < 2 || g != std::floor(g)) return Status::Invalid(path + ":" + r.at("#line") + ": group_size must be an integer >= 2");
+    if (!(c.median_s > 0) || !(c.bytes > 0)) {
+      return Status::Invalid(path + ":" + r.at("#line") + ": bytes and median_s must be positive");
+    }
+    c.group_size = static_cast<int>(g);
+    out.push_back(c);
+  }
+  return out;
+}
+
+LinearFit RobustFit(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
+  LinearFit fit;
+  const auto n = static_cast<Eigen::Index>(y.size());
+  const auto p = static_cast<Eigen::Index>(x.empty() ? 0 : x.front().size());
+  fit.n = y.size();
+  if (n == 0 || p == 0) return fit;
+  // Relative error: divide each row by its y.
+  Eigen::MatrixXd a(n, p);
+  Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    for (Eigen::Index j = 0; j < p; ++j) a(i, j) = x[static_cast<size_t>(i)][static_cast<size_t>(j)] / y[static_cast<size_t>(i)];
+  }
+  Eigen::VectorXd w = Eigen::VectorXd::Ones(n), c;
+  for (int round = 0; round < 20; ++round) {
+    const Eigen::VectorXd sw = w.cwiseSqrt();
+    Eigen::VectorXd next = (sw.asDiagonal() * a).colPivHouseholderQr().solve(sw.asDiagonal() * b);
+    const bool converged = c.size() == p && (next - c).norm() <= 1e-10 * next.norm();
+    c = next;
+    if (converged) break;
+    const Eigen::VectorXd r = a * c - b;
+    std::vector<double> abs_r(static_cast<size_t>(n));
+    for (Eigen::Index i = 0; i < n; ++i) abs_r[static_cast<size_t>(i)] = std::abs(r(i));
+    const double scale = std::max(1.4826 * Median(abs_r), 1e-6);  // MAD estimate of the residuals' spread
+    const double t = 1.345 * scale;
+    for (Eigen::Index i = 0; i < n; ++i) w(i) = std::abs(r(i)) <= t ? 1.0 : t / std::abs(r(i));
+  }
+  fit.coef.assign(c.data(), c.data() + c.size());
+  const Eigen::VectorXd r = a * c - b;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    fit.mape += std::abs(r(i)) / static_cast<double>(n);
+    fit.bias += r(i) / static_cast<double>(n);
+    fit.worst = std::max(fit.worst, std::abs(r(i)));
+  }
+  return fit;
+}
+
+Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, const std::vector<KernelRow>& kernels,
+                                                const std::vector<CommRow>& comm, FitSummary* summary) {
+  proto::KernelCalibration out;
+  out.add_gpus(gpu.name);
+  auto say = [&](const std::string& s) {
+    if (summary != nullptr) summary->lines.push_back(s);
+  };
+  const bool cpu = models::KernelParamsFor(gpu).sm_count == 0;
+  // The bench records the dtype in its header only; GEMMs are timed in the backend's activation dtype:
+  // fp32 on CPU workers, bf16 on GPUs.
+  const proto::DType dtype = cpu ? proto::DTYPE_FP32 : proto::DTYPE_BF16;
+
+  if (!kernels.empty()) {
+    // Launch floor and issue cost.
+    double latency = -1, host = -1;
+    for (const auto& r : kernels) {
+      if (r.kind == "launch" && r.name == "scale-1") latency = r.median_s;
+      if (r.kind == "launch" && r.name == "host-issue") host = r.median_s;
+    }
+    // Memory-bound kernels: bytes at HBM speed.
+    std::vector<std::vector<double>> xm;
+    std::vector<double> ym;
+    for (const auto& r : kernels) {
+      if (r.kind != "memory") continue;
+      models::Kernel k;
+      k.type = models::Kernel::Type::kMemory, k.bytes = r.bytes;
+      xm.push_back({IdealSeconds(k, gpu, dtype), 1.0});
+      ym.push_back(r.median_s);
+    }
+    if (xm.size() < 3) return Status::Invalid("kernel benchmark: fewer than 3 memory-kernel rows to fit");
+    const LinearFit mem2 = RobustFit(xm, ym);
+    if (latency < 0) latency = std::max(0.0, mem2.coef[1]);
+    // With the latency fixed, one slope: (t − latency) = ideal / efficiency.
+    auto slope_fit = [&](const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
+      std::vector<std::vector<double>> x1;
+      std::vector<double> y1;
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (y[i] - latency <= 0.05 * y[i]) continue;  // all fixed cost: says nothing about the slope
+        x1.push_back({x[i][0]});
+        y1.push_back(y[i] - latency);
+      }
+      return RobustFit(x1, y1);
+    };
+    // One slope per kernel kind (copy, add, norm, SwiGLU, Adam, ...), then their mean: each kind weighs
+    // alike, as each runs about once per layer pass. (On GPUs the kinds agree within ~10%; on CPU workers
+    // they differ 10x, as norms, SwiGLU and Adam are bound by arithmetic, not memory.)
+    std::map<std::string, std::pair<std::vector<std::vector<double>>, std::vector<double>>> by_kind;
+    for (size_t i = 0, j = 0; i < kernels.size(); ++i) {
+      if (kernels[i].kind != "memory") continue;
+      by_kind[kernels[i].name].first.push_back(xm[j]);
+      by_kind[kernels[i].name].second.push_back(ym[j]);
+      ++j;
+    }
+    double inverse_sum = 0;
+    int kinds = 0;
+    std::string per_kind;
+    LinearFit mem;
+    for (const auto& [kind, xy] : by_kind) {
+      const LinearFit f = slope_fit(xy.first, xy.second);
+      if (f.coef.empty() || !(f.coef[0] > 0)) continue;
+      inverse_sum += f.coef[0], ++kinds;
+      per_kind += " " + kind + Fmt(" %.3f;", 1 / f.coef[0]);
+      mem.mape += f.mape * static_cast<double>(f.n), mem.n += f.n;
+    }
+    if (kinds == 0) return Status::Invalid("kernel benchmark: the memory kernels' fit failed");
+    mem.mape /= static_cast<double>(mem.n);
+    mem.coef = {inverse_sum / kinds};
+    // GEMMs.
+    std::vector<std::vector<double>> xg;
+    std::vector<double> yg;
+    for (const auto& r : kernels) {
+      if (r.kind != "gemm") continue;
+      models::Kernel k;
+      k.type = models::Kernel::Type::kGemm, k.m = r.m, k.n = r.n, k.k = r.k, k.batch = r.batch;
+      xg.push_back({IdealSeconds(k, gpu, dtype), 1.0});
+      yg.push_back(r.median_s);
+    }
+    if (xg.size() < 3) return Status::Invalid("kernel benchmark: fewer than 3 GEMM rows to fit");
+    const LinearFit gemm2 = RobustFit(xg, yg);
+    const LinearFit gemm = slope_fit(xg, yg);
+    if (gemm.coef.empty() || !(gemm.coef[0] > 0)) return Status::Invalid("kernel benchmark: the GEMM fit failed");
+    // An efficiency above 1 means the catalog's peak or bandwidth for the device is below what it reached
+    // (the CPU worker's row is nominal; caches beat its bandwidth): kept (the schema allows up to 10), and said.
+    double ge = 1 / gemm.coef[0], me = 1 / mem.coef[0];
+    if (ge > 1 || me > 1) {
+      say(Fmt("note: fitted efficiencies %.3f (GEMM) / %.3f (memory) exceed 1: the catalog's peak or bandwidth for "
+              "this device is below what it reached",
+              ge, me));
+    }
+    ge = std::min(ge, 10.0), me = std::min(me, 10.0);
+    out.set_gemm_efficiency(Round(ge));
+    out.set_memory_efficiency(Round(me));
+    out.set_kernel_latency_us(Round(latency * 1e6));
+    if (host >= 0) out.set_host_overhead_us(Round(host * 1e6));
+    out.set_sm_count(static_cast<uint32_t>(models::KernelParamsFor(gpu).sm_count));
+    say(Fmt("GEMM: %.0f shapes, efficiency %.4f (free intercept: %.4f, %.2f us)", static_cast<double>(gemm.n), ge,
+            1 / gemm2.coef[0], gemm2.coef[1] * 1e6) +
+        Fmt("; fit MAPE %.1f%%, worst %.0f%%, bias %+.1f%%", gemm.mape * 100, gemm.worst * 100, gemm.bias * 100));
+    say(Fmt("memory: %.0f kernels, efficiency %.4f of %.0f GB/s", static_cast<double>(mem.n), me, gpu.hbm_bandwidth_gbyte_s) +
+        " (mean over kinds of" + per_kind + Fmt(" one line over all: %.4f, %.2f us); fit MAPE within kinds %.1f%%",
+                                                  1 / mem2.coef[0], mem2.coef[1] * 1e6, mem.mape * 100));
+    say(Fmt("kernel latency %.2f us, host issue %.2f us per kernel", latency * 1e6, std::max(host, 0.0) * 1e6));
+  }
+
+  if (!comm.empty()) {
+    // Point-to-point: t = latency + bytes / bandwidth.
+    std::vector<std::vector<double>> xp;
+    std::vector<double> yp;
+    for (const auto& r : comm) {
+      if (r.op == "p2p") xp.push_back({r.bytes, 1.0}), yp.push_back(r.median_s);
+    }
+    // Without point-to-point rows (e.g. published all-reduce curves) the link is the catalog's scale-up
+    // link, and only the collectives' efficiency and latency are fitted.
+    double bw = gpu.scale_up_bandwidth_gbyte_s > 0 ? gpu.scale_up_bandwidth_gbyte_s * 1e9 : gpu.pcie_bandwidth_gbyte_s * 1e9;
+    if (xp.size() >= 2) {
+      const LinearFit p2p = RobustFit(xp, yp);
+      if (!(p2p.coef[0] > 0)) return Status::Invalid("communication benchmark: the point-to-point fit has no bandwidth");
+      bw = 1 / p2p.coef[0];
+      const double lat = std::max(0.0, p2p.coef[1]);
+      out.set_link_bandwidth_gbyte_s(Round(bw / 1e9));
+      out.set_link_latency_us(Round(lat * 1e6));
+      say(Fmt("link: %.2f GB/s, %.2f us (point-to-point, %.0f sizes, fit MAPE %.1f%%)", bw / 1e9, lat * 1e6,
+              static_cast<double>(p2p.n), p2p.mape * 100));
+    } else {
+      say(Fmt("link: no point-to-point rows; the catalog's %.0f GB/s", bw / 1e9));
+    }
+    if (!(bw > 0)) return Status::Invalid("communication benchmark: no link bandwidth to relate the all-reduces to");
+    // All-reduce per group size: t = α(g) + 2(g−1)/g · bytes / (bw · efficiency); one efficiency over all
+    // sizes (the largest messages dominate it), then α(g) per size.
+    std::map<int, std::pair<std::vector<std::vector<double>>, std::vector<double>>> by_size;
+    for (const auto& r : comm) {
+      if (r.op != "allreduce") continue;
+      by_size[r.group_size].first.push_back({2.0 * (r.group_size - 1) / r.group_size * r.bytes / bw, 1.0});
+      by_size[r.group_size].second.push_back(r.median_s);
+    }
+    if (!by_size.empty()) {
+      std::vector<double> inverse_eff;
+      std::vector<std::pair<int, LinearFit>> fits;
+      for (const auto& [g, xy] : by_size) {
+        if (xy.second.size() < 2) continue;
+        LinearFit f = RobustFit(xy.first, xy.second);
+        if (f.coef[0] > 0) inverse_eff.push_back(f.coef[0]);
+        fits.emplace_back(g, std::move(f));
+      }
+      if (inverse_eff.empty()) return Status::Invalid("communication benchmark: the all-reduce fit has no bandwidth");
+      const double eff = std::clamp(1 / Median(inverse_eff), 1e-3, 10.0);
+      out.set_collective_efficiency(Round(eff));
+      std::string alphas;
+      for (const auto& [g, xy] : by_size) {
+        // α(g): the median of (t − transfer) over the sizes whose transfer is at most half the time.
+        std::vector<double> rest;
+        for (size_t i = 0; i < xy.second.size(); ++i) {
+          const double transfer = xy.first[i][0] / eff;
+          if (transfer <= 0.5 * xy.second[i]) rest.push_back(xy.second[i] - transfer);
+        }
+        const double alpha = std::max(0.0, rest.empty() ? 0.0 : Median(rest));
+        auto* c = out.add_collective_latency();
+        c->set_group_size(static_cast<uint32_t>(g));
+        c->set_latency_us(Round(alpha * 1e6));
+        alphas += Fmt(" g=%.0f %.1f us;", g, alpha * 1e6);
+      }
+      say(Fmt("all-reduce: bus bandwidth %.3f of the link's (%.2f GB/s); per-call latency", eff, eff * bw / 1e9) + alphas);
+    }
+  }
+  return out;
+}
+
+}  // namespace hetsim::calibration

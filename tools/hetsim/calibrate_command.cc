@@ -1,0 +1,330 @@
+// `hetsim calibrate --backend cpu|cuda`: measures this machine with the executor's own kernels and
+// communicators, fits the simulator's per-GPU parameters (calibration/fit.h) and writes a calibration file
+// (models/proto/calibration.proto) that `--calibration FILE` loads.
+//
+//   1. hetsim-kernel-bench: the lowering's GEMM shapes, memory-bound kernels, attention, launches;
+//   2. mpirun -np R hetsim-coll-bench: all-reduces per group size and message size, point-to-point;
+//   3. the robust fit, printed with its error, and the YAML with provenance (host, date, versions, command,
+//      data files).
+// `--from-data DIR` refits measurements taken before (DIR/kernels.csv, DIR/collectives.csv), e.g. on
+// another machine, without measuring.
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+#include <thread>
+
+#include "calibration/fit.h"
+#include "models/gpu_catalog.h"
+#include "models/kernels.h"
+#include "models/spec_io.h"
+#include "models/yaml_proto.h"
+#include "tools/hetsim/cli.h"
+#include "tools/hetsim/process.h"
+
+namespace hetsim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  return date;
+}
+
+std::string HostDescription(bool cuda) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string cpu;
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  std::string s = std::string(host) + ": " + (cpu.empty() ? "unknown CPU" : cpu) + ", " +
+                  std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
+  if (cuda) s += "; GPU: see the kernel benchmark's header";
+  return s;
+}
+
+// "1x1,1x2,2x4" -> (TP, micro-batch) pairs.
+Result<std::vector<std::pair<uint32_t, uint32_t>>> ProfileShapes(const std::string& s) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    unsigned tp = 0, mbs = 0;
+    char x = 0;
+    std::stringstream one(item);
+    if (!(one >> tp >> x >> mbs) || x != 'x' || tp == 0 || mbs == 0) {
+      return Status::Invalid("'" + item + "' is not TPxMICRO_BATCH (e.g. 2x4)");
+    }
+    out.emplace_back(tp, mbs);
+  }
+  return out;
+}
+
+// Profiles the executor's own layers at each (TP, micro-batch) of `shapes` (one stage of TP ranks per
+// run, on a one-node cluster of `gpu`), merged by hetsim-exec into `profile_yaml`. Returns the exit code.
+int ProfileLayers(const po::variables_map& vm, const std::string& backend, const models::GpuSpec& gpu,
+                  const std::string& model, const std::string& data_dir, const std::string& profile_yaml,
+                  std::ostream& out, std::ostream& err) {
+  const bool cuda = backend == "cuda";
+  auto exe = SiblingBinary("hetsim-exec");
+  if (!exe.ok()) {
+    err << "hetsim calibrate: " << exe.status().message() << "\n";
+    return 1;
+  }
+  auto shapes = ProfileShapes(FlagString(vm, "profile-shapes"));
+  if (!shapes.ok()) {
+    err << "hetsim calibrate: --profile-shapes: " << shapes.status().message() << "\n";
+    return 2;
+  }
+  std::error_code ec;
+  fs::remove(profile_yaml, ec);
+  const std::string cluster = (fs::path(data_dir) / "profile-node.yaml").string();
+  const std::string cluster_text = "# One node of the device `hetsim calibrate` measured.\nkind: cluster\nname: profile-node\n"
+                                   "nodes:\n  - name: node\n    count: 1\n    gpus: {type: " + gpu.name + ", count: 8}\n" +
+                                   (cuda ? "" : "    fabric: {kind: pcie}\n") + "network:\n  single_switch: {}\n";
+  if (Status s = models::WriteFileAtomically(cluster, cluster_text); !s.ok()) {
+    err << "hetsim calibrate: " << s.message() << "\n";
+    return 1;
+  }
+  const uint32_t seq = vm["profile-seq-len"].as<uint32_t>();
+  auto loaded = models::LoadModel(model);
+  if (!loaded.ok()) {
+    err << "hetsim calibrate: --profile-model: " << loaded.status().message() << "\n";
+    return 2;
+  }
+  const std::string layers = std::to_string(loaded->num_layers());
+  size_t i = 0;
+  for (const auto& [tp, mbs] : *shapes) {
+    const std::string stem = "profile-tp" + std::to_string(tp) + "-mbs" + std::to_string(mbs);
+    const std::string plan = (fs::path(data_dir) / (stem + ".yaml")).string();
+    std::string devices;
+    for (uint32_t d = 0; d < tp; ++d) devices += (d ? ", " : "") + std::to_string(d);
+    const std::string text =
+        "# A one-stage plan whose layers `hetsim calibrate` profiles.\nkind: plan\nname: " + stem + "\nmodel: " + model +
+        "\ntraining: {global_batch_size: " + std::to_string(2 * mbs) + ", seq_len: " + std::to_string(seq) +
+        ", dtype: " + (cuda ? "bf16" : "fp32") + "}\nschedule: 1f1b\npipelines:\n  - micro_batch_size: " +
+        std::to_string(mbs) + "\n    num_micro_batches: 2\n    stages:\n      - {devices: [" + devices +
+        "], tp_degree: " + std::to_string(tp) + ", layer_begin: 0, layer_end: " + layers + "}\n";
+    if (Status s = models::WriteFileAtomically(plan, text); !s.ok()) {
+      err << "hetsim calibrate: " << s.message() << "\n";
+      return 1;
+    }
+    std::vector<std::string> argv = MpirunPrefix(FlagString(vm, "mpirun"), static_cast<int>(tp));
+    argv.insert(argv.end(), {*exe, "--plan", plan, "--cluster", cluster, "--backend", backend, "--iterations",
+                             vm["quick"].as<bool>() ? "5" : "10", "--warmup", "1", "--profile-out", profile_yaml});
+    out << "      layer profile " << ++i << "/" << shapes->size() << ": TP " << tp << ", micro-batch " << mbs << "\n"
+        << std::flush;
+    const std::string log = (fs::path(data_dir) / (stem + ".log")).string();
+    auto rc = RunChild(argv, log);
+    if (!rc.ok() || *rc != 0) {
+      err << "hetsim calibrate: profiling failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
+          << "); its output: " << log << "; command: " << JoinArgs(argv) << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  const std::string backend = vm["backend"].as<std::string>();
+  if (backend != "cpu" && backend != "cuda") {
+    err << "hetsim calibrate: --backend: unknown backend '" << backend << "' (expected cpu or cuda)\n";
+    return 2;
+  }
+  const bool cuda = backend == "cuda";
+  const std::string gpu_name = vm.count("gpu") ? FlagString(vm, "gpu") : (cuda ? "h100" : "cpu");
+  auto gpu = models::GpuCatalog::Bundled().Find(gpu_name);
+  if (!gpu.ok()) {
+    err << "hetsim calibrate: --gpu: " << gpu.status().message() << "\n";
+    return 2;
+  }
+  const std::string name = vm.count("name") ? FlagString(vm, "name") : gpu.value()->name + "-measured";
+  const std::string output = vm.count("output") ? FlagString(vm, "output") : name + ".yaml";
+  const bool quick = vm["quick"].as<bool>();
+  const int ranks = vm["ranks"].as<int>();
+  std::string data_dir = vm.count("from-data") ? FlagString(vm, "from-data")
+                         : vm.count("data-dir")  ? FlagString(vm, "data-dir")
+                                                 : (fs::path(output).parent_path() / (fs::path(output).stem().string() + "-data")).string();
+  const std::string kernels_csv = (fs::path(data_dir) / "kernels.csv").string();
+  const std::string comm_csv = (fs::path(data_dir) / "collectives.csv").string();
+  const std::string profile_yaml = (fs::path(data_dir) / "profile.yaml").string();
+  std::string command = "hetsim calibrate --backend " + backend + " --gpu " + gpu.value()->name;
+  if (quick) command += " --quick";
+
+  if (!vm.count("from-data")) {
+    std::error_code ec;
+    fs::create_directories(data_dir, ec);
+    if (ec) {
+      err << "hetsim calibrate: --data-dir: cannot create " << data_dir << ": " << ec.message() << "\n";
+      return 1;
+    }
+    auto kbench = SiblingBinary("hetsim-kernel-bench");
+    auto cbench = SiblingBinary("hetsim-coll-bench");
+    if (!kbench.ok() || !cbench.ok()) {
+      err << "hetsim calibrate: " << (kbench.ok() ? cbench : kbench).status().message() << "\n";
+      return 1;
+    }
+    // The shapes: the CPU workers' test model at the CPU plans' sizes; on GPUs the Llama-2 family.
+    std::vector<std::string> kargs = {*kbench, "--backend", backend, "--gpu", gpu.value()->name, "-o", kernels_csv};
+    const std::string models_arg = vm.count("models") ? FlagString(vm, "models") : (cuda ? "" : "llama-tiny");
+    if (!models_arg.empty()) kargs.insert(kargs.end(), {"--models", models_arg});
+    if (!cuda) kargs.insert(kargs.end(), {"--seq-len", "64", "--micro-batch", "1,2,4", "--tp", "1,2,4"});
+    if (quick) kargs.push_back("--quick");
+    out << "[1/4] kernels: " << JoinArgs(kargs) << "\n" << std::flush;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto rc = RunChild(kargs);
+    if (!rc.ok() || *rc != 0) {
+      err << "hetsim calibrate: the kernel benchmark failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
+          << "); its command: " << JoinArgs(kargs) << "\n";
+      return 1;
+    }
+    out << "      done in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+        << " s -> " << kernels_csv << "\n";
+    if (ranks >= 2) {
+      std::vector<std::string> cargs = MpirunPrefix(FlagString(vm, "mpirun"), ranks);
+      cargs.insert(cargs.end(), {*cbench, "--backend", backend, "-o", comm_csv});
+      if (quick) cargs.push_back("--quick");
+      out << "[2/4] communication: " << JoinArgs(cargs) << "\n" << std::flush;
+      const auto t1 = std::chrono::steady_clock::now();
+      rc = RunChild(cargs);
+      if (!rc.ok() || *rc != 0) {
+        err << "hetsim calibrate: the communication benchmark failed ("
+            << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message()) << "); its command: " << JoinArgs(cargs)
+            << " (--ranks 0 skips it)\n";
+        return 1;
+      }
+      out << "      done in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count()
+          << " s -> " << comm_csv << "\n";
+      command += " --ranks " + std::to_string(ranks);
+    } else {
+      out << "[2/4] communication: skipped (--ranks " << ranks << "; the link values of the base calibration apply)\n";
+      fs::remove(comm_csv, ec);
+    }
+    const std::string profile_model = vm.count("profile-model") ? FlagString(vm, "profile-model") : (cuda ? "" : "llama-tiny");
+    if (!profile_model.empty()) {
+      out << "[3/4] layer profiles of " << profile_model << " (hetsim-exec --profile-out)\n";
+      const auto t2 = std::chrono::steady_clock::now();
+      if (int prc = ProfileLayers(vm, backend, *gpu.value(), profile_model, data_dir, profile_yaml, out, err); prc != 0) {
+        return prc;
+      }
+      out << "      done in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count()
+          << " s -> " << profile_yaml << "\n";
+    } else {
+      out << "[3/4] layer profiles: skipped (--profile-model names none)\n";
+      fs::remove(profile_yaml, ec);
+    }
+  } else {
+    command += " --from-data " + data_dir;
+  }
+
+  out << "[4/4] fit\n";
+  std::vector<calibration::KernelRow> kernels;
+  std::vector<calibration::CommRow> comm;
+  if (fs::exists(kernels_csv)) {
+    auto k = calibration::ReadKernelBench(kernels_csv);
+    if (!k.ok()) {
+      err << "hetsim calibrate: " << k.status().message() << "\n";
+      return 1;
+    }
+    kernels = std::move(*k);
+  }
+  if (fs::exists(comm_csv)) {
+    auto c = calibration::ReadCommBench(comm_csv);
+    if (!c.ok()) {
+      err << "hetsim calibrate: " << c.status().message() << "\n";
+      return 1;
+    }
+    comm = std::move(*c);
+  }
+  if (kernels.empty() && comm.empty()) {
+    err << "hetsim calibrate: --from-data " << data_dir << ": neither kernels.csv nor collectives.csv is there\n";
+    return 1;
+  }
+  calibration::FitSummary summary;
+  auto fitted = calibration::FitCalibration(*gpu.value(), kernels, comm, &summary);
+  if (!fitted.ok()) {
+    err << "hetsim calibrate: " << fitted.status().message() << " (data: " << data_dir << ")\n";
+    return 1;
+  }
+  for (const auto& l : summary.lines) out << "      " << l << "\n";
+
+  proto::Calibration cal;
+  cal.set_kind("calibration");
+  cal.set_name(name);
+  cal.set_description("Measured on " + HostDescription(cuda) + " by `hetsim calibrate` (" + backend + " backend).");
+  cal.set_base(vm["base"].as<std::string>());
+  auto* prov = cal.mutable_provenance();
+  prov->set_host(HostDescription(cuda));
+  prov->set_date(Today());
+  prov->set_command(command);
+  prov->set_versions("hetsim 0.1.0; " + std::string(cuda ? "CUDA backend (cuBLAS, NCCL)" : "CPU backend (Eigen, Open MPI)"));
+  prov->set_data((fs::exists(kernels_csv) ? kernels_csv : "") +
+                 (fs::exists(comm_csv) ? std::string(fs::exists(kernels_csv) ? "; " : "") + comm_csv : ""));
+  *cal.add_gpus() = *fitted;
+  if (fs::exists(profile_yaml)) {
+    // Relative to the calibration file, so the two move together.
+    const fs::path base = fs::absolute(output).parent_path();
+    cal.add_profiles(fs::relative(fs::absolute(profile_yaml), base).string());
+    prov->set_data(prov->data() + "; " + profile_yaml);
+  }
+  cal.mutable_gpus(0)->set_source("fitted by hetsim calibrate on " + Today() + " (" + std::to_string(kernels.size()) +
+                                  " kernel and " + std::to_string(comm.size()) + " communication measurements)");
+  const std::string yaml = "# Written by `" + command + "`; models/proto/calibration.proto, docs/calibration.md.\n" +
+                           models::MessageToYaml(cal);
+  if (Status s = models::WriteFileAtomically(output, yaml); !s.ok()) {
+    err << "hetsim calibrate: " << s.message() << "\n";
+    return 1;
+  }
+  // What was written must load: the same checks as --calibration.
+  if (Status s = models::CheckKernelCalibration(output); !s.ok()) {
+    err << "hetsim calibrate: the written file does not load: " << s.message() << "\n";
+    return 1;
+  }
+  out << "calibration " << name << " -> " << output << "\n"
+      << "use it: hetsim simulate --plan P --calibration " << output << "\n";
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> CalibrationCommands() {
+  return {{"calibrate",
+          "measure this machine's kernels and links with the executor and fit a calibration file for the simulator",
+          "hetsim calibrate --backend cpu|cuda [--gpu TYPE] [--ranks N] [--quick] [-o FILE.yaml] [--from-data DIR]",
+          [](po::options_description& d, po::positional_options_description&) {
+            d.add_options()("backend,b", po::value<std::string>()->default_value("cpu"),
+                            "cpu (Eigen + MPI, CPU workers) | cuda (cuBLAS + NCCL)")
+                ("gpu", po::value<std::string>(), "catalog type of the device measured (default: cpu, or h100 on cuda)")
+                ("ranks,r", po::value<int>()->default_value(2),
+                 "MPI ranks of the communication benchmark (devices of one node; 0 or 1 skips it)")
+                ("quick", po::bool_switch()->default_value(false), "short benchmarks (about a minute on a CPU)")
+                ("output,o", po::value<std::string>(), "calibration file to write (default: NAME.yaml)")
+                ("name", po::value<std::string>(), "the calibration's name (default: GPU-measured)")
+                ("base", po::value<std::string>()->default_value("default"),
+                 "bundled calibration the file layers over (what it does not measure)")
+                ("data-dir", po::value<std::string>(), "where the measurements go (default: beside the output, OUTPUT-data/)")
+                ("from-data", po::value<std::string>(), "fit DIR/kernels.csv and DIR/collectives.csv without measuring")
+                ("models", po::value<std::string>(), "models whose GEMM shapes the kernel benchmark times")
+                ("profile-model", po::value<std::string>(),
+                 "model whose layers the executor profiles into the calibration's profile (default: llama-tiny on cpu, "
+                 "none on cuda)")
+                ("profile-shapes", po::value<std::string>()->default_value("1x1,1x2,1x4,2x2,2x4"),
+                 "TPxMICRO_BATCH shapes to profile")
+                ("profile-seq-len", po::value<uint32_t>()->default_value(64), "sequence length of the profiles")
+                ("mpirun", po::value<std::string>()->default_value("mpirun"), "the MPI launcher");
+          },
+          RunCalibrate}};
+}
+
+}  // namespace hetsim::cli

@@ -1,0 +1,280 @@
+// `hetsim validate-sim --executor --plans P1,P2,...`: runs each plan on hetsim-exec (under mpirun, one rank
+// per device) and in the simulator with the same calibration, and reports per plan the iteration time of
+// both, the executor's run-to-run noise, and the error per operation class (compute, TP, PP, DP
+// communication, idle; mean over the plan's devices, as a share of the measured iteration). Writes a CSV
+// and, with --figure, a bar chart (tools/plot/exec_vs_sim.py).
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include "models/kernels.h"
+#include "models/profile_db.h"
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "sim/simulator.h"
+#include "tools/hetsim/cli.h"
+#include "tools/hetsim/process.h"
+
+namespace hetsim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Mean over the report's devices of each class: compute, TP, PP, DP, idle.
+constexpr int kClasses = 5;
+const char* const kClassNames[kClasses] = {"compute", "tp", "pp", "dp", "idle"};
+
+std::vector<double> ClassSeconds(const proto::IterationReport& r) {
+  std::vector<double> s(kClasses, 0);
+  if (r.devices_size() == 0) return s;
+  for (const auto& d : r.devices()) {
+    s[0] += d.compute_s(), s[1] += d.tp_communication_s(), s[2] += d.pp_communication_s();
+    s[3] += d.dp_communication_s(), s[4] += d.idle_s();
+  }
+  for (double& x : s) x /= r.devices_size();
+  return s;
+}
+
+std::string Fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
+}
+
+struct PlanResult {
+  std::string plan;
+  int ranks = 0;
+  double exec_s = 0, sim_s = 0, noise = 0;  // noise: coefficient of variation of the executor's iterations
+  std::vector<double> exec_classes, sim_classes;
+  double error() const { return (sim_s - exec_s) / exec_s; }
+};
+
+// The executor's per-iteration times from --loss-out files (step,loss,iteration_s).
+std::vector<double> IterationTimes(const std::string& path) {
+  std::vector<double> t;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const auto c = line.rfind(',');
+    const double s = c == std::string::npos ? 0 : std::strtod(line.c_str() + c + 1, nullptr);
+    if (s > 0) t.push_back(s);  // warm-up steps are written with 0
+  }
+  return t;
+}
+
+}  // namespace
+
+int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (!vm.count("plans")) {
+    err << "hetsim validate-sim --executor: give --plans P1,P2,... (plan files or bundled names, e.g. "
+           "cpu-4-single,cpu-4-pp2,cpu-4-tp2)\n";
+    return 2;
+  }
+  const std::string backend = vm["backend"].as<std::string>();
+  if (backend != "cpu" && backend != "cuda") {
+    err << "hetsim validate-sim: --backend: unknown backend '" << backend << "' (expected cpu or cuda)\n";
+    return 2;
+  }
+  std::string calibration = vm["calibration"].as<std::string>();
+  if (vm["calibration"].defaulted()) {
+    calibration = "default";
+    err << "warning: --calibration not given: the bundled default's values for this device are not measured here; "
+           "run `hetsim calibrate --backend "
+        << backend << "` and pass its file\n";
+  }
+  if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
+    err << c.message() << "\n";
+    return 2;
+  }
+  auto fid = sim::ParseFidelity(vm["fidelity"].as<std::string>());
+  if (!fid.ok()) {
+    err << fid.status().message() << "\n";
+    return 2;
+  }
+  auto profiles = models::ProfileDb::Load(models::CalibrationProfiles(calibration));
+  if (!profiles.ok()) {
+    err << profiles.status().message() << "\n";
+    return 1;
+  }
+  auto exe = SiblingBinary("hetsim-exec");
+  if (!exe.ok()) {
+    err << "hetsim validate-sim: " << exe.status().message() << "\n";
+    return 1;
+  }
+  const std::string dir = vm.count("work-dir") ? FlagString(vm, "work-dir") : "validate-exec";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    err << "hetsim validate-sim: --work-dir: cannot create " << dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  const uint32_t iterations = vm["iterations"].as<uint32_t>(), warmup = vm["warmup"].as<uint32_t>();
+  const int repeats = std::max(1, vm["repeats"].as<int>());
+  const double tolerance = vm.count("tolerance") ? vm["tolerance"].as<double>() : 0;
+
+  const auto plans = SplitList(FlagString(vm, "plans"));
+  std::vector<PlanResult> results;
+  int failed = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const std::string& plan_ref = plans[i];
+    // The simulator's side first: it also checks the plan and counts its ranks.
+    po::variables_map pvm;
+    pvm.insert({"plan", po::variable_value(plan_ref, false)});
+    auto specs = LoadSpecs(pvm, true, true);
+    if (!specs.ok()) {
+      err << plan_ref << ": " << specs.status().message() << "\n";
+      ++failed;
+      continue;
+    }
+    const models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
+    if (Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file); !st.ok()) {
+      err << st.message() << "\n";
+      ++failed;
+      continue;
+    }
+    std::set<uint32_t> devices;
+    for (const auto& p : specs->plan->pipelines()) {
+      for (const auto& s : p.stages()) devices.insert(s.devices().begin(), s.devices().end());
+    }
+    PlanResult r;
+    r.plan = specs->plan->name().empty() ? fs::path(plan_ref).stem().string() : specs->plan->name();
+    r.ranks = static_cast<int>(devices.size());
+    sim::SimOptions opt;
+    opt.fidelity = *fid;
+    opt.compute.calibration = calibration;
+    opt.profiles = &*profiles;
+    auto sim = sim::SimulateIteration(*specs->plan, ctx, opt);
+    if (!sim.ok()) {
+      err << plan_ref << ": simulation failed: " << sim.status().message() << "\n";
+      ++failed;
+      continue;
+    }
+    r.sim_s = sim->report.iteration_time_s();
+    r.sim_classes = ClassSeconds(sim->report);
+
+    // The executor's side, `repeats` runs; the report of the run with the median iteration time.
+    std::vector<double> iters;
+    std::vector<std::pair<double, proto::IterationReport>> runs;
+    bool ok = true;
+    for (int k = 0; k < repeats && ok; ++k) {
+      const std::string stem = (fs::path(dir) / (r.plan + "-" + std::to_string(k))).string();
+      std::vector<std::string> argv = MpirunPrefix(FlagString(vm, "mpirun"), r.ranks);
+      argv.insert(argv.end(), {*exe, "--plan", plan_ref, "--backend", backend, "--iterations", std::to_string(iterations),
+                               "--warmup", std::to_string(warmup), "--report-out", stem + ".json", "--loss-out",
+                               stem + ".loss.csv"});
+      out << "[" << i + 1 << "/" << plans.size() << "] " << r.plan << ": run " << k + 1 << "/" << repeats << " ("
+          << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << ")\n"
+          << std::flush;
+      auto rc = RunChild(argv, stem + ".log");
+      if (!rc.ok() || *rc != 0) {
+        err << r.plan << ": the executor failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
+            << "); its output: " << stem << ".log; command: " << JoinArgs(argv) << "\n";
+        ok = false;
+        break;
+      }
+      std::ifstream in(stem + ".json");
+      std::stringstream text;
+      text << in.rdbuf();
+      proto::IterationReport rep;
+      if (!google::protobuf::util::JsonStringToMessage(text.str(), &rep).ok()) {
+        err << stem << ".json: not an IterationReport\n";
+        ok = false;
+        break;
+      }
+      for (double t : IterationTimes(stem + ".loss.csv")) iters.push_back(t);
+      runs.emplace_back(rep.iteration_time_s(), rep);
+    }
+    if (!ok) {
+      ++failed;
+      continue;
+    }
+    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const auto& median = runs[runs.size() / 2].second;
+    r.exec_s = median.iteration_time_s();
+    r.exec_classes = ClassSeconds(median);
+    if (iters.size() > 1) {
+      double mean = 0, var = 0;
+      for (double t : iters) mean += t / static_cast<double>(iters.size());
+      for (double t : iters) var += (t - mean) * (t - mean) / static_cast<double>(iters.size() - 1);
+      r.noise = std::sqrt(var) / mean;
+    }
+    out << "      executed " << Fmt("%.2f ms", r.exec_s * 1e3) << " (iterations vary " << Fmt("%.1f%%", r.noise * 100)
+        << "), simulated " << Fmt("%.2f ms", r.sim_s * 1e3) << ": " << Fmt("%+.1f%%", r.error() * 100) << "\n";
+    results.push_back(r);
+  }
+
+  // The table.
+  out << "\nsimulated vs executed (" << backend << " backend, calibration " << calibration << ")\n";
+  out << "  plan                    ranks  executed ms  simulated ms   error   noise |  ms executed/simulated:";
+  for (const char* c : kClassNames) out << "  " << c;
+  out << "\n";
+  double abs_sum = 0, bias = 0, worst = 0;
+  std::string csv = "plan,ranks,executed_s,simulated_s,error,noise";
+  for (const char* c : kClassNames) csv += std::string(",exec_") + c + "_s,sim_" + c + "_s";
+  csv += "\n";
+  for (const auto& r : results) {
+    out << "  " << r.plan << std::string(r.plan.size() < 24 ? 24 - r.plan.size() : 1, ' ') << Fmt("%5.0f", r.ranks)
+        << Fmt("  %11.2f  %12.2f  %+6.1f%%  %5.1f%% |", r.exec_s * 1e3, r.sim_s * 1e3, r.error() * 100, r.noise * 100);
+    for (int c = 0; c < kClasses; ++c) out << Fmt("  %.1f/%.1f", r.exec_classes[c] * 1e3, r.sim_classes[c] * 1e3);
+    out << "\n";
+    abs_sum += std::fabs(r.error()), bias += r.error(), worst = std::max(worst, std::fabs(r.error()));
+    csv += r.plan + "," + std::to_string(r.ranks) + Fmt(",%.6g,%.6g,%.6g,%.6g", r.exec_s, r.sim_s, r.error(), r.noise);
+    for (int c = 0; c < kClasses; ++c) csv += Fmt(",%.6g,%.6g", r.exec_classes[c], r.sim_classes[c]);
+    csv += "\n";
+  }
+  if (!results.empty()) {
+    const double n = static_cast<double>(results.size());
+    out << Fmt("  %.0f plans: MAPE %.1f%%, bias %+.1f%%, worst %.1f%%\n", n, 100 * abs_sum / n, 100 * bias / n, 100 * worst);
+  }
+  const std::string csv_path = vm.count("output") ? FlagString(vm, "output") : (fs::path(dir) / "exec_vs_sim.csv").string();
+  if (Status s = models::WriteFileAtomically(csv_path, csv); !s.ok()) {
+    err << s.message() << "\n";
+    return 1;
+  }
+  out << "per-plan results: " << csv_path << "\n";
+  if (vm.count("figure")) {
+    const std::string cmd = "/usr/bin/python3 " + (fs::path(FindPlotDir()) / "exec_vs_sim.py").string() + " " + csv_path +
+                            " " + FlagString(vm, "figure");
+    std::fflush(nullptr);
+    if (std::system(cmd.c_str()) != 0) {
+      err << "warning: drawing the figure failed (" << cmd << ")\n";
+    } else {
+      out << "figure: " << FlagString(vm, "figure") << "\n";
+    }
+  }
+  if (failed > 0) {
+    err << failed << " of " << plans.size() << " plans were not compared (see above)\n";
+    return 1;
+  }
+  if (tolerance > 0) {
+    int over = 0;
+    for (const auto& r : results) {
+      if (std::fabs(r.error()) > tolerance) {
+        err << r.plan << ": simulated " << Fmt("%+.1f%%", r.error() * 100) << " off the executor, beyond --tolerance "
+            << Fmt("%.1f%%", tolerance * 100) << "\n";
+        ++over;
+      }
+    }
+    if (over > 0) return 1;
+  }
+  return 0;
+}
+
+}  // namespace hetsim::cli
