@@ -205,11 +205,13 @@ Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, cons
     const LinearFit mem2 = RobustFit(xm, ym);
     if (latency < 0) latency = std::max(0.0, mem2.coef[1]);
     // With the latency fixed, one slope: (t − latency) = ideal / efficiency.
-    auto slope_fit = [&](const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
+    // Rows whose ideal time is below `min_ideal` are left out: there fixed costs beyond the launch floor
+    // (a small kernel's ramp-up) would pass for a low efficiency.
+    auto slope_fit = [&](const std::vector<std::vector<double>>& x, const std::vector<double>& y, double min_ideal = 0) {
       std::vector<std::vector<double>> x1;
       std::vector<double> y1;
       for (size_t i = 0; i < y.size(); ++i) {
-        if (y[i] - latency <= 0.05 * y[i]) continue;  // all fixed cost: says nothing about the slope
+        if (y[i] - latency <= 0.05 * y[i] || x[i][0] < min_ideal) continue;  // all fixed cost: no slope
         x1.push_back({x[i][0]});
         y1.push_back(y[i] - latency);
       }
@@ -230,7 +232,8 @@ Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, cons
     std::string per_kind;
     LinearFit mem;
     for (const auto& [kind, xy] : by_kind) {
-      const LinearFit f = slope_fit(xy.first, xy.second);
+      // Memory kernels: transfers of at least twice the launch floor (on an H100, >= ~30 MB).
+      const LinearFit f = slope_fit(xy.first, xy.second, 2 * latency);
       if (f.coef.empty() || !(f.coef[0] > 0)) continue;
       inverse_sum += f.coef[0], ++kinds;
       per_kind += " " + kind + Fmt(" %.3f;", 1 / f.coef[0]);
@@ -286,6 +289,7 @@ Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, cons
     // Without point-to-point rows (e.g. published all-reduce curves) the link is the catalog's scale-up
     // link, and only the collectives' efficiency and latency are fitted.
     double bw = gpu.scale_up_bandwidth_gbyte_s > 0 ? gpu.scale_up_bandwidth_gbyte_s * 1e9 : gpu.pcie_bandwidth_gbyte_s * 1e9;
+    if (xp.size() == 1) return Status::Invalid("communication benchmark: one point-to-point row; a line needs two sizes");
     if (xp.size() >= 2) {
       const LinearFit p2p = RobustFit(xp, yp);
       if (!(p2p.coef[0] > 0)) return Status::Invalid("communication benchmark: the point-to-point fit has no bandwidth");

@@ -189,10 +189,11 @@ std::unique_ptr<simgrid::s4u::Engine> MakeEngine() {
 
 }  // namespace
 
-Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cluster& cluster, bool record_timeline) {
+Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cluster& cluster, bool record_timeline,
+                                      const std::string& calibration) {
   HETSIM_ASSIGN_OR_RETURN(std::string payload, RunIsolated([&] {
                             auto engine = MakeEngine();
-                            const Platform platform = BuildPlatform(cluster);
+                            const Platform platform = BuildPlatform(cluster, calibration);
                             std::string out(1, '\0');
                             PutTraces(out, RunEngine(programs, platform, record_timeline));
                             return out;

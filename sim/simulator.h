@@ -38,7 +38,8 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
 
 // Plays hand-built programs on the cluster's platform (in a child process, like SimulateIteration):
 // for tests of the engine and for benchmarks.
-Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cluster& cluster, bool record_timeline);
+Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cluster& cluster, bool record_timeline,
+                                      const std::string& calibration = "");
 
 // Chrome-trace JSON (open in Perfetto or chrome://tracing), written by models::ChromeTraceJson like the
 // executor's: one process per node, one track per GPU, slices named forward / backward / tp / pp / dp /

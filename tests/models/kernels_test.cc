@@ -138,7 +138,7 @@ TEST(KernelModel, NamedCalibrationsCoverTheirGpusOnly) {
   EXPECT_EQ(h100.sm_count, 132);
 }
 
-// The H100 parameters were measured on an H100 SXM (calibration/data/kernels-h100.csv) and hold for the
+// The H100 parameters were measured on an H100 SXM (calibration/data/h100/kernels.csv) and hold for the
 // Hopper SXM parts that share its chip, not for the cut-down H20 or the PCIe card's 114 SMs.
 TEST(KernelModel, MeasuredHopperParametersCoverTheSxmChipOnly) {
   for (const char* name : {"h100", "h800", "h200"}) {
@@ -198,7 +198,7 @@ TEST(KernelModel, UnknownCalibrationNamesTheFlagAndTheBundledOnes) {
   const Status s = CheckKernelCalibration("vtrain-h100", "--calibration");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--calibration: unknown calibration 'vtrain-h100'"), std::string::npos);
-  EXPECT_NE(s.message().find("default, vtrain-a100"), std::string::npos);
+  EXPECT_NE(s.message().find("a100-80gb, cpu, default, h100, vtrain-a100"), std::string::npos);
 }
 
 // A calibration file layers over its base: the fields it sets for a GPU type change, the rest are the
@@ -239,7 +239,7 @@ TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {
   EXPECT_NE(m.find(path + ": gpus[0].collective_latency[1].group_size: the entries must go up in group size"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (default, vtrain-a100)"), std::string::npos)
+  EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (a100-80gb, cpu, default, h100, vtrain-a100)"), std::string::npos)
       << m;
   // An efficiency above 10 breaks the schema's bounds (above 1 is allowed for nominal catalog rows).
   {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "models/profile_db.h"
 #include "models/spec_io.h"
@@ -367,16 +368,19 @@ nodes:
   EXPECT_NEAR(b->iteration_s / a->iteration_s, 2.0, 0.01);
 }
 
-TEST(Collectives, PcieFabricBandwidthCapsPeerToPeerTraffic) {
-  // Two GPUs behind PCIe links of 32 GB/s whose peer-to-peer path only reaches 10 GB/s (fabric.bandwidth):
-  // a 2-member ring all-reduce of S = 1 GB moves S each way, S / 10 GB/s = 0.1 s (not S / 32 GB/s).
-  const auto cluster = ClusterFrom(R"(
+// Two H100s behind PCIe links of 32 GB/s whose peer-to-peer path reaches 10 GB/s.
+const char* kPcieP2pPair = R"(
 name: pcie-p2p
 nodes:
   - name: n
     gpus: {type: h100, count: 2}
     fabric: {kind: pcie, bandwidth_gbyte_s: 10, pcie_bandwidth_gbyte_s: 32, latency_us: 0.000001}
-)");
+)";
+
+TEST(Collectives, PcieFabricBandwidthCapsPeerToPeerTraffic) {
+  // Two GPUs behind PCIe links of 32 GB/s whose peer-to-peer path only reaches 10 GB/s (fabric.bandwidth):
+  // a 2-member ring all-reduce of S = 1 GB moves S each way, S / 10 GB/s = 0.1 s (not S / 32 GB/s).
+  const auto cluster = ClusterFrom(kPcieP2pPair);
   for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
     auto r = SimulatePrograms(CollectivePrograms({{0, 1}}, 1e9, 2, fid), cluster, false);
     ASSERT_TRUE(r.ok()) << r.status().message();
@@ -703,6 +707,72 @@ TEST(Collectives, CpuStagedPipelineSendCrossesPcieTwice) {
   const auto [direct_s, staged_s] = DirectAndStaged(direct);
   EXPECT_NEAR(direct_s, 2 * 2e9 / 12.5e9, 1e-3);
   EXPECT_NEAR(staged_s, 2 * (2e9 / 16e9 + 2e9 / 12.5e9 + 2e9 / 16e9), 2e-3);
+}
+
+}  // namespace
+}  // namespace hetsim::sim
+
+namespace hetsim::sim {
+namespace {
+
+std::string WriteCalibration(const std::string& name, const std::string& body) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".yaml";
+  std::ofstream(path) << "kind: calibration\nname: " << name << "\n" << body;
+  return path;
+}
+
+TEST(Collectives, ACalibratedLinkReplacesTheFabricOfItsGpuType) {
+  // The PCIe pair above (peer-to-peer 10 GB/s): a calibration that measured 5 GB/s between two H100s makes
+  // the 2-member all-reduce of 1 GB take 1 GB / 5 GB/s = 0.2 s; one that measured A100s leaves 0.1 s.
+  const auto cluster = ClusterFrom(kPcieP2pPair);
+  const std::string h100 = WriteCalibration(
+      "link-h100", "gpus:\n  - {gpus: [h100], link_bandwidth_gbyte_s: 5, link_latency_us: 0.000001}\n");
+  const std::string a100 = WriteCalibration(
+      "link-a100", "gpus:\n  - {gpus: [a100-80gb], link_bandwidth_gbyte_s: 5, link_latency_us: 0.000001}\n");
+  ASSERT_TRUE(models::CheckKernelCalibration(h100).ok());
+  ASSERT_TRUE(models::CheckKernelCalibration(a100).ok());
+  const auto progs = CollectivePrograms({{0, 1}}, 1e9, 2, Fidelity::Balanced());
+  auto slow = SimulatePrograms(progs, cluster, false, h100);
+  auto same = SimulatePrograms(progs, cluster, false, a100);
+  ASSERT_TRUE(slow.ok() && same.ok());
+  EXPECT_NEAR(slow->iteration_s, 0.2, 1e-6);
+  EXPECT_NEAR(same->iteration_s, 0.1, 1e-6);
+}
+
+TEST(Simulator, CollectiveEfficiencyStretchesTheGradientAllReduce) {
+  // Data parallelism over two H100s joined at 1 GB/s, layer costs from an exact profile: with a calibrated
+  // collective efficiency of 0.5 (and no per-call latency) the gradient all-reduce moves its bytes at half
+  // the link's bandwidth, so its time doubles.
+  const Setting run = MakeSetting(R"(
+name: slow-pair
+nodes:
+  - name: n
+    gpus: {type: h100, count: 2}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: 1, latency_us: 0.000001}
+)", 4);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+comm: {dp_overlap: false}
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 2
+    stages: [{devices: [0, 1], layer_end: 6}]
+)");
+  const std::string full = WriteCalibration("eff-1", "gpus:\n  - gpus: [h100]\n    collective_latency: [{group_size: 2, latency_us: 0}]\n");
+  const std::string half = WriteCalibration(
+      "eff-half", "gpus:\n  - gpus: [h100]\n    collective_efficiency: 0.5\n    collective_latency: [{group_size: 2, latency_us: 0}]\n");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  auto dp_seconds = [&](const std::string& calibration) {
+    SimOptions opt;
+    opt.profiles = &db;
+    opt.compute.calibration = calibration;
+    auto r = SimulateIteration(plan, ctx, opt);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r->report.devices(0).dp_communication_s() : -1;
+  };
+  const double a = dp_seconds(full), b = dp_seconds(half);
+  ASSERT_GT(a, 1e-3);
+  EXPECT_NEAR(b / a, 2.0, 0.02);
 }
 
 }  // namespace

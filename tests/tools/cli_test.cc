@@ -181,5 +181,52 @@ TEST(ValidateSim, BadRowsNameTheLineAndTheProblem) {
   EXPECT_TRUE(Has(c.err, "give --runs FILE.csv"));
 }
 
+TEST(Calibrate, RefitsTheBundledA100CollectivesFromTheirData) {
+  // calibration/data/a100-80gb holds the nccl-tests curve the bundled a100-80gb calibration was fitted on:
+  // refitting it gives the file's value (0.7057 of NVLink), and what is written loads as a calibration.
+  const std::string out = testing::TempDir() + "a100-refit.yaml";
+  const auto r = RunCli({"calibrate", "--from-data", std::string(HETSIM_SOURCE_DIR) + "/calibration/data/a100-80gb",
+                         "--gpu", "a100-80gb", "--name", "refit", "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "all-reduce: bus bandwidth 0.706 of the link's"));
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(Has(text.str(), "collective_efficiency: 0.7057"));
+  EXPECT_TRUE(Has(text.str(), "command: hetsim calibrate --gpu a100-80gb --from-data"));
+  const auto v = RunCli({"validate", out});
+  EXPECT_EQ(v.code, 0) << v.err;
+}
+
+TEST(Calibrate, BadInputIsAClearError) {
+  const auto a = RunCli({"calibrate", "--backend", "tpu"});
+  EXPECT_EQ(a.code, 2);
+  EXPECT_TRUE(Has(a.err, "--backend: unknown backend 'tpu' (expected cpu or cuda)"));
+  const auto b = RunCli({"calibrate", "--from-data", testing::TempDir() + "no-such-dir"});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_TRUE(Has(b.err, "neither kernels.csv nor collectives.csv is there"));
+  const auto c = RunCli({"calibrate", "--gpu", "h1000"});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_TRUE(Has(c.err, "--gpu:"));
+  const std::string dir = testing::TempDir() + "bad-cal-data";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  { std::ofstream(dir + "/collectives.csv") << "op,group_size,bytes,median_s\np2p,2,1024,x\n"; }
+  const auto d = RunCli({"calibrate", "--from-data", dir});
+  EXPECT_EQ(d.code, 1);
+  EXPECT_TRUE(Has(d.err, dir + "/collectives.csv:2: column median_s: 'x' is not a number"));
+}
+
+TEST(ValidateSim, ExecutorModeNamesWhatIsMissingOrWrong) {
+  const auto a = RunCli({"validate-sim", "--executor"});
+  EXPECT_EQ(a.code, 2);
+  EXPECT_TRUE(Has(a.err, "give --plans P1,P2,..."));
+  const auto b = RunCli({"validate-sim", "--executor", "--plans", "cpu-4-single", "--backend", "tpu"});
+  EXPECT_EQ(b.code, 2);
+  EXPECT_TRUE(Has(b.err, "unknown backend 'tpu'"));
+  const auto c = RunCli({"validate-sim", "--executor", "--plans", "cpu-4-single", "--calibration", "nosuch"});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_TRUE(Has(c.err, "unknown calibration 'nosuch'"));
+}
+
 }  // namespace
 }  // namespace hetsim

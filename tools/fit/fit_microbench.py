@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fits the compute model's per-GPU parameters (models/kernels.h) to hetsim-kernel-bench output.
 
-Usage: /usr/bin/python3 tools/fit/fit_microbench.py calibration/data/kernels-h100.csv [--peak-tflops 989]
+Usage: /usr/bin/python3 tools/fit/fit_microbench.py calibration/data/h100/kernels.csv [--peak-tflops 989]
        [--hbm-gbyte-s 3350] [--sm-count 132]
 
 Prints:

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -108,21 +110,26 @@ int ProfileLayers(const po::variables_map& vm, const std::string& backend, const
   for (const auto& [tp, mbs] : *shapes) {
     const std::string stem = "profile-tp" + std::to_string(tp) + "-mbs" + std::to_string(mbs);
     const std::string plan = (fs::path(data_dir) / (stem + ".yaml")).string();
+    // CPU workers share the host's cores and memory system: a shape is timed with every rank of the
+    // calibration busy (data-parallel replicas of the TP group), as in the plans that use them all; on
+    // GPUs one TP group.
+    const int ranks = vm["ranks"].as<int>();
+    const uint32_t replicas = cuda ? 1 : std::max<uint32_t>(1, static_cast<uint32_t>(std::max(ranks, 1)) / tp);
     std::string devices;
-    for (uint32_t d = 0; d < tp; ++d) devices += (d ? ", " : "") + std::to_string(d);
+    for (uint32_t d = 0; d < tp * replicas; ++d) devices += (d ? ", " : "") + std::to_string(d);
     const std::string text =
         "# A one-stage plan whose layers `hetsim calibrate` profiles.\nkind: plan\nname: " + stem + "\nmodel: " + model +
-        "\ntraining: {global_batch_size: " + std::to_string(2 * mbs) + ", seq_len: " + std::to_string(seq) +
+        "\ntraining: {global_batch_size: " + std::to_string(2 * mbs * replicas) + ", seq_len: " + std::to_string(seq) +
         ", dtype: " + (cuda ? "bf16" : "fp32") + "}\nschedule: 1f1b\npipelines:\n  - micro_batch_size: " +
-        std::to_string(mbs) + "\n    num_micro_batches: 2\n    stages:\n      - {devices: [" + devices +
+        std::to_string(mbs * replicas) + "\n    num_micro_batches: 2\n    stages:\n      - {devices: [" + devices +
         "], tp_degree: " + std::to_string(tp) + ", layer_begin: 0, layer_end: " + layers + "}\n";
     if (Status s = models::WriteFileAtomically(plan, text); !s.ok()) {
       err << "hetsim calibrate: " << s.message() << "\n";
       return 1;
     }
-    std::vector<std::string> argv = MpirunPrefix(FlagString(vm, "mpirun"), static_cast<int>(tp));
+    std::vector<std::string> argv = MpirunPrefix(FlagString(vm, "mpirun"), static_cast<int>(tp * replicas));
     argv.insert(argv.end(), {*exe, "--plan", plan, "--cluster", cluster, "--backend", backend, "--iterations",
-                             vm["quick"].as<bool>() ? "5" : "10", "--warmup", "1", "--profile-out", profile_yaml});
+                             "10", "--warmup", "1", "--profile-out", profile_yaml});
     out << "      layer profile " << ++i << "/" << shapes->size() << ": TP " << tp << ", micro-batch " << mbs << "\n"
         << std::flush;
     const std::string log = (fs::path(data_dir) / (stem + ".log")).string();
@@ -152,14 +159,25 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
   const std::string name = vm.count("name") ? FlagString(vm, "name") : gpu.value()->name + "-measured";
   const std::string output = vm.count("output") ? FlagString(vm, "output") : name + ".yaml";
   const bool quick = vm["quick"].as<bool>();
-  const int ranks = vm["ranks"].as<int>();
+  int ranks = vm["ranks"].as<int>();
+  if (cuda && vm["ranks"].defaulted()) {
+    // One rank per GPU of this node (NCCL needs two); nvidia-smi counts them.
+    ranks = 0;
+    if (FILE* p = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, p) != nullptr) ranks += std::strncmp(line, "GPU ", 4) == 0;
+      ::pclose(p);
+    }
+    out << "GPUs on this node: " << ranks << " (nvidia-smi -L; --ranks overrides)\n";
+  }
   std::string data_dir = vm.count("from-data") ? FlagString(vm, "from-data")
                          : vm.count("data-dir")  ? FlagString(vm, "data-dir")
                                                  : (fs::path(output).parent_path() / (fs::path(output).stem().string() + "-data")).string();
   const std::string kernels_csv = (fs::path(data_dir) / "kernels.csv").string();
   const std::string comm_csv = (fs::path(data_dir) / "collectives.csv").string();
   const std::string profile_yaml = (fs::path(data_dir) / "profile.yaml").string();
-  std::string command = "hetsim calibrate --backend " + backend + " --gpu " + gpu.value()->name;
+  std::string command = "hetsim calibrate " + (vm.count("from-data") ? std::string() : "--backend " + backend + " ") +
+                        "--gpu " + gpu.value()->name;
   if (quick) command += " --quick";
 
   if (!vm.count("from-data")) {
@@ -262,13 +280,16 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
   proto::Calibration cal;
   cal.set_kind("calibration");
   cal.set_name(name);
-  cal.set_description("Measured on " + HostDescription(cuda) + " by `hetsim calibrate` (" + backend + " backend).");
+  const bool refit = vm.count("from-data") > 0;
+  cal.set_description(refit ? "Fitted by `hetsim calibrate --from-data` on the measurements in " + data_dir + "."
+                            : "Measured on " + HostDescription(cuda) + " by `hetsim calibrate` (" + backend + " backend).");
   cal.set_base(vm["base"].as<std::string>());
   auto* prov = cal.mutable_provenance();
-  prov->set_host(HostDescription(cuda));
+  prov->set_host(refit ? "the machine the data files name (their headers)" : HostDescription(cuda));
   prov->set_date(Today());
   prov->set_command(command);
-  prov->set_versions("hetsim 0.1.0; " + std::string(cuda ? "CUDA backend (cuBLAS, NCCL)" : "CPU backend (Eigen, Open MPI)"));
+  prov->set_versions(refit ? "hetsim 0.1.0 (fit only)"
+                            : "hetsim 0.1.0; " + std::string(cuda ? "CUDA backend (cuBLAS, NCCL)" : "CPU backend (Eigen, Open MPI)"));
   prov->set_data((fs::exists(kernels_csv) ? kernels_csv : "") +
                  (fs::exists(comm_csv) ? std::string(fs::exists(kernels_csv) ? "; " : "") + comm_csv : ""));
   *cal.add_gpus() = *fitted;
@@ -307,7 +328,8 @@ std::vector<Command> CalibrationCommands() {
                             "cpu (Eigen + MPI, CPU workers) | cuda (cuBLAS + NCCL)")
                 ("gpu", po::value<std::string>(), "catalog type of the device measured (default: cpu, or h100 on cuda)")
                 ("ranks,r", po::value<int>()->default_value(2),
-                 "MPI ranks of the communication benchmark (devices of one node; 0 or 1 skips it)")
+                 "MPI ranks of the communication benchmark (devices of one node; 0 or 1 skips it); on cuda the "
+                 "default is the node's GPU count")
                 ("quick", po::bool_switch()->default_value(false), "short benchmarks (about a minute on a CPU)")
                 ("output,o", po::value<std::string>(), "calibration file to write (default: NAME.yaml)")
                 ("name", po::value<std::string>(), "the calibration's name (default: GPU-measured)")

@@ -26,6 +26,9 @@ Result<int> RunChild(const std::vector<std::string>& argv, const std::string& lo
 // "tools/plot".
 std::string FindPlotDir();
 
+// "a,b,,c" -> {a, b, c}.
+std::vector<std::string> SplitList(const std::string& s);
+
 // argv as one shell-like line (for messages and provenance).
 std::string JoinArgs(const std::vector<std::string>& argv);
 

@@ -27,15 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // Mean over the report's devices of each class: compute, TP, PP, DP, idle.
 constexpr int kClasses = 5;
 const char* const kClassNames[kClasses] = {"compute", "tp", "pp", "dp", "idle"};
