@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "models/proto/calibration.pb.h"
+#include "models/proto/trace.pb.h"
 #include "models/proto/cluster.pb.h"
 #include "models/proto/experiment.pb.h"
 #include "models/proto/model.pb.h"
@@ -22,7 +23,7 @@ const std::vector<std::pair<SpecKind, std::string>>& KindNames() {
   static const std::vector<std::pair<SpecKind, std::string>> names = {
       {SpecKind::kCluster, "cluster"}, {SpecKind::kModel, "model"}, {SpecKind::kTraining, "training"},
       {SpecKind::kPlan, "plan"},       {SpecKind::kProfile, "profile"},   {SpecKind::kExperiment, "experiment"},
-      {SpecKind::kCalibration, "calibration"}};
+      {SpecKind::kCalibration, "calibration"}, {SpecKind::kTrace, "trace"}};
   return names;
 }
 
@@ -117,6 +118,7 @@ template Status ParseSpec(const SpecText&, SpecKind, proto::Plan*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Profile*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Experiment*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Calibration*);
+template Status ParseSpec(const SpecText&, SpecKind, proto::Trace*);
 
 Result<Cluster> LoadCluster(const std::string& name_or_path) {
   HETSIM_ASSIGN_OR_RETURN(SpecText src, ReadSpec(SpecKind::kCluster, name_or_path));

@@ -27,6 +27,7 @@
 #include "models/transformer.h"
 #include "models/proto/calibration.pb.h"
 #include "models/proto/experiment.pb.h"
+#include "models/proto/trace.pb.h"
 #include "models/yaml_proto.h"
 
 namespace hetsim::models {
@@ -44,6 +45,7 @@ std::unique_ptr<Message> NewMessage(SpecKind kind) {
     case SpecKind::kProfile: return std::make_unique<proto::Profile>();
     case SpecKind::kExperiment: return std::make_unique<proto::Experiment>();
     case SpecKind::kCalibration: return std::make_unique<proto::Calibration>();
+    case SpecKind::kTrace: return std::make_unique<proto::Trace>();
   }
   return nullptr;
 }

@@ -38,6 +38,9 @@ std::vector<Command> SimCommands();      // simulate (sim_commands.cc)
 std::vector<Command> RunCommands();      // run (run_command.cc; needs the planners room)
 Command ValidateSimCommand();             // validate-sim (validate_sim_command.cc; needs the planners room)
 std::vector<Command> CalibrationCommands();  // calibrate (calibrate_command.cc; needs the calibration room)
+std::vector<Command> TraceCommands();  // trace (trace_commands.cc; needs the traces room)
+// A trace file checked against the cluster it names (`hetsim validate`); a one-line description.
+Result<std::string> ValidateTraceFile(const std::string& path);
 // validate-sim --executor (validate_exec.cc; without the calibration room: an error).
 int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err);
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the

@@ -201,6 +201,12 @@ bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostr
       if (c.ok()) what = "calibration of " + std::to_string(c->gpus_size()) + " GPU group(s)";
       break;
     }
+    case SpecKind::kTrace: {
+      auto desc = ValidateTraceFile(text->file);
+      st = desc.status();
+      if (desc.ok()) what = *desc;
+      break;
+    }
     case SpecKind::kExperiment: {
       auto desc = ValidateExperiment(text->file);
       st = desc.status();
@@ -292,6 +298,7 @@ const std::vector<Command>& Commands() {
     for (auto&& c : SimCommands()) all.push_back(std::move(c));
     for (auto&& c : RunCommands()) all.push_back(std::move(c));
     for (auto&& c : CalibrationCommands()) all.push_back(std::move(c));
+    for (auto&& c : TraceCommands()) all.push_back(std::move(c));
     return all;
   }();
   return commands;

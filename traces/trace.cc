@@ -1,0 +1,108 @@
+#include "traces/trace.h"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "models/spec_io.h"
+#include "models/yaml_proto.h"
+
+namespace hetsim::traces {
+
+using Event = proto::TraceEvent;
+
+Result<proto::Trace> LoadTrace(const std::string& name_or_path) {
+  HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kTrace, name_or_path));
+  proto::Trace t;
+  HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kTrace, &t));
+  return t;
+}
+
+std::string EventKindName(Event::Kind kind) {
+  return models::EnumValueYamlName(Event::Kind_descriptor()->FindValueByNumber(kind));
+}
+
+Status CheckTrace(const proto::Trace& trace, const models::Cluster& cluster, const std::string& file) {
+  ErrorList errors;
+  const uint32_t devices = cluster.num_devices();
+  const auto nodes = static_cast<uint32_t>(cluster.nodes().size());
+  const std::string cl = "cluster " + cluster.spec().name() + " (" + std::to_string(nodes) + " nodes, " +
+                         std::to_string(devices) + " GPUs)";
+  double last = 0;
+  for (int i = 0; i < trace.events_size(); ++i) {
+    const Event& e = trace.events(i);
+    const std::string at = file + ": events[" + std::to_string(i) + "]";
+    if (e.time_s() < last) {
+      errors.Add(at + ".time_s: " + std::to_string(e.time_s()) + " comes before the previous event (" +
+                 std::to_string(last) + "); sort the events by time");
+    }
+    last = std::max(last, e.time_s());
+    if (trace.duration_s() > 0 && e.time_s() > trace.duration_s()) {
+      errors.Add(at + ".time_s: after the trace's duration_s (" + std::to_string(trace.duration_s()) +
+                 "); raise duration_s or drop the event");
+    }
+    for (int j = 0; j < e.devices_size(); ++j) {
+      if (e.devices(j) >= devices) {
+        errors.Add(at + ".devices[" + std::to_string(j) + "]: GPU " + std::to_string(e.devices(j)) +
+                   " does not exist in " + cl + "; devices are numbered 0.." + std::to_string(devices - 1));
+      }
+    }
+    for (int j = 0; j < e.nodes_size(); ++j) {
+      if (e.nodes(j) >= nodes) {
+        errors.Add(at + ".nodes[" + std::to_string(j) + "]: node " + std::to_string(e.nodes(j)) + " does not exist in " +
+                   cl + "; nodes are numbered 0.." + std::to_string(nodes - 1) + " (`hetsim describe --cluster`)");
+      }
+    }
+    switch (e.kind()) {
+      case Event::KIND_GPU_FAILURE:
+      case Event::KIND_STRAGGLER:
+        if (e.devices_size() == 0) errors.Add(at + ".devices: a " + EventKindName(e.kind()) + " names the GPUs it hits");
+        if (e.kind() == Event::KIND_STRAGGLER && !(e.slowdown() > 1)) {
+          errors.Add(at + ".slowdown: a straggler runs slower: give a factor above 1 (e.g. 1.5)");
+        }
+        break;
+      case Event::KIND_NODE_FAILURE:
+      case Event::KIND_LINK_FAILURE:
+      case Event::KIND_PREEMPTION:
+      case Event::KIND_CAPACITY_ADDED:
+        if (e.nodes_size() == 0) errors.Add(at + ".nodes: a " + EventKindName(e.kind()) + " names the nodes it hits");
+        break;
+      case Event::KIND_SOFTWARE_FAILURE:
+        break;
+      default:
+        errors.Add(at + ".kind: missing or unknown");
+    }
+  }
+  return errors.ToStatus();
+}
+
+std::string DescribeTrace(const proto::Trace& trace, const models::Cluster& cluster) {
+  std::map<std::string, int> by_kind, by_cause;
+  int interruptions = 0;
+  for (const auto& e : trace.events()) {
+    ++by_kind[EventKindName(e.kind())];
+    if (!e.cause().empty()) ++by_cause[e.cause()];
+    interruptions += e.kind() != Event::KIND_CAPACITY_ADDED && e.kind() != Event::KIND_STRAGGLER;
+  }
+  const double days = trace.duration_s() / 86400;
+  std::ostringstream o;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "trace %s on %s (%u GPUs, %zu nodes): %.2f days, %d events, %d interruptions",
+                trace.name().c_str(), cluster.spec().name().c_str(), cluster.num_devices(), cluster.nodes().size(), days,
+                trace.events_size(), interruptions);
+  o << buf;
+  if (days > 0 && interruptions > 0) {
+    std::snprintf(buf, sizeof buf, " (%.2f per day, one every %.1f h)", interruptions / days, 24 * days / interruptions);
+    o << buf;
+  }
+  o << "\n  by kind:";
+  for (const auto& [k, n] : by_kind) o << " " << k << " " << n << ";";
+  if (!by_cause.empty()) {
+    o << "\n  by cause:";
+    for (const auto& [k, n] : by_cause) o << " " << k << " " << n << ";";
+  }
+  o << "\n";
+  return o.str();
+}
+
+}  // namespace hetsim::traces
