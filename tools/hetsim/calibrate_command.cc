@@ -53,7 +53,16 @@ std::string HostDescription(bool cuda) {
   }
   std::string s = std::string(host) + ": " + (cpu.empty() ? "unknown CPU" : cpu) + ", " +
                   std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
-  if (cuda) s += "; GPU: see the kernel benchmark's header";
+  if (cuda) {
+    std::string gpus;
+    if (FILE* p = ::popen("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null", "r")) {
+      char line[256];
+      if (std::fgets(line, sizeof line, p) != nullptr) gpus = line;
+      ::pclose(p);
+    }
+    while (!gpus.empty() && (gpus.back() == '\n' || gpus.back() == '\r')) gpus.pop_back();
+    s += "; GPU: " + (gpus.empty() ? std::string("unknown (nvidia-smi gave nothing)") : gpus + " (name, driver)");
+  }
   return s;
 }
 
