@@ -62,6 +62,27 @@ int RepsFor(double first_s, int reps) {
   return std::clamp(static_cast<int>(0.5 / first_s), 5, reps);
 }
 
+// Times `op` (every rank calls it; ranks outside the operation pass a no-op): two untimed calls, then up to
+// `reps` timed ones (fewer when a call is slow), each started after a world barrier and divided by `per`
+// (2 for a ping-pong's round trip). Rank 0's time is broadcast, so every rank makes the same number of calls.
+template <typename Op>
+Stats TimeCalls(Backend* be, int reps, double per, Op op) {
+  std::vector<double> times;
+  int want = 2 + reps;
+  for (int i = 0; i < want; ++i) {
+    be->Synchronize();
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = Now();
+    op();
+    be->Synchronize();
+    double dt = (Now() - t0) / per;
+    MPI_Bcast(&dt, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (i == 2) want = 2 + RepsFor(dt, reps);
+    if (i >= 2) times.push_back(dt);
+  }
+  return Summarise(times);
+}
+
 int Main(int argc, char** argv) {
   std::string backend_name = "cpu", out_path;
   int reps = 30;
@@ -159,23 +180,10 @@ int Main(int argc, char** argv) {
       const auto numel = static_cast<int64_t>(bytes / 4);
       Buffer buf;
       if (comm) buf = Buffer(be.get(), 1, numel, DType::kF32), be->Fill(buf.t(), 1.0f);
-      std::vector<double> times;
-      int want = 2 + reps;
-      for (int i = 0; i < want; ++i) {
-        be->Synchronize();
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = Now();
-        if (comm) {
-          comm->AllReduce(buf.t(), hetsim::executor::ReduceOp::kSum);
-          be->Synchronize();
-        }
-        double dt = Now() - t0;
-        MPI_Bcast(&dt, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);  // every rank agrees on the count of calls
-        if (i == 2) want = 2 + RepsFor(dt, reps);
-        if (i >= 2) times.push_back(dt);
-      }
+      const Stats s = TimeCalls(be.get(), reps, 1, [&] {
+        if (comm) comm->AllReduce(buf.t(), hetsim::executor::ReduceOp::kSum);
+      });
       if (rank == 0) {
-        const Stats s = Summarise(times);
         out << "allreduce," << g << "," << bytes << "," << s.median_s << "," << s.min_s << "," << s.reps << ","
             << 2.0 * (g - 1) / g * bytes / s.median_s / 1e9 << "\n";
         std::cerr << "hetsim-coll-bench: allreduce g=" << g << " " << bytes << " B: " << s.median_s * 1e6
@@ -190,12 +198,7 @@ int Main(int argc, char** argv) {
     const auto numel = static_cast<int64_t>(bytes / 4);
     Buffer buf(be.get(), 1, numel, DType::kF32);
     be->Fill(buf.t(), 1.0f);
-    std::vector<double> times;
-    int want = 2 + reps;
-    for (int i = 0; i < want; ++i) {
-      be->Synchronize();
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = Now();
+    const Stats s = TimeCalls(be.get(), reps, 2, [&] {
       if (rank == 0) {
         p2p->Send(1, buf.t(), 7);
         p2p->WaitSends();
@@ -205,14 +208,8 @@ int Main(int argc, char** argv) {
         p2p->Send(0, buf.t(), 8);
         p2p->WaitSends();
       }
-      be->Synchronize();
-      double dt = (Now() - t0) / 2;
-      MPI_Bcast(&dt, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-      if (i == 2) want = 2 + RepsFor(dt, reps);
-      if (i >= 2) times.push_back(dt);
-    }
+    });
     if (rank == 0) {
-      const Stats s = Summarise(times);
       out << "p2p,2," << bytes << "," << s.median_s << "," << s.min_s << "," << s.reps << ","
           << bytes / s.median_s / 1e9 << "\n";
       std::cerr << "hetsim-coll-bench: p2p " << bytes << " B: " << s.median_s * 1e6 << " us\n";

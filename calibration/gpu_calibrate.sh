@@ -42,7 +42,7 @@ done
 # hetsim finds its sibling binaries and the plotting script next to itself.
 mkdir -p "$dir/tools" && ln -sfn "$PWD/tools/plot" "$dir/tools/plot"
 
-work="$out/work"
+work="$out/specs"
 mkdir -p "$work"
 sed -e 's/^name: llama2-7b$/name: llama2-7b-stack2/' -e 's/^num_layers: 32$/num_layers: 2/' \
   -e '/^published_params_billion/d' models/catalog/models/llama2-7b.yaml > "$work/llama2-7b-stack2.yaml"

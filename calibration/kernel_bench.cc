@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -200,7 +201,9 @@ int Main(int argc, char** argv) {
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::string command;
-  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  // The program's name without its folder: a data file records how it was made, not where.
+  command = std::filesystem::path(argv[0]).filename().string();
+  for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
   out << "# hetsim-kernel-bench backend=" << be->name() << " dtype=" << dtype_arg << " gpu=" << gpu_name
       << " calibration=" << calibration << " date=" << date << "\n# command: " << command << "\n";
   out << "kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s\n";

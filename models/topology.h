@@ -39,7 +39,7 @@ struct Link {
 
 // NVLink SHARP (NVLS) all-reduce: every GPU sends and receives S once through the NVSwitch, which reduces;
 // the switch's reduction rate holds it to this fraction of the GPU's NVLink bandwidth. Fitted on the
-// measured NCCL curves of ../shared/data/nccl (copied into calibration/data/nccl): an 8-GPU H100 DGX
+// measured NCCL curves in calibration/data/nccl (their sources: its README.md): an 8-GPU H100 DGX
 // reaches 274 GB/s algorithm bandwidth at 8 GiB and H200 HGX 259-268 GB/s at 5-8 GPUs, over 450 GB/s ports
 // (0.58-0.61); NCCL's ring on the same H200s reaches 364-366 GB/s bus bandwidth.
 inline constexpr double kNvlsEfficiency = 0.6;
