@@ -22,6 +22,14 @@ s4u::Link* Duplex(s4u::NetZone* zone, const std::string& name, double bytes_per_
   return zone->create_split_duplex_link(name, bytes_per_s)->set_latency(latency_s)->seal();
 }
 
+// A storage endpoint's link: reads leave the storage host (UP), writes enter it (DOWN).
+s4u::Link* StorageLink(s4u::NetZone* zone, const std::string& name, const proto::StorageEndpoint& s) {
+  auto* l = zone->create_split_duplex_link(name, s.read_bandwidth_gbyte_s() * kGbyte);
+  l->set_latency(s.latency_ms() * 1e-3);
+  if (s.write_bandwidth_gbyte_s() > 0) l->get_link_down()->set_bandwidth(s.write_bandwidth_gbyte_s() * kGbyte);
+  return l->seal();
+}
+
 // The node groups sharing one switch, in node order.
 std::vector<std::vector<uint32_t>> NetworkGroups(const models::Cluster& c, const std::vector<uint32_t>& nodes) {
   const auto& net = c.spec().network();
@@ -153,7 +161,7 @@ class Builder {
       if (nvme_ != nullptr) {
         s4u::Host* nvme = z->create_host(nn + "-nvme", kGpuSpeed)->seal();
         p_.nvmes[n] = nvme;
-        nvme_link = Duplex(z, nn + "-nvme-link", nvme_->read_bandwidth_gbyte_s() * kGbyte, nvme_->latency_ms() * 1e-3);
+        nvme_link = StorageLink(z, nn + "-nvme-link", *nvme_);
         std::vector<s4u::LinkInRoute> r = {s4u::LinkInRoute(nvme_link, Dir::UP)};
         if (!nics.empty()) r.emplace_back(nics[0], Dir::UP);
         z->add_route(nvme->get_netpoint(), nullptr, nullptr, nullptr, r, true);
@@ -231,8 +239,7 @@ class Builder {
   void AddObjectStore(s4u::NetZone* z) {
     if (object_store_ == nullptr) return;
     p_.object_store = z->create_host("object-store", kGpuSpeed)->seal();
-    s4u::Link* l = Duplex(z, "object-store-link", object_store_->read_bandwidth_gbyte_s() * kGbyte,
-                          object_store_->latency_ms() * 1e-3);
+    s4u::Link* l = StorageLink(z, "object-store-link", *object_store_);
     z->add_route(p_.object_store->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(l, Dir::UP)}, true);
   }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <cstring>
@@ -202,6 +203,72 @@ Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cl
   EngineResult er;
   if (!GetTraces(rd, &er)) return Status::Internal("simulator: malformed result from the simulation process");
   return er;
+}
+
+Result<double> SimulateTransfers(const std::vector<Transfer>& transfers, const models::Cluster& cluster,
+                                 const std::string& calibration) {
+  bool nvme = false, store = false;
+  for (const auto& s : cluster.spec().storage()) {
+    nvme |= s.kind() == proto::StorageEndpoint::KIND_LOCAL_NVME;
+    store |= s.kind() == proto::StorageEndpoint::KIND_OBJECT_STORE;
+  }
+  for (const auto& t : transfers) {
+    for (const Endpoint& e : {t.from, t.to}) {
+      if (e.kind == Endpoint::kNvme && !nvme) {
+        return Status::Invalid("cluster " + cluster.name() +
+                               " has no local NVMe: add `storage: [{name: nvme, kind: local_nvme, "
+                               "read_bandwidth_gbyte_s: ...}]` to the cluster");
+      }
+      if (e.kind == Endpoint::kObjectStore && !store) {
+        return Status::Invalid("cluster " + cluster.name() +
+                               " has no object store: add `storage: [{name: store, kind: object_store, "
+                               "read_bandwidth_gbyte_s: ...}]` to the cluster");
+      }
+      const uint32_t limit = e.kind == Endpoint::kGpu ? cluster.num_devices() : static_cast<uint32_t>(cluster.nodes().size());
+      if (e.kind != Endpoint::kObjectStore && e.index >= limit) {
+        return Status::Invalid("transfer endpoint " + std::to_string(e.index) + " is not in cluster " + cluster.name());
+      }
+    }
+  }
+  if (transfers.empty()) return 0.0;
+  HETSIM_ASSIGN_OR_RETURN(std::string payload, RunIsolated([&] {
+                            auto engine = MakeEngine();
+                            const Platform platform = BuildPlatform(cluster, calibration);
+                            auto host = [&](const Endpoint& e) {
+                              switch (e.kind) {
+                                case Endpoint::kGpu: return platform.gpus[e.index];
+                                case Endpoint::kHostMemory: return platform.cpus[e.index];
+                                case Endpoint::kNvme: return platform.nvmes[e.index];
+                                case Endpoint::kObjectStore: break;
+                              }
+                              return platform.object_store;
+                            };
+                            double end = 0;
+                            simgrid::s4u::Actor::create("transfers", platform.object_store != nullptr
+                                                                         ? platform.object_store
+                                                                         : platform.cpus[0],
+                                                        [&] {
+                                                          std::vector<simgrid::s4u::CommPtr> comms;
+                                                          comms.reserve(transfers.size());
+                                                          for (const auto& t : transfers) {
+                                                            auto* a = host(t.from);
+                                                            auto* b = host(t.to);
+                                                            if (a == b || t.bytes <= 0) continue;
+                                                            comms.push_back(simgrid::s4u::Comm::sendto_async(
+                                                                a, b, static_cast<uint64_t>(std::llround(t.bytes))));
+                                                          }
+                                                          for (auto& c : comms) c->wait();
+                                                          end = simgrid::s4u::Engine::get_clock();
+                                                        });
+                            engine->run();
+                            std::string out(1, '\0');
+                            PutPod(out, end);
+                            return out;
+                          }));
+  Reader rd(payload);
+  double end = 0;
+  if (!rd.Pod(&end)) return Status::Internal("simulator: malformed result from the transfer simulation");
+  return end;
 }
 
 Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanContext& ctx, const SimOptions& options) {

@@ -41,6 +41,22 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
 Result<EngineResult> SimulatePrograms(const Programs& programs, const models::Cluster& cluster, bool record_timeline,
                                       const std::string& calibration = "");
 
+// Data movement outside an iteration (checkpoints, state recovery; sim/replay.h): transfers between the
+// platform's endpoints, all started together, played on the cluster's SimGrid platform.
+struct Endpoint {
+  enum Kind : uint8_t { kGpu, kHostMemory, kNvme, kObjectStore };
+  Kind kind = kGpu;
+  uint32_t index = 0;  // device (kGpu) or node (kHostMemory, kNvme); unused for the object store
+};
+struct Transfer {
+  Endpoint from, to;
+  double bytes = 0;
+};
+// Seconds until the last transfer has arrived. Endpoints the cluster lacks (no local NVMe, no object
+// store) are an error naming the cluster field to add.
+Result<double> SimulateTransfers(const std::vector<Transfer>& transfers, const models::Cluster& cluster,
+                                 const std::string& calibration = "");
+
 // Chrome-trace JSON (open in Perfetto or chrome://tracing), written by models::ChromeTraceJson like the
 // executor's: one process per node, one track per GPU, slices named forward / backward / tp / pp / dp /
 // zero / optimizer with the micro-batch.

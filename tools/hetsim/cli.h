@@ -39,6 +39,7 @@ std::vector<Command> RunCommands();      // run (run_command.cc; needs the plann
 Command ValidateSimCommand();             // validate-sim (validate_sim_command.cc; needs the planners room)
 std::vector<Command> CalibrationCommands();  // calibrate (calibrate_command.cc; needs the calibration room)
 std::vector<Command> TraceCommands();  // trace (trace_commands.cc; needs the traces room)
+std::vector<Command> ReplayCommands();  // replay (replay_command.cc; needs the traces and planners rooms)
 // A trace file checked against the cluster it names (`hetsim validate`); a one-line description.
 Result<std::string> ValidateTraceFile(const std::string& path);
 // validate-sim --executor (validate_exec.cc; without the calibration room: an error).

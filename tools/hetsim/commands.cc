@@ -299,6 +299,7 @@ const std::vector<Command>& Commands() {
     for (auto&& c : RunCommands()) all.push_back(std::move(c));
     for (auto&& c : CalibrationCommands()) all.push_back(std::move(c));
     for (auto&& c : TraceCommands()) all.push_back(std::move(c));
+    for (auto&& c : ReplayCommands()) all.push_back(std::move(c));
     return all;
   }();
   return commands;

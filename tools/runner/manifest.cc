@@ -1,5 +1,7 @@
 #include "tools/runner/manifest.h"
 
+#include "tools/runner/replay_setup.h"
+
 #include <charconv>
 #include <filesystem>
 #include <set>
@@ -10,6 +12,7 @@
 #include "models/yaml_proto.h"
 #include "planners/planner.h"
 #include "sim/simulator.h"
+#include "tools/runner/replay_setup.h"
 
 namespace hetsim::runner {
 namespace {
@@ -41,8 +44,30 @@ const std::vector<std::string>& MetricNames() {
   static const std::vector<std::string> names = {
       "iteration_time_s", "tokens_per_s", "mfu", "bubble_fraction", "time_compute_s", "time_tp_s", "time_pp_s",
       "time_dp_s", "time_idle_s", "peak_memory_gib", "any_oom", "estimated_iteration_s", "candidates", "pipelines",
-      "stages_max"};
+      "stages_max",
+      // replay points (docs/replay.md)
+      "ettr", "goodput_tokens_per_s", "goodput_fraction", "tokens", "interruptions", "checkpoint_interval_s",
+      "checkpoint_h", "lost_work_h", "detect_h", "replan_h", "wait_h", "restart_h", "recover_h", "downtime_h",
+      "gpu_hours", "cost_usd", "configurations"};
   return names;
+}
+
+bool IsReplayAxis(const std::string& name) {
+  return name == "policy" || name == "trace" || name == "checkpoint_interval" || name == "spares" ||
+         name == "detection_s" || name == "restart_s" || name == "trace_rate_scale";
+}
+
+std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = text.find('\n', start);
+    const std::string line = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!line.empty()) lines.push_back(line);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return lines;
 }
 
 }  // namespace
@@ -51,7 +76,10 @@ const std::vector<std::string>& SweepAxisNames() {
   static const std::vector<std::string> names = {"cluster",         "model",        "planner",
                                                  "global_batch_size", "seq_len",    "recompute",
                                                  "dtype",           "nic_bandwidth_gbps", "zone_link_bandwidth_gbps",
-                                                 "oversubscription", "fidelity"};
+                                                 "oversubscription", "fidelity",
+                                                 // replay (docs/replay.md)
+                                                 "policy", "trace", "checkpoint_interval", "spares", "detection_s",
+                                                 "restart_s", "trace_rate_scale"};
   return names;
 }
 
@@ -158,6 +186,21 @@ Result<Manifest> LoadManifest(const std::string& path) {
   }
 
   // Sweep axes: names and values checked now.
+  // Replay: policies (default checkpoint-restart) with distinct labels.
+  if (e.has_replay()) {
+    auto* rp = m.spec.mutable_replay();
+    if (rp->policies_size() == 0) rp->add_policies()->set_name("checkpoint-restart");
+    if (Status st = CheckReplaySpec(*rp, "replay"); !st.ok()) {
+      for (const auto& line : SplitLines(st.message())) errors.Add(at + line);
+    }
+    for (const auto& pol : rp->policies()) {
+      const std::string label = pol.label().empty() ? pol.name() : pol.label();
+      if (std::find(m.policy_labels.begin(), m.policy_labels.end(), label) != m.policy_labels.end()) {
+        errors.Add(at + "replay.policies: label '" + label + "' is used twice; give the policies distinct `label`s");
+      }
+      m.policy_labels.push_back(label);
+    }
+  }
   const auto& axis_names = SweepAxisNames();
   std::set<std::string> axis_seen;
   std::map<std::string, size_t> zip_sizes;
@@ -167,7 +210,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
     if (std::find(axis_names.begin(), axis_names.end(), ax.name()) == axis_names.end()) {
       errors.Add(at + apath + ".name: unknown axis '" + ax.name() + "'" + DidYouMean(ax.name(), axis_names) +
                  " (axes: cluster, model, planner, global_batch_size, seq_len, recompute, dtype, nic_bandwidth_gbps, "
-                 "zone_link_bandwidth_gbps, oversubscription, fidelity)");
+                 "zone_link_bandwidth_gbps, oversubscription, fidelity; with replay: policy, trace, "
+                 "checkpoint_interval, spares, detection_s, restart_s, trace_rate_scale)");
       continue;
     }
     if (!axis_seen.insert(ax.name()).second) errors.Add(at + apath + ".name: axis '" + ax.name() + "' appears twice");
@@ -200,6 +244,19 @@ Result<Manifest> LoadManifest(const std::string& path) {
         errors.Add(vpath + "expected none, selective or full, found '" + val + "'");
       } else if (ax.name() == "dtype" && val != "bf16" && val != "fp16" && val != "fp32") {
         errors.Add(vpath + "expected bf16, fp16 or fp32, found '" + val + "'");
+      } else if (IsReplayAxis(ax.name()) && !e.has_replay()) {
+        errors.Add(at + apath + ".name: axis '" + ax.name() + "' needs a `replay:` section");
+        break;
+      } else if (ax.name() == "policy" &&
+                 std::find(m.policy_labels.begin(), m.policy_labels.end(), val) == m.policy_labels.end()) {
+        errors.Add(vpath + "policy '" + val + "' is not one of replay.policies' labels" + DidYouMean(val, m.policy_labels));
+      } else if (ax.name() == "checkpoint_interval" && val != "young-daly" && !ParsePositive(val, &num)) {
+        errors.Add(vpath + "expected seconds (e.g. 1800) or young-daly, found '" + val + "'");
+      } else if ((ax.name() == "spares" || ax.name() == "detection_s" || ax.name() == "restart_s") &&
+                 !(ParsePositive(val, &num) || val == "0")) {
+        errors.Add(vpath + "expected a non-negative number, found '" + val + "'");
+      } else if (ax.name() == "trace_rate_scale" && !ParsePositive(val, &num)) {
+        errors.Add(vpath + "expected a positive number, found '" + val + "'");
       } else if (ax.name() == "fidelity" && !sim::ParseFidelity(val).ok()) {
         errors.Add(vpath + "expected fast, balanced or full, found '" + val + "'");
       } else if ((ax.name() == "global_batch_size" || ax.name() == "seq_len" || ax.name().ends_with("_gbps") ||
@@ -214,6 +271,7 @@ Result<Manifest> LoadManifest(const std::string& path) {
   std::vector<std::string> inputs = {"cluster", "model", "planner", "planner_label", "global_batch_size", "seq_len",
                                      "gpus", "repeat", "seed"};
   for (const auto& ax : e.sweep()) inputs.push_back(ax.name());
+  if (e.has_replay()) inputs.insert(inputs.end(), {"policy", "trace"});
   const auto& metrics = MetricNames();
   std::set<std::string> figure_names;
   for (int i = 0; i < e.figures_size(); ++i) {
@@ -233,6 +291,10 @@ Result<Manifest> LoadManifest(const std::string& path) {
     check_input(f.x(), "x");
     check_input(f.group(), "group");
     for (const auto& [k, v] : f.filter()) check_input(k, ("filter." + k).c_str());
+    if (f.kind() == proto::Figure::KIND_REPLAY) {
+      if (!e.has_replay()) errors.Add(fpath + ".kind: a replay figure needs a `replay:` section");
+      continue;
+    }
     if (f.kind() == proto::Figure::KIND_STACKED) {
       if (f.y_stack_size() == 0) errors.Add(fpath + ".y_stack: a stacked figure needs the metrics to stack");
       for (int k = 0; k < f.y_stack_size(); ++k) check_metric(f.y_stack(k), "y_stack[" + std::to_string(k) + "]");
@@ -273,6 +335,7 @@ Result<Manifest> LoadManifest(const std::string& path) {
     dims.push_back({{{ax.name(), values}}, 0});
   }
   implicit("planner", planner_labels);
+  if (e.has_replay()) implicit("policy", m.policy_labels);
   for (auto& d : dims) d.size = d.axes.front().second.size();
   const uint32_t repeats = std::max<uint32_t>(1, e.repeats());
   const uint64_t seed = e.seed() == 0 ? 1 : e.seed();
@@ -353,6 +416,30 @@ Result<PointSetup> SetupPoint(const Manifest& m, const Point& p) {
       if (c.network().has_pods()) c.mutable_network()->mutable_pods()->set_oversubscription(num);
     }
     if (name == "fidelity") out.fidelity = *sim::ParseFidelity(v);
+  }
+  if (m.spec.has_replay()) {
+    out.replay = m.spec.replay();
+    std::string label = m.policy_labels.empty() ? "" : m.policy_labels[0];
+    for (const auto& [name, v] : p.axes) {
+      double num = 0;
+      ParsePositive(v, &num);
+      if (name == "policy") label = v;
+      if (name == "trace") out.replay->set_trace(v);
+      if (name == "checkpoint_interval") out.replay->set_checkpoint_interval_s(v == "young-daly" ? 0 : num);
+      if (name == "detection_s") out.replay->set_detection_s(num);
+      if (name == "restart_s") out.replay->set_restart_s(num);
+      if (name == "trace_rate_scale") out.replay->set_trace_rate_scale(num);
+    }
+    for (size_t i = 0; i < m.policy_labels.size(); ++i) {
+      if (m.policy_labels[i] == label) out.policy = m.spec.replay().policies(static_cast<int>(i));
+    }
+    if (out.policy.label().empty()) out.policy.set_label(label);
+    for (const auto& [name, v] : p.axes) {
+      double num = 0;
+      ParsePositive(v, &num);
+      if (name == "spares") out.policy.set_spares(static_cast<uint32_t>(num));
+    }
+    HETSIM_RETURN_IF_ERROR(sim::CheckRecoveryPolicy(out.policy, m.file + ": replay.policies (" + label + ")"));
   }
   HETSIM_ASSIGN_OR_RETURN(out.cluster, models::Cluster::Build(std::move(c), m.cluster_files[p.cluster]));
   HETSIM_ASSIGN_OR_RETURN(out.training, models::ResolveTraining(t, m.models[p.model], m.file + " training"));

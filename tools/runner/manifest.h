@@ -44,6 +44,7 @@ struct Manifest {
   std::string fidelity_name;
   sim::Fidelity fidelity;
   std::vector<Point> points;
+  std::vector<std::string> policy_labels;  // replay: the policies' labels (the `policy` axis)
 };
 
 // Axis names a sweep may use besides cluster, model and planner (docs/manifest.md).
@@ -58,6 +59,9 @@ struct PointSetup {
   std::optional<models::Cluster> cluster;
   proto::Training training;
   sim::Fidelity fidelity;
+  // With a `replay:` section: the replay settings with the point's axes applied, and its policy.
+  std::optional<proto::Replay> replay;
+  proto::RecoveryPolicy policy;
 };
 Result<PointSetup> SetupPoint(const Manifest& m, const Point& p);
 

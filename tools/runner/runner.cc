@@ -20,7 +20,9 @@
 #include "models/plan.h"
 #include "models/spec_io.h"
 #include "planners/planner.h"
+#include "sim/replay.h"
 #include "sim/simulator.h"
+#include "tools/runner/replay_setup.h"
 #include "tools/runner/world.h"
 
 namespace hetsim::runner {
@@ -89,6 +91,70 @@ void AddMetric(proto::PointResult& r, const std::string& name, double value, boo
   mt->set_boolean(boolean);
 }
 
+// A replay point: the plan replayed over the point's trace under its policy (docs/replay.md). Iteration
+// times and transfer costs are cached across the points a worker runs.
+proto::PointResult ReplayPoint(const Manifest& m, const Point& p, const std::string& dir, const PointSetup& setup,
+                               const proto::Plan& plan, const sim::SimOptions& opt, proto::PointResult r) {
+  static sim::ReplayCache cache;
+  const models::Cluster& cluster = *setup.cluster;
+  const models::TransformerModel& model = m.models[p.model];
+  AddInput(r, "policy", setup.policy.label().empty() ? setup.policy.name() : setup.policy.label());
+  auto trace = LoadReplayTrace(*setup.replay, cluster, m.cluster_names[p.cluster], p.seed, m.file);
+  if (!trace.ok()) {
+    r.set_status("failed");
+    r.set_reason(trace.status().message());
+    return r;
+  }
+  AddInput(r, "trace", trace->name);
+  sim::ReplayInputs in;
+  in.cluster = &cluster;
+  in.model = &model;
+  in.training = setup.training;
+  in.plan = plan;
+  in.trace = std::move(trace->trace);
+  in.trace_name = trace->name;
+  in.spec = *setup.replay;
+  in.policy = setup.policy;
+  in.sim = opt;
+  in.sim.record_timeline = false;
+  in.replan = MakeReplanner(model, setup.training, opt.profiles);
+  in.cache = &cache;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rep = sim::ReplayRun(in);
+  r.set_sim_wall_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (!rep.ok()) {
+    r.set_status("failed");
+    r.set_reason("replay failed: " + rep.status().message());
+    return r;
+  }
+  r.set_status("ok");
+  const double base_iteration = rep->configurations_size() > 0 ? rep->configurations(0).iteration_s() : 0;
+  AddMetric(r, "iteration_time_s", base_iteration);
+  AddMetric(r, "tokens_per_s", rep->ideal_tokens_per_s());
+  AddMetric(r, "ettr", rep->ettr());
+  AddMetric(r, "goodput_tokens_per_s", rep->goodput_tokens_per_s());
+  AddMetric(r, "goodput_fraction",
+            rep->ideal_tokens_per_s() > 0 ? rep->goodput_tokens_per_s() / rep->ideal_tokens_per_s() : 0);
+  AddMetric(r, "tokens", rep->tokens());
+  AddMetric(r, "interruptions", rep->interruptions());
+  AddMetric(r, "checkpoint_interval_s", rep->checkpoint_interval_s());
+  std::map<std::string, double> down;
+  for (const auto& d : rep->downtime()) down[d.cause()] = d.seconds() / 3600;
+  AddMetric(r, "checkpoint_h", down["checkpoint"]);
+  AddMetric(r, "lost_work_h", down["lost work"]);
+  for (const char* phase : {"detect", "replan", "wait", "restart", "recover"}) {
+    AddMetric(r, std::string(phase) + "_h", down[phase]);
+  }
+  AddMetric(r, "downtime_h", rep->downtime_s() / 3600);
+  AddMetric(r, "gpu_hours", rep->gpu_hours());
+  AddMetric(r, "cost_usd", rep->cost_usd());
+  AddMetric(r, "configurations", rep->configurations_size());
+  fs::create_directories(dir + "/replays");
+  const std::string rel = "replays/point-" + std::to_string(p.index) + ".json";
+  if (models::WriteFileAtomically(dir + "/" + rel, sim::ReplayReportJson(*rep)).ok()) r.set_replay_file(rel);
+  return r;
+}
+
 // Plans (or loads) and simulates one point.
 proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string& dir, bool want_timeline) {
   proto::PointResult r;
@@ -148,6 +214,7 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   opt.compute_jitter_cv = m.spec.simulation().compute_jitter_cv();
   opt.seed = p.seed;
   opt.record_timeline = want_timeline;
+  if (setup->replay) return ReplayPoint(m, p, dir, *setup, plan, opt, std::move(r));
   auto sim = sim::SimulateIteration(plan, ctx, opt);
   if (!sim.ok()) return fail("simulation failed: " + sim.status().message());
   const auto& rep = sim->report;
@@ -202,23 +269,28 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   return r;
 }
 
+// Whether a figure's filter selects the point.
+bool PointMatches(const Manifest& m, const Point& p, const proto::Figure& f) {
+  bool match = true;
+  for (const auto& [k, v] : f.filter()) {
+    std::string have;
+    if (k == "cluster") have = m.cluster_names[p.cluster];
+    else if (k == "model") have = m.models[p.model].name();
+    else if (k == "planner") have = m.planners[p.planner].name;
+    else if (k == "planner_label") have = m.planners[p.planner].label;
+    else if (k == "repeat") have = std::to_string(p.repeat);
+    for (const auto& [an, av] : p.axes) {
+      if (an == k) have = av;
+    }
+    match &= have == v;
+  }
+  return match;
+}
+
 // The first point a timeline figure's filter selects, or -1.
 int TimelinePointOf(const Manifest& m, const proto::Figure& f) {
   for (const auto& p : m.points) {
-    bool match = true;
-    for (const auto& [k, v] : f.filter()) {
-      std::string have;
-      if (k == "cluster") have = m.cluster_names[p.cluster];
-      else if (k == "model") have = m.models[p.model].name();
-      else if (k == "planner") have = m.planners[p.planner].name;
-      else if (k == "planner_label") have = m.planners[p.planner].label;
-      else if (k == "repeat") have = std::to_string(p.repeat);
-      for (const auto& [an, av] : p.axes) {
-        if (an == k) have = av;
-      }
-      match &= have == v;
-    }
-    if (match) return static_cast<int>(p.index);
+    if (PointMatches(m, p, f)) return static_cast<int>(p.index);
   }
   return -1;
 }
@@ -317,15 +389,16 @@ Status WriteFiguresJson(const Manifest& m, const std::string& dir) {
     << JsonString("hetsim run " + m.file + " - " + std::to_string(m.points.size()) + " points, fidelity " +
                   m.fidelity_name + (m.spec.repeats() > 1 ? ", " + std::to_string(m.spec.repeats()) + " repeats" : ""))
     << ", \"figures\": [";
-  std::map<uint32_t, std::string> timeline_of;
+  std::map<uint32_t, std::string> timeline_of, replay_of;
   for (const auto& e : fs::directory_iterator(dir + "/points")) {
     std::ifstream in(e.path(), std::ios::binary);
     proto::PointResult r;
     if (in && r.ParseFromIstream(&in) && !r.timeline_file().empty()) timeline_of[r.point()] = r.timeline_file();
+    if (!r.replay_file().empty()) replay_of[r.point()] = r.replay_file();
   }
   for (int i = 0; i < m.spec.figures_size(); ++i) {
     const auto& f = m.spec.figures(i);
-    static const char* kKinds[] = {"", "bar", "grouped_bar", "line", "stacked", "timeline"};
+    static const char* kKinds[] = {"", "bar", "grouped_bar", "line", "stacked", "timeline", "replay"};
     std::string timeline;
     if (f.kind() == proto::Figure::KIND_TIMELINE) {
       const int idx = TimelinePointOf(m, f);
@@ -344,7 +417,18 @@ Status WriteFiguresJson(const Manifest& m, const std::string& dir) {
       o << (first ? "" : ", ") << JsonString(k) << ": " << JsonString(v);
       first = false;
     }
-    o << "}, \"timeline\": " << JsonString(timeline) << "}";
+    o << "}, \"timeline\": " << JsonString(timeline);
+    if (f.kind() == proto::Figure::KIND_REPLAY) {
+      o << ", \"replays\": [";
+      bool first_file = true;
+      for (const auto& p : m.points) {
+        if (!PointMatches(m, p, f) || !replay_of.count(p.index)) continue;
+        o << (first_file ? "" : ", ") << JsonString(replay_of[p.index]);
+        first_file = false;
+      }
+      o << "]";
+    }
+    o << "}";
   }
   o << "]}\n";
   return models::WriteFileAtomically(dir + "/figures.json", o.str());
@@ -361,10 +445,14 @@ void PrintSummary(const std::string& dir, const Manifest& m, std::ostream& out) 
   for (const auto& ax : m.spec.sweep()) {
     if (ax.name() != "cluster" && ax.name() != "model" && ax.name() != "planner") axis_cols.push_back(ax.name());
   }
+  const bool replay = m.spec.has_replay();
+  if (replay && std::find(axis_cols.begin(), axis_cols.end(), "policy") == axis_cols.end()) {
+    axis_cols.insert(axis_cols.begin(), "policy");
+  }
   char line[512];
   std::string head = "  point  cluster                     model          planner        ";
   for (const auto& a : axis_cols) head += a.substr(0, 14) + std::string(a.size() < 15 ? 15 - std::min<size_t>(a.size(), 14) : 1, ' ');
-  out << head << "iteration s  tokens/s     MFU %   status\n";
+  out << head << (replay ? "ETTR %       goodput %    down h  status\n" : "iteration s  tokens/s     MFU %   status\n");
   size_t shown = 0, failed = 0;
   for (const auto& r : rows) {
     if (r.status() != "ok") ++failed;
@@ -378,12 +466,15 @@ void PrintSummary(const std::string& dir, const Manifest& m, std::ostream& out) 
       std::snprintf(line, sizeof(line), "%-15s", in[a].substr(0, 14).c_str());
       axes += line;
     }
+    auto col = [&](const char* metric, const char* fmt, double scale) {
+      return mt.count(metric) ? Short(fmt, scale * mt[metric]) : std::string("-");
+    };
+    const std::string c1 = replay ? col("ettr", "%.1f", 100) : col("iteration_time_s", "%.4g", 1);
+    const std::string c2 = replay ? col("goodput_fraction", "%.1f", 100) : col("tokens_per_s", "%.0f", 1);
+    const std::string c3 = replay ? col("downtime_h", "%.1f", 1) : col("mfu", "%.1f", 100);
     std::snprintf(line, sizeof(line), "  %-6u %-27s %-14s %-14s %s%-12s %-12s %-7s %s\n", r.point(),
                   in["cluster"].substr(0, 27).c_str(), in["model"].substr(0, 14).c_str(),
-                  in["planner_label"].substr(0, 14).c_str(), axes.c_str(),
-                  mt.count("iteration_time_s") ? Short("%.4g", mt["iteration_time_s"]).c_str() : "-",
-                  mt.count("tokens_per_s") ? Short("%.0f", mt["tokens_per_s"]).c_str() : "-",
-                  mt.count("mfu") ? Short("%.1f", 100 * mt["mfu"]).c_str() : "-",
+                  in["planner_label"].substr(0, 14).c_str(), axes.c_str(), c1.c_str(), c2.c_str(), c3.c_str(),
                   r.status() == "ok" ? "ok" : ("FAILED: " + r.reason().substr(0, 70)).c_str());
     out << line;
   }

@@ -1,0 +1,150 @@
+#include "tools/runner/replay_setup.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <ostream>
+
+#include "models/spec_io.h"
+#include "planners/planner.h"
+#include "traces/llama3.h"
+#include "traces/trace.h"
+
+namespace hetsim::runner {
+
+namespace fs = std::filesystem;
+
+Status CheckReplaySpec(const proto::Replay& spec, const std::string& where) {
+  ErrorList errors;
+  if (spec.trace().empty()) {
+    errors.Add(where + ".trace: missing; name a trace file, a bundled trace, or llama3 (drawn for the cluster)");
+  }
+  if (spec.trace() != "llama3" && (spec.trace_days() > 0 || spec.trace_rate_scale() > 0)) {
+    errors.Add(where + ".trace_days / trace_rate_scale: only for trace: llama3 (a trace file has its own length)");
+  }
+  for (int i = 0; i < spec.policies_size(); ++i) {
+    if (Status s = sim::CheckRecoveryPolicy(spec.policies(i), where + ".policies[" + std::to_string(i) + "]");
+        !s.ok()) {
+      errors.Add(s.message());
+    }
+  }
+  return errors.ToStatus();
+}
+
+Result<LoadedTrace> LoadReplayTrace(const proto::Replay& spec, const models::Cluster& cluster,
+                                    const std::string& cluster_ref, uint64_t seed, const std::string& relative_to) {
+  LoadedTrace out;
+  if (spec.trace() == "llama3") {
+    traces::FailureTraceOptions o;
+    o.days = spec.trace_days() > 0 ? spec.trace_days() : 54;
+    o.rate_scale = spec.trace_rate_scale() > 0 ? spec.trace_rate_scale() : 1;
+    o.seed = seed;
+    out.trace = traces::GenerateLlama3Failures(cluster, cluster_ref, o);
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "llama3 (%g days, seed %llu)", o.days, static_cast<unsigned long long>(seed));
+    out.name = buf;
+    return out;
+  }
+  std::string ref = spec.trace();
+  if (!relative_to.empty() && !fs::path(ref).is_absolute()) {
+    const fs::path candidate = fs::path(relative_to).parent_path() / ref;
+    if (fs::exists(candidate)) ref = candidate.string();
+  }
+  HETSIM_ASSIGN_OR_RETURN(out.trace, traces::LoadTrace(ref));
+  out.name = out.trace.name().empty() ? spec.trace() : out.trace.name();
+  if (!out.trace.cluster().empty()) {
+    auto recorded = models::LoadCluster(out.trace.cluster());
+    if (recorded.ok() && recorded->name() != cluster.name()) {
+      return Status::Invalid(ref + ": cluster: the trace names cluster " + recorded->name() +
+                             ", the replay runs on " + cluster.name() +
+                             "; replay on that cluster, or draw or convert the trace for this one (`hetsim trace`)");
+    }
+  }
+  HETSIM_RETURN_IF_ERROR(traces::CheckTrace(out.trace, cluster, ref));
+  return out;
+}
+
+sim::Replanner MakeReplanner(const models::TransformerModel& model, const proto::Training& training,
+                             const models::ProfileDb* profiles) {
+  return [&model, &training, profiles](const models::Cluster& live,
+                                       const proto::RecoveryPolicy& policy) -> Result<sim::Replanned> {
+    const auto [name, options] = sim::DefaultReplanner(policy);
+    HETSIM_ASSIGN_OR_RETURN(auto planner, planners::CreatePlanner(name, options, "replay policy " + policy.name()));
+    planners::PlanningProblem problem{live, model, training, profiles, {}};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = planners::RunPlanner(*planner, problem);
+    if (!res.ok()) return Status::Invalid("planner " + name + " found no plan: " + res.status().message());
+    sim::Replanned r;
+    r.plan = std::move(res->plan);
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  };
+}
+
+Result<int> RunProgram(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::Internal("cannot start " + argv[0]);
+  if (pid == 0) {
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+std::string PlotDir() {
+  if (const char* env = std::getenv("HETSIM_PLOT_DIR")) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+    if (fs::exists(dir / "tools/plot/replay.py")) return (dir / "tools/plot").string();
+  }
+  return "tools/plot";
+}
+
+Status WriteReplayOutputs(const std::vector<proto::ReplayReport>& reports, const std::string& report_out,
+                          const std::string& figure, std::ostream& out) {
+  std::vector<std::string> files;
+  if (!report_out.empty()) {
+    std::string json;
+    if (reports.size() == 1) {
+      json = sim::ReplayReportJson(reports[0]);
+    } else {
+      json = "[\n";
+      for (size_t i = 0; i < reports.size(); ++i) json += (i ? ",\n" : "") + sim::ReplayReportJson(reports[i]);
+      json += "]\n";
+    }
+    HETSIM_RETURN_IF_ERROR(models::WriteFileAtomically(report_out, json));
+    out << "report: " << report_out << "\n";
+    files.push_back(report_out);
+  }
+  if (figure.empty()) return Status::Ok();
+  std::string tmp;
+  if (files.empty()) {
+    tmp = (fs::temp_directory_path() / ("hetsim-replay-" + std::to_string(::getpid()) + ".json")).string();
+    std::string json = "[\n";
+    for (size_t i = 0; i < reports.size(); ++i) json += (i ? ",\n" : "") + sim::ReplayReportJson(reports[i]);
+    json += "]\n";
+    HETSIM_RETURN_IF_ERROR(models::WriteFileAtomically(tmp, json));
+    files.push_back(tmp);
+  }
+  std::vector<std::string> argv = {"/usr/bin/python3", PlotDir() + "/replay.py", "-o", figure};
+  argv.insert(argv.end(), files.begin(), files.end());
+  auto rc = RunProgram(argv);
+  if (!tmp.empty()) fs::remove(tmp);
+  if (!rc.ok()) return rc.status();
+  if (*rc != 0) return Status::Invalid("tools/plot/replay.py failed (exit " + std::to_string(*rc) + ") drawing " + figure);
+  out << "figure: " << figure << "\n";
+  return Status::Ok();
+}
+
+}  // namespace hetsim::runner
