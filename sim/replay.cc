@@ -777,8 +777,11 @@ Status Engine::TryRecover(double t, const std::string& cause) {
     for (uint32_t n : slots_) SetRole(n, Role::kJob);
     AccrueCost();
   }
-  HETSIM_ASSIGN_OR_RETURN(double restore,
-                          RestoreTime(*pending_from_, *next, pending_failed_, pending_rollback_, pending_software_));
+  double restore = 0;  // nothing to restore before the first iteration
+  if (committed_ > 0 || u_ > 0) {
+    HETSIM_ASSIGN_OR_RETURN(restore,
+                            RestoreTime(*pending_from_, *next, pending_failed_, pending_rollback_, pending_software_));
+  }
   double at = t;
   auto phase = [&](const char* name, double s) {
     if (s <= 0) return;
@@ -835,7 +838,7 @@ Result<proto::ReplayReport> Engine::Run() {
   auto full = std::shared_ptr<const models::Cluster>(in_.cluster, [](const models::Cluster*) {});
   std::vector<uint32_t> identity(c_.nodes().size());
   for (uint32_t n = 0; n < identity.size(); ++n) identity[n] = n;
-  HETSIM_ASSIGN_OR_RETURN(base_, MakeConfig(in_.plan, full, identity, 0));
+  HETSIM_ASSIGN_OR_RETURN(base_, MakeConfig(in_.plan, full, identity, in_.policy.has_replan_s() ? in_.policy.replan_s() : 0));
   cfg_ = base_;
   pending_from_ = base_;
   slots_ = PhysicalNodesOf(*base_);
