@@ -103,12 +103,14 @@ class Builder {
                             simgrid::kernel::routing::NetPoint** gateway) {
     const auto groups = NetworkGroups(c_, nodes);
     if (groups.size() == 1) {
+      region_has_groups_ = false;
       s4u::NetZone* z = s4u::create_star_zone(name);
       if (parent != nullptr) z->set_parent(parent);
       if (gateway != nullptr) *gateway = AddRouter(z, name + "-gw");
       BuildGroup(z, groups[0], name);
       return z;
     }
+    region_has_groups_ = true;
     s4u::NetZone* region = s4u::create_star_zone(name);
     if (parent != nullptr) region->set_parent(parent);
     if (gateway != nullptr) *gateway = AddRouter(region, name + "-gw");
@@ -236,11 +238,24 @@ class Builder {
     return (f.kind() == proto::IntraNodeFabric::KIND_PCIE ? f.latency_us() : f.pcie_latency_us()) * 1e-6 / 2;
   }
 
+  // The object store hangs off the region's switch. A region of several network groups holds only zones
+  // (SimGrid's star zones do not route between a host and a sub-zone), so there the store gets its own zone.
   void AddObjectStore(s4u::NetZone* z) {
     if (object_store_ == nullptr) return;
-    p_.object_store = z->create_host("object-store", kGpuSpeed)->seal();
+    if (!region_has_groups_) {
+      p_.object_store = z->create_host("object-store", kGpuSpeed)->seal();
+      s4u::Link* l = StorageLink(z, "object-store-link", *object_store_);
+      z->add_route(p_.object_store->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(l, Dir::UP)}, true);
+      return;
+    }
+    s4u::NetZone* sz = s4u::create_star_zone("object-store-zone");
+    sz->set_parent(z);
+    auto* gw = AddRouter(sz, "object-store-gw");
+    p_.object_store = sz->create_host("object-store", kGpuSpeed)->seal();
+    sz->add_route(p_.object_store->get_netpoint(), nullptr, nullptr, nullptr, {}, true);
+    sz->seal();
     s4u::Link* l = StorageLink(z, "object-store-link", *object_store_);
-    z->add_route(p_.object_store->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(l, Dir::UP)}, true);
+    z->add_route(sz->get_netpoint(), nullptr, gw, nullptr, {s4u::LinkInRoute(l, Dir::UP)}, true);
   }
 
   const models::Cluster& c_;
@@ -248,6 +263,7 @@ class Builder {
   Platform p_;
   const proto::StorageEndpoint* nvme_ = nullptr;
   const proto::StorageEndpoint* object_store_ = nullptr;
+  bool region_has_groups_ = false;  // the region last built holds network-group zones
 };
 
 }  // namespace
