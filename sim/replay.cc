@@ -277,6 +277,7 @@ class Engine {
   // Training state.
   double seg_start_ = 0, t_ = 0, T_ = 0, C_ = 0;
   uint64_t k_ = 1, u_ = 0;
+  bool force_save_ = false;  // the next unit is a checkpoint (a preemption's notice)
   uint64_t seg_iters_ = 0;
   uint32_t seg_ckpts_ = 0;
   double seg_ckpt_s_ = 0;
@@ -437,6 +438,7 @@ void Engine::StartTraining(double t) {
   seg_iters_ = 0;
   seg_ckpts_ = 0;
   seg_ckpt_s_ = 0;
+  force_save_ = false;
 }
 
 void Engine::Commit() {
@@ -452,7 +454,7 @@ void Engine::Commit() {
 // or a checkpoint save).
 void Engine::AdvanceTraining(double t1) {
   for (;;) {
-    if (u_ < k_) {
+    if (u_ < k_ && !force_save_) {
       const double fit = std::floor((t1 - t_) / T_ + kEps);
       const uint64_t n = std::min<uint64_t>(k_ - u_, fit > 0 ? static_cast<uint64_t>(fit) : 0);
       t_ += static_cast<double>(n) * T_;
@@ -463,6 +465,7 @@ void Engine::AdvanceTraining(double t1) {
     }
     if (t_ + C_ > t1 + kEps) return;
     t_ += C_;
+    force_save_ = false;
     ++seg_ckpts_;
     seg_ckpt_s_ += C_;
     ckpt_total_s_ += C_;
@@ -517,7 +520,9 @@ void Engine::Split(double t) {
   AdvanceTraining(t);
   lost_s_ += t - t_;  // the unit in progress starts over at the new speed
   CloseSegment(t, 0);
+  const bool force = force_save_;
   StartTraining(t);
+  force_save_ = force;
 }
 
 void Engine::RollbackToRemote() {
@@ -951,12 +956,13 @@ Result<proto::ReplayReport> Engine::Run() {
           case proto::TraceEvent::KIND_PREEMPTION: {
             bool hits_job = false;
             for (uint32_t n : nodes) hits_job |= JobUses(n);
-            if (hits_job && notice_ckpt_ && mode_ == Mode::kTraining && e.notice_s() >= C_ + T_) {
-              // Save now (the iteration in progress is dropped); iterations after it are lost at removal.
-              EndTraining(t, false, "");
-              AddSegment(t, t + C_, "checkpoint-on-notice", "preemption");
-              ckpt_total_s_ += C_;
-              StartTraining(t + C_);
+            if (hits_job && notice_ckpt_ && mode_ == Mode::kTraining && e.notice_s() >= C_ + T_ && u_ > 0 &&
+                u_ < k_) {
+              // Save now: the iteration in progress is dropped, the next unit is a checkpoint; what is trained
+              // after it and before the removal is lost (unless replicas keep it).
+              lost_s_ += t - t_;
+              t_ = t;
+              force_save_ = true;
             }
             for (uint32_t n : nodes) Schedule(t + e.notice_s(), InternalEvent::kRemove, n);
             break;
@@ -1015,7 +1021,7 @@ Result<proto::ReplayReport> Engine::Run() {
   std::map<std::string, double> by_phase;
   double down = 0;
   for (const auto& s : r.segments()) {
-    if (s.phase() == "train" || s.phase() == "checkpoint-on-notice") continue;
+    if (s.phase() == "train") continue;
     const double len = s.end_s() - s.start_s();
     down += len;
     by_phase[s.phase()] += len;
