@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -226,6 +227,50 @@ TEST(ValidateSim, ExecutorModeNamesWhatIsMissingOrWrong) {
   const auto c = RunCli({"validate-sim", "--executor", "--plans", "cpu-4-single", "--calibration", "nosuch"});
   EXPECT_EQ(c.code, 2);
   EXPECT_TRUE(Has(c.err, "unknown calibration 'nosuch'"));
+}
+
+
+TEST(Replay, PrintsEveryPolicyAndWritesTheReport) {
+  const std::string report = (std::filesystem::temp_directory_path() / "hetsim-cli-replay.json").string();
+  auto r = RunCli({"replay", "--cluster", "hetu-h20x32", "--model", "llama-tiny", "--planner", "megatron", "--trace",
+                   "llama3", "--days", "10", "--rate-scale", "20", "--policy", "checkpoint-restart", "--policy",
+                   "hot-spares", "--fidelity", "fast", "--report-out", report});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "policy checkpoint-restart:")) << r.out;
+  EXPECT_TRUE(Has(r.out, "policy hot-spares:")) << r.out;
+  EXPECT_TRUE(Has(r.out, "ETTR")) << r.out;
+  std::ifstream in(report);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(Has(text.str(), "\"kind\": \"replay_report\"")) << text.str().substr(0, 200);
+}
+
+TEST(Replay, BadInputNamesTheFlagOrFieldAndTheFix) {
+  auto missing = RunCli({"replay", "--cluster", "hetu-h20x32", "--model", "llama-tiny", "--planner", "megatron"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_TRUE(Has(missing.err, "--trace")) << missing.err;
+  auto policy = RunCli({"replay", "--cluster", "hetu-h20x32", "--model", "llama-tiny", "--planner", "megatron",
+                        "--trace", "llama3", "--policy", "elastc"});
+  EXPECT_EQ(policy.code, 2);
+  EXPECT_TRUE(Has(policy.err, "unknown recovery policy 'elastc'")) << policy.err;
+  EXPECT_TRUE(Has(policy.err, "elastic")) << policy.err;
+  auto interval = RunCli({"replay", "--cluster", "hetu-h20x32", "--model", "llama-tiny", "--planner", "megatron",
+                          "--trace", "llama3", "--checkpoint-interval", "hourly"});
+  EXPECT_EQ(interval.code, 2);
+  EXPECT_TRUE(Has(interval.err, "--checkpoint-interval")) << interval.err;
+  // A trace recorded on another cluster.
+  const std::string trace = WriteTemp("other-cluster.trace.yaml",
+                                      "kind: trace\nname: t\ncluster: hetu-h20x16\nduration_s: 100\nevents: []\n");
+  auto other = RunCli({"replay", "--cluster", "hetu-h20x32", "--model", "llama-tiny", "--planner", "megatron",
+                       "--trace", trace});
+  EXPECT_EQ(other.code, 1);
+  EXPECT_TRUE(Has(other.err, "the trace names cluster hetu-h20x16")) << other.err;
+  // A cluster without an object store cannot take checkpoint-restart's checkpoints.
+  auto store = RunCli({"replay", "--cluster", "metis-uniform-t4-v100-4", "--model", "llama-tiny", "--planner",
+                       "megatron", "--dtype", "fp16", "--trace", "llama3", "--days", "1", "--fidelity", "fast"});
+  EXPECT_EQ(store.code, 1);
+  EXPECT_TRUE(Has(store.err, "no object store")) << store.err;
+  EXPECT_TRUE(Has(store.err, "kind: object_store")) << store.err;
 }
 
 }  // namespace

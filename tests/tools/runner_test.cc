@@ -83,6 +83,19 @@ TEST(Manifest, InvalidManifestsAreRejectedBeforeAnythingRuns) {
       {"duplicate-axis", "sweep: [{name: seq_len, values: ['64']}, {name: seq_len, values: ['128']}]\n",
        "axis 'seq_len' appears twice"},
       {"recompute", "sweep: [{name: recompute, values: [partial]}]\n", "expected none, selective or full"},
+      {"replay-axis-alone", "sweep: [{name: policy, values: [elastic]}]\n",
+       "sweep[0].name: axis 'policy' needs a `replay:` section"},
+      {"replay-policy", "replay: {trace: llama3, policies: [{name: hotspares}]}\n",
+       "replay.policies[0].name: unknown recovery policy 'hotspares'"},
+      {"replay-option", "replay: {trace: llama3, policies: [{name: checkpoint-restart, spares: 4}]}\n",
+       "replay.policies[0].spares: policy checkpoint-restart does not take it"},
+      {"replay-label", "replay: {trace: llama3, policies: [{name: elastic}, {name: varuna, label: elastic}]}\n",
+       "label 'elastic' is used twice"},
+      {"replay-policy-value", "replay: {trace: llama3, policies: [{name: elastic}]}\nsweep: [{name: policy, values: [varuna]}]\n",
+       "policy 'varuna' is not one of replay.policies' labels"},
+      {"replay-interval", "replay: {trace: llama3}\nsweep: [{name: checkpoint_interval, values: [often]}]\n",
+       "expected seconds (e.g. 1800) or young-daly"},
+      {"replay-figure", "figures: [{name: f, kind: replay}]\n", "a replay figure needs a `replay:` section"},
   };
   for (const auto& c : cases) {
     auto m = LoadManifest(Write(std::string(c.name) + ".yaml", kBase + c.extra));
@@ -102,6 +115,32 @@ TEST(Manifest, UnknownPlannerAndBadOptionsAreNamed) {
                                                                           28, "planners: [{name: megatron, options: {no_such_knob: 1}}]")));
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("no_such_knob"), std::string::npos) << o.status().message();
+}
+
+TEST(Manifest, ReplayPoliciesAreAnImplicitAxis) {
+  // Two policies × two intervals × two repeats = 8 points; the axes reach the point's replay settings.
+  auto m = LoadManifest(Write("replay.yaml", std::string(kBase) +
+                                                 "replay: {trace: llama3, trace_days: 2, policies: [{name: hot-spares, "
+                                                 "spares: 3}, {name: elastic, label: oobleck, replan_s: 4}]}\n"
+                                                 "sweep: [{name: checkpoint_interval, values: [young-daly, '900']}]\n"
+                                                 "repeats: 2\n"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->points.size(), 8u);
+  std::set<std::string> policies;
+  for (const auto& p : m->points) {
+    auto setup = SetupPoint(*m, p);
+    ASSERT_TRUE(setup.ok()) << setup.status().message();
+    ASSERT_TRUE(setup->replay.has_value());
+    policies.insert(setup->policy.label().empty() ? setup->policy.name() : setup->policy.label());
+    for (const auto& [name, v] : p.axes) {
+      if (name == "checkpoint_interval") {
+        EXPECT_DOUBLE_EQ(setup->replay->checkpoint_interval_s(), v == "900" ? 900 : 0);
+      }
+    }
+    if (setup->policy.name() == "hot-spares") EXPECT_EQ(setup->policy.spares(), 3u);
+    if (setup->policy.name() == "elastic") EXPECT_EQ(setup->policy.label(), "oobleck");
+  }
+  EXPECT_EQ(policies, (std::set<std::string>{"hot-spares", "oobleck"}));
 }
 
 TEST(Manifest, BundledExperimentsValidate) {

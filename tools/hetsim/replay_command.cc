@@ -119,8 +119,8 @@ int RunReplay(const po::variables_map& vm, std::ostream& out, std::ostream& err)
   // The replay settings from the flags.
   proto::Replay spec;
   spec.set_trace(FlagString(vm, "trace"));
-  spec.set_trace_days(vm["days"].as<double>());
-  spec.set_trace_rate_scale(vm["rate-scale"].as<double>());
+  if (spec.trace() == "llama3" || !vm["days"].defaulted()) spec.set_trace_days(vm["days"].as<double>());
+  if (spec.trace() == "llama3" || !vm["rate-scale"].defaulted()) spec.set_trace_rate_scale(vm["rate-scale"].as<double>());
   const std::string interval = FlagString(vm, "checkpoint-interval");
   if (interval != "young-daly") {
     char* end = nullptr;

@@ -25,6 +25,12 @@ Status CheckReplaySpec(const proto::Replay& spec, const std::string& where) {
   if (spec.trace() != "llama3" && (spec.trace_days() > 0 || spec.trace_rate_scale() > 0)) {
     errors.Add(where + ".trace_days / trace_rate_scale: only for trace: llama3 (a trace file has its own length)");
   }
+  if (!(spec.trace_days() >= 0 && spec.trace_days() <= 3650)) {
+    errors.Add(where + ".trace_days: " + std::to_string(spec.trace_days()) + " is not a length in days (0 < days <= 3650)");
+  }
+  if (!(spec.trace_rate_scale() >= 0 && spec.trace_rate_scale() <= 1000)) {
+    errors.Add(where + ".trace_rate_scale: must be a positive factor (at most 1000)");
+  }
   for (int i = 0; i < spec.policies_size(); ++i) {
     if (Status s = sim::CheckRecoveryPolicy(spec.policies(i), where + ".policies[" + std::to_string(i) + "]");
         !s.ok()) {
