@@ -12,6 +12,7 @@
 #include "models/suggest.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include "sim/replay.h"
 #include "tools/hetsim/cli.h"
 
 namespace hetsim::cli {
@@ -88,7 +89,12 @@ int Fail(std::ostream& err, const Status& s) {
 
 int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   const std::string what = Str(vm, "what");
-  const std::vector<std::string> kinds = {"clusters", "models", "gpus", "planners", "plans", "trainings", "profiles"};
+  const std::vector<std::string> kinds = {"clusters", "models",   "gpus",         "planners", "plans",
+                                          "trainings", "profiles", "calibrations", "traces",   "policies"};
+  if (what == "policies") {
+    for (const auto& p : sim::RecoveryPolicies()) out << p.name << "\t" << p.summary << "\n";
+    return 0;
+  }
   if (what == "planners") {
     for (const auto& [name, summary] : ListPlanners()) out << name << "\t" << summary << "\n";
     return 0;
@@ -105,7 +111,8 @@ int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
                                                               {"plans", SpecKind::kPlan},
                                                               {"trainings", SpecKind::kTraining},
                                                               {"profiles", SpecKind::kProfile},
-                                                              {"calibrations", SpecKind::kCalibration}};
+                                                              {"calibrations", SpecKind::kCalibration},
+                                                              {"traces", SpecKind::kTrace}};
   for (const auto& [name, kind] : map) {
     if (name == what) {
       for (const auto& n : models::BundledNames(kind)) out << n << "\n";
@@ -113,7 +120,8 @@ int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     }
   }
   err << "hetsim list: unknown kind '" << what << "'" << DidYouMean(what, kinds)
-      << " (expected one of: clusters, models, gpus, planners, plans, trainings, profiles, calibrations)\n";
+      << " (expected one of: clusters, models, gpus, planners, plans, trainings, profiles, calibrations, traces, "
+         "policies)\n";
   return 2;
 }
 
@@ -308,7 +316,7 @@ const std::vector<Command>& Commands() {
 std::vector<Command> SpecCommands() {
   return {
       {"list", "print the bundled clusters, models, GPUs, plans, trainings or profiles",
-       "hetsim list clusters|models|gpus|planners|plans|trainings|profiles|calibrations",
+       "hetsim list clusters|models|gpus|planners|plans|trainings|profiles|calibrations|traces|policies",
        [](po::options_description& d, po::positional_options_description& p) {
          d.add_options()("what", po::value<std::string>()->default_value("clusters"), "what to list");
          p.add("what", 1);
