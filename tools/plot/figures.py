@@ -3,7 +3,8 @@
 
 Usage: tools/plot/figures.py RESULTS_DIR [--only NAME]...
 Writes RESULTS_DIR/figures/NAME.png (150 dpi) and NAME.pdf for every figure (or only the named ones) and
-prints one line per figure written. The input contract is docs/results-format.md; the style (one fixed
+prints one line per figure written (a `replay` figure draws the replay reports it lists through replay.py,
+not results.jsonl rows). The input contract is docs/results-format.md; the style (one fixed
 colour, hatch and marker per planner, error bars over repeats, failed/OOM marks) is in tools/plot/README.md.
 Exits with status 2 and a message naming the file and field when the inputs are malformed.
 """
@@ -28,9 +29,11 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import replay  # noqa: E402
 import timeline  # noqa: E402
 
-KINDS = ("bar", "grouped_bar", "line", "stacked", "timeline")
+KINDS = ("bar", "grouped_bar", "line", "stacked", "timeline", "replay")
+NO_ROWS = ("timeline", "replay")  # kinds drawn from their own files, not from results.jsonl
 TOP_LEVEL = ("point", "id", "status", "reason")
 # The metrics the contract names; a figure may ask for one even when every row failed (so none has metrics).
 KNOWN_METRICS = ("iteration_time_s", "tokens_per_s", "mfu", "bubble_fraction", "time_compute_s", "time_tp_s",
@@ -224,7 +227,8 @@ def normalise_figure(raw, where):
            "group": raw.get("group") or "", "y_stack": raw.get("y_stack") or [], "title": raw.get("title") or "",
            "xlabel": raw.get("xlabel") or "", "ylabel": raw.get("ylabel") or "", "logx": raw.get("logx", False),
            "logy": raw.get("logy", False), "filter": raw.get("filter") or {}, "timeline": raw.get("timeline") or "",
-           "max_tracks": raw.get("max_tracks", 64), "where": where}
+           "max_tracks": raw.get("max_tracks", 64), "replays": raw["replays"] if raw.get("replays") is not None else [],
+           "where": where}
     if not isinstance(fig["kind"], str) or not fig["kind"]:
         raise InputError(f"{where}: field \"kind\" is missing (one of {', '.join(KINDS)})")
     if fig["kind"] not in KINDS:
@@ -241,6 +245,8 @@ def normalise_figure(raw, where):
         raise InputError(f"{where}: field \"filter\" must be an object (input name -> value)")
     if not isinstance(fig["max_tracks"], int) or fig["max_tracks"] < 1:
         raise InputError(f"{where}: field \"max_tracks\" must be a positive integer")
+    if not isinstance(fig["replays"], list) or not all(isinstance(p, str) and p for p in fig["replays"]):
+        raise InputError(f"{where}: field \"replays\" must be a list of file paths (relative to RESULTS_DIR)")
     return fig
 
 
@@ -311,6 +317,20 @@ def resolve(fig, rows, results_dir, results_path="results.jsonl"):
         if not timeline.tracks(trace, fig["max_tracks"])[0]:
             raise InputError(f"{where}: field \"timeline\": {path} has no tracks")
         return dict(fig, trace=trace, trace_path=path), []
+    if fig["kind"] == "replay":
+        if not fig["replays"]:
+            raise InputError(f"{where}: field \"replays\" is empty (a replay figure needs the replay reports "
+                             "of its points, e.g. \"replays/point-0.json\"; did every point fail?)")
+        reports = []
+        for i, rel in enumerate(fig["replays"]):
+            path = os.path.join(results_dir, rel)
+            if not os.path.isfile(path):
+                raise InputError(f"{where}: field \"replays[{i}]\": {path} does not exist")
+            try:
+                reports += replay.load_reports(path)
+            except replay.ReportError as e:
+                raise InputError(f"{where}: field \"replays[{i}]\": {e}") from None
+        return dict(fig, reports=reports), []
 
     if not rows:
         raise InputError(f"{results_path}: no rows, but {fig['kind']} figure \"{fig['name']}\" needs some")
@@ -906,6 +926,15 @@ def render(fig_spec, rows, out_dir, caption="", results_path="results.jsonl"):
     """Draws one resolved figure (see resolve()) and writes NAME.png and NAME.pdf into out_dir."""
     with plt.rc_context(STYLE):
         kind = fig_spec["kind"]
+        if kind == "replay":  # replay.draw() makes its own figure, one file at a time
+            os.makedirs(out_dir, exist_ok=True)
+            png = os.path.join(out_dir, fig_spec["name"] + ".png")
+            pdf = os.path.join(out_dir, fig_spec["name"] + ".pdf")
+            for msg in replay.accounting_warnings(fig_spec["reports"]):
+                print(f"figures.py: {fig_spec['name']}: {msg}", file=sys.stderr)
+            for path in (png, pdf):
+                replay.draw(fig_spec["reports"], path, fig_spec["title"] or None, caption or None)
+            return png, pdf
         if kind == "timeline":
             fig = draw_timeline(fig_spec, caption)
         else:
@@ -953,7 +982,7 @@ def main(argv=None):
                     raise InputError(f"--only {name}: {spec_path} has no figure named \"{name}\""
                                      f"{hint(name, names, 'figures')}")
             figures = [f for f in figures if f["name"] in args.only]
-        needs_rows = any(f["kind"] != "timeline" for f in figures)
+        needs_rows = any(f["kind"] not in NO_ROWS for f in figures)
         rows = load_results(results_path) if needs_rows else []
         resolved = [resolve(f, rows, results_dir, results_path) for f in figures]  # all checked before drawing
     except InputError as e:

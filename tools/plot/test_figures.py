@@ -1,6 +1,8 @@
 #!/usr/bin/python3
-"""Self-test of tools/plot/figures.py: builds a small fake results directory covering every figure kind, runs
-the tool on it, checks the PNG and PDF files and a few aggregated values, and checks the error messages.
+"""Self-test of tools/plot/figures.py and tools/plot/replay.py: builds a small fake results directory covering
+every figure kind, runs the tool on it, checks the PNG and PDF files and a few aggregated values, and checks the
+error messages; draws the replay figure of testdata/replay-sample.json (two policies, as `hetsim replay`
+writes it) and checks its inputs' error messages.
 
 Usage: /usr/bin/python3 tools/plot/test_figures.py [--keep DIR]   (--keep: build the fake results in DIR and
 leave them there, figures included, to look at). Prints one line per test and then "N passed, M failed".
@@ -18,8 +20,11 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIGURES = os.path.join(HERE, "figures.py")
 TIMELINE = os.path.join(HERE, "timeline.py")
+REPLAY = os.path.join(HERE, "replay.py")
+REPLAY_SAMPLE = os.path.join(HERE, "testdata", "replay-sample.json")
 sys.path.insert(0, HERE)
 import figures  # noqa: E402
+import replay  # noqa: E402
 
 PLANNERS = [("megatron", "Megatron-LM", 100.0), ("deepspeed", "DeepSpeed", 90.0), ("hexiscale", "HexiScale", 130.0),
             ("myplanner", "MyPlanner", 115.0)]
@@ -91,6 +96,9 @@ FIGURE_SPECS = [
      "y_stack": ["time_compute_s", "time_tp_s", "time_pp_s", "time_dp_s", "time_idle_s"],
      "filter": {"model": "llama2-7b", "planner_label": "HexiScale"}, "ylabel": "time per iteration (s)"},
     {"name": "timeline", "kind": "timeline", "timeline": "timelines/point-0.json", "title": "Point 0, simulated"},
+    # as hetsim run writes a replay figure: the usual keys (empty) and the reports of its points
+    {"name": "replay", "kind": "replay", "x": "", "y": "", "y_stack": [], "group": "planner_label", "title": "",
+     "filter": {}, "timeline": "", "replays": ["replays/point-0.json", "replays/point-1.json"]},
 ]
 
 
@@ -123,6 +131,12 @@ def build(d, specs=None, rows=None):
                    "figures": FIGURE_SPECS if specs is None else specs}, f, indent=1)
     with open(os.path.join(d, "timelines", "point-0.json"), "w") as f:
         json.dump(fake_trace(), f)
+    os.makedirs(os.path.join(d, "replays"), exist_ok=True)
+    shutil.copyfile(REPLAY_SAMPLE, os.path.join(d, "replays", "point-0.json"))  # a list of two reports
+    with open(REPLAY_SAMPLE) as f:
+        one = json.load(f)[0]
+    with open(os.path.join(d, "replays", "point-1.json"), "w") as f:  # a single report object
+        json.dump(dict(one, trace="llama3 (30 days, seed 2)"), f)
 
 
 def run_tool(*args):
@@ -398,6 +412,164 @@ def test_timeline_command_line(d):
     r = subprocess.run([sys.executable, TIMELINE, os.path.join(d, "timelines", "point-0.json"), out, "--title", "t"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and os.path.getsize(out) > 1000, r.stderr
+
+
+# --- replay.py ---------------------------------------------------------------------------------------------
+
+
+def run_replay(*args):
+    return subprocess.run([sys.executable, REPLAY, *args], capture_output=True, text=True)
+
+
+def test_replay_png_and_pdf(d):
+    out = os.path.join(d, "replay-cli")
+    os.makedirs(out, exist_ok=True)
+    png = os.path.join(out, "replay.png")
+    r = run_replay("-o", png, REPLAY_SAMPLE)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    assert r.stdout.strip() == f"replay figure: {png} (2 reports)", r.stdout
+    assert os.path.getsize(png) > 20000, os.path.getsize(png)
+    w, h, dpi = png_info(png)
+    assert dpi is not None and abs(dpi - 150) < 1 and 900 < w < 1400 and 800 < h < 1600, (w, h, dpi)
+    pdfs = []
+    for name in ("a.pdf", "b.pdf"):
+        pdf = os.path.join(out, name)
+        r = run_replay("-o", pdf, "--title", "Two policies", REPLAY_SAMPLE)
+        assert r.returncode == 0, r.stderr
+        with open(pdf, "rb") as f:
+            pdfs.append(f.read())
+    assert pdfs[0][:5] == b"%PDF-" and len(pdfs[0]) > 5000, len(pdfs[0])
+    assert pdfs[0] == pdfs[1], "the PDF differs between two runs (a date or random id in it?)"
+    assert b"/FontFile2" in pdfs[0] and b"/Type3" not in pdfs[0], "fonts are not embedded as TrueType"
+    assert b"/CreationDate" not in pdfs[0]
+
+
+def test_replay_reads_the_sample():
+    reports = replay.load_reports(REPLAY_SAMPLE)
+    assert [r["policy"] for r in reports] == ["checkpoint-restart", "elastic"], [r["policy"] for r in reports]
+    for rep in reports:
+        ts, ys, marks = replay.progress(rep)
+        assert ts[0] == 0.0 and close(ts[-1], rep["duration_s"]), (ts[0], ts[-1])
+        assert all(a <= b for a, b in zip(ts, ts[1:])) and all(a <= b for a, b in zip(ys, ys[1:]))
+        assert close(ys[-1], rep["tokens"], 1e-9), (ys[-1], rep["tokens"])  # every token kept, once
+        assert len(marks) == rep["interruptions"], (rep["policy"], len(marks), rep["interruptions"])
+        parts = replay.breakdown(rep)
+        assert [p[0] for p in parts] == ["training", "checkpoint", "lost work", "detect", "replan", "wait",
+                                         "restart", "recover"], [p[0] for p in parts]
+        assert close(parts[0][4], rep["ettr"] * rep["duration_s"])
+        assert close(sum(p[4] for p in parts), rep["duration_s"], 1e-6), sum(p[4] for p in parts)
+    # the elastic run grows back 27 times ("capacity added"): a restart, but no interruption
+    assert len(replay.progress(reports[1])[2]) == 30
+    assert replay.accounting_warnings(reports) == []
+    short = dict(reports[0], downtime=[d for d in reports[0]["downtime"] if d["cause"] != "wait"])
+    assert len(replay.accounting_warnings([short, reports[1]])) == 1
+    # a single report object; 64-bit integers as strings
+    with open(REPLAY_SAMPLE) as f:
+        one = json.load(f)[1]
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(dict(one, duration_s=str(one["duration_s"])), f)
+        f.flush()
+        (rep,) = replay.load_reports(f.name)
+        assert rep["duration_s"] == 2592000.0 and rep["policy"] == "elastic"
+
+
+def test_replay_labels_and_units():
+    a = {"policy": "elastic", "trace": "t1", "cluster": "c", "model": "m", "plan": "p", "seed": "1"}
+    b = dict(a, trace="t2")
+    c = dict(a, policy="checkpoint-restart")
+    assert replay.row_labels([a, c]) == ["elastic", "checkpoint-restart"]
+    assert replay.row_labels([a, b, c]) == ["elastic — t1", "elastic — t2", "checkpoint-restart"]
+    assert replay.row_labels([a, dict(a, seed="2")]) == ["elastic (seed 1)", "elastic (seed 2)"]
+    assert replay.default_title([a, c]) == "Replay: m on c — t1"
+    assert replay.default_title([a, b, dict(a, trace="t3")]) == "Replay: m on c — 3 traces"
+    assert replay.time_unit(2 * 86400) == (3600.0, "hours") and replay.time_unit(3 * 86400) == (86400.0, "days")
+    assert replay.token_unit(2.4e11) == (1e9, "B") and replay.token_unit(3e12) == (1e12, "T")
+    cols = replay.policy_colours([a, c, b])
+    assert len(set(cols)) == 3 and cols[0] == replay.policy_colours([a])[0], cols  # elastic keeps its colour
+
+
+def _write_reports(path, change):
+    """testdata/replay-sample.json with change(reports) applied, written to path."""
+    with open(REPLAY_SAMPLE) as f:
+        reports = json.load(f)
+    reports = change(reports)
+    with open(path, "w") as f:
+        if isinstance(reports, str):
+            f.write(reports)
+        else:
+            json.dump(reports, f, indent=1)
+
+
+def test_replay_malformed_inputs(d):
+    def drop(i, *path):
+        def change(reports):
+            obj = reports[i]
+            for k in path[:-1]:
+                obj = obj[k]
+            del obj[path[-1]]
+            return reports
+        return change
+
+    cases = [
+        ("invalid.json", lambda r: '[\n{"kind": "replay_report",\n "policy": }\n]\n',
+         ["invalid.json:3:", "invalid JSON"]),
+        ("kind.json", lambda r: [r[0], dict(r[1], kind="run_report")],
+         ["kind.json", "report [1]", '"kind"', "run_report", "replay_report"]),
+        ("nokind.json", lambda r: {"policy": "x"}, ["nokind.json", '"kind"']),
+        ("ettr.json", drop(1, "ettr"), ["ettr.json", "report [1]", '"ettr"', "missing"]),
+        ("segment.json", drop(0, "segments", 3, "phase"), ["segment.json", "report [0]", '"segments[3].phase"']),
+        ("tokens.json", lambda r: [r[0], dict(r[1], tokens="many")], ["tokens.json", '"tokens"', "not a number"]),
+        ("downtime.json", lambda r: [dict(r[0], downtime={"wait": 1})], ["downtime.json", '"downtime"', "list"]),
+        ("empty.json", lambda r: [], ["empty.json", "empty"]),
+    ]
+    bad = os.path.join(d, "replay-bad")
+    os.makedirs(bad, exist_ok=True)
+    for name, change, needles in cases:
+        path = os.path.join(bad, name)
+        _write_reports(path, change)
+        out = os.path.join(bad, name + ".png")
+        r = run_replay("-o", out, REPLAY_SAMPLE, path)
+        assert r.returncode == 2, f"{name}: exit {r.returncode}; stderr {r.stderr!r}"
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, f"{name}: {r.stderr!r}"
+        for n in needles:
+            assert n in r.stderr, f"{name}: {n!r} not in the message: {r.stderr!r}"
+        assert not os.path.exists(out), f"{name}: {out} drawn despite the error"
+        assert r.stdout == "", r.stdout
+    r = run_replay("-o", os.path.join(bad, "x.png"), os.path.join(bad, "no-such-report.json"))
+    assert r.returncode == 2 and "no-such-report.json" in r.stderr and "missing" in r.stderr, r.stderr
+    r = run_replay("-o", os.path.join(bad, "x.svg"), REPLAY_SAMPLE)
+    assert r.returncode == 2 and ".png or .pdf" in r.stderr, r.stderr
+
+
+def test_replay_figure_kind(d):
+    """A results directory with only a replay figure (no results.jsonl) is drawn; its errors name the field."""
+    with tempfile.TemporaryDirectory() as t:
+        spec = {"name": "rep", "kind": "replay", "title": "Policies on the Llama 3 trace",
+                "replays": ["replays/point-0.json"]}
+        build(t, specs=[spec])
+        os.remove(os.path.join(t, "results.jsonl"))
+        r = run_tool(t)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["rep", "(replay):", os.path.join(t, "figures", "rep.png"),
+                                    os.path.join(t, "figures", "rep.pdf")], r.stdout
+        for ext in ("png", "pdf"):
+            assert os.path.getsize(os.path.join(t, "figures", f"rep.{ext}")) > 5000
+        for change, needles in (
+                ({"replays": []}, ['figure "rep"', '"replays"', "empty"]),
+                ({"replays": ["replays/point-9.json"]}, ['"replays[0]"', "point-9.json", "does not exist"]),
+                ({"replays": "replays/point-0.json"}, ['"replays"', "list"])):
+            build(t, specs=[dict(spec, **change)])
+            shutil.rmtree(os.path.join(t, "figures"), ignore_errors=True)
+            _expect_error(t, "figures.json", *needles)
+            assert not os.path.exists(os.path.join(t, "figures")), "drawn despite the error"
+        build(t, specs=[dict(spec, replays=["replays/point-0.json", "replays/point-1.json"])])
+        _write_reports(os.path.join(t, "replays", "point-1.json"), drop_ettr)
+        _expect_error(t, "figures.json", '"replays[1]"', "point-1.json", "report [0]", '"ettr"')
+
+
+def drop_ettr(reports):
+    del reports[0]["ettr"]
+    return reports
 
 
 def main():
