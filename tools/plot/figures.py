@@ -319,8 +319,7 @@ def resolve(fig, rows, results_dir, results_path="results.jsonl"):
         return dict(fig, trace=trace, trace_path=path), []
     if fig["kind"] == "replay":
         if not fig["replays"]:
-            raise InputError(f"{where}: field \"replays\" is empty (a replay figure needs the replay reports "
-                             "of its points, e.g. \"replays/point-0.json\"; did every point fail?)")
+            return dict(fig, reports=None), []  # no report (its points failed): skipped with a warning
         reports = []
         for i, rel in enumerate(fig["replays"]):
             path = os.path.join(results_dir, rel)
@@ -993,6 +992,10 @@ def main(argv=None):
         if fig_spec["kind"] == "timeline" and fig_spec["trace"] is None:
             print(f"figures.py: {fig_spec['name']}: skipped: its \"timeline\" field is empty (the runner writes "
                   "no trace for a point that failed)", file=sys.stderr)
+            continue
+        if fig_spec["kind"] == "replay" and fig_spec["reports"] is None:
+            print(f"figures.py: {fig_spec['name']}: skipped: its \"replays\" field is empty (no point its filter "
+                  "selects has a replay report: they failed, or the filter matches none)", file=sys.stderr)
             continue
         try:
             png, pdf = render(fig_spec, fig_rows, out_dir, spec.get("caption", ""), results_path)

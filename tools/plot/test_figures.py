@@ -554,8 +554,12 @@ def test_replay_figure_kind(d):
                                     os.path.join(t, "figures", "rep.pdf")], r.stdout
         for ext in ("png", "pdf"):
             assert os.path.getsize(os.path.join(t, "figures", f"rep.{ext}")) > 5000
+        build(t, specs=[dict(spec, replays=[])])
+        shutil.rmtree(os.path.join(t, "figures"), ignore_errors=True)
+        r = run_tool(t)
+        assert r.returncode == 0 and "rep: skipped" in r.stderr and '"replays" field is empty' in r.stderr, r.stderr
+        assert not os.path.exists(os.path.join(t, "figures", "rep.png")), "an empty replay figure was drawn"
         for change, needles in (
-                ({"replays": []}, ['figure "rep"', '"replays"', "empty"]),
                 ({"replays": ["replays/point-9.json"]}, ['"replays[0]"', "point-9.json", "does not exist"]),
                 ({"replays": "replays/point-0.json"}, ['"replays"', "list"])):
             build(t, specs=[dict(spec, **change)])
