@@ -124,14 +124,16 @@ std::string ChromeTraceJson(const IterationMeasure& m, const Cluster& cluster) {
   return out;
 }
 
-std::string ReportJson(const proto::IterationReport& report) {
+std::string MessageJson(const google::protobuf::Message& message) {
   std::string json;
   google::protobuf::util::JsonPrintOptions opt;
   opt.add_whitespace = true;
   opt.preserve_proto_field_names = true;
   opt.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(report, &json, opt);
+  (void)google::protobuf::util::MessageToJsonString(message, &json, opt);
   return json;
 }
+
+std::string ReportJson(const proto::IterationReport& report) { return MessageJson(report); }
 
 }  // namespace hetsim::models

@@ -71,6 +71,8 @@ std::string ChromeTraceJson(const IterationMeasure& m, const Cluster& cluster);
 
 // The report as JSON (proto3 JSON mapping, field names as in the .proto).
 std::string ReportJson(const proto::IterationReport& report);
+// Any report message as JSON the same way (proto3 JSON mapping, proto field names, every field printed).
+std::string MessageJson(const google::protobuf::Message& message);
 
 // Escapes `s` for a JSON string literal (quotes, backslashes, control characters as \uXXXX).
 std::string JsonEscape(const std::string& s);

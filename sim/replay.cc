@@ -1,7 +1,5 @@
 #include "sim/replay.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,6 +8,7 @@
 #include <queue>
 #include <set>
 
+#include "models/iteration_report.h"
 #include "models/plan.h"
 
 namespace hetsim::sim {
@@ -1126,14 +1125,6 @@ double OnDemandUsdPerGpuHour(const std::string& gpu) {
   return it == price.end() ? 0 : it->second;
 }
 
-std::string ReplayReportJson(const proto::ReplayReport& report) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions opt;
-  opt.add_whitespace = true;
-  opt.preserve_proto_field_names = true;
-  opt.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(report, &json, opt);
-  return json;
-}
+std::string ReplayReportJson(const proto::ReplayReport& report) { return models::MessageJson(report); }
 
 }  // namespace hetsim::sim

@@ -137,8 +137,12 @@ TEST(Manifest, ReplayPoliciesAreAnImplicitAxis) {
         EXPECT_DOUBLE_EQ(setup->replay->checkpoint_interval_s(), v == "900" ? 900 : 0);
       }
     }
-    if (setup->policy.name() == "hot-spares") EXPECT_EQ(setup->policy.spares(), 3u);
-    if (setup->policy.name() == "elastic") EXPECT_EQ(setup->policy.label(), "oobleck");
+    if (setup->policy.name() == "hot-spares") {
+      EXPECT_EQ(setup->policy.spares(), 3u);
+    }
+    if (setup->policy.name() == "elastic") {
+      EXPECT_EQ(setup->policy.label(), "oobleck");
+    }
   }
   EXPECT_EQ(policies, (std::set<std::string>{"hot-spares", "oobleck"}));
 }

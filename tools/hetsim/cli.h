@@ -73,6 +73,10 @@ struct Specs {
 // flags leave out (flags win). `need_cluster` / `need_model` make a missing one an error.
 Result<Specs> LoadSpecs(const po::variables_map& vm, bool need_cluster, bool need_model);
 
+// Plans with --planner (and --planner-options FILE) on the specs' cluster, model and training; fills in
+// specs->plan and plan_file.
+Status PlanWithFlags(const po::variables_map& vm, Specs* specs);
+
 // The value of a string flag, or "".
 std::string FlagString(const po::variables_map& vm, const char* key);
 

@@ -343,6 +343,20 @@ std::string FlagString(const po::variables_map& vm, const char* key) {
   return vm.count(key) ? vm[key].as<std::string>() : std::string();
 }
 
+Status PlanWithFlags(const po::variables_map& vm, Specs* specs) {
+  std::string options, options_file = "--planner-options";
+  if (vm.count("planner-options")) {
+    HETSIM_ASSIGN_OR_RETURN(models::SpecText text,
+                            models::ReadSpec(models::SpecKind::kPlan, FlagString(vm, "planner-options")));
+    options = text.text;
+    options_file = text.file;
+  }
+  HETSIM_ASSIGN_OR_RETURN(specs->plan, PlanWithPlanner(FlagString(vm, "planner"), options, options_file,
+                                                       *specs->cluster, *specs->model, specs->training));
+  specs->plan_file = FlagString(vm, "planner") + "'s plan";
+  return Status::Ok();
+}
+
 void AddSpecFlags(po::options_description& d, bool with_plan) {
   d.add_options()("cluster,c", po::value<std::string>(), "cluster: bundled name or path (`hetsim list clusters`)")
       ("model,m", po::value<std::string>(), "model: bundled name or path (`hetsim list models`)");

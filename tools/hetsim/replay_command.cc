@@ -91,24 +91,10 @@ int RunReplay(const po::variables_map& vm, std::ostream& out, std::ostream& err)
     return 2;
   }
   if (!specs->plan) {
-    std::string options, options_file = "--planner-options";
-    if (vm.count("planner-options")) {
-      auto text = models::ReadSpec(models::SpecKind::kPlan, FlagString(vm, "planner-options"));
-      if (!text.ok()) {
-        err << text.status().message() << "\n";
-        return 1;
-      }
-      options = text->text;
-      options_file = text->file;
-    }
-    auto plan = PlanWithPlanner(FlagString(vm, "planner"), options, options_file, *specs->cluster, *specs->model,
-                                specs->training);
-    if (!plan.ok()) {
-      err << plan.status().message() << "\n";
+    if (Status st = PlanWithFlags(vm, &*specs); !st.ok()) {
+      err << st.message() << "\n";
       return 1;
     }
-    specs->plan = std::move(plan).value();
-    specs->plan_file = FlagString(vm, "planner") + "'s plan";
   }
   models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
   if (Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file); !st.ok()) {

@@ -82,24 +82,10 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     return 1;
   }
   if (vm.count("planner")) {
-    std::string options, options_file = "--planner-options";
-    if (vm.count("planner-options")) {
-      auto text = models::ReadSpec(models::SpecKind::kPlan, FlagString(vm, "planner-options"));
-      if (!text.ok()) {
-        err << text.status().message() << "\n";
-        return 1;
-      }
-      options = text->text;
-      options_file = text->file;
-    }
-    auto plan = PlanWithPlanner(FlagString(vm, "planner"), options, options_file, *specs->cluster, *specs->model,
-                                specs->training);
-    if (!plan.ok()) {
-      err << plan.status().message() << "\n";
+    if (Status st = PlanWithFlags(vm, &*specs); !st.ok()) {
+      err << st.message() << "\n";
       return 1;
     }
-    specs->plan = std::move(plan).value();
-    specs->plan_file = FlagString(vm, "planner") + "'s plan";
     out << "planned with " << FlagString(vm, "planner") << ": " << specs->plan->pipelines_size() << " pipeline"
         << (specs->plan->pipelines_size() == 1 ? "" : "s") << "\n";
   }

@@ -30,6 +30,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import replay  # noqa: E402
+import style  # noqa: E402
 import timeline  # noqa: E402
 
 KINDS = ("bar", "grouped_bar", "line", "stacked", "timeline", "replay")
@@ -110,26 +111,7 @@ METRIC_LABELS = {
 UNIT_SUFFIXES = (("_per_s", "/s"), ("_gib", "GiB"), ("_gb", "GB"), ("_gbps", "Gbit/s"), ("_ms", "ms"),
                  ("_us", "µs"), ("_s", "s"), ("_fraction", "%"), ("_pct", "%"), ("_w", "W"))
 
-STYLE = {
-    "font.size": 10,
-    "axes.titlesize": 11,
-    "figure.titlesize": 11,
-    "axes.labelsize": 10,
-    "xtick.labelsize": 9,
-    "ytick.labelsize": 9,
-    "legend.fontsize": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.linewidth": 0.8,
-    "axes.axisbelow": True,
-    "axes.grid": False,
-    "hatch.linewidth": 0.6,
-    "legend.frameon": False,
-    "pdf.fonttype": 42,
-    "ps.fonttype": 42,
-    "savefig.dpi": 150,
-    "figure.dpi": 150,
-}
+STYLE = style.STYLE
 CAPTION_PT = 9
 PLOT_HEIGHT_IN = 2.5  # the height of the plotting area; the figure grows around it
 

@@ -34,6 +34,9 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import style  # noqa: E402
+
 KIND = "replay_report"
 # The top-level fields the figure reads, and their types ("str", "num": a number or a numeric string as
 # proto3's JSON mapping writes 64-bit integers, "list").
@@ -66,26 +69,7 @@ SPARE_COLOURS = ("#66CCEE", "#332288", "#882255", "#117733", "#999933", "#44AA99
                  "#88CCEE", "#AA4499")
 IDEAL_COLOUR = "#808080"
 
-STYLE = {
-    "font.size": 10,
-    "axes.titlesize": 10,
-    "figure.titlesize": 11,
-    "axes.labelsize": 10,
-    "xtick.labelsize": 9,
-    "ytick.labelsize": 9,
-    "legend.fontsize": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.linewidth": 0.8,
-    "axes.axisbelow": True,
-    "axes.grid": False,
-    "hatch.linewidth": 0.6,
-    "legend.frameon": False,
-    "pdf.fonttype": 42,
-    "ps.fonttype": 42,
-    "savefig.dpi": 150,
-    "figure.dpi": 150,
-}
+STYLE = dict(style.STYLE, **{"axes.titlesize": 10})  # panel titles a point smaller
 WIDTH_IN = 7.4  # grows when long row labels would leave the plots under 5 in wide
 PROGRESS_IN = 2.7  # the height of panel (a)'s plotting area
 ROW_IN = 0.42  # panel (b): inches per report

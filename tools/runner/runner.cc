@@ -374,12 +374,7 @@ void RunShard(const Manifest& m, const std::string& dir, int shard, int shards, 
 
 std::string FindPlotScript() {
   if (const char* env = std::getenv("HETSIM_PLOT")) return env;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
-    if (fs::exists(dir / "tools/plot/figures.py")) return (dir / "tools/plot/figures.py").string();
-  }
-  return "tools/plot/figures.py";
+  return PlotDir() + "/figures.py";
 }
 
 Status WriteFiguresJson(const Manifest& m, const std::string& dir) {
