@@ -30,6 +30,8 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
       "usage: mpirun -np R hetsim-exec --plan P [--cluster C] [--model M] [--training T] --backend cpu|cuda\n\n"
       "Runs a plan for real, one MPI rank per device of the plan, and reports like the simulator.\n\nflags");
   uint64_t seed = o.seed;
+  // Counts are read as signed numbers and checked: an unsigned flag would take "-1" as 4,294,967,295.
+  int64_t iterations = o.iterations, warmup = o.warmup, global_batch = 0, seq_len = 0;
   desc.add_options()
       ("help,h", "print this help")
       ("plan,p", po::value<std::string>(&o.plan), "plan file (or bundled plan name)")
@@ -37,8 +39,11 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
       ("model,m", po::value<std::string>(&o.model), "model (bundled name or file; default: the plan's)")
       ("training,t", po::value<std::string>(&o.training), "training spec file (default: the plan's, else the model's)")
       ("backend,b", po::value<std::string>(&o.backend)->default_value("cpu"), "cpu (Eigen + MPI, fp32) | cuda (cuBLAS + NCCL)")
-      ("iterations,n", po::value<uint32_t>(&o.iterations)->default_value(3), "timed training steps")
-      ("warmup,w", po::value<uint32_t>(&o.warmup)->default_value(1), "untimed training steps before them")
+      ("iterations,n", po::value<int64_t>(&iterations)->default_value(3), "timed training steps (0..1000000)")
+      ("warmup,w", po::value<int64_t>(&warmup)->default_value(1), "untimed training steps before them (0..1000000)")
+      ("timeout-s", po::value<double>(&o.timeout_s)->default_value(o.timeout_s),
+       "end the job when a rank makes no progress for this long (a peer stopped or hangs), naming the rank and "
+       "the operation; 0: wait forever")
       ("seed", po::value<uint64_t>(&seed)->default_value(1234), "seed of the weights and the synthetic data")
       ("lr", po::value<double>(&o.lr)->default_value(1e-3), "Adam learning rate")
       ("rope-theta", po::value<double>(&o.rope_theta)->default_value(10000.0), "RoPE base")
@@ -57,8 +62,8 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
        "time every layer of rank 0 and merge the per-layer costs into this profile YAML (models/proto/profile.proto)")
       ("profile-model", po::value<std::string>(&o.profile_model),
        "model name written into the profile (default: the model's; e.g. llama2-7b for a stack of its layers)")
-      ("global-batch", po::value<uint32_t>(), "global batch in sequences (overrides the training spec)")
-      ("seq-len", po::value<uint32_t>(), "sequence length (overrides the training spec)")
+      ("global-batch", po::value<int64_t>(&global_batch), "global batch in sequences (overrides the training spec)")
+      ("seq-len", po::value<int64_t>(&seq_len), "sequence length (overrides the training spec)")
       ("dtype", po::value<std::string>(&o.dtype), "bf16 | fp32 (overrides the training spec)")
       ("recompute", po::value<std::string>(&o.recompute), "none | selective | full (overrides the training spec)");
   po::variables_map vm;
@@ -80,8 +85,29 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
     return Status::Invalid(std::string("hetsim-exec: ") + e.what() + " (`hetsim-exec --help` lists the flags)");
   }
   o.seed = seed;
-  if (vm.count("global-batch")) o.global_batch = vm["global-batch"].as<uint32_t>();
-  if (vm.count("seq-len")) o.seq_len = vm["seq-len"].as<uint32_t>();
+  auto count = [](const char* flag, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi) {
+      return Status::Invalid(std::string("hetsim-exec: --") + flag + ": expected " + std::to_string(lo) + ".." +
+                             std::to_string(hi) + ", found " + std::to_string(v));
+    }
+    return Status::Ok();
+  };
+  HETSIM_RETURN_IF_ERROR(count("iterations", iterations, 0, 1000000));
+  HETSIM_RETURN_IF_ERROR(count("warmup", warmup, 0, 1000000));
+  o.iterations = static_cast<uint32_t>(iterations);
+  o.warmup = static_cast<uint32_t>(warmup);
+  if (vm.count("global-batch")) {
+    HETSIM_RETURN_IF_ERROR(count("global-batch", global_batch, 1, 16777216));
+    o.global_batch = static_cast<uint32_t>(global_batch);
+  }
+  if (vm.count("seq-len")) {
+    HETSIM_RETURN_IF_ERROR(count("seq-len", seq_len, 1, 1048576));
+    o.seq_len = static_cast<uint32_t>(seq_len);
+  }
+  if (!(o.timeout_s >= 0) || o.timeout_s > 1e7) {
+    return Status::Invalid("hetsim-exec: --timeout-s: expected seconds (0 to wait forever), found " +
+                           std::to_string(o.timeout_s));
+  }
   if (o.plan.empty()) return Status::Invalid("hetsim-exec: --plan is required (`hetsim-exec --help` lists the flags)");
   if (o.backend != "cpu" && o.backend != "cuda") {
     return Status::Invalid("hetsim-exec: --backend: unknown backend '" + o.backend + "' (expected cpu or cuda)" +

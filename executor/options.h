@@ -34,6 +34,7 @@ struct ExecOptions {
   std::string dump_gradients;     // the gradients of the first step, as a binary file (gradient_file.h)
   std::string compare_gradients;  // a reference dump to compare the first step's gradients with
   double rtol = 1e-4;             // tolerance of --compare-gradients
+  double timeout_s = 600;         // --timeout-s: a rank with no progress for this long ends the job (0: never)
   std::string profile_out;        // per-layer timings of rank 0 merged into this profile YAML
   std::string profile_model;      // the profile's model name (default: the model's)
   std::optional<uint32_t> global_batch, seq_len;

@@ -21,6 +21,7 @@
 #include "executor/options.h"
 #include "executor/stage_model.h"
 #include "executor/trace.h"
+#include "executor/watchdog.h"
 #include "models/spec_io.h"
 #include "models/yaml_proto.h"
 #ifdef HETSIM_EXECUTOR_CUDA
@@ -105,7 +106,8 @@ class Runner {
         be_(backend),
         factory_(factory),
         recorder_(backend),
-        log_(plan, role_, specs.model, plan.seq_len) {}
+        log_(plan, role_, specs.model, plan.seq_len),
+        watchdog_(rank, options.timeout_s) {}
 
   int Run();
 
@@ -160,6 +162,7 @@ class Runner {
   std::vector<Buffer> inputs_, labels_;  // per micro-batch, for the current step
   std::unique_ptr<SliceRecorder> layer_recorder_;  // profile mode
   std::vector<std::vector<TimedSlice>> layer_steps_;  // per timed step
+  Watchdog watchdog_;
   uint32_t step_ = 0;
 };
 
@@ -290,6 +293,14 @@ void Runner::RunOps() {
   const std::vector<models::Op>& ops = plan_.Ops(rank_);
   for (size_t i = 0; i < ops.size();) {
     const models::Op& op = ops[i];
+    const auto at = static_cast<int64_t>(i);
+    switch (op.kind) {
+      case models::OpKind::kRecv: watchdog_.Beat("a receive", op.peer, at, step_); break;
+      case models::OpKind::kSend: watchdog_.Beat("a send", op.peer, at, step_); break;
+      case models::OpKind::kCollective: watchdog_.Beat("a gradient all-reduce", -1, at, step_); break;
+      case models::OpKind::kWaitSends: watchdog_.Beat("waiting for its sends", -1, at, step_); break;
+      default: watchdog_.Beat("a pass or the optimizer", -1, at, step_); break;
+    }
     switch (op.kind) {
       case models::OpKind::kRecv:
         Recv(op);
@@ -344,6 +355,7 @@ void Runner::RunOps() {
 double Runner::Step(uint32_t step, bool timed, DeviceTiming* timing) {
   PrepareData(step);
   be_->Synchronize();
+  watchdog_.Beat("the barrier before a step", -1, -1, step);
   HETSIM_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   be_->ClearMarks();
   const Backend::Mark origin = be_->Record();
@@ -353,6 +365,7 @@ double Runner::Step(uint32_t step, bool timed, DeviceTiming* timing) {
   RunOps();
   log_.active = false;
   const Backend::Mark end = be_->Record();
+  watchdog_.Beat("the end of a step (device work or loss all-reduce)", -1, -1, step);
   be_->Synchronize();
   const double seconds = be_->Elapsed(origin, end);
   auto slices = recorder_.Resolve(origin);

@@ -52,8 +52,9 @@ Result<Cluster> Cluster::Build(proto::Cluster spec, const std::string& file, con
     }
     const uint32_t count = ng.count() == 0 ? 1 : ng.count();
     total_devices += uint64_t{count} * ng.gpus().count();
-    if (total_devices > (1u << 22)) {
-      errors.Add(at + path + ".count: the cluster has more than 4,194,304 GPUs; hetsim models up to that");
+    if (total_devices > kMaxClusterGpus) {
+      errors.Add(at + path + ".count: the cluster has more than 131,072 GPUs; hetsim models clusters up to that "
+                 "size (8× the largest published training runs)");
       break;
     }
     NodeInfo proto_node;

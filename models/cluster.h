@@ -59,4 +59,7 @@ inline constexpr double kDefaultPcieLatencyUs = 5.0;     // GPU-to-GPU over a PC
 inline constexpr double kDefaultPcieHopLatencyUs = 1.0;  // GPU to NIC / host memory
 double DefaultNicLatencyUs(proto::Nic::Kind kind);
 
+// The largest cluster hetsim builds (Cluster::Build refuses more GPUs).
+constexpr uint64_t kMaxClusterGpus = 131072;
+
 }  // namespace hetsim::models

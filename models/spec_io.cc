@@ -6,7 +6,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "models/proto/calibration.pb.h"
 #include "models/proto/trace.pb.h"
@@ -156,19 +160,50 @@ Result<proto::Profile> LoadProfile(const std::string& name_or_path) {
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(path + ": cannot open for writing");
-    out << text;
-    out.flush();
-    if (!out) return Status::IoError(path + ": write failed");
-  }
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return Status::IoError(path + ": cannot replace: " + ec.message());
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::IoError(path + ": is a folder; give a file name (e.g. " + path + "/out.json)");
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  auto fail = [&](const std::string& what, int err) {
+    ::unlink(tmp.c_str());  // nothing half-written is left behind
+    return Status::IoError(path + ": " + what + ": " + std::strerror(err) +
+                           (err == ENOSPC ? " (free some space, or write elsewhere)" : ""));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    return Status::IoError(path + ": cannot write here: " + std::strerror(err));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return fail("write failed", err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return fail("write failed", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot replace the file", errno);
+  return Status::Ok();
+}
+
+Status CheckWritable(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::IoError(flag + " " + path + ": is a folder; give a file name (e.g. " + path + "/out.json)");
+  }
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::IoError(flag + " " + path + ": folder " + dir.string() + " does not exist; create it first");
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    const int err = errno;
+    return Status::IoError(flag + " " + path + ": cannot write into " + dir.string() + ": " + std::strerror(err));
   }
   return Status::Ok();
 }

@@ -47,5 +47,8 @@ Status ParseSpec(const SpecText& src, SpecKind kind, Message* msg);
 
 // Writes `text` to `path` atomically (temporary file + rename).
 Status WriteFileAtomically(const std::string& path, const std::string& text);
+// Whether `path` can be written (its folder exists and is writable, it is not a folder), checked before a
+// long computation whose result goes there; `flag` names it in the error ("--report-out").
+Status CheckWritable(const std::string& path, const std::string& flag);
 
 }  // namespace hetsim::models

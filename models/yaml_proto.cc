@@ -82,6 +82,11 @@ std::string ElementName(const FieldDescriptor* fd) {
   }
 }
 
+// No number in a spec is physically larger: a field with a lower bound (every field people write) and no
+// upper one gets this one (reports, which hetsim writes, carry any double); beyond it sums and products
+// overflow to infinity.
+constexpr double kLargestNumber = 1e15;
+
 // Parses a YAML float, including the YAML spellings of the special values (.nan, .inf, -.inf).
 bool ParseDouble(const std::string& s, double* v) {
   if (s == ".nan" || s == ".NaN" || s == ".NAN") {
@@ -259,7 +264,17 @@ class Converter {
           Error(node, path, "expected a number, found '" + s + "'");
           return;
         }
+        if (!std::isfinite(v)) {
+          Error(node, path, "expected a finite number, found '" + s + "'");
+          return;
+        }
         if (!CheckRange(node, path, fd, v)) return;
+        if (fd->options().HasExtension(proto::min) && !fd->options().HasExtension(proto::max) &&
+            std::fabs(v) > kLargestNumber) {
+          Error(node, path, "value " + s + " is out of range (every number must be within ±" +
+                                FormatNumber(kLargestNumber) + ")");
+          return;
+        }
         if (fd->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
           rep ? r->AddDouble(msg, fd, v) : r->SetDouble(msg, fd, v);
         } else {
@@ -487,8 +502,78 @@ Status YamlToMessage(const YAML::Node& node, const std::string& file, const std:
   return c.errors().ToStatus();
 }
 
+namespace {
+
+// Checks what the YAML parser would take badly or not at all, before it runs: bytes that are not UTF-8, tabs
+// in indentation, and nesting deeper than any spec has (a deep document would exhaust the parser's stack).
+Status PrescanYaml(std::string_view text, const std::string& file) {
+  constexpr int kMaxFlowDepth = 64;
+  constexpr size_t kMaxIndent = 256;
+  size_t line = 1, col = 1, i = 0;
+  bool line_start = true;
+  int flow = 0;
+  char quote = 0;
+  auto at = [&] { return file + ":" + std::to_string(line) + ":" + std::to_string(col) + ": "; };
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    // UTF-8: the length of the sequence from its lead byte, then continuation bytes.
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > text.size()) {
+      return Status::Invalid(at() + "not UTF-8 text (byte 0x" + "0123456789abcdef"[c >> 4] +
+                             "0123456789abcdef"[c & 15] + "); save the file as UTF-8");
+    }
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) {
+        return Status::Invalid(at() + "not UTF-8 text (a broken multi-byte character); save the file as UTF-8");
+      }
+    }
+    if (c == '\n') {
+      ++line;
+      col = 1;
+      i += 1;
+      line_start = true;
+      if (quote == '\'') quote = 0;  // a comment or a plain scalar never spans lines in our specs
+      continue;
+    }
+    if (line_start) {
+      if (c == '\t') {
+        return Status::Invalid(at() + "a tab in the indentation; YAML indents with spaces only");
+      }
+      if (c != ' ') {
+        line_start = false;
+        if (col - 1 > kMaxIndent) {
+          return Status::Invalid(at() + "indented " + std::to_string(col - 1) +
+                                 " spaces deep; no spec nests that far (at most " + std::to_string(kMaxIndent) + ")");
+        }
+      }
+    }
+    if (quote == 0 && c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || line_start)) {
+      while (i < text.size() && text[i] != '\n') ++i;  // a comment
+      continue;
+    }
+    if (quote != 0) {
+      if (c == static_cast<unsigned char>(quote)) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = static_cast<char>(c);
+    } else if (c == '[' || c == '{') {
+      if (++flow > kMaxFlowDepth) {
+        return Status::Invalid(at() + "nested more than " + std::to_string(kMaxFlowDepth) +
+                               " brackets deep; no spec nests that far");
+      }
+    } else if (c == ']' || c == '}') {
+      flow = std::max(0, flow - 1);
+    }
+    i += len;
+    ++col;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ParseYaml(std::string_view text, const std::string& file, Message* msg) {
   msg->Clear();
+  HETSIM_RETURN_IF_ERROR(PrescanYaml(text, file));
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));

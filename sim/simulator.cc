@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "models/child_process.h"
 #include "models/iteration_report.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
@@ -99,9 +100,11 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work) {
   int fds[2];
   if (::pipe(fds) != 0) return Status::Internal("simulator: pipe() failed: " + std::string(std::strerror(errno)));
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Status::Internal("simulator: fork() failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
+    models::TieToParent(parent);
     ::close(fds[0]);
     std::string payload;
     try {

@@ -240,7 +240,7 @@ nodes:
 )");
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(Has(st.message(), "inline-cluster.yaml:7:"));
-  EXPECT_TRUE(Has(st.message(), "nodes[0].nic.bandwidth_gbps: value -10 is out of range (must be > 0)"));
+  EXPECT_TRUE(Has(st.message(), "nodes[0].nic.bandwidth_gbps: value -10 is out of range (must be >= 0.001)"));
 }
 
 TEST(BadClusterYaml, ZeroBandwidthViolatesExclusiveMinimum) {
@@ -255,8 +255,8 @@ storage:
   - {name: s, kind: object_store, read_bandwidth_gbyte_s: 0}
 )");
   ASSERT_FALSE(st.ok());
-  EXPECT_TRUE(Has(st.message(), "nodes[0].nic.bandwidth_gbps: value 0 is out of range (must be > 0)"));
-  EXPECT_TRUE(Has(st.message(), "storage[0].read_bandwidth_gbyte_s: value 0 is out of range (must be > 0)"));
+  EXPECT_TRUE(Has(st.message(), "nodes[0].nic.bandwidth_gbps: value 0 is out of range (must be >= 0.001)"));
+  EXPECT_TRUE(Has(st.message(), "storage[0].read_bandwidth_gbyte_s: value 0 is out of range (must be >= 1e-06)"));
 }
 
 TEST(BadClusterYaml, GpuCountZeroIsOutOfRange) {

@@ -149,32 +149,32 @@ proto::Cluster EveryClusterField() {
   a->mutable_nic()->set_attachment(proto::Nic::ATTACHMENT_PER_GPU);
   a->mutable_nic()->set_count(8);
   a->mutable_nic()->set_latency_us(1.0 / 3.0);
-  a->set_host_memory_gib(1e300);
+  a->set_host_memory_gib(999999.99999999988);  // the largest double within the bound
   a->set_zone("1.5");
   auto* b = c.add_nodes();
   b->set_name("yes");
   b->mutable_gpus()->set_type("rtx4090");
   b->mutable_gpus()->set_count(1);
   b->mutable_nic()->set_kind(proto::Nic::KIND_ROCE);
-  b->mutable_nic()->set_bandwidth_gbps(5e-324);  // the smallest positive double (subnormal)
+  b->mutable_nic()->set_bandwidth_gbps(0.0010000000000000002);  // the next double above the bound
   b->set_zone("~");
   c.mutable_network()->mutable_single_switch();  // an empty message as the oneof member
   c.mutable_network()->set_switch_latency_us(2.5);
   auto* s = c.add_storage();
   s->set_name("-");
   s->set_kind(proto::StorageEndpoint::KIND_LOCAL_NVME);
-  s->set_read_bandwidth_gbyte_s(1.7976931348623157e308);
-  s->set_write_bandwidth_gbyte_s(2.2250738585072014e-308);
+  s->set_read_bandwidth_gbyte_s(999999.99999999988);
+  s->set_write_bandwidth_gbyte_s(1.0000000000000002e-06);
   s->set_latency_ms(0.000001);
-  s->set_capacity_gib(1e21);
+  s->set_capacity_gib(1e12);
   auto* s2 = c.add_storage();
   s2->set_name("false");
   s2->set_kind(proto::StorageEndpoint::KIND_HOST_MEMORY);
-  s2->set_read_bandwidth_gbyte_s(9007199254740993.0);
+  s2->set_read_bandwidth_gbyte_s(900719.9254740993);
   auto* z = c.add_zone_links();
   z->set_from("1.5");
   z->set_to("~");
-  z->set_bandwidth_gbps(123456789.123456789);
+  z->set_bandwidth_gbps(1234567.891234567);
   z->set_latency_ms(0.0);
   return c;
 }
@@ -198,7 +198,7 @@ TEST(YamlRoundTrip, HandWrittenClusterWithEveryKindOfField) {
   EXPECT_EQ(back.nodes(0).fabric().bandwidth_gbyte_s(), 0.1);
   EXPECT_EQ(back.nodes(0).fabric().latency_us(), 1e-7);
   EXPECT_EQ(back.nodes(0).fabric().pcie_bandwidth_gbyte_s(), 12345.678);
-  EXPECT_EQ(back.nodes(1).nic().bandwidth_gbps(), 5e-324);
+  EXPECT_EQ(back.nodes(1).nic().bandwidth_gbps(), 0.0010000000000000002);
   // The round-tripped cluster is still a valid cluster.
   auto built = Cluster::Build(back, "c.yaml");
   EXPECT_TRUE(built.ok()) << built.status().message();

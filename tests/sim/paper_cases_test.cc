@@ -31,8 +31,8 @@ class AutoHetToyExample : public ::testing::Test {
     auto c = models::Cluster::Build(Parse<proto::Cluster>(R"(
 name: a100-h800
 nodes:
-  - {name: a100, gpus: {type: a100-80gb, count: 2}, fabric: {bandwidth_gbyte_s: 1000000, latency_us: 0.000001, pcie_latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}, nic: {kind: infiniband, bandwidth_gbps: 100000000, latency_us: 0.000001}}
-  - {name: h800, gpus: {type: h800, count: 2}, fabric: {bandwidth_gbyte_s: 1000000, latency_us: 0.000001, pcie_latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}, nic: {kind: infiniband, bandwidth_gbps: 100000000, latency_us: 0.000001}}
+  - {name: a100, gpus: {type: a100-80gb, count: 2}, fabric: {bandwidth_gbyte_s: 1000000, latency_us: 0.000001, pcie_latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}, nic: {kind: infiniband, bandwidth_gbps: 10000000, latency_us: 0.000001}}
+  - {name: h800, gpus: {type: h800, count: 2}, fabric: {bandwidth_gbyte_s: 1000000, latency_us: 0.000001, pcie_latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}, nic: {kind: infiniband, bandwidth_gbps: 10000000, latency_us: 0.000001}}
 )"),
                                    "toy");
     ASSERT_TRUE(c.ok()) << c.status().message();

@@ -2,6 +2,7 @@
 
 #include <ostream>
 
+#include "models/spec_io.h"
 #include "models/suggest.h"
 
 namespace hetsim::cli {
@@ -65,6 +66,16 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   } catch (const po::error& e) {
     err << "hetsim " << name << ": " << e.what() << " (`hetsim " << name << " --help` lists the flags)\n";
     return 2;
+  }
+  // Files a command writes at its end are checked before it starts: a long run never ends in "cannot write".
+  for (const char* flag : {"report-out", "timeline-out", "output", "figure", "ops-out", "profile-out"}) {
+    if (!vm.count(flag)) continue;
+    const auto* value = boost::any_cast<std::string>(&vm[flag].value());
+    if (value == nullptr || value->empty()) continue;
+    if (Status st = models::CheckWritable(*value, std::string("--") + flag); !st.ok()) {
+      err << "hetsim " << name << ": " << st.message() << "\n";
+      return 1;
+    }
   }
   return cmd->run(vm, out, err);
 }

@@ -51,9 +51,11 @@ Result<proto::Training> TrainingFromFlags(const po::variables_map& vm, const mod
   for (const char* flag : {"global-batch", "seq-len"}) {
     if (!vm.count(flag)) continue;
     const int64_t v = vm[flag].as<int64_t>();
-    if (v < 1 || v > (int64_t{1} << 30)) {
-      return Status::Invalid("--" + std::string(flag) + ": expected a positive number of " +
-                             (std::string(flag) == "seq-len" ? "tokens" : "sequences") + ", found " + std::to_string(v));
+    const bool seq = std::string(flag) == "seq-len";
+    const int64_t most = seq ? 1048576 : 16777216;  // training.proto's bounds
+    if (v < 1 || v > most) {
+      return Status::Invalid("--" + std::string(flag) + ": expected 1.." + std::to_string(most) + " " +
+                             (seq ? "tokens" : "sequences") + ", found " + std::to_string(v));
     }
     if (std::string(flag) == "seq-len") {
       t.set_seq_len(static_cast<uint32_t>(v));

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "models/child_process.h"
+
 namespace hetsim::cli {
 
 namespace fs = std::filesystem;
@@ -40,9 +42,11 @@ Result<int> RunChild(const std::vector<std::string>& argv, const std::string& lo
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Status::Internal("fork() failed for " + argv[0]);
   if (pid == 0) {
+    models::TieToParent(parent);
     ::close(STDIN_FILENO);
     if (!log_path.empty()) {
       const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -142,6 +142,13 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     }
     out << "timeline: " << FlagString(vm, "timeline-out") << " (open in https://ui.perfetto.dev)\n";
   }
+  if (res->report.any_oom() && !vm.count("allow-oom")) {
+    // The numbers above and the files are kept; the exit status says such a plan would not run.
+    err << "hetsim simulate: the plan does not fit in memory on some devices (the memory column above); fix the "
+           "plan (more pipeline stages, TP, ZeRO, recomputation, a smaller micro-batch) or pass --allow-oom to "
+           "accept it\n";
+    return 1;
+  }
   return 0;
 }
 
@@ -204,7 +211,8 @@ std::vector<Command> SimCommands() {
                  ("calibration", po::value<std::string>()->default_value("default"),
                   "kernel-model calibration: default or vtrain-a100 (docs/simulator.md)")
                  ("report-out", po::value<std::string>(), "write the iteration report (JSON)")
-                 ("timeline-out", po::value<std::string>(), "write a Chrome-trace timeline (JSON, opens in Perfetto)");
+                 ("timeline-out", po::value<std::string>(), "write a Chrome-trace timeline (JSON, opens in Perfetto)")
+                 ("allow-oom", "exit 0 even when the plan does not fit in memory (the report flags the devices)");
            },
            RunSimulate},
           {"lower", "print the plan's lowering: every rank's operations in order (what the simulator plays and "

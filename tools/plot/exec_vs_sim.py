@@ -43,7 +43,7 @@ def main():
     ax.legend(fontsize=8, ncol=5, loc="lower center", bbox_to_anchor=(0.5, -0.42))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=130)
+    fig.savefig(sys.argv[2], dpi=130, metadata={"Software": "hetsim"})
 
 
 if __name__ == "__main__":

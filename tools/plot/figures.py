@@ -937,8 +937,8 @@ def render(fig_spec, rows, out_dir, caption="", results_path="results.jsonl"):
             os.makedirs(out_dir, exist_ok=True)
             png = os.path.join(out_dir, fig_spec["name"] + ".png")
             pdf = os.path.join(out_dir, fig_spec["name"] + ".pdf")
-            fig.savefig(png, dpi=150)
-            fig.savefig(pdf)
+            style.save(fig, png)
+            style.save(fig, pdf)
         finally:
             plt.close(fig)
     return png, pdf

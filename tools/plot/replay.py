@@ -531,10 +531,7 @@ def draw(reports, out_path, title=None, caption=None):
             if inside and not _clear_legend(fig, ax_a):
                 _legend_above(ax_a, handles_a)
                 _fix_heights(fig, ax_a, ax_b, bar_in)
-            if out_path.lower().endswith(".pdf"):
-                fig.savefig(out_path, metadata={"CreationDate": None})
-            else:
-                fig.savefig(out_path, dpi=150)
+            style.save(fig, out_path)
         finally:
             plt.close(fig)
     return out_path

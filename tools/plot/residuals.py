@@ -50,8 +50,8 @@ def render(rows, out, title):
         ax.set_xlabel(label)
     fig.suptitle(title, fontweight="bold")
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    fig.savefig(out.rsplit(".", 1)[0] + ".pdf")
+    fig.savefig(out, dpi=120, metadata={"Software": "hetsim"})
+    fig.savefig(out.rsplit(".", 1)[0] + ".pdf", metadata={"CreationDate": None, "Producer": "hetsim"})
 
 
 def main():

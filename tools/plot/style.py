@@ -21,3 +21,16 @@ STYLE = {
     "savefig.dpi": 150,
     "figure.dpi": 150,
 }
+
+# Figure files carry no creation time, so the same inputs give the same bytes (PDF: CreationDate; PNG: the
+# Software key is fixed too).
+PDF_METADATA = {"CreationDate": None, "Producer": "hetsim"}
+PNG_METADATA = {"Software": "hetsim"}
+
+
+def save(fig, path, dpi=150):
+    """Saves a PNG or PDF (by the path's extension) reproducibly."""
+    if path.lower().endswith(".pdf"):
+        fig.savefig(path, metadata=PDF_METADATA)
+    else:
+        fig.savefig(path, dpi=dpi, metadata=PNG_METADATA)

@@ -86,7 +86,8 @@ def render(trace_path, out_path, title="", max_tracks=64, dpi=110):
         # number of tracks.
         fig.legend(handles=handles, loc="lower center", ncol=max(1, len(handles)), fontsize=8, frameon=False)
         fig.tight_layout(rect=(0, 0.35 / height, 1, 1))
-        fig.savefig(out_path, dpi=dpi)
+        fig.savefig(out_path, dpi=dpi, **({"metadata": {"CreationDate": None}} if out_path.lower().endswith(".pdf")
+                                          else {"metadata": {"Software": "hetsim"}}))
     finally:
         plt.close(fig)
 

@@ -1,8 +1,14 @@
 #include "tools/runner/manifest.h"
 
-#include "tools/runner/replay_setup.h"
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
 #include <filesystem>
 #include <set>
 
@@ -31,6 +37,26 @@ bool ParsePositive(const std::string& s, double* v) {
 }
 
 // FNV-1a, for stable point ids.
+// A message's bytes with deterministic serialization (map order fixed): for hashing.
+std::string Canonical(const google::protobuf::Message& msg) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream sos(&out);
+    google::protobuf::io::CodedOutputStream cos(&sos);
+    cos.SetSerializationDeterministic(true);
+    msg.SerializeToCodedStream(&cos);
+  }
+  return out;
+}
+
+// A file's bytes, or "" when it cannot be read (a bundled name).
+std::string FileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  return text.str();
+}
+
 uint64_t Fnv(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) {
@@ -50,6 +76,25 @@ const std::vector<std::string>& MetricNames() {
       "checkpoint_h", "lost_work_h", "detect_h", "replan_h", "wait_h", "restart_h", "recover_h", "downtime_h",
       "gpu_hours", "cost_usd", "configurations"};
   return names;
+}
+
+// The largest value an axis takes (the schema's bound of the field it sets), or 0 when unbounded here.
+double AxisMaximum(const std::string& axis) {
+  if (axis == "global_batch_size") return 16777216;
+  if (axis == "seq_len") return 1048576;
+  if (axis.ends_with("_gbps")) return 1e7;
+  if (axis == "oversubscription") return 1000;
+  if (axis == "spares") return 1e6;
+  if (axis == "detection_s" || axis == "restart_s") return 1e7;
+  if (axis == "checkpoint_interval") return 1e9;
+  if (axis == "trace_rate_scale") return 1000;
+  return 0;
+}
+
+std::string FormatLimit(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.15g", v);
+  return buf;
 }
 
 bool IsReplayAxis(const std::string& name) {
@@ -91,6 +136,19 @@ Result<Manifest> LoadManifest(const std::string& path) {
   const auto& e = m.spec;
   ErrorList errors;
   const std::string at = m.file + ": ";
+
+  // The name becomes a folder (out/NAME): one plain component.
+  {
+    const std::string& n = e.name();
+    const bool plain = !n.empty() && n != "." && n != ".." &&
+                       std::all_of(n.begin(), n.end(), [](char ch) {
+                         return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+                       });
+    if (!plain) {
+      errors.Add(at + "name: '" + n + "' is not a plain name: use letters, digits, '-', '_' and '.' (it names the "
+                 "results folder out/NAME), e.g. my-experiment");
+    }
+  }
 
   // Clusters, models.
   std::set<std::string> seen_names;
@@ -167,6 +225,26 @@ Result<Manifest> LoadManifest(const std::string& path) {
     }
     m.planners.push_back(std::move(choice));
   }
+  if (e.planners_size() == 0) errors.Add(at + "planners: the list is empty; name at least one planner (`hetsim list planners`)");
+  // A fixed plan must name devices every cluster of the manifest has.
+  for (size_t i = 0; i < m.planners.size(); ++i) {
+    if (!m.planners[i].plan) continue;
+    uint32_t top = 0;
+    for (const auto& pl : m.planners[i].plan->pipelines()) {
+      for (const auto& st : pl.stages()) {
+        for (uint32_t d : st.devices()) top = std::max(top, d + 1);
+      }
+    }
+    for (size_t c = 0; c < m.clusters.size(); ++c) {
+      auto built = models::Cluster::Build(m.clusters[c], m.cluster_files[c]);
+      if (built.ok() && top > built->num_devices()) {
+        errors.Add(at + "planners (" + m.planners[i].label + "): the plan uses device " + std::to_string(top - 1) +
+                   ", but cluster " + m.cluster_names[c] + " has " + std::to_string(built->num_devices()) +
+                   " GPUs (0.." + std::to_string(built->num_devices() - 1) +
+                   "); plan for that cluster or drop it from `clusters`");
+      }
+    }
+  }
 
   // Simulation settings.
   m.fidelity_name = e.simulation().fidelity().empty() ? "balanced" : e.simulation().fidelity();
@@ -215,6 +293,7 @@ Result<Manifest> LoadManifest(const std::string& path) {
       continue;
     }
     if (!axis_seen.insert(ax.name()).second) errors.Add(at + apath + ".name: axis '" + ax.name() + "' appears twice");
+    if (ax.values_size() == 0) errors.Add(at + apath + ".values: the list is empty; give at least one value");
     if (!ax.zip().empty()) {
       auto [it, inserted] = zip_sizes.emplace(ax.zip(), ax.values_size());
       if (!inserted && it->second != static_cast<size_t>(ax.values_size())) {
@@ -263,6 +342,12 @@ Result<Manifest> LoadManifest(const std::string& path) {
                   ax.name() == "oversubscription") &&
                  !ParsePositive(val, &num)) {
         errors.Add(vpath + "expected a positive number, found '" + val + "'");
+      } else if (const double most = AxisMaximum(ax.name()); most > 0 && ParsePositive(val, &num) && num > most) {
+        errors.Add(vpath + val + " is beyond what hetsim models for " + ax.name() + " (at most " + FormatLimit(most) +
+                   ")");
+      } else if ((ax.name() == "global_batch_size" || ax.name() == "seq_len" || ax.name() == "spares") &&
+                 ParsePositive(val, &num) && num != std::floor(num)) {
+        errors.Add(vpath + "expected a whole number, found '" + val + "'");
       }
     }
   }
@@ -337,6 +422,26 @@ Result<Manifest> LoadManifest(const std::string& path) {
   implicit("planner", planner_labels);
   if (e.has_replay()) implicit("policy", m.policy_labels);
   for (auto& d : dims) d.size = d.axes.front().second.size();
+  // Count the points before making them.
+  double count = std::max<uint32_t>(1, e.repeats());
+  for (const auto& d : dims) count *= static_cast<double>(d.size);
+  if (count > kMaxPoints) {
+    return Status::Invalid(at + "sweep: " + FormatLimit(count) + " points (clusters × models × planners × axes × " +
+                           "repeats); hetsim runs at most " + FormatLimit(kMaxPoints) +
+                           " per manifest: split the sweep over several manifests, or zip axes that go together");
+  }
+  // What a point's result depends on besides its axes: the training spec, the simulation and replay settings,
+  // the profiles' and the trace's contents (shared), and the point's cluster, model and planner (name,
+  // options, plan). Hashed into the point's id, so that --resume recomputes points whose inputs changed.
+  std::string shared = Canonical(e.training()) + "|" + Canonical(e.simulation()) + "|" + Canonical(e.replay());
+  for (const auto& ref : profile_refs) shared += "|" + FileText(ref);
+  if (e.has_replay()) shared += "|" + FileText(Relative(e.replay().trace(), m.file));
+  std::vector<std::string> cluster_digest, model_digest, planner_digest;
+  for (const auto& c : m.clusters) cluster_digest.push_back(Canonical(c));
+  for (const auto& mm : m.models) model_digest.push_back(Canonical(mm.spec()));
+  for (const auto& pl : m.planners) {
+    planner_digest.push_back(pl.name + "|" + pl.options + "|" + (pl.plan ? Canonical(*pl.plan) : std::string()));
+  }
   const uint32_t repeats = std::max<uint32_t>(1, e.repeats());
   const uint64_t seed = e.seed() == 0 ? 1 : e.seed();
   std::vector<size_t> idx(dims.size(), 0);
@@ -364,6 +469,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
         }
       }
       key += "|repeat=" + std::to_string(rep) + "|seed=" + std::to_string(p.seed);
+      key += "|inputs=" + std::to_string(Fnv(shared + "|" + cluster_digest[p.cluster] + "|" + model_digest[p.model] +
+                                              "|" + planner_digest[p.planner]));
       char buf[17];
       std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(Fnv(key)));
       p.id = buf;

@@ -47,6 +47,9 @@ struct Manifest {
   std::vector<std::string> policy_labels;  // replay: the policies' labels (the `policy` axis)
 };
 
+// The most points one manifest expands to (docs/manifest.md); more is refused before anything runs.
+constexpr double kMaxPoints = 100000;
+
 // Axis names a sweep may use besides cluster, model and planner (docs/manifest.md).
 const std::vector<std::string>& SweepAxisNames();
 

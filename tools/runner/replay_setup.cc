@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <ostream>
 
+#include "models/child_process.h"
 #include "models/spec_io.h"
 #include "planners/planner.h"
 #include "traces/llama3.h"
@@ -95,9 +96,11 @@ Result<int> RunProgram(const std::vector<std::string>& argv) {
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Status::Internal("cannot start " + argv[0]);
   if (pid == 0) {
+    models::TieToParent(parent);
     ::execvp(args[0], args.data());
     ::_exit(127);
   }

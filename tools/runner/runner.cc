@@ -17,6 +17,7 @@
 #include <functional>
 #include <thread>
 
+#include "models/child_process.h"
 #include "models/plan.h"
 #include "models/spec_io.h"
 #include "planners/planner.h"
@@ -544,8 +545,26 @@ Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream&
   const size_t total = m.points.size();
   size_t already = 0;
   if (options.resume) {
-    for (const auto& p : m.points) already += PointDone(dir, p);
-    if (world.rank() == 0 && options.progress) err << "resuming: " << already << " of " << total << " points already done\n";
+    // A point file whose id differs was computed from other inputs (an edited manifest, cluster, plan,
+    // profile or trace): it is removed and computed again.
+    size_t stale = 0;
+    for (const auto& p : m.points) {
+      std::ifstream in(PointFile(dir, p.index), std::ios::binary);
+      proto::PointResult r;
+      if (!in || !r.ParseFromIstream(&in)) continue;
+      if (r.id() == p.id) {
+        ++already;
+      } else if (!world.distributed() || static_cast<int>(p.index % static_cast<uint32_t>(world.size())) == world.rank()) {
+        in.close();
+        fs::remove(PointFile(dir, p.index), ec);
+        ++stale;
+      }
+    }
+    if (world.rank() == 0 && options.progress) {
+      err << "resuming: " << already << " of " << total << " points already done";
+      if (stale > 0) err << "; " << stale << " points' inputs changed since they ran (computed again)";
+      err << "\n";
+    }
   }
   Progress progress(err, total, options.progress && world.rank() == 0);
   if (world.distributed()) {
@@ -562,10 +581,12 @@ Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream&
   } else if (workers > 1) {
     std::fflush(nullptr);
     std::vector<pid_t> pids;
+    const pid_t parent = ::getpid();
     for (int w = 0; w < workers; ++w) {
       const pid_t pid = ::fork();
       if (pid < 0) return Status::Internal("hetsim run: fork() failed");
       if (pid == 0) {
+        models::TieToParent(parent);
         RunShard(m, dir, w, workers, options.resume, timelines, nullptr);
         ::_exit(0);
       }
@@ -598,12 +619,18 @@ Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream&
   HETSIM_RETURN_IF_ERROR(MergeResults(dir, total));
   HETSIM_RETURN_IF_ERROR(WriteFiguresJson(m, dir));
   PrintSummary(dir, m, out);
-  if (done < total) err << "warning: " << total - done << " points have no result (rerun with --resume)\n";
   if (options.figures && m.spec.figures_size() > 0) {
-    const std::string cmd = "/usr/bin/python3 " + FindPlotScript() + " " + dir;
-    std::fflush(nullptr);
-    const int rc = std::system(cmd.c_str());
-    if (rc != 0) err << "warning: drawing the figures failed (" << cmd << ")\n";
+    // No shell: the folder's name (from the manifest's name or -o) is one argument, whatever it contains.
+    const std::vector<std::string> argv = {"/usr/bin/python3", FindPlotScript(), dir};
+    auto rc = RunProgram(argv);
+    if (!rc.ok() || *rc != 0) {
+      err << "warning: drawing the figures failed (/usr/bin/python3 " << argv[1] << " " << dir << ")\n";
+    }
+  }
+  if (done < total) {
+    return Status::Invalid("hetsim run: " + std::to_string(total - done) + " of " + std::to_string(total) +
+                           " points have no result (a worker was killed or stopped); the others are in " + dir +
+                           "; run again with --resume to compute the missing ones");
   }
   return Status::Ok();
 }
