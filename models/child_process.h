@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <string>
+#include <vector>
+
+#include "models/status.h"
 
 namespace hetsim::models {
 
@@ -14,5 +18,12 @@ inline void TieToParent(pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the parent died between fork() and prctl()
 }
+
+// Runs argv without a shell (stdin closed; stdout and stderr to `log_path` when given), tied to this process's
+// life; returns its exit code (128 + signal when killed), or an error when it cannot start.
+Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path = "");
+
+// tools/plot of the source tree the running binary was built from (HETSIM_PLOT_DIR overrides), or "tools/plot".
+std::string PlotDir();
 
 }  // namespace hetsim::models

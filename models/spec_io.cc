@@ -75,6 +75,7 @@ Result<SpecText> ReadSpec(SpecKind kind, const std::string& name_or_path) {
 }
 
 Result<SpecKind> DetectKind(const std::string& text, const std::string& file) {
+  HETSIM_RETURN_IF_ERROR(PrescanYaml(text, file));
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -102,6 +103,7 @@ Result<SpecKind> DetectKind(const std::string& text, const std::string& file) {
 template <typename Message>
 Status ParseSpec(const SpecText& src, SpecKind kind, Message* msg) {
   const std::string want = SpecKindName(kind);
+  HETSIM_RETURN_IF_ERROR(PrescanYaml(src.text, src.file));
   // A file of another kind gets one error about its kind, not one per key of the wrong schema.
   try {
     const YAML::Node root = YAML::Load(src.text);
@@ -157,6 +159,13 @@ Result<proto::Profile> LoadProfile(const std::string& name_or_path) {
   proto::Profile p;
   HETSIM_RETURN_IF_ERROR(ParseSpec(src, SpecKind::kProfile, &p));
   return p;
+}
+
+std::string ResolveRelative(const std::string& ref, const std::string& from_file) {
+  if (ref.empty() || std::filesystem::exists(ref)) return ref;
+  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;  // a bundled name
+  const auto candidate = std::filesystem::path(from_file).parent_path() / ref;
+  return std::filesystem::exists(candidate) ? candidate.string() : ref;
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& text) {

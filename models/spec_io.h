@@ -45,6 +45,10 @@ Result<proto::Profile> LoadProfile(const std::string& name_or_path);
 template <typename Message>
 Status ParseSpec(const SpecText& src, SpecKind kind, Message* msg);
 
+// A spec's reference to another spec (a plan's `cluster:`, a trace's `cluster:`): a path as given when it
+// exists, else relative to the folder of `from_file`; a bare name (no '/', no .yaml) stays a bundled name.
+std::string ResolveRelative(const std::string& ref, const std::string& from_file);
+
 // Writes `text` to `path` atomically (temporary file + rename).
 Status WriteFileAtomically(const std::string& path, const std::string& text);
 // Whether `path` can be written (its folder exists and is writable, it is not a folder), checked before a

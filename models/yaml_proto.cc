@@ -502,8 +502,6 @@ Status YamlToMessage(const YAML::Node& node, const std::string& file, const std:
   return c.errors().ToStatus();
 }
 
-namespace {
-
 // Checks what the YAML parser would take badly or not at all, before it runs: bytes that are not UTF-8, tabs
 // in indentation, and nesting deeper than any spec has (a deep document would exhaust the parser's stack).
 Status PrescanYaml(std::string_view text, const std::string& file) {
@@ -568,8 +566,6 @@ Status PrescanYaml(std::string_view text, const std::string& file) {
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 Status ParseYaml(std::string_view text, const std::string& file, Message* msg) {
   msg->Clear();

@@ -19,6 +19,10 @@
 namespace hetsim::models {
 
 // Parses YAML `text` into `msg` (cleared first). `file` names the source in error messages.
+// What the YAML parser would take badly, found before it runs: bytes that are not UTF-8, a tab in the
+// indentation, nesting deeper than any spec (file:line:col, the problem and the fix).
+Status PrescanYaml(std::string_view text, const std::string& file);
+
 Status ParseYaml(std::string_view text, const std::string& file, google::protobuf::Message* msg);
 
 // Converts an already parsed YAML node. `path` is the key path of `node` inside `file` ("" at the root).

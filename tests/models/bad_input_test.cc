@@ -3,6 +3,8 @@
 // (also under ASan/UBSan). Inputs are inline raw strings or files under tests/data/bad/.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -257,6 +259,69 @@ storage:
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(Has(st.message(), "nodes[0].nic.bandwidth_gbps: value 0 is out of range (must be >= 0.001)"));
   EXPECT_TRUE(Has(st.message(), "storage[0].read_bandwidth_gbyte_s: value 0 is out of range (must be >= 1e-06)"));
+}
+
+TEST(BadClusterYaml, NonFiniteAndAbsurdNumbersAreRefused) {
+  // .inf would make every transfer instant (an iteration time of 0), 1e308 overflows sums to infinity.
+  const Status st = ClusterStatus(R"(
+kind: cluster
+name: t
+nodes:
+  - name: a
+    gpus: {type: a800, count: 2}
+    nic: {kind: roce, bandwidth_gbps: .inf, latency_us: 1e308}
+    fabric: {kind: nvlink, bandwidth_gbyte_s: .nan}
+)");
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "nodes[0].nic.bandwidth_gbps: expected a finite number, found '.inf'")) << st.message();
+  EXPECT_TRUE(Has(st.message(), "nodes[0].nic.latency_us: value 1e308 is out of range (must be <= 1e+06)"))
+      << st.message();
+  EXPECT_TRUE(Has(st.message(), "nodes[0].fabric.bandwidth_gbyte_s: expected a finite number, found '.nan'"))
+      << st.message();
+}
+
+TEST(BadYamlText, TabsNestingAndBytesThatAreNotUtf8) {
+  proto::Cluster c;
+  Status tab = models::ParseYaml("kind: cluster\nname: t\nnodes:\n\t- name: a\n", "tab.yaml", &c);
+  ASSERT_FALSE(tab.ok());
+  EXPECT_TRUE(Has(tab.message(), "tab.yaml:4:1: a tab in the indentation; YAML indents with spaces only"))
+      << tab.message();
+  const std::string deep = "kind: cluster\nname: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
+  Status nest = models::ParseYaml(deep, "deep.yaml", &c);
+  ASSERT_FALSE(nest.ok());
+  EXPECT_TRUE(Has(nest.message(), "deep.yaml:2:") && Has(nest.message(), "brackets deep")) << nest.message();
+  const std::string indented = "kind: cluster\nname: t\n" + std::string(300, ' ') + "x: 1\n";
+  Status ind = models::ParseYaml(indented, "indent.yaml", &c);
+  ASSERT_FALSE(ind.ok());
+  EXPECT_TRUE(Has(ind.message(), "indent.yaml:3:301: indented 300 spaces deep")) << ind.message();
+  Status bytes = models::ParseYaml("kind: cluster\nname: t\xff\xfe\n", "latin1.yaml", &c);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_TRUE(Has(bytes.message(), "latin1.yaml:2:8: not UTF-8 text (byte 0xff); save the file as UTF-8"))
+      << bytes.message();
+  // UTF-8 names and tabs inside values are fine.
+  EXPECT_TRUE(models::ParseYaml("kind: cluster\nname: \"gr\xc3\xbc\xc3\x9f" "e\tx\"\nnodes: [{name: a, gpus: {type: a800, count: 1}}]\n",
+                                "ok.yaml", &c)
+                  .ok());
+}
+
+TEST(BadOutputPath, FoldersAndMissingFoldersAreNamedAndNothingIsLeftBehind) {
+  const std::string dir = testing::TempDir() + "hetsim-out-test";
+  std::filesystem::create_directories(dir);
+  Status into_dir = models::WriteFileAtomically(dir, "x");
+  ASSERT_FALSE(into_dir.ok());
+  EXPECT_TRUE(Has(into_dir.message(), "is a folder; give a file name")) << into_dir.message();
+  Status missing = models::WriteFileAtomically(dir + "/no/such/folder/f.json", "x");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(Has(missing.message(), "No such file or directory")) << missing.message();
+  EXPECT_FALSE(Has(missing.message(), "Success")) << missing.message();
+  Status check = models::CheckWritable(dir + "/no/f.json", "--report-out");
+  ASSERT_FALSE(check.ok());
+  EXPECT_TRUE(Has(check.message(), "--report-out") && Has(check.message(), "does not exist; create it first"))
+      << check.message();
+  ASSERT_TRUE(models::WriteFileAtomically(dir + "/f.json", "{}").ok());
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u);  // no temporary file left
 }
 
 TEST(BadClusterYaml, GpuCountZeroIsOutOfRange) {

@@ -273,5 +273,30 @@ TEST(Replay, BadInputNamesTheFlagOrFieldAndTheFix) {
   EXPECT_TRUE(Has(store.err, "kind: object_store")) << store.err;
 }
 
+
+TEST(Simulate, OutOfMemoryPlansFailUnlessAllowed) {
+  // Llama-2 70B (80 blocks, 82 plan layers) on one 16 GB V100 cannot fit; the numbers are printed and the exit status says so.
+  const std::string plan = WriteTemp("oom-plan.yaml", "kind: plan\npipelines: [{micro_batch_size: 1, num_micro_batches: 4, "
+                                                      "stages: [{devices: [2], layer_end: 82}]}]\n");
+  const std::vector<std::string> args = {"simulate", "--cluster", "metis-uniform-t4-v100-4", "--model", "llama2-70b",
+                                         "--plan", plan, "--dtype", "fp16", "--global-batch", "4", "--seq-len",
+                                         "512", "--fidelity", "fast"};
+  auto r = RunCli(args);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated one iteration")) << r.out;  // the numbers are still shown
+  EXPECT_TRUE(Has(r.err, "does not fit in memory") && Has(r.err, "--allow-oom")) << r.err;
+  auto allowed = args;
+  allowed.push_back("--allow-oom");
+  EXPECT_EQ(RunCli(allowed).code, 0);
+}
+
+TEST(Simulate, AnUnwritableOutputFailsBeforeTheWork) {
+  auto r = RunCli({"simulate", "--plan", "llama3-405b-16384", "--fidelity", "fast", "--report-out",
+                   "/nonexistent-folder/r.json"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.err, "--report-out /nonexistent-folder/r.json: folder /nonexistent-folder does not exist")) << r.err;
+  EXPECT_FALSE(Has(r.out, "simulated")) << r.out;  // refused before the 16,384-GPU simulation
+}
+
 }  // namespace
 }  // namespace hetsim

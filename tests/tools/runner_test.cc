@@ -96,6 +96,10 @@ TEST(Manifest, InvalidManifestsAreRejectedBeforeAnythingRuns) {
       {"replay-interval", "replay: {trace: llama3}\nsweep: [{name: checkpoint_interval, values: [often]}]\n",
        "expected seconds (e.g. 1800) or young-daly"},
       {"replay-figure", "figures: [{name: f, kind: replay}]\n", "a replay figure needs a `replay:` section"},
+      {"empty-axis", "sweep: [{name: seq_len, values: []}]\n", "sweep[0].values: the list is empty"},
+      {"huge-batch", "sweep: [{name: global_batch_size, values: ['2147483648']}]\n",
+       "2147483648 is beyond what hetsim models for global_batch_size (at most 16777216)"},
+      {"fractional-batch", "sweep: [{name: global_batch_size, values: ['8.5']}]\n", "expected a whole number"},
   };
   for (const auto& c : cases) {
     auto m = LoadManifest(Write(std::string(c.name) + ".yaml", kBase + c.extra));
@@ -145,6 +149,72 @@ TEST(Manifest, ReplayPoliciesAreAnImplicitAxis) {
     }
   }
   EXPECT_EQ(policies, (std::set<std::string>{"hot-spares", "oobleck"}));
+}
+
+TEST(Manifest, NamesThatAreNotPlainFoldersAreRefused) {
+  // The name becomes out/NAME: a shell metacharacter, a path separator or '..' must not get there.
+  for (const char* name : {"'q;touch X;'", "../up", "a/b", "\"\""}) {
+    std::string text = kBase;
+    text.replace(text.find("name: t"), 7, std::string("name: ") + name);
+    auto m = LoadManifest(Write("bad-name.yaml", text));
+    ASSERT_FALSE(m.ok()) << name;
+    EXPECT_NE(m.status().message().find("name: '"), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("is not a plain name"), std::string::npos) << m.status().message();
+  }
+}
+
+TEST(Manifest, WorkIsCountedBeforeAnythingIsExpanded) {
+  // 5 axes of 20 values × 2 repeats = 6.4 million points: refused at once, naming the limit.
+  std::string sweep = "sweep:\n";
+  for (const char* axis : {"global_batch_size", "seq_len", "nic_bandwidth_gbps", "oversubscription", "detection_s"}) {
+    sweep += std::string("  - {name: ") + axis + ", values: [";
+    for (int v = 1; v <= 20; ++v) sweep += (v > 1 ? ", '" : "'") + std::to_string(v) + "'";
+    sweep += "]}\n";
+  }
+  auto m = LoadManifest(Write("huge.yaml", std::string(kBase) + "replay: {trace: llama3}\nrepeats: 2\n" + sweep));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("6400000 points"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("at most 100000"), std::string::npos) << m.status().message();
+}
+
+TEST(Manifest, EmptyPlannerListAndPlansBeyondTheClusterAreNamed) {
+  std::string none = kBase;
+  none.replace(none.find("planners: [{name: megatron}]"), 28, "planners: []");
+  auto m = LoadManifest(Write("no-planners.yaml", none));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("planners"), std::string::npos) << m.status().message();
+  // A fixed plan on devices 4-7 fits the 16-GPU cluster, not the 4-GPU one.
+  const std::string plan = Write("p4.yaml", "kind: plan\npipelines: [{micro_batch_size: 1, num_micro_batches: 8, "
+                                            "stages: [{devices: [4, 5, 6, 7], tp_degree: 4, layer_end: 2}]}]\n");
+  std::string fixed = kBase;
+  fixed.replace(fixed.find("planners: [{name: megatron}]"), 28, "planners: [{name: plan, plan: " + plan + "}]");
+  fixed.replace(fixed.find("clusters: [hexiscale-case-study]"), 32, "clusters: [hetu-h20x16, cpu-4]");
+  auto f = LoadManifest(Write("fixed.yaml", fixed));
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("the plan uses device 7, but cluster cpu-4 has 4 GPUs"), std::string::npos) << f.status().message();
+}
+
+TEST(Manifest, PointIdsChangeWithEveryInput) {
+  // --resume keeps a point only when its id matches: the id must change with the training spec, the
+  // simulation settings, a planner's options and the plan behind a label.
+  auto ids = [](const std::string& text) {
+    auto m = LoadManifest(Write("ids.yaml", text));
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    std::vector<std::string> out;
+    if (m.ok()) {
+      for (const auto& p : m->points) out.push_back(p.id);
+    }
+    return out;
+  };
+  const auto base = ids(kBase);
+  std::string training = kBase;
+  training.replace(training.find("seq_len: 128"), 12, "seq_len: 256");
+  std::string sim = std::string(kBase) + "simulation: {fidelity: fast}\n";
+  std::string options = kBase;
+  options.replace(options.find("planners: [{name: megatron}]"), 28,
+                  "planners: [{name: megatron, options: {tp_degrees: [1]}}]");
+  for (const auto& edited : {training, sim, options}) EXPECT_NE(ids(edited), base);
+  EXPECT_EQ(ids(kBase), base);  // and nothing else moves it
 }
 
 TEST(Manifest, BundledExperimentsValidate) {

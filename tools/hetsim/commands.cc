@@ -76,10 +76,7 @@ Result<proto::Training> TrainingFromFlags(const po::variables_map& vm, const mod
 
 // A reference inside a plan (`cluster: ../c.yaml`) is resolved relative to the plan file.
 std::string RelativeTo(const std::string& ref, const std::string& plan_file) {
-  if (ref.empty() || std::filesystem::exists(ref)) return ref;
-  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;  // a bundled name
-  const auto candidate = std::filesystem::path(plan_file).parent_path() / ref;
-  return std::filesystem::exists(candidate) ? candidate.string() : ref;
+  return models::ResolveRelative(ref, plan_file);
 }
 
 int Fail(std::ostream& err, const Status& s) {
@@ -238,12 +235,15 @@ bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostr
       auto cluster = models::LoadCluster(cref);
       auto model = models::LoadModel(mref);
       if (!cluster.ok() || !model.ok()) {
-        st = !cluster.ok() ? cluster.status() : model.status();
+        const bool c = !cluster.ok();
+        const bool from_flag = vm.count(c ? "cluster" : "model") > 0;
+        const std::string msg = c ? cluster.status().message() : model.status().message();
+        st = Status::Invalid(from_flag ? msg : text->file + ": " + (c ? "cluster" : "model") + ": " + msg);
         break;
       }
       auto training = TrainingFromFlags(vm, *model, p.has_training() ? &p.training() : nullptr);
       if (!training.ok()) {
-        st = training.status();
+        st = Status::Invalid(text->file + ": training: " + training.status().message());
         break;
       }
       models::PlanContext ctx{*cluster, *model, *training};
@@ -383,11 +383,20 @@ Result<Specs> LoadSpecs(const po::variables_map& vm, bool need_cluster, bool nee
   };
   if (cref.empty() && need_cluster) return missing("cluster");
   if (mref.empty() && need_model) return missing("model");
+  // A cluster or model named by the plan's own keys: an error names the plan file and the key.
+  auto from_plan = [&](const char* key, const Status& st) {
+    return vm.count(key) || specs.plan_file.empty() ? st
+                                                    : Status::Invalid(specs.plan_file + ": " + key + ": " + st.message());
+  };
   if (!cref.empty()) {
-    HETSIM_ASSIGN_OR_RETURN(specs.cluster, models::LoadCluster(cref));
+    auto cluster = models::LoadCluster(cref);
+    if (!cluster.ok()) return from_plan("cluster", cluster.status());
+    specs.cluster = std::move(cluster).value();
   }
   if (!mref.empty()) {
-    HETSIM_ASSIGN_OR_RETURN(specs.model, models::LoadModel(mref));
+    auto model = models::LoadModel(mref);
+    if (!model.ok()) return from_plan("model", model.status());
+    specs.model = std::move(model).value();
     HETSIM_ASSIGN_OR_RETURN(specs.training,
                             TrainingFromFlags(vm, *specs.model, plan.has_training() ? &plan.training() : nullptr));
   }

@@ -42,7 +42,7 @@ int RunTrace(const po::variables_map& vm, std::ostream& out, std::ostream& err) 
       err << t.status().message() << "\n";
       return 1;
     }
-    const std::string cref = vm.count("cluster") ? FlagString(vm, "cluster") : t->cluster();
+    const std::string cref = vm.count("cluster") ? FlagString(vm, "cluster") : models::ResolveRelative(t->cluster(), FlagString(vm, "trace"));
     if (cref.empty()) {
       err << FlagString(vm, "trace") << ": cluster: the trace names no cluster; add `cluster:` or pass --cluster\n";
       return 1;
@@ -128,9 +128,10 @@ std::vector<Command> TraceCommands() {
 Result<std::string> ValidateTraceFile(const std::string& path) {
   HETSIM_ASSIGN_OR_RETURN(proto::Trace t, traces::LoadTrace(path));
   if (t.cluster().empty()) return Status::Invalid(path + ": cluster: the trace names no cluster; add `cluster:`");
-  HETSIM_ASSIGN_OR_RETURN(models::Cluster c, models::LoadCluster(t.cluster()));
-  HETSIM_RETURN_IF_ERROR(traces::CheckTrace(t, c, path));
-  return "trace of " + std::to_string(t.events_size()) + " events on " + c.spec().name();
+  auto c = models::LoadCluster(models::ResolveRelative(t.cluster(), path));
+  if (!c.ok()) return Status::Invalid(path + ": cluster: " + c.status().message());
+  HETSIM_RETURN_IF_ERROR(traces::CheckTrace(t, *c, path));
+  return "trace of " + std::to_string(t.events_size()) + " events on " + c->spec().name();
 }
 
 }  // namespace hetsim::cli

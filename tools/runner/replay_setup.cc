@@ -63,7 +63,7 @@ Result<LoadedTrace> LoadReplayTrace(const proto::Replay& spec, const models::Clu
   HETSIM_ASSIGN_OR_RETURN(out.trace, traces::LoadTrace(ref));
   out.name = out.trace.name().empty() ? spec.trace() : out.trace.name();
   if (!out.trace.cluster().empty()) {
-    auto recorded = models::LoadCluster(out.trace.cluster());
+    auto recorded = models::LoadCluster(models::ResolveRelative(out.trace.cluster(), ref));
     if (recorded.ok() && recorded->name() != cluster.name()) {
       return Status::Invalid(ref + ": cluster: the trace names cluster " + recorded->name() +
                              ", the replay runs on " + cluster.name() +
@@ -89,35 +89,6 @@ sim::Replanner MakeReplanner(const models::TransformerModel& model, const proto:
     r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   };
-}
-
-Result<int> RunProgram(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return Status::Internal("cannot start " + argv[0]);
-  if (pid == 0) {
-    models::TieToParent(parent);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
-
-std::string PlotDir() {
-  if (const char* env = std::getenv("HETSIM_PLOT_DIR")) return env;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
-    if (fs::exists(dir / "tools/plot/replay.py")) return (dir / "tools/plot").string();
-  }
-  return "tools/plot";
 }
 
 Status WriteReplayOutputs(const std::vector<proto::ReplayReport>& reports, const std::string& report_out,
@@ -146,9 +117,9 @@ Status WriteReplayOutputs(const std::vector<proto::ReplayReport>& reports, const
     HETSIM_RETURN_IF_ERROR(models::WriteFileAtomically(tmp, json));
     files.push_back(tmp);
   }
-  std::vector<std::string> argv = {"/usr/bin/python3", PlotDir() + "/replay.py", "-o", figure};
+  std::vector<std::string> argv = {"/usr/bin/python3", models::PlotDir() + "/replay.py", "-o", figure};
   argv.insert(argv.end(), files.begin(), files.end());
-  auto rc = RunProgram(argv);
+  auto rc = models::RunProgram(argv);
   if (!tmp.empty()) fs::remove(tmp);
   if (!rc.ok()) return rc.status();
   if (*rc != 0) return Status::Invalid("tools/plot/replay.py failed (exit " + std::to_string(*rc) + ") drawing " + figure);

@@ -39,10 +39,4 @@ sim::Replanner MakeReplanner(const models::TransformerModel& model, const proto:
 Status WriteReplayOutputs(const std::vector<proto::ReplayReport>& reports, const std::string& report_out,
                           const std::string& figure, std::ostream& out);
 
-// Runs argv without a shell; returns its exit code (128 + signal), or an error when it cannot start.
-Result<int> RunProgram(const std::vector<std::string>& argv);
-
-// tools/plot of the source tree (HETSIM_PLOT_DIR overrides), found from the running binary, or "tools/plot".
-std::string PlotDir();
-
 }  // namespace hetsim::runner

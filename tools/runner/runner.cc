@@ -375,7 +375,7 @@ void RunShard(const Manifest& m, const std::string& dir, int shard, int shards, 
 
 std::string FindPlotScript() {
   if (const char* env = std::getenv("HETSIM_PLOT")) return env;
-  return PlotDir() + "/figures.py";
+  return models::PlotDir() + "/figures.py";
 }
 
 Status WriteFiguresJson(const Manifest& m, const std::string& dir) {
@@ -622,7 +622,7 @@ Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream&
   if (options.figures && m.spec.figures_size() > 0) {
     // No shell: the folder's name (from the manifest's name or -o) is one argument, whatever it contains.
     const std::vector<std::string> argv = {"/usr/bin/python3", FindPlotScript(), dir};
-    auto rc = RunProgram(argv);
+    auto rc = models::RunProgram(argv);
     if (!rc.ok() || *rc != 0) {
       err << "warning: drawing the figures failed (/usr/bin/python3 " << argv[1] << " " << dir << ")\n";
     }
