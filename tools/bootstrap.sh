@@ -16,7 +16,7 @@ packages=(
   # simulation
   libsimgrid-dev libjemalloc2
   # tests
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev procps
   # executor (MPI; CUDA and NCCL come from the machine's CUDA install)
   libopenmpi-dev openmpi-bin
   # figures
