@@ -138,6 +138,7 @@ struct Config {
   double load_s = 0;  // every device reads its state from the object store
   double replan_s = 0;
   uint32_t gpus = 0;
+  std::vector<uint32_t> devices;    // the plan's devices in plan order (plan cluster indices)
   std::vector<double> state_bytes;  // per plan device (plan order): parameters + optimizer state it holds
   std::vector<double> write_bytes;  // per plan device: its share of one checkpoint
 };
@@ -318,6 +319,7 @@ Result<std::shared_ptr<Config>> Engine::MakeConfig(proto::Plan plan, std::shared
   const auto memory = models::EstimateMemory(cfg->plan, ctx);
   const double pipelines = std::max(1, cfg->plan.pipelines_size());
   for (const auto& m : memory) {
+    cfg->devices.push_back(m.device);
     nodes.insert(cl.device(m.device).node);
     cfg->state_bytes.push_back((m.params_gib + m.optimizer_gib) * kGiB);
     // One checkpoint holds every parameter and the optimizer state once, written in parallel by the
@@ -358,12 +360,8 @@ Result<std::shared_ptr<Config>> Engine::MakeConfig(proto::Plan plan, std::shared
 Result<double> Engine::SaveCost(const Config& c) {
   const models::Cluster& cl = *c.cluster;
   std::vector<Transfer> t;
-  std::vector<uint32_t> devices;
-  for (const auto& p : c.plan.pipelines()) {
-    for (const auto& s : p.stages()) devices.insert(devices.end(), s.devices().begin(), s.devices().end());
-  }
-  for (size_t i = 0; i < devices.size() && i < c.write_bytes.size(); ++i) {
-    const uint32_t d = devices[i];
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    const uint32_t d = c.devices[i];
     switch (traits_.save) {
       case SaveTo::kObjectStore:
         t.push_back({{Endpoint::kGpu, d}, {Endpoint::kObjectStore, 0}, c.write_bytes[i]});
@@ -583,10 +581,7 @@ Result<double> Engine::RestoreTime(const Config& from, const Config& to, const s
                                    bool rollback, bool software) {
   if (traits_.restore == RestoreFrom::kCheckpoint || rollback) return to.load_s;
   const models::Cluster& cl = *to.cluster;
-  std::vector<uint32_t> devices;
-  for (const auto& p : to.plan.pipelines()) {
-    for (const auto& s : p.stages()) devices.insert(devices.end(), s.devices().begin(), s.devices().end());
-  }
+  const std::vector<uint32_t>& devices = to.devices;
   if (traits_.restore == RestoreFrom::kHostMemory) {
     // Gemini: devices of surviving nodes reload from their own host memory, a replaced node's devices from
     // a peer's (the next node of its group) over the network. Costed once per number of replaced nodes, on

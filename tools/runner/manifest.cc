@@ -152,12 +152,17 @@ Result<Manifest> LoadManifest(const std::string& path) {
 
   // Clusters, models.
   std::set<std::string> seen_names;
+  std::vector<uint32_t> cluster_gpus;  // parallel to m.clusters
   for (int i = 0; i < e.clusters_size(); ++i) {
     const std::string ref = Relative(e.clusters(i), m.file);
     auto text = models::ReadSpec(models::SpecKind::kCluster, ref);
     proto::Cluster c;
     Status st = text.ok() ? models::ParseSpec(*text, models::SpecKind::kCluster, &c) : text.status();
-    if (st.ok()) st = models::Cluster::Build(c, text->file).status();
+    if (st.ok()) {
+      auto built = models::Cluster::Build(c, text->file);
+      st = built.status();
+      if (built.ok()) cluster_gpus.push_back(built->num_devices());
+    }
     if (!st.ok()) {
       errors.Add(at + "clusters[" + std::to_string(i) + "]: " + st.message());
       continue;
@@ -167,11 +172,12 @@ Result<Manifest> LoadManifest(const std::string& path) {
     m.clusters.push_back(std::move(c));
   }
   for (int i = 0; i < e.inline_clusters_size(); ++i) {
-    const Status st = models::Cluster::Build(e.inline_clusters(i), m.file + " inline_clusters[" + std::to_string(i) + "]").status();
-    if (!st.ok()) {
-      errors.Add(st);
+    auto built = models::Cluster::Build(e.inline_clusters(i), m.file + " inline_clusters[" + std::to_string(i) + "]");
+    if (!built.ok()) {
+      errors.Add(built.status());
       continue;
     }
+    cluster_gpus.push_back(built->num_devices());
     m.cluster_names.push_back(e.inline_clusters(i).name());
     m.cluster_files.push_back(m.file);
     m.clusters.push_back(e.inline_clusters(i));
@@ -235,12 +241,11 @@ Result<Manifest> LoadManifest(const std::string& path) {
         for (uint32_t d : st.devices()) top = std::max(top, d + 1);
       }
     }
-    for (size_t c = 0; c < m.clusters.size(); ++c) {
-      auto built = models::Cluster::Build(m.clusters[c], m.cluster_files[c]);
-      if (built.ok() && top > built->num_devices()) {
+    for (size_t c = 0; c < cluster_gpus.size(); ++c) {
+      if (top > cluster_gpus[c]) {
         errors.Add(at + "planners (" + m.planners[i].label + "): the plan uses device " + std::to_string(top - 1) +
-                   ", but cluster " + m.cluster_names[c] + " has " + std::to_string(built->num_devices()) +
-                   " GPUs (0.." + std::to_string(built->num_devices() - 1) +
+                   ", but cluster " + m.cluster_names[c] + " has " + std::to_string(cluster_gpus[c]) +
+                   " GPUs (0.." + std::to_string(cluster_gpus[c] - 1) +
                    "); plan for that cluster or drop it from `clusters`");
       }
     }
