@@ -10,8 +10,8 @@
 # than 8% is measured again from scratch (up to 3 rounds). The plans run two ranks on two cores, so a process
 # that holds a core all along (a build beside the test) slows them without moving a one-core probe: the probe
 # also runs as two copies at once, and a machine whose two copies take more than 25% longer than one is busy.
-# A failing round on a steady, idle machine fails the test; if no round had one the test is skipped (exit 77)
-# and says so.
+# Two failing rounds on a steady, idle machine fail the test (one can be a noisy run: a real error repeats);
+# if no round had a steady, idle machine the test is skipped (exit 77) and says so.
 # Usage: cpu_twin.sh HETSIM SOURCE_DIR WORK_DIR
 set -uo pipefail
 hetsim=$1 src=$2 work=$3
@@ -34,6 +34,7 @@ idle() {  # single pair: pair/single <= 1.25
 steady() {  # probes...: max/min <= 1.08
   printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END{r=hi/lo; printf "probe spread %.1f%%\n", (r-1)*100; exit !(r<=1.08)}'
 }
+steady_failures=0
 for round in 1 2 3; do
   rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
   p0=$(probe)
@@ -48,8 +49,13 @@ for round in 1 2 3; do
   echo "cpu_twin.sh: round $round: probes $p0 $p1 $p2 s; $(steady "$p0" "$p1" "$p2"); $(idle "$p2" "$pp")"
   if [ "$rc" -eq 0 ]; then exit 0; fi
   if steady "$p0" "$p1" "$p2" > /dev/null && idle "$p2" "$pp" > /dev/null; then
-    echo "cpu_twin.sh: the machine ran at one speed with both cores free and the twin is off: a real failure"
-    exit 1
+    steady_failures=$((steady_failures + 1))
+    if [ "$steady_failures" -ge 2 ]; then
+      echo "cpu_twin.sh: twice the machine ran at one speed with both cores free and the twin is off: a real failure"
+      exit 1
+    fi
+    echo "cpu_twin.sh: the twin is off on a steady machine; once more, as a real error repeats and a noisy run does not"
+    continue
   fi
   echo "cpu_twin.sh: the machine's speed changed or another process held a core during round $round; measuring again from scratch"
 done
