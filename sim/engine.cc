@@ -3,6 +3,7 @@
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -47,6 +48,19 @@ struct Shared {
   std::vector<s4u::SemaphorePtr> done;   // per slot: the DP stream finished
   std::vector<Counters> counters;        // per slot
   Board board;
+  const ProgressHook* progress = nullptr;
+  uint64_t played = 0;  // operations played so far, all actors
+  uint64_t total = 0;
+  std::chrono::steady_clock::time_point last_report;
+
+  // One operation played; every 4,096 a look at the wall clock, and a report when one is due.
+  void Played() {
+    if (++played % 4096 != 0 || progress == nullptr || !progress->report) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_report).count() < progress->interval_s) return;
+    last_report = now;
+    progress->report(EngineProgress{played, total, s4u::Engine::get_clock()});
+  }
 };
 
 // Mailbox of the ordered message stream from `src` to `dst` on `channel` (p2p channels 0..7,
@@ -64,7 +78,10 @@ class Runner {
   void Run() {
     const DeviceProgram& prog = sh_->programs->programs[slot_];
     const auto& ops = dp_stream_ ? prog.dp_stream : prog.ops;
-    for (const Op& op : ops) Execute(op);
+    for (const Op& op : ops) {
+      Execute(op);
+      sh_->Played();
+    }
     StopStagers();
     WaitAllSends();
     if (dp_stream_) {
@@ -478,10 +495,18 @@ class Runner {
 
 }  // namespace
 
-EngineResult RunEngine(const Programs& programs, const Platform& platform, bool record_slices) {
+uint64_t CountOperations(const Programs& programs) {
+  uint64_t n = 0;
+  for (const auto& p : programs.programs) n += p.ops.size() + p.dp_stream.size();
+  return n;
+}
+
+EngineResult RunEngine(const Programs& programs, const Platform& platform, bool record_slices,
+                       const ProgressHook& progress) {
   EngineResult result;
   result.devices.resize(programs.devices.size());
-  Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}};
+  Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {},
+                &progress, 0, CountOperations(programs), std::chrono::steady_clock::now()};
   shared.counters.resize(programs.devices.size());
   for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
     shared.ready.push_back(s4u::Semaphore::create(0));

@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <simgrid/s4u.hpp>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,12 +94,41 @@ bool WriteAll(int fd, const std::string& s) {
   return true;
 }
 
+// Progress records from the simulation process: fixed-size, each written whole (smaller than PIPE_BUF,
+// so never split or interleaved).
+struct ProgressRecord {
+  uint8_t phase;
+  uint64_t done, total;
+  double simulated_s;
+};
+
+// The child's end of the progress pipe (-1: nobody listens).
+int g_progress_fd = -1;
+
+void SendProgress(SimProgress::Phase phase, uint64_t done, uint64_t total, double simulated_s) {
+  if (g_progress_fd < 0) return;
+  ProgressRecord r{};
+  r.phase = phase;
+  r.done = done;
+  r.total = total;
+  r.simulated_s = simulated_s;
+  (void)!::write(g_progress_fd, &r, sizeof(r));
+}
+
 // Runs `work` in a child process; its returned bytes (a status byte, then the payload or an error
 // message) come back through a pipe. SimGrid allows one engine per process: this is how hetsim runs
-// as many simulations as it likes.
-Result<std::string> RunIsolated(const std::function<std::string()>& work) {
+// as many simulations as it likes. With `progress`, the child's SendProgress records come back through a
+// second pipe and are handed to it as they arrive.
+Result<std::string> RunIsolated(const std::function<std::string()>& work,
+                                const std::function<void(const ProgressRecord&)>& progress = {}) {
   int fds[2];
+  int pfds[2] = {-1, -1};
   if (::pipe(fds) != 0) return Status::Internal("simulator: pipe() failed: " + std::string(std::strerror(errno)));
+  if (progress && ::pipe(pfds) != 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return Status::Internal("simulator: pipe() failed: " + std::string(std::strerror(errno)));
+  }
   std::fflush(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -106,6 +136,8 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work) {
   if (pid == 0) {
     models::TieToParent(parent);
     ::close(fds[0]);
+    if (pfds[0] >= 0) ::close(pfds[0]);
+    g_progress_fd = pfds[1];
     std::string payload;
     try {
       payload = work();
@@ -117,15 +149,41 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work) {
     ::_exit(ok ? 0 : 3);
   }
   ::close(fds[1]);
+  if (pfds[1] >= 0) ::close(pfds[1]);
   std::string data;
+  std::string records;  // progress bytes not yet making a whole record
   char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data.append(buf, static_cast<size_t>(n));
+  struct pollfd watch[2] = {{fds[0], POLLIN, 0}, {pfds[0], POLLIN, 0}};
+  bool live[2] = {true, pfds[0] >= 0};
+  while (live[0]) {
+    if (::poll(watch, live[1] ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 1; i >= 0; --i) {  // progress first: its records precede the result
+      if (!live[i] || watch[i].revents == 0) continue;
+      const ssize_t n = ::read(watch[i].fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        live[i] = false;
+        continue;
+      }
+      if (i == 0) {
+        data.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      records.append(buf, static_cast<size_t>(n));
+      size_t at = 0;
+      for (; at + sizeof(ProgressRecord) <= records.size(); at += sizeof(ProgressRecord)) {
+        ProgressRecord r;
+        std::memcpy(&r, records.data() + at, sizeof(r));
+        progress(r);
+      }
+      records.erase(0, at);
+    }
   }
   ::close(fds[0]);
+  if (pfds[0] >= 0) ::close(pfds[0]);
   int wstatus = 0;
   ::waitpid(pid, &wstatus, 0);
   if (data.empty()) {
@@ -276,22 +334,38 @@ Result<double> SimulateTransfers(const std::vector<Transfer>& transfers, const m
 
 Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanContext& ctx, const SimOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  std::function<void(const ProgressRecord&)> relay;
+  ProgressHook hook;
+  if (options.progress) {
+    relay = [&](const ProgressRecord& r) {
+      SimProgress p;
+      p.phase = r.phase == SimProgress::kBuilt ? SimProgress::kBuilt : SimProgress::kPlaying;
+      p.done = r.done;
+      p.total = r.total;
+      p.simulated_s = r.simulated_s;
+      p.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      options.progress(p);
+    };
+    hook.interval_s = options.progress_interval_s;
+    hook.report = [](const EngineProgress& p) { SendProgress(SimProgress::kPlaying, p.done, p.total, p.simulated_s); };
+  }
   HETSIM_ASSIGN_OR_RETURN(std::string payload, RunIsolated([&] {
                             models::ComputeCost cost(ctx.model, ctx.training, options.profiles, options.compute);
                             auto programs = BuildPrograms(plan, ctx, cost,
                                                           ProgramOptions{options.fidelity, options.compute_jitter_cv,
                                                                          options.seed});
                             if (!programs.ok()) return std::string(1, '\1') + programs.status().message();
+                            SendProgress(SimProgress::kBuilt, 0, CountOperations(*programs), 0);
                             auto engine = MakeEngine();
                             const Platform platform = BuildPlatform(ctx.cluster, options.compute.calibration);
-                            const EngineResult er = RunEngine(*programs, platform, options.record_timeline);
+                            const EngineResult er = RunEngine(*programs, platform, options.record_timeline, hook);
                             const std::string rep = MakeReport(plan, ctx, *programs, er).SerializeAsString();
                             std::string out(1, '\0');
                             PutPod(out, static_cast<uint64_t>(rep.size()));
                             out += rep;
                             PutTraces(out, er);
                             return out;
-                          }));
+                          }, relay));
   Reader rd(payload);
   uint64_t n = 0;
   std::string bytes;
@@ -331,6 +405,25 @@ Result<Fidelity> ParseFidelity(const std::string& name) {
   if (name == "balanced") return Fidelity::Balanced();
   if (name == "full") return Fidelity::Full();
   return Status::Invalid("--fidelity: unknown level '" + name + "' (expected fast, balanced or full)");
+}
+
+std::string DescribeProgress(const SimProgress& p) {
+  auto grouped = [](uint64_t n) {
+    std::string d = std::to_string(n);
+    for (int i = static_cast<int>(d.size()) - 3; i > 0; i -= 3) d.insert(static_cast<size_t>(i), ",");
+    return d;
+  };
+  char line[256];
+  if (p.phase == SimProgress::kBuilt) {
+    if (p.total < 1000000) return "";
+    std::snprintf(line, sizeof(line), "playing %s operations (programs built in %.1f s)", grouped(p.total).c_str(),
+                  p.wall_s);
+    return line;
+  }
+  const double pct = p.total == 0 ? 100.0 : 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total);
+  std::snprintf(line, sizeof(line), "%.0f%% of %s operations played, simulated clock %.3f s, %.0f s elapsed", pct,
+                grouped(p.total).c_str(), p.simulated_s, p.wall_s);
+  return line;
 }
 
 }  // namespace hetsim::sim

@@ -6,6 +6,7 @@
 // code outside sim/ includes it without SimGrid's headers.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,19 @@
 
 namespace hetsim::sim {
 
+// Where a long simulation stands, reported to SimOptions::progress in the calling process.
+struct SimProgress {
+  enum Phase : uint8_t {
+    kBuilt,    // the programs are built: `total` operations to play (sent once)
+    kPlaying,  // `done` of `total` played, the simulated clock at `simulated_s` (every progress_interval_s)
+  };
+  Phase phase = kBuilt;
+  uint64_t done = 0;
+  uint64_t total = 0;
+  double simulated_s = 0;
+  double wall_s = 0;  // since SimulateIteration was called
+};
+
 struct SimOptions {
   Fidelity fidelity = Fidelity::Balanced();
   bool record_timeline = false;
@@ -24,6 +38,9 @@ struct SimOptions {
   const models::ProfileDb* profiles = nullptr;  // measured layer costs; analytic where absent
   double compute_jitter_cv = 0;                 // see ProgramOptions
   uint64_t seed = 1;
+  // Progress of one simulation: called from the calling thread while it waits for the simulation process.
+  std::function<void(const SimProgress&)> progress;
+  double progress_interval_s = 5;
 };
 
 struct SimResult {
@@ -67,5 +84,9 @@ using models::ReportJson;
 
 // "fast" | "balanced" | "full" -> Fidelity.
 Result<Fidelity> ParseFidelity(const std::string& name);
+
+// A progress line for people ("41% of 3,145,728 operations played, simulated clock 3.912 s, 10 s"), or ""
+// for a kBuilt record of a simulation too small to announce (under a million operations).
+std::string DescribeProgress(const SimProgress& p);
 
 }  // namespace hetsim::sim

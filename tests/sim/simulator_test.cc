@@ -428,6 +428,51 @@ pipelines:
   EXPECT_NE(trace.find("\"cat\": \"tp\""), std::string::npos);
 }
 
+// Progress of a simulation comes back to the caller: one kBuilt record with the operation count, then,
+// with a zero interval, a kPlaying record at every 4,096th operation played (the engine looks at the
+// clock that often), in order, the simulated clock never going back and never past the iteration's end.
+TEST(Simulator, ReportsProgressWhileItPlays) {
+  const Setting run = MakeSetting(kFreeNode, 256);
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 128
+    stages: [{devices: [0, 1], tp_degree: 2, layer_end: 3}, {devices: [2, 3], tp_degree: 2, layer_begin: 3, layer_end: 6}]
+  - micro_batch_size: 1
+    num_micro_batches: 128
+    stages: [{devices: [4, 5], tp_degree: 2, layer_end: 3}, {devices: [6, 7], tp_degree: 2, layer_begin: 3, layer_end: 6}]
+)");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  SimOptions opt;
+  opt.profiles = &db;
+  opt.fidelity = Fidelity::Full();
+  opt.progress_interval_s = 0;
+  std::vector<SimProgress> seen;
+  opt.progress = [&seen](const SimProgress& p) { seen.push_back(p); };
+  auto r = SimulateIteration(plan, ctx, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen[0].phase, SimProgress::kBuilt);
+  const uint64_t total = seen[0].total;
+  ASSERT_GE(total, 3u * 4096) << "the plan should be large enough for several reports";
+  ASSERT_EQ(seen.size(), 1 + total / 4096);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].phase, SimProgress::kPlaying);
+    EXPECT_EQ(seen[i].done, 4096 * i);
+    EXPECT_EQ(seen[i].total, total);
+    EXPECT_GE(seen[i].simulated_s, seen[i - 1].simulated_s);
+    EXPECT_LE(seen[i].simulated_s, r->report.iteration_time_s());
+    EXPECT_GE(seen[i].wall_s, seen[i - 1].wall_s);
+  }
+  EXPECT_EQ(DescribeProgress(seen[0]), "") << "under a million operations: nothing to announce";
+  SimProgress big{SimProgress::kPlaying, 1290000, 3145728, 3.9124, 10.2};
+  EXPECT_EQ(DescribeProgress(big), "41% of 3,145,728 operations played, simulated clock 3.912 s, 10 s elapsed");
+  big.phase = SimProgress::kBuilt;
+  big.wall_s = 4.06;
+  EXPECT_EQ(DescribeProgress(big), "playing 3,145,728 operations (programs built in 4.1 s)");
+}
+
 TEST(PipelineSchedule, InterleavedOneFOneBMatchesClosedForm) {
   // Stages [emb, b1, b2] and [b3, b4, head] in v = 2 chunks of one block each: f = 1 ms, b = 2 ms per
   // chunk. Interleaved 1F1B with free communication: (m·v + S − 1)·(f + b) (Narayanan et al. 2021 §2.2:

@@ -169,6 +169,9 @@ int RunReplay(const po::variables_map& vm, std::ostream& out, std::ostream& err)
     in.spec = spec;
     in.policy = policy;
     in.sim = (*sim_opt)->options;
+    in.sim.progress = [&err](const sim::SimProgress& p) {
+      if (const std::string line = sim::DescribeProgress(p); !line.empty()) err << "replay:   " << line << std::endl;
+    };
     in.replan = MakeReplanner(*specs->model, specs->training, (*sim_opt)->options.profiles);
     in.cache = &cache;
     in.progress = [&err](const std::string& line) { err << line << "\n"; };

@@ -119,6 +119,9 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   opt.record_timeline = vm.count("timeline-out") > 0;
   opt.profiles = &*profiles;
   opt.compute.calibration = calibration;
+  opt.progress = [&err](const sim::SimProgress& p) {
+    if (const std::string line = sim::DescribeProgress(p); !line.empty()) err << "simulate: " << line << std::endl;
+  };
   auto res = sim::SimulateIteration(*specs->plan, ctx, opt);
   if (!res.ok()) {
     err << res.status().message() << "\n";
