@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "models/iteration_report.h"
 #include "models/plan.h"
+#include "sim/autohet_recovery.h"
 
 namespace hetsim::sim {
 namespace {
@@ -31,8 +33,10 @@ constexpr double kDefaultRemoteIntervalS = 3 * 3600;
 //   where checkpoints go and what blocks training while they are saved, and where state comes back from.
 
 enum class Placement { kFixed, kElastic };      // the plan on replacement nodes | re-plan on the live nodes
-enum class SaveTo { kObjectStore, kNvme, kHostMemory };
-enum class RestoreFrom { kCheckpoint, kHostMemory, kReplicas };
+// kLayerwise: AutoHet's layer-wise checkpoint, copied to host memory (blocking), then to local NVMe and the
+// object store in the background. kLayerBitmap: AutoHet's local-first loading (sim/autohet_recovery.h).
+enum class SaveTo { kObjectStore, kNvme, kHostMemory, kLayerwise };
+enum class RestoreFrom { kCheckpoint, kHostMemory, kReplicas, kLayerBitmap };
 
 struct PolicyTraits {
   Placement placement = Placement::kFixed;
@@ -93,6 +97,20 @@ const std::vector<PolicyEntry>& PolicyTable() {
                   "re-plan with any registered planner on the live nodes; state from surviving replicas, no "
                   "rollback while every layer has one (Oobleck, Jang et al. SOSP'23; Bamboo, NSDI'23)"},
                  el});
+    // AutoHet (§IV): layer-wise checkpoints to host memory, local NVMe and the cloud (§IV-B1); after a re-plan
+    // each device loads its layers' shards, split or concatenated to the new TP degree (§IV-B2), from its own
+    // node, then from other nodes over RDMA, and only the pieces no live node holds from the cloud (§IV-C).
+    PolicyTraits ah;
+    ah.placement = Placement::kElastic;
+    ah.save = SaveTo::kLayerwise;
+    ah.restore = RestoreFrom::kLayerBitmap;
+    ah.default_grow = true;
+    ah.default_planner = "megatron";  // the `autohet` planner is not registered yet (docs/replay.md)
+    t.push_back({{"autohet",
+                  "re-plan on the live nodes; layer-wise checkpoints in host memory, local NVMe and the cloud; "
+                  "restore local-first, then from peers over RDMA, the missing pieces from the cloud (AutoHet "
+                  "§IV)"},
+                 ah});
     return t;
   }();
   return table;
@@ -163,6 +181,7 @@ class Engine {
                                                          : traits_.default_notice_checkpoint;
     replicas_ = in.policy.has_replicas() ? in.policy.replicas() : 2;
     remote_interval_s_ = in.policy.has_remote_interval_s() ? in.policy.remote_interval_s() : kDefaultRemoteIntervalS;
+    load_from_host_memory_ = in.policy.load_from_host_memory();
     duration_ = in.trace.duration_s();
     tokens_per_iteration_ = static_cast<double>(in.training.global_batch_size()) * in.training.seq_len();
   }
@@ -196,6 +215,7 @@ class Engine {
   void SetRole(uint32_t node, Role r) {
     AccrueCost();
     role_[node] = r;
+    if (r == Role::kDown || r == Role::kAbsent) left_since_ckpt_.insert(node);  // its local copies are gone
   }
   void AccrueCost() {
     double held = spare_gpus_total_;
@@ -233,6 +253,17 @@ class Engine {
   Result<double> RestoreTime(const Config& from, const Config& to, const std::set<uint32_t>& failed, bool rollback,
                              bool software);
   bool StateSurvives(const Config& from, const std::set<uint32_t>& failed) const;
+  Result<double> LayerwiseRestoreTime(const Config& to);
+  // Where a configuration's devices sit on the trace's cluster (elastic placement: no spare nodes).
+  std::vector<DevicePlace> PlacesOf(const Config& c) const {
+    std::vector<DevicePlace> out(c.cluster->num_devices());
+    for (uint32_t d = 0; d < c.cluster->num_devices(); ++d) {
+      const auto& dev = c.cluster->device(d);
+      const uint32_t node = c.node_map[dev.node];
+      out[d] = {c_.node(node).first_device + dev.local, node};
+    }
+    return out;
+  }
   std::vector<uint32_t> PhysicalNodesOf(const Config& c) const {
     std::vector<uint32_t> out;
     for (uint32_t n : c.nodes) out.push_back(c.node_map[n]);
@@ -246,6 +277,7 @@ class Engine {
   bool grow_ = false, notice_ckpt_ = false;
   uint32_t replicas_ = 2;
   double remote_interval_s_ = 0;
+  bool load_from_host_memory_ = false;  // autohet: local copies read from host memory, not NVMe
   ReplayCache local_cache_;
   proto::ReplayReport report_;
 
@@ -273,6 +305,10 @@ class Engine {
   bool pending_software_ = false;
   bool pending_rollback_ = true;
   std::shared_ptr<Config> pending_from_;
+  // AutoHet's layer bitmap (§IV-C): the configuration whose devices saved the last checkpoint, and the
+  // nodes that left since (their host memory and NVMe copies are gone).
+  std::shared_ptr<Config> ckpt_cfg_;
+  std::set<uint32_t> left_since_ckpt_;
 
   // Training state.
   double seg_start_ = 0, t_ = 0, T_ = 0, C_ = 0;
@@ -370,12 +406,15 @@ Result<double> Engine::SaveCost(const Config& c) {
         t.push_back({{Endpoint::kGpu, d}, {Endpoint::kNvme, cl.device(d).node}, c.write_bytes[i]});
         break;
       case SaveTo::kHostMemory:
+      case SaveTo::kLayerwise:
+        // AutoHet §IV-B1: every device saves its own layers (each replica, so that every node keeps what its
+        // devices ran); torch.save to CPU memory blocks, the NVMe write and the cloud upload do not.
         t.push_back({{Endpoint::kGpu, d}, {Endpoint::kHostMemory, cl.device(d).node}, c.state_bytes[i]});
         break;
     }
   }
   const char* what[] = {"a checkpoint save to the object store", "a checkpoint save to local NVMe",
-                        "a checkpoint copy to host memory"};
+                        "a checkpoint copy to host memory", "a layer-wise checkpoint copy to host memory"};
   return TransferTime("save|" + std::to_string(static_cast<int>(traits_.save)) + "|" + c.key, cl, t,
                       what[static_cast<int>(traits_.save)]);
 }
@@ -468,6 +507,10 @@ void Engine::AdvanceTraining(double t1) {
     ckpt_total_s_ += C_;
     const double trained = uncommitted_s_;
     Commit();
+    if (traits_.restore == RestoreFrom::kLayerBitmap) {
+      ckpt_cfg_ = cfg_;
+      left_since_ckpt_.clear();
+    }
     if (traits_.save == SaveTo::kHostMemory) {
       training_since_remote_s_ += trained;
       if (training_since_remote_s_ >= remote_interval_s_) {
@@ -558,6 +601,7 @@ bool Engine::StateSurvives(const Config& from, const std::set<uint32_t>& failed)
 bool Engine::NeedsRollback() const {
   switch (traits_.restore) {
     case RestoreFrom::kCheckpoint:
+    case RestoreFrom::kLayerBitmap:
       return true;
     case RestoreFrom::kReplicas:
       // A crash of the job's processes loses every GPU's state; a node loss only the replicas on it.
@@ -579,6 +623,7 @@ bool Engine::NeedsRollback() const {
 // Seconds to bring back the state of `to` after losing `failed` (nodes of the trace cluster) from `from`.
 Result<double> Engine::RestoreTime(const Config& from, const Config& to, const std::set<uint32_t>& failed,
                                    bool rollback, bool software) {
+  if (traits_.restore == RestoreFrom::kLayerBitmap) return LayerwiseRestoreTime(to);
   if (traits_.restore == RestoreFrom::kCheckpoint || rollback) return to.load_s;
   const models::Cluster& cl = *to.cluster;
   const std::vector<uint32_t>& devices = to.devices;
@@ -646,6 +691,30 @@ Result<double> Engine::RestoreTime(const Config& from, const Config& to, const s
   return TransferTime("restore-replicas|" + from.key + "|" + to.key, c_, t, "a state redistribution from replicas");
 }
 
+// AutoHet §IV-B2/§IV-C: every device of `to` loads the pieces of its layers from the last checkpoint, its
+// own node's copy first, then other live nodes' over the network, the rest from the object store. Played on
+// the trace's cluster (both configurations mapped onto it).
+Result<double> Engine::LayerwiseRestoreTime(const Config& to) {
+  LayerBitmap bitmap;
+  if (ckpt_cfg_ != nullptr) {
+    const models::PlanContext saved{*ckpt_cfg_->cluster, *in_.model, in_.training};
+    bitmap = LayerBitmap(LayerPieces(ckpt_cfg_->plan, saved, PlacesOf(*ckpt_cfg_)));
+    for (uint32_t n : left_since_ckpt_) bitmap.Forget(n);
+  }
+  const models::PlanContext ctx{*to.cluster, *in_.model, in_.training};
+  const RecoveryLoad load = PlanRecoveryLoad(bitmap, LayerPieces(to.plan, ctx, PlacesOf(to)),
+                                             load_from_host_memory_ ? Endpoint::kHostMemory : Endpoint::kNvme);
+  std::string key = c_.spec().SerializeAsString();
+  for (const auto& t : load.transfers) {
+    key += "|" + std::to_string(t.from.kind) + ":" + std::to_string(t.from.index) + ">" + std::to_string(t.to.index) +
+           ":" + std::to_string(t.bytes);
+  }
+  char what[160];
+  std::snprintf(what, sizeof(what), "a layer-wise restore (%.3g GB local, %.3g GB from peers, %.3g GB from the cloud)",
+                load.local_bytes / 1e9, load.peer_bytes / 1e9, load.cloud_bytes / 1e9);
+  return TransferTime("restore-layerwise|" + Hash(key), c_, load.transfers, what);
+}
+
 // The plan on every live node (elastic policies): the starting one on the whole cluster, else re-planned.
 Result<std::shared_ptr<Config>> Engine::ElasticConfig() {
   std::vector<uint32_t> live;
@@ -670,7 +739,25 @@ Result<std::shared_ptr<Config>> Engine::ElasticConfig() {
   spec.set_name(c_.name() + "-live-" + counts);
   HETSIM_ASSIGN_OR_RETURN(models::Cluster sub, models::Cluster::Build(spec, "<live nodes of " + c_.name() + ">"));
   auto cluster = std::make_shared<const models::Cluster>(std::move(sub));
-  if (!in_.replan) return Status::Invalid("policy " + in_.policy.name() + " re-plans, but no planner is available");
+  // A plan written for exactly these live nodes (the policy's replan_plans), before the planner: it
+  // validates on them and uses every one of their GPUs. No search, so no re-planning time unless replan_s.
+  for (const auto& fixed : in_.policy.replan_plans()) {
+    const models::PlanContext ctx{*cluster, *in_.model, in_.training};
+    if (!models::ValidatePlanStructure(fixed, ctx, "").ok()) continue;
+    std::set<uint32_t> used;
+    for (const auto& p : fixed.pipelines()) {
+      for (const auto& s : p.stages()) used.insert(s.devices().begin(), s.devices().end());
+    }
+    if (used.size() != cluster->num_devices()) continue;
+    return MakeConfig(fixed, cluster, live, in_.policy.has_replan_s() ? in_.policy.replan_s() : 0);
+  }
+  if (!in_.replan) {
+    std::string why = "policy " + in_.policy.name() + " re-plans, but no planner is available";
+    if (in_.policy.replan_plans_size() > 0) {
+      why += " and none of its replan_plans uses exactly the live nodes (" + cluster->Summary() + ")";
+    }
+    return Status::Invalid(why);
+  }
   const std::string plan_key = in_.policy.planner() + "|" + in_.policy.planner_options() + "|" + spec.name() + "|" +
                                in_.model->name() + "|" + in_.training.SerializeAsString();
   auto& plans = in_.cache != nullptr ? in_.cache->plans : local_cache_.plans;
@@ -806,6 +893,12 @@ Status Engine::Reconfigure(double t) {
   pending_rollback_ = false;
   down_cause_ = "capacity added";
   EndTraining(t, false, "");
+  if (traits_.restore == RestoreFrom::kLayerBitmap) {
+    // The state at the stop is what the new configuration loads: saved layer-wise where it ran (uncharged,
+    // as varuna's growth reloads the state at the stop from the object store).
+    ckpt_cfg_ = cfg_;
+    left_since_ckpt_.clear();
+  }
   mode_ = Mode::kDown;
   down_begin_ = static_cast<size_t>(report_.segments_size());
   return TryRecover(t, "capacity added");
@@ -1082,10 +1175,27 @@ Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::strin
   HETSIM_RETURN_IF_ERROR(
       refuse(policy.has_remote_interval_s() && t.save != SaveTo::kHostMemory, "remote_interval_s", "in-memory"));
   const bool elastic = t.placement == Placement::kElastic;
-  HETSIM_RETURN_IF_ERROR(refuse(!policy.planner().empty() && !elastic, "planner", "elastic, varuna"));
-  HETSIM_RETURN_IF_ERROR(refuse(!policy.planner_options().empty() && !elastic, "planner_options", "elastic, varuna"));
-  HETSIM_RETURN_IF_ERROR(refuse(policy.has_replan_s() && !elastic, "replan_s", "elastic, varuna"));
-  HETSIM_RETURN_IF_ERROR(refuse(policy.has_grow() && !elastic, "grow", "elastic, varuna"));
+  const char* re_planning = "elastic, varuna, autohet";
+  HETSIM_RETURN_IF_ERROR(refuse(!policy.planner().empty() && !elastic, "planner", re_planning));
+  HETSIM_RETURN_IF_ERROR(refuse(!policy.planner_options().empty() && !elastic, "planner_options", re_planning));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_replan_s() && !elastic, "replan_s", re_planning));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_grow() && !elastic, "grow", re_planning));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.replan_plans_size() > 0 && !elastic, "replan_plans", re_planning));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_load_from_host_memory() && t.restore != RestoreFrom::kLayerBitmap,
+                                "load_from_host_memory", "autohet"));
+  for (int i = 0; i < policy.replan_plans_size(); ++i) {
+    const auto& plan = policy.replan_plans(i);
+    const std::string at = where + ".replan_plans[" + std::to_string(i) + "]";
+    if (plan.pipelines_size() == 0) {
+      return Status::Invalid(at + ".pipelines: a plan needs at least one pipeline (docs/formats.md, Plan)");
+    }
+    for (int j = 0; j < i; ++j) {
+      if (policy.replan_plans(j).SerializeAsString() == plan.SerializeAsString()) {
+        return Status::Invalid(at + ": the same plan as replan_plans[" + std::to_string(j) +
+                               "]; list each plan once (the first that fits the live nodes is used)");
+      }
+    }
+  }
   return Status::Ok();
 }
 
