@@ -1,5 +1,6 @@
 // The registry of planners: one line per planner (a later planner adds its line here).
 #include "planners/alpa/alpa.h"
+#include "planners/autohet/autohet.h"
 #include "planners/exhaustive/exhaustive.h"
 #include "planners/galvatron/galvatron.h"
 #include "planners/hexiscale/hexiscale.h"
@@ -32,6 +33,10 @@ const std::vector<PlannerInfo>& Planners() {
        hexiscale::NewPlanner},
       {"metis", "hetero-aware device groups, DP-first DFS, capacity-aware layer/data balancing (Metis, ATC'24)",
        metis::NewPlanner},
+      {"autohet",
+       "device groups of balanced effective power (eq. 3, CBC), low-end GPUs on early stages, layer partition "
+       "(eq. 4), symmetric TP, asymmetric PP (AutoHet)",
+       autohet::NewPlanner},
   };
   return planners;
 }

@@ -1,0 +1,161 @@
+// AutoHet §III-B: device grouping by effective computing power (eq. 2-3), solved exactly with CBC.
+//
+// The paper's program has a binary x_ij per GPU i and group j, y_j for non-empty groups and maximises
+// (Σ_j y_j) · z, z the smallest effective computing power E_j = (1 − β_j) Σ_i c_i x_ij (eq. 2) of the valid
+// groups, subject to memory (3b), the definition of z (3c, big-M for empty groups), y (3d) and every GPU in
+// exactly one group (3e). It is non-linear twice: the product (Σ y)·z and β_j, which depends on the group's
+// stage count. We solve it exactly as follows (the "linearisation per number of groups"):
+//   - D = Σ_j y_j is enumerated by the caller (Algorithm 1 lines 3-8 generate one grouping per D), so the
+//     objective is D · max z and every one of the D groups is non-empty;
+//   - GPUs of one type (TP groups of one type, §II-B) are interchangeable in eq. 3, so a group is described
+//     by its composition n = (n_1..n_K), entities of each type; E depends on n alone (its stage count is
+//     Σ n_k). The compositions that satisfy 3b and have 1..s_max stages are enumerated with their E_n;
+//   - for a threshold τ, "some grouping has every E_j ≥ τ" is the integer feasibility problem
+//     Σ_n g_n = D, Σ_n g_n n_k = N_k for every type (3e), g_n ∈ Z≥0 over the compositions with E_n ≥ τ.
+//     It is monotone in τ, so a binary search over the distinct E_n values finds the largest feasible τ,
+//     which is max z, exactly; each step is a small integer program for CBC (K + 1 rows);
+//   - among the groupings reaching max z, a last program keeps one of largest Σ_j E_j (a tie-break the
+//     paper leaves open).
+// An earlier formulation with per-group stage-count binaries and big-M power splits was also exact but
+// CBC needed minutes at 64 GPUs of three types (bench_autohet); this one needs a few programs of one row
+// per type.
+#include <algorithm>
+
+#include "planners/autohet/internal.h"
+#include "planners/milp.h"
+
+namespace hetsim::planners::autohet {
+
+double BubbleRatio(uint32_t stages, uint32_t micro_batches) {
+  if (stages == 0) return 0;
+  return (stages - 1.0) / (micro_batches + stages - 1.0);
+}
+
+double EffectivePower(const std::vector<uint32_t>& counts, const std::vector<EntityType>& types,
+                      uint32_t micro_batches) {
+  double power = 0;
+  uint32_t stages = 0;
+  for (size_t k = 0; k < types.size(); ++k) {
+    power += counts[k] * types[k].power;
+    stages += counts[k];
+  }
+  return (1 - BubbleRatio(stages, micro_batches)) * power;
+}
+
+namespace {
+
+struct Composition {
+  std::vector<uint32_t> n;  // entities per type
+  double power = 0;         // E_n (eq. 2)
+};
+
+// Every composition with 1..s_max entities that satisfies eq. 3b.
+std::vector<Composition> Compositions(const GroupingInput& in, uint32_t s_max) {
+  std::vector<Composition> out;
+  std::vector<uint32_t> n(in.types.size(), 0);
+  // Odometer over 0..count per type.
+  for (;;) {
+    uint32_t stages = 0;
+    double mem = 0;
+    for (size_t k = 0; k < n.size(); ++k) {
+      stages += n[k];
+      mem += n[k] * in.types[k].memory_gib;
+    }
+    if (stages >= 1 && stages <= s_max && mem >= in.required_gib) {
+      out.push_back({n, EffectivePower(n, in.types, in.micro_batches)});
+    }
+    size_t k = 0;
+    while (k < n.size() && n[k] == std::min(in.types[k].count, s_max)) n[k++] = 0;
+    if (k == n.size()) break;
+    ++n[k];
+  }
+  return out;
+}
+
+// Integer program: D groups from compositions with E ≥ tau using every entity (3e); with `best_sum`, the
+// one of largest Σ E. nullopt if infeasible.
+Result<std::optional<std::vector<uint32_t>>> Pick(const GroupingInput& in, const std::vector<Composition>& comps,
+                                                  double tau, bool best_sum, MilpSolution* last) {
+  Milp p(Milp::kMaximize);
+  std::vector<int> g(comps.size(), -1);
+  std::vector<std::pair<int, double>> count;
+  std::vector<std::vector<std::pair<int, double>>> type(in.types.size());
+  for (size_t c = 0; c < comps.size(); ++c) {
+    if (comps[c].power < tau) continue;
+    g[c] = p.AddVar(0, in.groups, best_sum ? comps[c].power : 0.0, true);
+    count.push_back({g[c], 1});
+    for (size_t k = 0; k < in.types.size(); ++k) {
+      if (comps[c].n[k] > 0) type[k].push_back({g[c], static_cast<double>(comps[c].n[k])});
+    }
+  }
+  if (count.empty()) return std::optional<std::vector<uint32_t>>{};
+  p.AddRow(count, in.groups, in.groups);
+  for (size_t k = 0; k < in.types.size(); ++k) p.AddRow(type[k], in.types[k].count, in.types[k].count);
+  HETSIM_ASSIGN_OR_RETURN(*last, p.Solve(in.time_limit_s));
+  if (!last->has_solution()) {
+    if (last->outcome == MilpSolution::kInfeasible) return std::optional<std::vector<uint32_t>>{};
+    return Status::Infeasible("autohet: the device-grouping program (eq. 3, D = " + std::to_string(in.groups) +
+                              ") reached solver_time_limit_s = " + std::to_string(in.time_limit_s) +
+                              " s without an answer; raise it");
+  }
+  std::vector<uint32_t> chosen(comps.size(), 0);
+  for (size_t c = 0; c < comps.size(); ++c) {
+    if (g[c] >= 0) chosen[c] = static_cast<uint32_t>(last->values[static_cast<size_t>(g[c])]);
+  }
+  return std::optional<std::vector<uint32_t>>(std::move(chosen));
+}
+
+}  // namespace
+
+Result<std::optional<Grouping>> SolveGrouping(const GroupingInput& in) {
+  const uint32_t D = in.groups;
+  uint32_t entities = 0;
+  for (const auto& t : in.types) entities += t.count;
+  if (D == 0 || D > entities) return std::optional<Grouping>{};
+  // A group has between 1 and E − (D − 1) stages, and no more than the model has blocks.
+  const uint32_t s_max = std::min(entities - (D - 1), std::max<uint32_t>(1, in.max_stages));
+  if (static_cast<uint64_t>(s_max) * D < entities) return std::optional<Grouping>{};  // 3e cannot hold
+  const std::vector<Composition> comps = Compositions(in, s_max);
+  std::vector<double> levels;
+  for (const auto& c : comps) levels.push_back(c.power);
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  Grouping out;
+  uint64_t programs = 0;
+  MilpSolution last;
+  auto feasible = [&](double tau) -> Result<bool> {
+    ++programs;
+    HETSIM_ASSIGN_OR_RETURN(auto pick, Pick(in, comps, tau, false, &last));
+    out.nodes += last.nodes;
+    out.seconds += last.seconds;
+    return pick.has_value();
+  };
+  if (levels.empty()) return std::optional<Grouping>{};
+  HETSIM_ASSIGN_OR_RETURN(bool any, feasible(levels.front()));
+  if (!any) return std::optional<Grouping>{};
+  // Largest feasible level: levels[lo] feasible, levels[hi] (if < size) not.
+  size_t lo = 0, hi = levels.size();
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    HETSIM_ASSIGN_OR_RETURN(bool ok, feasible(levels[mid]));
+    (ok ? lo : hi) = mid;
+  }
+  HETSIM_ASSIGN_OR_RETURN(auto pick, Pick(in, comps, levels[lo], true, &last));
+  ++programs;
+  out.nodes += last.nodes;
+  out.seconds += last.seconds;
+  if (!pick) return Status::Internal("autohet: eq. 3's grouping at its optimal level vanished");
+  // Groups in descending effective power (then composition) order: deterministic.
+  std::vector<size_t> order;
+  for (size_t c = 0; c < comps.size(); ++c) order.insert(order.end(), (*pick)[c], c);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return comps[a].power > comps[b].power; });
+  for (size_t c : order) out.counts.push_back(comps[c].n);
+  out.min_power = levels[lo];
+  out.objective = D * out.min_power;
+  out.proven_optimal = last.outcome == MilpSolution::kOptimal;
+  out.programs = programs;
+  out.compositions = comps.size();
+  return std::optional<Grouping>(std::move(out));
+}
+
+}  // namespace hetsim::planners::autohet
