@@ -200,7 +200,9 @@ TEST(AutoHetEq4, DynamicProgramMatchesTheIntegerProgram) {
       ASSERT_TRUE(milp.ok());
       const auto dp = PartitionLayers(st, L, M, bottleneck);
       ASSERT_EQ(milp->has_value(), dp.has_value()) << "trial " << trial;
-      if (dp) EXPECT_NEAR(dp->objective_s, (*milp)->objective_s, 1e-6 * (1 + dp->objective_s)) << "trial " << trial;
+      if (dp) {
+        EXPECT_NEAR(dp->objective_s, (*milp)->objective_s, 1e-6 * (1 + dp->objective_s)) << "trial " << trial;
+      }
     }
   }
 }
