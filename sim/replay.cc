@@ -105,7 +105,7 @@ const std::vector<PolicyEntry>& PolicyTable() {
     ah.save = SaveTo::kLayerwise;
     ah.restore = RestoreFrom::kLayerBitmap;
     ah.default_grow = true;
-    ah.default_planner = "megatron";  // the `autohet` planner is not registered yet (docs/replay.md)
+    ah.default_planner = "autohet";  // planners/autohet: AutoHet §III's planner
     t.push_back({{"autohet",
                   "re-plan on the live nodes; layer-wise checkpoints in host memory, local NVMe and the cloud; "
                   "restore local-first, then from peers over RDMA, the missing pieces from the cloud (AutoHet "
@@ -722,26 +722,34 @@ Result<std::shared_ptr<Config>> Engine::ElasticConfig() {
     if (role_[n] == Role::kFree || role_[n] == Role::kJob) live.push_back(n);
   }
   if (live.empty()) return Status::Invalid("no live node");
-  if (live.size() == role_.size()) return base_;
+  const bool all = live.size() == role_.size();
+  if (all && in_.policy.replan_plans_size() == 0) return base_;
+  // The live nodes' cluster: the trace cluster's node groups in order, each with its live nodes only, named
+  // <cluster>-live-<live nodes per group> (the trace cluster itself when every node is live).
   proto::Cluster spec = c_.spec();
-  std::vector<uint32_t> count(static_cast<size_t>(spec.nodes_size()), 0);
-  for (uint32_t n : live) ++count[c_.node(n).group];
-  spec.clear_nodes();
-  std::string counts;
-  for (int g = 0; g < c_.spec().nodes_size(); ++g) {
-    const uint32_t k = count[static_cast<size_t>(g)];
-    counts += (g > 0 ? "-" : "") + std::to_string(k);
-    if (k == 0) continue;
-    auto* ng = spec.add_nodes();
-    *ng = c_.spec().nodes(g);
-    ng->set_count(k);
+  std::shared_ptr<const models::Cluster> cluster = base_->cluster;
+  if (!all) {
+    std::vector<uint32_t> count(static_cast<size_t>(spec.nodes_size()), 0);
+    for (uint32_t n : live) ++count[c_.node(n).group];
+    spec.clear_nodes();
+    std::string counts;
+    for (int g = 0; g < c_.spec().nodes_size(); ++g) {
+      const uint32_t k = count[static_cast<size_t>(g)];
+      counts += (g > 0 ? "-" : "") + std::to_string(k);
+      if (k == 0) continue;
+      auto* ng = spec.add_nodes();
+      *ng = c_.spec().nodes(g);
+      ng->set_count(k);
+    }
+    spec.set_name(c_.name() + "-live-" + counts);
+    HETSIM_ASSIGN_OR_RETURN(models::Cluster sub, models::Cluster::Build(spec, "<live nodes of " + c_.name() + ">"));
+    cluster = std::make_shared<const models::Cluster>(std::move(sub));
   }
-  spec.set_name(c_.name() + "-live-" + counts);
-  HETSIM_ASSIGN_OR_RETURN(models::Cluster sub, models::Cluster::Build(spec, "<live nodes of " + c_.name() + ">"));
-  auto cluster = std::make_shared<const models::Cluster>(std::move(sub));
-  // A plan written for exactly these live nodes (the policy's replan_plans), before the planner: it
-  // validates on them and uses every one of their GPUs. No search, so no re-planning time unless replan_s.
+  // A plan written for exactly these live nodes (the policy's replan_plans) comes first, even before the
+  // starting plan: it names their cluster (or none), validates on it and uses every one of its GPUs. No
+  // search, so no re-planning time unless replan_s.
   for (const auto& fixed : in_.policy.replan_plans()) {
+    if (!fixed.cluster().empty() && fixed.cluster() != cluster->name()) continue;
     const models::PlanContext ctx{*cluster, *in_.model, in_.training};
     if (!models::ValidatePlanStructure(fixed, ctx, "").ok()) continue;
     std::set<uint32_t> used;
@@ -751,15 +759,19 @@ Result<std::shared_ptr<Config>> Engine::ElasticConfig() {
     if (used.size() != cluster->num_devices()) continue;
     return MakeConfig(fixed, cluster, live, in_.policy.has_replan_s() ? in_.policy.replan_s() : 0);
   }
+  if (all) return base_;
   if (!in_.replan) {
     std::string why = "policy " + in_.policy.name() + " re-plans, but no planner is available";
     if (in_.policy.replan_plans_size() > 0) {
-      why += " and none of its replan_plans uses exactly the live nodes (" + cluster->Summary() + ")";
+      why += " and none of its replan_plans uses exactly the live nodes (" + cluster->name() + ": " +
+             cluster->Summary() + ")";
     }
     return Status::Invalid(why);
   }
-  const std::string plan_key = in_.policy.planner() + "|" + in_.policy.planner_options() + "|" + spec.name() + "|" +
-                               in_.model->name() + "|" + in_.training.SerializeAsString();
+  // Keyed by the planner and options actually used (policies with different defaults share no plan).
+  const auto [planner, options] = DefaultReplanner(in_.policy);
+  const std::string plan_key = planner + "|" + options + "|" + spec.name() + "|" + in_.model->name() + "|" +
+                               in_.training.SerializeAsString();
   auto& plans = in_.cache != nullptr ? in_.cache->plans : local_cache_.plans;
   auto it = plans.find(plan_key);
   if (it == plans.end()) {
@@ -1009,10 +1021,20 @@ Result<proto::ReplayReport> Engine::Run() {
         HETSIM_RETURN_IF_ERROR(nodes_back());
         break;
       case InternalEvent::kRemove: {
-        const bool in_job = JobUses(ev.index);
-        if (role_[ev.index] == Role::kDown) back_at_[ev.index] = kInf;
-        SetRole(ev.index, Role::kAbsent);
-        if (in_job && mode_ != Mode::kWaiting) HETSIM_RETURN_IF_ERROR(Interrupt(t, "preemption", false, {ev.index}));
+        // Nodes removed at the same instant (one preemption of several nodes) leave together: one interruption
+        // and one re-plan, not one per node.
+        std::vector<uint32_t> gone = {ev.index};
+        while (!queue_.empty() && queue_.top().t == t && queue_.top().kind == InternalEvent::kRemove) {
+          gone.push_back(queue_.top().index);
+          queue_.pop();
+        }
+        std::set<uint32_t> hit;
+        for (uint32_t n : gone) {
+          if (JobUses(n)) hit.insert(n);
+          if (role_[n] == Role::kDown) back_at_[n] = kInf;
+          SetRole(n, Role::kAbsent);
+        }
+        if (!hit.empty() && mode_ != Mode::kWaiting) HETSIM_RETURN_IF_ERROR(Interrupt(t, "preemption", false, hit));
         break;
       }
       case InternalEvent::kTrace: {

@@ -8,7 +8,8 @@
 // checkpoint the policy can restore, then detection, re-planning (the planner's measured wall time, or a fixed
 // one), waiting for nodes, restart, and state recovery — again transfers on the platform (the object store,
 // local NVMe, host memory of the node or of a peer, surviving replicas' GPUs). Which of those a run pays is
-// the recovery policy's choice (sim/replay.cc: checkpoint-restart, hot-spares, in-memory, varuna, elastic).
+// the recovery policy's choice (sim/replay.cc: checkpoint-restart, hot-spares, in-memory, varuna, elastic,
+// autohet; AutoHet's layer-wise recovery is sim/autohet_recovery.h).
 #pragma once
 
 #include <functional>
@@ -69,7 +70,7 @@ const std::vector<PolicyInfo>& RecoveryPolicies();
 Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::string& where);
 
 // The planner (and its options) an elastic policy re-plans with: the policy's, or its default (megatron;
-// varuna: megatron with TP 1, Varuna's pipeline × data parallelism).
+// varuna: megatron with TP 1, Varuna's pipeline × data parallelism; autohet: autohet).
 std::pair<std::string, std::string> DefaultReplanner(const proto::RecoveryPolicy& policy);
 
 // Daly's higher-order optimum checkpoint interval (Daly 2006, eq. 37; Young 1974's sqrt(2·δ·M) to first order)

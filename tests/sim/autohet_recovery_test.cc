@@ -379,8 +379,9 @@ TEST_F(AutohetReplayTest, NewNodesLoadFromPeersOverTheNetwork) {
 }
 
 TEST_F(AutohetReplayTest, FixedReplanPlansAreTakenWhenTheyFitTheLiveNodes) {
-  // replan_plans: the first plan that validates on the live nodes and uses all their GPUs. After node 1's
-  // preemption the live nodes are nodes 0 and 2 (8 GPUs): "dp2-tp4" fits, "tp2-half" (2 of 8 GPUs) does not.
+  // replan_plans: the first plan that names the live nodes' cluster (or none), validates on it and uses all
+  // its GPUs. After node 1's preemption the live nodes are nodes 0 and 2 (8 GPUs, "autohet-test-live-2"):
+  // "tp2-half" uses 2 of the 8 GPUs, "elsewhere" names another cluster, "dp2-tp4" fits.
   proto::Trace trace = Trace(20000);
   auto* e = trace.add_events();
   e->set_time_s(5000);
@@ -390,7 +391,12 @@ TEST_F(AutohetReplayTest, FixedReplanPlansAreTakenWhenTheyFitTheLiveNodes) {
   auto in = Inputs(trace, "autohet", dp3);
   in.replan = nullptr;
   *in.policy.add_replan_plans() = Plan("tp2-half", {{{{0, 1}, 2, 0, L()}}});
-  *in.policy.add_replan_plans() = Plan("dp2-tp4", {{{{0, 1, 2, 3}, 4, 0, L()}}, {{{4, 5, 6, 7}, 4, 0, L()}}});
+  proto::Plan elsewhere = Plan("elsewhere", {{{{0, 1, 2, 3}, 4, 0, L()}}, {{{4, 5, 6, 7}, 4, 0, L()}}});
+  elsewhere.set_cluster("autohet-test-live-1");
+  *in.policy.add_replan_plans() = elsewhere;
+  proto::Plan fits = Plan("dp2-tp4", {{{{0, 1, 2, 3}, 4, 0, L()}}, {{{4, 5, 6, 7}, 4, 0, L()}}});
+  fits.set_cluster("autohet-test-live-2");
+  *in.policy.add_replan_plans() = fits;
   in.policy.clear_replan_s();
   auto r = sim::ReplayRun(in);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -401,6 +407,52 @@ TEST_F(AutohetReplayTest, FixedReplanPlansAreTakenWhenTheyFitTheLiveNodes) {
   // and node 2 each held one replica, so everything is local: S per node at 1 GB/s, in parallel.
   const double S = StateBytes();
   EXPECT_NEAR(Downtime(*r, "recover"), S / 1e9, 0.01 * S / 1e9);
+}
+
+TEST_F(AutohetReplayTest, NodesPreemptedTogetherAreOneInterruption) {
+  // One preemption takes nodes 1 and 2 of a DP-3 job: one interruption, one re-plan (7 s) onto node 0, two
+  // configurations; node-by-node handling would re-plan onto nodes 0 and 2 first, then again.
+  proto::Trace trace = Trace(20000);
+  auto* e = trace.add_events();
+  e->set_time_s(5000);
+  e->set_kind(proto::TraceEvent::KIND_PREEMPTION);
+  e->set_notice_s(30);
+  e->add_nodes(1);
+  e->add_nodes(2);
+  const proto::Plan dp3 = Plan("dp3", {{{{0, 1}, 2, 0, L()}}, {{{4, 5}, 2, 0, L()}}, {{{8, 9}, 2, 0, L()}}});
+  for (const char* policy : {"autohet", "varuna", "elastic"}) {
+    auto r = sim::ReplayRun(Inputs(trace, policy, dp3));
+    ASSERT_TRUE(r.ok()) << policy << ": " << r.status().message();
+    EXPECT_EQ(r->interruptions(), 1u) << policy;
+    EXPECT_DOUBLE_EQ(Downtime(*r, "replan"), 7) << policy;
+    EXPECT_EQ(r->configurations_size(), 2) << policy;
+  }
+}
+
+TEST_F(AutohetReplayTest, PoliciesWithOtherDefaultPlannersShareNoReplan) {
+  // autohet re-plans with `autohet`, varuna with `megatron` at TP 1: one cache, two plans.
+  proto::Trace trace = Trace(20000);
+  auto* e = trace.add_events();
+  e->set_time_s(5000);
+  e->set_kind(proto::TraceEvent::KIND_PREEMPTION);
+  e->add_nodes(1);
+  e->add_nodes(2);
+  std::vector<std::string> asked;
+  for (const char* policy : {"autohet", "varuna"}) {
+    auto in = Inputs(trace, policy, Dp2());
+    auto inner = in.replan;
+    in.replan = [&asked, inner](const models::Cluster& live, const proto::RecoveryPolicy& p) -> Result<sim::Replanned> {
+      asked.push_back(sim::DefaultReplanner(p).first);
+      HETSIM_ASSIGN_OR_RETURN(sim::Replanned r, inner(live, p));
+      r.plan.set_name(asked.back());
+      return r;
+    };
+    auto r = sim::ReplayRun(in);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_EQ(r->configurations_size(), 2);
+    EXPECT_EQ(r->configurations(1).plan(), policy == std::string("autohet") ? "autohet" : "megatron") << policy;
+  }
+  EXPECT_EQ(asked, (std::vector<std::string>{"autohet", "megatron"}));
 }
 
 TEST(AutohetPolicy, OptionsAreChecked) {
@@ -433,7 +485,7 @@ TEST(AutohetPolicy, OptionsAreChecked) {
   s = sim::CheckRecoveryPolicy(p, "replay.policies[0]");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("replan_plans[0].pipelines"), std::string::npos) << s.message();
-  EXPECT_EQ(sim::DefaultReplanner(p).first, "megatron");
+  EXPECT_EQ(sim::DefaultReplanner(p).first, "autohet");
 }
 
 }  // namespace
