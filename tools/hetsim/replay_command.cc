@@ -128,7 +128,7 @@ int RunReplay(const po::variables_map& vm, std::ostream& out, std::ostream& err)
     proto::RecoveryPolicy* p = spec.add_policies();
     p->set_name(name);
     const bool spares = name == "hot-spares" || name == "in-memory";
-    const bool elastic = name == "elastic" || name == "varuna";
+    const bool elastic = name == "elastic" || name == "varuna" || name == "autohet";
     if (vm.count("spares") && spares) p->set_spares(vm["spares"].as<uint32_t>());
     if (vm.count("replicas") && name == "in-memory") p->set_replicas(vm["replicas"].as<uint32_t>());
     if (vm.count("replan-planner") && elastic) p->set_planner(FlagString(vm, "replan-planner"));
@@ -210,16 +210,17 @@ std::vector<Command> ReplayCommands() {
                  ("seed", po::value<uint64_t>()->default_value(1), "llama3: random seed")
                  ("rate-scale", po::value<double>()->default_value(1), "llama3: multiplies every failure rate")
                  ("policy", po::value<std::vector<std::string>>()->composing(),
-                  "recovery policy (repeatable): checkpoint-restart, hot-spares, in-memory, varuna, elastic")
+                  "recovery policy (repeatable): checkpoint-restart, hot-spares, in-memory, varuna, elastic, autohet")
                  ("checkpoint-interval", po::value<std::string>()->default_value("young-daly"),
                   "seconds of training between checkpoints, or young-daly")
                  ("detection-s", po::value<double>(), "failure to job stopped (default 120)")
                  ("restart-s", po::value<double>(), "relaunch and communicator set-up (default 300)")
                  ("spares", po::value<uint32_t>(), "hot-spares, in-memory: spare nodes (default 1% of the plan's)")
                  ("replicas", po::value<uint32_t>(), "in-memory: copies of each checkpoint (default 2)")
-                 ("replan-planner", po::value<std::string>(), "elastic, varuna: the planner that re-plans")
-                 ("replan-s", po::value<double>(), "elastic, varuna: fixed re-planning time (default: measured)")
-                 ("no-grow", "elastic, varuna: do not grow back when nodes return")
+                 ("replan-planner", po::value<std::string>(), "elastic, varuna, autohet: the planner that re-plans")
+                 ("replan-s", po::value<double>(),
+                  "elastic, varuna, autohet: fixed re-planning time (default: measured)")
+                 ("no-grow", "elastic, varuna, autohet: do not grow back when nodes return")
                  ("usd-per-gpu-hour", po::value<double>(), "price of a GPU-hour (default: the GPU's on-demand price)")
                  ("spot-fraction", po::value<double>(), "spot traces: spot price / on-demand price (default 0.35)")
                  ("fidelity", po::value<std::string>()->default_value("balanced"), "fast | balanced | full")
