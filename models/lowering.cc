@@ -88,6 +88,7 @@ class Lowerer {
   Result<Lowering> Lower() {
     HETSIM_RETURN_IF_ERROR(CheckSupported());
     out_.cpu_staged = plan_.comm().cpu_staged();
+    out_.comm = plan_.comm();
     out_.tp_overlap = plan_.comm().tp_overlap();
     out_.separate_recompute = full_recompute_ && !options_.fuse_passes;
     out_.device_slot.assign(ctx_.cluster.num_devices(), kNone);

@@ -137,6 +137,7 @@ struct Lowering {
   std::vector<uint32_t> device_slot;          // device -> index into `devices` (or kNone)
   // HetHub §3.1: transfers between nodes are staged through host memory (for the simulator's platform).
   bool cpu_staged = false;
+  proto::CommOptions comm;  // the plan's communication options (the communicator's paths: models/communicator.h)
   bool tp_overlap = false;  // comm.tp_overlap: TP collectives overlap the pass they follow (the simulator)
   // Full recomputation has compute operations of its own (`Op::recompute`): a backward operation is then
   // the backward alone. Otherwise (no or selective recomputation, or fused passes) a backward operation

@@ -1,5 +1,7 @@
 #include "models/plan.h"
 
+#include "models/communicator.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -81,6 +83,7 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
     errors.Add(at + "comm.dp_algorithm: nvls is modelled for TP all-reduces inside a node only; use "
                "comm.tp_algorithm: nvls, and ring, tree or hierarchical for the gradient sync");
   }
+  if (Status c = Communicator(ctx.cluster, plan.comm()).Check(file); !c.ok()) errors.Add(c.message());
   std::map<uint32_t, std::string> owner;  // device -> where it is used
   uint64_t sequences = 0;
   for (int p = 0; p < plan.pipelines_size(); ++p) {

@@ -62,7 +62,7 @@ double TreeAllReduceSeconds(double bytes, uint32_t n, const Link& link) {
   return 2.0 * depth * link.latency_s + 2.0 * bytes / link.bandwidth_bytes_s;
 }
 
-Topology::Topology(const Cluster& cluster) : cluster_(&cluster) {
+Topology::Topology(const Cluster& cluster, const proto::CommOptions& comm) : cluster_(&cluster), comm_(cluster, comm) {
   const auto& spec = cluster.spec();
   uint32_t per_group = 0;  // nodes per leaf switch or pod; 0 = one switch
   if (spec.network().has_fat_tree()) {
@@ -100,6 +100,8 @@ Topology::Topology(const Cluster& cluster) : cluster_(&cluster) {
       nl.share_bytes_s = std::min(share, n.fabric.pcie_bandwidth_gbyte_s() * 1e9);
       nl.nic_latency_s = n.nic.latency_us() * 1e-6;
     }
+    nl.pcie_bytes_s = n.fabric.pcie_bandwidth_gbyte_s() * 1e9;
+    nl.pcie_latency_s = n.fabric.pcie_latency_us() * 1e-6;
     nl.switch_group = per_group == 0 ? 0 : static_cast<uint32_t>(i / per_group);
     nl.zone = zone_index.at(n.zone);
     nodes_.push_back(nl);
@@ -121,6 +123,10 @@ Link Topology::NodePair(uint32_t na, uint32_t nb) const {
     l.latency_s += 3 * switch_latency_s_;
   } else {
     l.latency_s += switch_latency_s_;
+  }
+  if (comm_.Staged(na, nb)) {
+    l.bandwidth_bytes_s = 1 / (1 / a.pcie_bytes_s + 1 / l.bandwidth_bytes_s + 1 / b.pcie_bytes_s);
+    l.latency_s += a.pcie_latency_s + b.pcie_latency_s;
   }
   return l;
 }

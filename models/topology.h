@@ -11,7 +11,10 @@
 //     every GPU of the node synchronises gradients at once; divided by the oversubscription when the two
 //     nodes sit under different leaf switches (fat_tree) or in different pods (pods). Latency: the larger
 //     of the two NIC latencies plus one switch hop (three across leaves or pods);
-//   - different zones: as different nodes, capped by the zone link, plus its latency and two switch hops.
+//   - different zones: as different nodes, capped by the zone link, plus its latency and two switch hops;
+//   - a pair the communicator stages through host memory (models/communicator.h, HetHub §3.1): the copy to
+//     host memory, the network link above and the copy back, one after the other (store and forward):
+//     1/β = 1/β_pcie,a + 1/β_net + 1/β_pcie,b, α = the sum of the three latencies.
 // Collectives over a group of devices are bounded by the group's slowest link (the bandwidth of the
 // slowest pair and the latency of the worst pair), the way Metis §4.2.1 and HexiScale Appendix A cost
 // them. Contention between concurrent transfers is the simulator's job (SimGrid's max-min sharing).
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "models/cluster.h"
+#include "models/communicator.h"
 
 namespace hetsim::models {
 
@@ -61,7 +65,8 @@ double TreeAllReduceSeconds(double bytes, uint32_t n, const Link& link);
 
 class Topology {
  public:
-  explicit Topology(const Cluster& cluster);
+  // `comm`: the plan's communication options, which decide the communicator's paths (default: auto).
+  explicit Topology(const Cluster& cluster, const proto::CommOptions& comm = {});
 
   const Cluster& cluster() const { return *cluster_; }
   // The link from device a to device b (symmetric).
@@ -91,12 +96,15 @@ class Topology {
     double nic_latency_s = 0;
     uint32_t switch_group = 0;  // leaf switch (fat_tree) or pod; 0 for a single switch
     uint32_t zone = 0;
+    double pcie_bytes_s = 0;   // GPU <-> host memory (the CPU path's copies)
+    double pcie_latency_s = 0;
   };
   Link NodePair(uint32_t na, uint32_t nb) const;
   // (node, devices of the group on it), sorted by node.
   std::vector<std::pair<uint32_t, uint32_t>> NodeCounts(std::span<const uint32_t> devices) const;
 
   const Cluster* cluster_;
+  Communicator comm_;
   std::vector<NodeLinks> nodes_;
   uint32_t num_zones_ = 1;
   std::vector<Link> zone_links_;  // num_zones × num_zones; kInterZone links

@@ -3,6 +3,7 @@
 #include "planners/autohet/autohet.h"
 #include "planners/exhaustive/exhaustive.h"
 #include "planners/galvatron/galvatron.h"
+#include "planners/hethub/hethub.h"
 #include "planners/hexiscale/hexiscale.h"
 #include "planners/megatron/megatron.h"
 #include "planners/metis/metis.h"
@@ -37,6 +38,10 @@ const std::vector<PlannerInfo>& Planners() {
        "device groups of balanced effective power (eq. 3, CBC), low-end GPUs on early stages, layer partition "
        "(eq. 4), symmetric TP, asymmetric PP (AutoHet)",
        autohet::NewPlanner},
+      {"hethub",
+       "non-uniform PP over GPU types, uniform DP and TP, DFS under load-balance/bottleneck/stage-order rules, "
+       "CPU-staged communicator across vendors (HetHub)",
+       hethub::NewPlanner},
   };
   return planners;
 }

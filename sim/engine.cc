@@ -105,7 +105,7 @@ class Runner {
 
   // Whether a transfer between this device and `peer` goes through host memory (HetHub §3.1).
   bool Staged(uint32_t peer) const {
-    return sh_->programs->cpu_staged && sh_->platform->gpu_node[peer] != sh_->platform->gpu_node[self_];
+    return sh_->programs->StagedBetween(sh_->platform->gpu_node[self_], sh_->platform->gpu_node[peer]);
   }
   s4u::Host* CpuOf(uint32_t device) const { return sh_->platform->cpus[sh_->platform->gpu_node[device]]; }
 

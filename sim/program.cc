@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "models/communicator.h"
+
 namespace hetsim::sim {
 namespace {
 
@@ -158,6 +160,14 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   Programs out;
   out.fidelity = options.fidelity;
   out.cpu_staged = lowering.cpu_staged;
+  {
+    const models::Communicator comm(ctx.cluster, lowering.comm);
+    if (comm.any_staged()) {
+      out.staged_groups = comm.staged_groups();
+      out.num_groups = static_cast<uint32_t>(ctx.cluster.spec().nodes_size());
+      for (const auto& n : ctx.cluster.nodes()) out.node_group.push_back(n.group);
+    }
+  }
   out.devices = std::move(lowering.devices);
   out.device_slot = std::move(lowering.device_slot);
   out.groups = std::move(lowering.groups);

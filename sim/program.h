@@ -87,8 +87,19 @@ struct Programs {
   std::vector<std::vector<uint32_t>> groups;   // collective groups (device lists in rank order)
   std::vector<uint32_t> device_slot;           // device -> index into `devices` (or UINT32_MAX)
   Fidelity fidelity;
-  // HetHub §3.1: transfers between nodes are staged through host memory (GPU -> CPU -> network -> CPU -> GPU).
+  // HetHub §3.1: transfers between nodes are staged through host memory (GPU -> CPU -> network -> CPU -> GPU):
+  // all of them (cpu_staged), or those between the node groups the communicator stages
+  // (models/communicator.h: staged_groups is a groups × groups matrix, node_group each node's group).
   bool cpu_staged = false;
+  std::vector<uint8_t> staged_groups;
+  std::vector<uint32_t> node_group;
+  uint32_t num_groups = 0;
+  bool StagedBetween(uint32_t node_a, uint32_t node_b) const {
+    if (node_a == node_b) return false;
+    if (cpu_staged) return true;
+    if (staged_groups.empty()) return false;
+    return staged_groups[size_t{node_group[node_a]} * num_groups + node_group[node_b]] != 0;
+  }
 };
 
 struct ProgramOptions {

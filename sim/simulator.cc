@@ -11,9 +11,11 @@
 #include <memory>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "models/child_process.h"
+#include "models/communicator.h"
 #include "models/iteration_report.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
@@ -52,6 +54,37 @@ proto::IterationReport MakeReport(const proto::Plan& plan, const models::PlanCon
     m.devices.push_back(std::move(d));
   }
   return models::BuildIterationReport(m, ctx.cluster, ctx.model, ctx.training);
+}
+
+// The communicator's path between each pair of node groups the programs' transfers cross (HetHub §3.1).
+void AddCommPaths(const Programs& programs, const models::Cluster& cluster, const proto::CommOptions& comm,
+                  proto::IterationReport* report) {
+  const models::Communicator paths(cluster, comm);
+  std::set<std::pair<uint32_t, uint32_t>> crossed;  // (group, group), group a ≤ b
+  auto cross = [&](uint32_t da, uint32_t db) {
+    const auto& na = cluster.node(cluster.device(da).node);
+    const auto& nb = cluster.node(cluster.device(db).node);
+    if (cluster.device(da).node == cluster.device(db).node) return;
+    crossed.insert({std::min(na.group, nb.group), std::max(na.group, nb.group)});
+  };
+  for (size_t i = 0; i < programs.devices.size(); ++i) {
+    for (const auto* ops : {&programs.programs[i].ops, &programs.programs[i].dp_stream}) {
+      for (const Op& op : *ops) {
+        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) cross(programs.devices[i], op.peer);
+      }
+    }
+  }
+  for (const auto& g : programs.groups) {
+    for (size_t r = 0; r + 1 < g.size(); ++r) cross(g[r], g[r + 1]);
+    if (g.size() > 2) cross(g.back(), g.front());
+  }
+  for (const auto& [a, b] : crossed) {
+    auto* p = report->add_comm_paths();
+    p->set_from(cluster.spec().nodes(static_cast<int>(a)).name());
+    p->set_to(cluster.spec().nodes(static_cast<int>(b)).name());
+    p->set_path(paths.staged_groups()[size_t{a} * cluster.spec().nodes_size() + b] ? "cpu_staged" : "gpu_rdma");
+    p->set_reason(paths.Reason(a, b));
+  }
 }
 
 // ---- child <-> parent transport --------------------------------------------------------------------
@@ -359,7 +392,9 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             auto engine = MakeEngine();
                             const Platform platform = BuildPlatform(ctx.cluster, options.compute.calibration);
                             const EngineResult er = RunEngine(*programs, platform, options.record_timeline, hook);
-                            const std::string rep = MakeReport(plan, ctx, *programs, er).SerializeAsString();
+                            proto::IterationReport report = MakeReport(plan, ctx, *programs, er);
+                            AddCommPaths(*programs, ctx.cluster, plan.comm(), &report);
+                            const std::string rep = report.SerializeAsString();
                             std::string out(1, '\0');
                             PutPod(out, static_cast<uint64_t>(rep.size()));
                             out += rep;

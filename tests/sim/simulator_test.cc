@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "models/communicator.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
 #include "models/training.h"
@@ -818,6 +819,46 @@ pipelines:
   const double a = dp_seconds(full), b = dp_seconds(half);
   ASSERT_GT(a, 1e-3);
   EXPECT_NEAR(b / a, 2.0, 0.02);
+}
+
+}  // namespace
+}  // namespace hetsim::sim
+
+namespace hetsim::sim {
+namespace {
+
+// The communicator's automatic choice (models/communicator.h) reaches the engine: an H100 node and an
+// MI250X node (different vendors, no cross-vendor RDMA) take the CPU path on their own, with the closed
+// form of Collectives.CpuStagedTransfersGoThroughHostMemory; two H100 nodes do not.
+TEST(Collectives, DifferentVendorsAreStagedWithoutBeingAsked) {
+  const std::string node = "fabric: {pcie_bandwidth_gbyte_s: 16, pcie_latency_us: 0.000001}, "
+                           "nic: {kind: ethernet, bandwidth_gbps: 100, latency_us: 0.000001}}\n";
+  const auto mixed = ClusterFrom("name: mixed\nnodes:\n  - {name: nv, gpus: {type: h100, count: 1}, " + node +
+                                 "  - {name: amd, gpus: {type: mi250x, count: 1}, " + node);
+  const auto same = ClusterFrom("name: same\nnodes:\n  - {name: nv, count: 2, gpus: {type: h100, count: 1}, " + node);
+  const Programs ring = CollectivePrograms({{0, 1}}, 4e9, 2, Fidelity::Balanced());
+  Programs auto_mixed = ring;
+  const models::Communicator comm(mixed);
+  auto_mixed.staged_groups = comm.staged_groups();
+  auto_mixed.num_groups = 2;
+  auto_mixed.node_group = {0, 1};
+  auto a = SimulatePrograms(auto_mixed, mixed, false);
+  auto b = SimulatePrograms(ring, same, false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->iteration_s, 4e9 / 16e9 + 4e9 / 12.5e9 + 4e9 / 16e9, 2e-3);
+  EXPECT_NEAR(b->iteration_s, 4e9 / 12.5e9, 1e-3);
+  // End to end: a two-stage pipeline across the two vendors reports the path it took and why.
+  const Setting run{mixed, MakeSetting(kFreeNode, 4).model, MakeSetting(kFreeNode, 4).training};
+  const auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: "
+                             "[{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]}]\n");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  auto r = SimulateIteration(plan, ctx, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->report.comm_paths_size(), 1);
+  EXPECT_EQ(r->report.comm_paths(0).from(), "nv");
+  EXPECT_EQ(r->report.comm_paths(0).to(), "amd");
+  EXPECT_EQ(r->report.comm_paths(0).path(), "cpu_staged");
+  EXPECT_NE(r->report.comm_paths(0).reason().find("different vendors"), std::string::npos);
 }
 
 }  // namespace

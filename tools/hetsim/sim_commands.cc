@@ -28,6 +28,12 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
   out << "  throughput      " << Fmt("%.0f", r.tokens_per_s()) << " tokens/s\n";
   out << "  MFU             " << Fmt("%.1f", 100 * r.mfu()) << " %\n";
   out << "  pipeline bubble " << Fmt("%.1f", 100 * r.bubble_fraction()) << " %\n";
+  // The communicator's paths between node groups (HetHub §3.1), when any transfer leaves a node.
+  for (const auto& c : r.comm_paths()) {
+    out << "  communicator    " << c.from() << (c.from() == c.to() ? " (node to node)" : " <-> " + c.to()) << ": "
+        << (c.path() == "cpu_staged" ? "CPU-staged (GPU -> host -> network -> host -> GPU)" : "GPU RDMA") << " — "
+        << c.reason() << "\n";
+  }
   // One line per (pipeline, stage): the slowest device's numbers.
   struct Row {
     int devices = 0;
