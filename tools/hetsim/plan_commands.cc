@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "models/describe.h"
+#include "models/kernels.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
 #include "planners/planner.h"
@@ -74,13 +75,21 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   auto specs = LoadSpecs(vm, /*need_cluster=*/true, /*need_model=*/true);
   if (!specs.ok()) return Fail(err, specs.status());
   std::optional<models::ProfileDb> profiles;
-  if (vm.count("profile")) {
-    auto db = models::ProfileDb::Load(vm["profile"].as<std::vector<std::string>>());
+  models::ComputeOptions compute;
+  std::vector<std::string> profile_refs;
+  if (vm.count("profile")) profile_refs = vm["profile"].as<std::vector<std::string>>();
+  if (vm.count("calibration")) {
+    compute.calibration = FlagString(vm, "calibration");
+    if (Status c = models::CheckKernelCalibration(compute.calibration); !c.ok()) return Fail(err, c);
+    for (auto& p : models::CalibrationProfiles(compute.calibration)) profile_refs.push_back(std::move(p));
+  }
+  if (!profile_refs.empty()) {
+    auto db = models::ProfileDb::Load(profile_refs);
     if (!db.ok()) return Fail(err, db.status());
     profiles = std::move(db).value();
   }
   const planners::PlanningProblem problem{*specs->cluster, *specs->model, specs->training,
-                                          profiles ? &*profiles : nullptr};
+                                          profiles ? &*profiles : nullptr, compute};
   auto result = planners::RunPlanner(**planner, problem);
   if (!result.ok()) return Fail(err, result.status());
   const models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
@@ -120,6 +129,8 @@ std::vector<Command> PlannerCommands() {
              "output,o", po::value<std::string>(), "write the plan here (YAML, with cluster/model/training keys)")(
              "profile", po::value<std::vector<std::string>>()->multitoken(),
              "measured layer profiles (bundled names or paths) instead of the analytic compute model")(
+             "calibration", po::value<std::string>(),
+             "the compute model's calibration (bundled name or file; `hetsim list calibrations`)")(
              "list", "print the registered planners and exit");
          AddSpecFlags(d, /*with_plan=*/false);
        },

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <set>
 
+#include "models/kernels.h"
 #include "models/spec_io.h"
 #include "models/suggest.h"
 #include "models/training.h"
@@ -68,7 +69,7 @@ uint64_t Fnv(const std::string& s) {
 
 const std::vector<std::string>& MetricNames() {
   static const std::vector<std::string> names = {
-      "iteration_time_s", "tokens_per_s", "mfu", "bubble_fraction", "time_compute_s", "time_tp_s", "time_pp_s",
+      "iteration_time_s", "tokens_per_s", "tokens_per_gpu_s", "mfu", "bubble_fraction", "time_compute_s", "time_tp_s", "time_pp_s",
       "time_dp_s", "time_idle_s", "peak_memory_gib", "any_oom", "estimated_iteration_s", "candidates", "pipelines",
       "stages_max",
       // replay points (docs/replay.md)
@@ -268,6 +269,17 @@ Result<Manifest> LoadManifest(const std::string& path) {
     m.profiles = std::move(profiles).value();
   }
 
+  if (!e.simulation().calibration().empty()) {
+    m.calibration = Relative(e.simulation().calibration(), m.file);
+    if (Status c = models::CheckKernelCalibration(m.calibration, "simulation.calibration"); !c.ok()) {
+      errors.Add(at + c.message());
+    } else {
+      for (auto& p : models::CalibrationProfiles(m.calibration)) profile_refs.push_back(p);
+      auto with = models::ProfileDb::Load(profile_refs);
+      if (with.ok()) m.profiles = std::move(with).value();
+    }
+  }
+
   // Sweep axes: names and values checked now.
   // Replay: policies (default checkpoint-restart) with distinct labels.
   if (e.has_replay()) {
@@ -440,6 +452,7 @@ Result<Manifest> LoadManifest(const std::string& path) {
   // options, plan). Hashed into the point's id, so that --resume recomputes points whose inputs changed.
   std::string shared = Canonical(e.training()) + "|" + Canonical(e.simulation()) + "|" + Canonical(e.replay());
   for (const auto& ref : profile_refs) shared += "|" + FileText(ref);
+  if (!m.calibration.empty()) shared += "|" + FileText(m.calibration);
   if (e.has_replay()) shared += "|" + FileText(Relative(e.replay().trace(), m.file));
   std::vector<std::string> cluster_digest, model_digest, planner_digest;
   for (const auto& c : m.clusters) cluster_digest.push_back(Canonical(c));

@@ -41,6 +41,7 @@ struct Manifest {
   std::vector<models::TransformerModel> models;
   std::vector<PlannerChoice> planners;
   models::ProfileDb profiles;
+  std::string calibration;  // simulation.calibration resolved against the manifest ("" = default)
   std::string fidelity_name;
   sim::Fidelity fidelity;
   std::vector<Point> points;

@@ -200,7 +200,10 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   } else {
     auto pl = planners::CreatePlanner(planner.name, planner.options, m.file);
     if (!pl.ok()) return fail(pl.status().message());
-    planners::PlanningProblem problem{cluster, model, setup->training, m.profiles.empty() ? nullptr : &m.profiles, {}};
+    models::ComputeOptions compute;
+    compute.calibration = m.calibration;
+    planners::PlanningProblem problem{cluster, model, setup->training, m.profiles.empty() ? nullptr : &m.profiles,
+                                      compute};
     auto res = planners::RunPlanner(**pl, problem);
     if (!res.ok()) return fail("no feasible plan: " + res.status().message());
     plan = res->plan;
@@ -213,6 +216,7 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   opt.fidelity = setup->fidelity;
   opt.profiles = m.profiles.empty() ? nullptr : &m.profiles;
   opt.compute_jitter_cv = m.spec.simulation().compute_jitter_cv();
+  opt.compute.calibration = m.calibration;
   opt.seed = p.seed;
   opt.record_timeline = want_timeline;
   if (setup->replay) return ReplayPoint(m, p, dir, *setup, plan, opt, std::move(r));
@@ -242,6 +246,7 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   r.set_status("ok");
   AddMetric(r, "iteration_time_s", rep.iteration_time_s());
   AddMetric(r, "tokens_per_s", rep.tokens_per_s());
+  AddMetric(r, "tokens_per_gpu_s", rep.tokens_per_s() / std::max(1, rep.devices_size()));
   AddMetric(r, "mfu", rep.mfu());
   AddMetric(r, "bubble_fraction", rep.bubble_fraction());
   AddMetric(r, "time_compute_s", comp / n);
