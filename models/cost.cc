@@ -65,23 +65,36 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
   return t;
 }
 
+double ComputeCost::OverheadSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                                    bool backward, SequenceSharding shard) const {
+  if (profiles_ == nullptr || profiles_->empty() || shard.ways() > 1 || micro_batch <= 0) return 0;
+  const LayerKind kind = model_.kind(layer);
+  if (kind != (backward ? LayerKind::kHead : LayerKind::kEmbedding)) return 0;
+  auto o = profiles_->Overhead(gpu.name, model_.name(), tp, micro_batch, training_.seq_len());
+  if (!o) return 0;
+  return backward ? o->fb_sync_s : o->batch_generation_s;
+}
+
 double ComputeCost::ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
                                    SequenceSharding shard) const {
   if (micro_batch <= 0) return 0;
-  if (auto p = Profiled(gpu, layer, tp, micro_batch, shard)) return p->forward_s;
-  return PassSeconds(gpu, layer, tp, micro_batch, Pass::kForward, shard);
+  const double overhead = OverheadSeconds(gpu, layer, tp, micro_batch, /*backward=*/false, shard);
+  if (auto p = Profiled(gpu, layer, tp, micro_batch, shard)) return p->forward_s + overhead;
+  return PassSeconds(gpu, layer, tp, micro_batch, Pass::kForward, shard) + overhead;
 }
 
 double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
                                     proto::Recompute recompute, SequenceSharding shard) const {
   if (micro_batch <= 0) return 0;
   if (recompute == proto::RECOMPUTE_UNSPECIFIED) recompute = training_.recompute();
-  const double fwd = ForwardSeconds(gpu, layer, tp, micro_batch, shard);
-  double bwd = 0;
+  // Recomputation repeats the layer's forward pass, not the per-micro-batch overhead.
+  const double fwd = ForwardSeconds(gpu, layer, tp, micro_batch, shard) -
+                     OverheadSeconds(gpu, layer, tp, micro_batch, /*backward=*/false, shard);
+  double bwd = OverheadSeconds(gpu, layer, tp, micro_batch, /*backward=*/true, shard);
   if (auto p = Profiled(gpu, layer, tp, micro_batch, shard)) {
-    bwd = p->backward_s;
+    bwd += p->backward_s;
   } else {
-    bwd = PassSeconds(gpu, layer, tp, micro_batch, Pass::kBackward, shard);
+    bwd += PassSeconds(gpu, layer, tp, micro_batch, Pass::kBackward, shard);
   }
   if (model_.kind(layer) != LayerKind::kTransformer) return bwd;
   if (recompute == proto::RECOMPUTE_FULL) return bwd + fwd;
@@ -111,7 +124,32 @@ double ComputeCost::CollectiveLatencySeconds(const GpuSpec& gpu, uint32_t group_
   return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).CollectiveLatency(group_size) : 0;
 }
 
+std::optional<double> ComputeCost::OptimizerSecondsPerParam(const GpuSpec& gpu) const {
+  if (profiles_ == nullptr || profiles_->empty()) return std::nullopt;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (auto it = optimizer_rate_.find(&gpu); it != optimizer_rate_.end()) return it->second;
+  }
+  // A transformer block's step at the smallest profiled TP degree that has one (Adam is memory-bound:
+  // its time is proportional to the parameters a rank updates, whatever the TP degree).
+  std::optional<double> rate;
+  const uint32_t block = model_.num_layers() > 2 ? 1 : 0;
+  for (uint32_t tp = 1; tp <= 1024 && !rate; tp *= 2) {
+    auto p = profiles_->Lookup(gpu.name, model_.name(), model_.kind(block), tp, 1, training_.seq_len());
+    const double params = model_.ParamsPerRank(block, tp, false);
+    if (p && p->optimizer_s > 0 && params > 0) rate = p->optimizer_s / params;
+  }
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  optimizer_rate_[&gpu] = rate;
+  return rate;
+}
+
+bool ComputeCost::OptimizerProfiled(const GpuSpec& gpu) const {
+  return OptimizerSecondsPerParam(gpu).has_value();
+}
+
 double ComputeCost::OptimizerSeconds(const GpuSpec& gpu, double params) const {
+  if (auto rate = OptimizerSecondsPerParam(gpu)) return params * *rate;
   return params * options_.optimizer_bytes_per_param / (gpu.hbm_bandwidth_gbyte_s * 1e9);
 }
 

@@ -10,6 +10,15 @@
 //     FLOPs / TP ÷ (peak × efficiency), where the efficiency saturates with the work per GPU:
 //     eff = max_efficiency · t / (t + half_tokens), t = tokens per micro-batch per rank.
 // Backward time includes recomputation: + forward (full) or + the attention core's FLOPs (selective).
+//
+// What else a measured profile supplies (docs/profiles.md):
+//   - per-micro-batch overheads (Metis's fb_sync and batch generation): fb_sync is charged with the
+//     head's backward pass and batch generation with the embedding's forward pass, so that every consumer
+//     of the layer times (the simulator, the analytic model) pays them once per micro-batch on the last and
+//     the first pipeline stage, as Metis's estimator does; OverheadSeconds tells them apart;
+//   - the optimizer step: a profile's optimizer_s of a transformer block over the block's parameters per
+//     TP rank gives the GPU's seconds per parameter, which OptimizerSeconds uses in place of the HBM model.
+// (Profiled activations are read by the planners' memory checks, planners::MemoryModel.)
 #pragma once
 
 #include <mutex>
@@ -53,8 +62,17 @@ class ComputeCost {
   // Includes recomputation per the training spec (or `recompute` when given).
   double BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
                          proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED, SequenceSharding shard = {}) const;
-  // The optimizer step over `params` parameters held by one device.
+  // The optimizer step over `params` parameters held by one device: the profiled seconds per parameter
+  // when a profile of this GPU and model has optimizer_s (OptimizerProfiled), else a memory-bound pass of
+  // optimizer_bytes_per_param bytes per parameter through HBM.
   double OptimizerSeconds(const GpuSpec& gpu, double params) const;
+  bool OptimizerProfiled(const GpuSpec& gpu) const;
+  // The part of ForwardSeconds (`backward` false) or BackwardSeconds (true) of `layer` that is the
+  // profile's per-micro-batch overhead: batch generation in the embedding's forward pass, fb_sync in the
+  // head's backward pass; 0 for every other pass or without a profiled overhead.
+  double OverheadSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch, bool backward,
+                         SequenceSharding shard = {}) const;
+
   // The analytic efficiency at `tokens` tokens per rank (kTokenEfficiency).
   double Efficiency(double tokens) const;
   // Fixed costs of the kernel model (0 under kTokenEfficiency): host time per micro-batch and pass on a
@@ -69,6 +87,11 @@ class ComputeCost {
   // True when a measured profile times this layer and its times already include the layer's TP
   // collectives (so TP communication must not be added again).
   bool TpIncludedInProfile(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const;
+  // True when a measured profile times this layer on `gpu` at TP tp (ForwardSeconds and BackwardSeconds
+  // use it).
+  bool IsProfiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const {
+    return Profiled(gpu, layer, tp, micro_batch).has_value();
+  }
 
   const TransformerModel& model() const { return model_; }
   const proto::Training& training() const { return training_; }
@@ -76,6 +99,8 @@ class ComputeCost {
  private:
   std::optional<LayerCost> Profiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
                                     SequenceSharding shard = {}) const;
+  // Profiled seconds per parameter of the optimizer step on `gpu`; nullopt without optimizer_s.
+  std::optional<double> OptimizerSecondsPerParam(const GpuSpec& gpu) const;
   // One pass of `layer` without recomputation, by the configured model.
   double PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch, Pass pass,
                      SequenceSharding shard) const;
@@ -101,6 +126,7 @@ class ComputeCost {
   // Kernel-model pass times (every block has the same shape); shared by the planners' search threads.
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<Key, double, KeyHash> cache_;
+  mutable std::unordered_map<const GpuSpec*, std::optional<double>> optimizer_rate_;  // guarded by cache_mu_
 };
 
 // Bytes each communication of one micro-batch moves (before any algorithm's 2(n−1)/n factors).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <array>
 #include <set>
 
 #include "models/gpu_catalog.h"
@@ -65,30 +66,39 @@ double NearestOptimizer(const Measured& measured, double mbs) {
   return value;
 }
 
+// Values that grow with the micro-batch (times, activations) of one measured size, as a fixed-size array
+// so that one estimator serves layers and per-micro-batch overheads.
+template <size_t N>
+using Row = std::array<double, N>;
+
 // Metis §4.3 (last paragraph): "for mbs = 7, Metis sums the profiled results of mbs = 1, mbs = 2, and
 // mbs = 4" -- the binary decomposition of the size, each part a measured size. nullopt when a part was
 // not measured.
-std::optional<LayerCost> Compose(const Measured& measured, uint64_t n) {
-  LayerCost sum;
+template <size_t N>
+std::optional<Row<N>> Compose(const std::map<uint32_t, Row<N>>& measured, uint64_t n) {
+  Row<N> sum{};
   for (uint64_t bit = 1; bit <= n; bit <<= 1) {
     if ((n & bit) == 0) continue;
     if (bit > std::numeric_limits<uint32_t>::max()) return std::nullopt;
     auto it = measured.find(static_cast<uint32_t>(bit));
     if (it == measured.end()) return std::nullopt;
-    sum.forward_s += it->second.forward_s;
-    sum.backward_s += it->second.backward_s;
+    for (size_t i = 0; i < N; ++i) sum[i] += it->second[i];
   }
   return sum;
 }
 
-// The line through (xa, a) and (xb, b) at x, each time clamped at 0 (extrapolating downwards can cross it).
-LayerCost Line(double xa, const LayerCost& a, double xb, const LayerCost& b, double x) {
+// The line through (xa, a) and (xb, b) at x, each value clamped at 0 (extrapolating downwards can cross it).
+template <size_t N>
+Row<N> Line(double xa, const Row<N>& a, double xb, const Row<N>& b, double x) {
   const double w = (x - xa) / (xb - xa);
-  auto at = [w](double ya, double yb) { return std::max(0.0, ya + (yb - ya) * w); };
-  return {at(a.forward_s, b.forward_s), at(a.backward_s, b.backward_s), 0};
+  Row<N> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = std::max(0.0, a[i] + (b[i] - a[i]) * w);
+  return out;
 }
 
-LayerCost Estimate(const Measured& measured, double mbs) {
+// The lookup rules of the header comment for one (GPU, model, seq_len, kind or overhead, TP) key.
+template <size_t N>
+Row<N> Estimate(const std::map<uint32_t, Row<N>>& measured, double mbs) {
   const double rounded = std::nearbyint(mbs);
   if (rounded >= 1 && rounded <= 1e18 && std::abs(mbs - rounded) <= 1e-9 * rounded) {
     const auto n = static_cast<uint64_t>(rounded);
@@ -96,34 +106,47 @@ LayerCost Estimate(const Measured& measured, double mbs) {
       auto it = measured.find(static_cast<uint32_t>(n));
       if (it != measured.end()) return it->second;
     }
-    if (auto composed = Compose(measured, n)) {
-      composed->optimizer_s = NearestOptimizer(measured, mbs);
-      return *composed;
-    }
+    if (auto composed = Compose(measured, n)) return *composed;
+  }
+  if (measured.size() == 1) {
+    const auto& [m, row] = *measured.begin();
+    Row<N> out{};
+    for (size_t i = 0; i < N; ++i) out[i] = row[i] * mbs / m;
+    return out;
   }
   // Linear in the micro-batch size between the nearest measured sizes around it; beyond the largest
   // (smallest) measured size along the line through the largest (smallest) two.
-  const Measured::value_type* below = nullptr;  // largest measured size < mbs
-  const Measured::value_type* above = nullptr;  // smallest measured size > mbs
+  using Entry = typename std::map<uint32_t, Row<N>>::value_type;
+  const Entry* below = nullptr;  // largest measured size < mbs
+  const Entry* above = nullptr;  // smallest measured size > mbs
   for (const auto& entry : measured) {
     if (entry.first < mbs) below = &entry;
     if (entry.first > mbs && above == nullptr) above = &entry;
   }
-  LayerCost cost;
-  if (measured.size() == 1) {
-    const auto& [m, c] = *measured.begin();
-    const double scale = mbs / m;
-    cost = {c.forward_s * scale, c.backward_s * scale, 0};
-  } else if (below != nullptr && above != nullptr) {
-    cost = Line(below->first, below->second, above->first, above->second, mbs);
-  } else if (below != nullptr) {
+  if (below != nullptr && above != nullptr) return Line(below->first, below->second, above->first, above->second, mbs);
+  if (below != nullptr) {
     const auto last = std::prev(measured.end()), second = std::prev(last);
-    cost = Line(second->first, second->second, last->first, last->second, mbs);
-  } else {
-    const auto first = measured.begin(), second = std::next(first);
-    cost = Line(first->first, first->second, second->first, second->second, mbs);
+    return Line<N>(second->first, second->second, last->first, last->second, mbs);
   }
+  const auto first = measured.begin(), second = std::next(first);
+  return Line<N>(first->first, first->second, second->first, second->second, mbs);
+}
+
+LayerCost EstimateLayer(const Measured& measured, double mbs) {
+  std::map<uint32_t, Row<3>> rows;
+  bool activation = true;
+  for (const auto& [m, c] : measured) {
+    rows[m] = {c.forward_s, c.backward_s, c.activation_gib};
+    activation &= c.activation_gib > 0;
+  }
+  const Row<3> r = Estimate(rows, mbs);
+  LayerCost cost;
+  cost.forward_s = r[0];
+  cost.backward_s = r[1];
   cost.optimizer_s = NearestOptimizer(measured, mbs);
+  cost.includes_tp_communication = measured.begin()->second.includes_tp_communication;
+  cost.has_activation = activation;
+  cost.activation_gib = activation ? r[2] : 0;
   return cost;
 }
 
@@ -178,7 +201,9 @@ Status ProfileDb::AddParsed(const proto::Profile& profile, const std::string& fi
   }
   if (profile.model().empty()) errors.Add(file + ": model: missing; expected the model's name");
   if (profile.seq_len() == 0) errors.Add(file + ": seq_len: missing; expected the sequence length (>= 1)");
-  if (profile.layers().empty()) errors.Add(file + ": layers: empty; a profile needs at least one layer");
+  if (profile.layers().empty() && profile.micro_batch_overheads().empty()) {
+    errors.Add(file + ": layers: empty; a profile needs at least one layer (or micro_batch_overheads entry)");
+  }
 
   struct Row {
     Key key;
@@ -214,6 +239,10 @@ Status ProfileDb::AddParsed(const proto::Profile& profile, const std::string& fi
         ok = false;
       }
     }
+    if (!std::isfinite(l.activation_gib()) || l.activation_gib() < 0) {
+      errors.Add(at + ".activation_gib: expected GiB >= 0 (0 = not profiled), found " + Num(l.activation_gib()));
+      ok = false;
+    }
     if (!ok) continue;
     const auto in_file = std::make_tuple(static_cast<int>(*kind), l.tp_degree(), l.micro_batch_size());
     if (auto [it, inserted] = first_in_file.emplace(in_file, i); !inserted) {
@@ -221,9 +250,50 @@ Status ProfileDb::AddParsed(const proto::Profile& profile, const std::string& fi
                  std::to_string(l.tp_degree()) + ", micro_batch_size " + std::to_string(l.micro_batch_size()) + ")");
       continue;
     }
+    LayerCost cost{l.forward_s(), l.backward_s(), l.optimizer_s(), profile.includes_tp_communication()};
+    cost.activation_gib = l.activation_gib();
+    cost.has_activation = l.activation_gib() > 0;
     rows.push_back({Key{gpu, profile.model(), profile.seq_len(), static_cast<int>(*kind), l.tp_degree()},
-                    l.micro_batch_size(),
-                    LayerCost{l.forward_s(), l.backward_s(), l.optimizer_s(), profile.includes_tp_communication()}, i});
+                    l.micro_batch_size(), cost, i});
+  }
+  struct OverheadRow {
+    OverheadKey key;
+    uint32_t mbs;
+    MicroBatchOverheadCost cost;
+    int index;  // in profile.micro_batch_overheads
+  };
+  std::vector<OverheadRow> overhead_rows;
+  std::map<std::pair<uint32_t, uint32_t>, int> first_overhead;
+  for (int i = 0; i < profile.micro_batch_overheads_size(); ++i) {
+    const auto& o = profile.micro_batch_overheads(i);
+    const std::string at =
+        Where(file, root, "micro_batch_overheads", i) + ": micro_batch_overheads[" + std::to_string(i) + "]";
+    bool ok = true;
+    if (o.tp_degree() == 0) {
+      errors.Add(at + ".tp_degree: missing; expected the TP degree (>= 1)");
+      ok = false;
+    }
+    if (o.micro_batch_size() == 0) {
+      errors.Add(at + ".micro_batch_size: missing; expected the micro-batch size in sequences (>= 1)");
+      ok = false;
+    }
+    const std::pair<const char*, double> times[] = {{"fb_sync_s", o.fb_sync_s()},
+                                                    {"batch_generation_s", o.batch_generation_s()}};
+    for (const auto& [name, value] : times) {
+      if (!std::isfinite(value) || value < 0) {
+        errors.Add(at + "." + name + ": expected a time in seconds >= 0, found " + Num(value));
+        ok = false;
+      }
+    }
+    if (!ok) continue;
+    if (auto [it, inserted] = first_overhead.emplace(std::make_pair(o.tp_degree(), o.micro_batch_size()), i);
+        !inserted) {
+      errors.Add(at + ": duplicate of micro_batch_overheads[" + std::to_string(it->second) + "] (tp_degree " +
+                 std::to_string(o.tp_degree()) + ", micro_batch_size " + std::to_string(o.micro_batch_size()) + ")");
+      continue;
+    }
+    overhead_rows.push_back({OverheadKey{gpu, profile.model(), profile.seq_len(), o.tp_degree()},
+                             o.micro_batch_size(), MicroBatchOverheadCost{o.fb_sync_s(), o.batch_generation_s()}, i});
   }
   if (!errors.empty()) return errors.ToStatus();
 
@@ -240,10 +310,25 @@ Status ProfileDb::AddParsed(const proto::Profile& profile, const std::string& fi
                " / tp_degree " + std::to_string(tp) + " / micro_batch_size " + std::to_string(row.mbs) +
                " is already profiled by " + prev->second);
   }
+  for (const auto& row : overhead_rows) {
+    auto known = overhead_origin_.find(row.key);
+    if (known == overhead_origin_.end()) continue;
+    auto prev = known->second.find(row.mbs);
+    if (prev == known->second.end()) continue;
+    const auto& [g, model, seq_len, tp] = row.key;
+    errors.Add(Where(file, root, "micro_batch_overheads", row.index) + ": micro_batch_overheads[" +
+               std::to_string(row.index) + "]: " + g + " / " + model + " / seq_len " + std::to_string(seq_len) +
+               " / tp_degree " + std::to_string(tp) + " / micro_batch_size " + std::to_string(row.mbs) +
+               " is already profiled by " + prev->second);
+  }
   if (!errors.empty()) return errors.ToStatus();
   for (const auto& row : rows) {
     table_[row.key][row.mbs] = row.cost;
     origin_[row.key][row.mbs] = file + " layers[" + std::to_string(row.index) + "]";
+  }
+  for (const auto& row : overhead_rows) {
+    overheads_[row.key][row.mbs] = row.cost;
+    overhead_origin_[row.key][row.mbs] = file + " micro_batch_overheads[" + std::to_string(row.index) + "]";
   }
   return Status::Ok();
 }
@@ -259,7 +344,29 @@ std::optional<LayerCost> ProfileDb::Lookup(const std::string& gpu, const std::st
     it = table_.find(Key{(*found)->name, model, seq_len, static_cast<int>(kind), tp});
     if (it == table_.end()) return std::nullopt;
   }
-  return Estimate(it->second, micro_batch_size);
+  return EstimateLayer(it->second, micro_batch_size);
+}
+
+std::string ProfileDb::Canonical(const std::string& gpu) {
+  auto found = GpuCatalog::Bundled().Find(gpu);
+  return found.ok() ? (*found)->name : std::string();
+}
+
+std::optional<MicroBatchOverheadCost> ProfileDb::Overhead(const std::string& gpu, const std::string& model,
+                                                          uint32_t tp, double micro_batch_size,
+                                                          uint32_t seq_len) const {
+  if (overheads_.empty() || !std::isfinite(micro_batch_size) || micro_batch_size <= 0) return std::nullopt;
+  auto it = overheads_.find(OverheadKey{gpu, model, seq_len, tp});
+  if (it == overheads_.end()) {
+    const std::string canonical = Canonical(gpu);
+    if (canonical.empty() || canonical == gpu) return std::nullopt;
+    it = overheads_.find(OverheadKey{canonical, model, seq_len, tp});
+    if (it == overheads_.end()) return std::nullopt;
+  }
+  std::map<uint32_t, Row<2>> rows;
+  for (const auto& [m, o] : it->second) rows[m] = {o.fb_sync_s, o.batch_generation_s};
+  const Row<2> r = Estimate(rows, micro_batch_size);
+  return MicroBatchOverheadCost{r[0], r[1]};
 }
 
 std::vector<std::pair<std::string, std::string>> ProfileDb::Coverage() const {

@@ -21,7 +21,14 @@ What is written per (TP degree, micro-batch size):
     optimizer step of the whole profiled model (embedding + 2 blocks + head), which is why Sailor's
     simulator takes it once per stage. It is apportioned to the layers by their parameters per TP rank
     (llm_info.json), so that embedding + 2 blocks + head add up to the measurement. Files whose update
-    times are all 0 (not measured) get no optimizer_s.
+    times are all 0 (not measured) get no optimizer_s;
+  - activation_gib: llm_info.json's act_mem_bytes of the layer at that TP degree (the growth of
+    torch.cuda.memory_allocated() across the layer's forward pass, measured by Sailor's profiler at
+    micro-batch 1; the blocks' median, the head's layers summed) times the micro-batch size, as Sailor's
+    planner scales it. TP degrees llm_info.json lacks get none.
+Not written: per-micro-batch overheads (micro_batch_overheads: Metis's fb_sync and batch generation).
+Sailor measures none: its own conversion to Metis's profile format writes batch_generator_time 0 and a
+forward-backward time equal to the sum of the layers (fb_sync 0).
 
 Checks: the GPU name resolves in models/catalog/gpus.csv; the number of layers, the hidden size and the
 sequence length agree with the hetsim model (models/catalog/models/<model>.yaml); a profile that is a copy
@@ -170,6 +177,16 @@ def params_per_rank(info, sailor_model, tp, n_layers, head_layers, lm_head_param
     return embedding, block, head
 
 
+def activations_per_rank(info, sailor_model, tp, n_layers, head_layers):
+    """(embedding, block, head) activation bytes per TP rank at micro-batch 1 from llm_info.json's
+    act_mem_bytes, or None without that TP degree."""
+    by_layer = info.get(sailor_model, {}).get(str(tp))
+    if by_layer is None:
+        return None
+    a = [by_layer[str(i)]["act_mem_bytes"] for i in range(n_layers)]
+    return a[0], statistics.median(a[1:n_layers - head_layers]), sum(a[n_layers - head_layers:])
+
+
 def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
     cfg = SAILOR_MODELS[sailor_model]
     rel = "%s/%s/profile.json" % (sailor_model, gpu_dir)
@@ -206,7 +223,8 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
 
     first_block, last_block = 1, num_blocks
     notes = []
-    entries = []  # (tp, mbs, kind, forward, backward, optimizer or None, comment or None)
+    entries = []  # (tp, mbs, kind, forward, backward, optimizer or None, activation GiB or None, comment or None)
+    no_activation = []  # TP degrees llm_info.json has no activations for
     any_update = any(v[2] > 0 for by_tp in prof.values() for layers in by_tp.values() for v in layers.values())
     update_ranges = {}
     for tp in sorted({int(t) for by_tp in prof.values() for t in by_tp}):
@@ -219,6 +237,9 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
             total = pp[0] + 2 * pp[1] + pp[2]
             shares = {"embedding": pp[0] / total, "transformer": pp[1] / total, "head": pp[2] / total}
             update_ranges[tp] = [None, None, total]
+        acts = activations_per_rank(info, sailor_model, tp, n_layers, head_layers)
+        if acts is None:
+            no_activation.append(tp)
         for mbs in sorted(int(m) for m in prof if str(tp) in prof[m]):
             layers = prof[str(mbs)][str(tp)]
             rows = [layers[str(i)] for i in range(n_layers)]
@@ -235,8 +256,12 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
             def opt(kind):
                 return sig(update * shares[kind], 4) if any_update else None
 
+            def act(index):
+                # Bytes at micro-batch 1 scaled to this micro-batch, in GiB.
+                return sig(acts[index] * mbs / 2 ** 30, 7) if acts is not None else None
+
             emb = rows[0]
-            entries.append((tp, mbs, "embedding", sig(emb[0], 7), sig(emb[1], 7), opt("embedding"), None))
+            entries.append((tp, mbs, "embedding", sig(emb[0], 7), sig(emb[1], 7), opt("embedding"), act(0), None))
 
             blocks = rows[first_block:last_block + 1]
             fwd = [b[0] for b in blocks]
@@ -249,13 +274,13 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
                                    (name, fmt(sig(min(xs), 7)), fmt(sig(max(xs), 7)),
                                     100 * (max(xs) - min(xs)) / med))
             entries.append((tp, mbs, "transformer", sig(statistics.median(fwd), 7), sig(statistics.median(bwd), 7),
-                            opt("transformer"),
+                            opt("transformer"), act(1),
                             ("blocks %d-%d vary: " % (first_block, last_block) + "; ".join(comment))
                             if comment else None))
 
             head_rows = rows[n_layers - head_layers:]
             entries.append((tp, mbs, "head", sig(sum(r[0] for r in head_rows), 7),
-                            sig(sum(r[1] for r in head_rows), 7), opt("head"), None))
+                            sig(sum(r[1] for r in head_rows), 7), opt("head"), act(2), None))
 
     # ---- the file ----
     out = []
@@ -286,6 +311,13 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
               (tp, fmt(sig(lo, 7)), fmt(sig(hi, 7)), "{:,}".format(int(total))))
     else:
         w("# optimizer_s: absent -- every update_s in this file is 0 (not measured).")
+    w("# activation_gib: llm_info.json's act_mem_bytes (memory allocated across the layer's forward pass at")
+    w("# micro-batch 1; blocks: the median) x the micro-batch size, as Sailor's planner scales it.")
+    if no_activation:
+        w("# No activation_gib at TP %s: llm_info.json has no entry for it." %
+          ", ".join(str(t) for t in no_activation))
+    w("# micro_batch_overheads: none -- Sailor measures no per-micro-batch overhead (its own conversion to")
+    w("# Metis's format writes batch_generator_time 0 and fb_sync 0).")
     for n in notes:
         w("# " + n)
     w("kind: profile")
@@ -300,7 +332,7 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
     w("includes_tp_communication: true  # Sailor times whole layers, TP all-reduces included")
     w("layers:")
     last = None
-    for tp, mbs, kind, fwd, bwd, opt_s, comment in entries:
+    for tp, mbs, kind, fwd, bwd, opt_s, act_gib, comment in entries:
         if (tp, mbs) != last:
             w("  # tp %d, micro-batch %d" % (tp, mbs))
             last = (tp, mbs)
@@ -310,15 +342,17 @@ def convert(sailor_dir, sailor_model, gpu_dir, info, catalog, args):
             kind, tp, mbs, fmt(fwd), fmt(bwd))
         if opt_s is not None:
             fields += ", optimizer_s: %s" % fmt(opt_s)
+        if act_gib:
+            fields += ", activation_gib: %s" % fmt(act_gib)
         w("  - {%s}" % fields)
     text = "\n".join(out) + "\n"
 
     coverage = {}
-    for tp, mbs, _, _, _, _, _ in entries:
+    for tp, mbs, _, _, _, _, _, _ in entries:
         coverage.setdefault(tp, set()).add(mbs)
     name = "sailor-%s-%s.yaml" % (cfg["model"], gpu)
     return name, text, {"model": cfg["model"], "gpu": gpu, "coverage": coverage, "optimizer": any_update,
-                        "source": rel}
+                        "activation_missing": no_activation, "source": rel}
 
 
 def write_atomically(path, text):
@@ -390,7 +424,10 @@ def main():
     for name, s in written:
         cov = "; ".join("tp %d: mbs %s" % (tp, ",".join(str(m) for m in sorted(ms)))
                         for tp, ms in sorted(s["coverage"].items()))
-        print("wrote %s  (%s)  %s%s" % (name, s["source"], cov, "" if s["optimizer"] else "  [no optimizer_s]"))
+        missing = s["activation_missing"]
+        print("wrote %s  (%s)  %s%s%s" % (name, s["source"], cov, "" if s["optimizer"] else "  [no optimizer_s]",
+                                          "  [no activation_gib at tp %s]" % ",".join(map(str, missing))
+                                          if missing else ""))
     for where, reason in skipped:
         print("skipped %s: %s" % (where, reason))
     return 0

@@ -1,7 +1,8 @@
 // ProfileDb: loading and validating profiles, and looking up layer costs at measured and unmeasured
 // micro-batch sizes (exact hits, Metis §4.3 composition, interpolation, extrapolation) against
-// hand-derived numbers; the bundled (Sailor) profiles load, name bundled models, and keep the source's
-// numbers.
+// hand-derived numbers, activations and per-micro-batch overheads by the same rules; the bundled (Sailor)
+// profiles load, name bundled models, and keep the source's numbers; what ComputeCost takes from a profile
+// (overheads with the embedding's forward and the head's backward pass, the optimizer step per parameter).
 #include "models/profile_db.h"
 
 #include <gtest/gtest.h>
@@ -9,12 +10,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 
 #include "models/bundled.h"
+#include "models/cost.h"
 #include "models/gpu_catalog.h"
 #include "models/spec_io.h"
+#include "models/training.h"
 #include "models/yaml_proto.h"
 
 namespace hetsim::models {
@@ -385,6 +389,207 @@ TEST(ProfileDbBundled, SailorNumbersSurviveTheConversion) {
   auto three = db->Lookup("a100-40gb", "opt-350m", LayerKind::kTransformer, 2, 3, 2048);
   ASSERT_TRUE(one && two && three);
   EXPECT_NEAR(three->forward_s, one->forward_s + two->forward_s, kEps);
+}
+
+// ---- activations, per-micro-batch overheads --------------------------------------------------------
+
+// Blocks of "toy" with activations at micro-batch 1, 2 and 8, and per-micro-batch overheads at TP 1.
+const char kToyMemory[] = R"(kind: profile
+gpu: a100-40gb
+model: toy
+seq_len: 1024
+layers:
+  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0.010, backward_s: 0.020, activation_gib: 0.5}
+  - {layer: transformer, tp_degree: 1, micro_batch_size: 2, forward_s: 0.018, backward_s: 0.034, activation_gib: 1.0}
+  - {layer: transformer, tp_degree: 1, micro_batch_size: 8, forward_s: 0.060, backward_s: 0.130, activation_gib: 3.5}
+  - {layer: head, tp_degree: 1, micro_batch_size: 1, forward_s: 0.004, backward_s: 0.005}
+  - {layer: head, tp_degree: 1, micro_batch_size: 2, forward_s: 0.006, backward_s: 0.007, activation_gib: 0.25}
+micro_batch_overheads:
+  - {tp_degree: 1, micro_batch_size: 1, fb_sync_s: 0.010, batch_generation_s: 0.001}
+  - {tp_degree: 1, micro_batch_size: 2, fb_sync_s: 0.018, batch_generation_s: 0.002}
+  - {tp_degree: 1, micro_batch_size: 8, fb_sync_s: 0.060, batch_generation_s: 0.004}
+)";
+
+TEST(ProfileDbLookup, ActivationsComposeAndInterpolateLikeTimes) {
+  ProfileDb db;
+  ASSERT_TRUE(db.Add(Parse(kToyMemory), "mem.yaml").ok());
+  auto at = [&](double mbs, LayerKind kind = LayerKind::kTransformer) {
+    auto c = db.Lookup("a100-40gb", "toy", kind, 1, mbs, 1024);
+    EXPECT_TRUE(c.has_value());
+    return c.value_or(LayerCost{});
+  };
+  EXPECT_TRUE(at(1).has_activation);
+  EXPECT_NEAR(at(1).activation_gib, 0.5, kEps);
+  // 3 = 2 + 1: 1.0 + 0.5.
+  EXPECT_NEAR(at(3).activation_gib, 1.5, kEps);
+  // 4 cannot be composed (4 was not measured): between 2 (1.0) and 8 (3.5), a third of the way: 1.0 + 2.5/3.
+  EXPECT_NEAR(at(4).activation_gib, 1.0 + 2.5 / 3, kEps);
+  // Beyond 8 along the line through 2 and 8 (slope 2.5/6): 16 → 3.5 + 8·2.5/6.
+  EXPECT_NEAR(at(16).activation_gib, 3.5 + 8 * 2.5 / 6, kEps);
+  // The head has an activation at 2 but not at 1: not profiled.
+  EXPECT_FALSE(at(2, LayerKind::kHead).has_activation);
+  EXPECT_EQ(at(2, LayerKind::kHead).activation_gib, 0);
+}
+
+TEST(ProfileDbLookup, MicroBatchOverheadsFollowTheSameRules) {
+  ProfileDb db;
+  ASSERT_TRUE(db.Add(Parse(kToyMemory), "mem.yaml").ok());
+  auto at = [&](double mbs) {
+    auto o = db.Overhead("a100-40gb", "toy", 1, mbs, 1024);
+    EXPECT_TRUE(o.has_value()) << mbs;
+    return o.value_or(MicroBatchOverheadCost{-1, -1});
+  };
+  EXPECT_NEAR(at(2).fb_sync_s, 0.018, kEps);
+  EXPECT_NEAR(at(2).batch_generation_s, 0.002, kEps);
+  // 3 = 2 + 1.
+  EXPECT_NEAR(at(3).fb_sync_s, 0.028, kEps);
+  EXPECT_NEAR(at(3).batch_generation_s, 0.003, kEps);
+  // 4 between 2 and 8: 0.018 + (0.060 − 0.018)/3 = 0.032; 0.002 + 0.002/3.
+  EXPECT_NEAR(at(4).fb_sync_s, 0.032, kEps);
+  EXPECT_NEAR(at(4).batch_generation_s, 0.002 + 0.002 / 3, kEps);
+  // An alias names the same GPU; another TP degree, model or sequence length has none.
+  EXPECT_TRUE(db.Overhead("A100-40", "toy", 1, 1, 1024).has_value());
+  EXPECT_FALSE(db.Overhead("a100-40gb", "toy", 2, 1, 1024).has_value());
+  EXPECT_FALSE(db.Overhead("a100-40gb", "other", 1, 1, 1024).has_value());
+  EXPECT_FALSE(db.Overhead("a100-40gb", "toy", 1, 1, 2048).has_value());
+}
+
+TEST(ProfileDbAdd, RejectsBadOverheadsAndActivations) {
+  proto::Profile p = Parse(kToyMemory);
+  p.mutable_micro_batch_overheads(0)->clear_tp_degree();
+  p.mutable_micro_batch_overheads(1)->set_fb_sync_s(-0.5);
+  p.mutable_micro_batch_overheads(2)->set_micro_batch_size(2);  // the same as entry 1
+  p.mutable_layers(0)->set_activation_gib(-1);
+  ProfileDb db;
+  const Status s = db.Add(p, "p.yaml");
+  ASSERT_FALSE(s.ok());
+  const std::string& m = s.message();
+  EXPECT_NE(m.find("p.yaml: micro_batch_overheads[0].tp_degree: missing"), std::string::npos) << m;
+  EXPECT_NE(m.find("p.yaml: micro_batch_overheads[1].fb_sync_s: expected a time in seconds >= 0, found -0.5"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("p.yaml: layers[0].activation_gib: expected GiB >= 0"), std::string::npos) << m;
+  EXPECT_TRUE(db.empty());
+
+  // A second file with the same overhead entry names the first.
+  ProfileDb two;
+  ASSERT_TRUE(two.Add(Parse(kToyMemory), "first.yaml").ok());
+  proto::Profile again;
+  again.set_gpu("a100-40gb");
+  again.set_model("toy");
+  again.set_seq_len(1024);
+  *again.add_micro_batch_overheads() = Parse(kToyMemory).micro_batch_overheads(1);
+  const Status d = two.Add(again, "second.yaml");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.message().find("second.yaml: micro_batch_overheads[0]: a100-40gb / toy / seq_len 1024 / tp_degree 1 / "
+                             "micro_batch_size 2 is already profiled by first.yaml micro_batch_overheads[1]"),
+            std::string::npos)
+      << d.message();
+}
+
+TEST(ProfileDbLoad, OverheadBoundsAreCheckedAgainstTheSchema) {
+  const std::string path = WriteTemp("overhead.yaml", std::string(kToyMemory) +
+                                                          "  - {tp_degree: 2, micro_batch_size: 1, fb_sync_s: 2e6}\n");
+  auto db = ProfileDb::Load({path});
+  ASSERT_FALSE(db.ok());
+  EXPECT_NE(db.status().message().find("fb_sync_s"), std::string::npos) << db.status().message();
+  EXPECT_NE(db.status().message().find(path), std::string::npos) << db.status().message();
+}
+
+// llm_info.json (OPT-350, TP 1): act_mem_bytes of the blocks 360,726,528, of the embedding 8,388,608,
+// of the head 834,694,144 -- at micro-batch 1, scaled by the micro-batch.
+TEST(ProfileDbBundled, SailorActivationsAreLlmInfosMeasurement) {
+  auto db = ProfileDb::Load({"sailor-opt-350m-v100"});
+  ASSERT_TRUE(db.ok()) << db.status().message();
+  const double gib = 1024.0 * 1024 * 1024;
+  auto block = db->Lookup("v100", "opt-350m", LayerKind::kTransformer, 1, 1, 2048);
+  auto block4 = db->Lookup("v100", "opt-350m", LayerKind::kTransformer, 1, 4, 2048);
+  auto emb = db->Lookup("v100", "opt-350m", LayerKind::kEmbedding, 1, 2, 2048);
+  auto head = db->Lookup("v100", "opt-350m", LayerKind::kHead, 1, 1, 2048);
+  ASSERT_TRUE(block && block4 && emb && head);
+  ASSERT_TRUE(block->has_activation && emb->has_activation && head->has_activation);
+  EXPECT_NEAR(block->activation_gib, 360726528 / gib, 1e-7);
+  EXPECT_NEAR(block4->activation_gib, 4 * 360726528 / gib, 1e-6);
+  EXPECT_NEAR(emb->activation_gib, 2 * 8388608 / gib, 1e-8);
+  EXPECT_NEAR(head->activation_gib, 834694144 / gib, 1e-7);
+  // Sailor measures no per-micro-batch overheads.
+  EXPECT_FALSE(db->Overhead("v100", "opt-350m", 1, 1, 2048).has_value());
+}
+
+// ---- what ComputeCost takes from a profile --------------------------------------------------------
+
+// llama-tiny on an A100-80GB at TP 1, micro-batch 1: a block 1 ms forward, 2 ms backward, its optimizer
+// step 725,504 ns (1 ns per parameter: a block has 725,504); the head 0.5 / 1 ms; per micro-batch 0.2 ms
+// of fb_sync and 0.1 ms of batch generation.
+const char kTinyProfile[] = R"(kind: profile
+gpu: a100-80gb
+model: llama-tiny
+seq_len: 128
+layers:
+  - {layer: embedding, tp_degree: 1, micro_batch_size: 1, forward_s: 0, backward_s: 0}
+  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002, optimizer_s: 0.000725504}
+  - {layer: head, tp_degree: 1, micro_batch_size: 1, forward_s: 0.0005, backward_s: 0.001}
+micro_batch_overheads:
+  - {tp_degree: 1, micro_batch_size: 1, fb_sync_s: 0.0002, batch_generation_s: 0.0001}
+)";
+
+struct TinyCost {
+  TinyCost(proto::Recompute recompute = proto::RECOMPUTE_NONE) {
+    auto m = LoadModel("llama-tiny");
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    model = std::make_unique<TransformerModel>(std::move(m).value());
+    proto::Training t;
+    t.set_global_batch_size(4);
+    t.set_seq_len(128);
+    t.set_recompute(recompute);
+    auto r = ResolveTraining(t, *model, "training");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    training = std::move(r).value();
+    EXPECT_TRUE(db.Add(Parse(kTinyProfile), "tiny.yaml").ok());
+    auto g = GpuCatalog::Bundled().Find("a100-80gb");
+    EXPECT_TRUE(g.ok());
+    gpu = *g;
+  }
+  std::unique_ptr<TransformerModel> model;
+  proto::Training training;
+  ProfileDb db;
+  const GpuSpec* gpu = nullptr;
+};
+
+TEST(ComputeCostProfiles, OverheadsRideWithTheEmbeddingForwardAndTheHeadBackward) {
+  TinyCost t(proto::RECOMPUTE_FULL);
+  const ComputeCost cost(*t.model, t.training, &t.db);
+  const uint32_t head = t.model->num_layers() - 1;
+  // Batch generation with the embedding's forward pass (first stage), fb_sync with the head's backward
+  // pass (last stage); nothing else changes.
+  EXPECT_NEAR(cost.ForwardSeconds(*t.gpu, 0, 1, 1), 0.0001, kEps);
+  EXPECT_NEAR(cost.BackwardSeconds(*t.gpu, 0, 1, 1), 0, kEps);
+  EXPECT_NEAR(cost.ForwardSeconds(*t.gpu, head, 1, 1), 0.0005, kEps);
+  EXPECT_NEAR(cost.BackwardSeconds(*t.gpu, head, 1, 1), 0.001 + 0.0002, kEps);
+  // A block under full recomputation: backward + forward again, no overhead.
+  EXPECT_NEAR(cost.BackwardSeconds(*t.gpu, 1, 1, 1), 0.002 + 0.001, kEps);
+  EXPECT_NEAR(cost.OverheadSeconds(*t.gpu, 0, 1, 1, /*backward=*/false), 0.0001, kEps);
+  EXPECT_NEAR(cost.OverheadSeconds(*t.gpu, head, 1, 1, /*backward=*/true), 0.0002, kEps);
+  EXPECT_EQ(cost.OverheadSeconds(*t.gpu, head, 1, 1, /*backward=*/false), 0);
+  EXPECT_EQ(cost.OverheadSeconds(*t.gpu, 1, 1, 1, /*backward=*/true), 0);
+  // Two sequences: the single measured size scales in proportion (2 × 0.2 ms).
+  EXPECT_NEAR(cost.OverheadSeconds(*t.gpu, head, 1, 2, /*backward=*/true), 0.0004, kEps);
+}
+
+TEST(ComputeCostProfiles, OptimizerStepAtTheProfiledSecondsPerParameter) {
+  TinyCost t;
+  const ComputeCost profiled(*t.model, t.training, &t.db);
+  const ComputeCost analytic(*t.model, t.training, nullptr);
+  // 725,504 ns for a block's 725,504 parameters: 1 ns per parameter, whatever the parameter count.
+  EXPECT_TRUE(profiled.OptimizerProfiled(*t.gpu));
+  EXPECT_NEAR(profiled.OptimizerSeconds(*t.gpu, 1e6), 1e-3, 1e-12);
+  // Without the profile: 32 bytes per parameter through HBM (A100-80GB: 2,039 GB/s).
+  EXPECT_FALSE(analytic.OptimizerProfiled(*t.gpu));
+  EXPECT_NEAR(analytic.OptimizerSeconds(*t.gpu, 1e6), 32e6 / 2039e9, 1e-15);
+  // Another GPU has no profile: the HBM model.
+  auto h100 = GpuCatalog::Bundled().Find("h100");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_FALSE(profiled.OptimizerProfiled(**h100));
 }
 
 }  // namespace
