@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 
+#include "models/communicator.h"
 #include "models/yaml_proto.h"
 
 namespace hetsim::models {
@@ -247,6 +249,30 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
     o << "\n  layers " << g.layer_begin << "-" << g.layer_end - 1;
     if (g.num_chunks > 1) o << " shard " << g.chunk << "/" << g.num_chunks;
     o << ": devices " << FormatDeviceList(g.devices);
+  }
+  // The communicator's paths between the node groups the plan uses (HetHub §3.1), when it uses several.
+  std::set<uint32_t> used_groups;
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      for (uint32_t d : st.devices()) {
+        if (d < ctx.cluster.num_devices()) used_groups.insert(ctx.cluster.node(ctx.cluster.device(d).node).group);
+      }
+    }
+  }
+  if (used_groups.size() > 1) {
+    const Communicator comm(ctx.cluster, plan.comm());
+    o << "\ncommunicator (" << EnumValueYamlName(proto::CommOptions::Communicator_descriptor()->FindValueByNumber(
+                                  CommunicatorMode(plan.comm())))
+      << "):";
+    for (uint32_t a : used_groups) {
+      for (uint32_t b : used_groups) {
+        if (b <= a) continue;
+        const bool staged = comm.staged_groups()[size_t{a} * ctx.cluster.spec().nodes_size() + b] != 0;
+        o << "\n  " << ctx.cluster.spec().nodes(static_cast<int>(a)).name() << " <-> "
+          << ctx.cluster.spec().nodes(static_cast<int>(b)).name() << ": " << (staged ? "CPU path" : "GPU RDMA") << " ("
+          << comm.Reason(a, b) << ")";
+      }
+    }
   }
   o << "\n" << (any_oom ? "memory: some devices are OUT OF MEMORY\n" : "memory: fits on every device\n");
   return o.str();

@@ -212,6 +212,8 @@ class Search {
     // HetHub runs on Megatron-LM, whose pipeline sends scatter the boundary tensor over the TP ranks
     // (--scatter-gather-tensors-in-pipeline, on by default): each rank sends 1/t of it.
     plan.mutable_comm()->set_pp_scatter_gather(true);
+    // §3.1: the unified communicator picks each pair's path from the cluster; the plan records that it does.
+    plan.mutable_comm()->set_communicator(proto::CommOptions::COMMUNICATOR_AUTO);
     std::vector<uint32_t> used(types_.size(), 0);  // stages of each type placed so far
     std::vector<proto::Pipeline*> pipes;
     for (uint32_t j = 0; j < d; ++j) {
