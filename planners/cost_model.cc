@@ -47,7 +47,57 @@ AnalyticCostModel::AnalyticCostModel(const PlanningProblem& problem, CostModelOp
       training_(problem.training),
       compute_(problem.model, problem.training, problem.profiles, problem.compute),
       topology_(problem.cluster),
-      options_(options) {}
+      options_(options) {
+  for (const auto& node : cluster_.nodes()) {
+    auto it = std::find_if(types_.begin(), types_.end(), [&](const auto& t) { return t.first == node.gpu; });
+    if (it == types_.end()) {
+      types_.emplace_back(node.gpu, node.num_gpus);
+    } else {
+      it->second += node.num_gpus;
+    }
+  }
+}
+
+std::pair<double, double> AnalyticCostModel::LayerCompute(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp,
+                                                          double b, proto::Recompute recompute) const {
+  if (Averaging(gpu)) {
+    // AMP (Li et al. 2022) averages measured per-layer costs over the cluster's GPUs: the mean over the
+    // devices of each device's profiled time, when every GPU type has one.
+    bool all = !types_.empty();
+    for (const auto& [type, count] : types_) all = all && compute_.IsProfiled(*type, layer, tp, b);
+    if (all) {
+      double fwd = 0, bwd = 0, n = 0;
+      for (const auto& [type, count] : types_) {
+        fwd += count * compute_.ForwardSeconds(*type, layer, tp, b);
+        bwd += count * compute_.BackwardSeconds(*type, layer, tp, b, recompute);
+        n += count;
+      }
+      return {fwd / n, bwd / n};
+    }
+  }
+  return {compute_.ForwardSeconds(gpu, layer, tp, b), compute_.BackwardSeconds(gpu, layer, tp, b, recompute)};
+}
+
+bool AnalyticCostModel::TpIncluded(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double b) const {
+  if (tp <= 1) return false;
+  if (Averaging(gpu)) {
+    bool all = !types_.empty();
+    for (const auto& [type, count] : types_) all = all && compute_.TpIncludedInProfile(*type, layer, tp, b);
+    if (all) return true;
+  }
+  return compute_.TpIncludedInProfile(gpu, layer, tp, b);
+}
+
+bool AnalyticCostModel::AveragesProfiles(uint32_t tp, double b) const {
+  if (!options_.average_profiles || options_.assume_gpu == nullptr || types_.empty()) return false;
+  const uint32_t L = model_.num_layers();
+  for (uint32_t layer : {0u, L > 2 ? 1u : 0u, L - 1}) {
+    for (const auto& [type, count] : types_) {
+      if (!compute_.IsProfiled(*type, layer, tp, b)) return false;
+    }
+  }
+  return true;
+}
 
 const models::GpuSpec& AnalyticCostModel::ComputeGpu(uint32_t device) const {
   return options_.assume_gpu != nullptr ? *options_.assume_gpu : *cluster_.device(device).gpu;
@@ -58,17 +108,19 @@ std::pair<double, double> AnalyticCostModel::RangeCompute(const models::GpuSpec&
   const RangeShape s = Shape(model_, begin, end);
   double fwd = 0, bwd = 0;
   if (s.blocks > 0) {
-    fwd += s.blocks * compute_.ForwardSeconds(gpu, 1, tp, b);
-    bwd += s.blocks * compute_.BackwardSeconds(gpu, 1, tp, b, recompute);
+    const auto [f, bw] = LayerCompute(gpu, 1, tp, b, recompute);
+    fwd += s.blocks * f;
+    bwd += s.blocks * bw;
   }
   if (s.embedding) {
-    fwd += compute_.ForwardSeconds(gpu, 0, tp, b);
-    bwd += compute_.BackwardSeconds(gpu, 0, tp, b, recompute);
+    const auto [f, bw] = LayerCompute(gpu, 0, tp, b, recompute);
+    fwd += f;
+    bwd += bw;
   }
   if (s.head) {
-    const uint32_t head = model_.num_layers() - 1;
-    fwd += compute_.ForwardSeconds(gpu, head, tp, b);
-    bwd += compute_.BackwardSeconds(gpu, head, tp, b, recompute);
+    const auto [f, bw] = LayerCompute(gpu, model_.num_layers() - 1, tp, b, recompute);
+    fwd += f;
+    bwd += bw;
   }
   if (end > begin) {
     // The host's fixed work per micro-batch and pass (kernel model; as the simulator charges it).
@@ -120,8 +172,12 @@ ReplicaTime AnalyticCostModel::Replica(const models::GpuSpec& gpu, uint32_t tp, 
     const RangeShape s = Shape(model_, begin, end);
     const double bytes = models::TpAllReduceBytesPerLayer(model_, 1, b, training_.seq_len(), training_.dtype());
     const double one = models::RingAllReduceSeconds(bytes, tp, links.tp) + compute_.CollectiveLatencySeconds(gpu, tp);
-    const double per_pass = (2.0 * s.blocks + (s.embedding ? 1 : 0) + (s.head ? 1 : 0)) * one;
-    const double recomputed = recompute == proto::RECOMPUTE_FULL ? 2.0 * s.blocks * one : 0.0;
+    // A measured profile that times a layer's TP collectives already charged them (Sailor's do).
+    const double blocks = s.blocks > 0 && !TpIncluded(gpu, 1, tp, b) ? s.blocks : 0.0;
+    const bool embedding = s.embedding && !TpIncluded(gpu, 0, tp, b);
+    const bool head = s.head && !TpIncluded(gpu, model_.num_layers() - 1, tp, b);
+    const double per_pass = (2.0 * blocks + (embedding ? 1 : 0) + (head ? 1 : 0)) * one;
+    const double recomputed = recompute == proto::RECOMPUTE_FULL ? 2.0 * blocks * one : 0.0;
     r.tp_s = 2 * per_pass + recomputed;
   }
   const double boundary = models::PipelineBoundaryBytes(model_, b, training_.seq_len(), training_.dtype());
@@ -189,6 +245,18 @@ double AnalyticCostModel::GradSyncSeconds(double bytes, std::span<const uint32_t
 
 double AnalyticCostModel::OptimizerSeconds(uint32_t device, double params) const {
   const models::GpuSpec& gpu = ComputeGpu(device);
+  if (Averaging(gpu)) {
+    bool all = !types_.empty();
+    for (const auto& [type, count] : types_) all = all && compute_.OptimizerProfiled(*type);
+    if (all) {
+      double sum = 0, n = 0;
+      for (const auto& [type, count] : types_) {
+        sum += count * compute_.OptimizerSeconds(*type, params);
+        n += count;
+      }
+      return sum / n + compute_.IterationOverheadSeconds(gpu);
+    }
+  }
   return compute_.OptimizerSeconds(gpu, params) + compute_.IterationOverheadSeconds(gpu);
 }
 

@@ -42,6 +42,12 @@ struct CostModelOptions {
   // When set, every device computes (and runs its optimizer step) as this GPU: Megatron-LM's view
   // (the cluster's first GPU type) or Alpa/AMP's (the average GPU). Memory and links stay real.
   const models::GpuSpec* assume_gpu = nullptr;
+  // With assume_gpu (AMP's and Alpa's averaged view, Li et al. 2022): a layer that the problem's profiles
+  // time on every GPU type of the cluster (at its TP degree) costs the average over the devices of their
+  // profiled times, per-micro-batch overheads included, instead of the analytic time on assume_gpu; the
+  // optimizer step likewise averages the devices' profiled steps when every type has one. Layers or steps
+  // some type lacks a profile for fall back to assume_gpu.
+  bool average_profiles = false;
 };
 
 // One intra-stage replica (a TP group) for one micro-batch.
@@ -118,6 +124,7 @@ class AnalyticCostModel {
                       const ReplicaLinks& links, proto::Recompute recompute) const;
   const models::GpuSpec& SlowestGpu(std::span<const uint32_t> group) const;
   // Forward and backward compute of layers [begin, end) on `gpu` at TP degree tp for b sequences.
+  // (Measured profiles time a layer's TP collectives when they say so; Replica then adds none for it.)
   std::pair<double, double> RangeCompute(const models::GpuSpec& gpu, uint32_t begin, uint32_t end, uint32_t tp,
                                          double b, proto::Recompute recompute) const;
   // Bytes of gradients one rank holding chunk 1/chunks of layers [begin, end) synchronises.
@@ -127,6 +134,9 @@ class AnalyticCostModel {
                          proto::CommOptions::Algorithm algorithm = proto::CommOptions::ALGORITHM_RING) const;
   // Optimizer step of a device updating `params` parameters.
   double OptimizerSeconds(uint32_t device, double params) const;
+  // True when every layer kind at TP tp (1, 2, ... up to the largest node) is timed by the averaged
+  // profiles of CostModelOptions::average_profiles, i.e. when the averaged view uses measured times.
+  bool AveragesProfiles(uint32_t tp, double b) const;
 
   const models::Topology& topology() const { return topology_; }
   const models::ComputeCost& compute() const { return compute_; }
@@ -141,6 +151,17 @@ class AnalyticCostModel {
   models::ComputeCost compute_;
   models::Topology topology_;
   CostModelOptions options_;
+  // The cluster's GPU types and their device counts (for the averaged view).
+  std::vector<std::pair<const models::GpuSpec*, uint32_t>> types_;
+
+  bool Averaging(const models::GpuSpec& gpu) const {
+    return options_.average_profiles && &gpu == options_.assume_gpu;
+  }
+  // Forward and backward seconds of one layer (the averaged view where it applies).
+  std::pair<double, double> LayerCompute(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double b,
+                                         proto::Recompute recompute) const;
+  // Whether the time of `layer` on `gpu` already includes its TP collectives (every type's, averaging).
+  bool TpIncluded(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double b) const;
 };
 
 // T_p for per-micro-batch stage times (see the header comment).

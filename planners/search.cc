@@ -93,7 +93,35 @@ std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uin
 
 // ---- memory ----------------------------------------------------------------------------------------
 
-MemoryModel::MemoryModel(const PlanningProblem& problem) : model_(problem.model), training_(problem.training) {}
+MemoryModel::MemoryModel(const PlanningProblem& problem) : model_(problem.model), training_(problem.training) {
+  if (problem.profiles == nullptr || problem.profiles->empty()) return;
+  std::vector<const models::GpuSpec*> types;
+  for (const auto& node : problem.cluster.nodes()) {
+    if (std::find(types.begin(), types.end(), node.gpu) == types.end()) types.push_back(node.gpu);
+  }
+  const uint32_t L = model_.num_layers();
+  const uint32_t rep[3] = {0, L > 2 ? 1u : 0u, L - 1};  // a layer of each kind (models::LayerKind order)
+  profiled_bytes_.assign(3 * (kMaxProfiledTp + 1), -1);
+  bool any = false;
+  for (int k = 0; k < 3; ++k) {
+    if (model_.kind(rep[k]) != static_cast<models::LayerKind>(k)) continue;
+    for (uint32_t tp = 1; tp <= kMaxProfiledTp; ++tp) {
+      for (const models::GpuSpec* gpu : types) {
+        auto p = problem.profiles->Lookup(gpu->name, model_.name(), model_.kind(rep[k]), tp, 1, training_.seq_len());
+        if (!p || !p->has_activation) continue;
+        double& slot = profiled_bytes_[k * (kMaxProfiledTp + 1) + tp];
+        slot = std::max(slot, p->activation_gib * kGib);
+        any = true;
+      }
+    }
+  }
+  if (!any) profiled_bytes_.clear();
+}
+
+double MemoryModel::ProfiledBytes(models::LayerKind kind, uint32_t tp) const {
+  if (profiled_bytes_.empty() || tp > kMaxProfiledTp) return -1;
+  return profiled_bytes_[static_cast<int>(kind) * (kMaxProfiledTp + 1) + tp];
+}
 
 double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard) const {
   const bool mixed = models::MixedPrecision(training_.dtype());
@@ -151,9 +179,13 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
   for (uint32_t l = begin; l < end && l < L; ++l) {
     if (model_.kind(l) == models::LayerKind::kTransformer) ++blocks;
   }
+  // Profiles measure whole sequences without recomputation.
+  const bool profiled = recompute != proto::RECOMPUTE_FULL && recompute != proto::RECOMPUTE_SELECTIVE &&
+                        shard.ways() == 1 && !profiled_bytes_.empty();
   auto act = [&](uint32_t layer) {
-    return model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute, training_.dtype(),
-                                  training_.attention(), training_.dropout());
+    const double arithmetic = model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute,
+                                                     training_.dtype(), training_.attention(), training_.dropout());
+    return profiled ? std::max(arithmetic, ProfiledBytes(model_.kind(layer), tp)) : arithmetic;
   };
   if (begin == 0 && end > 0) bytes += act(0);
   if (blocks > 0) bytes += blocks * act(1);

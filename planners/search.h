@@ -33,6 +33,13 @@ std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uin
 
 // Bytes are GiB throughout. Valid for a stage [begin, end) at TP tp whose every layer has the same number
 // of DP replicas `shard` (ZeRO's sharding factor) — true of symmetric plans.
+//
+// Measured activations: where the problem's profiles give a layer's activation_gib at the training's
+// sequence length (no recomputation, no sequence sharding), a layer's activations per sequence are the
+// larger of the profiled value (the largest over the cluster's GPU types: Metis §4.3 "the required memory
+// of executing layers is the same regardless of GPU types") and models::EstimateMemory's arithmetic. Not
+// the profiled value alone: a plan must pass models::ValidatePlan, which uses the arithmetic, so a
+// profile can make the planners' checks stricter but not looser (docs/profiles.md).
 class MemoryModel {
  public:
   explicit MemoryModel(const PlanningProblem& problem);
@@ -63,6 +70,11 @@ class MemoryModel {
  private:
   const models::TransformerModel& model_;
   const proto::Training& training_;
+  // Profiled activation bytes per sequence, [kind * (kMaxProfiledTp + 1) + tp]; < 0 = none. Empty
+  // without profiles.
+  static constexpr uint32_t kMaxProfiledTp = 128;
+  std::vector<double> profiled_bytes_;
+  double ProfiledBytes(models::LayerKind kind, uint32_t tp) const;
 };
 
 // Planners keep this margin below capacity so that rounding never makes ValidatePlan disagree.

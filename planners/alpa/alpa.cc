@@ -12,6 +12,17 @@ std::vector<uint32_t> List(const google::protobuf::RepeatedField<uint32_t>& f) {
   return {f.begin(), f.end()};
 }
 
+// Which averaged view ranked the candidates: measured per-layer costs averaged over the devices (AMP,
+// Li et al. 2022, when profiles cover every GPU type of the cluster) or the averaged GPU specification.
+std::string AveragedNote(const AnalyticCostModel& ranking) {
+  if (ranking.AveragesProfiles(1, 1)) {
+    return "ranked on per-layer times averaged over the devices' measured profiles (heterogeneity averaged "
+           "away, Metis §3; AMP averages measured costs); layers or TP degrees without a profile on every GPU "
+           "type use the average GPU";
+  }
+  return "ranked as if every GPU were the cluster's average GPU (Metis §3)";
+}
+
 class AmpPlanner : public PlannerWithOptions<proto::AveragedOptions> {
  public:
   std::string name() const override { return "amp"; }
@@ -25,9 +36,9 @@ class AmpPlanner : public PlannerWithOptions<proto::AveragedOptions> {
     space.zero_stages = List(o.zero_stages());
     if (o.max_micro_batch_size() > 0) space.max_micro_batch_size = o.max_micro_batch_size();
     const models::GpuSpec average = AverageGpu(problem.cluster);
-    const AnalyticCostModel ranking(problem, {&average});
+    const AnalyticCostModel ranking(problem, {&average, /*average_profiles=*/true});
     auto r = SearchBalancedSymmetric(name(), problem, ranking, space);
-    if (r.ok()) r->stats.notes.push_back("ranked as if every GPU were the cluster's average GPU (Metis §3)");
+    if (r.ok()) r->stats.notes.push_back(AveragedNote(ranking));
     return r;
   }
 };
@@ -39,7 +50,7 @@ class AlpaPlanner : public PlannerWithOptions<proto::AveragedOptions> {
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
     const auto& o = options_;
     const models::GpuSpec average = AverageGpu(problem.cluster);
-    const AnalyticCostModel ranking(problem, {&average});
+    const AnalyticCostModel ranking(problem, {&average, /*average_profiles=*/true});
     BestPlan best(problem, ranking);
     SearchStats& stats = best.stats();
     const MemoryModel& memory = best.memory();
@@ -135,7 +146,7 @@ class AlpaPlanner : public PlannerWithOptions<proto::AveragedOptions> {
         }
       }
     });
-    if (best.found()) stats.notes.push_back("ranked as if every GPU were the cluster's average GPU (Metis §3)");
+    if (best.found()) stats.notes.push_back(AveragedNote(ranking));
     return best.Finish(name(), "Alpa slices the devices into equal submeshes, one per stage");
   }
 };

@@ -151,11 +151,21 @@ double AppendixACost::ComputeSeconds(const models::GpuSpec& gpu, uint32_t layer,
   return compute_.ForwardSeconds(gpu, layer, tp, b) + compute_.BackwardSeconds(gpu, layer, tp, b, recompute_);
 }
 
+double AppendixACost::LayerSeconds(std::span<const uint32_t> group, const models::GpuSpec& gpu, uint32_t layer,
+                                   double b) const {
+  const uint32_t tp = static_cast<uint32_t>(group.size());
+  double t = ComputeSeconds(gpu, layer, tp, b);
+  // Eq. 3's TP all-reduces, unless the layer's measured profile already times them (Sailor's do).
+  if (tp > 1 && !compute_.TpIncludedInProfile(gpu, layer, tp, b)) {
+    t += model_.kind(layer) == models::LayerKind::kTransformer ? TpBlockSeconds(group, b) : TpEdgeSeconds(group, b);
+  }
+  return t;
+}
+
 double AppendixACost::StageSeconds(std::span<const uint32_t> group, uint32_t begin, uint32_t end, double b) const {
   if (group.empty() || begin >= end) return 0;
   const auto& model = model_;
   const uint32_t L = model.num_layers();
-  const uint32_t tp = static_cast<uint32_t>(group.size());
   // The slowest GPU of the group sets the pace (TP groups stay inside one machine: one type).
   const models::GpuSpec* gpu = cluster_.device(group[0]).gpu;
   for (uint32_t d : group) {
@@ -164,9 +174,9 @@ double AppendixACost::StageSeconds(std::span<const uint32_t> group, uint32_t beg
   }
   const bool embedding = begin == 0, head = end == L;
   const uint32_t blocks = (end - begin) - (embedding ? 1 : 0) - (head ? 1 : 0);
-  double t = blocks * (ComputeSeconds(*gpu, 1, tp, b) + TpBlockSeconds(group, b));
-  if (embedding) t += ComputeSeconds(*gpu, 0, tp, b) + TpEdgeSeconds(group, b);
-  if (head) t += ComputeSeconds(*gpu, L - 1, tp, b) + TpEdgeSeconds(group, b);
+  double t = blocks > 0 ? blocks * LayerSeconds(group, *gpu, 1, b) : 0.0;
+  if (embedding) t += LayerSeconds(group, *gpu, 0, b);
+  if (head) t += LayerSeconds(group, *gpu, L - 1, b);
   return t;
 }
 

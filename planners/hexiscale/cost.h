@@ -64,6 +64,9 @@ class AppendixACost {
   double NicSeconds(uint32_t node, double bytes) const;
   // Eq. 6 (generalised): forward + backward (recomputation included) of `layer` on `gpu` at TP t.
   double ComputeSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double b) const;
+  // Eq. 6 + eq. 3 for one layer on TP group `group` of `gpu`s: compute and the layer's TP all-reduces
+  // (TpBlockSeconds or TpEdgeSeconds), the latter left out when a measured profile already times them.
+  double LayerSeconds(std::span<const uint32_t> group, const models::GpuSpec& gpu, uint32_t layer, double b) const;
 
   // ---- per strategy ----
 

@@ -127,7 +127,7 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
         const uint32_t s = nc / t;
         const std::span<const uint32_t> group(c.devices.data(), t);
         const double x = std::max(1.0, share / s);
-        const double per_block = cost_.ComputeSeconds(gpu, 1, t, b) + cost_.TpBlockSeconds(group, b);
+        const double per_block = cost_.LayerSeconds(group, gpu, 1, b);
         const double hop =
             s > 1 ? cost_.PpHopSeconds(group, std::span<const uint32_t>(c.devices.data() + t, t), b,
                                        params.leader_broadcast)
@@ -274,9 +274,9 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
           st.gpu = cluster.device(st.devices[0]).gpu;
           st.capacity = st.gpu->memory_gib;
           st.node = cluster.device(st.devices[0]).node;
-          st.per_block = cost_.ComputeSeconds(*st.gpu, 1, t, b) + cost_.TpBlockSeconds(st.devices, b);
-          st.embedding = cost_.ComputeSeconds(*st.gpu, 0, t, b) + cost_.TpEdgeSeconds(st.devices, b);
-          st.head = cost_.ComputeSeconds(*st.gpu, L - 1, t, b) + cost_.TpEdgeSeconds(st.devices, b);
+          st.per_block = cost_.LayerSeconds(st.devices, *st.gpu, 1, b);
+          st.embedding = cost_.LayerSeconds(st.devices, *st.gpu, 0, b);
+          st.head = cost_.LayerSeconds(st.devices, *st.gpu, L - 1, b);
           part_stages[p].push_back(std::move(st));
         }
       }

@@ -237,7 +237,7 @@ double Evaluator::Run() {
 }
 
 double Evaluator::Cost(const State& st) const {
-  double sum = 0, mx = 0, dp_all = 0, opt = 0;
+  double sum = 0, mx = 0, dp_all = 0, opt = 0, fb_sync = 0, batch_gen = 0;
   for (uint32_t s = 0; s < S_; ++s) {
     const uint32_t begin = st.begin[s], end = st.begin[s + 1];
     const uint32_t tp = st.tp[s];
@@ -252,6 +252,10 @@ double Evaluator::Cost(const State& st) const {
         const uint32_t n = st.split[r];
         if (n == last) continue;
         last = n;
+        // The released estimator's per-micro-batch overheads: fb_sync of the last stage (the largest over
+        // its GPU types) and the batch generator (here the first stage's), each B times.
+        if (s + 1 == S_) fb_sync = std::max(fb_sync, prof_.FbSyncSeconds(p.type, tpi, n));
+        if (s == 0) batch_gen = std::max(batch_gen, prof_.BatchGenerationSeconds(p.type, tpi, n));
         // t_i: forward and backward compute and TP communication (profiled, §4.3), PP communication
         // (activation size / inter-stage bandwidth, §4.2.1).
         double x = prof_.RangeSeconds(p.type, tpi, n, begin, end) + prof_.RangeTpSeconds(p.cls, tpi, n, begin, end);
@@ -271,7 +275,7 @@ double Evaluator::Cost(const State& st) const {
       opt = std::max(opt, prof_.cost().compute().OptimizerSeconds(prof_.gpu(lay_.parts[i].type), params / shard));
     }
   }
-  return sum + (static_cast<double>(B_) - 1) * mx + dp_all + opt;
+  return sum + (static_cast<double>(B_) - 1) * mx + dp_all + opt + static_cast<double>(B_) * (fb_sync + batch_gen);
 }
 
 void Evaluator::SetBegins(const Layout& lay, State& st) {

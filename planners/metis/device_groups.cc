@@ -14,6 +14,7 @@ namespace hetsim::planners::metis {
 Knobs KnobsFrom(const proto::MetisOptions& o) {
   Knobs k;
   if (o.has_var()) k.var = o.var();
+  k.released_var = o.var_bound() == proto::MetisOptions::VAR_BOUND_RELEASED;
   if (o.max_permutation_length() > 0) k.max_permutation_length = o.max_permutation_length();
   if (o.max_profiled_tp_degree() > 0) k.max_profiled_tp = o.max_profiled_tp_degree();
   if (o.max_profiled_batch_size() > 0) k.max_profiled_batch = o.max_profiled_batch_size();
@@ -157,12 +158,15 @@ std::vector<Take> UniqueDeviceGroups(const models::Cluster& cluster, const std::
 
 // ---- §4.2.2 1) -------------------------------------------------------------------------------------------
 
-std::vector<std::vector<uint32_t>> StageSizeMultisets(uint32_t gpus, uint32_t stages, double var, bool power_of_two) {
+std::vector<std::vector<uint32_t>> StageSizeMultisets(uint32_t gpus, uint32_t stages, double var, bool power_of_two,
+                                                      bool released_var) {
   std::vector<std::vector<uint32_t>> out;
   if (stages == 0 || stages > gpus) return out;
   // "Metis explores device groups with sizes only larger than N_GPUs/S · (1 − var)" (kept when equal, so
-  // that var = 0 still allows the even split).
-  const double lower = static_cast<double>(gpus) / stages * (1.0 - var);
+  // that var = 0 still allows the even split). The released planner reads the knob the other way round:
+  // sizes of at least max(N // S, S // N) · var.
+  const double lower = released_var ? static_cast<double>(std::max(gpus / stages, stages / gpus)) * var
+                                    : static_cast<double>(gpus) / stages * (1.0 - var);
   std::vector<uint32_t> sizes;  // decreasing
   for (uint32_t s = gpus; s >= 1; --s) {
     if (power_of_two && (s & (s - 1)) != 0) continue;
@@ -378,7 +382,7 @@ uint64_t CountFullAssignments(const models::Cluster& cluster, const std::vector<
   uint64_t count = 0;
   const uint32_t N = cluster.num_devices();
   for (uint32_t S = 1; S <= max_stages && count <= limit; ++S) {
-    for (const auto& ms : StageSizeMultisets(N, S, knobs.var, !knobs.any_group_size)) {
+    for (const auto& ms : StageSizeMultisets(N, S, knobs.var, !knobs.any_group_size, knobs.released_var)) {
       ForEachStageSizeOrder(ms, knobs.max_permutation_length, [&](const std::vector<uint32_t>& order) {
         ForEachPlacement(cluster, classes, order, /*full=*/true, {}, [&](const Placement&) { return ++count <= limit; });
         return count <= limit;

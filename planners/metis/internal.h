@@ -25,6 +25,7 @@ namespace hetsim::planners::metis {
 // The options with their defaults filled in (planners/proto/metis.proto documents each).
 struct Knobs {
   double var = 0.5;                     // §4.2.2 1), Table 4
+  bool released_var = false;            // var read as the released planner does (MetisOptions::VarBound)
   uint32_t max_permutation_length = 10;  // §4.2.2 1), Table 4
   uint32_t max_profiled_tp = 8;         // §4.3: tp = 1, 2, 4, 8
   uint32_t max_profiled_batch = 16;     // §4.3: mbs = 1, 2, 4, 8, 16
@@ -66,8 +67,10 @@ std::vector<Take> UniqueDeviceGroups(const models::Cluster& cluster, const std::
 // ---- §4.2.2 1) pruning combinations of stage-device group mapping --------------------------------------
 
 // Non-increasing lists of `stages` device-group sizes that sum to `gpus`, each at least
-// gpus/stages·(1 − var) (powers of two unless !power_of_two).
-std::vector<std::vector<uint32_t>> StageSizeMultisets(uint32_t gpus, uint32_t stages, double var, bool power_of_two);
+// gpus/stages·(1 − var) (the paper), or max(⌊gpus/stages⌋, ⌊stages/gpus⌋)·var with `released_var` (the
+// authors' released planner); powers of two unless !power_of_two.
+std::vector<std::vector<uint32_t>> StageSizeMultisets(uint32_t gpus, uint32_t stages, double var, bool power_of_two,
+                                                      bool released_var = false);
 
 // The permutation units of a size multiset: the groups of the smallest size are merged into pairs (two at
 // a time, as many pairs as there are) until at most `max_len` units remain; a smallest group without a
@@ -124,7 +127,8 @@ uint64_t CountFullAssignments(const models::Cluster& cluster, const std::vector<
 // composed from the binary decomposition (7 = 4 + 2 + 1). TP communication is profiled per node class (an
 // α–β ring all-reduce over the node's fabric, or nothing when the measured profile already includes it).
 // Memory: activations of compositions of up to k consecutive layers are measured (models::TransformerModel's
-// activation bytes) and per-layer memory estimated with §4.3's formula; weights, gradients and optimizer
+// activation bytes, or a profile's activation_gib where larger: planners::MemoryModel) and per-layer
+// memory estimated with §4.3's formula; weights, gradients and optimizer
 // states come from the parameter counts (planners::MemoryModel).
 class Profiler {
  public:
@@ -152,6 +156,15 @@ class Profiler {
   double RangeSeconds(uint32_t type, int tpi, uint32_t n, uint32_t begin, uint32_t end) const;
   // TP communication seconds of layers [begin, end) for n sequences on a node of `cls` (0 at tp 1).
   double RangeTpSeconds(uint32_t cls, int tpi, uint32_t n, uint32_t begin, uint32_t end) const;
+  // The profile's per-micro-batch overheads (Metis's released estimator: fb_sync on the last stage, batch
+  // generation) of a replica of `type` at TP tps[tpi] processing n ≤ max_batch() sequences; 0 unprofiled.
+  // RangeSeconds leaves them out; eq. 1 adds B times the largest of each (PlanCost).
+  double FbSyncSeconds(uint32_t type, int tpi, uint32_t n) const {
+    return fb_sync_[(size_t{type} * tps_.size() + tpi) * (max_batch_ + 1) + n];
+  }
+  double BatchGenerationSeconds(uint32_t type, int tpi, uint32_t n) const {
+    return batch_gen_[(size_t{type} * tps_.size() + tpi) * (max_batch_ + 1) + n];
+  }
   // Whole-model seconds (compute + TP) of one replica: the capacity of §4.2.2 3).
   double ModelSeconds(uint32_t type, uint32_t cls, int tpi, uint32_t n) const {
     return RangeSeconds(type, tpi, n, 0, layers_) + RangeTpSeconds(cls, tpi, n, 0, layers_);
@@ -194,6 +207,7 @@ class Profiler {
   std::vector<double> time_;       // [type][tpi][kind][n], n = 0..max_batch
   std::vector<double> tp_time_;    // [class][tpi][kind][n]
   std::vector<double> profiled_;   // [type][tpi][kind][log2 p]
+  std::vector<double> fb_sync_, batch_gen_;  // [type][tpi][n], n = 0..max_batch
   // Memory: per (tpi, log2 p): measured[i * (k + 1) + (j − i)], per-layer estimates and their prefix sums.
   struct MemoryProfile {
     std::vector<double> measured, per_layer, prefix;

@@ -61,9 +61,13 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
       for (int k = 0; k < kKinds; ++k) {
         for (size_t pi = 0; pi < P; ++pi) {
           const double p = profiled_sizes_[pi];
+          // The layer alone: the profile's per-micro-batch overheads (which ComputeCost charges with the
+          // embedding's forward and the head's backward pass) are eq. 1's own terms.
           profiled_[((g * T + ti) * kKinds + k) * P + pi] =
               compute.ForwardSeconds(*types_[g], rep[k], tps_[ti], p) +
-              compute.BackwardSeconds(*types_[g], rep[k], tps_[ti], p, training.recompute());
+              compute.BackwardSeconds(*types_[g], rep[k], tps_[ti], p, training.recompute()) -
+              compute.OverheadSeconds(*types_[g], rep[k], tps_[ti], p, /*backward=*/false) -
+              compute.OverheadSeconds(*types_[g], rep[k], tps_[ti], p, /*backward=*/true);
         }
         // "for mbs = 7, Metis sums the profiled results of mbs = 1, mbs = 2, and mbs = 4".
         for (uint32_t n = 1; n < X; ++n) {
@@ -73,6 +77,21 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
           }
           time_[((g * T + ti) * kKinds + k) * X + n] = t;
         }
+      }
+    }
+  }
+
+  // Per-micro-batch overheads outside the layers (the released estimator's fb_sync and batch_generator:
+  // forward_backward_time − Σ layer compute, and the batch generator's time), per GPU type, TP degree and
+  // sequences per replica.
+  fb_sync_.assign(types_.size() * T * X, 0);
+  batch_gen_.assign(types_.size() * T * X, 0);
+  for (uint32_t g = 0; g < types_.size(); ++g) {
+    for (size_t ti = 0; ti < T; ++ti) {
+      for (uint32_t n = 1; n < X; ++n) {
+        const size_t at = (g * T + ti) * X + n;
+        fb_sync_[at] = compute.OverheadSeconds(*types_[g], layers_ - 1, tps_[ti], n, /*backward=*/true);
+        batch_gen_[at] = compute.OverheadSeconds(*types_[g], 0, tps_[ti], n, /*backward=*/false);
       }
     }
   }

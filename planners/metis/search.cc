@@ -196,7 +196,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   std::vector<size_t> unit_order;
   uint64_t multisets = 0;
   for (uint32_t S = 1; S <= max_stages; ++S) {
-    for (auto& ms : StageSizeMultisets(N, S, knobs.var, !knobs.any_group_size)) {
+    for (auto& ms : StageSizeMultisets(N, S, knobs.var, !knobs.any_group_size, knobs.released_var)) {
       ++multisets;
       Unit u{S, std::move(ms), {}};
       for (uint32_t B : micro_batch_counts) {
@@ -369,7 +369,8 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   result.size_orders = total.orders;
   char var[32];
   std::snprintf(var, sizeof var, "%g", knobs.var);
-  stats.notes.push_back(std::to_string(multisets) + " stage-size multisets (var " + var + "), " +
+  stats.notes.push_back(std::to_string(multisets) + " stage-size multisets (var " + var +
+                        (knobs.released_var ? ", the released planner's bound" : "") + "), " +
                         std::to_string(total.orders) + " orders (max permutation length " +
                         std::to_string(knobs.max_permutation_length) + "), " + std::to_string(total.assignments) +
                         " stage-device assignments (" +

@@ -283,7 +283,8 @@ class Evaluator {
   double RootBound();
 
   // Eq. 1: Σ t_i + (B − 1)·max t_j + DP_all, plus the optimizer step (the authors' estimator adds the
-  // parameter update time; hetsim's simulator plays it).
+  // parameter update time; hetsim's simulator plays it) and B × the profiled per-micro-batch overheads
+  // (the released estimator's fb_sync of the last stage and batch generator; 0 without them).
   double Cost(const State& st) const;
 
   // The layer boundaries of a complete state from its blocks (PlanCost).

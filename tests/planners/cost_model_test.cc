@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "models/profile_db.h"
+#include "planners/search.h"
 #include "tests/planners/test_util.h"
 
 namespace hetsim::planners {
@@ -210,6 +211,173 @@ TEST(AnalyticCost, FirstGpuViewIgnoresHeterogeneityButNotMemory) {
   const models::GpuSpec avg = AverageGpu(*f.cluster);
   EXPECT_NEAR(avg.peak_bf16_tflops, (3 * 312 + 3 * 165.2 + 2 * 71) / 8.0, 1e-9);
   EXPECT_NEAR(avg.memory_gib, (3 * 80 + 5 * 24) / 8.0, 1e-9);
+}
+
+// ---- measured profiles -------------------------------------------------------------------------------
+
+// llama-tiny block times at TP 1 and 2, micro-batch 1, per GPU: forward f, backward 2f (embedding and
+// head 0). Optional: the block's optimizer step at `optimizer_ns_per_param` ns per parameter, and its
+// activations per sequence.
+struct Measured {
+  std::string gpu;
+  double forward_s = 0;
+  double optimizer_ns_per_param = 0;
+};
+models::ProfileDb BlockProfiles(const std::vector<Measured>& measured, bool tp_included = false,
+                                double activation_gib = 0) {
+  models::ProfileDb db;
+  for (const Measured& m : measured) {
+    proto::Profile p;
+    p.set_gpu(m.gpu);
+    p.set_model("llama-tiny");
+    p.set_seq_len(128);
+    p.set_includes_tp_communication(tp_included);
+    for (uint32_t tp : {1u, 2u}) {
+      for (auto kind : {proto::LayerTiming::LAYER_KIND_EMBEDDING, proto::LayerTiming::LAYER_KIND_TRANSFORMER,
+                        proto::LayerTiming::LAYER_KIND_HEAD}) {
+        auto* l = p.add_layers();
+        l->set_layer(kind);
+        l->set_tp_degree(tp);
+        l->set_micro_batch_size(1);
+        if (kind != proto::LayerTiming::LAYER_KIND_TRANSFORMER) continue;
+        l->set_forward_s(m.forward_s);
+        l->set_backward_s(2 * m.forward_s);
+        // A block's parameters per rank: 725,504 / tp (llama-tiny's blocks split evenly).
+        l->set_optimizer_s(m.optimizer_ns_per_param * 1e-9 * kBlock / tp);
+        l->set_activation_gib(activation_gib);
+      }
+    }
+    const Status st = db.Add(p, m.gpu + ".yaml");
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+  return db;
+}
+
+models::Cluster TwoTypes(uint32_t a100s, uint32_t h100s) {
+  const std::string nic = "fabric: {kind: nvswitch}, nic: {kind: roce, bandwidth_gbps: 200}";
+  return ClusterFromYaml("name: two-types\nnodes:\n  - {name: a, gpus: {type: a100-80gb, count: " +
+                         std::to_string(a100s) + "}, " + nic + "}\n  - {name: h, gpus: {type: h100, count: " +
+                         std::to_string(h100s) + "}, " + nic + "}\n");
+}
+
+// AMP (Li et al. 2022) averages measured per-layer costs over the cluster's GPUs: with a block profiled
+// at 1 ms (A100) and 3 ms (H100) forward on two of each, the averaged view costs it 2 ms (4 ms backward);
+// three A100s and one H100 weigh it (3·1 + 3)/4 = 1.5 ms.
+TEST(AnalyticCostProfiles, AveragedViewAveragesProfiledLayerTimesOverTheDevices) {
+  const models::ProfileDb db = BlockProfiles({{"a100-80gb", 1e-3}, {"h100", 3e-3}});
+  for (const auto& [a100s, h100s, expected] :
+       {std::tuple<uint32_t, uint32_t, double>{2, 2, 2e-3}, {3, 1, 1.5e-3}}) {
+    const Fixture f(TwoTypes(a100s, h100s), testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+    const PlanningProblem problem = ClosedForm(f.problem(&db));
+    const models::GpuSpec avg = AverageGpu(*f.cluster);
+    const AnalyticCostModel amp(problem, {&avg, /*average_profiles=*/true});
+    const auto [fwd, bwd] = amp.RangeCompute(avg, 1, 2, 1, 1, proto::RECOMPUTE_NONE);
+    EXPECT_NEAR(fwd, expected, 1e-15) << a100s << " A100 + " << h100s << " H100";
+    EXPECT_NEAR(bwd, 2 * expected, 1e-15);
+    EXPECT_TRUE(amp.AveragesProfiles(1, 1));
+    // Without averaging profiles (today's Alpa/AMP view without a profile): the average GPU's analytic time.
+    const AnalyticCostModel spec(problem, {&avg});
+    EXPECT_NEAR(spec.RangeCompute(avg, 1, 2, 1, 1, proto::RECOMPUTE_NONE).first,
+                spec.compute().ForwardSeconds(avg, 1, 1, 1), 1e-15);
+    EXPECT_GT(std::abs(spec.RangeCompute(avg, 1, 2, 1, 1, proto::RECOMPUTE_NONE).first - expected), 1e-4);
+    EXPECT_FALSE(spec.AveragesProfiles(1, 1));
+  }
+}
+
+TEST(AnalyticCostProfiles, AveragedViewNeedsAProfileOfEveryGpuType) {
+  // Only the A100 is profiled: the H100's share cannot be measured, so the average GPU's analytic time.
+  const models::ProfileDb db = BlockProfiles({{"a100-80gb", 1e-3}});
+  const Fixture f(TwoTypes(2, 2), testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const PlanningProblem problem = ClosedForm(f.problem(&db));
+  const models::GpuSpec avg = AverageGpu(*f.cluster);
+  const AnalyticCostModel amp(problem, {&avg, true});
+  EXPECT_FALSE(amp.AveragesProfiles(1, 1));
+  EXPECT_NEAR(amp.RangeCompute(avg, 1, 2, 1, 1, proto::RECOMPUTE_NONE).first,
+              amp.compute().ForwardSeconds(avg, 1, 1, 1), 1e-15);
+}
+
+TEST(AnalyticCostProfiles, AveragedOptimizerStepAndRealOneUseProfiledRates) {
+  const Fixture f(TwoTypes(2, 2), testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  // Only the A100 profiled, at 1 ns per parameter: device 0 (A100) uses it ...
+  const models::ProfileDb a100 = BlockProfiles({{"a100-80gb", 1e-3, 1.0}});
+  const AnalyticCostModel real(ClosedForm(f.problem(&a100)));
+  EXPECT_NEAR(real.OptimizerSeconds(0, 1e6), 1e-3, 1e-12);
+  // ... and the H100s keep the HBM model: 32 bytes per parameter at 3,350 GB/s.
+  EXPECT_NEAR(real.OptimizerSeconds(2, 1e6), 32e6 / 3350e9, 1e-15);
+  // Both profiled (1 and 3 ns per parameter, two GPUs each): the averaged view's step is 2 ns per parameter.
+  const models::ProfileDb both = BlockProfiles({{"a100-80gb", 1e-3, 1.0}, {"h100", 3e-3, 3.0}});
+  const models::GpuSpec avg = AverageGpu(*f.cluster);
+  const AnalyticCostModel amp(ClosedForm(f.problem(&both)), {&avg, true});
+  EXPECT_NEAR(amp.OptimizerSeconds(0, 1e6), 2e-3, 1e-12);
+  EXPECT_NEAR(amp.OptimizerSeconds(3, 1e6), 2e-3, 1e-12);
+}
+
+TEST(AnalyticCostProfiles, ProfiledOptimizerStepInTheEstimate) {
+  const Fixture f(ClusterFromYaml(R"(
+name: pair
+nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const models::ProfileDb db = BlockProfiles({{"a100-80gb", 1e-3, 1.0}});
+  const AnalyticCostModel cost(ClosedForm(f.problem(&db)));
+  const proto::Plan plan = PlanFromYaml(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_begin: 0, layer_end: 3}
+      - {devices: [1], layer_begin: 3, layer_end: 6}
+)");
+  // Stage 1 updates the most: 2 blocks + the head, at 1 ns per parameter (no HBM model).
+  EXPECT_NEAR(cost.Estimate(plan).optimizer_s, (2 * kBlock + kHead) * 1e-9, 1e-15);
+}
+
+TEST(AnalyticCostProfiles, NoTensorParallelAllReducesWhenTheProfileTimesThem) {
+  const Fixture f(ClusterFromYaml(R"(
+name: pair
+nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const std::vector<uint32_t> group = {0, 1};
+  const models::ProfileDb with = BlockProfiles({{"a100-80gb", 1e-3}}, /*tp_included=*/true);
+  const models::ProfileDb without = BlockProfiles({{"a100-80gb", 1e-3}}, /*tp_included=*/false);
+  const AnalyticCostModel included(ClosedForm(f.problem(&with)));
+  const AnalyticCostModel added(ClosedForm(f.problem(&without)));
+  const ReplicaTime a = included.Replica(group, 1, 3, 1, {}, {}, proto::RECOMPUTE_NONE);
+  const ReplicaTime b = added.Replica(group, 1, 3, 1, {}, {}, proto::RECOMPUTE_NONE);
+  EXPECT_EQ(a.tp_s, 0);
+  EXPECT_GT(b.tp_s, 0);
+  EXPECT_NEAR(a.forward_s, 2e-3, 1e-15);  // 2 blocks, TP communication inside
+  EXPECT_NEAR(b.forward_s, 2e-3, 1e-15);
+}
+
+TEST(AnalyticCostProfiles, MemoryChecksTakeProfiledActivationsWhereLarger) {
+  const Fixture f(ClusterFromYaml(R"(
+name: pair
+nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const MemoryModel arithmetic(f.problem());
+  const double analytic = arithmetic.ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_NONE);
+  const double overhead = 1 + f.training->allocator_overhead();
+  // A block measured at 2 GiB per sequence (far above llama-tiny's arithmetic): the profile's.
+  const models::ProfileDb big = BlockProfiles({{"a100-80gb", 1e-3}}, false, 2.0);
+  const MemoryModel measured(f.problem(&big));
+  EXPECT_NEAR(measured.ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_NONE), 2.0 * overhead, 1e-12);
+  EXPECT_NEAR(measured.ActivationGibPerSequence(1, 3, 1, false, proto::RECOMPUTE_NONE), 4.0 * overhead, 1e-12);
+  // Under full recomputation the profile (measured without) does not apply.
+  EXPECT_NEAR(measured.ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_FULL),
+              arithmetic.ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_FULL), 1e-15);
+  // A measurement below the arithmetic cannot loosen the check (ValidatePlan uses the arithmetic).
+  const models::ProfileDb tiny = BlockProfiles({{"a100-80gb", 1e-3}}, false, analytic / overhead / 10);
+  EXPECT_NEAR(MemoryModel(f.problem(&tiny)).ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_NONE), analytic,
+              1e-15);
+  // A planner sees it: 40 GiB per sequence and block leaves no llama-tiny layout on two 80 GB GPUs.
+  const models::ProfileDb huge = BlockProfiles({{"a100-80gb", 1e-3}}, false, 40.0);
+  EXPECT_TRUE(testing::Run("megatron", f.problem()).ok());
+  const auto r = testing::Run("megatron", f.problem(&huge));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kInfeasible) << r.status().message();
 }
 
 }  // namespace

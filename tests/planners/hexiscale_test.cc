@@ -2,11 +2,13 @@
 // partitioning's weight scaling and cut objectives, and behaviours the paper states (§3.2-3.3, §4.4).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "models/plan.h"
 #include "models/spec_io.h"
@@ -353,6 +355,47 @@ TEST(HexiScalePlanner, NothingFitsIsInfeasible) {
   auto r = Plan(p, "");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kInfeasible) << r.status().message();
+}
+
+// The number in a search note "... N <what> ..." (the first match), or -1.
+long NoteNumber(const SearchStats& stats, const std::string& what) {
+  for (const std::string& note : stats.notes) {
+    const size_t at = note.find(what);
+    if (at == std::string::npos) continue;
+    size_t begin = at;
+    while (begin > 0 && note[begin - 1] == ' ') --begin;
+    size_t digits = begin;
+    while (digits > 0 && std::isdigit(static_cast<unsigned char>(note[digits - 1]))) --digits;
+    if (digits < begin) return std::stol(note.substr(digits, begin - digits));
+  }
+  return -1;
+}
+
+// §4.4 / §5.4's 50 iterations: in paper mode every round is an iteration with its own METIS partition (a
+// repeated option gets the next seed); without it a repeated (option, seed) is the cached partition. One
+// D_dp (2) and one micro-batch size: 5 rounds = 5 iterations; 5 METIS calls in paper mode, at most 2 (one
+// per option) without.
+TEST(HexiScalePlanner, PaperModeRunsEveryRoundWithItsOwnPartition) {
+  const Problem p = MakeProblem(kFastSlow, "llama-tiny", "{seq_len: 128, global_batch_size: 32}");
+  auto paper = Plan(p, "{dp_degrees: [2], micro_batch_sizes: [1], rounds_per_dp: 5, paper_mode: true}");
+  ASSERT_TRUE(paper.ok()) << paper.status().message();
+  EXPECT_EQ(NoteNumber(paper->stats, "iterations ("), 5);
+  EXPECT_EQ(NoteNumber(paper->stats, "METIS phase-one partitions"), 5);
+  bool noted = false;
+  for (const std::string& n : paper->stats.notes) noted |= n.find("paper mode") != std::string::npos;
+  EXPECT_TRUE(noted);
+  auto plain = Plan(p, "{dp_degrees: [2], micro_batch_sizes: [1], rounds_per_dp: 5}");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(NoteNumber(plain->stats, "iterations ("), 5);
+  EXPECT_LE(NoteNumber(plain->stats, "METIS phase-one partitions"), 2);
+  // Paper mode's default is 50 rounds: 50 iterations for the one D_dp.
+  auto fifty = Plan(p, "{dp_degrees: [2], micro_batch_sizes: [1], paper_mode: true}");
+  ASSERT_TRUE(fifty.ok()) << fifty.status().message();
+  EXPECT_EQ(NoteNumber(fifty->stats, "iterations ("), 50);
+  // Deterministic.
+  auto again = Plan(p, "{dp_degrees: [2], micro_batch_sizes: [1], rounds_per_dp: 5, paper_mode: true}");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(paper->plan.SerializeAsString(), again->plan.SerializeAsString());
 }
 
 TEST(HexiScalePlanner, UnknownOptionIsAnError) {

@@ -8,11 +8,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "models/plan.h"
 #include "models/profile_db.h"
 #include "models/topology.h"
 #include "planners/metis/internal.h"
+#include "planners/proto/metis.pb.h"
 #include "tests/planners/test_util.h"
 
 namespace hetsim::planners::metis {
@@ -118,6 +120,33 @@ TEST(MetisPruning, StageSizesAtLeastNOverSTimesOneMinusVar) {
   EXPECT_EQ(StageSizeMultisets(8, 4, 0.0, true), (std::vector<std::vector<uint32_t>>{{2, 2, 2, 2}}));
   // Without the power-of-two rule {3,3,1,1}, {3,2,2,1}, {4,2,1,1}, {5,1,1,1}, ... appear.
   EXPECT_EQ(StageSizeMultisets(8, 4, 1.0, false).size(), 5u);  // 5111 4211 3311 3221 2222
+}
+
+// The released planner reads var the other way round (search_space/device_group.py: sizes of at least
+// max(N // S, S // N) · var); `var_bound: released` selects it.
+TEST(MetisPruning, ReleasedVarBoundIsMaxOfFloorsTimesVar) {
+  // 8 GPUs, 4 stages, any size: released var 0 → every size (5 multisets), the paper's var 0 → only 2s;
+  // released var 1 → sizes ≥ 2, the paper's var 1 → every size.
+  EXPECT_EQ(StageSizeMultisets(8, 4, 0.0, false, /*released_var=*/true).size(), 5u);
+  EXPECT_EQ(StageSizeMultisets(8, 4, 0.0, false), (std::vector<std::vector<uint32_t>>{{2, 2, 2, 2}}));
+  EXPECT_EQ(StageSizeMultisets(8, 4, 1.0, false, true), (std::vector<std::vector<uint32_t>>{{2, 2, 2, 2}}));
+  EXPECT_EQ(StageSizeMultisets(8, 4, 1.0, false).size(), 5u);
+  // At var 0.5 (Table 4) both give sizes ≥ 1 here.
+  EXPECT_EQ(StageSizeMultisets(8, 4, 0.5, true, true), StageSizeMultisets(8, 4, 0.5, true));
+  // The floor: 16 GPUs in 3 stages, var 1: released ≥ ⌊16/3⌋ = 5 → {6, 5, 5}; the paper's var 0 needs
+  // ≥ 5.33 and no three such sizes sum to 16.
+  EXPECT_EQ(StageSizeMultisets(16, 3, 1.0, false, true), (std::vector<std::vector<uint32_t>>{{6, 5, 5}}));
+  EXPECT_TRUE(StageSizeMultisets(16, 3, 0.0, false).empty());
+  // Through the options.
+  auto released = CreatePlanner("metis", "var_bound: released\nvar: 1\n", "o.yaml");
+  ASSERT_TRUE(released.ok()) << released.status().message();
+  EXPECT_TRUE(KnobsFrom(static_cast<const proto::MetisOptions&>((*released)->options())).released_var);
+  auto paper = CreatePlanner("metis", "var_bound: paper\n", "o.yaml");
+  ASSERT_TRUE(paper.ok()) << paper.status().message();
+  EXPECT_FALSE(KnobsFrom(static_cast<const proto::MetisOptions&>((*paper)->options())).released_var);
+  auto typo = CreatePlanner("metis", "var_bound: relased\n", "o.yaml");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("var_bound"), std::string::npos) << typo.status().message();
 }
 
 TEST(MetisPruning, PaperPermutationExample) {
@@ -315,6 +344,45 @@ pipelines:
   const double opt = std::max(cost.OptimizerSeconds(*f.cluster->device(0).gpu, params[0]),
                               cost.OptimizerSeconds(*f.cluster->device(1).gpu, params[1]));
   EXPECT_NEAR(PlanCost(f.problem(), Knobs{}, plan), t[0] + t[1] + 3 * std::max(t[0], t[1]) + opt, 1e-12);
+}
+
+// The released estimator adds B × the last stage's fb_sync (the largest over its GPU types) and B × the
+// batch generator's time to eq. 1. A profile with only those: fb_sync 5 ms (V100) and 7 ms (T4), batch
+// generation 1 ms (V100) and 2 ms (T4), at TP 1 and micro-batch 2; the V100 runs the first stage and the
+// T4 the last, 4 micro-batches: + 4 × (7 + 1) ms.
+TEST(Metis, CostAddsPerMicroBatchOverheads) {
+  const Fixture f(planners::testing::ClusterFromYaml(Nodes({{"v100", 1}, {"t4", 1}})),
+                  planners::testing::BundledModel("gpt3-350m"), "{global_batch_size: 8, seq_len: 1024, dtype: fp16}");
+  models::ProfileDb db;
+  for (const auto& [gpu, fb, gen] : {std::tuple<const char*, double, double>{"v100", 5e-3, 1e-3}, {"t4", 7e-3, 2e-3}}) {
+    proto::Profile p;
+    p.set_gpu(gpu);
+    p.set_model("gpt3-350m");
+    p.set_seq_len(1024);
+    auto* o = p.add_micro_batch_overheads();
+    o->set_tp_degree(1);
+    o->set_micro_batch_size(2);
+    o->set_fb_sync_s(fb);
+    o->set_batch_generation_s(gen);
+    ASSERT_TRUE(db.Add(p, std::string(gpu) + ".yaml").ok());
+  }
+  const auto plan = planners::testing::PlanFromYaml(R"(
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_begin: 0, layer_end: 14}
+      - {devices: [1], layer_begin: 14, layer_end: 26}
+)");
+  EXPECT_NEAR(PlanCost(f.problem(&db), Knobs{}, plan), PlanCost(f.problem(), Knobs{}, plan) + 4 * (7e-3 + 1e-3),
+              1e-12);
+  // The simulator's compute cost (models::ComputeCost) charges the same once per micro-batch: fb_sync with
+  // the head's backward pass, batch generation with the embedding's forward pass.
+  const models::ComputeCost with(*f.model, *f.training, &db), without(*f.model, *f.training);
+  const auto& t4 = *f.cluster->device(1).gpu;
+  const auto& v100 = *f.cluster->device(0).gpu;
+  EXPECT_NEAR(with.BackwardSeconds(t4, 25, 1, 2) - without.BackwardSeconds(t4, 25, 1, 2), 7e-3, 1e-12);
+  EXPECT_NEAR(with.ForwardSeconds(v100, 0, 1, 2) - without.ForwardSeconds(v100, 0, 1, 2), 1e-3, 1e-12);
 }
 
 // ---- the search ------------------------------------------------------------------------------------------
