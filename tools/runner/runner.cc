@@ -78,8 +78,14 @@ std::string CsvCell(const std::string& s) {
   return out + "\"";
 }
 
+// An input column of the point; a name already there (a sweep axis such as `policy` or `trace` that the
+// replay also records) keeps one entry, with the later value.
 void AddInput(proto::PointResult& r, const std::string& name, const std::string& value, bool numeric = false) {
-  auto* in = r.add_inputs();
+  proto::PointInput* in = nullptr;
+  for (auto& existing : *r.mutable_inputs()) {
+    if (existing.name() == name) in = &existing;
+  }
+  if (in == nullptr) in = r.add_inputs();
   in->set_name(name);
   in->set_value(value);
   in->set_numeric(numeric);
