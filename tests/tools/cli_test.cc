@@ -300,3 +300,34 @@ TEST(Simulate, AnUnwritableOutputFailsBeforeTheWork) {
 
 }  // namespace
 }  // namespace hetsim
+
+namespace hetsim::cli {
+namespace {
+
+// `hetsim plan --calibration` plans with the calibrated compute model (a slower GEMM makes the analytic
+// estimate longer) and names a calibration it cannot find.
+TEST(PlanCalibration, ChangesTheEstimateAndNamesBadOnes) {
+  const std::vector<std::string> base = {"plan", "--planner", "hethub", "--cluster", "hethub-amd-accel2-16",
+                                         "--model", "llama2-7b", "--global-batch", "64", "--seq-len", "1024",
+                                         "--dtype", "fp16"};
+  auto with = base;
+  with.insert(with.end(), {"--calibration", std::string(HETSIM_SOURCE_DIR) + "/experiments/hethub/calibration-pair2.yaml"});
+  const auto plain = RunCli(base);
+  const auto calibrated = RunCli(with);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(calibrated.code, 0) << calibrated.err;
+  auto iteration = [](const std::string& out) {
+    const auto at = out.find("estimate (analytic model): iteration ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 37));
+  };
+  // Pair 2's fit slows both stand-ins to a quarter or less of their default speed.
+  EXPECT_GT(iteration(calibrated.out), 2 * iteration(plain.out)) << calibrated.out;
+  auto bad = base;
+  bad.insert(bad.end(), {"--calibration", "no-such-calibration"});
+  const auto r = RunCli(bad);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("no-such-calibration"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace hetsim::cli

@@ -234,3 +234,30 @@ TEST(Manifest, BundledExperimentsValidate) {
 
 }  // namespace
 }  // namespace hetsim::runner
+
+namespace hetsim::runner {
+namespace {
+
+// simulation.calibration: resolved against the manifest, checked, and part of every point's id — also when
+// only the calibration file's contents change.
+TEST(Manifest, CalibrationIsResolvedCheckedAndHashed) {
+  const std::string calib = "kind: calibration\nname: c\nbase: default\ngeneric: {gemm_efficiency: 0.5}\n";
+  Write("calib.yaml", calib);
+  const std::string with = std::string(kBase) + "simulation: {calibration: calib.yaml}\n";
+  auto a = LoadManifest(Write("calibrated.yaml", with));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_TRUE(a->calibration.ends_with("calib.yaml")) << a->calibration;
+  auto plain = LoadManifest(Write("plain.yaml", kBase));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_NE(a->points[0].id, plain->points[0].id);
+  Write("calib.yaml", "kind: calibration\nname: c\nbase: default\ngeneric: {gemm_efficiency: 0.6}\n");
+  auto edited = LoadManifest(Write("calibrated.yaml", with));
+  ASSERT_TRUE(edited.ok());
+  EXPECT_NE(edited->points[0].id, a->points[0].id) << "the calibration's contents are part of the id";
+  auto bad = LoadManifest(Write("badcalib.yaml", std::string(kBase) + "simulation: {calibration: no-such-calibration}\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("simulation.calibration"), std::string::npos) << bad.status().message();
+}
+
+}  // namespace
+}  // namespace hetsim::runner
