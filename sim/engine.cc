@@ -82,6 +82,7 @@ class Runner {
       Execute(op);
       sh_->Played();
     }
+    Flush();
     StopStagers();
     WaitAllSends();
     if (dp_stream_) {
@@ -161,7 +162,7 @@ class Runner {
 
   void Record(double start, Category cat, uint16_t mb, double end = -1) {
     if (!sh_->record) return;
-    if (end < 0) end = s4u::Engine::get_clock();
+    if (end < 0) end = Now();
     if (end > start) trace_.slices.push_back({start, end, cat, mb});
   }
 
@@ -181,6 +182,9 @@ class Runner {
 
   void Reap() {
     // Finish completed sends with wait() so they leave the actor's activity list (SimGrid note, pitfall 1).
+    // test() is a simcall that costs about as much as a transfer's own bookkeeping: a few sends in flight
+    // are left alone (they cost nothing until they finish), so only a longer queue is tested.
+    if (pending_.size() < kReapFrom) return;
     while (!pending_.empty() && (pending_.front()->test() || pending_.size() > 32)) {
       pending_.front()->wait();
       pending_.pop_front();
@@ -192,11 +196,27 @@ class Runner {
     pending_.clear();
   }
 
+  // The device's clock: the simulated clock plus the busy time not yet slept (see Defer).
+  double Now() const { return s4u::Engine::get_clock() + deferred_s_; }
+
+  // Compute and analytic TP time only keep this device busy; nobody else sees them until its next
+  // transfer, collective or signal. Consecutive ones are slept as one (SimGrid's activities, not the
+  // simulated times, are what a large run spends its time on); Flush sleeps them before anything other
+  // devices can observe.
+  void Defer(double seconds) { deferred_s_ += seconds; }
+  void Flush() {
+    if (deferred_s_ <= 0) return;
+    const double s = deferred_s_;
+    deferred_s_ = 0;
+    s4u::this_actor::sleep_for(s);
+  }
+
   void Execute(const Op& op) {
-    const double t0 = s4u::Engine::get_clock();
+    if (op.kind != OpKind::kCompute && op.kind != OpKind::kTpAnalytic) Flush();
+    const double t0 = Now();
     switch (op.kind) {
       case OpKind::kCompute:
-        s4u::this_actor::sleep_for(op.seconds);
+        Defer(op.seconds);
         trace_.compute_s += op.seconds;
         if (op.category != Category::kOptimizer) {
           trace_.fwd_bwd_s += op.seconds;
@@ -291,7 +311,7 @@ class Runner {
         const double t = op.seconds + (op.algorithm == Algorithm::kNvls
                                            ? op.bytes / (models::kNvlsEfficiency * bw) + 2 * lat
                                            : steps * (op.bytes / n) / bw + steps * lat);
-        s4u::this_actor::sleep_for(t);
+        Defer(t);
         const double exposed_from = std::clamp(HiddenUntil(), t0, t0 + t);
         AddComm(op.category, t0 + t - exposed_from);
         Record(exposed_from, op.category, op.micro_batch);
@@ -317,6 +337,8 @@ class Runner {
     }
     Reap();
   }
+
+  static constexpr size_t kReapFrom = 8;
 
   static uint64_t Bytes(double b) { return static_cast<uint64_t>(std::llround(std::max(0.0, b))); }
 
@@ -488,6 +510,7 @@ class Runner {
   std::deque<s4u::CommPtr> pending_;
   s4u::ExecPtr async_compute_;  // kComputeAsync's compute, until kComputeJoin
   double async_end_s_ = 0;
+  double deferred_s_ = 0;  // compute and analytic TP time not yet slept (Defer)
   // Receives posted ahead by kPostRecv, per mailbox, in posting order.
   std::unordered_map<uint64_t, std::deque<s4u::CommPtr>> early_recvs_;
   void* early_data_ = nullptr;
