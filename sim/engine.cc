@@ -27,15 +27,15 @@ struct PairHash {
 // Arrival times, so that waiting for a late peer counts as idle and only the transfer itself as
 // communication. Actors run one at a time, so plain maps suffice.
 struct Board {
-  // (mailbox key, message number) -> when the sender posted it
-  std::unordered_map<std::pair<uint64_t, uint32_t>, double, PairHash> posted;
+  // mailbox key -> when the sender posted each message not yet received, oldest first (a mailbox's
+  // messages are received in the order they were sent)
+  std::unordered_map<uint64_t, std::deque<double>> posted;
   // (group, instance number) -> latest arrival among members, members finished
   std::unordered_map<std::pair<uint64_t, uint32_t>, std::pair<double, uint32_t>, PairHash> arrived;
 };
 
 // Per-device message and collective counters (shared by the device's main and DP-stream actors).
 struct Counters {
-  std::unordered_map<uint64_t, uint32_t> sent, received;
   std::unordered_map<uint32_t, uint32_t> collectives;
 };
 
@@ -243,7 +243,7 @@ class Runner {
         break;
       case OpKind::kSend: {
         const uint64_t key = MailboxKey(self_, op.peer, op.channel);
-        sh_->board.posted[{key, counters().sent[key]++}] = t0;
+        sh_->board.posted[key].push_back(t0);
         if (Staged(op.peer)) {
           StagedSendAsync(op.peer, op.bytes, op.channel);
         } else {
@@ -260,7 +260,6 @@ class Runner {
       }
       case OpKind::kRecv: {
         const uint64_t key = MailboxKey(op.peer, self_, op.channel);
-        const std::pair<uint64_t, uint32_t> msg{key, counters().received[key]++};
         auto early = early_recvs_.find(key);
         if (early != early_recvs_.end() && !early->second.empty()) {
           early->second.front()->wait();
@@ -273,9 +272,10 @@ class Runner {
         }
         const double now = s4u::Engine::get_clock();
         // Waiting for the sender is bubble (idle); the transfer starts once both sides are there.
-        auto it = sh_->board.posted.find(msg);
-        const double start = std::clamp(it == sh_->board.posted.end() ? t0 : std::max(t0, it->second), t0, now);
-        if (it != sh_->board.posted.end()) sh_->board.posted.erase(it);
+        auto it = sh_->board.posted.find(key);
+        const bool known = it != sh_->board.posted.end() && !it->second.empty();
+        const double start = std::clamp(known ? std::max(t0, it->second.front()) : t0, t0, now);
+        if (known) it->second.pop_front();
         AddComm(op.category, now - start);
         if (sh_->record && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
         break;
