@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <unordered_map>
 
 #include "models/communicator.h"
 
@@ -23,9 +24,27 @@ OpKind PlayKind(models::OpKind k) {
   return OpKind::kCompute;
 }
 
+// A GPU type's calibrated constants, looked up once per type rather than once per operation (each
+// look-up of the calibration takes a lock and builds a key).
+struct GpuCosts {
+  double pass_overhead_s = 0;
+  double collective_efficiency = 1;
+  std::unordered_map<uint32_t, double> collective_latency_s;  // by group size
+
+  GpuCosts(const models::GpuSpec& gpu, const models::ComputeCost& cost)
+      : pass_overhead_s(cost.PassOverheadSeconds(gpu)), collective_efficiency(cost.CollectiveEfficiency(gpu)) {}
+  double CollectiveLatency(const models::GpuSpec& gpu, const models::ComputeCost& cost, uint32_t group_size) {
+    auto it = collective_latency_s.find(group_size);
+    if (it == collective_latency_s.end()) {
+      it = collective_latency_s.emplace(group_size, cost.CollectiveLatencySeconds(gpu, group_size)).first;
+    }
+    return it->second;
+  }
+};
+
 // The duration of one lowered compute operation of rank `r` on `gpu`.
 double ComputeSeconds(const models::Op& op, const models::RankOps& r, const models::GpuSpec& gpu,
-                      const models::ComputeCost& cost, bool separate_recompute) {
+                      const models::ComputeCost& cost, const GpuCosts& consts, bool separate_recompute) {
   if (op.category == Category::kOptimizer) {
     return cost.OptimizerSeconds(gpu, op.params) + cost.IterationOverheadSeconds(gpu);
   }
@@ -36,7 +55,7 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
   // The host's per-micro-batch work of a pass on this stage, once per pass: with the operation that
   // holds the stage's first layer (not with a recomputation).
   if (!op.recompute && op.layer_begin == r.layer_begin && op.layer_end > op.layer_begin) {
-    seconds += cost.PassOverheadSeconds(gpu);
+    seconds += consts.pass_overhead_s;
   }
   auto layer_seconds = [&](uint32_t l) {
     if (op.category == Category::kForward || op.recompute) return cost.ForwardSeconds(gpu, l, tp, batch, shard);
@@ -58,8 +77,8 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
 }
 
 void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
-            const std::vector<std::vector<uint32_t>>& groups, const models::ComputeCost& cost, const Fidelity& fid,
-            bool separate_recompute) {
+            const std::vector<std::vector<uint32_t>>& groups, const models::ComputeCost& cost, GpuCosts& consts,
+            const Fidelity& fid, bool separate_recompute) {
   Op op;
   op.kind = PlayKind(lo.kind);
   op.category = lo.category;
@@ -72,7 +91,7 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   op.rank = lo.rank;
   op.bytes = lo.bytes;
   if (lo.kind == models::OpKind::kCompute) {
-    op.seconds = ComputeSeconds(lo, r, gpu, cost, separate_recompute);
+    op.seconds = ComputeSeconds(lo, r, gpu, cost, consts, separate_recompute);
     if (op.seconds <= 0) return;
     // Consecutive compute of the same pass is one slice.
     if (!out.empty() && out.back().kind == OpKind::kCompute && out.back().category == op.category &&
@@ -83,10 +102,10 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   }
   if (lo.kind == models::OpKind::kCollective) {
     // The call's fixed cost α (NCCL launch and synchronisation), before its transfers.
-    op.seconds = lo.calls * cost.CollectiveLatencySeconds(gpu, static_cast<uint32_t>(groups[op.group].size()));
+    op.seconds = lo.calls * consts.CollectiveLatency(gpu, cost, static_cast<uint32_t>(groups[op.group].size()));
     // Rings reach a calibrated fraction of the links' bandwidth (NCCL's bus bandwidth): the transfers
     // carry the bytes that take as long at the full bandwidth.
-    op.bytes = lo.bytes / cost.CollectiveEfficiency(gpu);
+    op.bytes = lo.bytes / consts.collective_efficiency;
     if (lo.category == Category::kTp && fid.tp == TpDetail::kAnalytic) op.kind = OpKind::kTpAnalytic;
   }
   out.push_back(op);
@@ -173,16 +192,22 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   out.groups = std::move(lowering.groups);
   const bool separate_recompute = lowering.separate_recompute;
   out.programs.resize(out.devices.size());
+  std::unordered_map<const models::GpuSpec*, GpuCosts> gpu_costs;
   for (size_t i = 0; i < out.devices.size(); ++i) {
     models::RankOps& r = lowering.ranks[i];
     DeviceProgram& prog = out.programs[i];
     prog.pipeline = r.pipeline;
     prog.stage = r.stage;
     const auto& gpu = *ctx.cluster.device(r.device).gpu;
+    auto costs = gpu_costs.find(&gpu);
+    if (costs == gpu_costs.end()) costs = gpu_costs.emplace(&gpu, GpuCosts(gpu, cost)).first;
+    GpuCosts& consts = costs->second;
     prog.ops.reserve(r.ops.size());
-    for (const auto& lo : r.ops) Append(prog.ops, lo, r, gpu, out.groups, cost, options.fidelity, separate_recompute);
+    for (const auto& lo : r.ops) {
+      Append(prog.ops, lo, r, gpu, out.groups, cost, consts, options.fidelity, separate_recompute);
+    }
     for (const auto& lo : r.dp_stream) {
-      Append(prog.dp_stream, lo, r, gpu, out.groups, cost, options.fidelity, separate_recompute);
+      Append(prog.dp_stream, lo, r, gpu, out.groups, cost, consts, options.fidelity, separate_recompute);
     }
     std::vector<models::Op>().swap(r.ops);
     std::vector<models::Op>().swap(r.dp_stream);
