@@ -1,7 +1,9 @@
 // Simulator benchmarks: one line per measurement, `name value unit`. Usage: bench_sim [FILTER]
 // (substring match on the names). Targets (issue "Simulator core"): the 240-GPU HexiScale cluster with
 // Llama-2-70B at >= 8 stages and >= 32 micro-batches in <= 1 s; Llama-3 405B on 16,384 H100s in <= 60 s
-// and <= 4 GiB; the error of the faster fidelity levels against full detail at 1,024 GPUs.
+// and <= 4 GiB; the error of the faster fidelity levels against full detail at 1,024 GPUs; the largest
+// configuration of Megatron-LM SC'21 Table 1 (1T parameters on 3,072 A100s, interleaved) and Llama 3 405B on
+// 16,384 GPUs interleaved in <= 10 s each at the default fidelity.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -39,6 +41,31 @@ proto::Plan UniformPlan(const models::TransformerModel& m, uint32_t tp, uint32_t
     }
   }
   return plan;
+}
+
+// The 1T-parameter GPT of Narayanan et al., SC'21 (Megatron-LM), Table 1: 128 layers, hidden 25,600, 160
+// heads, sequence 2,048, batch 3,072; GPT-3's vocabulary and layout otherwise.
+models::TransformerModel Gpt1T() {
+  proto::Model m;
+  const std::string yaml =
+      "kind: model\nname: gpt-1t\nnum_layers: 128\nhidden_size: 25600\nffn_hidden_size: 102400\n"
+      "num_attention_heads: 160\nnum_kv_heads: 160\nvocab_size: 51200\nmax_seq_len: 2048\nmlp: gelu\n"
+      "norm: layernorm\nposition: learned\ntied_embeddings: true\nlinear_bias: true\n";
+  Status s = models::ParseYaml(yaml, "bench-model", &m);
+  if (!s.ok()) std::fprintf(stderr, "%s\n", s.message().c_str());
+  return std::move(models::TransformerModel::Build(m, "bench-model")).value();
+}
+
+// Selene as SC'21 ran it: DGX A100 (80 GB) nodes, eight 200 Gb/s HDR InfiniBand NICs each, a full fat tree.
+models::Cluster A100Cluster(uint32_t nodes) {
+  proto::Cluster c;
+  const std::string yaml = "name: a100-" + std::to_string(nodes * 8) + "\nnodes: [{name: n, count: " +
+                           std::to_string(nodes) +
+                           ", gpus: {type: a100-80gb, count: 8}, nic: {kind: infiniband, bandwidth_gbps: 200, "
+                           "attachment: per_gpu}}]\n";
+  Status s = models::ParseYaml(yaml, "bench-cluster", &c);
+  if (!s.ok()) std::fprintf(stderr, "%s\n", s.message().c_str());
+  return std::move(models::Cluster::Build(c, "bench-cluster")).value();
 }
 
 models::Cluster H100Cluster(uint32_t nodes, uint32_t nodes_per_pod, double oversubscription) {
@@ -145,6 +172,33 @@ int main(int argc, char** argv) {
     Line("sim.llama3-16384.llama3-405b.tp8pp16dp128.fast.wall", o.wall_s, "s");
     Line("sim.llama3-16384.llama3-405b.tp8pp16dp128.fast.iteration", o.iteration_s, "s");
     Line("sim.llama3-16384.peak_memory", ChildPeakGib(), "GiB");
+  }
+  if (want("sim.llama3-16384-interleaved")) {
+    // The same layout with Megatron-LM's interleaved schedule (4 virtual stages, as
+    // experiments/llama3/llama3-405b-16384-interleaved.yaml) at the default fidelity.
+    auto cluster = std::move(models::LoadCluster("llama3-16384")).value();
+    auto model = std::move(models::LoadModel("llama3-405b")).value();
+    auto plan = UniformPlan(model, 8, 16, 128, 1, 16, 1);
+    plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+    plan.set_virtual_stages(4);
+    for (const char* level : {"balanced", "fast"}) {
+      const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
+      Line(std::string("sim.llama3-16384-interleaved.llama3-405b.tp8pp16dp128.v4.") + level + ".wall", o.wall_s, "s");
+      Line(std::string("sim.llama3-16384-interleaved.llama3-405b.tp8pp16dp128.v4.") + level + ".iteration",
+           o.iteration_s, "s");
+    }
+  }
+  if (want("sim.megatron1t")) {
+    // SC'21 Table 1, last row: TP 8, PP 64, DP 6, micro-batch 1, so 512 micro-batches per pipeline; the
+    // interleaved schedule with 2 virtual stages per device (one block per chunk).
+    const auto cluster = A100Cluster(384);
+    const auto model = Gpt1T();
+    auto plan = UniformPlan(model, 8, 64, 6, 1, 512, 1);
+    plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+    plan.set_virtual_stages(2);
+    const Outcome o = Run(plan, cluster, model, 2048, sim::Fidelity::Balanced());
+    Line("sim.megatron1t.gpt-1t.tp8pp64dp6.m512.interleaved.balanced.wall", o.wall_s, "s");
+    Line("sim.megatron1t.gpt-1t.tp8pp64dp6.m512.interleaved.balanced.iteration", o.iteration_s, "s");
   }
   return 0;
 }
