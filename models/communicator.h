@@ -32,10 +32,12 @@ class Communicator {
 
   CommPath Path(uint32_t node_a, uint32_t node_b) const {
     if (node_a == node_b) return CommPath::kIntraNode;
-    return staged_[Index(cluster_->node(node_a).group, cluster_->node(node_b).group)] ? CommPath::kCpuStaged
-                                                                                      : CommPath::kGpuRdma;
+    return GroupsStaged(cluster_->node(node_a).group, cluster_->node(node_b).group) ? CommPath::kCpuStaged
+                                                                                    : CommPath::kGpuRdma;
   }
   bool Staged(uint32_t node_a, uint32_t node_b) const { return Path(node_a, node_b) == CommPath::kCpuStaged; }
+  // Whether transfers between nodes of two node groups (indices into cluster.spec().nodes()) are staged.
+  bool GroupsStaged(uint32_t group_a, uint32_t group_b) const { return staged_[Index(group_a, group_b)] != 0; }
   // Why a pair of node groups (indices into cluster.spec().nodes()) uses its path, in words.
   const std::string& Reason(uint32_t group_a, uint32_t group_b) const { return reason_[Index(group_a, group_b)]; }
   bool any_staged() const;

@@ -267,9 +267,9 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
     for (uint32_t a : used_groups) {
       for (uint32_t b : used_groups) {
         if (b <= a) continue;
-        const bool staged = comm.staged_groups()[size_t{a} * ctx.cluster.spec().nodes_size() + b] != 0;
         o << "\n  " << ctx.cluster.spec().nodes(static_cast<int>(a)).name() << " <-> "
-          << ctx.cluster.spec().nodes(static_cast<int>(b)).name() << ": " << (staged ? "CPU path" : "GPU RDMA") << " ("
+          << ctx.cluster.spec().nodes(static_cast<int>(b)).name() << ": "
+          << (comm.GroupsStaged(a, b) ? "CPU path" : "GPU RDMA") << " ("
           << comm.Reason(a, b) << ")";
       }
     }

@@ -82,7 +82,7 @@ void AddCommPaths(const Programs& programs, const models::Cluster& cluster, cons
     auto* p = report->add_comm_paths();
     p->set_from(cluster.spec().nodes(static_cast<int>(a)).name());
     p->set_to(cluster.spec().nodes(static_cast<int>(b)).name());
-    p->set_path(paths.staged_groups()[size_t{a} * cluster.spec().nodes_size() + b] ? "cpu_staged" : "gpu_rdma");
+    p->set_path(paths.GroupsStaged(a, b) ? "cpu_staged" : "gpu_rdma");
     p->set_reason(paths.Reason(a, b));
   }
 }

@@ -5,7 +5,6 @@
 // node (8, 16, 32 GPUs) and two nodes of each kind at 8 GPUs (64). GPT-3 6.7B, global batch 128, 2,048
 // tokens, BF16. Prints `name value unit`: wall and CPU time, integer programs solved, the plan's eq. 1
 // and analytic iteration times, and its number of pipelines.
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -14,23 +13,15 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "planners/planner.h"
+#include "tools/benchmarks/bench_util.h"
 
 namespace {
 
 namespace models = hetsim::models;
 namespace planners = hetsim::planners;
 namespace proto = hetsim::proto;
-
-double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
-}
-
-void Print(const std::string& name, double value, const char* unit) {
-  std::printf("%s %.4g %s\n", name.c_str(), value, unit);
-  std::fflush(stdout);
-}
+using hetsim::bench::Print;
+using hetsim::bench::CpuSeconds;
 
 int Run(const std::string& filter) {
   auto base = models::LoadCluster("autohet-4node");

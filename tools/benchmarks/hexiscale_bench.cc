@@ -17,6 +17,7 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "planners/planner.h"
+#include "tools/benchmarks/bench_util.h"
 
 namespace {
 
@@ -24,16 +25,12 @@ using hetsim::Result;
 namespace models = hetsim::models;
 namespace planners = hetsim::planners;
 namespace proto = hetsim::proto;
+using hetsim::bench::Print;
 
 struct Case {
   uint32_t gpus;
   uint32_t rtx3090x8, rtx3090x4, rtx4090x8, a800x8;  // machines of each kind (hexiscale-240's node order)
 };
-
-void Print(const std::string& name, double value, const char* unit) {
-  std::printf("%s %.4g %s\n", name.c_str(), value, unit);
-  std::fflush(stdout);
-}
 
 int Run(const std::string& filter) {
   const std::vector<Case> cases = {

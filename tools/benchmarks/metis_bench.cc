@@ -14,7 +14,6 @@
 // global batch 256, full recomputation, BF16), whose complete search takes hours: one thread under
 // `time_limit_s: 60`, the same measurements plus `cut` (1 when the limit stopped the search). Its plan
 // depends on how much the machine gets done in 60 s.
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -24,29 +23,20 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "planners/planner.h"
+#include "tools/benchmarks/bench_util.h"
 
 namespace {
 
 namespace models = hetsim::models;
 namespace planners = hetsim::planners;
 namespace proto = hetsim::proto;
+using hetsim::bench::Print;
+using hetsim::bench::CpuSeconds;
 
 struct Case {
   uint32_t gpus;
   const char* model;
 };
-
-// CPU seconds this process has used (all threads).
-double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
-}
-
-void Print(const std::string& name, double value, const char* unit) {
-  std::printf("%s %.4g %s\n", name.c_str(), value, unit);
-  std::fflush(stdout);
-}
 
 void PrintPlan(const std::string& tag, const planners::PlannerResult& r) {
   Print(tag + "/candidates", static_cast<double>(r.stats.candidates_evaluated), "plans");
