@@ -241,11 +241,14 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
   }
   out << "per-plan results: " << csv_path << "\n";
   if (vm.count("figure")) {
-    const std::string cmd = "/usr/bin/python3 " + (fs::path(FindPlotDir()) / "exec_vs_sim.py").string() + " " + csv_path +
-                            " " + FlagString(vm, "figure");
+    // No shell between the flags and the plotter (docs/robustness.md): the paths go to exec as they are.
+    const std::vector<std::string> argv = {"/usr/bin/python3", (fs::path(FindPlotDir()) / "exec_vs_sim.py").string(),
+                                           csv_path, FlagString(vm, "figure")};
     std::fflush(nullptr);
-    if (std::system(cmd.c_str()) != 0) {
-      err << "warning: drawing the figure failed (" << cmd << ")\n";
+    auto rc = RunChild(argv);
+    if (!rc.ok() || *rc != 0) {
+      err << "warning: drawing the figure failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
+          << ": " << argv[0] << " " << argv[1] << ")\n";
     } else {
       out << "figure: " << FlagString(vm, "figure") << "\n";
     }
