@@ -14,7 +14,7 @@ packages=(
   coinor-libcbc-dev coinor-libclp-dev coinor-libcgl-dev coinor-libosi-dev coinor-libcoinutils-dev
   libglpk-dev
   # simulation
-  libsimgrid-dev libjemalloc2
+  libsimgrid-dev libjemalloc2 libjemalloc-dev
   # tests
   libgtest-dev libgmock-dev procps
   # executor (MPI; CUDA and NCCL come from the machine's CUDA install)
