@@ -337,10 +337,9 @@ Result<SimPoint> Simulations::Run(int plan_id, const std::vector<int>& pipelines
       }
     }
   }
-  if (pt.oom) {
-    oom_notes_.push_back(e.file + " at " + std::to_string(seq_len) + " tokens" +
-                         (pipelines.empty() ? "" : " (pipeline " + std::to_string(pipelines[0]) + " alone)"));
-  }
+  // A pipeline simulated alone has no DP peers to shard ZeRO states with: its memory is checked on the
+  // whole plan instead (DeltaPhi).
+  if (pt.oom && pipelines.empty()) NoteOom(e.file + " at " + std::to_string(seq_len) + " tokens");
   cache_[key.str()] = pt;
   return pt;
 }
@@ -350,6 +349,31 @@ Result<std::pair<double, double>> Simulations::DeltaPhi(int plan_id, int pipelin
   const std::string key = std::to_string(plan_id) + "/" + plans_[plan_id].pipeline_shape[pipeline] + "@" +
                           std::to_string(len);
   if (auto it = delta_phi_.find(key); it != delta_phi_.end()) return it->second;
+  {
+    // Memory of the pipeline's devices with every pipeline of the plan at this length (ZeRO shards as in
+    // the real plan), two micro-batches in flight at most.
+    const PlanEntry& e = plans_[plan_id];
+    proto::Plan p = e.plan;
+    uint32_t batch = 0;
+    for (auto& pipe : *p.mutable_pipelines()) {
+      pipe.set_num_micro_batches(2);
+      batch += 2 * pipe.micro_batch_size();
+    }
+    proto::Training t = e.plan.training();
+    t.set_seq_len(len);
+    t.set_global_batch_size(batch);
+    HETSIM_ASSIGN_OR_RETURN(proto::Training training, models::ResolveTraining(t, model_, e.file));
+    models::PlanContext ctx{cluster_, model_, training};
+    HETSIM_RETURN_IF_ERROR(models::ValidatePlanStructure(p, ctx, e.file));
+    for (const auto& m : models::EstimateMemory(p, ctx)) {
+      if (m.pipeline == static_cast<uint32_t>(pipeline) && m.oom()) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), " (%.1f of %.0f GiB)", m.total_gib, m.capacity_gib);
+        NoteOom(e.file + " pipeline " + std::to_string(pipeline) + " at " + std::to_string(len) + " tokens" + buf);
+        break;
+      }
+    }
+  }
   HETSIM_ASSIGN_OR_RETURN(SimPoint one, Run(plan_id, {pipeline}, len, {1}));
   HETSIM_ASSIGN_OR_RETURN(SimPoint two, Run(plan_id, {pipeline}, len, {2}));
   const double delta = two.compute_phase_s - one.compute_phase_s;

@@ -18,6 +18,7 @@
 // Every simulation is cached per (plan, pipelines, length, micro-batch counts).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -131,6 +132,9 @@ class Simulations {
     std::vector<std::string> pipeline_shape;  // pipelines with equal shapes share δ/φ simulations
   };
   Result<std::pair<double, double>> DeltaPhi(int plan, int pipeline, uint32_t fill);
+  void NoteOom(const std::string& note) {
+    if (std::find(oom_notes_.begin(), oom_notes_.end(), note) == oom_notes_.end()) oom_notes_.push_back(note);
+  }
   const models::Cluster& cluster_;
   const models::TransformerModel& model_;
   SimOptions options_;

@@ -310,6 +310,7 @@ const std::vector<Command>& Commands() {
     for (auto&& c : CalibrationCommands()) all.push_back(std::move(c));
     for (auto&& c : TraceCommands()) all.push_back(std::move(c));
     for (auto&& c : ReplayCommands()) all.push_back(std::move(c));
+    for (auto&& c : MixedLengthCommands()) all.push_back(std::move(c));
     return all;
   }();
   return commands;
