@@ -32,6 +32,17 @@ struct Board {
   std::unordered_map<uint64_t, std::deque<double>> posted;
   // (group, instance number) -> latest arrival among members, members finished
   std::unordered_map<std::pair<uint64_t, uint32_t>, std::pair<double, uint32_t>, PairHash> arrived;
+  // Folded runs: mailbox key -> receives blocked before their message was posted (the sender starts the
+  // folded copies' flows when it posts; otherwise the receiver does when it arrives).
+  std::unordered_map<uint64_t, uint32_t> waiting_recv;
+};
+
+// What a folded run plays for the devices it does not play (Programs::fold): per group, the groups whose
+// flows it plays alongside its own; per send stream, the copies whose routes share a link with it. Both
+// are found once, from the platform's routes.
+struct FoldFlows {
+  std::unordered_map<uint32_t, std::vector<uint32_t>> groups;
+  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> sends;
 };
 
 // Per-device message and collective counters (shared by the device's main and DP-stream actors).
@@ -48,6 +59,8 @@ struct Shared {
   std::vector<s4u::SemaphorePtr> done;   // per slot: the DP stream finished
   std::vector<Counters> counters;        // per slot
   Board board;
+  std::vector<uint32_t> group_played;  // per group: members played by an actor (all unless folded)
+  FoldFlows fold_flows;
   const ProgressHook* progress = nullptr;
   uint64_t played = 0;  // operations played so far, all actors
   uint64_t total = 0;
@@ -65,8 +78,34 @@ struct Shared {
 
 // Mailbox of the ordered message stream from `src` to `dst` on `channel` (p2p channels 0..7,
 // collective group g on channel 8 + g).
-uint64_t MailboxKey(uint32_t src, uint32_t dst, uint32_t channel) {
-  return (uint64_t{src} << 42) | (uint64_t{dst} << 20) | channel;
+uint64_t MailboxKey(uint32_t src, uint32_t dst, uint32_t channel) { return StreamKey(src, dst, channel); }
+
+// The flows of one ring step of every member of `g` (the unfolded engine's Exchange with rail striping,
+// for all members at once): (from, to, fraction of the step's bytes). `stripe` false: one flow per member
+// to its successor (NVLS).
+struct Flow {
+  uint32_t from, to;
+  double fraction;
+};
+std::vector<Flow> RingFlows(const std::vector<uint32_t>& g, const std::vector<uint32_t>& node, bool stripe) {
+  std::vector<Flow> flows;
+  const size_t n = g.size();
+  for (size_t r = 0; r < n; ++r) {
+    const uint32_t self = g[r], to = g[(r + 1) % n];
+    const uint32_t here = node[self], there = node[to];
+    std::vector<uint32_t> mine, theirs;
+    if (stripe && here != there) {
+      for (uint32_t d : g) {
+        if (node[d] == here && d != self) mine.push_back(d);
+        if (node[d] == there && d != to) theirs.push_back(d);
+      }
+    }
+    const size_t extra = std::min(mine.size(), theirs.size());
+    const double share = 1.0 / static_cast<double>(extra + 1);
+    for (size_t i = 0; i < extra; ++i) flows.push_back({mine[i], theirs[i], share});
+    flows.push_back({self, to, share});
+  }
+  return flows;
 }
 
 class Runner {
@@ -90,6 +129,9 @@ class Runner {
     } else {
       trace_.end_s = s4u::Engine::get_clock();
     }
+    // The folded devices' copies load links but end nobody's iteration.
+    for (auto& c : shadows_) c->wait();
+    shadows_.clear();
   }
 
  private:
@@ -191,6 +233,95 @@ class Runner {
     }
   }
 
+  // Folded runs: starts the folded devices' copies of the transfer on stream `key` that share a link with
+  // it (they leave the others out: those run on links of their own).
+  void StartCopies(uint64_t key, double bytes) {
+    const auto& copies = CopiesOf(key);
+    for (const auto& [from, to] : copies) shadows_.push_back(s4u::Comm::sendto_async(HostOf(from), HostOf(to), Bytes(bytes)));
+    // Finished copies leave the actor's activity list with wait() (pitfall 1), without waiting for the
+    // others: they hold nobody up.
+    if (shadows_.size() >= kReapFrom) {
+      while (!shadows_.empty() && shadows_.front()->test()) {
+        shadows_.front()->wait();
+        shadows_.pop_front();
+      }
+    }
+  }
+
+  bool folded() const { return sh_->programs->folded; }
+
+  // The links of the route from device a to device b.
+  static void LinksOf(s4u::Host* a, s4u::Host* b, std::vector<s4u::Link*>* links) {
+    double lat = 0;
+    a->route_to(b, *links, &lat);
+  }
+
+  const std::vector<std::pair<uint32_t, uint32_t>>& CopiesOf(uint64_t key) {
+    auto& cache = sh_->fold_flows.sends;
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    std::vector<std::pair<uint32_t, uint32_t>> sharing;
+    auto all = sh_->programs->fold.send_copies.find(key);
+    if (all != sh_->programs->fold.send_copies.end()) {
+      const uint32_t to = static_cast<uint32_t>((key >> 20) & ((1u << 22) - 1));
+      std::vector<s4u::Link*> mine;
+      LinksOf(HostOf(self_), HostOf(to), &mine);
+      std::sort(mine.begin(), mine.end());
+      for (const auto& c : all->second) {
+        std::vector<s4u::Link*> theirs;
+        LinksOf(HostOf(c.first), HostOf(c.second), &theirs);
+        bool shares = false;
+        for (auto* l : theirs) shares |= std::binary_search(mine.begin(), mine.end(), l);
+        if (shares) sharing.push_back(c);
+      }
+    }
+    return cache[key] = std::move(sharing);
+  }
+
+  // The groups a folded collective over `group` plays: its own and every folded group with a flow on a
+  // link its flows use.
+  const std::vector<uint32_t>& PlayedGroups(uint32_t group, bool stripe) {
+    auto& cache = sh_->fold_flows.groups;
+    auto it = cache.find(group);
+    if (it != cache.end()) return it->second;
+    const auto& groups = sh_->programs->groups;
+    const auto& node = sh_->platform->gpu_node;
+    std::vector<s4u::Link*> used;
+    for (const Flow& f : RingFlows(groups[group], node, stripe)) LinksOf(HostOf(f.from), HostOf(f.to), &used);
+    std::sort(used.begin(), used.end());
+    std::vector<uint32_t> played{group};
+    const auto& family = sh_->programs->fold.family[group];
+    for (uint32_t h : family) {
+      if (h == group) continue;
+      bool shares = false;
+      for (const Flow& f : RingFlows(groups[h], node, stripe)) {
+        std::vector<s4u::Link*> links;
+        LinksOf(HostOf(f.from), HostOf(f.to), &links);
+        for (auto* l : links) shares |= std::binary_search(used.begin(), used.end(), l);
+        if (shares) break;
+      }
+      if (shares) played.push_back(h);
+    }
+    return cache[group] = std::move(played);
+  }
+
+  // A folded ring (or NVLS) collective: every member of the played groups sends its step bytes to its
+  // successor at once (all members arrive together in a symmetric plan), and the collective ends when the
+  // last flow has arrived, as the slowest member of the unfolded ring does.
+  double RunFoldedCollective(const Op& op, double step_bytes, bool stripe) {
+    const double called = s4u::Engine::get_clock();
+    const auto& groups = sh_->programs->groups;
+    const auto& node = sh_->platform->gpu_node;
+    std::vector<s4u::CommPtr> flows;
+    for (uint32_t h : PlayedGroups(op.group, stripe)) {
+      for (const Flow& f : RingFlows(groups[h], node, stripe)) {
+        flows.push_back(s4u::Comm::sendto_async(HostOf(f.from), HostOf(f.to), Bytes(step_bytes * f.fraction)));
+      }
+    }
+    for (auto& c : flows) c->wait();
+    return called;
+  }
+
   void WaitAllSends() {
     for (auto& c : pending_) c->wait();
     pending_.clear();
@@ -248,6 +379,14 @@ class Runner {
           StagedSendAsync(op.peer, op.bytes, op.channel);
         } else {
           pending_.push_back(Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)));
+          if (folded()) {
+            // The transfer starts now if its receiver waits already: so do the folded copies.
+            auto w = sh_->board.waiting_recv.find(key);
+            if (w != sh_->board.waiting_recv.end() && w->second > 0) {
+              --w->second;
+              StartCopies(key, op.bytes);
+            }
+          }
         }
         break;
       }
@@ -267,6 +406,16 @@ class Runner {
         } else if (Staged(op.peer)) {
           StagedRecv(op.peer, op.bytes, op.channel);
         } else {
+          if (folded()) {
+            // The transfer starts when both sides are there: now if the message is posted (then the
+            // folded copies start with it), else when the sender posts it.
+            auto p = sh_->board.posted.find(key);
+            if (p != sh_->board.posted.end() && !p->second.empty()) {
+              StartCopies(key, op.bytes);
+            } else {
+              ++sh_->board.waiting_recv[key];
+            }
+          }
           void* data = nullptr;
           Box(op.peer, self_, op.channel)->get_async(&data)->wait();
         }
@@ -290,7 +439,7 @@ class Runner {
         const double now = s4u::Engine::get_clock();
         auto it = sh_->board.arrived.find(inst);
         const double arrival = std::clamp(it->second.first, t0, now);
-        if (++it->second.second == sh_->programs->groups[op.group].size()) sh_->board.arrived.erase(it);
+        if (++it->second.second == sh_->group_played[op.group]) sh_->board.arrived.erase(it);
         // Time under a running overlapped compute is neither communication nor waiting.
         const double busy_until = std::clamp(HiddenUntil(), t0, now);
         const double ready = std::max(arrival, busy_until);
@@ -448,6 +597,11 @@ class Runner {
       for (auto& c : comms) c->wait();
       return called;
     }
+    if (folded() && op.algorithm == Algorithm::kNvls && op.collective == CollectiveKind::kAllReduce) {
+      const double started = RunFoldedCollective(op, op.bytes / models::kNvlsEfficiency, false);
+      s4u::this_actor::sleep_for(RouteOf(next).second);
+      return started;
+    }
     if (op.algorithm == Algorithm::kNvls && op.collective == CollectiveKind::kAllReduce) {
       // NVLS: each member sends S into the switch and receives the reduced S back, both at the switch's
       // reduction rate (kNvlsEfficiency of its port); one exchange of S / efficiency with the ring
@@ -486,7 +640,10 @@ class Runner {
     const uint32_t steps = op.collective == CollectiveKind::kAllReduce ? 2 * (n - 1) : n - 1;
     const double chunk = op.bytes / n;
     double ready = called;
-    if (full) {
+    if (folded()) {  // never at full detail (ProgramOptions::fold)
+      ready = RunFoldedCollective(op, chunk * steps, true);
+      if (steps > 1) s4u::this_actor::sleep_for((steps - 1) * RouteOf(next).second);
+    } else if (full) {
       for (uint32_t i = 0; i < steps; ++i) {
         const double started = Exchange(next, prev, chunk, channel, &g);
         if (i == 0) ready = started;
@@ -508,6 +665,7 @@ class Runner {
   std::map<uint64_t, s4u::Mailbox*> stagers_;  // CPU-staged pipeline sends: the queue of each (peer, channel)
   std::unordered_map<uint32_t, std::pair<double, double>> routes_;
   std::deque<s4u::CommPtr> pending_;
+  std::deque<s4u::CommPtr> shadows_;  // folded runs: the folded devices' copies of this actor's transfers
   s4u::ExecPtr async_compute_;  // kComputeAsync's compute, until kComputeJoin
   double async_end_s_ = 0;
   double deferred_s_ = 0;  // compute and analytic TP time not yet slept (Defer)
@@ -528,14 +686,23 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
                        const ProgressHook& progress) {
   EngineResult result;
   result.devices.resize(programs.devices.size());
-  Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {},
+  Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}, {}, {},
                 &progress, 0, CountOperations(programs), std::chrono::steady_clock::now()};
   shared.counters.resize(programs.devices.size());
+  const bool folded = programs.folded;
+  auto played = [&](size_t slot) { return !folded || programs.fold.rep[slot] == slot; };
+  shared.group_played.resize(programs.groups.size());
+  for (size_t g = 0; g < programs.groups.size(); ++g) {
+    uint32_t k = 0;
+    for (uint32_t d : programs.groups[g]) k += played(programs.device_slot[d]) ? 1 : 0;
+    shared.group_played[g] = k;
+  }
   for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
     shared.ready.push_back(s4u::Semaphore::create(0));
     shared.done.push_back(s4u::Semaphore::create(0));
   }
   for (uint32_t slot = 0; slot < programs.devices.size(); ++slot) {
+    if (!played(slot)) continue;
     s4u::Host* host = platform.gpus[programs.devices[slot]];
     s4u::Actor::create("d" + std::to_string(programs.devices[slot]), host,
                        [&shared, slot] { Runner(&shared, slot, false).Run(); });
@@ -545,6 +712,11 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
     }
   }
   s4u::Engine::get_instance()->run();
+  if (folded) {
+    for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
+      if (!played(slot)) result.devices[slot] = result.devices[programs.fold.rep[slot]];
+    }
+  }
   for (const auto& d : result.devices) result.iteration_s = std::max(result.iteration_s, d.end_s);
   return result;
 }

@@ -172,6 +172,116 @@ void Jitter(Programs& out, double cv, uint64_t seed) {
   }
 }
 
+// Whether two lowered operations are the same work, apart from the devices they name (peer, group, rank).
+bool SameWork(const models::Op& a, const models::Op& b) {
+  return a.kind == b.kind && a.category == b.category && a.collective == b.collective && a.algorithm == b.algorithm &&
+         a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass &&
+         a.micro_batch == b.micro_batch && a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
+         a.calls == b.calls && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
+         a.seq_begin == b.seq_begin && a.seq_end == b.seq_end && a.bytes == b.bytes && a.flops == b.flops &&
+         a.params == b.params;
+}
+
+// Fills out->fold when the lowering's ranks fold (FoldMap); otherwise returns why not. The representative
+// of a slot is the first device of its stage in pipeline 0.
+std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx, Programs* out) {
+  if (lw.cpu_staged || !out->staged_groups.empty()) return "CPU-staged transfers";
+  const size_t n = lw.ranks.size();
+  std::unordered_map<uint64_t, uint32_t> first;  // (pipeline, stage) -> first slot
+  std::unordered_map<uint64_t, uint32_t> count;  // (pipeline, stage) -> devices
+  auto key = [](uint32_t p, uint32_t s) { return (uint64_t{p} << 32) | s; };
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto k = key(lw.ranks[i].pipeline, lw.ranks[i].stage);
+    first.emplace(k, i);
+    ++count[k];
+  }
+  FoldMap fold;
+  fold.rep.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto& r = lw.ranks[i];
+    auto it = first.find(key(0, r.stage));
+    if (it == first.end()) return "pipeline 0 has no stage " + std::to_string(r.stage);
+    if (count[key(r.pipeline, r.stage)] != count[it->first]) return "stages of different widths";
+    fold.rep[i] = it->second;
+  }
+  const auto slot_of = [&](uint32_t device) { return out->device_slot[device]; };
+  std::vector<uint32_t> folded_onto(out->groups.size(), models::kNone);  // group -> the played group it folds onto
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t rep = fold.rep[i];
+    const auto& a = lw.ranks[rep];
+    const auto& b = lw.ranks[i];
+    if (ctx.cluster.device(a.device).gpu != ctx.cluster.device(b.device).gpu) return "different GPU types";
+    if (a.tp != b.tp || a.layer_begin != b.layer_begin || a.layer_end != b.layer_end ||
+        a.shard_rank != b.shard_rank || a.ops.size() != b.ops.size() || a.dp_stream.size() != b.dp_stream.size()) {
+      return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " do different work";
+    }
+    for (const bool dp : {false, true}) {
+      const auto& xs = dp ? a.dp_stream : a.ops;
+      const auto& ys = dp ? b.dp_stream : b.ops;
+      for (size_t k = 0; k < xs.size(); ++k) {
+        const models::Op& x = xs[k];
+        const models::Op& y = ys[k];
+        if (!SameWork(x, y)) {
+          return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " differ at operation " +
+                 std::to_string(k);
+        }
+        switch (x.kind) {
+          case models::OpKind::kPostRecv: return "early receives (context parallelism)";
+          case models::OpKind::kSend:
+          case models::OpKind::kRecv: {
+            // The representative talks to a representative, and the copy to a device that folds onto it.
+            if (fold.rep[slot_of(x.peer)] != slot_of(x.peer) || fold.rep[slot_of(y.peer)] != slot_of(x.peer)) {
+              return "point-to-point peers that do not fold";
+            }
+            if (x.kind == models::OpKind::kSend && i != rep) {
+              auto& copies = fold.send_copies[StreamKey(a.device, x.peer, x.channel)];
+              if (copies.empty() || copies.back() != std::make_pair(b.device, y.peer)) {
+                bool seen = false;
+                for (const auto& c : copies) seen |= c == std::make_pair(b.device, y.peer);
+                if (!seen) copies.emplace_back(b.device, y.peer);
+              }
+            }
+            break;
+          }
+          case models::OpKind::kCollective: {
+            if (x.collective != CollectiveKind::kAllReduce && x.collective != CollectiveKind::kReduceScatter &&
+                x.collective != CollectiveKind::kAllGather) {
+              return std::string(models::CollectiveName(x.collective)) + " collectives";
+            }
+            if (x.algorithm == Algorithm::kTree) return "tree collectives";
+            const auto& gx = out->groups[x.group];
+            const auto& gy = out->groups[y.group];
+            if (gx.size() != gy.size()) return "collective groups of different sizes";
+            if (folded_onto[y.group] != models::kNone && folded_onto[y.group] != x.group) {
+              return "a collective group folds onto two groups";
+            }
+            folded_onto[y.group] = x.group;
+            // Every member of both groups folds onto this representative: one played member per group.
+            for (const auto* g : {&gx, &gy}) {
+              for (uint32_t d : *g) {
+                if (fold.rep[slot_of(d)] != rep) return "collective groups spanning stages";
+              }
+            }
+            break;
+          }
+          default: break;
+        }
+      }
+    }
+  }
+  fold.family.resize(out->groups.size());
+  for (uint32_t g = 0; g < out->groups.size(); ++g) {
+    if (folded_onto[g] == g) fold.family[g].insert(fold.family[g].begin(), g);
+  }
+  for (uint32_t g = 0; g < out->groups.size(); ++g) {
+    if (folded_onto[g] != models::kNone && folded_onto[g] != g) fold.family[folded_onto[g]].push_back(g);
+  }
+  for (uint32_t i = 0; i < n; ++i) fold.played += fold.rep[i] == i ? 1 : 0;
+  if (fold.played == n) return "no two devices do the same work";
+  out->fold = std::move(fold);
+  return "";
+}
+
 }  // namespace
 
 Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
@@ -191,6 +301,16 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   out.device_slot = std::move(lowering.device_slot);
   out.groups = std::move(lowering.groups);
   const bool separate_recompute = lowering.separate_recompute;
+  if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull) {
+    if (options.compute_jitter_cv > 0) {
+      out.fold_note = "compute jitter";
+    } else {
+      out.fold_note = FoldRanks(lowering, ctx, &out);
+      out.folded = out.fold_note.empty();
+    }
+  } else {
+    out.fold_note = options.fold ? "full fidelity" : "folding off";
+  }
   out.programs.resize(out.devices.size());
   std::unordered_map<const models::GpuSpec*, GpuCosts> gpu_costs;
   for (size_t i = 0; i < out.devices.size(); ++i) {
@@ -198,6 +318,11 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
     DeviceProgram& prog = out.programs[i];
     prog.pipeline = r.pipeline;
     prog.stage = r.stage;
+    if (out.folded && out.fold.rep[i] != i) {  // played by its representative: not costed
+      std::vector<models::Op>().swap(r.ops);
+      std::vector<models::Op>().swap(r.dp_stream);
+      continue;
+    }
     const auto& gpu = *ctx.cluster.device(r.device).gpu;
     auto costs = gpu_costs.find(&gpu);
     if (costs == gpu_costs.end()) costs = gpu_costs.emplace(&gpu, GpuCosts(gpu, cost)).first;

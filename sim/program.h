@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "models/cost.h"
@@ -81,6 +83,31 @@ struct DeviceProgram {
   uint32_t stage = 0;
 };
 
+// The key of the ordered message stream from device `src` to device `dst` on `channel` (p2p channels
+// 0..7, collective group g on channel 8 + g); also the engine's mailbox key.
+inline uint64_t StreamKey(uint32_t src, uint32_t dst, uint32_t channel) {
+  return (uint64_t{src} << 42) | (uint64_t{dst} << 20) | channel;
+}
+
+// Folding identical work (docs/simulator.md, "Folding"). When every pipeline (DP replica) plays the same
+// operations as pipeline 0 and every device of a stage the same as the stage's first device (the same
+// compute times, bytes, micro-batches and schedule; peers and groups in the same places), only one device
+// per stage of pipeline 0 — its representative — is played, and the others take its trace. Its transfers
+// still load the links the folded devices would load: a collective plays the flows of every member of its
+// group and of the folded groups whose flows share a link with them (a node's shared NIC, rail striping,
+// an oversubscribed uplink); a pipeline send adds the folded devices' copies that share a link with its
+// route. Plans that are not symmetric in this sense (heterogeneous pipelines, mixed TP, uneven splits,
+// compute jitter, CPU staging, trees, broadcasts, all-to-alls, context parallelism) are played in full.
+struct FoldMap {
+  std::vector<uint32_t> rep;                   // per slot: the slot whose program stands for it (itself: played)
+  std::vector<std::vector<uint32_t>> family;   // per group with a played member: the groups folded onto it
+                                               // (itself first); empty for the others
+  // Per played send stream (StreamKey of the representatives' devices): the folded devices' copies of it,
+  // as (sender device, receiver device).
+  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> send_copies;
+  uint32_t played = 0;                         // representatives
+};
+
 struct Programs {
   std::vector<uint32_t> devices;               // devices the plan uses, in plan order
   std::vector<DeviceProgram> programs;         // parallel to `devices`
@@ -94,6 +121,11 @@ struct Programs {
   std::vector<uint8_t> staged_groups;
   std::vector<uint32_t> node_group;
   uint32_t num_groups = 0;
+  // Set when the ranks were folded (ProgramOptions::fold and a symmetric plan): the folded slots' programs
+  // are empty and the engine copies their representative's trace. `fold_note` says why a plan did not fold.
+  bool folded = false;
+  FoldMap fold;
+  std::string fold_note;
   bool StagedBetween(uint32_t node_a, uint32_t node_b) const {
     if (node_a == node_b) return false;
     if (cpu_staged) return true;
@@ -108,6 +140,9 @@ struct ProgramOptions {
   // variation (kernel-time variability), drawn from a generator seeded with (seed, device).
   double compute_jitter_cv = 0;
   uint64_t seed = 1;
+  // Fold identical ranks (see FoldMap) when the plan allows it. Never at CollectiveDetail::kFull, which
+  // stays the unfolded reference.
+  bool fold = false;
 };
 
 // TP communication overlap (comm.tp_overlap), as Transformer Engine's userbuffers pipeline it: a pass's

@@ -386,7 +386,7 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             models::ComputeCost cost(ctx.model, ctx.training, options.profiles, options.compute);
                             auto programs = BuildPrograms(plan, ctx, cost,
                                                           ProgramOptions{options.fidelity, options.compute_jitter_cv,
-                                                                         options.seed});
+                                                                         options.seed, options.fold});
                             if (!programs.ok()) return std::string(1, '\1') + programs.status().message();
                             SendProgress(SimProgress::kBuilt, 0, CountOperations(*programs), 0);
                             auto engine = MakeEngine();
@@ -399,6 +399,11 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             PutPod(out, static_cast<uint64_t>(rep.size()));
                             out += rep;
                             PutTraces(out, er);
+                            const uint32_t played = programs->folded ? programs->fold.played
+                                                                     : static_cast<uint32_t>(programs->devices.size());
+                            PutPod(out, played);
+                            PutPod(out, static_cast<uint64_t>(programs->fold_note.size()));
+                            out += programs->fold_note;
                             return out;
                           }, relay));
   Reader rd(payload);
@@ -406,7 +411,9 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
   std::string bytes;
   SimResult res;
   EngineResult er;
-  if (!rd.Pod(&n) || !rd.Bytes(n, &bytes) || !res.report.ParseFromString(bytes) || !GetTraces(rd, &er)) {
+  uint64_t note = 0;
+  if (!rd.Pod(&n) || !rd.Bytes(n, &bytes) || !res.report.ParseFromString(bytes) || !GetTraces(rd, &er) ||
+      !rd.Pod(&res.played_devices) || !rd.Pod(&note) || !rd.Bytes(note, &res.fold_note)) {
     return Status::Internal("simulator: malformed result from the simulation process");
   }
   for (auto& d : er.devices) res.timeline.push_back(std::move(d.slices));

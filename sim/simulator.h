@@ -41,12 +41,19 @@ struct SimOptions {
   // Progress of one simulation: called from the calling thread while it waits for the simulation process.
   std::function<void(const SimProgress&)> progress;
   double progress_interval_s = 5;
+  // Fold identical ranks (sim/program.h, FoldMap; docs/simulator.md "Folding"): symmetric plans play one
+  // device per stage at fast and balanced fidelity. Full fidelity never folds; false plays every device
+  // (`hetsim simulate --no-fold`), the reference the folding error is measured against.
+  bool fold = true;
 };
 
 struct SimResult {
   proto::IterationReport report;
   // Per device (parallel to report.devices()), when SimOptions::record_timeline.
   std::vector<std::vector<Slice>> timeline;
+  // Devices played by an actor: all of them unless the plan was folded; `fold_note` says why it was not.
+  uint32_t played_devices = 0;
+  std::string fold_note;
 };
 
 // Simulates one iteration. The plan must pass ValidatePlanStructure; devices that run out of memory

@@ -123,6 +123,7 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   sim::SimOptions opt;
   opt.fidelity = *fid;
   opt.record_timeline = vm.count("timeline-out") > 0;
+  opt.fold = vm.count("no-fold") == 0;
   opt.profiles = &*profiles;
   opt.compute.calibration = calibration;
   opt.progress = [&err](const sim::SimProgress& p) {
@@ -215,6 +216,8 @@ std::vector<Command> SimCommands() {
                  ("planner-options", po::value<std::string>(), "the planner's options (YAML file)")
                  ("fidelity", po::value<std::string>()->default_value("balanced"),
                              "fast | balanced | full (docs/simulator.md)")
+                 ("no-fold", "play every device even when pipelines and TP ranks are identical (docs/simulator.md, "
+                             "\"Folding\")")
                  ("profile", po::value<std::vector<std::string>>()->composing(),
                   "measured layer profile (bundled name or path); repeatable")
                  ("calibration", po::value<std::string>()->default_value("default"),
