@@ -4,6 +4,7 @@
 #include "planners/exhaustive/exhaustive.h"
 #include "planners/galvatron/galvatron.h"
 #include "planners/hethub/hethub.h"
+#include "planners/hetu/hetu.h"
 #include "planners/hexiscale/hexiscale.h"
 #include "planners/megatron/megatron.h"
 #include "planners/metis/metis.h"
@@ -42,6 +43,10 @@ const std::vector<PlannerInfo>& Planners() {
        "non-uniform PP over GPU types, uniform DP and TP, DFS under load-balance/bottleneck/stage-order rules, "
        "CPU-staged communicator across vendors (HetHub)",
        hethub::NewPlanner},
+      {"hetu",
+       "HSPMD strategies: per-type TP groups, pipelines of uneven length, layers and micro-batch counts, "
+       "SplitAllReduce across pipelines (Hetu v2)",
+       hetu::NewPlanner},
   };
   return planners;
 }

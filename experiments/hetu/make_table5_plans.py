@@ -3,7 +3,7 @@
 
 Table 5 lists, per pipeline, the number and size of its micro-batches and its tensor-parallel groups in
 stage order, each with its ranks (R) and transformer layers (L); ranks 0-15 are the H800s and 16-47 the
-H20s, as in the hetu-h800x16-h20x* clusters (H800 nodes first). ZeRO-1 everywhere (§A.2). hetsim numbers
+H20s, as in the hetu-h800x16-h20x* clusters (H800 nodes first). ZeRO-1 everywhere (§A.2); sequence parallelism in the TP groups (§8: TP by AG and RS). hetsim numbers
 a plan's layers with the embedding as 0 and the head after the last block, so blocks Lx-Ly become layers
 x+1 .. y+1, the first stage also holding the embedding and the last the head.
 
@@ -40,7 +40,9 @@ def main():
         lines = ["# Hetu v2 (papers/003) Appendix A.2, Table 5: %s. Written by make_table5_plans.py." % name,
                  "kind: plan", "name: hetu-table5-" + name, "cluster: " + cluster, "model: " + model,
                  "training: {global_batch_size: 64, seq_len: 4096}  # §7: context 4K, global batch 64",
-                 "zero_stage: 1", "pipelines:"]
+                 "zero_stage: 1",
+                 "sequence_parallel: true  # §8: Hetu's TP runs its activations through all-gather and reduce-scatter",
+                 "pipelines:"]
         for mbs, size, stages in pipes:
             lines += ["  - micro_batch_size: %d" % size, "    num_micro_batches: %d" % mbs, "    stages:"]
             for i, (r0, r1, l0, l1) in enumerate(stages):

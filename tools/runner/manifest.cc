@@ -233,25 +233,6 @@ Result<Manifest> LoadManifest(const std::string& path) {
     m.planners.push_back(std::move(choice));
   }
   if (e.planners_size() == 0) errors.Add(at + "planners: the list is empty; name at least one planner (`hetsim list planners`)");
-  // A fixed plan must name devices every cluster of the manifest has.
-  for (size_t i = 0; i < m.planners.size(); ++i) {
-    if (!m.planners[i].plan) continue;
-    uint32_t top = 0;
-    for (const auto& pl : m.planners[i].plan->pipelines()) {
-      for (const auto& st : pl.stages()) {
-        for (uint32_t d : st.devices()) top = std::max(top, d + 1);
-      }
-    }
-    for (size_t c = 0; c < cluster_gpus.size(); ++c) {
-      if (top > cluster_gpus[c]) {
-        errors.Add(at + "planners (" + m.planners[i].label + "): the plan uses device " + std::to_string(top - 1) +
-                   ", but cluster " + m.cluster_names[c] + " has " + std::to_string(cluster_gpus[c]) +
-                   " GPUs (0.." + std::to_string(cluster_gpus[c] - 1) +
-                   "); plan for that cluster or drop it from `clusters`");
-      }
-    }
-  }
-
   // Simulation settings.
   m.fidelity_name = e.simulation().fidelity().empty() ? "balanced" : e.simulation().fidelity();
   auto fid = sim::ParseFidelity(m.fidelity_name);
@@ -504,6 +485,27 @@ Result<Manifest> LoadManifest(const std::string& path) {
     }
     if (dims.empty()) done = true;
   }
+  // A fixed plan must name devices the clusters it is paired with have (every cluster, unless a zipped sweep
+  // pairs plans with clusters).
+  std::vector<uint32_t> plan_top(m.planners.size(), 0);
+  for (size_t i = 0; i < m.planners.size(); ++i) {
+    if (!m.planners[i].plan) continue;
+    for (const auto& pl : m.planners[i].plan->pipelines()) {
+      for (const auto& st : pl.stages()) {
+        for (uint32_t d : st.devices()) plan_top[i] = std::max(plan_top[i], d + 1);
+      }
+    }
+  }
+  std::set<std::pair<uint32_t, uint32_t>> checked;
+  for (const auto& p : m.points) {
+    const uint32_t i = p.planner, c = p.cluster;
+    if (!m.planners[i].plan || !checked.emplace(i, c).second || plan_top[i] <= cluster_gpus[c]) continue;
+    errors.Add(at + "planners (" + m.planners[i].label + "): the plan uses device " + std::to_string(plan_top[i] - 1) +
+               ", but cluster " + m.cluster_names[c] + " has " + std::to_string(cluster_gpus[c]) + " GPUs (0.." +
+               std::to_string(cluster_gpus[c] - 1) + "); plan for that cluster, drop it from `clusters`, or zip the " +
+               "`planner` and `cluster` axes in `sweep`");
+  }
+  if (!errors.empty()) return errors.ToStatus();
   return m;
 }
 
