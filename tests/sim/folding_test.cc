@@ -1,0 +1,144 @@
+// Folding identical ranks (sim/program.h, FoldMap): a symmetric plan played with one actor per stage must
+// give the iteration of the plan played device by device, also where the folded devices share links with
+// the played ones (a NIC shared by a node's GPUs); a plan whose pipelines differ must not fold.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "sim/simulator.h"
+#include "tests/common/specs.h"
+
+namespace hetsim::sim {
+namespace {
+
+using testing_util::ClusterFrom;
+using testing_util::PlanFrom;
+
+// `nodes` nodes of two H100s behind one shared 100 Gb/s NIC each: every transfer between nodes of the two
+// GPUs of a node competes for the same NIC, so a folded run that dropped the folded GPU's traffic would
+// move its pipeline sends and gradient rings twice as fast.
+models::Cluster SharedNicCluster(uint32_t nodes) {
+  return ClusterFrom("name: shared-nic\nnodes:\n  - name: n\n    count: " + std::to_string(nodes) +
+                     "\n    gpus: {type: h100, count: 2}\n    nic: {kind: roce, bandwidth_gbps: 100, count: 1}\n");
+}
+
+// DP `dp` × PP 2 × TP 2 of llama-tiny (layers 0-6): pipeline p's stage s on node s·dp + p (so a stage's
+// DP ring crosses dp nodes and each pipeline send crosses two), 4 micro-batches of 2 sequences.
+std::string SymmetricPlan(uint32_t dp, const std::string& extra = "") {
+  std::string y = "name: sym\nschedule: 1f1b\n" + extra + "pipelines:\n";
+  for (uint32_t p = 0; p < dp; ++p) {
+    y += "  - micro_batch_size: 2\n    num_micro_batches: 4\n    stages:\n";
+    for (uint32_t s = 0; s < 2; ++s) {
+      const uint32_t node = s * dp + p;
+      y += "      - {devices: [" + std::to_string(2 * node) + ", " + std::to_string(2 * node + 1) +
+           "], tp_degree: 2, layer_begin: " + std::to_string(3 * s) + ", layer_end: " + std::to_string(3 * s + 3) + "}\n";
+    }
+  }
+  return y;
+}
+
+struct Outcome {
+  double iteration_s = -1;
+  uint32_t played = 0;
+  std::string note;
+  proto::IterationReport report;
+};
+
+Outcome Simulate(const models::Cluster& cluster, const proto::Plan& plan, Fidelity fid, bool fold) {
+  auto model = models::LoadModel("llama-tiny");
+  EXPECT_TRUE(model.ok());
+  uint32_t batch = 0;
+  for (const auto& p : plan.pipelines()) batch += p.micro_batch_size() * p.num_micro_batches();
+  proto::Training t;
+  t.set_global_batch_size(batch);
+  t.set_seq_len(256);  // llama-tiny's longest
+  auto tr = models::ResolveTraining(t, *model, "t");
+  EXPECT_TRUE(tr.ok());
+  models::PlanContext ctx{cluster, *model, *tr};
+  const Status v = models::ValidatePlanStructure(plan, ctx, "plan");
+  EXPECT_TRUE(v.ok()) << v.message();
+  SimOptions opt;
+  opt.fidelity = fid;
+  opt.fold = fold;
+  auto r = SimulateIteration(plan, ctx, opt);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (!r.ok()) return {};
+  return {r->report.iteration_time_s(), r->played_devices, r->fold_note, r->report};
+}
+
+// The folded run plays the same flows on the same links as the full one when every replica arrives at its
+// collectives and sends at the same time, so it must agree to rounding, not to a tolerance.
+void ExpectFoldedEqualsUnfolded(uint32_t dp, const std::string& extra, Fidelity fid) {
+  const auto cluster = SharedNicCluster(2 * dp);
+  const auto plan = PlanFrom(SymmetricPlan(dp, extra));
+  const Outcome full = Simulate(cluster, plan, fid, false);
+  const Outcome folded = Simulate(cluster, plan, fid, true);
+  EXPECT_EQ(full.played, 4 * dp);
+  EXPECT_EQ(folded.played, 2u) << folded.note;  // one device per stage
+  ASSERT_GT(full.iteration_s, 0);
+  EXPECT_NEAR(folded.iteration_s, full.iteration_s, 1e-9 * full.iteration_s) << "dp " << dp;
+  ASSERT_EQ(folded.report.devices_size(), full.report.devices_size());
+  // The representatives' own accounting is the unfolded one's: same compute, same TP/PP/DP time.
+  for (int d : {0, 2 * static_cast<int>(dp)}) {  // the first device of stage 0 and of stage 1 (pipeline 0)
+    const auto& a = full.report.devices(d);
+    const auto& b = folded.report.devices(d);
+    EXPECT_NEAR(b.compute_s(), a.compute_s(), 1e-12);
+    EXPECT_NEAR(b.pp_communication_s(), a.pp_communication_s(), 1e-9 * full.iteration_s);
+    EXPECT_NEAR(b.dp_communication_s(), a.dp_communication_s(), 1e-9 * full.iteration_s);
+  }
+}
+
+TEST(Folding, SymmetricPlansFoldToTheUnfoldedIterationThroughASharedNic) {
+  for (uint32_t dp : {2u, 3u, 4u}) {
+    ExpectFoldedEqualsUnfolded(dp, "", Fidelity::Balanced());
+    ExpectFoldedEqualsUnfolded(dp, "", Fidelity::Fast());
+  }
+}
+
+TEST(Folding, SharedNicTrafficOfFoldedDevicesIsStillCharged) {
+  // Without the folded GPU's copies the played GPU would have each node's NIC to itself. Derivation: the
+  // gradient ring of stage s over dp = 2 nodes moves 2(n−1)/n·S = S per member through its node's NIC,
+  // and the two rings of a node (TP ranks 0 and 1) share it, so the sync takes 2·S/B instead of S/B. The
+  // same plan on nodes with a NIC per GPU moves the bytes in half the time. The calls' fixed costs α and
+  // the link latencies do not double, so the ratio of the whole DP time lies below 2 — but far above the
+  // 1.0 of a fold that dropped the folded GPU's ring.
+  const auto plan = PlanFrom(SymmetricPlan(2));
+  const Outcome shared = Simulate(SharedNicCluster(4), plan, Fidelity::Balanced(), true);
+  const Outcome own = Simulate(ClusterFrom("name: own-nic\nnodes:\n  - name: n\n    count: 4\n    gpus: {type: h100, count: 2}\n"
+                                       "    nic: {kind: roce, bandwidth_gbps: 100, attachment: per_gpu}\n"),
+                           plan, Fidelity::Balanced(), true);
+  ASSERT_EQ(shared.played, 2u);
+  ASSERT_EQ(own.played, 2u);
+  const double dp_shared = shared.report.devices(0).dp_communication_s();
+  const double dp_own = own.report.devices(0).dp_communication_s();
+  ASSERT_GT(dp_own, 0);
+  EXPECT_GT(dp_shared / dp_own, 1.5);
+  EXPECT_LE(dp_shared / dp_own, 2.0 + 1e-9);
+}
+
+TEST(Folding, HeterogeneousPipelinesAreNotFolded) {
+  // Pipeline 1 splits the layers 2 + 4 where pipeline 0 splits them 3 + 3: the replicas differ, so every
+  // device is played.
+  std::string y = SymmetricPlan(1);
+  y += "  - micro_batch_size: 2\n    num_micro_batches: 4\n    stages:\n"
+       "      - {devices: [4, 5], tp_degree: 2, layer_begin: 0, layer_end: 2}\n"
+       "      - {devices: [6, 7], tp_degree: 2, layer_begin: 2, layer_end: 6}\n";
+  const auto plan = PlanFrom(y);
+  const auto cluster = SharedNicCluster(4);
+  const Outcome folded = Simulate(cluster, plan, Fidelity::Balanced(), true);
+  const Outcome full = Simulate(cluster, plan, Fidelity::Balanced(), false);
+  EXPECT_EQ(folded.played, 8u);
+  EXPECT_FALSE(folded.note.empty());
+  EXPECT_DOUBLE_EQ(folded.iteration_s, full.iteration_s);
+}
+
+TEST(Folding, FullFidelityNeverFolds) {
+  const Outcome r = Simulate(SharedNicCluster(4), PlanFrom(SymmetricPlan(2)), Fidelity::Full(), true);
+  EXPECT_EQ(r.played, 8u);
+  EXPECT_EQ(r.note, "full fidelity");
+}
+
+}  // namespace
+}  // namespace hetsim::sim
