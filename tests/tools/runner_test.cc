@@ -121,6 +121,25 @@ TEST(Manifest, UnknownPlannerAndBadOptionsAreNamed) {
   EXPECT_NE(o.status().message().find("no_such_knob"), std::string::npos) << o.status().message();
 }
 
+// A fixed plan is checked against the clusters its points run on: every cluster when nothing pairs them, only
+// its partner when a zipped sweep pairs planners with clusters (experiments/hetu/paper_strategies.yaml). The
+// case-study plan uses devices up to 7 and cpu-4 has 4 GPUs.
+TEST(Manifest, FixedPlansAreCheckedAgainstTheirPairedClustersOnly) {
+  const std::string plans = std::string(HETSIM_SOURCE_DIR) + "/models/catalog/plans/";
+  const std::string head = "kind: experiment\nname: pairs\nclusters: [hexiscale-case-study, cpu-4]\nmodels: [llama-tiny]\n"
+                           "planners:\n  - {name: plan, label: big, plan: " + plans + "case-study-asymmetric.yaml}\n"
+                           "  - {name: plan, label: small, plan: " + plans + "cpu-4-tp2.yaml}\n";
+  auto crossed = LoadManifest(Write("crossed.yaml", head));
+  ASSERT_FALSE(crossed.ok());
+  EXPECT_NE(crossed.status().message().find("planners (big): the plan uses device 7, but cluster cpu-4 has 4 GPUs"),
+            std::string::npos) << crossed.status().message();
+  EXPECT_NE(crossed.status().message().find("zip"), std::string::npos) << "the fix names the zipped sweep";
+  auto zipped = LoadManifest(Write("zipped.yaml", head + "sweep:\n  - {name: cluster, zip: p, values: [hexiscale-case-study, cpu-4]}\n"
+                                                         "  - {name: planner, zip: p, values: [big, small]}\n"));
+  ASSERT_TRUE(zipped.ok()) << zipped.status().message();
+  EXPECT_EQ(zipped->points.size(), 2u);
+}
+
 TEST(Manifest, ReplayPoliciesAreAnImplicitAxis) {
   // Two policies × two intervals × two repeats = 8 points; the axes reach the point's replay settings.
   auto m = LoadManifest(Write("replay.yaml", std::string(kBase) +
