@@ -3,8 +3,9 @@
 // Llama-2-70B at >= 8 stages and >= 32 micro-batches in <= 1 s; Llama-3 405B on 16,384 H100s in <= 60 s
 // and <= 4 GiB; the error of the faster fidelity levels against full detail at 1,024 GPUs; the largest
 // configuration of Megatron-LM SC'21 Table 1 (1T parameters on 3,072 A100s, interleaved) and Llama 3 405B on
-// 16,384 GPUs interleaved in <= 10 s each at the default fidelity. Those two run only when FILTER names
-// them (`bench_sim sim.megatron1t`, `bench_sim interleaved`): today they take minutes (docs/simulator.md).
+// 16,384 GPUs interleaved in <= 10 s each at the default fidelity, with the error against the unfolded run
+// (docs/simulator.md, "Folding"). The large cases run only when FILTER names them (`bench_sim
+// sim.megatron`, `bench_sim interleaved`); `bench_sim FILTER --nofold` adds the unfolded references.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -44,13 +45,15 @@ proto::Plan UniformPlan(const models::TransformerModel& m, uint32_t tp, uint32_t
   return plan;
 }
 
-// The 1T-parameter GPT of Narayanan et al., SC'21 (Megatron-LM), Table 1: 128 layers, hidden 25,600, 160
-// heads, sequence 2,048, batch 3,072; GPT-3's vocabulary and layout otherwise.
-models::TransformerModel Gpt1T() {
+// A GPT of Narayanan et al., SC'21 (Megatron-LM), Table 1 (e.g. 1T parameters: 128 layers, hidden 25,600,
+// 160 heads), sequence 2,048, FFN 4·hidden; GPT-3's vocabulary and layout otherwise.
+models::TransformerModel Gpt(const std::string& name, uint32_t layers, uint32_t hidden, uint32_t heads) {
   proto::Model m;
   const std::string yaml =
-      "kind: model\nname: gpt-1t\nnum_layers: 128\nhidden_size: 25600\nffn_hidden_size: 102400\n"
-      "num_attention_heads: 160\nnum_kv_heads: 160\nvocab_size: 51200\nmax_seq_len: 2048\nmlp: gelu\n"
+      "kind: model\nname: " + name + "\nnum_layers: " + std::to_string(layers) + "\nhidden_size: " +
+      std::to_string(hidden) + "\nffn_hidden_size: " + std::to_string(4 * hidden) + "\nnum_attention_heads: " +
+      std::to_string(heads) + "\nnum_kv_heads: " + std::to_string(heads) +
+      "\nvocab_size: 51200\nmax_seq_len: 2048\nmlp: gelu\n"
       "norm: layernorm\nposition: learned\ntied_embeddings: true\nlinear_bias: true\n";
   Status s = models::ParseYaml(yaml, "bench-model", &m);
   if (!s.ok()) std::fprintf(stderr, "%s\n", s.message().c_str());
@@ -84,10 +87,11 @@ models::Cluster H100Cluster(uint32_t nodes, uint32_t nodes_per_pod, double overs
 struct Outcome {
   double wall_s = 0;
   double iteration_s = 0;
+  uint32_t played = 0;  // devices played by an actor (fewer than the plan's when folded)
 };
 
 Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const models::TransformerModel& model,
-            uint32_t seq_len, sim::Fidelity fid) {
+            uint32_t seq_len, sim::Fidelity fid, bool fold = true) {
   proto::Training t;
   uint32_t batch = 0;
   for (const auto& p : plan.pipelines()) batch += p.micro_batch_size() * p.num_micro_batches();
@@ -103,6 +107,7 @@ Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const model
   }
   sim::SimOptions opt;
   opt.fidelity = fid;
+  opt.fold = fold;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = sim::SimulateIteration(plan, ctx, opt);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -110,7 +115,7 @@ Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const model
     std::fprintf(stderr, "%s\n", r.status().message().c_str());
     return {};
   }
-  return {wall, r->report.iteration_time_s()};
+  return {wall, r->report.iteration_time_s(), r->played_devices};
 }
 
 double ChildPeakGib() {
@@ -121,6 +126,14 @@ double ChildPeakGib() {
 
 void Line(const std::string& name, double v, const char* unit) { std::printf("%s %.6g %s\n", name.c_str(), v, unit); }
 
+// wall, iteration and played devices of one run, and its error against a reference iteration (if any).
+void Lines(const std::string& name, const Outcome& o, double reference_s = 0) {
+  Line(name + ".wall", o.wall_s, "s");
+  Line(name + ".iteration", o.iteration_s, "s");
+  Line(name + ".played_devices", o.played, "devices");
+  if (reference_s > 0) Line(name + ".error_vs_unfolded", 100 * (o.iteration_s - reference_s) / reference_s, "%");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,6 +141,8 @@ int main(int argc, char** argv) {
   auto want = [&](const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; };
   // Cases that take minutes: only when the filter names them.
   auto named = [&](const std::string& name) { return !filter.empty() && name.find(filter) != std::string::npos; };
+  // `bench_sim FILTER --nofold`: the large cases also run unfolded, as the reference of the folding error.
+  const bool nofold = argc > 2 && std::string(argv[2]) == "--nofold";
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   if (want("sim.hexiscale240")) {
@@ -172,9 +187,14 @@ int main(int argc, char** argv) {
     auto model = std::move(models::LoadModel("llama3-405b")).value();
     const auto plan = UniformPlan(model, 8, 16, 128, 1, 16, 1);
     const Outcome o = Run(plan, cluster, model, 8192, sim::Fidelity::Fast());
-    Line("sim.llama3-16384.llama3-405b.tp8pp16dp128.fast.wall", o.wall_s, "s");
-    Line("sim.llama3-16384.llama3-405b.tp8pp16dp128.fast.iteration", o.iteration_s, "s");
+    Lines("sim.llama3-16384.llama3-405b.tp8pp16dp128.fast", o);
     Line("sim.llama3-16384.peak_memory", ChildPeakGib(), "GiB");
+    if (nofold) {
+      const Outcome b = Run(plan, cluster, model, 8192, *sim::ParseFidelity("balanced"));
+      const Outcome u = Run(plan, cluster, model, 8192, *sim::ParseFidelity("balanced"), false);
+      Lines("sim.llama3-16384.llama3-405b.tp8pp16dp128.balanced", b, u.iteration_s);
+      Lines("sim.llama3-16384.llama3-405b.tp8pp16dp128.balanced.nofold", u);
+    }
   }
   if (named("sim.llama3-16384-interleaved")) {
     // The same layout with Megatron-LM's interleaved schedule (4 virtual stages, as
@@ -186,22 +206,49 @@ int main(int argc, char** argv) {
     plan.set_virtual_stages(4);
     for (const char* level : {"balanced", "fast"}) {
       const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
-      Line(std::string("sim.llama3-16384-interleaved.llama3-405b.tp8pp16dp128.v4.") + level + ".wall", o.wall_s, "s");
-      Line(std::string("sim.llama3-16384-interleaved.llama3-405b.tp8pp16dp128.v4.") + level + ".iteration",
-           o.iteration_s, "s");
+      const std::string name = std::string("sim.llama3-16384-interleaved.llama3-405b.tp8pp16dp128.v4.") + level;
+      if (nofold) {
+        const Outcome u = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level), false);
+        Lines(name, o, u.iteration_s);
+        Lines(name + ".nofold", u);
+      } else {
+        Lines(name, o);
+      }
     }
   }
-  if (named("sim.megatron1t")) {
-    // SC'21 Table 1, last row: TP 8, PP 64, DP 6, micro-batch 1, so 512 micro-batches per pipeline; the
-    // interleaved schedule with 2 virtual stages per device (one block per chunk).
-    const auto cluster = A100Cluster(384);
-    const auto model = Gpt1T();
-    auto plan = UniformPlan(model, 8, 64, 6, 1, 512, 1);
-    plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
-    plan.set_virtual_stages(2);
+  // Megatron-LM SC'21 Table 1 (A100s, TP 8, micro-batch 1, batch and GPUs as published; the interleaved
+  // schedule with 2 virtual stages where a stage's blocks split evenly, else 1F1B), balanced fidelity.
+  struct Row {
+    const char* name;
+    uint32_t layers, hidden, heads, pp, gpus, batch;
+  };
+  const Row rows[] = {{"gpt-39b", 48, 8192, 64, 2, 512, 1536},       {"gpt-145b", 80, 12288, 96, 8, 1536, 2304},
+                      {"gpt-310b", 96, 16384, 128, 16, 1920, 2160},  {"gpt-530b", 105, 20480, 128, 35, 2520, 2520},
+                      {"gpt-1t", 128, 25600, 160, 64, 3072, 3072}};
+  for (const Row& row : rows) {
+    const std::string base = std::string("sim.megatron-table1.") + row.name;
+    const bool is_1t = std::string(row.name) == "gpt-1t";
+    if (!named(base) && !(is_1t && named("sim.megatron1t"))) continue;
+    const uint32_t dp = row.gpus / (8 * row.pp);
+    const auto cluster = A100Cluster(row.gpus / 8);
+    const auto model = Gpt(row.name, row.layers, row.hidden, row.heads);
+    auto plan = UniformPlan(model, 8, row.pp, dp, 1, row.batch / dp, 1);
+    const bool interleave = row.pp > 1 && (row.layers / row.pp) % 2 == 0 && row.layers % row.pp == 0;
+    if (interleave) {
+      plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+      plan.set_virtual_stages(2);
+    }
+    const std::string name = (is_1t ? std::string("sim.megatron1t.gpt-1t") : base) + ".tp8pp" + std::to_string(row.pp) +
+                             "dp" + std::to_string(dp) + ".m" + std::to_string(row.batch / dp) +
+                             (interleave ? ".interleaved" : ".1f1b") + ".balanced";
     const Outcome o = Run(plan, cluster, model, 2048, sim::Fidelity::Balanced());
-    Line("sim.megatron1t.gpt-1t.tp8pp64dp6.m512.interleaved.balanced.wall", o.wall_s, "s");
-    Line("sim.megatron1t.gpt-1t.tp8pp64dp6.m512.interleaved.balanced.iteration", o.iteration_s, "s");
+    if (nofold) {
+      const Outcome u = Run(plan, cluster, model, 2048, sim::Fidelity::Balanced(), false);
+      Lines(name, o, u.iteration_s);
+      Lines(name + ".nofold", u);
+    } else {
+      Lines(name, o);
+    }
   }
   return 0;
 }
