@@ -698,7 +698,7 @@ Result<RunResult> RunMixedLength(const proto::MixedLengthConfig& config, const s
         Assignment a;
         a.step = static_cast<int>(step);
         a.system = sys.name();
-        a.strategy = "strategy " + std::to_string(pick + 1) + " (" + sims.plan(plan).name() + ")";
+        a.strategy = "max length <= " + std::to_string(opt.max_tokens()) + ": " + sims.plan(plan).name();
         for (size_t p = 0; p < loads->size(); ++p) {
           row.compute_s = std::max(row.compute_s, (*loads)[p].time_s);
           a.pipeline_time_s.push_back((*loads)[p].time_s);
@@ -709,7 +709,7 @@ Result<RunResult> RunMixedLength(const proto::MixedLengthConfig& config, const s
         }
         result.assignments.push_back(std::move(a));
         HETSIM_ASSIGN_OR_RETURN(row.sync_s, sims.Tail(plan));
-        row.detail = "strategy " + std::to_string(pick + 1) + ": " + Loads(*loads);
+        row.detail = sims.plan(plan).name() + ": " + Loads(*loads);
         prev_plan = plan;
       }
       if (!sys.has_packed()) row.time_s = row.compute_s + row.sync_s + row.switch_s;

@@ -103,7 +103,8 @@ int RunMixedLength(const po::variables_map& vm, std::ostream& out, std::ostream&
   int rc = 0;
   if (!figure.empty()) {
     const std::vector<std::string> argv = {"/usr/bin/python3", models::PlotDir() + "/mixed_length.py",
-                                           "--steps", csv, "--assignments", AssignmentsPath(csv),
+                                           "--steps", csv, "--assignments", AssignmentsPath(csv), "--label",
+                                           "context " + std::to_string(config->context_tokens()) + " tokens",
                                            "--title", config->name().empty() ? file : config->name(), "-o", figure};
     auto r = models::RunProgram(argv);
     if (!r.ok() || *r != 0) {
