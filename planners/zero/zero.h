@@ -3,8 +3,11 @@
 // split: every GPU (or every sequence-parallel group) holds the whole model, sharded over the
 // data-parallel replicas by the ZeRO stage. deepspeed may add DeepSpeed-Ulysses sequence parallelism
 // (Jacobs et al. 2023) inside a node — the strategy Hetu v2 §7.1 and Appendix A.2 report as "DP×SP+AC".
-// Ulysses has no weight sharding of its own; the plan format expresses an SP group as a TP group with
-// sequence_parallel, so the analytic model charges it Megatron-SP's communication (docs/planners.md).
+// Ulysses has no weight sharding of its own. Plans can say Ulysses (Stage.ulysses_degree; the lowering and
+// the simulator play its all-to-alls), but the planners' analytic model has no Ulysses terms, so this planner
+// writes an SP group as a TP group with sequence_parallel and is charged Megatron-SP's communication and
+// weight sharding (docs/planners.md); Hetu v2's Table 4 DeepSpeed strategies as real Ulysses plans:
+// experiments/hetu/table4-deepspeed-*.yaml.
 // Candidates are ranked on the real GPUs (both systems are tuned by hand on the cluster they run on).
 // Options: planners/proto/zero.proto.
 #pragma once
