@@ -12,6 +12,7 @@
 #include "models/iteration_report.h"
 #include "models/plan.h"
 #include "sim/autohet_recovery.h"
+#include "sim/hetu_switching.h"
 
 namespace hetsim::sim {
 namespace {
@@ -36,7 +37,8 @@ enum class Placement { kFixed, kElastic };      // the plan on replacement nodes
 // kLayerwise: AutoHet's layer-wise checkpoint, copied to host memory (blocking), then to local NVMe and the
 // object store in the background. kLayerBitmap: AutoHet's local-first loading (sim/autohet_recovery.h).
 enum class SaveTo { kObjectStore, kNvme, kHostMemory, kLayerwise };
-enum class RestoreFrom { kCheckpoint, kHostMemory, kReplicas, kLayerBitmap };
+// kGraphSwitch: Hetu v2's fused-BSR graph switching from the surviving replicas (sim/hetu_switching.h).
+enum class RestoreFrom { kCheckpoint, kHostMemory, kReplicas, kLayerBitmap, kGraphSwitch };
 
 struct PolicyTraits {
   Placement placement = Placement::kFixed;
@@ -45,6 +47,7 @@ struct PolicyTraits {
   bool spares = false;          // keeps hot spares (spare nodes outside the trace's cluster)
   bool default_grow = false;
   bool default_notice_checkpoint = false;
+  bool gpu_granular = false;  // hetu: a failed GPU leaves the other GPUs of its node in the job
   const char* default_planner = "";
   const char* default_planner_options = "";
 };
@@ -111,6 +114,21 @@ const std::vector<PolicyEntry>& PolicyTable() {
                   "restore local-first, then from peers over RDMA, the missing pieces from the cloud (AutoHet "
                   "§IV)"},
                  ah});
+    // ---- hetu (Hetu v2 §6, §7.2; sim/hetu_switching.h) ----
+    // No restart: graph specialisation (a fixed time), then the weights move from the surviving replicas to
+    // the new plan by fused BSR; no rollback while every weight slice has a live owner (ZeRO off, §7.2), else
+    // the checkpoint. A failed GPU costs only that GPU (its node's other GPUs stay).
+    PolicyTraits he;
+    he.placement = Placement::kElastic;
+    he.restore = RestoreFrom::kGraphSwitch;
+    he.gpu_granular = true;
+    he.default_grow = true;
+    he.default_notice_checkpoint = true;
+    he.default_planner = "megatron";
+    t.push_back({{"hetu",
+                  "re-plan on every live GPU; graph specialisation, then fused-BSR graph switching of the weights "
+                  "from surviving replicas, no restart (Hetu v2 §6, §7.2)"},
+                 he});
     return t;
   }();
   return table;
@@ -150,6 +168,7 @@ struct Config {
   proto::Plan plan;
   std::shared_ptr<const models::Cluster> cluster;
   std::vector<uint32_t> node_map;  // the plan cluster's node -> the trace cluster's node
+  std::vector<uint32_t> place;     // the plan cluster's device -> the trace cluster's device
   std::vector<uint32_t> nodes;     // nodes the plan uses (plan cluster indices, ascending)
   double iteration_s = 0;
   double save_s = 0;
@@ -182,6 +201,10 @@ class Engine {
     replicas_ = in.policy.has_replicas() ? in.policy.replicas() : 2;
     remote_interval_s_ = in.policy.has_remote_interval_s() ? in.policy.remote_interval_s() : kDefaultRemoteIntervalS;
     load_from_host_memory_ = in.policy.load_from_host_memory();
+    if (in.policy.has_specialization_s()) specialization_s_ = in.policy.specialization_s();
+    hetu_.fused = !in.policy.has_fused_bsr() || in.policy.fused_bsr();
+    hetu_.heuristics = !in.policy.has_bsr_heuristics() || in.policy.bsr_heuristics();
+    hetu_.bytes_per_param = in.policy.switch_bytes_per_param();
     duration_ = in.trace.duration_s();
     tokens_per_iteration_ = static_cast<double>(in.training.global_batch_size()) * in.training.seq_len();
   }
@@ -209,7 +232,9 @@ class Engine {
 
   // ---- world ----
   uint32_t GpusOf(uint32_t node) const {
-    return node >= kVirtualNode ? spare_gpus_per_node_ : c_.node(node).num_gpus;
+    if (node >= kVirtualNode) return spare_gpus_per_node_;
+    auto lost = lost_gpus_.find(node);
+    return c_.node(node).num_gpus - (lost == lost_gpus_.end() ? 0 : static_cast<uint32_t>(lost->second.size()));
   }
   bool JobUses(uint32_t node) const { return node < role_.size() && role_[node] == Role::kJob; }
   void SetRole(uint32_t node, Role r) {
@@ -254,14 +279,13 @@ class Engine {
                              bool software);
   bool StateSurvives(const Config& from, const std::set<uint32_t>& failed) const;
   Result<double> LayerwiseRestoreTime(const Config& to);
+  // hetu: devices of the trace cluster whose state is gone, and the graph switch's time.
+  std::set<uint32_t> DeadDevices() const;
+  Result<double> GraphSwitchTime(const Config& from, const Config& to);
   // Where a configuration's devices sit on the trace's cluster (elastic placement: no spare nodes).
   std::vector<DevicePlace> PlacesOf(const Config& c) const {
     std::vector<DevicePlace> out(c.cluster->num_devices());
-    for (uint32_t d = 0; d < c.cluster->num_devices(); ++d) {
-      const auto& dev = c.cluster->device(d);
-      const uint32_t node = c.node_map[dev.node];
-      out[d] = {c_.node(node).first_device + dev.local, node};
-    }
+    for (uint32_t d = 0; d < c.cluster->num_devices(); ++d) out[d] = {c.place[d], c_.device(c.place[d]).node};
     return out;
   }
   std::vector<uint32_t> PhysicalNodesOf(const Config& c) const {
@@ -278,6 +302,10 @@ class Engine {
   uint32_t replicas_ = 2;
   double remote_interval_s_ = 0;
   bool load_from_host_memory_ = false;  // autohet: local copies read from host memory, not NVMe
+  double specialization_s_ = 10;        // hetu: graph specialisation (Hetu v2 §8)
+  HetuSwitchOptions hetu_;
+  // hetu: GPUs lost on nodes that stay in the job (node -> local indices).
+  std::map<uint32_t, std::set<uint32_t>> lost_gpus_;
   ReplayCache local_cache_;
   proto::ReplayReport report_;
 
@@ -350,6 +378,24 @@ Result<std::shared_ptr<Config>> Engine::MakeConfig(proto::Plan plan, std::shared
   cfg->node_map = std::move(node_map);
   cfg->replan_s = replan_s;
   const models::Cluster& cl = *cfg->cluster;
+  // Where its devices sit on the trace's cluster: a node with fewer GPUs than its physical one (hetu: GPUs
+  // lost) runs on the physical node's surviving GPUs in order.
+  for (uint32_t d = 0; d < cl.num_devices(); ++d) {
+    const auto& dev = cl.device(d);
+    const uint32_t node = cfg->node_map[dev.node];
+    uint32_t local = dev.local;
+    auto lost = lost_gpus_.find(node);
+    if (lost != lost_gpus_.end() && cl.node(dev.node).num_gpus < c_.node(node).num_gpus) {
+      for (uint32_t k = 0, alive = 0; k < c_.node(node).num_gpus; ++k) {
+        if (lost->second.count(k) != 0) continue;
+        if (alive++ == dev.local) {
+          local = k;
+          break;
+        }
+      }
+    }
+    cfg->place.push_back(c_.node(node).first_device + local);
+  }
   models::PlanContext ctx{cl, *in_.model, in_.training};
   std::set<uint32_t> nodes;
   const auto memory = models::EstimateMemory(cfg->plan, ctx);
@@ -606,6 +652,15 @@ bool Engine::NeedsRollback() const {
     case RestoreFrom::kReplicas:
       // A crash of the job's processes loses every GPU's state; a node loss only the replicas on it.
       return pending_software_ || !StateSurvives(*pending_from_, pending_failed_);
+    case RestoreFrom::kGraphSwitch: {
+      // hetu: every slice of every weight needs a live owner (Hetu v2 Table 7's note: ZeRO off, two pipelines).
+      if (pending_software_) return true;
+      const auto& f = *pending_from_;
+      HetuSwitchOptions probe = hetu_;
+      probe.heuristics = false;
+      const auto plan = PlanHetuSwitch(f.plan, f.place, f.plan, f.place, *in_.model, in_.training, c_, DeadDevices(), probe);
+      return plan.missing_bytes > 0 || f.plan.zero_stage() > 0;
+    }
     case RestoreFrom::kHostMemory: {
       // Gemini's group placement: consecutive nodes of the job in groups of `replicas` keep each other's
       // checkpoints; a group all of whose nodes failed has lost them.
@@ -625,6 +680,7 @@ Result<double> Engine::RestoreTime(const Config& from, const Config& to, const s
                                    bool rollback, bool software) {
   if (traits_.restore == RestoreFrom::kLayerBitmap) return LayerwiseRestoreTime(to);
   if (traits_.restore == RestoreFrom::kCheckpoint || rollback) return to.load_s;
+  if (traits_.restore == RestoreFrom::kGraphSwitch) return GraphSwitchTime(from, to);
   const models::Cluster& cl = *to.cluster;
   const std::vector<uint32_t>& devices = to.devices;
   if (traits_.restore == RestoreFrom::kHostMemory) {
@@ -715,14 +771,52 @@ Result<double> Engine::LayerwiseRestoreTime(const Config& to) {
   return TransferTime("restore-layerwise|" + Hash(key), c_, load.transfers, what);
 }
 
+// hetu: the trace cluster's devices whose state is gone: the failed GPUs of nodes that stay, every GPU of a
+// node lost since training stopped (down, preempted, or back from a repair with empty memory).
+std::set<uint32_t> Engine::DeadDevices() const {
+  std::set<uint32_t> dead;
+  for (const auto& [n, locals] : lost_gpus_) {
+    for (uint32_t k : locals) dead.insert(c_.node(n).first_device + k);
+  }
+  for (uint32_t n : pending_failed_) {
+    const bool stays = lost_gpus_.count(n) != 0 && (role_[n] == Role::kJob || role_[n] == Role::kFree);
+    if (stays) continue;
+    for (uint32_t k = 0; k < c_.node(n).num_gpus; ++k) dead.insert(c_.node(n).first_device + k);
+  }
+  return dead;
+}
+
+// hetu (Hetu v2 §6.2): the weights of `from` that survive move to `to` by (fused) BSR, on the trace's cluster.
+Result<double> Engine::GraphSwitchTime(const Config& from, const Config& to) {
+  const std::set<uint32_t> dead = DeadDevices();
+  const auto plan = PlanHetuSwitch(from.plan, from.place, to.plan, to.place, *in_.model, in_.training, c_, dead, hetu_);
+  if (plan.missing_bytes > 0) return to.load_s;  // NeedsRollback saw it first; kept for safety
+  std::string key = "hetu-switch|" + from.key + "|" + to.key + "|" + std::to_string(hetu_.fused) +
+                    std::to_string(hetu_.heuristics) + "|" + std::to_string(SwitchBytesPerParam(hetu_, in_.training));
+  for (uint32_t d : dead) key += "," + std::to_string(d);
+  return Cached(key, [&]() -> Result<double> {
+    char what[160];
+    std::snprintf(what, sizeof(what), "a graph switch (%s BSR, %.3g GB sent, %.3g GB local)",
+                  hetu_.fused ? "fused" : "unfused", plan.sent_bytes / 1e9, plan.local_bytes / 1e9);
+    Progress(std::string("replay: simulating ") + what);
+    return SimulateSwitch(plan, c_, in_.sim.compute.calibration);
+  });
+}
+
 // The plan on every live node (elastic policies): the starting one on the whole cluster, else re-planned.
 Result<std::shared_ptr<Config>> Engine::ElasticConfig() {
+  // Live nodes in the live cluster's order: each group's whole nodes, then its nodes with lost GPUs (hetu).
   std::vector<uint32_t> live;
-  for (uint32_t n = 0; n < role_.size(); ++n) {
-    if (role_[n] == Role::kFree || role_[n] == Role::kJob) live.push_back(n);
+  for (int g = 0; g < c_.spec().nodes_size(); ++g) {
+    for (int degraded = 0; degraded < 2; ++degraded) {
+      for (uint32_t n = 0; n < role_.size(); ++n) {
+        if (c_.node(n).group != static_cast<uint32_t>(g) || (lost_gpus_.count(n) != 0) != (degraded != 0)) continue;
+        if (role_[n] == Role::kFree || role_[n] == Role::kJob) live.push_back(n);
+      }
+    }
   }
   if (live.empty()) return Status::Invalid("no live node");
-  const bool all = live.size() == role_.size();
+  const bool all = live.size() == role_.size() && lost_gpus_.empty();
   if (all && in_.policy.replan_plans_size() == 0) return base_;
   // The live nodes' cluster: the trace cluster's node groups in order, each with its live nodes only, named
   // <cluster>-live-<live nodes per group> (the trace cluster itself when every node is live).
@@ -734,12 +828,26 @@ Result<std::shared_ptr<Config>> Engine::ElasticConfig() {
     spec.clear_nodes();
     std::string counts;
     for (int g = 0; g < c_.spec().nodes_size(); ++g) {
-      const uint32_t k = count[static_cast<size_t>(g)];
+      uint32_t k = count[static_cast<size_t>(g)];
+      std::vector<uint32_t> degraded;  // hetu: a node with lost GPUs is a group of one with fewer GPUs
+      for (uint32_t n : live) {
+        if (c_.node(n).group == static_cast<uint32_t>(g) && lost_gpus_.count(n) != 0) degraded.push_back(n);
+      }
+      k -= static_cast<uint32_t>(degraded.size());
       counts += (g > 0 ? "-" : "") + std::to_string(k);
-      if (k == 0) continue;
-      auto* ng = spec.add_nodes();
-      *ng = c_.spec().nodes(g);
-      ng->set_count(k);
+      if (k > 0) {
+        auto* ng = spec.add_nodes();
+        *ng = c_.spec().nodes(g);
+        ng->set_count(k);
+      }
+      for (uint32_t n : degraded) {
+        auto* ng = spec.add_nodes();
+        *ng = c_.spec().nodes(g);
+        ng->set_count(1);
+        ng->set_name(ng->name() + "-degraded-" + std::to_string(n));
+        ng->mutable_gpus()->set_count(GpusOf(n));
+        counts += "+" + std::to_string(GpusOf(n));
+      }
     }
     spec.set_name(c_.name() + "-live-" + counts);
     HETSIM_ASSIGN_OR_RETURN(models::Cluster sub, models::Cluster::Build(spec, "<live nodes of " + c_.name() + ">"));
@@ -795,7 +903,8 @@ Status Engine::Interrupt(double t, const std::string& cause, bool detect, const 
     remote_rolled_ = false;
     pending_rollback_ = NeedsRollback();
     // Lost: the iterations since the last checkpoint (in memory or in storage), unless replicas keep them.
-    EndTraining(t, traits_.restore != RestoreFrom::kReplicas || pending_rollback_, cause);
+    const bool keeps = traits_.restore == RestoreFrom::kReplicas || traits_.restore == RestoreFrom::kGraphSwitch;
+    EndTraining(t, !keeps || pending_rollback_, cause);
   } else {
     TruncateDown(t);
     pending_failed_.insert(failed_nodes.begin(), failed_nodes.end());
@@ -888,7 +997,9 @@ Status Engine::TryRecover(double t, const std::string& cause) {
   };
   cfg_ = next;
   phase("replan", replan);
-  phase("restart", restart_s_);
+  // hetu: graph specialisation in place of a restart, unless it fell back to the checkpoint.
+  const bool hetu = traits_.restore == RestoreFrom::kGraphSwitch && !pending_rollback_;
+  phase("restart", hetu ? specialization_s_ : restart_s_);
   phase("recover", restore);
   mode_ = Mode::kDown;
   Schedule(at, InternalEvent::kResume, static_cast<uint32_t>(++resume_generation_));
@@ -1015,7 +1126,17 @@ Result<proto::ReplayReport> Engine::Run() {
         if (mode_ == Mode::kTraining) Split(t);
         break;
       case InternalEvent::kRepair:
+        if (traits_.gpu_granular && lost_gpus_.count(ev.index) != 0 && role_[ev.index] != Role::kDown &&
+            back_at_[ev.index] == t) {
+          // hetu: the node's failed GPUs are back.
+          AccrueCost();
+          lost_gpus_.erase(ev.index);
+          back_at_[ev.index] = kInf;
+          HETSIM_RETURN_IF_ERROR(nodes_back());
+          break;
+        }
         if (role_[ev.index] != Role::kDown || back_at_[ev.index] != t) break;
+        lost_gpus_.erase(ev.index);
         back_at_[ev.index] = kInf;
         SetRole(ev.index, Role::kFree);  // back to the pool (a spare for hot-spares)
         HETSIM_RETURN_IF_ERROR(nodes_back());
@@ -1043,6 +1164,25 @@ Result<proto::ReplayReport> Engine::Run() {
         std::set<uint32_t> nodes;
         for (uint32_t d : e.devices()) nodes.insert(c_.device(d).node);
         for (uint32_t n : e.nodes()) nodes.insert(n);
+        if (traits_.gpu_granular && e.kind() == proto::TraceEvent::KIND_GPU_FAILURE && e.nodes_size() == 0) {
+          // hetu: only the failed GPUs leave; a node left with none is down.
+          std::set<uint32_t> hit;
+          for (uint32_t d : e.devices()) {
+            const uint32_t n = c_.device(d).node;
+            if (role_[n] == Role::kAbsent || role_[n] == Role::kDown) continue;
+            if (JobUses(n)) hit.insert(n);
+            AccrueCost();
+            lost_gpus_[n].insert(c_.device(d).local);
+            back_at_[n] = e.repair_s() > 0 ? t + e.repair_s() : kInf;
+            if (e.repair_s() > 0) Schedule(t + e.repair_s(), InternalEvent::kRepair, n);
+            if (GpusOf(n) == 0) {
+              lost_gpus_.erase(n);
+              SetRole(n, Role::kDown);
+            }
+          }
+          if (!hit.empty() && mode_ != Mode::kWaiting) HETSIM_RETURN_IF_ERROR(Interrupt(t, cause, true, hit));
+          break;
+        }
         switch (e.kind()) {
           case proto::TraceEvent::KIND_GPU_FAILURE:
           case proto::TraceEvent::KIND_NODE_FAILURE:
@@ -1197,7 +1337,7 @@ Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::strin
   HETSIM_RETURN_IF_ERROR(
       refuse(policy.has_remote_interval_s() && t.save != SaveTo::kHostMemory, "remote_interval_s", "in-memory"));
   const bool elastic = t.placement == Placement::kElastic;
-  const char* re_planning = "elastic, varuna, autohet";
+  const char* re_planning = "elastic, varuna, autohet, hetu";
   HETSIM_RETURN_IF_ERROR(refuse(!policy.planner().empty() && !elastic, "planner", re_planning));
   HETSIM_RETURN_IF_ERROR(refuse(!policy.planner_options().empty() && !elastic, "planner_options", re_planning));
   HETSIM_RETURN_IF_ERROR(refuse(policy.has_replan_s() && !elastic, "replan_s", re_planning));
@@ -1205,6 +1345,11 @@ Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::strin
   HETSIM_RETURN_IF_ERROR(refuse(policy.replan_plans_size() > 0 && !elastic, "replan_plans", re_planning));
   HETSIM_RETURN_IF_ERROR(refuse(policy.has_load_from_host_memory() && t.restore != RestoreFrom::kLayerBitmap,
                                 "load_from_host_memory", "autohet"));
+  const bool hetu = t.restore == RestoreFrom::kGraphSwitch;
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_specialization_s() && !hetu, "specialization_s", "hetu"));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_fused_bsr() && !hetu, "fused_bsr", "hetu"));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_bsr_heuristics() && !hetu, "bsr_heuristics", "hetu"));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_switch_bytes_per_param() && !hetu, "switch_bytes_per_param", "hetu"));
   for (int i = 0; i < policy.replan_plans_size(); ++i) {
     const auto& plan = policy.replan_plans(i);
     const std::string at = where + ".replan_plans[" + std::to_string(i) + "]";

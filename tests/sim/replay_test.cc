@@ -345,7 +345,7 @@ TEST(ReplayPolicies, CheckNamesTheFieldAndTheFix) {
   s = sim::CheckRecoveryPolicy(p, "replay.policies[0]");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("replay.policies[0].spares"), std::string::npos) << s.message();
-  EXPECT_EQ(sim::RecoveryPolicies().size(), 6u);
+  EXPECT_EQ(sim::RecoveryPolicies().size(), 7u);  // ... autohet, hetu
 }
 
 }  // namespace
