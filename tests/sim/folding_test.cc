@@ -97,6 +97,32 @@ TEST(Folding, SymmetricPlansFoldToTheUnfoldedIterationThroughASharedNic) {
   }
 }
 
+TEST(Folding, OverlappedBucketedAndZeroShardedSyncFoldExactlyToo) {
+  // The DP stream actor (dp_overlap), buckets (several rings one after another) and ZeRO-1's
+  // reduce-scatter + all-gather take the same path through the folded collectives.
+  ExpectFoldedEqualsUnfolded(2, "zero_stage: 1\ncomm: {dp_overlap: true, dp_bucket_mib: 1}\n", Fidelity::Balanced());
+  ExpectFoldedEqualsUnfolded(3, "zero_stage: 1\ncomm: {dp_overlap: true, dp_bucket_mib: 1}\n", Fidelity::Fast());
+}
+
+TEST(Folding, PipelineSendsThroughAnOversubscribedUplinkFoldExactly) {
+  // Pods of dp nodes under a 1:2 uplink: stage 0 fills pod 0 and stage 1 pod 1, so every pipeline's sends
+  // (2 TP ranks × dp pipelines) cross the same uplinks; the representative's send must share them with
+  // the folded copies as in the unfolded run.
+  for (uint32_t dp : {2u, 4u}) {
+    const auto cluster = ClusterFrom("name: pods\nnodes:\n  - name: n\n    count: " + std::to_string(2 * dp) +
+                                     "\n    gpus: {type: h100, count: 2}\n"
+                                     "    nic: {kind: roce, bandwidth_gbps: 100, attachment: per_gpu}\n"
+                                     "network: {pods: {nodes_per_pod: " + std::to_string(dp) + ", oversubscription: 2}}\n");
+    const auto plan = PlanFrom(SymmetricPlan(dp));
+    const Outcome full = Simulate(cluster, plan, Fidelity::Balanced(), false);
+    const Outcome folded = Simulate(cluster, plan, Fidelity::Balanced(), true);
+    ASSERT_EQ(folded.played, 2u) << folded.note;
+    EXPECT_NEAR(folded.iteration_s, full.iteration_s, 1e-9 * full.iteration_s) << "dp " << dp;
+    EXPECT_NEAR(folded.report.devices(0).pp_communication_s(), full.report.devices(0).pp_communication_s(),
+                1e-9 * full.iteration_s);
+  }
+}
+
 TEST(Folding, SharedNicTrafficOfFoldedDevicesIsStillCharged) {
   // Without the folded GPU's copies the played GPU would have each node's NIC to itself. Derivation: the
   // gradient ring of stage s over dp = 2 nodes moves 2(n−1)/n·S = S per member through its node's NIC,
