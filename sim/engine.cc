@@ -263,9 +263,11 @@ class Runner {
     std::vector<std::pair<uint32_t, uint32_t>> sharing;
     auto all = sh_->programs->fold.send_copies.find(key);
     if (all != sh_->programs->fold.send_copies.end()) {
+      // The stream's own route (either end may ask first: the sender or the receiver).
+      const uint32_t from = static_cast<uint32_t>(key >> 42);
       const uint32_t to = static_cast<uint32_t>((key >> 20) & ((1u << 22) - 1));
       std::vector<s4u::Link*> mine;
-      LinksOf(HostOf(self_), HostOf(to), &mine);
+      LinksOf(HostOf(from), HostOf(to), &mine);
       std::sort(mine.begin(), mine.end());
       for (const auto& c : all->second) {
         std::vector<s4u::Link*> theirs;
