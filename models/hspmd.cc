@@ -544,6 +544,87 @@ std::pair<Annotation, Annotation> StageBoundary(const proto::Plan& plan, uint32_
   return {side(p.stages(static_cast<int>(stage))), side(p.stages(static_cast<int>(stage) + 1))};
 }
 
+Result<proto::Plan> LowerToPlan(const std::vector<PlanTensor>& weights, const std::vector<PipelineData>& data,
+                                uint32_t num_layers) {
+  if (weights.size() != num_layers) {
+    return Status::Invalid("hspmd: " + std::to_string(weights.size()) + " weight annotations for a model of " +
+                           std::to_string(num_layers) + " plan layers; annotate every layer once");
+  }
+  const size_t P = data.size();
+  proto::Plan plan;
+  for (const PipelineData& d : data) {
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(d.micro_batch_size);
+    pipe->set_num_micro_batches(d.num_micro_batches);
+  }
+  for (uint32_t l = 0; l < num_layers; ++l) {
+    const PlanTensor& t = weights[l];
+    const std::string at = "hspmd: layer " + std::to_string(l) + ": ";
+    if (t.layer != l) return Status::Invalid(at + "annotations out of order (found layer " + std::to_string(t.layer) + ")");
+    const Annotation& a = t.annotation;
+    if (a.hsize() != P || a.ds_union.size() != P) {
+      return Status::Invalid(at + "HSize " + std::to_string(a.hsize()) + " but the data names " + std::to_string(P) +
+                             " pipelines; one sharding subgroup per pipeline");
+    }
+    if (a.hdim != kDuplicate) return Status::Invalid(at + "weights must be duplicated across pipelines (HDim -1)");
+    HETSIM_RETURN_IF_ERROR(CheckAnnotation(a, 1));
+    for (size_t k = 0; k < P; ++k) {
+      const DistState& ds = a.ds_union[k];
+      for (const auto& [key, n] : ds.entries()) {
+        if (key != 0 && key != kDuplicate && n > 1) {
+          return Status::Invalid(at + "subgroup " + std::to_string(k) + " has DS " + ds.ToString() +
+                                 "; weights take {D: replicas, S0: tp}");
+        }
+      }
+      const uint32_t tp = ds.shards(0);
+      auto* pipe = plan.mutable_pipelines(static_cast<int>(k));
+      proto::Stage* last = pipe->stages_size() > 0 ? pipe->mutable_stages(pipe->stages_size() - 1) : nullptr;
+      const bool same = last != nullptr && last->tp_degree() == tp &&
+                        std::equal(last->devices().begin(), last->devices().end(), a.dg_union[k].begin(),
+                                   a.dg_union[k].end());
+      if (same) {
+        last->set_layer_end(l + 1);
+        continue;
+      }
+      for (const auto& st : pipe->stages()) {
+        if (std::equal(st.devices().begin(), st.devices().end(), a.dg_union[k].begin(), a.dg_union[k].end())) {
+          return Status::Invalid(at + "pipeline " + std::to_string(k) + " returns to the devices of its stage at layers " +
+                                 std::to_string(st.layer_begin()) + "-" + std::to_string(st.layer_end() - 1) +
+                                 "; a stage holds contiguous layers");
+        }
+      }
+      auto* st = pipe->add_stages();
+      for (uint32_t d : a.dg_union[k]) st->add_devices(d);
+      st->set_tp_degree(tp);
+      st->set_layer_begin(l);
+      st->set_layer_end(l + 1);
+    }
+  }
+  return plan;
+}
+
+std::string DescribeAnnotations(const proto::Plan& plan, const TransformerModel& model) {
+  const auto weights = WeightTensors(plan, model, 2);
+  std::string out = "HSPMD annotations (papers/003 §3; docs/hspmd.md): " + std::to_string(plan.pipelines_size()) +
+                    " sharding subgroup(s) per weight, one per pipeline\n";
+  for (size_t i = 0; i < weights.size();) {
+    size_t j = i + 1;
+    const std::string text = weights[i].annotation.ToString();
+    while (j < weights.size() && weights[j].annotation.ToString() == text) ++j;
+    auto sync = Resolve(GradientAnnotation(plan, weights[i].layer), weights[i].annotation, weights[i].bytes, 1);
+    std::string kinds;
+    if (sync.ok()) {
+      for (CommKind k : sync->kinds()) kinds += std::string(kinds.empty() ? "" : " + ") + CommKindName(k);
+    } else {
+      kinds = sync.status().message();
+    }
+    out += "  layers " + std::to_string(weights[i].layer) + "-" + std::to_string(weights[j - 1].layer) + ": " + text +
+           "\n    gradient sync: " + (kinds.empty() ? "none" : kinds) + "\n";
+    i = j;
+  }
+  return out;
+}
+
 SwitchPlan PlanSwitch(const std::vector<PlanTensor>& from, const std::vector<PlanTensor>& to, bool fused,
                       const BsrOptions& options) {
   SwitchPlan plan;

@@ -208,6 +208,26 @@ Annotation GradientAnnotation(const proto::Plan& plan, uint32_t layer);
 // stage's devices hold it in full after its TP all-reduce ({D: devices}).
 std::pair<Annotation, Annotation> StageBoundary(const proto::Plan& plan, uint32_t pipeline, uint32_t stage);
 
+// The reverse direction, annotations lowered to a Plan (§3 -> hetsim's currency): the weights' annotations of
+// every layer (as WeightTensors gives them: one subgroup per pipeline, DS {D: replicas, S0: tp}, HDim
+// kDuplicate across pipelines) and each pipeline's share of the data (§5.5: its micro-batch size and count,
+// the input's non-uniform HDim split). Subgroup k of every layer is pipeline k's stage holding that layer;
+// consecutive layers with the same DG and DS are one stage. Errors name the layer and what is wrong (layers
+// missing or out of order, subgroup counts that differ, HDim not Duplicate, a DS other than {D, S0}, a
+// subgroup that comes back to a device group it left). Intra-stage replicas come back as DP: the weights
+// cannot tell DP from CP or Ulysses ranks (they all duplicate the weights).
+struct PipelineData {
+  uint32_t micro_batch_size = 1;
+  uint32_t num_micro_batches = 1;
+};
+Result<proto::Plan> LowerToPlan(const std::vector<PlanTensor>& weights, const std::vector<PipelineData>& data,
+                                uint32_t num_layers);
+
+// A plan's HSPMD annotations as text (`hetsim describe --plan P --hspmd`): per run of layers whose weights
+// share one annotation, the weights' DG Union / DS Union / HDim, and the communication that synchronises
+// their gradients (Resolve from GradientAnnotation to the weights: AR, SplitAR, ... ).
+std::string DescribeAnnotations(const proto::Plan& plan, const TransformerModel& model);
+
 // The fused (or unfused) BSR of §6.2 from the weights of one plan to another's, matched by layer (layers
 // only in `to` must come from somewhere: with no owner they count as missing).
 struct SwitchPlan {

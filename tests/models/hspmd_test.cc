@@ -301,5 +301,64 @@ TEST(Hspmd, StageBoundaryIsSendRecvOrBsr) {
   EXPECT_DOUBLE_EQ(r.sent_bytes(), 10);  // device 4 needs the whole activation once
 }
 
+// Annotations lowered to Plans: the weights' annotations of Table 5's and Table 7's strategies (Appendix A) and
+// each pipeline's micro-batches give back the same pipelines — devices, TP degrees, layer ranges — so an
+// HSPMD strategy and a hetsim plan say the same thing.
+TEST(Hspmd, AnnotationsLowerBackToThePlan) {
+  const std::string dir = std::string(HETSIM_SOURCE_DIR) + "/experiments/hetu/";
+  for (const char* file : {"table5-32b-h800x16-h20x32.yaml", "table5-70b-h800x16-h20x24.yaml", "elastic/hetu-c2.yaml",
+                           "elastic/hetu-c6.yaml"}) {
+    SCOPED_TRACE(file);
+    auto plan = LoadPlan(dir + file);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    auto model = LoadModel(std::string(file).find("70b") != std::string::npos ? "llama2-70b"
+                                                                               : dir + "llama-32b-4k.yaml");
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    std::vector<PipelineData> data;
+    for (const auto& p : plan->pipelines()) data.push_back({p.micro_batch_size(), p.num_micro_batches()});
+    auto back = LowerToPlan(WeightTensors(*plan, *model, 2), data, model->num_layers());
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    ASSERT_EQ(back->pipelines_size(), plan->pipelines_size());
+    for (int k = 0; k < plan->pipelines_size(); ++k) {
+      const auto& a = plan->pipelines(k);
+      const auto& b = back->pipelines(k);
+      EXPECT_EQ(b.num_micro_batches(), a.num_micro_batches());
+      ASSERT_EQ(b.stages_size(), a.stages_size()) << "pipeline " << k;
+      for (int s = 0; s < a.stages_size(); ++s) {
+        EXPECT_EQ(std::vector<uint32_t>(b.stages(s).devices().begin(), b.stages(s).devices().end()),
+                  std::vector<uint32_t>(a.stages(s).devices().begin(), a.stages(s).devices().end()));
+        EXPECT_EQ(b.stages(s).tp_degree(), std::max(1u, a.stages(s).tp_degree()));
+        EXPECT_EQ(b.stages(s).layer_begin(), a.stages(s).layer_begin());
+        EXPECT_EQ(b.stages(s).layer_end(), a.stages(s).layer_end());
+      }
+    }
+  }
+}
+
+// What cannot be a plan is refused with the layer and the reason: a pipeline that comes back to devices it
+// left (non-contiguous layers), and weights split across pipelines.
+TEST(Hspmd, LoweringRefusesAnnotationsNoPlanExpresses) {
+  auto tensor = [](uint32_t layer, DeviceGroup dg) {
+    PlanTensor t;
+    t.layer = layer;
+    t.annotation = Spmd(std::move(dg), DistState::Split(0, 2));
+    t.bytes = 8;
+    return t;
+  };
+  std::vector<PlanTensor> w = {tensor(0, {0, 1}), tensor(1, {2, 3}), tensor(2, {0, 1})};
+  auto r = LowerToPlan(w, {{1, 4}}, 3);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("layer 2"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("contiguous"), std::string::npos) << r.status().message();
+  w[2] = tensor(2, {4, 5});
+  w[1].annotation.hdim = 0;
+  auto split = LowerToPlan(w, {{1, 4}}, 3);
+  ASSERT_FALSE(split.ok());
+  EXPECT_NE(split.status().message().find("layer 1"), std::string::npos) << split.status().message();
+  auto ok = LowerToPlan({tensor(0, {0, 1}), tensor(1, {2, 3}), tensor(2, {4, 5})}, {{1, 4}}, 3);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->pipelines(0).stages_size(), 3);
+}
+
 }  // namespace
 }  // namespace hetsim::models::hspmd

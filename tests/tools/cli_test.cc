@@ -331,3 +331,20 @@ TEST(PlanCalibration, ChangesTheEstimateAndNamesBadOnes) {
 
 }  // namespace
 }  // namespace hetsim::cli
+
+namespace hetsim::cli {
+namespace {
+
+// `describe --plan --hspmd` prints the plan's HSPMD annotations: Table 7's C2 has a pipeline of TP4 groups and
+// one ending in TP2 and TP1 groups, so the last layers' weights are split 4 ways in one subgroup and 2 ways
+// (then 1) in the other, and the gradients meet by SplitAllReduce across the two (Hetu v2 §8).
+TEST(DescribeHspmd, PrintsTheUnionsAndTheSplitAllReduce) {
+  const auto r = RunCli({"describe", "--plan", std::string(HETSIM_SOURCE_DIR) + "/experiments/hetu/elastic/hetu-c2.yaml",
+                         "--hspmd"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("DS[{S0:4} | {S0:2}] HDim -1 HSize 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gradient sync: SplitAR"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace hetsim::cli

@@ -4,6 +4,7 @@
 
 #include "models/describe.h"
 #include "models/gpu_catalog.h"
+#include "models/hspmd.h"
 #include "models/plan.h"
 #include "models/proto/cluster.pb.h"
 #include "models/proto/model.pb.h"
@@ -291,6 +292,7 @@ int RunDescribe(const po::variables_map& vm, std::ostream& out, std::ostream& er
   Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file);
   if (!st.ok()) return Fail(err, st);
   out << models::DescribePlan(*specs->plan, ctx);
+  if (vm.count("hspmd")) out << models::hspmd::DescribeAnnotations(*specs->plan, *specs->model);
   const Status mem = models::ValidatePlan(*specs->plan, ctx, specs->plan_file);
   if (!mem.ok()) {
     err << mem.message() << "\n";
@@ -336,8 +338,11 @@ std::vector<Command> SpecCommands() {
        },
        RunValidate},
       {"describe", "print a cluster, a model, or a plan as tables (devices, TP×DP, layers, memory)",
-       "hetsim describe --cluster C --model M [--training T] [--plan P]",
-       [](po::options_description& d, po::positional_options_description&) { AddSpecFlags(d, true); },
+       "hetsim describe --cluster C --model M [--training T] [--plan P [--hspmd]]",
+       [](po::options_description& d, po::positional_options_description&) {
+         AddSpecFlags(d, true);
+         d.add_options()("hspmd", "with --plan: also the plan's HSPMD annotations (Hetu v2, docs/hspmd.md)");
+       },
        RunDescribe},
   };
 }
