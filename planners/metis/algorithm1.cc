@@ -18,21 +18,30 @@ void Worst(models::Link& acc, const models::Link& l, bool& any) {
 }
 
 void MakeLayout(const models::Cluster& cluster, const Profiler& prof, const NodeLinks& links, double boundary_bytes,
-                const Placement& pl, Layout& lay) {
+                const Placement& pl, Layout& lay, uint32_t from) {
   const uint32_t S = static_cast<uint32_t>(pl.stage_begin.size()) - 1;
+  if (lay.S != S || lay.part_begin.size() != S + 1) from = 0;
+  from = std::min(from, S);
   lay.S = S;
   lay.part_begin = pl.stage_begin;
-  lay.parts.clear();
-  lay.size.assign(S, 0);
-  lay.slot.assign(S + 1, 0);
-  lay.hetero.assign(S, 0);
-  lay.dp_link.assign(S, models::Link{});
-  lay.pp.assign(S > 0 ? S - 1 : 0, models::Link{});
-  lay.sig.assign(S, {0x12345678ull, 0x9abcdef0ull});
-  for (const auto& [n, k] : pl.parts) {
+  lay.parts.resize(pl.stage_begin[from]);
+  lay.size.resize(S);
+  lay.slot.resize(S + 1);
+  lay.hetero.resize(S);
+  lay.dp_link.resize(S);
+  lay.pp.resize(S > 0 ? S - 1 : 0);
+  lay.sig.resize(S);
+  lay.pp_hop_s.resize(lay.pp.size());
+  lay.slot[0] = 0;
+  for (uint32_t i = pl.stage_begin[from]; i < pl.parts.size(); ++i) {
+    const auto [n, k] = pl.parts[i];
     lay.parts.push_back({n, k, prof.type_of_node(n), prof.class_of_node(n), cluster.nodes()[n].gpu->memory_gib});
   }
-  for (uint32_t s = 0; s < S; ++s) {
+  for (uint32_t s = from; s < S; ++s) {
+    lay.size[s] = 0;
+    lay.hetero[s] = 0;
+    lay.dp_link[s] = models::Link{};
+    lay.sig[s] = {0x12345678ull, 0x9abcdef0ull};
     bool any = false;
     for (uint32_t i = lay.part_begin[s]; i < lay.part_begin[s + 1]; ++i) {
       const Part& p = lay.parts[i];
@@ -44,21 +53,20 @@ void MakeLayout(const models::Cluster& cluster, const Profiler& prof, const Node
       for (uint32_t j = i + 1; j < lay.part_begin[s + 1]; ++j) Worst(lay.dp_link[s], links.at(p.node, lay.parts[j].node), any);
     }
     lay.slot[s + 1] = lay.slot[s] + lay.size[s];
-    if (s + 1 < S) {
-      bool any_pp = false;
-      for (uint32_t i = lay.part_begin[s]; i < lay.part_begin[s + 1]; ++i) {
-        for (uint32_t j = lay.part_begin[s + 1]; j < lay.part_begin[s + 2]; ++j) {
-          Worst(lay.pp[s], links.at(lay.parts[i].node, lay.parts[j].node), any_pp);
-        }
-      }
-    }
-  }
-  lay.pp_hop_s.resize(lay.pp.size());
-  for (size_t i = 0; i < lay.pp.size(); ++i) lay.pp_hop_s[i] = models::PointToPointSeconds(boundary_bytes, lay.pp[i]);
-  for (uint32_t s = 0; s < S; ++s) {
     const uint64_t position = S == 1 ? 3 : s == 0 ? 0 : s + 1 == S ? 2 : 1;
     lay.sig[s].first = Mix(lay.sig[s].first, (uint64_t{S} << 8) | position);
     lay.sig[s].second = Mix(lay.sig[s].second ^ 0xa5a5ull, (position << 32) | S);
+  }
+  // The links between neighbouring stages, from the one between stages from − 1 and from on.
+  for (uint32_t s = from > 0 ? from - 1 : 0; s + 1 < S; ++s) {
+    bool any_pp = false;
+    lay.pp[s] = models::Link{};
+    for (uint32_t i = lay.part_begin[s]; i < lay.part_begin[s + 1]; ++i) {
+      for (uint32_t j = lay.part_begin[s + 1]; j < lay.part_begin[s + 2]; ++j) {
+        Worst(lay.pp[s], links.at(lay.parts[i].node, lay.parts[j].node), any_pp);
+      }
+    }
+    lay.pp_hop_s[s] = models::PointToPointSeconds(boundary_bytes, lay.pp[s]);
   }
 }
 
@@ -211,9 +219,15 @@ double Evaluator::Run() {
       return kInf;
     }
   }
+  PrepareBound();
+  // Most pairs are cut because their stages cannot hold the model at all (the root's bound is +inf);
+  // the prefix sums of PrepareBound say so without the bound's terms.
+  if (ctx_.knobs.use_bound && Incumbent() < kInf && RootInfeasible()) {
+    ++counters_.pruned;
+    return kInf;
+  }
   State st;
   st.tp.assign(S_, 1);
-  PrepareBound();
   if (ctx_.knobs.use_bound && Exceeds(0, st, Incumbent())) {
     ++counters_.pruned;
     return kInf;

@@ -141,21 +141,27 @@ void Evaluator::StageDpCost(uint32_t s, uint32_t ti, double& dp0, double& dp1) c
 
 void Evaluator::PrepareBound() {
   const uint32_t T = ctx_.tps;
-  beta_.assign(size_t{S_} * T, kInf);
-  most_lb_.assign(size_t{S_} * T, -1);
-  dp0_.assign(size_t{S_} * T, 0);
-  dp1_.assign(size_t{S_} * T, 0);
-  f_.assign(S_, 0);
+  // Stage from_ − 1 keeps its values but not its f: its link to the next stage may have changed.
+  const uint32_t start = from_ > 0 && from_ <= S_ && beta_.size() == size_t{S_} * T ? from_ - 1 : 0;
+  if (start == 0) {
+    beta_.assign(size_t{S_} * T, kInf);
+    most_lb_.assign(size_t{S_} * T, -1);
+    dp0_.assign(size_t{S_} * T, 0);
+    dp1_.assign(size_t{S_} * T, 0);
+    f_.assign(S_, 0);
+    arrays_.room.assign(S_ + 1, 0);
+    arrays_.short_of.assign(S_ + 1, 0);
+  }
   // The cache is larger than the CPU's near caches: fetch every stage's entry before using any.
   auto& keys = scratch_.keys;
   keys.resize(S_);
-  for (uint32_t s = 0; s < S_; ++s) {
+  for (uint32_t s = start; s < S_; ++s) {
     const uint64_t in_flight = std::min<uint32_t>(B_, S_ - s);
     keys[s] = {Mix(lay_.sig[s].first, (in_flight << 32) | b_),
                Mix(lay_.sig[s].second ^ 0x3c3cull, (uint64_t{b_} << 32) | in_flight)};
     __builtin_prefetch(&scratch_.bounds[keys[s].first & (Scratch::kBoundSlots - 1)]);
   }
-  for (uint32_t s = 0; s < S_; ++s) {
+  for (uint32_t s = start; s < S_; ++s) {
     const auto [key, check] = keys[s];
     Scratch::StageBound& e = scratch_.bounds[key & (Scratch::kBoundSlots - 1)];
     if (e.key != key || e.check != check || T > e.beta.size()) {
@@ -181,11 +187,21 @@ void Evaluator::PrepareBound() {
       dp0_[s * T + ti] = e.dp0[ti];
       dp1_[s * T + ti] = e.dp1[ti];
     }
+    f_[s] = 0;
     if (s == 0) f_[s] += e.emb < kInf ? e.emb : 0;
     if (s + 1 == S_) f_[s] += e.head < kInf ? e.head : 0;
     if (s + 1 < S_) f_[s] += lay_.pp_hop_s[s];
     if (s > 0) f_[s] += lay_.pp_hop_s[s - 1];
+    // The root's feasibility (Terms at s = 0: every TP degree of every stage), as prefix sums.
+    const uint32_t lo = S_ == 1 ? ctx_.blocks : (s == 0 || s + 1 == S_) ? 0 : 1;
+    int32_t most = -1;
+    for (uint32_t ti = 0; ti < T; ++ti) {
+      if (beta_[s * T + ti] < kInf) most = std::max(most, most_lb_[s * T + ti]);
+    }
+    arrays_.short_of[s + 1] = arrays_.short_of[s] + (most < static_cast<int32_t>(lo) ? 1 : 0);
+    arrays_.room[s + 1] = arrays_.room[s] + static_cast<uint32_t>(std::max(most, 0));
   }
+  prepared_ = true;
 }
 
 uint32_t Evaluator::FirstTp(uint32_t j, uint32_t s, const State& st) const {

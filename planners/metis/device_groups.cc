@@ -326,10 +326,20 @@ void ForEachPlacement(const models::Cluster& cluster, const std::vector<uint32_t
     rec(0);
     return;
   }
+  std::vector<Placement> scratch;
+  ForEachConsecutivePlacement(cluster, sizes, node_orders, scratch,
+                              [&](const Placement& p, uint32_t) { return visit(p); });
+}
+
+void ForEachConsecutivePlacement(const models::Cluster& cluster, const std::vector<uint32_t>& sizes,
+                                 const std::vector<std::vector<uint32_t>>& node_orders, std::vector<Placement>& built,
+                                 const std::function<bool(const Placement&, uint32_t)>& visit) {
   // Consecutive GPUs of each node order; a placement that an earlier order already produced is skipped.
-  std::vector<Placement> seen;
-  Placement p;
-  for (const auto& order : node_orders) {
+  const uint32_t S = static_cast<uint32_t>(sizes.size());
+  if (built.size() < node_orders.size()) built.resize(node_orders.size());
+  for (uint32_t o = 0; o < node_orders.size(); ++o) {
+    const auto& order = node_orders[o];
+    Placement& p = built[o];
     p.stage_begin.assign(1, 0);
     p.parts.clear();
     size_t pos = 0;             // index into `order`
@@ -352,12 +362,11 @@ void ForEachPlacement(const models::Cluster& cluster, const std::vector<uint32_t
       p.stage_begin.push_back(static_cast<uint32_t>(p.parts.size()));
     }
     bool duplicate = false;
-    for (const Placement& q : seen) {
-      duplicate |= q.stage_begin == p.stage_begin && q.parts == p.parts;
+    for (uint32_t q = 0; q < o && !duplicate; ++q) {
+      duplicate = built[q].stage_begin == p.stage_begin && built[q].parts == p.parts;
     }
     if (duplicate) continue;
-    if (node_orders.size() > 1) seen.push_back(p);
-    if (!visit(p)) return;
+    if (!visit(p, o)) return;
   }
 }
 

@@ -109,6 +109,13 @@ void ForEachPlacement(const models::Cluster& cluster, const std::vector<uint32_t
                       const std::vector<std::vector<uint32_t>>& node_orders,
                       const std::function<bool(const Placement&)>& visit);
 
+// The consecutive placements of one stage-size order (ForEachPlacement with full = false), each with the
+// index of its node order; `built` keeps one placement per node order between calls (no allocation once
+// warm).
+void ForEachConsecutivePlacement(const models::Cluster& cluster, const std::vector<uint32_t>& sizes,
+                                 const std::vector<std::vector<uint32_t>>& node_orders, std::vector<Placement>& built,
+                                 const std::function<bool(const Placement&, uint32_t)>& visit);
+
 // The node orders of the consecutive placement: every order of the node classes (nodes of a class in
 // index order); with more than 6 classes, every order of the GPU types; with more than 6 types, one order.
 std::vector<std::vector<uint32_t>> NodeOrders(const models::Cluster& cluster, const std::vector<uint32_t>& classes);

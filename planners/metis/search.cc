@@ -86,6 +86,25 @@ struct Unit {
   std::vector<uint32_t> Bs;  // the micro-batch counts every stage of these sizes can be valid with
 };
 
+// The state one node order of the consecutive placement carries from one stage-size order to the next
+// (consecutive orders of a unit share prefixes): the layout of its last assignment with that
+// assignment's stage sizes, and the bound's per-stage values per micro-batch count (by index into the
+// divisors of the global batch).
+struct Stream {
+  Layout lay;
+  std::vector<uint32_t> sizes;
+  std::vector<BoundArrays> bounds;
+};
+
+// How many leading stages two stage-size orders share (0 when their stage counts differ: a stage's
+// layout and bound depend on S).
+uint32_t SharedPrefix(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  if (a.size() != b.size()) return 0;
+  uint32_t i = 0;
+  while (i < a.size() && a[i] == b[i]) ++i;
+  return i;
+}
+
 // "8-14, 29, 31" for sorted, distinct values.
 std::string Ranges(const std::vector<uint32_t>& values) {
   std::string out;
@@ -260,6 +279,9 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
       Best mine;
       Layout lay;
       Scratch scratch;
+      std::vector<Placement> built;  // ForEachConsecutivePlacement's
+      std::vector<Stream> streams(node_orders.size());
+      for (Stream& stream : streams) stream.bounds.resize(micro_batch_counts.size());
       uint32_t my_ticks = 0;
       while (!deadline.Passed(my_ticks)) {
         const size_t i = next++;
@@ -282,18 +304,32 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
             return true;  // the probe's
           }
           ++counters.orders;
-          ForEachPlacement(cluster, classes, order, result.full_space, node_orders, [&](const Placement& pl) {
+          // One assignment: `lay` its layout; `stream` (consecutive placement) the node order's reusable
+          // state, whose stages before the prefix this order shares with the previous one are kept.
+          auto assignment = [&](const Placement& pl, Layout& lay, Stream* stream) {
             ++counters.assignments;
-            MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
             for (uint32_t B : units[u].Bs) {
               // Algorithm 1's loops (line 4) stop at the time limit: checked once per (assignment, B).
               if (deadline.Passed(my_ticks)) {
                 cut = true;
                 break;
               }
+              BoundArrays* arrays = nullptr;
+              uint32_t from = 0;
+              if (stream != nullptr) {
+                arrays = &stream->bounds[static_cast<size_t>(
+                    std::lower_bound(micro_batch_counts.begin(), micro_batch_counts.end(), B) -
+                    micro_batch_counts.begin())];
+                from = arrays->B == B ? SharedPrefix(arrays->sizes, order) : 0;
+                arrays->sizes.clear();  // valid again once PrepareBound has run
+              }
               Evaluator ev(ctx, lay, B, counters, scratch, std::min(mine.cost, shared_best.load()), &deadline,
-                           &my_ticks);
+                           &my_ticks, arrays, from);
               const double c = ev.Run();
+              if (arrays != nullptr && ev.prepared()) {
+                arrays->sizes = order;
+                arrays->B = B;
+              }
               cut |= ev.cut();
               const uint64_t o = ordinal++;
               if (!(c < kInf) || !mine.Better(c, u, o)) continue;
@@ -314,7 +350,21 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
               }
             }
             return !cut;
-          });
+          };
+          if (result.full_space) {
+            ForEachPlacement(cluster, classes, order, true, node_orders, [&](const Placement& pl) {
+              MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
+              return assignment(pl, lay, nullptr);
+            });
+          } else {
+            ForEachConsecutivePlacement(cluster, order, node_orders, built, [&](const Placement& pl, uint32_t o) {
+              Stream& stream = streams[o];
+              MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, stream.lay,
+                         SharedPrefix(stream.sizes, order));
+              stream.sizes = order;
+              return assignment(pl, stream.lay, &stream);
+            });
+          }
           return !cut;
         });
         if (phase == 0) {

@@ -119,9 +119,11 @@ class NodeLinks {
 
 void Worst(models::Link& acc, const models::Link& l, bool& any);
 
-// `boundary_bytes`: the PP bytes of one sequence.
+// `boundary_bytes`: the PP bytes of one sequence. `from` > 0: `lay` already holds a layout of S stages
+// whose stages 0..from−1 are those of `pl` (the same GPUs of the same nodes); only stages from..S−1 and
+// the link between stages from−1 and from are recomputed (consecutive stage-size orders share prefixes).
 void MakeLayout(const models::Cluster& cluster, const Profiler& prof, const NodeLinks& links, double boundary_bytes,
-                const Placement& pl, Layout& lay);
+                const Placement& pl, Layout& lay, uint32_t from = 0);
 
 // ---- the DFS state ---------------------------------------------------------------------------------------
 
@@ -212,6 +214,20 @@ struct Context {
   std::vector<double> mu;
 };
 
+// The bound's per-stage values of one (assignment, B) (Evaluator::PrepareBound): β [stage][tp], f
+// [stage], the blocks a stage's memory can hold at most [stage][tp], StageDpCost [stage][tp], and per
+// stage prefix sums of what decides the root's feasibility (Evaluator::Terms at s = 0): `room[s]`, the
+// blocks stages 0..s−1 hold at most (each at its best TP degree), and `short_of[s]`, how many of them
+// cannot hold their fewest blocks. The search keeps one per (node order, B) and refreshes only the stages
+// after the prefix that the previous assignment of that node order shares (`sizes`, `B`: what they hold).
+struct BoundArrays {
+  std::vector<double> beta, f, dp0, dp1;
+  std::vector<int32_t> most;
+  std::vector<uint32_t> room, short_of;
+  std::vector<uint32_t> sizes;
+  uint32_t B = 0;
+};
+
 // Scratch vectors of ProportionalBlocks (no allocation per call in the search).
 struct Scratch {
   std::vector<uint32_t> lo, hi, n;
@@ -226,9 +242,8 @@ struct Scratch {
     std::array<double, 8> dp0, dp1;  // the stage's DP all-reduce: dp0 + dp1 × its blocks
     double emb = 0, head = 0;
   };
-  // The bound's per-stage values of the current evaluation (Evaluator::PrepareBound).
-  std::vector<double> beta, f, dp0, dp1;
-  std::vector<int32_t> most;
+  // The bound's per-stage values of an evaluation that brings none of its own.
+  BoundArrays own;
   std::vector<std::pair<uint64_t, uint64_t>> keys;  // per stage: its entry's key and check
   std::vector<std::pair<double, uint32_t>> fill;     // Evaluator::Terms
   // DataLB's splits of mixed stages, direct-mapped like `bounds`.
@@ -257,8 +272,11 @@ class Evaluator {
   // `incumbent`: the cost of the best plan found so far; subtrees whose lower bound exceeds it are cut.
   // `deadline` (optional) stops the DFS once the time limit has passed (`ticks`: the worker's counter);
   // Run() then returns the best plan of the nodes it visited, and cut() says so.
+  // `arrays` (optional): the bound's per-stage values, valid for stages 0..from−1 of this layout and B
+  // (BoundArrays); PrepareBound recomputes the rest. Without them, scratch.own, all recomputed.
   Evaluator(const Context& ctx, const Layout& lay, uint32_t B, Counters& counters, Scratch& scratch,
-            double incumbent = kInf, Deadline* deadline = nullptr, uint32_t* ticks = nullptr)
+            double incumbent = kInf, Deadline* deadline = nullptr, uint32_t* ticks = nullptr,
+            BoundArrays* arrays = nullptr, uint32_t from = 0)
       : ctx_(ctx),
         prof_(ctx.prof),
         lay_(lay),
@@ -269,7 +287,9 @@ class Evaluator {
         scratch_(scratch),
         incumbent_(incumbent),
         deadline_(ticks != nullptr ? deadline : nullptr),
-        ticks_(ticks) {}
+        ticks_(ticks),
+        arrays_(arrays != nullptr ? *arrays : scratch.own),
+        from_(arrays != nullptr ? from : 0) {}
 
   // The best complete plan's eq. 1 cost (+inf when none); the plan's state is best_state().
   double Run();
@@ -278,6 +298,8 @@ class Evaluator {
   uint32_t micro_batch() const { return b_; }
   // Whether the time limit stopped the DFS before it finished.
   bool cut() const { return cut_; }
+  // Whether Run() got as far as the bound's per-stage values (the BoundArrays given now hold this pair's).
+  bool prepared() const { return prepared_; }
 
   // The lower bound on every plan of this assignment and B (+inf when a stage is invalid at TP 1).
   double RootBound();
@@ -347,7 +369,15 @@ class Evaluator {
   // range are affine in its blocks, and so is the all-reduce in its bytes); 0 with one DP replica.
   void StageDpCost(uint32_t s, uint32_t ti, double& dp0, double& dp1) const;
 
+  // The bound's per-stage values of stages from_..S−1 (and f of stage from_ − 1, whose link to the next
+  // stage may have changed), with the prefix sums of BoundArrays.
   void PrepareBound();
+
+  // Whether the root's bound is +inf (Terms(0, ·) infeasible: a stage cannot hold its fewest blocks at any
+  // TP degree it can reach, or all stages together cannot hold the model), from the prefix sums in O(1).
+  bool RootInfeasible() const {
+    return arrays_.short_of[S_] > 0 || arrays_.room[S_] < ctx_.blocks;
+  }
 
   // The bound at a DFS node about to handle stage s (s = 0: the root): stages before s keep their TP
   // degree, stage s may only raise its own, later stages may take any it can reach (ReachableTp). With
@@ -423,16 +453,19 @@ class Evaluator {
   uint64_t nodes_ = 0;
   double best_ = kInf;
   State best_state_;
-  // The bound (in scratch_, reused): β [stage][tp], f [stage], the blocks a stage's memory can hold at
-  // most [stage][tp], and StageDpCost [stage][tp].
-  std::vector<double>& beta_ = scratch_.beta;
-  std::vector<double>& f_ = scratch_.f;
-  std::vector<int32_t>& most_lb_ = scratch_.most;
-  std::vector<double>& dp0_ = scratch_.dp0;
-  std::vector<double>& dp1_ = scratch_.dp1;
   Deadline* deadline_ = nullptr;
   uint32_t* ticks_ = nullptr;
   bool cut_ = false;
+  bool prepared_ = false;
+  BoundArrays& arrays_;
+  const uint32_t from_;
+  // The bound's per-stage values (in arrays_): β [stage][tp], f [stage], the blocks a stage's memory can
+  // hold at most [stage][tp], and StageDpCost [stage][tp].
+  std::vector<double>& beta_ = arrays_.beta;
+  std::vector<double>& f_ = arrays_.f;
+  std::vector<int32_t>& most_lb_ = arrays_.most;
+  std::vector<double>& dp0_ = arrays_.dp0;
+  std::vector<double>& dp1_ = arrays_.dp1;
 };
 
 }  // namespace hetsim::planners::metis
