@@ -112,6 +112,8 @@ class Lowerer {
           r.shard = StageSharding(st);
           r.layer_begin = st.layer_begin();
           r.layer_end = st.layer_end();
+          r.num_stages = static_cast<uint32_t>(pipe.stages_size());
+          r.num_micro_batches = pipe.num_micro_batches();
           out_.ranks.push_back(std::move(r));
         }
       }
@@ -131,7 +133,15 @@ class Lowerer {
         const auto& st = pipe.stages(s);
         for (uint32_t r = 0; r < DpDegree(st); ++r) {
           for (uint32_t j = 0; j < StageSharding(st).ways(); ++j) {
-            for (uint32_t k = 0; k < TpDegree(st); ++k) EmitRank(p, s, r, j, k);
+            for (uint32_t k = 0; k < TpDegree(st); ++k) {
+              const uint32_t d = StageDevice(st, r, j, k);
+              if (options_.lower_devices.empty() || (d < options_.lower_devices.size() && options_.lower_devices[d])) {
+                EmitRank(p, s, r, j, k, false);
+              } else {
+                out_.partial = true;
+              }
+              if (options_.skeletons) EmitRank(p, s, r, j, k, true);
+            }
           }
         }
       }
@@ -500,12 +510,16 @@ class Lowerer {
     ops.push_back(sig);
   }
 
-  void EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k) {
+  // The rank's operations (or its skeleton: LoweringOptions::skeletons).
+  void EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k, bool skeleton) {
     const auto& pipe = plan_.pipelines(p);
     const auto& st = pipe.stages(s);
     const uint32_t device = StageDevice(st, r, seq_shard, k);
     RankOps& rank = out_.ranks[out_.device_slot[device]];
-    std::vector<Op>& ops = rank.ops;
+    std::vector<Op>& ops = skeleton ? rank.skeleton : rank.ops;
+    // Ranks come stage by stage, and the ranks of a stage have (nearly) as many operations: room for the
+    // previous rank's count saves growing the vector (and its page faults) a dozen times over.
+    if (!skeleton) ops.reserve(last_rank_ops_);
     const int S = pipe.stages_size();
     const uint32_t m = pipe.num_micro_batches();
     const auto seqs = Ranges(st, pipe.micro_batch_size())[r];
@@ -540,11 +554,16 @@ class Lowerer {
     };
 
     const auto schedule = EffectiveSchedule(plan_);
-    if (schedule == proto::Plan::SCHEDULE_GPIPE) {
+    if (skeleton && schedule != proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
+      // One pass of each kind (LoweringOptions::skeletons).
+      forward(0);
+      backward(0);
+      if (m > 1) backward(static_cast<uint16_t>(m - 1));
+    } else if (schedule == proto::Plan::SCHEDULE_GPIPE) {
       for (uint32_t j = 0; j < m; ++j) forward(static_cast<uint16_t>(j));
       for (uint32_t j = 0; j < m; ++j) backward(static_cast<uint16_t>(j));
     } else if (schedule == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
-      EmitInterleaved(p, s, r, k, device, seqs, ops);
+      EmitInterleaved(p, s, r, k, device, seqs, ops, skeleton);
     } else {
       const uint32_t warmup = std::min<uint32_t>(static_cast<uint32_t>(S - s - 1), m);
       uint32_t f = 0, b = 0;
@@ -560,7 +579,7 @@ class Lowerer {
     ops.push_back(wait);
 
     // Gradient synchronisation (ZeRO ≥ 1 reduce-scatters instead of all-reducing).
-    std::vector<Op>& dp_ops = overlap ? rank.dp_stream : ops;
+    std::vector<Op>& dp_ops = overlap && !skeleton ? rank.dp_stream : ops;
     for (uint32_t g : device_groups_[device]) {
       const auto& sg = out_.sync_groups[g];
       if (overlap) {
@@ -625,6 +644,7 @@ class Lowerer {
         op.layer_end = sg.layer_end;
       }
     }
+    if (!skeleton) last_rank_ops_ = ops.size();
   }
 
   // Interleaved 1F1B (Narayanan et al. 2021 §2.2, Megatron-LM's virtual pipeline): each stage's layers are
@@ -644,7 +664,7 @@ class Lowerer {
   // With comm.dp_overlap, a gradient group is handed to the DP stream after the last backward of the lowest
   // chunk it touches (the chunk that finishes last).
   void EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t device, std::pair<uint32_t, uint32_t> seqs,
-                       std::vector<Op>& ops) {
+                       std::vector<Op>& ops, bool skeleton) {
     const auto& pipe = plan_.pipelines(p);
     const auto& st = pipe.stages(s);
     const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
@@ -682,6 +702,14 @@ class Lowerer {
       }
       if (s > 0 || (c > 0 && S > 1)) AddPp(ops, p, s, prev, device, true, r, k, false, j);
     };
+    if (skeleton) {  // one pass of each kind (LoweringOptions::skeletons)
+      for (uint32_t c = 0; c < v; ++c) forward(c, 0);
+      for (uint32_t c = v; c-- > 0;) backward(c, 0);
+      if (m > 1) {
+        for (uint32_t c = v; c-- > 0;) backward(c, static_cast<uint16_t>(m - 1));
+      }
+      return;
+    }
     const uint32_t total = m * v;
     const auto micro_batch = [&](uint32_t i) { return static_cast<uint16_t>((i / (S * v)) * S + i % S); };
     const auto chunk = [&](uint32_t i, bool fwd) {
@@ -709,6 +737,7 @@ class Lowerer {
   Lowering out_;
   std::vector<std::vector<uint32_t>> device_groups_;
   std::map<std::vector<uint32_t>, uint32_t> group_ids_;
+  size_t last_rank_ops_ = 0;  // operations of the rank lowered last
 };
 
 std::string Devices(const std::vector<uint32_t>& ds) {

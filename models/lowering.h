@@ -125,8 +125,13 @@ struct RankOps {
   SequenceSharding shard;    // the stage's CP and Ulysses degrees
   uint32_t layer_begin = 0;  // the stage's layers
   uint32_t layer_end = 0;
-  std::vector<Op> ops;        // the main stream
+  uint32_t num_stages = 0;         // of the rank's pipeline
+  uint32_t num_micro_batches = 0;  // of the rank's pipeline
+  std::vector<Op> ops;        // the main stream (empty for a rank LoweringOptions::lower_devices leaves out)
   std::vector<Op> dp_stream;  // the overlapped gradient-sync stream (empty unless comm.dp_overlap)
+  // LoweringOptions::skeletons: the rank's operations with the schedule cut to one pass of each kind
+  // (see there), the DP stream's operations inline after the main stream's.
+  std::vector<Op> skeleton;
 };
 
 struct Lowering {
@@ -143,6 +148,8 @@ struct Lowering {
   // the backward alone. Otherwise (no or selective recomputation, or fused passes) a backward operation
   // includes whatever the plan recomputes.
   bool separate_recompute = false;
+  // Some ranks were left out (LoweringOptions::lower_devices): their `ops` and `dp_stream` are empty.
+  bool partial = false;
 };
 
 struct LoweringOptions {
@@ -153,6 +160,18 @@ struct LoweringOptions {
   // Layers whose TP communication is already inside the compute's measured time (profiles that include
   // it): no TP collective is emitted for them. Called with (device, layer, TP degree, sequences).
   std::function<bool(uint32_t, uint32_t, uint32_t, double)> tp_in_compute;
+  // Indexed by device: the ranks whose operations are lowered. Empty: every rank. The others keep their
+  // placement (RankOps without operations), and the collective groups they would use are still made when
+  // `skeletons` is on (in the same order as a full lowering makes them).
+  std::vector<bool> lower_devices;
+  // Every rank also gets its skeleton (RankOps::skeleton): the forward of each chunk (virtual stage) on
+  // micro-batch 0, the backward of each chunk on micro-batch 0 and on the last micro-batch (which hands
+  // gradient groups to an overlapped DP stream), then the gradient sync, optimizer and ZeRO gathers as in
+  // `ops`. A rank's operations for every other micro-batch repeat one of these passes with only the
+  // micro-batch changed, so two ranks of pipelines with the same stage count, micro-batch count and
+  // schedule whose skeletons agree operation by operation (peers and groups aside) agree on every
+  // operation: a few passes per rank decide folding (sim/program.h) where the full lists take millions.
+  bool skeletons = false;
 };
 
 // Lowers a structurally valid plan (ValidatePlanStructure). Errors for plans no consumer can run

@@ -182,9 +182,14 @@ bool SameWork(const models::Op& a, const models::Op& b) {
          a.params == b.params;
 }
 
+}  // namespace
+
 // Fills out->fold when the lowering's ranks fold (FoldMap); otherwise returns why not. The representative
-// of a slot is the first device of its stage in pipeline 0.
-std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx, Programs* out) {
+// of a slot is the first device of its stage in pipeline 0. With `skeletons` it compares the ranks'
+// skeletons (LoweringOptions::skeletons) and their pipelines' stage and micro-batch counts, which decides
+// the same as comparing every operation (tests/sim/folding_test.cc) at a few passes per rank; otherwise
+// every operation of every rank.
+static std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx, bool skeletons, Programs* out) {
   if (lw.cpu_staged || !out->staged_groups.empty()) return "CPU-staged transfers";
   const size_t n = lw.ranks.size();
   std::unordered_map<uint64_t, uint32_t> first;  // (pipeline, stage) -> first slot
@@ -211,13 +216,17 @@ std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx
     const auto& a = lw.ranks[rep];
     const auto& b = lw.ranks[i];
     if (ctx.cluster.device(a.device).gpu != ctx.cluster.device(b.device).gpu) return "different GPU types";
+    const bool same_size = skeletons ? a.skeleton.size() == b.skeleton.size() && a.num_stages == b.num_stages &&
+                                           a.num_micro_batches == b.num_micro_batches
+                                     : a.ops.size() == b.ops.size() && a.dp_stream.size() == b.dp_stream.size();
     if (a.tp != b.tp || a.layer_begin != b.layer_begin || a.layer_end != b.layer_end ||
-        a.shard_rank != b.shard_rank || a.ops.size() != b.ops.size() || a.dp_stream.size() != b.dp_stream.size()) {
+        a.shard_rank != b.shard_rank || !same_size) {
       return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " do different work";
     }
     for (const bool dp : {false, true}) {
-      const auto& xs = dp ? a.dp_stream : a.ops;
-      const auto& ys = dp ? b.dp_stream : b.ops;
+      if (skeletons && dp) break;  // a skeleton has its DP stream inline
+      const auto& xs = skeletons ? a.skeleton : dp ? a.dp_stream : a.ops;
+      const auto& ys = skeletons ? b.skeleton : dp ? b.dp_stream : b.ops;
       for (size_t k = 0; k < xs.size(); ++k) {
         const models::Op& x = xs[k];
         const models::Op& y = ys[k];
@@ -282,30 +291,75 @@ std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx
   return "";
 }
 
+namespace {
+
+// What a plan must have for FoldRanks to fold it, read from the plan alone (so that a plan that cannot
+// fold is lowered once, in full): the CPU staging the engine does not fold, and pipelines of pipeline 0's
+// shape with one replica and one sequence shard per stage (intra-stage replicas compute other rows of the
+// micro-batch, CP and Ulysses ranks other tokens). Empty when the plan may fold.
+std::string FoldShape(const proto::Plan& plan, const models::PlanContext& ctx) {
+  if (plan.comm().cpu_staged() || models::Communicator(ctx.cluster, plan.comm()).any_staged()) {
+    return "CPU-staged transfers";
+  }
+  if (plan.pipelines_size() == 0) return "no pipelines";
+  const auto& p0 = plan.pipelines(0);
+  for (const auto& pipe : plan.pipelines()) {
+    if (pipe.stages_size() != p0.stages_size()) return "pipelines of different depths";
+    for (int s = 0; s < pipe.stages_size(); ++s) {
+      const auto& st = pipe.stages(s);
+      if (st.devices_size() != p0.stages(s).devices_size()) return "stages of different widths";
+      if (models::DpDegree(st) != 1) return "data parallelism inside a stage";
+      if (models::StageSharding(st).ways() != 1) return "sequence sharding (context parallelism, Ulysses)";
+    }
+  }
+  return "";
+}
+
+// The devices that represent the others when a plan folds: the first device of each stage of pipeline 0.
+std::vector<bool> Representatives(const proto::Plan& plan, const models::PlanContext& ctx) {
+  std::vector<bool> out(ctx.cluster.num_devices(), false);
+  for (const auto& st : plan.pipelines(0).stages()) {
+    if (st.devices_size() > 0) out[st.devices(0)] = true;
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+// Everything of `out` but the programs and the fold: devices, groups, staging.
+void TakePlacement(models::Lowering& lowering, const models::PlanContext& ctx, Programs* out) {
+  out->cpu_staged = lowering.cpu_staged;
+  const models::Communicator comm(ctx.cluster, lowering.comm);
+  if (comm.any_staged()) {
+    out->staged_groups = comm.staged_groups();
+    out->num_groups = static_cast<uint32_t>(ctx.cluster.spec().nodes_size());
+    for (const auto& n : ctx.cluster.nodes()) out->node_group.push_back(n.group);
+  }
+  out->devices = std::move(lowering.devices);
+  out->device_slot = std::move(lowering.device_slot);
+  out->groups = std::move(lowering.groups);
+}
+
+bool HasSkeletons(const models::Lowering& lowering) {
+  return !lowering.ranks.empty() && !lowering.ranks[0].skeleton.empty();
+}
+
 }  // namespace
 
 Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
                               const models::ComputeCost& cost, const ProgramOptions& options) {
   Programs out;
   out.fidelity = options.fidelity;
-  out.cpu_staged = lowering.cpu_staged;
-  {
-    const models::Communicator comm(ctx.cluster, lowering.comm);
-    if (comm.any_staged()) {
-      out.staged_groups = comm.staged_groups();
-      out.num_groups = static_cast<uint32_t>(ctx.cluster.spec().nodes_size());
-      for (const auto& n : ctx.cluster.nodes()) out.node_group.push_back(n.group);
-    }
-  }
-  out.devices = std::move(lowering.devices);
-  out.device_slot = std::move(lowering.device_slot);
-  out.groups = std::move(lowering.groups);
+  TakePlacement(lowering, ctx, &out);
   const bool separate_recompute = lowering.separate_recompute;
   if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull) {
     if (options.compute_jitter_cv > 0) {
       out.fold_note = "compute jitter";
     } else {
-      out.fold_note = FoldRanks(lowering, ctx, &out);
+      // TakePlacement moved the devices and groups: FoldRanks reads them from `out`.
+      out.fold_note = FoldRanks(lowering, ctx, HasSkeletons(lowering), &out);
       out.folded = out.fold_note.empty();
     }
   } else {
@@ -318,6 +372,7 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
     DeviceProgram& prog = out.programs[i];
     prog.pipeline = r.pipeline;
     prog.stage = r.stage;
+    std::vector<models::Op>().swap(r.skeleton);
     if (out.folded && out.fold.rep[i] != i) {  // played by its representative: not costed
       std::vector<models::Op>().swap(r.ops);
       std::vector<models::Op>().swap(r.dp_stream);
@@ -328,6 +383,7 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
     if (costs == gpu_costs.end()) costs = gpu_costs.emplace(&gpu, GpuCosts(gpu, cost)).first;
     GpuCosts& consts = costs->second;
     prog.ops.reserve(r.ops.size());
+    prog.dp_stream.reserve(r.dp_stream.size());
     for (const auto& lo : r.ops) {
       Append(prog.ops, lo, r, gpu, out.groups, cost, consts, options.fidelity, separate_recompute);
     }
@@ -352,8 +408,66 @@ Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContex
   lo.tp_in_compute = [&](uint32_t device, uint32_t layer, uint32_t tp, double batch) {
     return cost.TpIncludedInProfile(*ctx.cluster.device(device).gpu, layer, tp, batch);
   };
+  std::string note;
+  if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull && options.compute_jitter_cv <= 0) {
+    // Decide folding from the plan's shape and the ranks' skeletons, and lower only the representatives.
+    note = FoldShape(plan, ctx);
+    if (note.empty()) {
+      if (options.verify_fold) {
+        HETSIM_ASSIGN_OR_RETURN(const FoldDecision structural, DecideFold(plan, ctx, lo, false));
+        HETSIM_ASSIGN_OR_RETURN(const FoldDecision full, DecideFold(plan, ctx, lo, true));
+        const std::string diff = CompareFoldDecisions(structural, full);
+        if (!diff.empty()) return Status::Internal("folding: the plan's shape and the full comparison disagree: " + diff);
+      }
+      models::LoweringOptions reps = lo;
+      reps.lower_devices = Representatives(plan, ctx);
+      reps.skeletons = true;
+      HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, reps));
+      Programs out = ProgramsFromLowering(std::move(lowering), ctx, cost, options);
+      if (out.folded) return out;
+      note = out.fold_note;
+    }
+  }
   HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
-  return ProgramsFromLowering(std::move(lowering), ctx, cost, options);
+  if (note.empty()) return ProgramsFromLowering(std::move(lowering), ctx, cost, options);
+  ProgramOptions unfolded = options;
+  unfolded.fold = false;
+  Programs out = ProgramsFromLowering(std::move(lowering), ctx, cost, unfolded);
+  out.fold_note = note;
+  return out;
+}
+
+Result<FoldDecision> DecideFold(const proto::Plan& plan, const models::PlanContext& ctx,
+                                const models::LoweringOptions& options, bool full_comparison) {
+  FoldDecision d;
+  models::LoweringOptions lo = options;
+  if (!full_comparison) {
+    d.note = FoldShape(plan, ctx);
+    if (!d.note.empty()) return d;
+    lo.lower_devices = Representatives(plan, ctx);
+    lo.skeletons = true;
+  }
+  HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
+  Programs p;
+  TakePlacement(lowering, ctx, &p);
+  d.note = FoldRanks(lowering, ctx, !full_comparison, &p);
+  d.folded = d.note.empty();
+  if (d.folded) d.fold = std::move(p.fold);
+  d.groups = std::move(p.groups);
+  return d;
+}
+
+std::string CompareFoldDecisions(const FoldDecision& a, const FoldDecision& b) {
+  if (a.folded != b.folded) {
+    return a.folded ? "folds, against: " + b.note : "does not fold (" + a.note + "), against a fold";
+  }
+  if (!a.folded) return "";
+  if (a.groups != b.groups) return "different collective groups";
+  if (a.fold.rep != b.fold.rep) return "different representatives";
+  if (a.fold.played != b.fold.played) return "different numbers of played devices";
+  if (a.fold.family != b.fold.family) return "different folded collective groups";
+  if (a.fold.send_copies != b.fold.send_copies) return "different folded pipeline sends";
+  return "";
 }
 
 }  // namespace hetsim::sim

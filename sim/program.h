@@ -143,6 +143,9 @@ struct ProgramOptions {
   // Fold identical ranks (see FoldMap) when the plan allows it. Never at CollectiveDetail::kFull, which
   // stays the unfolded reference.
   bool fold = false;
+  // Debugging: also decide folding by comparing every operation of a full lowering, and fail (Internal)
+  // where that disagrees with the structural decision BuildPrograms takes (see DecideFold).
+  bool verify_fold = false;
 };
 
 // TP communication overlap (comm.tp_overlap), as Transformer Engine's userbuffers pipeline it: a pass's
@@ -156,9 +159,28 @@ inline constexpr double kTpOverlapChunks = 4;
 Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContext& ctx, const models::ComputeCost& cost,
                                const ProgramOptions& options);
 
-// Costs an existing lowering (consumed: its operation lists are released device by device).
+// Costs an existing lowering (consumed: its operation lists are released device by device). A lowering
+// with skeletons (models::LoweringOptions::skeletons) is folded by comparing those; a partial one
+// (lower_devices) only when it folds — otherwise the ranks left out get empty programs.
 Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
                               const models::ComputeCost& cost, const ProgramOptions& options);
+
+// The folding decision, taken two ways. Structurally (what BuildPrograms does): the plan's shape first —
+// no CPU staging, every pipeline as deep as pipeline 0 with stages as wide, one replica and one sequence
+// shard per stage — then a lowering of the representatives' operations only, with every rank's skeleton
+// compared to its representative's (and its pipeline's stage and micro-batch counts). Or, with
+// `full_comparison`, every operation of every rank of a full lowering (the reference, for tests and
+// ProgramOptions::verify_fold). `groups` are the lowering's collective groups, which `fold` refers to.
+struct FoldDecision {
+  bool folded = false;
+  std::string note;  // why not, when not folded
+  FoldMap fold;
+  std::vector<std::vector<uint32_t>> groups;
+};
+Result<FoldDecision> DecideFold(const proto::Plan& plan, const models::PlanContext& ctx,
+                                const models::LoweringOptions& options, bool full_comparison);
+// Empty when two decisions agree: both refuse, or both fold with the same groups and FoldMap.
+std::string CompareFoldDecisions(const FoldDecision& a, const FoldDecision& b);
 
 // ---- what the engine measures (sim/engine.h plays; these types carry no SimGrid) -----------------
 

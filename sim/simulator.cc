@@ -386,7 +386,8 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             models::ComputeCost cost(ctx.model, ctx.training, options.profiles, options.compute);
                             auto programs = BuildPrograms(plan, ctx, cost,
                                                           ProgramOptions{options.fidelity, options.compute_jitter_cv,
-                                                                         options.seed, options.fold});
+                                                                         options.seed, options.fold,
+                                                                         options.verify_fold});
                             if (!programs.ok()) return std::string(1, '\1') + programs.status().message();
                             SendProgress(SimProgress::kBuilt, 0, CountOperations(*programs), 0);
                             auto engine = MakeEngine();

@@ -45,6 +45,9 @@ struct SimOptions {
   // device per stage at fast and balanced fidelity. Full fidelity never folds; false plays every device
   // (`hetsim simulate --no-fold`), the reference the folding error is measured against.
   bool fold = true;
+  // Debugging (ProgramOptions::verify_fold): also lower every rank and check the fold decision operation
+  // by operation; an error where the two disagree.
+  bool verify_fold = false;
 };
 
 struct SimResult {

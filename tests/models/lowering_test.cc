@@ -380,5 +380,69 @@ TEST(LoweringProperty, RandomPlansConserveFlopsAndBytes) {
   EXPECT_GE(checked, 100);
 }
 
+// LoweringOptions::lower_devices and skeletons (sim folding): the ranks lowered get exactly the
+// operations of a full lowering, the others none, and the collective groups come out the same and in the
+// same order; a skeleton is one pass of each kind with the full list's gradient sync at its end.
+TEST(LoweringPartial, LeftOutRanksGetNoOperationsAndTheSameGroups) {
+  for (const auto schedule : {proto::Plan::SCHEDULE_1F1B, proto::Plan::SCHEDULE_INTERLEAVED_1F1B}) {
+    proto::Plan plan;
+    plan.set_schedule(schedule);
+    if (schedule == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) plan.set_virtual_stages(2);
+    plan.mutable_comm()->set_dp_overlap(true);
+    for (uint32_t p = 0; p < 2; ++p) {
+      auto* pipe = plan.add_pipelines();
+      pipe->set_micro_batch_size(1);
+      pipe->set_num_micro_batches(4);
+      for (uint32_t s = 0; s < 2; ++s) {
+        auto* st = pipe->add_stages();
+        st->add_devices(4 * p + 2 * s);
+        st->add_devices(4 * p + 2 * s + 1);
+        st->set_tp_degree(2);
+        st->set_layer_begin(s == 0 ? 0 : 3);
+        st->set_layer_end(s == 0 ? 3 : TheWorld().model.num_layers());
+      }
+    }
+    const auto training = TrainingFor(plan);
+    const Lowering full = Lower(plan, training);
+    LoweringOptions lo;
+    lo.lower_devices.assign(TheWorld().cluster.num_devices(), false);
+    lo.lower_devices[0] = lo.lower_devices[2] = true;
+    lo.skeletons = true;
+    const Lowering part = Lower(plan, training, lo);
+    EXPECT_TRUE(part.partial);
+    EXPECT_FALSE(full.partial);
+    EXPECT_EQ(part.groups, full.groups);
+    ASSERT_EQ(part.ranks.size(), full.ranks.size());
+    for (size_t i = 0; i < part.ranks.size(); ++i) {
+      const auto& a = part.ranks[i];
+      const auto& b = full.ranks[i];
+      EXPECT_EQ(a.num_stages, 2u);
+      EXPECT_EQ(a.num_micro_batches, 4u);
+      if (a.device == 0 || a.device == 2) {
+        ASSERT_EQ(a.ops.size(), b.ops.size()) << a.device;
+        ASSERT_EQ(a.dp_stream.size(), b.dp_stream.size()) << a.device;
+        for (size_t k = 0; k < a.ops.size(); ++k) {
+          EXPECT_EQ(FormatOp(part, a.device, "main", k, a.ops[k]), FormatOp(full, b.device, "main", k, b.ops[k]));
+        }
+        for (size_t k = 0; k < a.dp_stream.size(); ++k) {
+          EXPECT_EQ(FormatOp(part, a.device, "dp", k, a.dp_stream[k]), FormatOp(full, b.device, "dp", k, b.dp_stream[k]));
+        }
+      } else {
+        EXPECT_TRUE(a.ops.empty() && a.dp_stream.empty()) << a.device;
+      }
+      EXPECT_TRUE(b.skeleton.empty());
+      ASSERT_FALSE(a.skeleton.empty());
+      EXPECT_LT(a.skeleton.size(), b.ops.size() + b.dp_stream.size());
+      // The skeleton ends as the full lists do: the optimizer step after the (overlapped) gradient sync.
+      EXPECT_EQ(a.skeleton.back().category, Category::kOptimizer);
+      size_t dp_ops = 0;
+      for (const Op& op : a.skeleton) dp_ops += op.category == Category::kDp ? 1 : 0;
+      EXPECT_EQ(dp_ops, static_cast<size_t>(std::count_if(b.dp_stream.begin(), b.dp_stream.end(), [](const Op& op) {
+                          return op.category == Category::kDp;
+                        })));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hetsim::models

@@ -7,6 +7,7 @@
 
 #include "models/spec_io.h"
 #include "models/training.h"
+#include "sim/program.h"
 #include "sim/simulator.h"
 #include "tests/common/specs.h"
 
@@ -164,6 +165,105 @@ TEST(Folding, FullFidelityNeverFolds) {
   const Outcome r = Simulate(SharedNicCluster(4), PlanFrom(SymmetricPlan(2)), Fidelity::Full(), true);
   EXPECT_EQ(r.played, 8u);
   EXPECT_EQ(r.note, "full fidelity");
+}
+
+// BuildPrograms decides folding from the plan's shape and the ranks' skeletons and lowers only the
+// representatives; comparing every operation of every rank must decide the same, with the same groups,
+// representatives, folded groups and folded pipeline sends: on every bundled plan and on this file's plans
+// under every option the folded engine reads (and some it refuses).
+void ExpectStructuralFoldAgrees(const proto::Plan& plan, const models::PlanContext& ctx, const std::string& name,
+                                bool expect_fold) {
+  for (const bool fuse : {true, false}) {
+    if (!fuse && ctx.cluster.num_devices() > 1024) continue;  // per layer: only where it stays small
+    models::LoweringOptions lo;
+    lo.fuse_passes = fuse;
+    auto structural = DecideFold(plan, ctx, lo, false);
+    auto full = DecideFold(plan, ctx, lo, true);
+    ASSERT_TRUE(structural.ok() && full.ok()) << name;
+    EXPECT_EQ(CompareFoldDecisions(*structural, *full), "") << name << (fuse ? " fused" : " per layer");
+    if (expect_fold) EXPECT_TRUE(structural->folded) << name << ": " << structural->note;
+  }
+}
+
+TEST(Folding, TheStructuralDecisionAgreesWithTheOperationByOperationComparison) {
+  for (const auto& name : models::BundledNames(models::SpecKind::kPlan)) {
+    auto plan = models::LoadPlan(name);
+    ASSERT_TRUE(plan.ok()) << name;
+    auto c = models::LoadCluster(plan->cluster());
+    auto m = models::LoadModel(plan->model());
+    ASSERT_TRUE(c.ok() && m.ok()) << name;
+    auto t = models::ResolveTraining(plan->training(), *m, name);
+    ASSERT_TRUE(t.ok()) << name;
+    const models::PlanContext ctx{*c, *m, *t};
+    ExpectStructuralFoldAgrees(*plan, ctx, name, name == "llama3-405b-16384");
+  }
+  auto model = models::LoadModel("llama-tiny");
+  ASSERT_TRUE(model.ok());
+  const auto cluster = SharedNicCluster(8);
+  struct Case {
+    std::string name, yaml;
+    bool folds;
+  };
+  std::string hetero = SymmetricPlan(1);
+  hetero += "  - micro_batch_size: 2\n    num_micro_batches: 4\n    stages:\n"
+            "      - {devices: [4, 5], tp_degree: 2, layer_begin: 0, layer_end: 2}\n"
+            "      - {devices: [6, 7], tp_degree: 2, layer_begin: 2, layer_end: 6}\n";
+  std::string interleaved = SymmetricPlan(3);
+  interleaved.replace(interleaved.find("schedule: 1f1b"), 14, "schedule: interleaved_1f1b\nvirtual_stages: 2");
+  std::string fewer_mb = SymmetricPlan(2);
+  fewer_mb.replace(fewer_mb.rfind("num_micro_batches: 4"), 20, "num_micro_batches: 2");
+  const std::vector<Case> cases = {
+      {"dp2", SymmetricPlan(2), true},
+      {"dp4", SymmetricPlan(4), true},
+      {"overlap-zero1", SymmetricPlan(3, "zero_stage: 1\ncomm: {dp_overlap: true, dp_bucket_mib: 1}\n"), true},
+      {"zero3", SymmetricPlan(2, "zero_stage: 3\n"), true},
+      {"hierarchical", SymmetricPlan(4, "comm: {dp_algorithm: hierarchical}\n"), false},
+      {"tree", SymmetricPlan(2, "comm: {dp_algorithm: tree}\n"), false},
+      {"scatter-gather", SymmetricPlan(2, "comm: {pp_scatter_gather: true}\n"), true},
+      {"sequence-parallel", SymmetricPlan(2, "sequence_parallel: true\n"), true},
+      {"leader-broadcast", SymmetricPlan(2, "comm: {pp_leader_broadcast: true}\n"), false},
+      {"gpipe", [] {
+         std::string y = SymmetricPlan(2);
+         y.replace(y.find("schedule: 1f1b"), 14, "schedule: gpipe");
+         return y;
+       }(), true},
+      {"interleaved", interleaved, true},
+      {"heterogeneous", hetero, false},
+      {"fewer-micro-batches", fewer_mb, false},
+  };
+  for (const auto& c : cases) {
+    const auto plan = PlanFrom(c.yaml);
+    uint32_t batch = 0;
+    for (const auto& p : plan.pipelines()) batch += p.micro_batch_size() * p.num_micro_batches();
+    proto::Training t;
+    t.set_global_batch_size(batch);
+    t.set_seq_len(256);
+    auto tr = models::ResolveTraining(t, *model, "t");
+    ASSERT_TRUE(tr.ok());
+    const models::PlanContext ctx{cluster, *model, *tr};
+    const Status v = models::ValidatePlanStructure(plan, ctx, c.name);
+    ASSERT_TRUE(v.ok()) << v.message();
+    ExpectStructuralFoldAgrees(plan, ctx, c.name, c.folds);
+  }
+}
+
+TEST(Folding, VerifyFoldChecksTheStructuralDecisionWhileSimulating) {
+  const auto cluster = SharedNicCluster(4);
+  const auto plan = PlanFrom(SymmetricPlan(2, "zero_stage: 1\ncomm: {dp_overlap: true}\n"));
+  auto model = models::LoadModel("llama-tiny");
+  ASSERT_TRUE(model.ok());
+  proto::Training t;
+  t.set_global_batch_size(16);
+  t.set_seq_len(256);
+  auto tr = models::ResolveTraining(t, *model, "t");
+  ASSERT_TRUE(tr.ok());
+  const models::PlanContext ctx{cluster, *model, *tr};
+  SimOptions opt;
+  opt.verify_fold = true;
+  auto r = SimulateIteration(plan, ctx, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->played_devices, 2u);
+  EXPECT_DOUBLE_EQ(r->report.iteration_time_s(), Simulate(cluster, plan, Fidelity::Balanced(), false).iteration_s);
 }
 
 }  // namespace
