@@ -304,9 +304,9 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
             return true;  // the probe's
           }
           ++counters.orders;
-          // One assignment: `lay` its layout; `stream` (consecutive placement) the node order's reusable
+          // One assignment: `layout` its layout; `stream` (consecutive placement) the node order's reusable
           // state, whose stages before the prefix this order shares with the previous one are kept.
-          auto assignment = [&](const Placement& pl, Layout& lay, Stream* stream) {
+          auto assignment = [&](const Placement& pl, Layout& layout, Stream* stream) {
             ++counters.assignments;
             for (uint32_t B : units[u].Bs) {
               // Algorithm 1's loops (line 4) stop at the time limit: checked once per (assignment, B).
@@ -323,7 +323,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
                 from = arrays->B == B ? SharedPrefix(arrays->sizes, order) : 0;
                 arrays->sizes.clear();  // valid again once PrepareBound has run
               }
-              Evaluator ev(ctx, lay, B, counters, scratch, std::min(mine.cost, shared_best.load()), &deadline,
+              Evaluator ev(ctx, layout, B, counters, scratch, std::min(mine.cost, shared_best.load()), &deadline,
                            &my_ticks, arrays, from);
               const double c = ev.Run();
               if (arrays != nullptr && ev.prepared()) {
@@ -333,7 +333,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
               cut |= ev.cut();
               const uint64_t o = ordinal++;
               if (!(c < kInf) || !mine.Better(c, u, o)) continue;
-              proto::Plan plan = BuildPlan(cluster, pl, lay, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
+              proto::Plan plan = BuildPlan(cluster, pl, layout, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
               // §4.3's estimate agrees with hetsim's memory arithmetic; check all the same, so that the plan
               // always validates.
               if (!CheckMemory(plan, problem, prof.memory()).fits) {
