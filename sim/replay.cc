@@ -124,7 +124,10 @@ const std::vector<PolicyEntry>& PolicyTable() {
     he.gpu_granular = true;
     he.default_grow = true;
     he.default_notice_checkpoint = true;
-    he.default_planner = "megatron";
+    // planners/hetu: Hetu's strategies (per-type TP groups, a node with failed GPUs as smaller groups, uneven
+    // pipelines), with ZeRO off as in the paper's elastic strategies (§A.3, Tables 7-8).
+    he.default_planner = "hetu";
+    he.default_planner_options = "{zero_stage: 0}";
     t.push_back({{"hetu",
                   "re-plan on every live GPU; graph specialisation, then fused-BSR graph switching of the weights "
                   "from surviving replicas, no restart (Hetu v2 §6, §7.2)"},

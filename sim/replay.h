@@ -70,7 +70,7 @@ const std::vector<PolicyInfo>& RecoveryPolicies();
 Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::string& where);
 
 // The planner (and its options) an elastic policy re-plans with: the policy's, or its default (megatron;
-// varuna: megatron with TP 1, Varuna's pipeline × data parallelism; autohet: autohet).
+// varuna: megatron with TP 1, Varuna's pipeline × data parallelism; autohet: autohet; hetu: hetu with ZeRO off).
 std::pair<std::string, std::string> DefaultReplanner(const proto::RecoveryPolicy& policy);
 
 // Daly's higher-order optimum checkpoint interval (Daly 2006, eq. 37; Young 1974's sqrt(2·δ·M) to first order)

@@ -128,7 +128,7 @@ int RunReplay(const po::variables_map& vm, std::ostream& out, std::ostream& err)
     proto::RecoveryPolicy* p = spec.add_policies();
     p->set_name(name);
     const bool spares = name == "hot-spares" || name == "in-memory";
-    const bool elastic = name == "elastic" || name == "varuna" || name == "autohet";
+    const bool elastic = name == "elastic" || name == "varuna" || name == "autohet" || name == "hetu";
     if (vm.count("spares") && spares) p->set_spares(vm["spares"].as<uint32_t>());
     if (vm.count("replicas") && name == "in-memory") p->set_replicas(vm["replicas"].as<uint32_t>());
     if (vm.count("replan-planner") && elastic) p->set_planner(FlagString(vm, "replan-planner"));
@@ -217,7 +217,7 @@ std::vector<Command> ReplayCommands() {
                  ("restart-s", po::value<double>(), "relaunch and communicator set-up (default 300)")
                  ("spares", po::value<uint32_t>(), "hot-spares, in-memory: spare nodes (default 1% of the plan's)")
                  ("replicas", po::value<uint32_t>(), "in-memory: copies of each checkpoint (default 2)")
-                 ("replan-planner", po::value<std::string>(), "elastic, varuna, autohet: the planner that re-plans")
+                 ("replan-planner", po::value<std::string>(), "elastic, varuna, autohet, hetu: the planner that re-plans")
                  ("replan-s", po::value<double>(),
                   "elastic, varuna, autohet: fixed re-planning time (default: measured)")
                  ("no-grow", "elastic, varuna, autohet: do not grow back when nodes return")
