@@ -181,7 +181,9 @@ void ExpectStructuralFoldAgrees(const proto::Plan& plan, const models::PlanConte
     auto full = DecideFold(plan, ctx, lo, true);
     ASSERT_TRUE(structural.ok() && full.ok()) << name;
     EXPECT_EQ(CompareFoldDecisions(*structural, *full), "") << name << (fuse ? " fused" : " per layer");
-    if (expect_fold) EXPECT_TRUE(structural->folded) << name << ": " << structural->note;
+    if (expect_fold) {
+      EXPECT_TRUE(structural->folded) << name << ": " << structural->note;
+    }
   }
 }
 
