@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # The CPU twin end to end: calibrate this machine (short mode), then run seven plans on hetsim-exec and in
-# the simulator with that calibration; every plan's simulated iteration must be within 10% of the executed
-# one (the tolerance's derivation: docs/calibration.md "The CPU twin").
+# the simulator with that calibration. A round passes when the seven plans' mean absolute error (MAPE) is at
+# most 6% and no plan is off by more than 25% (the derivation: docs/calibration.md "The CPU twin").
 #
 # The comparison only means something if the machine runs at one speed while it calibrates and while it
 # executes. Shared VMs have slow episodes (another tenant's burst, CPU steal) that move a whole phase by
-# 20-30%. So a speed probe (the GEMMs of a llama-tiny block, hetsim-kernel-bench) runs before the
-# calibration, between the phases and after the validation: a failing round whose probes differ by more
-# than 8% is measured again from scratch (up to 3 rounds). The plans run two ranks on two cores, so a process
-# that holds a core all along (a build beside the test) slows them without moving a one-core probe: the probe
-# also runs as two copies at once, and a machine whose two copies take more than 25% longer than one is busy.
-# A plan off by more than the tolerance, in the same direction, in two rounds on a steady, idle machine
-# fails the test (a real error repeats; noise lands on a different plan each time: a CI run once had
-# cpu-4-tp2 at +12.4% in one round and cpu-twin-dp2-split at -11.1% in the next, every other plan within
-# 10%). Three rounds at most; if no plan repeats over two or more steady rounds, the test passes and says
-# which plans were off once. With fewer than two steady rounds the test is skipped (exit 77) and says so.
+# 20-45%, and single plans by 10-40% when the episode falls inside one plan's calibration or run (seen: one
+# round with cpu-4-tp2 at +12.4%, the next with cpu-twin-dp2-split at -11.1% and tp2 at -6.6%; another with
+# tp2 at +40.6%, the next at +3.4%). So a speed probe (the GEMMs of a llama-tiny block, hetsim-kernel-bench)
+# runs before the calibration, between the phases and after the validation: a round whose probes differ by
+# more than 8% is unsteady. The plans run two ranks on two cores, so a process that holds a core all along
+# (a build beside the test) slows them without moving a one-core probe: the probe also runs as two copies at
+# once, and a machine whose two copies take more than 25% longer than one is busy.
+# Up to three rounds: a passing round passes the test; two failing rounds on a steady, idle machine fail it
+# (a real error repeats; a noisy run does not); if fewer than two rounds had a steady, idle machine and none
+# passed, the test is skipped (exit 77) and says so.
 # Usage: cpu_twin.sh HETSIM SOURCE_DIR WORK_DIR
 set -uo pipefail
 hetsim=$1 src=$2 work=$3
@@ -37,49 +37,39 @@ idle() {  # single pair: pair/single <= 1.25
 steady() {  # probes...: max/min <= 1.08
   printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END{r=hi/lo; printf "probe spread %.1f%%\n", (r-1)*100; exit !(r<=1.08)}'
 }
-steady_rounds=0
-off_once=""   # "plan:sign" of every plan beyond the tolerance in an earlier steady round
+steady_failures=0
 for round in 1 2 3; do
   rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
   p0=$(probe)
   "$hetsim" calibrate --backend cpu --quick -o cpu.yaml || exit 1
   grep -q "link_bandwidth_gbyte_s" cpu.yaml && grep -q "profiles:" cpu.yaml || { echo "cpu.yaml lacks the link or the profile"; exit 1; }
   p1=$(probe)
-  "$hetsim" validate-sim --executor --calibration cpu.yaml --fidelity balanced --tolerance 0.10 \
+  "$hetsim" validate-sim --executor --calibration cpu.yaml --fidelity balanced --tolerance 0.25 \
     --plans "cpu-4-single,cpu-4-pp2,cpu-4-tp2,$p/dp2.yaml,$p/dp2-split.yaml,$p/pp2-gpipe.yaml,$p/pp2-uneven.yaml" \
-    2> >(tee validate.err >&2)
+    > >(tee validate.out) 2>&1
   rc=$?
   wait
-  # "PLAN: simulated +12.4% off the executor, beyond --tolerance 10.0%" -> "PLAN:+"
-  off=$(sed -n 's/^\([^ :]*\): simulated \([+-]\).*beyond --tolerance.*/\1:\2/p' validate.err | sort -u)
   p2=$(probe)
   pp=$(probe_pair)
-  echo "cpu_twin.sh: round $round: probes $p0 $p1 $p2 s; $(steady "$p0" "$p1" "$p2"); $(idle "$p2" "$pp")"
-  if [ "$rc" -eq 0 ]; then exit 0; fi
-  if [ -z "$off" ]; then
-    echo "cpu_twin.sh: validate-sim failed without a plan beyond the tolerance (see above)"
+  # "  7 plans: MAPE 2.6%, bias +1.8%, worst 12.4%"
+  summary=$(grep -E '^ *[0-9]+ plans: MAPE' validate.out | tail -1 | sed 's/^ *//')
+  mape=$(sed -n 's/.*MAPE \([0-9.]*\)%.*/\1/p' <<< "$summary")
+  echo "cpu_twin.sh: round $round: $summary; probes $p0 $p1 $p2 s; $(steady "$p0" "$p1" "$p2"); $(idle "$p2" "$pp")"
+  if [ -z "$mape" ] || grep -q "were not compared" validate.out; then
+    echo "cpu_twin.sh: validate-sim did not compare every plan (see above): a real failure"
     exit 1
   fi
+  if [ "$rc" -eq 0 ] && awk -v m="$mape" 'BEGIN{exit !(m <= 6)}'; then exit 0; fi
   if steady "$p0" "$p1" "$p2" > /dev/null && idle "$p2" "$pp" > /dev/null; then
-    steady_rounds=$((steady_rounds + 1))
-    repeated=$(comm -12 <(printf '%s\n' $off_once | sort -u) <(printf '%s\n' $off))
-    if [ -n "$repeated" ]; then
-      echo "cpu_twin.sh: beyond the tolerance in the same direction in two steady rounds: $(echo $repeated): a real failure"
+    steady_failures=$((steady_failures + 1))
+    if [ "$steady_failures" -ge 2 ]; then
+      echo "cpu_twin.sh: twice the machine ran at one speed with both cores free and the twin is off (MAPE above 6% or a plan beyond 25%): a real failure"
       exit 1
     fi
-    off_once="$off_once $off"
-    if [ "$round" -eq 3 ]; then
-      echo "cpu_twin.sh: passed: no plan was off twice; off once (noise):$off_once"
-      exit 0
-    fi
-    echo "cpu_twin.sh: off on a steady machine: $(echo $off); once more, as a real error repeats and a noisy run does not"
+    echo "cpu_twin.sh: off on a steady machine (MAPE above 6% or a plan beyond 25%); once more, as a real error repeats and a noisy run does not"
     continue
   fi
   echo "cpu_twin.sh: the machine's speed changed or another process held a core during round $round; measuring again from scratch"
 done
-if [ "$steady_rounds" -ge 2 ]; then
-  echo "cpu_twin.sh: passed: no plan was off in two steady rounds; off once (noise):$off_once"
-  exit 0
-fi
-echo "cpu_twin.sh: SKIPPED: the machine's speed changed or a core was busy during every round (shared machine); no verdict"
+echo "cpu_twin.sh: SKIPPED: no round passed and fewer than two had a steady machine with both cores free (shared machine); no verdict"
 exit 77
