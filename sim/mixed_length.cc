@@ -545,22 +545,19 @@ struct Runner {
     for (int i = 0; i < sims.plan(plan).pipelines_size(); ++i) {
       PipelineModel m;
       m.window_tokens = i < static_cast<int>(windows.size()) ? windows[i] : window;
-      m.per_window_s = [this, plan, i, st](uint32_t fill) {
-        auto r = sims.PerWindow(plan, i, fill);
-        if (!r.ok()) {
-          if (st->ok()) *st = r.status();
-          return 0.0;
-        }
-        return *r;
+      // A simulated cost of pipeline i; the first error is kept in *st (the balancer then sees 0).
+      auto cost = [this, plan, i, st](Result<double> (Simulations::*of)(int, int, uint32_t)) {
+        return [this, plan, i, st, of](uint32_t fill) {
+          auto r = (sims.*of)(plan, i, fill);
+          if (!r.ok()) {
+            if (st->ok()) *st = r.status();
+            return 0.0;
+          }
+          return *r;
+        };
       };
-      m.fill_drain_s = [this, plan, i, st](uint32_t fill) {
-        auto r = sims.FillDrain(plan, i, fill);
-        if (!r.ok()) {
-          if (st->ok()) *st = r.status();
-          return 0.0;
-        }
-        return *r;
-      };
+      m.per_window_s = cost(&Simulations::PerWindow);
+      m.fill_drain_s = cost(&Simulations::FillDrain);
       out.push_back(std::move(m));
     }
     return out;

@@ -11,6 +11,7 @@
 #include "models/yaml_proto.h"
 #include "sim/autohet_recovery.h"
 #include "sim/replay.h"
+#include "tests/sim/tiny_replay_fixture.h"
 
 namespace hetsim {
 namespace {
@@ -35,48 +36,13 @@ storage:
   - {name: nvme, kind: local_nvme, read_bandwidth_gbyte_s: 1, write_bandwidth_gbyte_s: 1}
 )";
 
-// A tiny GPT: h = 64, 4 blocks, vocabulary 1000, 128 learned positions, tied embeddings, biases. A block has
-// attention 4h² + 4h, MLP 2·h·4h + 4h + h and two LayerNorms 2·2h parameters: 12h² + 13h = 49,984.
-const char* kModel = R"(
-name: tiny-gpt
-num_layers: 4
-hidden_size: 64
-ffn_hidden_size: 256
-num_attention_heads: 4
-num_kv_heads: 4
-vocab_size: 1000
-max_seq_len: 128
-mlp: gelu
-norm: layernorm
-position: learned
-tied_embeddings: true
-linear_bias: true
-)";
-constexpr double kBlockParams = 12 * 64 * 64 + 13 * 64;
+constexpr double kBlockParams = 12 * 64 * 64 + 13 * 64;  // a tiny-GPT block (tiny_replay_fixture.h)
 // fp16 weights: 2 bytes per parameter; mixed-precision Adam: fp32 master weights and two moments, 12 bytes.
 constexpr double kWeightBytes = 2, kOptimizerBytes = 12;
 
-class AutohetRecoveryTest : public ::testing::Test {
+class AutohetRecoveryTest : public testing::TinyReplayFixture {
  protected:
-  void SetUp() override {
-    proto::Cluster cp;
-    ASSERT_TRUE(models::ParseYaml(kCluster, "cluster", &cp).ok());
-    auto c = models::Cluster::Build(cp, "cluster");
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    cluster_.emplace(std::move(c).value());
-    proto::Model mp;
-    ASSERT_TRUE(models::ParseYaml(kModel, "model", &mp).ok());
-    auto m = models::TransformerModel::Build(mp, "model");
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    model_.emplace(std::move(m).value());
-    proto::Training t;
-    t.set_global_batch_size(8);
-    t.set_seq_len(128);
-    t.set_dtype(proto::DTYPE_FP16);
-    auto tr = models::ResolveTraining(t, *model_, "training");
-    ASSERT_TRUE(tr.ok()) << tr.status().message();
-    training_ = *tr;
-  }
+  void SetUp() override { Build(kCluster); }
 
   // One pipeline per entry: its stages as (devices, TP degree, layer_begin, layer_end).
   struct StageSpec {
@@ -124,9 +90,6 @@ class AutohetRecoveryTest : public ::testing::Test {
     return s;
   }
 
-  std::optional<models::Cluster> cluster_;
-  std::optional<models::TransformerModel> model_;
-  proto::Training training_;
 };
 
 TEST_F(AutohetRecoveryTest, PiecesAreTpShardsOfEachLayer) {

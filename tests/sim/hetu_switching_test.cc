@@ -13,6 +13,7 @@
 #include "models/training.h"
 #include "models/yaml_proto.h"
 #include "sim/replay.h"
+#include "tests/sim/tiny_replay_fixture.h"
 
 namespace hetsim {
 namespace {
@@ -147,43 +148,10 @@ network: {single_switch: {}}
 storage:
   - {name: store, kind: object_store, read_bandwidth_gbyte_s: 0.25, write_bandwidth_gbyte_s: 0.25}
 )";
-const char* kModel = R"(
-name: tiny-gpt
-num_layers: 4
-hidden_size: 64
-ffn_hidden_size: 256
-num_attention_heads: 4
-num_kv_heads: 4
-vocab_size: 1000
-max_seq_len: 128
-mlp: gelu
-norm: layernorm
-position: learned
-tied_embeddings: true
-linear_bias: true
-)";
 
-class HetuPolicyTest : public ::testing::Test {
+class HetuPolicyTest : public testing::TinyReplayFixture {
  protected:
-  void SetUp() override {
-    proto::Cluster cp;
-    ASSERT_TRUE(models::ParseYaml(kCluster, "cluster", &cp).ok());
-    auto c = models::Cluster::Build(cp, "cluster");
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    cluster_.emplace(std::move(c).value());
-    proto::Model mp;
-    ASSERT_TRUE(models::ParseYaml(kModel, "model", &mp).ok());
-    auto m = models::TransformerModel::Build(mp, "model");
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    model_.emplace(std::move(m).value());
-    proto::Training t;
-    t.set_global_batch_size(8);
-    t.set_seq_len(128);
-    t.set_dtype(proto::DTYPE_FP16);
-    auto tr = models::ResolveTraining(t, *model_, "training");
-    ASSERT_TRUE(tr.ok()) << tr.status().message();
-    training_ = *tr;
-  }
+  void SetUp() override { Build(kCluster); }
   sim::ReplayInputs Inputs(const proto::Plan& plan, const std::vector<proto::Plan>& after) {
     sim::ReplayInputs in;
     in.cluster = &*cluster_;
@@ -209,9 +177,6 @@ class HetuPolicyTest : public ::testing::Test {
   }
   uint32_t L() const { return model_->num_layers(); }  // 6
 
-  std::optional<models::Cluster> cluster_;
-  std::optional<models::TransformerModel> model_;
-  proto::Training training_;
   sim::ReplayCache cache_;
 };
 
