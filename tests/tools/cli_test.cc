@@ -348,3 +348,29 @@ TEST(DescribeHspmd, PrintsTheUnionsAndTheSplitAllReduce) {
 
 }  // namespace
 }  // namespace hetsim::cli
+
+namespace hetsim::cli {
+namespace {
+
+// The `hetu` recovery policy re-plans with the `hetu` planner (ZeRO off) unless told otherwise: after GPU 31
+// fails, the live cluster is 3 full H20 nodes and one with 7 GPUs, and the hetu planner uses all 31 GPUs
+// (a 7-GPU node forms TP 4 + 2 + 1 groups), where Megatron-LM's uniform TP cannot; `--replan-planner`
+// switches it (the configuration lines name the planner that made each plan).
+TEST(ReplayHetu, ReplansWithTheHetuPlannerByDefault) {
+  const std::string dir = std::string(HETSIM_SOURCE_DIR) + "/experiments/hetu/elastic/";
+  const std::vector<std::string> base = {"replay", "--plan", dir + "hetu-c1.yaml", "--cluster", "hetu-h20x32", "--trace",
+                                         dir + "homogeneous.trace.yaml", "--policy", "hetu", "--fidelity", "fast"};
+  const auto r = RunCli(base);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("configuration hetu: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 node × 7 h20, 31 GPUs"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("configuration megatron"), std::string::npos) << r.out;
+  auto with = base;
+  with.insert(with.end(), {"--replan-planner", "megatron"});
+  const auto m = RunCli(with);
+  ASSERT_EQ(m.code, 0) << m.err;
+  EXPECT_NE(m.out.find("configuration megatron"), std::string::npos) << m.out;
+}
+
+}  // namespace
+}  // namespace hetsim::cli
