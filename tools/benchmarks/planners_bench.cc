@@ -129,6 +129,8 @@ int main(int argc, char** argv) {
       {"metis-uniform-t4-v100-16", "gpt3-1.3b", "{global_batch_size: 128, seq_len: 1024, dtype: fp16}", baselines, ""},
       {"hetu-h800x16-h20x32", "llama3-70b", "{global_batch_size: 64, seq_len: 4096, recompute: full}", baselines, ""},
       {"hexiscale-240", "llama2-70b", "{recompute: full}", baselines, ""},
+      {"hetu-h800x16-h20x32", "llama2-70b", "{global_batch_size: 64, seq_len: 4096}", {"hetu"}, ""},
+      {"hetu-elastic-c2", "llama2-70b", "{global_batch_size: 64, seq_len: 4096}", {"hetu"}, "zero_stage: 0"},
       {"llama3-16384", "llama3-405b", "{seq_len: 8192, recompute: selective}", {"megatron"}, ""},
       {"hexiscale-case-study", "llama-tiny", "{}", {"exhaustive"}, "time_limit_s: 120"},
       {"metis-uniform-t4-v100-8", "gpt3-1.3b", "{global_batch_size: 64, seq_len: 1024, dtype: fp16}", {"exhaustive"},
