@@ -43,6 +43,13 @@ struct Board {
 struct FoldFlows {
   std::unordered_map<uint32_t, std::vector<uint32_t>> groups;
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> sends;
+  // Per device: who sends over its fabric port (up) and receives over it (down) inside its node, in the
+  // whole (unfolded) run: kNoOwner, one collective group, or kManyOwners (several groups, or a pipeline
+  // stream). Filled on the first folded collective.
+  static constexpr uint32_t kNoOwner = UINT32_MAX, kManyOwners = UINT32_MAX - 1;
+  std::vector<uint32_t> port_up, port_down;
+  // Per group: whether one flow stands for its whole ring (see Runner::LoneFlow).
+  std::unordered_map<uint32_t, bool> lone;
 };
 
 // Per-device message and collective counters (shared by the device's main and DP-stream actors).
@@ -106,6 +113,207 @@ std::vector<Flow> RingFlows(const std::vector<uint32_t>& g, const std::vector<ui
     flows.push_back({self, to, share});
   }
   return flows;
+}
+
+// The links of the route from device a to device b (appended to `links`).
+void LinksOf(const Shared* sh, uint32_t a, uint32_t b, std::vector<s4u::Link*>* links) {
+  double lat = 0;
+  sh->platform->gpus[a]->route_to(sh->platform->gpus[b], *links, &lat);
+}
+
+// The folded copies of send stream `key` that a folded run plays with it: those whose routes share a link
+// with the stream's own (the others run on links of their own). Empty for a stream whose shared links
+// were scaled instead (ScaleTwinLinks).
+const std::vector<std::pair<uint32_t, uint32_t>>& FoldCopies(Shared* sh, uint64_t key) {
+  auto& cache = sh->fold_flows.sends;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::vector<std::pair<uint32_t, uint32_t>> sharing;
+  auto all = sh->programs->fold.send_copies.find(key);
+  if (all != sh->programs->fold.send_copies.end()) {
+    // The stream's own route (either end may ask first: the sender or the receiver).
+    const uint32_t from = static_cast<uint32_t>(key >> 42);
+    const uint32_t to = static_cast<uint32_t>((key >> 20) & ((1u << 22) - 1));
+    std::vector<s4u::Link*> mine;
+    LinksOf(sh, from, to, &mine);
+    std::sort(mine.begin(), mine.end());
+    for (const auto& c : all->second) {
+      std::vector<s4u::Link*> theirs;
+      LinksOf(sh, c.first, c.second, &theirs);
+      bool shares = false;
+      for (auto* l : theirs) shares |= std::binary_search(mine.begin(), mine.end(), l);
+      if (shares) sharing.push_back(c);
+    }
+  }
+  return cache[key] = std::move(sharing);
+}
+
+// The groups a folded collective over `group` plays: its own and every folded group with a flow on a
+// link its flows use.
+const std::vector<uint32_t>& FoldPlayedGroups(Shared* sh, uint32_t group, bool stripe) {
+  auto& cache = sh->fold_flows.groups;
+  auto it = cache.find(group);
+  if (it != cache.end()) return it->second;
+  const auto& groups = sh->programs->groups;
+  const auto& node = sh->platform->gpu_node;
+  std::vector<s4u::Link*> used;
+  for (const Flow& f : RingFlows(groups[group], node, stripe)) LinksOf(sh, f.from, f.to, &used);
+  std::sort(used.begin(), used.end());
+  std::vector<uint32_t> played{group};
+  const auto& family = sh->programs->fold.family[group];
+  for (uint32_t h : family) {
+    if (h == group) continue;
+    bool shares = false;
+    for (const Flow& f : RingFlows(groups[h], node, stripe)) {
+      std::vector<s4u::Link*> links;
+      LinksOf(sh, f.from, f.to, &links);
+      for (auto* l : links) shares |= std::binary_search(used.begin(), used.end(), l);
+      if (shares) break;
+    }
+    if (shares) played.push_back(h);
+  }
+  return cache[group] = std::move(played);
+}
+
+// Folded runs: where a pipeline stream's copies meet its own transfer only on links that carry nothing but
+// such streams, each with the same number n of copies-plus-itself on the link, the link runs at 1/n of its
+// bandwidth and the copies are not played. In a symmetric plan the n twins on such a link start together
+// and cross links of equal bandwidth and latency elsewhere, so max-min sharing gives each of them 1/n of
+// what the n·k twins of k streams get together: the played transfer ends exactly when it would among its
+// copies. (The copies are what the run spends its time on: Llama 3's stage-major layout sends every
+// pipeline transfer of 1,024 replicas over the same oversubscribed pod uplinks.) Links that a collective's
+// flows cross, or that carry streams with different numbers of copies, keep the copies.
+uint32_t ScaleTwinLinks(Shared* sh) {
+  const Programs& programs = *sh->programs;
+  const auto& node = sh->platform->gpu_node;
+  // The played send streams.
+  std::vector<uint64_t> streams;
+  for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
+    for (const auto* ops : {&programs.programs[slot].ops, &programs.programs[slot].dp_stream}) {
+      for (const Op& o : *ops) {
+        if (o.kind == OpKind::kSend) streams.push_back(MailboxKey(programs.devices[slot], o.peer, o.channel));
+      }
+    }
+  }
+  std::sort(streams.begin(), streams.end());
+  streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+  // Per link: for each stream with a flow on it, whether its own transfer crosses it and how many of its
+  // copies do; whether a collective's flow may cross it.
+  struct Entry {
+    uint32_t stream;
+    uint32_t own = 0, copies = 0;
+  };
+  struct Use {
+    std::vector<Entry> streams;
+    bool collective = false;
+  };
+  std::unordered_map<s4u::Link*, Use> use;
+  const auto entry = [&](s4u::Link* l, uint32_t k) -> Entry& {
+    auto& v = use[l].streams;
+    if (v.empty() || v.back().stream != k) v.push_back(Entry{k});
+    return v.back();
+  };
+  std::vector<std::vector<s4u::Link*>> crossed(streams.size());  // every link a flow of the stream crosses
+  for (uint32_t k = 0; k < streams.size(); ++k) {
+    if (FoldCopies(sh, streams[k]).empty()) continue;
+    const uint32_t from = static_cast<uint32_t>(streams[k] >> 42);
+    const uint32_t to = static_cast<uint32_t>((streams[k] >> 20) & ((1u << 22) - 1));
+    std::vector<s4u::Link*> links;
+    LinksOf(sh, from, to, &links);
+    std::sort(links.begin(), links.end());
+    links.erase(std::unique(links.begin(), links.end()), links.end());
+    for (auto* l : links) entry(l, k).own = 1;
+    crossed[k] = links;
+    for (const auto& [a, b] : FoldCopies(sh, streams[k])) {
+      links.clear();
+      LinksOf(sh, a, b, &links);
+      for (auto* l : links) {
+        ++entry(l, k).copies;
+        crossed[k].push_back(l);
+      }
+    }
+    std::sort(crossed[k].begin(), crossed[k].end());
+    crossed[k].erase(std::unique(crossed[k].begin(), crossed[k].end()), crossed[k].end());
+  }
+  // The streams without copies count too where they share a link with one that has them.
+  for (uint32_t k = 0; k < streams.size(); ++k) {
+    if (!crossed[k].empty()) continue;
+    const uint32_t from = static_cast<uint32_t>(streams[k] >> 42);
+    const uint32_t to = static_cast<uint32_t>((streams[k] >> 20) & ((1u << 22) - 1));
+    std::vector<s4u::Link*> links;
+    LinksOf(sh, from, to, &links);
+    for (auto* l : links) {
+      auto it = use.find(l);
+      if (it != use.end()) it->second.streams.push_back(Entry{k, 1, 0});
+    }
+  }
+  if (use.empty()) return 0;
+  // Every flow the folded collectives play (RunFoldedCollective: rings stripe over rails, NVLS does not).
+  std::vector<std::pair<uint32_t, bool>> collectives;
+  for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
+    for (const auto* ops : {&programs.programs[slot].ops, &programs.programs[slot].dp_stream}) {
+      for (const Op& o : *ops) {
+        // (The analytic TP time reads its route's bandwidth: its links must keep theirs too.)
+        if (o.kind != OpKind::kCollective && o.kind != OpKind::kTpAnalytic) continue;
+        if (programs.groups[o.group].size() < 2) continue;
+        const bool nvls = o.algorithm == Algorithm::kNvls && o.collective == CollectiveKind::kAllReduce;
+        collectives.push_back({o.group, !nvls});
+      }
+    }
+  }
+  std::sort(collectives.begin(), collectives.end());
+  collectives.erase(std::unique(collectives.begin(), collectives.end()), collectives.end());
+  for (const auto& [g, stripe] : collectives) {
+    for (uint32_t h : FoldPlayedGroups(sh, g, stripe)) {
+      for (const Flow& f : RingFlows(programs.groups[h], node, stripe)) {
+        std::vector<s4u::Link*> links;
+        LinksOf(sh, f.from, f.to, &links);
+        for (auto* l : links) {
+          auto it = use.find(l);
+          if (it != use.end()) it->second.collective = true;
+        }
+      }
+    }
+  }
+  // A link scales when only streams cross it, each with its own transfer and the same number of copies.
+  std::unordered_map<s4u::Link*, uint32_t> scale;  // link -> n, for the scalable ones
+  for (const auto& [l, u] : use) {
+    if (u.collective) continue;
+    bool same = true;
+    for (const Entry& e : u.streams) same = same && e.own == 1 && e.copies == u.streams.front().copies;
+    if (same) scale[l] = 1 + u.streams.front().copies;
+  }
+  // A stream drops its copies when every link where they meet its own transfer scales (the links only its
+  // copies cross mirror its own: in a symmetric plan they carry what its own links carry); a stream that
+  // keeps its copies keeps those links unscaled, which may stop others: repeat until nothing changes.
+  std::vector<uint8_t> drop(streams.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (uint32_t k = 0; k < streams.size(); ++k) {
+      if (crossed[k].empty()) continue;
+      std::vector<s4u::Link*> met;  // links with its own transfer and copies
+      for (auto* l : crossed[k]) {
+        for (const Entry& e : use[l].streams) {
+          if (e.stream == k && e.own == 1 && e.copies > 0) met.push_back(l);
+        }
+      }
+      bool ok = true;
+      for (auto* l : met) ok = ok && scale.count(l) > 0;
+      drop[k] = ok ? 1 : 0;
+      if (ok) continue;
+      for (auto* l : met) changed |= scale.erase(l) > 0;
+    }
+  }
+  uint32_t scaled = 0;
+  for (const auto& [l, n] : scale) {
+    if (n < 2) continue;
+    l->set_bandwidth(l->get_bandwidth() / n);
+    ++scaled;
+  }
+  for (uint32_t k = 0; k < streams.size(); ++k) {
+    if (drop[k] != 0) sh->fold_flows.sends[streams[k]].clear();
+  }
+  return scaled;
 }
 
 class Runner {
@@ -250,61 +458,65 @@ class Runner {
 
   bool folded() const { return sh_->programs->folded; }
 
-  // The links of the route from device a to device b.
-  static void LinksOf(s4u::Host* a, s4u::Host* b, std::vector<s4u::Link*>* links) {
-    double lat = 0;
-    a->route_to(b, *links, &lat);
-  }
+  const std::vector<std::pair<uint32_t, uint32_t>>& CopiesOf(uint64_t key) { return FoldCopies(sh_, key); }
+  const std::vector<uint32_t>& PlayedGroups(uint32_t group, bool stripe) { return FoldPlayedGroups(sh_, group, stripe); }
 
-  const std::vector<std::pair<uint32_t, uint32_t>>& CopiesOf(uint64_t key) {
-    auto& cache = sh_->fold_flows.sends;
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-    std::vector<std::pair<uint32_t, uint32_t>> sharing;
-    auto all = sh_->programs->fold.send_copies.find(key);
-    if (all != sh_->programs->fold.send_copies.end()) {
-      // The stream's own route (either end may ask first: the sender or the receiver).
-      const uint32_t from = static_cast<uint32_t>(key >> 42);
-      const uint32_t to = static_cast<uint32_t>((key >> 20) & ((1u << 22) - 1));
-      std::vector<s4u::Link*> mine;
-      LinksOf(HostOf(from), HostOf(to), &mine);
-      std::sort(mine.begin(), mine.end());
-      for (const auto& c : all->second) {
-        std::vector<s4u::Link*> theirs;
-        LinksOf(HostOf(c.first), HostOf(c.second), &theirs);
-        bool shares = false;
-        for (auto* l : theirs) shares |= std::binary_search(mine.begin(), mine.end(), l);
-        if (shares) sharing.push_back(c);
-      }
-    }
-    return cache[key] = std::move(sharing);
-  }
-
-  // The groups a folded collective over `group` plays: its own and every folded group with a flow on a
-  // link its flows use.
-  const std::vector<uint32_t>& PlayedGroups(uint32_t group, bool stripe) {
-    auto& cache = sh_->fold_flows.groups;
-    auto it = cache.find(group);
-    if (it != cache.end()) return it->second;
-    const auto& groups = sh_->programs->groups;
+  // Fills FoldFlows::port_up/port_down: every pair of GPUs of one node that some collective ring step or
+  // pipeline stream of the unfolded run connects, with its owner.
+  void CountPortOwners() {
+    auto& ff = sh_->fold_flows;
     const auto& node = sh_->platform->gpu_node;
-    std::vector<s4u::Link*> used;
-    for (const Flow& f : RingFlows(groups[group], node, stripe)) LinksOf(HostOf(f.from), HostOf(f.to), &used);
-    std::sort(used.begin(), used.end());
-    std::vector<uint32_t> played{group};
-    const auto& family = sh_->programs->fold.family[group];
-    for (uint32_t h : family) {
-      if (h == group) continue;
-      bool shares = false;
-      for (const Flow& f : RingFlows(groups[h], node, stripe)) {
-        std::vector<s4u::Link*> links;
-        LinksOf(HostOf(f.from), HostOf(f.to), &links);
-        for (auto* l : links) shares |= std::binary_search(used.begin(), used.end(), l);
-        if (shares) break;
+    ff.port_up.assign(node.size(), FoldFlows::kNoOwner);
+    ff.port_down.assign(node.size(), FoldFlows::kNoOwner);
+    const auto own = [&](uint32_t from, uint32_t to, uint32_t owner) {
+      if (node[from] != node[to]) return;
+      for (uint32_t* slot : {&ff.port_up[from], &ff.port_down[to]}) {
+        if (*slot == FoldFlows::kNoOwner) {
+          *slot = owner;
+        } else if (*slot != owner) {
+          *slot = FoldFlows::kManyOwners;
+        }
       }
-      if (shares) played.push_back(h);
+    };
+    const auto& groups = sh_->programs->groups;
+    for (uint32_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].size() < 2) continue;
+      for (bool stripe : {false, true}) {
+        for (const Flow& f : RingFlows(groups[g], node, stripe)) own(f.from, f.to, g);
+      }
     }
-    return cache[group] = std::move(played);
+    const auto& devices = sh_->programs->devices;
+    for (size_t slot = 0; slot < devices.size(); ++slot) {
+      const DeviceProgram& prog = sh_->programs->programs[slot];
+      for (const auto* ops : {&prog.ops, &prog.dp_stream}) {
+        for (const Op& o : *ops) {
+          if (o.kind == OpKind::kSend) own(devices[slot], o.peer, FoldFlows::kManyOwners);
+          if (o.kind == OpKind::kRecv || o.kind == OpKind::kPostRecv) own(o.peer, devices[slot], FoldFlows::kManyOwners);
+        }
+      }
+    }
+    for (const auto& [key, copies] : sh_->programs->fold.send_copies) {
+      for (const auto& [from, to] : copies) own(from, to, FoldFlows::kManyOwners);
+    }
+  }
+
+  // Whether one flow of the ring over `group` finishes when all of them do: every member sits in one node
+  // whose GPU-to-GPU routes cross only the GPUs' own fabric ports, and nothing else in the whole run
+  // (another group's ring, a pipeline stream) sends or receives over those ports. Then the ring's flows run
+  // on disjoint links of one bandwidth and latency and meet no other flow, so each ends at the same time
+  // and playing one of them gives the collective's end exactly. (Each detached host-to-host transfer costs
+  // SimGrid 3.32 a scan of all of them in flight when it ends: with thousands of TP rings this is the
+  // run's time.)
+  bool LoneFlow(uint32_t group) {
+    auto& ff = sh_->fold_flows;
+    auto it = ff.lone.find(group);
+    if (it != ff.lone.end()) return it->second;
+    if (ff.port_up.empty()) CountPortOwners();
+    const auto& g = sh_->programs->groups[group];
+    const auto& node = sh_->platform->gpu_node;
+    bool lone = g.size() >= 2 && sh_->platform->private_fabric[node[g[0]]] != 0;
+    for (uint32_t d : g) lone = lone && node[d] == node[g[0]] && ff.port_up[d] == group && ff.port_down[d] == group;
+    return ff.lone[group] = lone;
   }
 
   // A folded ring (or NVLS) collective: every member of the played groups sends its step bytes to its
@@ -314,6 +526,11 @@ class Runner {
     const double called = s4u::Engine::get_clock();
     const auto& groups = sh_->programs->groups;
     const auto& node = sh_->platform->gpu_node;
+    if (LoneFlow(op.group)) {
+      const auto& g = groups[op.group];
+      s4u::Comm::sendto(HostOf(g[0]), HostOf(g[1]), Bytes(step_bytes));
+      return called;
+    }
     std::vector<s4u::CommPtr> flows;
     for (uint32_t h : PlayedGroups(op.group, stripe)) {
       for (const Flow& f : RingFlows(groups[h], node, stripe)) {
@@ -699,6 +916,7 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
     for (uint32_t d : programs.groups[g]) k += played(programs.device_slot[d]) ? 1 : 0;
     shared.group_played[g] = k;
   }
+  if (folded) result.scaled_links = ScaleTwinLinks(&shared);
   for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
     shared.ready.push_back(s4u::Semaphore::create(0));
     shared.done.push_back(s4u::Semaphore::create(0));

@@ -60,6 +60,7 @@ class Builder {
     p_.gpus.resize(c.num_devices());
     for (uint32_t d = 0; d < c.num_devices(); ++d) p_.gpu_node.push_back(c.device(d).node);
     p_.cpus.resize(c.nodes().size());
+    p_.private_fabric.assign(c.nodes().size(), 0);
     for (const auto& s : c.spec().storage()) {
       if (s.kind() == proto::StorageEndpoint::KIND_LOCAL_NVME) nvme_ = &s;
       if (s.kind() == proto::StorageEndpoint::KIND_OBJECT_STORE) object_store_ = &s;
@@ -143,6 +144,7 @@ class Builder {
       const auto& node = c_.node(n);
       const bool pcie_fabric = node.fabric.kind() == proto::IntraNodeFabric::KIND_PCIE;
       const proto::IntraNodeFabric f = CalibratedFabric(node, pcie_fabric);
+      p_.private_fabric[n] = pcie_fabric ? 0 : 1;
       const std::string nn = node.name;
       // NICs of the node.
       std::vector<s4u::Link*> nics;

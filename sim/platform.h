@@ -25,6 +25,10 @@ namespace hetsim::sim {
 struct Platform {
   std::vector<simgrid::s4u::Host*> gpus;   // by device index
   std::vector<uint32_t> gpu_node;          // by device index: the node it sits in
+  // By node index: 1 when its GPU-to-GPU routes cross only the GPUs' own fabric ports (NVLink/NVSwitch,
+  // one duplex link per GPU), which no route leaving the node or reaching host memory uses; 0 on a PCIe
+  // fabric, whose GPU-to-GPU routes share the GPUs' PCIe links with the NIC traffic.
+  std::vector<uint8_t> private_fabric;
   std::vector<simgrid::s4u::Host*> cpus;   // by node index
   std::vector<simgrid::s4u::Host*> nvmes;  // by node index (empty without local NVMe storage)
   simgrid::s4u::Host* object_store = nullptr;

@@ -403,6 +403,7 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             const uint32_t played = programs->folded ? programs->fold.played
                                                                      : static_cast<uint32_t>(programs->devices.size());
                             PutPod(out, played);
+                            PutPod(out, er.scaled_links);
                             PutPod(out, static_cast<uint64_t>(programs->fold_note.size()));
                             out += programs->fold_note;
                             return out;
@@ -414,7 +415,7 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
   EngineResult er;
   uint64_t note = 0;
   if (!rd.Pod(&n) || !rd.Bytes(n, &bytes) || !res.report.ParseFromString(bytes) || !GetTraces(rd, &er) ||
-      !rd.Pod(&res.played_devices) || !rd.Pod(&note) || !rd.Bytes(note, &res.fold_note)) {
+      !rd.Pod(&res.played_devices) || !rd.Pod(&res.scaled_links) || !rd.Pod(&note) || !rd.Bytes(note, &res.fold_note)) {
     return Status::Internal("simulator: malformed result from the simulation process");
   }
   for (auto& d : er.devices) res.timeline.push_back(std::move(d.slices));

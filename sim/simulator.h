@@ -57,6 +57,8 @@ struct SimResult {
   // Devices played by an actor: all of them unless the plan was folded; `fold_note` says why it was not.
   uint32_t played_devices = 0;
   std::string fold_note;
+  // Folded runs: links whose bandwidth stands for the folded copies of the transfers on them.
+  uint32_t scaled_links = 0;
 };
 
 // Simulates one iteration. The plan must pass ValidatePlanStructure; devices that run out of memory

@@ -43,6 +43,7 @@ std::string SymmetricPlan(uint32_t dp, const std::string& extra = "") {
 struct Outcome {
   double iteration_s = -1;
   uint32_t played = 0;
+  uint32_t scaled_links = 0;
   std::string note;
   proto::IterationReport report;
 };
@@ -66,7 +67,7 @@ Outcome Simulate(const models::Cluster& cluster, const proto::Plan& plan, Fideli
   auto r = SimulateIteration(plan, ctx, opt);
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return {};
-  return {r->report.iteration_time_s(), r->played_devices, r->fold_note, r->report};
+  return {r->report.iteration_time_s(), r->played_devices, r->scaled_links, r->fold_note, r->report};
 }
 
 // The folded run plays the same flows on the same links as the full one when every replica arrives at its
@@ -121,6 +122,28 @@ TEST(Folding, PipelineSendsThroughAnOversubscribedUplinkFoldExactly) {
     EXPECT_NEAR(folded.iteration_s, full.iteration_s, 1e-9 * full.iteration_s) << "dp " << dp;
     EXPECT_NEAR(folded.report.devices(0).pp_communication_s(), full.report.devices(0).pp_communication_s(),
                 1e-9 * full.iteration_s);
+    // Only pipeline transfers cross the uplinks (each stage's gradient ring stays in its pod), all with the
+    // same 2·dp twins: pod 0's uplink up and pod 1's down (forward), pod 1's up and pod 0's down
+    // (backward) run at 1/(2·dp) of their bandwidth instead of carrying the copies.
+    EXPECT_EQ(folded.scaled_links, 4u) << "dp " << dp;
+    EXPECT_EQ(full.scaled_links, 0u);
+  }
+}
+
+TEST(Folding, UplinksThatGradientRingsCrossKeepThePipelineCopies) {
+  // Pods of 2 nodes with dp = 4: stage 0 spans pods 0-1 and stage 1 pods 2-3, so each stage's gradient
+  // ring crosses an uplink that pipeline transfers cross too. Its flows are not twins of the transfers,
+  // so the links keep their bandwidth and the copies are played, and the fold is still exact.
+  const auto cluster = ClusterFrom("name: pods\nnodes:\n  - name: n\n    count: 8\n    gpus: {type: h100, count: 2}\n"
+                                   "    nic: {kind: roce, bandwidth_gbps: 100, attachment: per_gpu}\n"
+                                   "network: {pods: {nodes_per_pod: 2, oversubscription: 2}}\n");
+  const auto plan = PlanFrom(SymmetricPlan(4));
+  for (const Fidelity fid : {Fidelity::Balanced(), Fidelity::Fast()}) {
+    const Outcome full = Simulate(cluster, plan, fid, false);
+    const Outcome folded = Simulate(cluster, plan, fid, true);
+    ASSERT_EQ(folded.played, 2u) << folded.note;
+    EXPECT_EQ(folded.scaled_links, 0u);
+    EXPECT_NEAR(folded.iteration_s, full.iteration_s, 1e-9 * full.iteration_s);
   }
 }
 

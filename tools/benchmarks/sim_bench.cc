@@ -88,6 +88,7 @@ struct Outcome {
   double wall_s = 0;
   double iteration_s = 0;
   uint32_t played = 0;  // devices played by an actor (fewer than the plan's when folded)
+  uint32_t scaled_links = 0;  // links standing for folded copies of pipeline transfers
 };
 
 Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const models::TransformerModel& model,
@@ -115,7 +116,7 @@ Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const model
     std::fprintf(stderr, "%s\n", r.status().message().c_str());
     return {};
   }
-  return {wall, r->report.iteration_time_s(), r->played_devices};
+  return {wall, r->report.iteration_time_s(), r->played_devices, r->scaled_links};
 }
 
 double ChildPeakGib() {
@@ -131,6 +132,7 @@ void Lines(const std::string& name, const Outcome& o, double reference_s = 0) {
   Line(name + ".wall", o.wall_s, "s");
   Line(name + ".iteration", o.iteration_s, "s");
   Line(name + ".played_devices", o.played, "devices");
+  if (o.scaled_links > 0) Line(name + ".scaled_links", o.scaled_links, "links");
   if (reference_s > 0) Line(name + ".error_vs_unfolded", 100 * (o.iteration_s - reference_s) / reference_s, "%");
 }
 
