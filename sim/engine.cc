@@ -30,6 +30,9 @@ struct Board {
   // mailbox key -> when the sender posted each message not yet received, oldest first (a mailbox's
   // messages are received in the order they were sent)
   std::unordered_map<uint64_t, std::deque<double>> posted;
+  // mailbox key -> messages received so far by the pipeline receives (kRecv): the sender's n-th message
+  // on the key has arrived once this exceeds n.
+  std::unordered_map<uint64_t, uint64_t> received;
   // (group, instance number) -> latest arrival among members, members finished
   std::unordered_map<std::pair<uint64_t, uint32_t>, std::pair<double, uint32_t>, PairHash> arrived;
   // Folded runs: mailbox key -> receives blocked before their message was posted (the sender starts the
@@ -318,6 +321,14 @@ uint32_t ScaleTwinLinks(Shared* sh) {
 
 class Runner {
  public:
+  // A posted send not yet waited for; pipeline sends carry their mailbox key and number on it (others
+  // kUntracked), so that Reap knows which have arrived without asking SimGrid (see Reap).
+  static constexpr uint64_t kUntracked = UINT64_MAX;
+  struct Pending {
+    s4u::CommPtr comm;
+    uint64_t key = kUntracked;
+    uint64_t seq = 0;
+  };
   Runner(Shared* shared, uint32_t slot, bool dp_stream)
       : sh_(shared), slot_(slot), self_(shared->programs->devices[slot]), dp_stream_(dp_stream),
         trace_(shared->result->devices[slot]) {}
@@ -365,7 +376,7 @@ class Runner {
   void StagedSend(uint32_t peer, double bytes, uint32_t channel) {
     s4u::Comm::sendto(HostOf(self_), CpuOf(self_), Bytes(bytes));
     s4u::Comm::sendto(CpuOf(self_), CpuOf(peer), Bytes(bytes));
-    pending_.push_back(Box(self_, peer, channel)->put_async(&g_payload, 0));
+    pending_.push_back({Box(self_, peer, channel)->put_async(&g_payload, 0)});
   }
   // A pipeline send staged the same way without holding up the device's stream: the device-to-host copy
   // and the host's network send run on the host (a copy engine and a communicator thread, as HetHub's CPU
@@ -396,7 +407,7 @@ class Runner {
                          });
       it = stagers_.emplace(key, queue).first;
     }
-    pending_.push_back(it->second->put_async(new double(bytes), 0));
+    pending_.push_back({it->second->put_async(new double(bytes), 0)});
   }
   void StopStagers() {
     for (auto& [key, queue] : stagers_) queue->put(new double(-1), 0);
@@ -431,14 +442,21 @@ class Runner {
   }
 
   void Reap() {
-    // Finish completed sends with wait() so they leave the actor's activity list (SimGrid note, pitfall 1).
-    // test() is a simcall that costs about as much as a transfer's own bookkeeping: a few sends in flight
-    // are left alone (they cost nothing until they finish), so only a longer queue is tested.
-    if (pending_.size() < kReapFrom) return;
-    while (!pending_.empty() && (pending_.front()->test() || pending_.size() > 32)) {
-      pending_.front()->wait();
+    // Finish arrived sends with wait() so they leave the actor's activity list, where each completion of
+    // any of the actor's transfers scans them. Not with test(): in SimGrid 3.32 a successful test() marks
+    // the s4u Comm finished, so the wait() after it returns at once and the kernel activity stays in the
+    // list for good (thousands per actor on long pipelines, most of the run's time). A pipeline send has
+    // arrived when its receiver has taken as many messages from the mailbox (Board::received); past 32
+    // posted sends the oldest is waited for, arrived or not.
+    while (!pending_.empty() && (Arrived(pending_.front()) || pending_.size() > 32)) {
+      pending_.front().comm->wait();
       pending_.pop_front();
     }
+  }
+  bool Arrived(const Pending& p) const {
+    if (p.key == kUntracked) return false;
+    auto it = sh_->board.received.find(p.key);
+    return it != sh_->board.received.end() && it->second > p.seq;
   }
 
   // Folded runs: starts the folded devices' copies of the transfer on stream `key` that share a link with
@@ -542,7 +560,7 @@ class Runner {
   }
 
   void WaitAllSends() {
-    for (auto& c : pending_) c->wait();
+    for (auto& p : pending_) p.comm->wait();
     pending_.clear();
   }
 
@@ -597,7 +615,7 @@ class Runner {
         if (Staged(op.peer)) {
           StagedSendAsync(op.peer, op.bytes, op.channel);
         } else {
-          pending_.push_back(Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)));
+          pending_.push_back({Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)), key, sent_[key]++});
           if (folded()) {
             // The transfer starts now if its receiver waits already: so do the folded copies.
             auto w = sh_->board.waiting_recv.find(key);
@@ -638,6 +656,7 @@ class Runner {
           void* data = nullptr;
           Box(op.peer, self_, op.channel)->get_async(&data)->wait();
         }
+        if (!Staged(op.peer)) ++sh_->board.received[key];
         const double now = s4u::Engine::get_clock();
         // Waiting for the sender is bubble (idle); the transfer starts once both sides are there.
         auto it = sh_->board.posted.find(key);
@@ -738,7 +757,7 @@ class Runner {
       if (Staged(to)) {
         StagedSend(to, bytes, channel);
       } else {
-        pending_.push_back(Box(self_, to, channel)->put_async(&g_payload, Bytes(bytes)));
+        pending_.push_back({Box(self_, to, channel)->put_async(&g_payload, Bytes(bytes))});
       }
       if (Staged(from)) {
         StagedRecv(from, bytes, channel);
@@ -883,7 +902,9 @@ class Runner {
   std::unordered_map<uint64_t, s4u::Mailbox*> boxes_;
   std::map<uint64_t, s4u::Mailbox*> stagers_;  // CPU-staged pipeline sends: the queue of each (peer, channel)
   std::unordered_map<uint32_t, std::pair<double, double>> routes_;
-  std::deque<s4u::CommPtr> pending_;
+  // Posted sends not yet waited for (see Pending).
+  std::deque<Pending> pending_;
+  std::unordered_map<uint64_t, uint64_t> sent_;  // mailbox key -> pipeline sends posted on it
   std::deque<s4u::CommPtr> shadows_;  // folded runs: the folded devices' copies of this actor's transfers
   s4u::ExecPtr async_compute_;  // kComputeAsync's compute, until kComputeJoin
   double async_end_s_ = 0;
