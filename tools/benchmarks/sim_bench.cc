@@ -136,6 +136,13 @@ void Lines(const std::string& name, const Outcome& o, double reference_s = 0) {
   if (reference_s > 0) Line(name + ".error_vs_unfolded", 100 * (o.iteration_s - reference_s) / reference_s, "%");
 }
 
+// The full-fidelity reference of a run and the run's error against it.
+void FullLines(const std::string& name, const Outcome& o, const Outcome& reference) {
+  Line(name + ".full.wall", reference.wall_s, "s");
+  Line(name + ".full.iteration", reference.iteration_s, "s");
+  Line(name + ".error_vs_full", 100 * (o.iteration_s - reference.iteration_s) / reference.iteration_s, "%");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,6 +152,9 @@ int main(int argc, char** argv) {
   auto named = [&](const std::string& name) { return !filter.empty() && name.find(filter) != std::string::npos; };
   // `bench_sim FILTER --nofold`: the large cases also run unfolded, as the reference of the folding error.
   const bool nofold = argc > 2 && std::string(argv[2]) == "--nofold";
+  // `bench_sim FILTER --full`: the Megatron-LM Table 1 and Llama 3 cases also run at full fidelity (every
+  // layer's TP collective and every ring step played, nothing folded), the reference of the default level.
+  const bool full = argc > 2 && std::string(argv[2]) == "--full";
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   if (want("sim.hexiscale240")) {
@@ -206,6 +216,8 @@ int main(int argc, char** argv) {
     auto plan = UniformPlan(model, 8, 16, 128, 1, 16, 1);
     plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
     plan.set_virtual_stages(4);
+    Outcome reference;
+    if (full) reference = Run(plan, cluster, model, 8192, sim::Fidelity::Full());
     for (const char* level : {"balanced", "fast"}) {
       const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
       const std::string name = std::string("sim.llama3-16384-interleaved.llama3-405b.tp8pp16dp128.v4.") + level;
@@ -216,6 +228,7 @@ int main(int argc, char** argv) {
       } else {
         Lines(name, o);
       }
+      if (full) FullLines(name, o, reference);
     }
   }
   // Megatron-LM SC'21 Table 1 (A100s, TP 8, micro-batch 1, batch and GPUs as published; the interleaved
@@ -251,6 +264,7 @@ int main(int argc, char** argv) {
     } else {
       Lines(name, o);
     }
+    if (full) FullLines(name, o, Run(plan, cluster, model, 2048, sim::Fidelity::Full()));
   }
   return 0;
 }
