@@ -219,13 +219,16 @@ double Evaluator::Run() {
       return kInf;
     }
   }
-  PrepareBound();
   // Most pairs are cut because their stages cannot hold the model at all (the root's bound is +inf);
-  // the prefix sums of PrepareBound say so without the bound's terms.
-  if (ctx_.knobs.use_bound && Incumbent() < kInf && RootInfeasible()) {
-    ++counters_.pruned;
-    return kInf;
+  // the prefix sums of PrepareMemory say so without the bound's other values.
+  if (ctx_.knobs.use_bound && Incumbent() < kInf) {
+    PrepareMemory();
+    if (RootInfeasible()) {
+      ++counters_.pruned;
+      return kInf;
+    }
   }
+  PrepareBound();
   State st;
   st.tp.assign(S_, 1);
   if (ctx_.knobs.use_bound && Exceeds(0, st, Incumbent())) {

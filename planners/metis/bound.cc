@@ -139,7 +139,7 @@ void Evaluator::StageDpCost(uint32_t s, uint32_t ti, double& dp0, double& dp1) c
   dp1 = std::max(0.0, models::RingAllReduceSeconds(range_params(1) * ctx_.wb, dp, lay_.dp_link[s]) - dp0);
 }
 
-void Evaluator::PrepareBound() {
+uint32_t Evaluator::BoundStart() {
   const uint32_t T = ctx_.tps;
   // Stage from_ − 1 keeps its values but not its f: its link to the next stage may have changed.
   const uint32_t start = from_ > 0 && from_ <= S_ && beta_.size() == size_t{S_} * T ? from_ - 1 : 0;
@@ -151,7 +151,12 @@ void Evaluator::PrepareBound() {
     f_.assign(S_, 0);
     arrays_.room.assign(S_ + 1, 0);
     arrays_.short_of.assign(S_ + 1, 0);
+    arrays_.full = 0;
   }
+  return start;
+}
+
+void Evaluator::StageKeys(uint32_t start) {
   // The cache is larger than the CPU's near caches: fetch every stage's entry before using any.
   auto& keys = scratch_.keys;
   keys.resize(S_);
@@ -161,26 +166,59 @@ void Evaluator::PrepareBound() {
                Mix(lay_.sig[s].second ^ 0x3c3cull, (uint64_t{b_} << 32) | in_flight)};
     __builtin_prefetch(&scratch_.bounds[keys[s].first & (Scratch::kBoundSlots - 1)]);
   }
+}
+
+const Scratch::StageBound& Evaluator::StageEntry(uint32_t s) {
+  const uint32_t T = ctx_.tps;
+  const auto [key, check] = scratch_.keys[s];
+  Scratch::StageBound& e = scratch_.bounds[key & (Scratch::kBoundSlots - 1)];
+  if (e.key == key && e.check == check && T <= e.beta.size()) return e;
+  e.key = key;
+  e.check = check;
+  e.emb = e.head = kInf;
+  for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) e.beta[ti] = StageKindLB(s, ti, 1);
+  const uint32_t reach = ReachableTp(s, e.beta);
+  e.most_any = -1;
+  for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) {
+    if (!((reach >> ti) & 1)) e.beta[ti] = kInf;
+    e.most[ti] = e.beta[ti] < kInf ? MaxBlocksLB(s, ti) : -1;
+    if (e.most[ti] < 0) e.beta[ti] = kInf;  // cannot hold its fewest blocks
+    if (e.beta[ti] < kInf) e.most_any = std::max(e.most_any, e.most[ti]);
+    if (!((reach >> ti) & 1)) continue;
+    if (s == 0) e.emb = std::min(e.emb, StageKindLB(s, ti, 0));
+    if (s + 1 == S_) e.head = std::min(e.head, StageKindLB(s, ti, 2));
+    e.dp0[ti] = e.dp1[ti] = 0;
+    if (e.beta[ti] < kInf) StageDpCost(s, ti, e.dp0[ti], e.dp1[ti]);
+  }
+  return e;
+}
+
+// The root's feasibility (Terms at s = 0: every TP degree of every stage), as prefix sums: stage s adds
+// whether it cannot hold its fewest blocks and the most it can hold.
+#define HETSIM_METIS_PREFIX_SUMS(s, most)                                                              \
+  do {                                                                                                 \
+    const uint32_t lo = S_ == 1 ? ctx_.blocks : ((s) == 0 || (s) + 1 == S_) ? 0 : 1;                   \
+    arrays_.short_of[(s) + 1] = arrays_.short_of[s] + ((most) < static_cast<int32_t>(lo) ? 1 : 0);    \
+    arrays_.room[(s) + 1] = arrays_.room[s] + static_cast<uint32_t>(std::max((most), 0));             \
+  } while (false)
+
+void Evaluator::PrepareMemory() {
+  const uint32_t start = BoundStart();
+  arrays_.full = std::min(arrays_.full, start);
+  StageKeys(start);
   for (uint32_t s = start; s < S_; ++s) {
-    const auto [key, check] = keys[s];
-    Scratch::StageBound& e = scratch_.bounds[key & (Scratch::kBoundSlots - 1)];
-    if (e.key != key || e.check != check || T > e.beta.size()) {
-      e.key = key;
-      e.check = check;
-      e.emb = e.head = kInf;
-      for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) e.beta[ti] = StageKindLB(s, ti, 1);
-      const uint32_t reach = ReachableTp(s, e.beta);
-      for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) {
-        if (!((reach >> ti) & 1)) e.beta[ti] = kInf;
-        e.most[ti] = e.beta[ti] < kInf ? MaxBlocksLB(s, ti) : -1;
-        if (e.most[ti] < 0) e.beta[ti] = kInf;  // cannot hold its fewest blocks
-        if (!((reach >> ti) & 1)) continue;
-        if (s == 0) e.emb = std::min(e.emb, StageKindLB(s, ti, 0));
-        if (s + 1 == S_) e.head = std::min(e.head, StageKindLB(s, ti, 2));
-        e.dp0[ti] = e.dp1[ti] = 0;
-        if (e.beta[ti] < kInf) StageDpCost(s, ti, e.dp0[ti], e.dp1[ti]);
-      }
-    }
+    const int32_t most = StageEntry(s).most_any;
+    HETSIM_METIS_PREFIX_SUMS(s, most);
+  }
+  prepared_ = true;
+}
+
+void Evaluator::PrepareBound() {
+  const uint32_t T = ctx_.tps;
+  const uint32_t start = std::min(BoundStart(), arrays_.full);
+  StageKeys(start);
+  for (uint32_t s = start; s < S_; ++s) {
+    const Scratch::StageBound& e = StageEntry(s);
     for (uint32_t ti = 0; ti < T && ti < e.beta.size(); ++ti) {
       beta_[s * T + ti] = e.beta[ti];
       most_lb_[s * T + ti] = e.most[ti];
@@ -192,17 +230,12 @@ void Evaluator::PrepareBound() {
     if (s + 1 == S_) f_[s] += e.head < kInf ? e.head : 0;
     if (s + 1 < S_) f_[s] += lay_.pp_hop_s[s];
     if (s > 0) f_[s] += lay_.pp_hop_s[s - 1];
-    // The root's feasibility (Terms at s = 0: every TP degree of every stage), as prefix sums.
-    const uint32_t lo = S_ == 1 ? ctx_.blocks : (s == 0 || s + 1 == S_) ? 0 : 1;
-    int32_t most = -1;
-    for (uint32_t ti = 0; ti < T; ++ti) {
-      if (beta_[s * T + ti] < kInf) most = std::max(most, most_lb_[s * T + ti]);
-    }
-    arrays_.short_of[s + 1] = arrays_.short_of[s] + (most < static_cast<int32_t>(lo) ? 1 : 0);
-    arrays_.room[s + 1] = arrays_.room[s] + static_cast<uint32_t>(std::max(most, 0));
+    HETSIM_METIS_PREFIX_SUMS(s, e.most_any);
   }
+  arrays_.full = S_;
   prepared_ = true;
 }
+#undef HETSIM_METIS_PREFIX_SUMS
 
 uint32_t Evaluator::FirstTp(uint32_t j, uint32_t s, const State& st) const {
   return j <= s ? static_cast<uint32_t>(prof_.TpIndex(st.tp[j])) : 0;

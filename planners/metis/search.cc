@@ -321,7 +321,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
                     std::lower_bound(micro_batch_counts.begin(), micro_batch_counts.end(), B) -
                     micro_batch_counts.begin())];
                 from = arrays->B == B ? SharedPrefix(arrays->sizes, order) : 0;
-                arrays->sizes.clear();  // valid again once PrepareBound has run
+                arrays->sizes.clear();  // valid again once PrepareMemory or PrepareBound has run
               }
               Evaluator ev(ctx, layout, B, counters, scratch, std::min(mine.cost, shared_best.load()), &deadline,
                            &my_ticks, arrays, from);
