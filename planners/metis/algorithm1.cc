@@ -224,6 +224,11 @@ double Evaluator::Run() {
   if (ctx_.knobs.use_bound && Incumbent() < kInf) {
     PrepareMemory();
     if (RootInfeasible()) {
+      if (arrays_.short_of[S_] > 0) {
+        uint32_t k = 0;
+        while (arrays_.short_of[k + 1] == 0) ++k;
+        short_at_ = k;
+      }
       ++counters_.pruned;
       return kInf;
     }

@@ -248,6 +248,54 @@ void ForEachStageSizeOrder(const std::vector<uint32_t>& sizes, uint32_t max_len,
   } while (std::next_permutation(units.begin(), units.end()));
 }
 
+void ForEachStageSizeOrderSkipping(
+    const std::vector<uint32_t>& sizes, uint32_t max_len,
+    const std::function<std::optional<uint32_t>(const std::vector<uint32_t>&, uint64_t)>& visit) {
+  std::vector<std::vector<uint32_t>> units = MergeSmallest(sizes, max_len);
+  std::sort(units.begin(), units.end());
+  const size_t n = units.size();
+  // The rank of a multiset permutation: at each position, the orders that put a smaller remaining unit
+  // there, (m − 1)! / Π c! each, with m the units left and c the remaining counts.
+  std::vector<std::vector<uint32_t>> distinct = units;
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<uint32_t> total(distinct.size(), 0);
+  for (const auto& u : units) ++total[std::lower_bound(distinct.begin(), distinct.end(), u) - distinct.begin()];
+  std::vector<uint64_t> fact(n + 1, 1);
+  for (size_t i = 1; i <= n; ++i) fact[i] = fact[i - 1] * i;
+  auto arrangements = [&](const std::vector<uint32_t>& c, size_t m) {
+    uint64_t a = fact[m];
+    for (uint32_t k : c) a /= fact[k];
+    return a;
+  };
+  std::vector<uint32_t> left;
+  std::vector<uint32_t> flat;
+  do {
+    left = total;
+    uint64_t rank = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t id = static_cast<size_t>(std::lower_bound(distinct.begin(), distinct.end(), units[i]) - distinct.begin());
+      for (size_t v = 0; v < id; ++v) {
+        if (left[v] == 0) continue;
+        --left[v];
+        rank += arrangements(left, n - i - 1);
+        ++left[v];
+      }
+      --left[id];
+    }
+    flat.clear();
+    for (const auto& u : units) flat.insert(flat.end(), u.begin(), u.end());
+    const std::optional<uint32_t> skip = visit(flat, rank);
+    if (!skip) return;
+    if (*skip > 0) {
+      // Sorting the units after those that cover the first *skip stages in descending order makes the
+      // next permutation the first one that changes one of them.
+      size_t q = 0, covered = 0;
+      while (q < n && covered < *skip) covered += units[q++].size();
+      std::sort(units.begin() + static_cast<std::ptrdiff_t>(q), units.end(), std::greater<>());
+    }
+  } while (std::next_permutation(units.begin(), units.end()));
+}
+
 std::vector<std::vector<uint32_t>> StageSizeOrders(const std::vector<uint32_t>& sizes, uint32_t max_len) {
   std::vector<std::vector<uint32_t>> out;
   ForEachStageSizeOrder(sizes, max_len, [&](const std::vector<uint32_t>& order) {

@@ -83,6 +83,14 @@ std::vector<std::vector<uint32_t>> StageSizeOrders(const std::vector<uint32_t>& 
 // The same, one order at a time (`visit` returns false to stop).
 void ForEachStageSizeOrder(const std::vector<uint32_t>& sizes, uint32_t max_len,
                            const std::function<bool(const std::vector<uint32_t>&)>& visit);
+// The same, for a search that can rule out every order beginning with some stages: `visit` gets each
+// order with its rank (its position among the distinct orders in lexicographic order of the units, which
+// skipping does not change) and returns nullopt to stop, or p: skip the orders whose first p stages are
+// this order's (0: skip none). Orders are skipped a whole unit at a time (the units covering stages
+// 0..p−1), so every order skipped does begin with those p stages.
+void ForEachStageSizeOrderSkipping(
+    const std::vector<uint32_t>& sizes, uint32_t max_len,
+    const std::function<std::optional<uint32_t>(const std::vector<uint32_t>&, uint64_t)>& visit);
 
 // A stage-device assignment: per stage, its device group.
 using Assignment = std::vector<Take>;

@@ -294,21 +294,32 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
         uint64_t order_index = 0;
         double unit_best = kInf;
         bool more_orders = false;
-        ForEachStageSizeOrder(units[u].sizes, knobs.max_permutation_length, [&](const std::vector<uint32_t>& order) {
+        const uint64_t n_bs = units[u].Bs.size();
+        uint64_t last_rank = 0;  // of the order visited before (ranks between were skipped)
+        ForEachStageSizeOrderSkipping(units[u].sizes, knobs.max_permutation_length,
+                                      [&](const std::vector<uint32_t>& order, uint64_t rank) -> std::optional<uint32_t> {
           if (order_index++ != 0) {
             if (phase == 0) {
               more_orders = true;
-              return false;
+              return std::nullopt;
             }
           } else if (phase == 1) {
-            return true;  // the probe's
+            return 0u;  // the probe's
           }
+          if (rank > last_rank + 1) counters.orders_skipped += rank - last_rank - 1;
+          last_rank = rank;
           ++counters.orders;
+          // Whether every pair of this order was cut because some stage cannot hold its fewest blocks, and
+          // the most leading stages that decided it (then every order beginning with them is cut too).
+          bool all_short = true;
+          uint32_t short_prefix = 0;
+          uint32_t pairs = 0;
           // One assignment: `layout` its layout; `stream` (consecutive placement) the node order's reusable
           // state, whose stages before the prefix this order shares with the previous one are kept.
-          auto assignment = [&](const Placement& pl, Layout& layout, Stream* stream) {
+          auto assignment = [&](const Placement& pl, Layout& layout, Stream* stream, uint32_t node_order) {
             ++counters.assignments;
-            for (uint32_t B : units[u].Bs) {
+            for (uint64_t bi = 0; bi < n_bs; ++bi) {
+              const uint32_t B = units[u].Bs[bi];
               // Algorithm 1's loops (line 4) stop at the time limit: checked once per (assignment, B).
               if (deadline.Passed(my_ticks)) {
                 cut = true;
@@ -331,7 +342,15 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
                 arrays->B = B;
               }
               cut |= ev.cut();
-              const uint64_t o = ordinal++;
+              ++pairs;
+              if (ev.short_at() == UINT32_MAX) {
+                all_short = false;
+              } else {
+                short_prefix = std::max(short_prefix, ev.short_at() + 1);
+              }
+              // The pair's place in the unit's canonical order: by (order, node order, B) under the
+              // consecutive placement, whose orders may be skipped; by count in the full space.
+              const uint64_t o = result.full_space ? ordinal++ : (rank * node_orders.size() + node_order) * n_bs + bi;
               if (!(c < kInf) || !mine.Better(c, u, o)) continue;
               proto::Plan plan = BuildPlan(cluster, pl, layout, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
               // §4.3's estimate agrees with hetsim's memory arithmetic; check all the same, so that the plan
@@ -354,7 +373,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
           if (result.full_space) {
             ForEachPlacement(cluster, classes, order, true, node_orders, [&](const Placement& pl) {
               MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
-              return assignment(pl, lay, nullptr);
+              return assignment(pl, lay, nullptr, 0);
             });
           } else {
             ForEachConsecutivePlacement(cluster, order, node_orders, built, [&](const Placement& pl, uint32_t o) {
@@ -362,10 +381,12 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
               MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, stream.lay,
                          SharedPrefix(stream.sizes, order));
               stream.sizes = order;
-              return assignment(pl, stream.lay, &stream);
+              return assignment(pl, stream.lay, &stream, o);
             });
           }
-          return !cut;
+          if (cut) return std::nullopt;
+          // Skipping is for the consecutive placement (the full space's placements of a prefix vary).
+          return !result.full_space && all_short && pairs > 0 ? short_prefix : 0u;
         });
         if (phase == 0) {
           probe_evaluations[u] = ordinal;
@@ -383,6 +404,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
       total.pruned += counters.pruned;
       total.assignments += counters.assignments;
       total.orders += counters.orders;
+      total.orders_skipped += counters.orders_skipped;
       for (auto& m : counters.misses.top) all_misses.push_back(std::move(m));
     };
     if (threads == 1) {
@@ -422,7 +444,13 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   stats.notes.push_back(std::to_string(multisets) + " stage-size multisets (var " + var +
                         (knobs.released_var ? ", the released planner's bound" : "") + "), " +
                         std::to_string(total.orders) + " orders (max permutation length " +
-                        std::to_string(knobs.max_permutation_length) + "), " + std::to_string(total.assignments) +
+                        std::to_string(knobs.max_permutation_length) + ")" +
+                        (total.orders_skipped > 0
+                             ? " and " + std::to_string(total.orders_skipped) +
+                                   " more skipped (every pair of an order that began with the same stages was cut "
+                                   "because one of those stages cannot hold its fewest blocks; exact)"
+                             : std::string()) +
+                        ", " + std::to_string(total.assignments) +
                         " stage-device assignments (" +
                         (result.full_space ? std::string("§4.1 full space")
                                            : "consecutive GPUs over " + std::to_string(node_orders.size()) +

@@ -159,6 +159,7 @@ struct Misses {
 
 struct Counters {
   uint64_t evaluated = 0, invalid = 0, oom = 0, truncated = 0, assignments = 0, orders = 0, pruned = 0;
+  uint64_t orders_skipped = 0;  // stage-size orders ruled out by an earlier order's first stages
   Misses misses;
 };
 
@@ -305,6 +306,10 @@ class Evaluator {
   bool cut() const { return cut_; }
   // Whether Run() got as far as the bound's per-stage values (the BoundArrays given now hold this pair's).
   bool prepared() const { return prepared_; }
+  // When Run() cut the pair because a stage cannot hold its fewest blocks at any TP degree it can reach:
+  // the first such stage (its cache entry depends only on the stages up to it, so every stage-size order
+  // that begins with this one's first short_at() + 1 stages is cut the same way). UINT32_MAX otherwise.
+  uint32_t short_at() const { return short_at_; }
 
   // The lower bound on every plan of this assignment and B (+inf when a stage is invalid at TP 1).
   double RootBound();
@@ -473,6 +478,7 @@ class Evaluator {
   uint32_t* ticks_ = nullptr;
   bool cut_ = false;
   bool prepared_ = false;
+  uint32_t short_at_ = UINT32_MAX;
   BoundArrays& arrays_;
   const uint32_t from_;
   // The bound's per-stage values (in arrays_): β [stage][tp], f [stage], the blocks a stage's memory can

@@ -160,6 +160,39 @@ TEST(MetisPruning, PaperPermutationExample) {
             (std::vector<std::vector<uint32_t>>{{1, 1}, {1, 1}, {1, 1}, {2}}));
 }
 
+TEST(MetisPruning, SkippingOrdersKeepsRanksAndSkipsExactlyTheSharedPrefix) {
+  // Sizes {1, 1, 2, 3}: 4!/2! = 12 distinct orders. Visited in full, each order's rank is its index.
+  const auto all = StageSizeOrders({1, 1, 2, 3}, 10);
+  ASSERT_EQ(all.size(), 12u);
+  std::vector<uint64_t> ranks;
+  ForEachStageSizeOrderSkipping({1, 1, 2, 3}, 10, [&](const std::vector<uint32_t>& order, uint64_t rank) {
+    EXPECT_EQ(order, all[ranks.size()]);
+    ranks.push_back(rank);
+    return std::optional<uint32_t>(0);
+  });
+  EXPECT_EQ(ranks, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  // Ruling out every order that begins with (1, 2) when it is first seen: of the orders starting 1, 2
+  // ((1, 2, 1, 3) and (1, 2, 3, 1), ranks 2 and 3) only the first is visited; the rest keep their ranks.
+  std::vector<std::vector<uint32_t>> seen;
+  ranks.clear();
+  ForEachStageSizeOrderSkipping({1, 1, 2, 3}, 10, [&](const std::vector<uint32_t>& order, uint64_t rank) {
+    seen.push_back(order);
+    ranks.push_back(rank);
+    return std::optional<uint32_t>(order[0] == 1 && order[1] == 2 ? 2 : 0);
+  });
+  EXPECT_EQ(ranks, (std::vector<uint64_t>{0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(seen[2], (std::vector<uint32_t>{1, 2, 1, 3}));
+  EXPECT_EQ(seen[3], (std::vector<uint32_t>{1, 3, 1, 2}));
+  // Ruling out all orders beginning with 2 skips the five after (2, 1, 1, 3); nullopt stops.
+  ranks.clear();
+  ForEachStageSizeOrderSkipping({1, 1, 2, 3}, 10, [&](const std::vector<uint32_t>& order, uint64_t rank) {
+    ranks.push_back(rank);
+    if (order[0] == 3) return std::optional<uint32_t>();
+    return std::optional<uint32_t>(order[0] == 2 ? 1 : 0);
+  });
+  EXPECT_EQ(ranks, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 9}));
+}
+
 // ---- §4.3 profiling ------------------------------------------------------------------------------------
 
 TEST(MetisProfiler, ComposesUnprofiledMicroBatchSizes) {
@@ -458,6 +491,28 @@ TEST(Metis, BoundAndThreadsDoNotChangeThePlan) {
   auto threaded = Search(problem, two, stats);
   ASSERT_TRUE(threaded.ok());
   EXPECT_EQ(with->plan->SerializeAsString(), threaded->plan->SerializeAsString());
+}
+
+TEST(Metis, SkippedStageSizeOrdersDoNotChangeThePlan) {
+  // With 2,048-token sequences some stage-size orders of 16 GPUs begin with a stage that cannot hold its
+  // fewest blocks (a small first stage holds the most micro-batches in flight): the bounded search skips
+  // every order that begins the same way, the search without the bound visits them all, and both find
+  // one plan.
+  const Fixture f(planners::testing::BundledCluster("metis-uniform-t4-v100-16"),
+                  planners::testing::BundledModel("gpt3-6.7b"), "{global_batch_size: 128, seq_len: 2048, dtype: fp16}");
+  const auto problem = f.problem();
+  SearchStats with_stats, without_stats;
+  auto with = Search(problem, Knobs{}, with_stats);
+  ASSERT_TRUE(with.ok()) << with.status().message();
+  Knobs no_bound;
+  no_bound.use_bound = false;
+  auto without = Search(problem, no_bound, without_stats);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(with->plan->SerializeAsString(), without->plan->SerializeAsString());
+  bool skipped = false;
+  for (const auto& note : with_stats.notes) skipped |= note.find("more skipped") != std::string::npos;
+  EXPECT_TRUE(skipped);
+  EXPECT_LT(with->size_orders, without->size_orders);
 }
 
 // ---- the time limit (time_limit_s; not in the paper) ------------------------------------------------------
