@@ -4,8 +4,9 @@
 // and <= 4 GiB; the error of the faster fidelity levels against full detail at 1,024 GPUs; the largest
 // configuration of Megatron-LM SC'21 Table 1 (1T parameters on 3,072 A100s, interleaved) and Llama 3 405B on
 // 16,384 GPUs interleaved in <= 10 s each at the default fidelity, with the error against the unfolded run
-// (docs/simulator.md, "Folding"). The large cases run only when FILTER names them (`bench_sim
-// sim.megatron`, `bench_sim interleaved`); `bench_sim FILTER --nofold` adds the unfolded references.
+// and against full fidelity (docs/simulator.md, "Folding", "Session 10"). The large cases run only when
+// FILTER names them (`bench_sim sim.megatron`, `bench_sim interleaved`); `bench_sim FILTER --nofold` adds the
+// unfolded references, `bench_sim FILTER --full` the full-fidelity ones (minutes: 10 for the 1T case).
 #include <sys/resource.h>
 
 #include <chrono>
