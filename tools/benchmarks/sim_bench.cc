@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   const bool nofold = argc > 2 && std::string(argv[2]) == "--nofold";
   // `bench_sim FILTER --full`: the Megatron-LM Table 1 and Llama 3 cases also run at full fidelity (every
   // layer's TP collective and every ring step played, nothing folded), the reference of the default level.
-  const bool full = argc > 2 && std::string(argv[2]) == "--full";
+  const bool full_reference = argc > 2 && std::string(argv[2]) == "--full";
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   if (want("sim.hexiscale240")) {
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
     plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
     plan.set_virtual_stages(4);
     Outcome reference;
-    if (full) reference = Run(plan, cluster, model, 8192, sim::Fidelity::Full());
+    if (full_reference) reference = Run(plan, cluster, model, 8192, sim::Fidelity::Full());
     for (const char* level : {"balanced", "fast"}) {
       const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
       const std::string name = std::string("sim.llama3-16384-interleaved.llama3-405b.tp8pp16dp128.v4.") + level;
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
       } else {
         Lines(name, o);
       }
-      if (full) FullLines(name, o, reference);
+      if (full_reference) FullLines(name, o, reference);
     }
   }
   // Megatron-LM SC'21 Table 1 (A100s, TP 8, micro-batch 1, batch and GPUs as published; the interleaved
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
     } else {
       Lines(name, o);
     }
-    if (full) FullLines(name, o, Run(plan, cluster, model, 2048, sim::Fidelity::Full()));
+    if (full_reference) FullLines(name, o, Run(plan, cluster, model, 2048, sim::Fidelity::Full()));
   }
   return 0;
 }
