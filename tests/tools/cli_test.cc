@@ -290,6 +290,20 @@ TEST(Simulate, OutOfMemoryPlansFailUnlessAllowed) {
   EXPECT_EQ(RunCli(allowed).code, 0);
 }
 
+TEST(Simulate, SaysWhetherThePlanWasFolded) {
+  // cpu-4-dp4: four identical DP replicas of one device each, so one device is played for all four;
+  // with --no-fold every device is, and the summary says why; cpu-4-pp2's two stages do different work.
+  auto dp4 = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32"});
+  ASSERT_EQ(dp4.code, 0) << dp4.out << dp4.err;
+  EXPECT_TRUE(Has(dp4.out, "folded          1 of 4 devices played")) << dp4.out;
+  auto all = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32", "--no-fold"});
+  ASSERT_EQ(all.code, 0) << all.out << all.err;
+  EXPECT_TRUE(Has(all.out, "not folded      folding off")) << all.out;
+  auto pp2 = RunCli({"simulate", "--plan", "cpu-4-pp2", "--seq-len", "32"});
+  ASSERT_EQ(pp2.code, 0) << pp2.out << pp2.err;
+  EXPECT_TRUE(Has(pp2.out, "not folded      no two devices do the same work")) << pp2.out;
+}
+
 TEST(Simulate, AnUnwritableOutputFailsBeforeTheWork) {
   auto r = RunCli({"simulate", "--plan", "llama3-405b-16384", "--fidelity", "fast", "--report-out",
                    "/nonexistent-folder/r.json"});

@@ -21,13 +21,28 @@ std::string Fmt(const char* fmt, double v) {
 }
 
 // The human summary printed after a simulation.
-void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, std::ostream& out) {
+void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, std::ostream& out,
+                  const sim::SimResult* played = nullptr) {
   out << "simulated one iteration of " << (r.plan().empty() ? "the plan" : "plan " + r.plan()) << " (" << r.model()
       << " on " << r.cluster() << ", fidelity " << fidelity << ") in " << Fmt("%.2f", r.wall_time_s()) << " s\n";
   out << "  iteration time  " << Fmt("%.4f", r.iteration_time_s()) << " s\n";
   out << "  throughput      " << Fmt("%.0f", r.tokens_per_s()) << " tokens/s\n";
   out << "  MFU             " << Fmt("%.1f", 100 * r.mfu()) << " %\n";
   out << "  pipeline bubble " << Fmt("%.1f", 100 * r.bubble_fraction()) << " %\n";
+  // How the simulator played the plan: folded to one device per stage, or every device and why.
+  if (played != nullptr) {
+    const auto devices = static_cast<uint32_t>(r.devices_size());
+    if (played->played_devices < devices) {
+      out << "  folded          " << played->played_devices << " of " << devices
+          << " devices played (the others are identical replicas; --no-fold plays every one)";
+      if (played->scaled_links > 0) {
+        out << "; " << played->scaled_links << " links stand for the replicas' pipeline transfers";
+      }
+      out << "\n";
+    } else if (!played->fold_note.empty() && devices > 1) {
+      out << "  not folded      " << played->fold_note << "\n";
+    }
+  }
   // The communicator's paths between node groups (HetHub §3.1), when any transfer leaves a node.
   for (const auto& c : r.comm_paths()) {
     out << "  communicator    " << c.from() << (c.from() == c.to() ? " (node to node)" : " <-> " + c.to()) << ": "
@@ -135,7 +150,7 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     return 1;
   }
   if (specs->plan->name().empty()) res->report.set_plan(specs->plan_file);
-  PrintSummary(res->report, fid_name, out);
+  PrintSummary(res->report, fid_name, out, &*res);
   if (vm.count("report-out")) {
     Status w = models::WriteFileAtomically(FlagString(vm, "report-out"), sim::ReportJson(res->report));
     if (!w.ok()) {
