@@ -182,6 +182,89 @@ TEST(ValidateSim, BadRowsNameTheLineAndTheProblem) {
   EXPECT_TRUE(Has(c.err, "give --runs FILE.csv"));
 }
 
+// The simulated time of the first run in a validate-sim -o file.
+double SimulatedMs(const std::string& per_run_csv) {
+  std::ifstream in(per_run_csv);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  // ...,measured_ms,simulated_ms,error: the second-to-last cell.
+  const size_t last = row.rfind(',');
+  const size_t before = row.rfind(',', last - 1);
+  return last == std::string::npos || before == std::string::npos ? -1 : std::stod(row.substr(before + 1, last - before - 1));
+}
+
+TEST(ValidateSim, NamedColumnsInAnyOrderGiveTheSameRunAsVTrainsLayout) {
+  // The same run (4 A100s, TP 2, DP 2) in vTrain's positional layout and in named columns, reordered, with a
+  // provenance column the reader ignores: the same simulated time to the printed digits.
+  const std::string positional = WriteTemp("pos.csv", "4,16,4,1024,16,24,1024,2,2,1,300.0\n");
+  const std::string named = WriteTemp("named.csv",
+                                      "model,iteration_ms,pp,dp,tp,seq_len,layers,heads,hidden,micro_batch,"
+                                      "global_batch,gpus\n"
+                                      "\"gpt, 0.3B\",300.0,1,2,2,1024,24,16,1024,4,16,4\n");
+  const std::string a_out = testing::TempDir() + "pos-out.csv", b_out = testing::TempDir() + "named-out.csv";
+  const auto a = RunCli({"validate-sim", "--runs", positional, "-o", a_out});
+  const auto b = RunCli({"validate-sim", "--runs", named, "-o", b_out});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_GT(SimulatedMs(a_out), 0);
+  EXPECT_EQ(SimulatedMs(a_out), SimulatedMs(b_out));
+}
+
+TEST(ValidateSim, RunsOnSeveralNodesCrossTheirNics) {
+  // TP 8 × PP 2 on two nodes of 8: every pipeline hand-off crosses the NICs. Hidden 1024, sequence 1024,
+  // micro-batch 1, fp16: 2 MiB of activations a hand-off, scattered over the 8 TP ranks (Megatron's
+  // scatter-gather), 256 KiB per GPU's NIC. At 1 Gb/s that is 2.1 ms a hop; the first micro-batch's forward
+  // hop and the last one's backward hop lie on the critical path whatever overlaps, so the run takes at
+  // least 4.2 ms longer than with 400 Gb/s NICs (where a hop costs 5 µs).
+  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,gpus_per_node,nic_gbps,"
+                       "iteration_ms\n";
+  const std::string slow = WriteTemp("slow.csv", std::string(header) + "16,8,1,1024,16,24,1024,8,1,2,8,1,300\n");
+  const std::string fast = WriteTemp("fast.csv", std::string(header) + "16,8,1,1024,16,24,1024,8,1,2,8,400,300\n");
+  const std::string slow_out = testing::TempDir() + "slow-out.csv", fast_out = testing::TempDir() + "fast-out.csv";
+  const auto a = RunCli({"validate-sim", "--runs", slow, "-o", slow_out});
+  const auto b = RunCli({"validate-sim", "--runs", fast, "-o", fast_out});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_GE(SimulatedMs(slow_out) - SimulatedMs(fast_out), 4.2);
+}
+
+TEST(ValidateSim, NamedColumnsBadInputNamesLineColumnAndFix) {
+  const std::string missing = WriteTemp("missing.csv", "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,"
+                                                       "dp,pp\n4,16,4,1024,16,24,1024,2,2,1\n");
+  const auto a = RunCli({"validate-sim", "--runs", missing});
+  EXPECT_EQ(a.code, 1);
+  EXPECT_TRUE(Has(a.err, missing + ":1: the header names no 'iteration_ms' column")) << a.err;
+  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,gpus_per_node,iteration_ms\n";
+  const std::string no_nic = WriteTemp("no-nic.csv", std::string(header) + "16,8,1,1024,16,24,1024,8,1,2,8,300\n");
+  const auto b = RunCli({"validate-sim", "--runs", no_nic});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_TRUE(Has(b.err, no_nic + ":2: the run spans 2 nodes; give nic_gbps")) << b.err;
+  const std::string uneven = WriteTemp("uneven.csv", std::string(header) + "12,8,1,1024,16,24,1024,4,1,3,8,300\n");
+  const auto c = RunCli({"validate-sim", "--runs", uneven});
+  EXPECT_EQ(c.code, 1);
+  EXPECT_TRUE(Has(c.err, uneven + ":2: gpus (12) is not a multiple of gpus_per_node (8)")) << c.err;
+  const std::string word = WriteTemp("word.csv", std::string(header) + "16,8,one,1024,16,24,1024,8,1,2,8,300\n");
+  const auto d = RunCli({"validate-sim", "--runs", word});
+  EXPECT_EQ(d.code, 1);
+  EXPECT_TRUE(Has(d.err, word + ":2: micro_batch: 'one' is not a number")) << d.err;
+  const std::string cells = WriteTemp("cells.csv", std::string(header) + "16,8,1\n");
+  const auto e = RunCli({"validate-sim", "--runs", cells});
+  EXPECT_EQ(e.code, 1);
+  EXPECT_TRUE(Has(e.err, cells + ":2: expected 12 cells (the header's columns), found 3")) << e.err;
+}
+
+TEST(ValidateSim, TheBundledMegatronTable1RunsSimulate) {
+  // experiments/validation/megatron_sc21_table1.csv: its first three rows (32-128 GPUs on 4-16 nodes).
+  const std::string out = testing::TempDir() + "table1.csv";
+  const auto r = RunCli({"validate-sim", "--runs",
+                         std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/megatron_sc21_table1.csv",
+                         "--limit", "3", "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 3 of 3 runs")) << r.out;
+  EXPECT_GT(SimulatedMs(out), 1000);  // 1.7B on 32 GPUs: seconds per iteration, as published (3.5 s)
+}
+
 TEST(Calibrate, RefitsTheBundledA100CollectivesFromTheirData) {
   // calibration/data/a100-80gb holds the nccl-tests curve the bundled a100-80gb calibration was fitted on:
   // refitting it gives the file's value (0.7057 of NVLink), and what is written loads as a calibration.

@@ -6,8 +6,10 @@
 // 16,384 GPUs interleaved in <= 10 s each at the default fidelity, with the error against the unfolded run
 // and against full fidelity (docs/simulator.md, "Folding", "Session 10"). The large cases run only when
 // FILTER names them (`bench_sim sim.megatron`, `bench_sim interleaved`); `bench_sim FILTER --nofold` adds the
-// unfolded references, `bench_sim FILTER --full` the full-fidelity ones (minutes: 10 for the 1T case),
-// `bench_sim sim.megatron-table1 --published` each Table 1 row against its published throughput.
+// unfolded references, `bench_sim FILTER --full` the full-fidelity ones (minutes: 10 for the 1T case).
+// The Table 1 rows here measure speed (benchmark settings, layers split evenly with the embedding and head
+// counted as layers); their fidelity against the published runs is `hetsim validate-sim --runs
+// experiments/validation/megatron_sc21_table1.csv`.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -93,25 +95,14 @@ struct Outcome {
   uint32_t scaled_links = 0;  // links standing for folded copies of pipeline transfers
 };
 
-// How a run deviates from the benchmarks' defaults (selective recomputation, the model's attention, the
-// default calibration).
-struct Setting {
-  proto::Recompute recompute = proto::RECOMPUTE_SELECTIVE;
-  proto::Attention attention = proto::ATTENTION_UNSPECIFIED;
-  proto::DType dtype = proto::DTYPE_UNSPECIFIED;
-  std::string calibration;
-};
-
 Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const models::TransformerModel& model,
-            uint32_t seq_len, sim::Fidelity fid, bool fold = true, const Setting& setting = {}) {
+            uint32_t seq_len, sim::Fidelity fid, bool fold = true) {
   proto::Training t;
   uint32_t batch = 0;
   for (const auto& p : plan.pipelines()) batch += p.micro_batch_size() * p.num_micro_batches();
   t.set_global_batch_size(batch);
   t.set_seq_len(seq_len);
-  t.set_recompute(setting.recompute);
-  t.set_attention(setting.attention);
-  t.set_dtype(setting.dtype);
+  t.set_recompute(proto::RECOMPUTE_SELECTIVE);
   auto tr = models::ResolveTraining(t, model, "bench");
   models::PlanContext ctx{cluster, model, *tr};
   const Status v = models::ValidatePlanStructure(plan, ctx, plan.name());
@@ -122,7 +113,6 @@ Outcome Run(const proto::Plan& plan, const models::Cluster& cluster, const model
   sim::SimOptions opt;
   opt.fidelity = fid;
   opt.fold = fold;
-  opt.compute.calibration = setting.calibration;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = sim::SimulateIteration(plan, ctx, opt);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -169,9 +159,6 @@ int main(int argc, char** argv) {
   // `bench_sim FILTER --full`: the Megatron-LM Table 1 and Llama 3 cases also run at full fidelity (every
   // layer's TP collective and every ring step played, nothing folded), the reference of the default level.
   const bool full_reference = argc > 2 && std::string(argv[2]) == "--full";
-  // `bench_sim sim.megatron-table1 --published`: each Table 1 row also as the paper ran it (full activation
-  // recomputation) against the time per iteration its published throughput implies.
-  const bool published = argc > 2 && std::string(argv[2]) == "--published";
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   if (want("sim.hexiscale240")) {
@@ -254,13 +241,12 @@ int main(int argc, char** argv) {
   struct Row {
     const char* name;
     uint32_t layers, hidden, heads, tp, pp, gpus, batch;
-    double tflops;  // achieved teraFLOP/s per GPU, as published
   };
-  const Row rows[] = {{"gpt-1.7b", 24, 2304, 24, 1, 1, 32, 512, 137},      {"gpt-3.6b", 30, 3072, 32, 2, 1, 64, 512, 138},
-                      {"gpt-7.5b", 36, 4096, 32, 4, 1, 128, 512, 142},     {"gpt-18b", 40, 6144, 48, 8, 1, 256, 1024, 135},
-                      {"gpt-39b", 48, 8192, 64, 8, 2, 512, 1536, 138},     {"gpt-76b", 60, 10240, 80, 8, 4, 1024, 1792, 140},
-                      {"gpt-145b", 80, 12288, 96, 8, 8, 1536, 2304, 148},  {"gpt-310b", 96, 16384, 128, 8, 16, 1920, 2160, 155},
-                      {"gpt-530b", 105, 20480, 128, 8, 35, 2520, 2520, 163}, {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072, 163}};
+  const Row rows[] = {{"gpt-1.7b", 24, 2304, 24, 1, 1, 32, 512},      {"gpt-3.6b", 30, 3072, 32, 2, 1, 64, 512},
+                      {"gpt-7.5b", 36, 4096, 32, 4, 1, 128, 512},     {"gpt-18b", 40, 6144, 48, 8, 1, 256, 1024},
+                      {"gpt-39b", 48, 8192, 64, 8, 2, 512, 1536},     {"gpt-76b", 60, 10240, 80, 8, 4, 1024, 1792},
+                      {"gpt-145b", 80, 12288, 96, 8, 8, 1536, 2304},  {"gpt-310b", 96, 16384, 128, 8, 16, 1920, 2160},
+                      {"gpt-530b", 105, 20480, 128, 8, 35, 2520, 2520}, {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072}};
   for (const Row& row : rows) {
     const std::string base = std::string("sim.megatron-table1.") + row.name;
     const bool is_1t = std::string(row.name) == "gpt-1t";
@@ -274,8 +260,9 @@ int main(int argc, char** argv) {
       plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
       plan.set_virtual_stages(2);
     }
-    const std::string name = (is_1t ? std::string("sim.megatron1t.gpt-1t") : base) + ".tp" + std::to_string(row.tp) + "pp" + std::to_string(row.pp) +
-                             "dp" + std::to_string(dp) + ".m" + std::to_string(row.batch / dp) +
+    const std::string name = (is_1t ? std::string("sim.megatron1t.gpt-1t") : base) + ".tp" + std::to_string(row.tp) +
+                             "pp" + std::to_string(row.pp) + "dp" + std::to_string(dp) + ".m" +
+                             std::to_string(row.batch / dp) +
                              (interleave ? ".interleaved" : ".1f1b") + ".balanced";
     const Outcome o = Run(plan, cluster, model, 2048, sim::Fidelity::Balanced());
     if (nofold) {
@@ -286,27 +273,6 @@ int main(int argc, char** argv) {
       Lines(name, o);
     }
     if (full_reference) FullLines(name, o, Run(plan, cluster, model, 2048, sim::Fidelity::Full()));
-    if (published) {
-      // As SC'21 ran it (§5.1): fp16, full activation recomputation, standard (unfused) attention, no
-      // sequence parallelism (it came later), scatter-gather between pipeline stages, one data-parallel
-      // all-reduce over the whole gradient buffer. The paper's time per iteration follows from its achieved
-      // throughput and its FLOP count 96·B·s·l·h²·(1 + s/6h + V/16lh) (recomputation included).
-      const double B = row.batch, s = 2048, l = row.layers, h = row.hidden, V = 51200;
-      const double flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
-      const double paper_s = flops / (row.tflops * 1e12 * row.gpus);
-      proto::Plan as_run = plan;
-      as_run.set_sequence_parallel(false);
-      as_run.mutable_comm()->set_pp_scatter_gather(row.tp > 1);
-      as_run.mutable_comm()->set_dp_bucket_mib(0);
-      Line(name + ".published.iteration", paper_s, "s");
-      for (const char* calibration : {"default", "vtrain-a100"}) {
-        const Setting setting{proto::RECOMPUTE_FULL, proto::ATTENTION_STANDARD, proto::DTYPE_FP16, calibration};
-        const Outcome p = Run(as_run, cluster, model, 2048, sim::Fidelity::Balanced(), true, setting);
-        const std::string at = name + ".as_published." + calibration;
-        Line(at + ".iteration", p.iteration_s, "s");
-        Line(at + ".error_vs_published", 100 * (p.iteration_s - paper_s) / paper_s, "%");
-      }
-    }
   }
   return 0;
 }

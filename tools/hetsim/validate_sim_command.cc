@@ -8,6 +8,13 @@
 // Megatron-LM on one node of --gpu GPUs: Megatron's rank layout, blocks split evenly over the stages
 // (embedding with the first, head with the last), 1F1B, --dtype, --recompute.
 //
+// A CSV whose first line names its columns (no '#') instead carries runs on several nodes: the columns
+// gpus, global_batch, micro_batch, hidden, heads, layers, seq_len, tp, dp, pp and iteration_ms, and
+// optionally gpus_per_node (default: all on one node), nic_gbps (one InfiniBand NIC of that bandwidth per
+// GPU; required with more than one node), virtual_stages (Megatron-LM's interleaved 1F1B; default 1), gpu
+// (default --gpu) and any other column (kept for provenance, ignored), e.g. Megatron-LM SC'21 Table 1
+// (experiments/validation/megatron_sc21_table1.csv).
+//
 // Rows alternate between the halves (even rows: development, odd rows: held out), so that a calibration
 // fitted on the development half is judged on runs it has not seen.
 #include <algorithm>
@@ -34,6 +41,10 @@ struct Run {
   int line = 0;
   uint32_t gpus = 0, global_batch = 0, micro_batch = 0, hidden = 0, heads = 0, layers = 0, seq_len = 0;
   uint32_t tp = 0, dp = 0, pp = 0;
+  uint32_t gpus_per_node = 0;  // 0: one node of `gpus`
+  double nic_gbps = 0;         // per GPU; 0: none (one node)
+  uint32_t virtual_stages = 1;
+  std::string gpu;  // empty: --gpu
   double measured_ms = 0;
   double simulated_ms = 0;
   bool ok = false;
@@ -41,51 +52,160 @@ struct Run {
   double rel() const { return (simulated_ms - measured_ms) / measured_ms; }
 };
 
+// Splits one CSV line (no quoting beyond a double-quoted cell without commas inside quotes' pairs).
+std::vector<std::string> Cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cell;
+  bool quoted = false;
+  for (char ch : line) {
+    if (ch == '"') {
+      quoted = !quoted;
+    } else if (ch == ',' && !quoted) {
+      cells.push_back(cell);
+      cell.clear();
+    } else if (ch != '\r') {
+      cell += ch;
+    }
+  }
+  cells.push_back(cell);
+  return cells;
+}
+
+std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// The checks every run passes, whichever layout it came in.
+Status CheckRun(const Run& r, const std::string& where) {
+  if (!(r.measured_ms > 0)) return Status::Invalid(where + ": iteration time must be > 0");
+  if (r.tp * r.dp * r.pp != r.gpus) {
+    return Status::Invalid(where + ": TP × DP × PP = " + std::to_string(r.tp * r.dp * r.pp) + " but #GPUs is " +
+                           std::to_string(r.gpus));
+  }
+  if (r.gpus_per_node > 0 && r.gpus % r.gpus_per_node != 0) {
+    return Status::Invalid(where + ": gpus (" + std::to_string(r.gpus) + ") is not a multiple of gpus_per_node (" +
+                           std::to_string(r.gpus_per_node) + ")");
+  }
+  if (r.gpus_per_node > 0 && r.gpus_per_node < r.gpus && !(r.nic_gbps > 0)) {
+    return Status::Invalid(where + ": the run spans " + std::to_string(r.gpus / r.gpus_per_node) +
+                           " nodes; give nic_gbps (each GPU's NIC, Gb/s)");
+  }
+  return Status::Ok();
+}
+
+// vTrain's positional layout (11 numbers a row).
+Result<Run> PositionalRun(const std::vector<std::string>& cells, const std::string& where) {
+  std::vector<double> v;
+  for (const auto& cell : cells) {
+    char* end = nullptr;
+    const double x = std::strtod(cell.c_str(), &end);
+    if (end == cell.c_str()) {
+      return Status::Invalid(where + ": '" + cell +
+                             "' is not a number (columns: #GPUs, global batch, micro batch, hidden size, attention "
+                             "heads, #layers, sequence length, TP, DP, PP, iteration time ms; or name the columns "
+                             "in a first line: experiments/validation/README.md)");
+    }
+    v.push_back(x);
+  }
+  if (v.size() != 11) {
+    return Status::Invalid(where + ": expected 11 columns, found " + std::to_string(v.size()));
+  }
+  Run r;
+  uint32_t* fields[] = {&r.gpus, &r.global_batch, &r.micro_batch, &r.hidden, &r.heads,
+                        &r.layers, &r.seq_len, &r.tp, &r.dp, &r.pp};
+  for (int i = 0; i < 10; ++i) {
+    if (v[i] < 1 || v[i] != std::floor(v[i])) {
+      return Status::Invalid(where + ": column " + std::to_string(i + 1) + " must be a positive integer, found " +
+                             std::to_string(v[i]));
+    }
+    *fields[i] = static_cast<uint32_t>(v[i]);
+  }
+  r.measured_ms = v[10];
+  return r;
+}
+
+// The named layout: the header's columns, in any order.
+Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<std::string>& cells,
+                     const std::string& where) {
+  if (cells.size() != header.size()) {
+    return Status::Invalid(where + ": expected " + std::to_string(header.size()) + " cells (the header's columns), found " +
+                           std::to_string(cells.size()));
+  }
+  Run r;
+  std::map<std::string, uint32_t*> integers = {
+      {"gpus", &r.gpus},       {"global_batch", &r.global_batch}, {"micro_batch", &r.micro_batch},
+      {"hidden", &r.hidden},   {"heads", &r.heads},               {"layers", &r.layers},
+      {"seq_len", &r.seq_len}, {"tp", &r.tp},                     {"dp", &r.dp},
+      {"pp", &r.pp},           {"gpus_per_node", &r.gpus_per_node}, {"virtual_stages", &r.virtual_stages}};
+  for (size_t i = 0; i < header.size(); ++i) {
+    const std::string& name = header[i];
+    const std::string cell = Trim(cells[i]);
+    if (name == "gpu") {
+      r.gpu = cell;
+      continue;
+    }
+    const bool integer = integers.count(name) > 0;
+    if (!integer && name != "iteration_ms" && name != "nic_gbps") continue;  // provenance columns
+    char* end = nullptr;
+    const double x = std::strtod(cell.c_str(), &end);
+    if (cell.empty() || end == cell.c_str() || *end != '\0' || !std::isfinite(x)) {
+      return Status::Invalid(where + ": " + name + ": '" + cell + "' is not a number");
+    }
+    if (integer) {
+      if (x < 1 || x != std::floor(x) || x > 1e7) {
+        return Status::Invalid(where + ": " + name + " must be a positive integer, found '" + cell + "'");
+      }
+      *integers[name] = static_cast<uint32_t>(x);
+    } else if (name == "iteration_ms") {
+      r.measured_ms = x;
+    } else {
+      if (!(x > 0) || x > 1e7) return Status::Invalid(where + ": nic_gbps must be in (0, 1e7], found '" + cell + "'");
+      r.nic_gbps = x;
+    }
+  }
+  return r;
+}
+
 Result<std::vector<Run>> ReadRuns(const std::string& path) {
   std::ifstream in(path);
   if (!in) return Status::Invalid(path + ": cannot open the runs file (--runs)");
   std::vector<Run> runs;
+  std::vector<std::string> header;  // named layout when set
   std::string line;
   int n = 0;
+  bool first = true;
   while (std::getline(in, line)) {
     ++n;
     if (line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF) line = line.substr(3);  // UTF-8 BOM
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line[0] == '#') continue;
-    std::vector<double> v;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) {
+    const std::vector<std::string> cells = Cells(line);
+    const std::string where = path + ":" + std::to_string(n);
+    if (first) {
+      first = false;
       char* end = nullptr;
-      const double x = std::strtod(cell.c_str(), &end);
-      if (end == cell.c_str()) {
-        return Status::Invalid(path + ":" + std::to_string(n) + ": '" + cell +
-                               "' is not a number (columns: #GPUs, global batch, micro batch, hidden size, attention "
-                               "heads, #layers, sequence length, TP, DP, PP, iteration time ms)");
+      const std::string c0 = Trim(cells[0]);
+      std::strtod(c0.c_str(), &end);
+      if (end == c0.c_str()) {  // a header
+        for (const auto& c : cells) header.push_back(Trim(c));
+        for (const char* required : {"gpus", "global_batch", "micro_batch", "hidden", "heads", "layers", "seq_len",
+                                     "tp", "dp", "pp", "iteration_ms"}) {
+          if (std::find(header.begin(), header.end(), required) == header.end()) {
+            return Status::Invalid(where + ": the header names no '" + required +
+                                   "' column (required: gpus, global_batch, micro_batch, hidden, heads, layers, "
+                                   "seq_len, tp, dp, pp, iteration_ms; experiments/validation/README.md)");
+          }
+        }
+        continue;
       }
-      v.push_back(x);
     }
-    if (v.size() != 11) {
-      return Status::Invalid(path + ":" + std::to_string(n) + ": expected 11 columns, found " +
-                             std::to_string(v.size()));
-    }
-    Run r;
-    r.line = n;
-    uint32_t* fields[] = {&r.gpus, &r.global_batch, &r.micro_batch, &r.hidden, &r.heads,
-                          &r.layers, &r.seq_len, &r.tp, &r.dp, &r.pp};
-    for (int i = 0; i < 10; ++i) {
-      if (v[i] < 1 || v[i] != std::floor(v[i])) {
-        return Status::Invalid(path + ":" + std::to_string(n) + ": column " + std::to_string(i + 1) +
-                               " must be a positive integer, found " + std::to_string(v[i]));
-      }
-      *fields[i] = static_cast<uint32_t>(v[i]);
-    }
-    r.measured_ms = v[10];
-    if (!(r.measured_ms > 0)) return Status::Invalid(path + ":" + std::to_string(n) + ": iteration time must be > 0");
-    if (r.tp * r.dp * r.pp != r.gpus) {
-      return Status::Invalid(path + ":" + std::to_string(n) + ": TP × DP × PP = " +
-                             std::to_string(r.tp * r.dp * r.pp) + " but #GPUs is " + std::to_string(r.gpus));
-    }
-    runs.push_back(r);
+    auto r = header.empty() ? PositionalRun(cells, where) : NamedRun(header, cells, where);
+    if (!r.ok()) return r.status();
+    r->line = n;
+    if (Status c = CheckRun(*r, where); !c.ok()) return c;
+    runs.push_back(*r);
   }
   if (runs.empty()) return Status::Invalid(path + ": no runs");
   return runs;
@@ -111,11 +231,19 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   auto model = models::TransformerModel::Build(m, "run");
   if (!model.ok()) return fail(model.status().message());
   proto::Cluster c;
-  c.set_name("one-node");
+  const uint32_t per_node = r.gpus_per_node > 0 ? std::min(r.gpus_per_node, r.gpus) : r.gpus;
+  c.set_name(per_node == r.gpus ? "one-node" : "nodes");
   auto* node = c.add_nodes();
   node->set_name("node");
-  node->mutable_gpus()->set_type(gpu);
-  node->mutable_gpus()->set_count(r.gpus);
+  node->set_count(r.gpus / per_node);
+  node->mutable_gpus()->set_type(r.gpu.empty() ? gpu : r.gpu);
+  node->mutable_gpus()->set_count(per_node);
+  if (r.nic_gbps > 0) {
+    // One NIC per GPU on a non-blocking fabric, as DGX SuperPODs (Selene) are built.
+    node->mutable_nic()->set_kind(proto::Nic::KIND_INFINIBAND);
+    node->mutable_nic()->set_bandwidth_gbps(r.nic_gbps);
+    node->mutable_nic()->set_attachment(proto::Nic::ATTACHMENT_PER_GPU);
+  }
   auto cluster = models::Cluster::Build(c, "run");
   if (!cluster.ok()) return fail(cluster.status().message());
   proto::Training t;
@@ -137,6 +265,10 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   // Megatron's data-parallel all-reduce: one call over the whole contiguous gradient buffer.
   plan.mutable_comm()->set_dp_bucket_mib(0);
   plan.mutable_comm()->set_pp_scatter_gather(true);  // Megatron's default between equal TP degrees
+  if (r.virtual_stages > 1) {
+    plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+    plan.set_virtual_stages(r.virtual_stages);
+  }
   const models::PlanContext ctx{*cluster, *model, *training};
   const Status v = models::ValidatePlanStructure(plan, ctx, "run");
   if (!v.ok()) return fail(v.message());
@@ -264,8 +396,11 @@ Command ValidateSimCommand() {
           "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--calibration vtrain-a100] [--fidelity fast] [-o per-run.csv]\n"
           "       hetsim validate-sim --executor --plans P1,P2,... --calibration FILE [--backend cpu] [--figure F.png]",
           [](po::options_description& d, po::positional_options_description&) {
-            d.add_options()("runs", po::value<std::string>(), "measured runs (vTrain's CSV columns)")
-                ("gpu", po::value<std::string>()->default_value("a100-80gb"), "GPU type of the node (`hetsim list gpus`)")
+            d.add_options()("runs", po::value<std::string>(),
+                            "measured runs: vTrain's CSV columns, or named columns with runs over several nodes "
+                            "(experiments/validation/README.md)")
+                ("gpu", po::value<std::string>()->default_value("a100-80gb"),
+                 "GPU type of the nodes, unless a run's gpu column says (`hetsim list gpus`)")
                 ("vocab", po::value<uint32_t>()->default_value(51200), "vocabulary of the runs' models")
                 ("dtype", po::value<std::string>()->default_value("fp16"), "training dtype of the runs")
                 ("recompute", po::value<std::string>()->default_value("full"), "activation recomputation of the runs")

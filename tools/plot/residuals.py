@@ -4,6 +4,10 @@ the measured time, and by TP, micro-batch and model width, so that a trend (a mi
 glance rather than read from a table.
 
 Usage: tools/plot/residuals.py RUNS.csv OUT.png [--title TEXT]   (also writes OUT.pdf)
+       tools/plot/residuals.py RUNS.csv OUT.png --per-run [--compare OTHER.csv] [--labels A,B]
+           one point per run against its GPU count, labelled TP·PP·DP, for small sets such as Megatron-LM's
+           Table 1 (experiments/validation/megatron_sc21_table1.csv); --compare adds a second calibration's
+           errors on the same runs.
 """
 import argparse
 import csv
@@ -54,14 +58,47 @@ def render(rows, out, title):
     fig.savefig(out.rsplit(".", 1)[0] + ".pdf", metadata={"CreationDate": None, "Producer": "hetsim"})
 
 
+def render_per_run(series, out, title):
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    markers = ("o", "s", "^", "D")
+    for i, (label, rows) in enumerate(series):
+        gpus = [int(r["gpus"]) for r in rows]
+        errors = [100 * float(r["error"]) for r in rows]
+        ax.plot(gpus, errors, marker=markers[i % len(markers)], linewidth=1,
+                label=f"{label} (MAPE {mape([e / 100 for e in errors]):.1f}%)")
+        if i == 0:
+            for r, x, y in zip(rows, gpus, errors):
+                ax.annotate(f"{r['tp']}·{r['pp']}·{r['dp']}", (x, y), textcoords="offset points", xytext=(0, 7),
+                            ha="center", fontsize=7)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs (labels: TP·PP·DP)")
+    ax.set_ylabel("simulated − measured (%)")
+    ax.legend(frameon=False, fontsize=9)
+    ax.set_title(title, fontweight="bold")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120, metadata={"Software": "hetsim"})
+    fig.savefig(out.rsplit(".", 1)[0] + ".pdf", metadata={"CreationDate": None, "Producer": "hetsim"})
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs")
     p.add_argument("out")
     p.add_argument("--title", default="Simulator error on measured runs")
+    p.add_argument("--per-run", action="store_true", help="one point per run against its GPU count")
+    p.add_argument("--compare", help="--per-run: a second validate-sim -o file over the same runs")
+    p.add_argument("--labels", default="", help="--per-run: comma-separated series labels")
     a = p.parse_args()
     try:
-        render(load(a.runs), a.out, a.title)
+        if a.per_run:
+            files = [a.runs] + ([a.compare] if a.compare else [])
+            labels = [x for x in a.labels.split(",") if x] or files
+            if len(labels) != len(files):
+                raise ValueError(f"--labels: {len(labels)} labels for {len(files)} files")
+            render_per_run([(label, load(f)) for label, f in zip(labels, files)], a.out, a.title)
+        else:
+            render(load(a.runs), a.out, a.title)
     except (OSError, ValueError) as e:
         print(f"residuals.py: {e}", file=sys.stderr)
         return 1

@@ -576,6 +576,35 @@ def drop_ettr(reports):
     return reports
 
 
+RESIDUALS = os.path.join(HERE, "residuals.py")
+VALIDATION_HEADER = ("line,gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,half,measured_ms,"
+                     "simulated_ms,error\n")
+
+
+def test_residuals_both_modes(d):
+    # Two `hetsim validate-sim -o` files over the same three runs (two calibrations): the default figure and the
+    # per-run comparison, PNG and PDF each; mismatched labels are an error naming the counts.
+    a, b = os.path.join(d, "val-a.csv"), os.path.join(d, "val-b.csv")
+    rows = [(32, 1, 1, 32), (512, 8, 2, 32), (3072, 8, 64, 6)]
+    for path, errors in ((a, (-0.02, -0.03, -0.2)), (b, (-0.13, -0.18, -0.23))):
+        with open(path, "w") as f:
+            f.write(VALIDATION_HEADER)
+            for i, ((gpus, tp, pp, dp), e) in enumerate(zip(rows, errors)):
+                half = "development" if i % 2 == 0 else "held_out"
+                f.write(f"{i + 9},{gpus},512,1,2304,24,24,2048,{tp},{dp},{pp},{half},1000.0,{1000 * (1 + e):.4f},{e}\n")
+    for args, out in (([a], "res.png"), ([a, os.path.join(d, "cmp.png"), "--per-run", "--compare", b, "--labels",
+                                           "tuned,generic"], None)):
+        cmd = [sys.executable, RESIDUALS] + (args + [os.path.join(d, out)] if out else args)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        png = os.path.join(d, out or "cmp.png")
+        for path in (png, png[:-4] + ".pdf"):
+            assert os.path.getsize(path) > 1000, path
+    bad = subprocess.run([sys.executable, RESIDUALS, a, os.path.join(d, "bad.png"), "--per-run", "--compare", b,
+                          "--labels", "only-one"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "--labels: 1 labels for 2 files" in bad.stderr, bad.stderr
+
+
 def main():
     keep = None
     if len(sys.argv) == 3 and sys.argv[1] == "--keep":
