@@ -65,6 +65,8 @@ struct Shared {
   const Platform* platform;
   bool record;
   EngineResult* result;
+  // Per slot, with record: whether that actor keeps its slices (empty: every actor does).
+  std::vector<char> record_slot;
   std::vector<s4u::SemaphorePtr> ready;  // per slot: DP groups handed to the DP stream
   std::vector<s4u::SemaphorePtr> done;   // per slot: the DP stream finished
   std::vector<Counters> counters;        // per slot
@@ -331,6 +333,7 @@ class Runner {
   };
   Runner(Shared* shared, uint32_t slot, bool dp_stream)
       : sh_(shared), slot_(slot), self_(shared->programs->devices[slot]), dp_stream_(dp_stream),
+        record_(shared->record && (shared->record_slot.empty() || shared->record_slot[slot] != 0)),
         trace_(shared->result->devices[slot]) {}
 
   void Run() {
@@ -422,7 +425,7 @@ class Runner {
   Counters& counters() { return sh_->counters[slot_]; }
 
   void Record(double start, Category cat, uint16_t mb, double end = -1) {
-    if (!sh_->record) return;
+    if (!record_) return;
     if (end < 0) end = Now();
     if (end > start) trace_.slices.push_back({start, end, cat, mb});
   }
@@ -664,7 +667,7 @@ class Runner {
         const double start = std::clamp(known ? std::max(t0, it->second.front()) : t0, t0, now);
         if (known) it->second.pop_front();
         AddComm(op.category, now - start);
-        if (sh_->record && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
+        if (record_ && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
         break;
       }
       case OpKind::kCollective: {
@@ -683,7 +686,7 @@ class Runner {
         const double ready = std::max(arrival, busy_until);
         AddComm(op.category, now - ready);
         collective_wait_s_ += arrival > busy_until ? arrival - busy_until : 0;
-        if (sh_->record) {
+        if (record_) {
           if (arrival > busy_until) trace_.slices.push_back({busy_until, arrival, Category::kIdle, op.micro_batch});
           if (now > ready) trace_.slices.push_back({ready, now, op.category, op.micro_batch});
         }
@@ -897,6 +900,7 @@ class Runner {
   uint32_t slot_;
   uint32_t self_;
   bool dp_stream_;
+  bool record_;  // this actor keeps its slices (Shared::record and record_slot)
   DeviceTrace& trace_;
   double collective_wait_s_ = 0;  // this actor's waiting for late members inside collectives so far
   std::unordered_map<uint64_t, s4u::Mailbox*> boxes_;
@@ -923,14 +927,28 @@ uint64_t CountOperations(const Programs& programs) {
 }
 
 EngineResult RunEngine(const Programs& programs, const Platform& platform, bool record_slices,
-                       const ProgressHook& progress) {
+                       const ProgressHook& progress, const std::vector<uint32_t>& timeline_devices) {
   EngineResult result;
   result.devices.resize(programs.devices.size());
-  Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}, {}, {},
+  Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}, {}, {}, {},
                 &progress, 0, CountOperations(programs), std::chrono::steady_clock::now()};
   shared.counters.resize(programs.devices.size());
   const bool folded = programs.folded;
   auto played = [&](size_t slot) { return !folded || programs.fold.rep[slot] == slot; };
+  // The slots whose slices are kept; a played slot records when it or a device folded onto it is kept.
+  std::vector<char> keep;
+  if (record_slices && !timeline_devices.empty()) {
+    keep.assign(programs.devices.size(), 0);
+    for (uint32_t d : timeline_devices) {
+      if (d < programs.device_slot.size() && programs.device_slot[d] != UINT32_MAX) keep[programs.device_slot[d]] = 1;
+    }
+    shared.record_slot = keep;
+    if (folded) {
+      for (size_t slot = 0; slot < keep.size(); ++slot) {
+        if (keep[slot]) shared.record_slot[programs.fold.rep[slot]] = 1;
+      }
+    }
+  }
   shared.group_played.resize(programs.groups.size());
   for (size_t g = 0; g < programs.groups.size(); ++g) {
     uint32_t k = 0;
@@ -955,7 +973,21 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
   s4u::Engine::get_instance()->run();
   if (folded) {
     for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
-      if (!played(slot)) result.devices[slot] = result.devices[programs.fold.rep[slot]];
+      if (played(slot)) continue;
+      DeviceTrace& rep = result.devices[programs.fold.rep[slot]];
+      if (keep.empty() || keep[slot]) {
+        result.devices[slot] = rep;
+      } else {
+        // Everything but the slices (thousands of folded devices would otherwise copy them all).
+        std::vector<Slice> slices = std::move(rep.slices);
+        result.devices[slot] = rep;
+        rep.slices = std::move(slices);
+      }
+    }
+  }
+  if (!keep.empty()) {
+    for (size_t slot = 0; slot < keep.size(); ++slot) {
+      if (!keep[slot]) std::vector<Slice>().swap(result.devices[slot].slices);
     }
   }
   for (const auto& d : result.devices) result.iteration_s = std::max(result.iteration_s, d.end_s);

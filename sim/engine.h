@@ -30,7 +30,8 @@ uint64_t CountOperations(const Programs& programs);
 
 // Runs one iteration. Must be called in a process that has created exactly one s4u::Engine and built
 // `platform` into it; returns after the simulation ends.
+// With record_slices, timeline_devices (device ids) limits the slices kept to those devices (empty: all).
 EngineResult RunEngine(const Programs& programs, const Platform& platform, bool record_slices,
-                       const ProgressHook& progress = {});
+                       const ProgressHook& progress = {}, const std::vector<uint32_t>& timeline_devices = {});
 
 }  // namespace hetsim::sim

@@ -392,7 +392,8 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             SendProgress(SimProgress::kBuilt, 0, CountOperations(*programs), 0);
                             auto engine = MakeEngine();
                             const Platform platform = BuildPlatform(ctx.cluster, options.compute.calibration);
-                            const EngineResult er = RunEngine(*programs, platform, options.record_timeline, hook);
+                            const EngineResult er =
+                                RunEngine(*programs, platform, options.record_timeline, hook, options.timeline_devices);
                             proto::IterationReport report = MakeReport(plan, ctx, *programs, er);
                             AddCommPaths(*programs, ctx.cluster, plan.comm(), &report);
                             const std::string rep = report.SerializeAsString();
@@ -419,8 +420,46 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
     return Status::Internal("simulator: malformed result from the simulation process");
   }
   for (auto& d : er.devices) res.timeline.push_back(std::move(d.slices));
+  res.timeline_partial = options.record_timeline && !options.timeline_devices.empty();
   res.report.set_wall_time_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return res;
+}
+
+std::vector<uint32_t> StageTimelineDevices(const proto::Plan& plan) {
+  std::vector<uint32_t> out;
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      if (st.devices_size() > 0) out.push_back(st.devices(0));
+    }
+  }
+  return out;
+}
+
+std::vector<uint32_t> DefaultTimelineDevices(const proto::Plan& plan, const models::Cluster& cluster,
+                                             uint32_t max_devices) {
+  uint64_t total = 0;
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) total += static_cast<uint64_t>(st.devices_size());
+  }
+  if (total <= max_devices) return {};
+  std::set<std::string> shapes;
+  std::vector<uint32_t> out;
+  for (const auto& pipe : plan.pipelines()) {
+    std::string shape = std::to_string(pipe.micro_batch_size()) + "x" + std::to_string(pipe.num_micro_batches());
+    for (const auto& st : pipe.stages()) {
+      shape += "|" + std::to_string(st.devices_size()) + "," + std::to_string(models::TpDegree(st)) + "," +
+               std::to_string(st.layer_begin()) + "-" + std::to_string(st.layer_end());
+      for (uint32_t d : st.devices()) {
+        if (d < cluster.num_devices()) shape += "," + cluster.device(d).gpu->name;
+      }
+    }
+    if (!shapes.insert(shape).second) continue;
+    for (const auto& st : pipe.stages()) {
+      if (st.devices_size() > 0) out.push_back(st.devices(0));
+    }
+    if (out.size() >= max_devices) break;
+  }
+  return out;
 }
 
 std::string ChromeTraceJson(const SimResult& result, const models::Cluster& cluster) {
@@ -430,6 +469,8 @@ std::string ChromeTraceJson(const SimResult& result, const models::Cluster& clus
   m.iteration_s = result.report.iteration_time_s();
   const auto& devs = result.report.devices();
   for (int i = 0; i < devs.size(); ++i) {
+    const bool has = static_cast<size_t>(i) < result.timeline.size() && !result.timeline[static_cast<size_t>(i)].empty();
+    if (result.timeline_partial && !has) continue;  // a device the timeline was not asked to show
     models::DeviceMeasure d;
     d.device = devs[i].device();
     d.pipeline = devs[i].pipeline();

@@ -34,6 +34,9 @@ struct SimProgress {
 struct SimOptions {
   Fidelity fidelity = Fidelity::Balanced();
   bool record_timeline = false;
+  // With record_timeline: the devices whose slices are kept (empty: every device). Thousands of devices'
+  // slices make timelines of gigabytes that no viewer opens; DefaultTimelineDevices picks a readable set.
+  std::vector<uint32_t> timeline_devices;
   models::ComputeOptions compute;
   const models::ProfileDb* profiles = nullptr;  // measured layer costs; analytic where absent
   double compute_jitter_cv = 0;                 // see ProgramOptions
@@ -54,6 +57,7 @@ struct SimResult {
   proto::IterationReport report;
   // Per device (parallel to report.devices()), when SimOptions::record_timeline.
   std::vector<std::vector<Slice>> timeline;
+  bool timeline_partial = false;  // SimOptions::timeline_devices chose some devices: the others have none
   // Devices played by an actor: all of them unless the plan was folded; `fold_note` says why it was not.
   uint32_t played_devices = 0;
   std::string fold_note;
@@ -85,6 +89,15 @@ struct Transfer {
 // store) are an error naming the cluster field to add.
 Result<double> SimulateTransfers(const std::vector<Transfer>& transfers, const models::Cluster& cluster,
                                  const std::string& calibration = "");
+
+// The devices a timeline shows unless told: every device of a plan of at most `max_devices`; otherwise the
+// first device of every stage of the first pipeline and of every pipeline shaped unlike those before it
+// (stages, their widths, TP degrees, layers and GPU types, micro-batches), so a symmetric plan shows one row
+// per stage (TP ranks and replicas of a stage run the same schedule).
+std::vector<uint32_t> DefaultTimelineDevices(const proto::Plan& plan, const models::Cluster& cluster,
+                                             uint32_t max_devices = 256);
+// The first device of every stage of every pipeline.
+std::vector<uint32_t> StageTimelineDevices(const proto::Plan& plan);
 
 // Chrome-trace JSON (open in Perfetto or chrome://tracing), written by models::ChromeTraceJson like the
 // executor's: one process per node, one track per GPU, slices named forward / backward / tp / pp / dp /

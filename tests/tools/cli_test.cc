@@ -387,6 +387,35 @@ TEST(Simulate, SaysWhetherThePlanWasFolded) {
   EXPECT_TRUE(Has(pp2.out, "not folded      no two devices do the same work")) << pp2.out;
 }
 
+TEST(Simulate, TimelineDevicesChoosesTheRowsAndNamesBadIds) {
+  // cpu-4-dp4 uses devices 0-3. "1,3" keeps two of them (the note says so, the file names only those two);
+  // "all" keeps all four without a note; ids outside the plan and malformed ranges are errors naming the flag.
+  const std::string t = testing::TempDir() + "t.json";
+  auto two = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32", "--timeline-out", t, "--timeline-devices",
+                     "1,3"});
+  ASSERT_EQ(two.code, 0) << two.out << two.err;
+  EXPECT_TRUE(Has(two.out, "; 2 of 4 devices (those asked for; --timeline-devices all for every one)")) << two.out;
+  std::stringstream json;
+  json << std::ifstream(t).rdbuf();
+  EXPECT_TRUE(Has(json.str(), "\"GPU 1 (")) << json.str().substr(0, 400);
+  EXPECT_TRUE(Has(json.str(), "\"GPU 3 ("));
+  EXPECT_FALSE(Has(json.str(), "\"GPU 0 ("));
+  EXPECT_FALSE(Has(json.str(), "\"GPU 2 ("));
+  auto all = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32", "--timeline-out", t, "--timeline-devices",
+                     "all"});
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_TRUE(Has(all.out, "(open in https://ui.perfetto.dev)\n")) << all.out;
+  auto outside = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32", "--timeline-out", t,
+                         "--timeline-devices", "2-5"});
+  EXPECT_EQ(outside.code, 2);
+  EXPECT_TRUE(Has(outside.err, "--timeline-devices: device 4 is not used by the plan (it uses 4 devices, ids 0 to 3"))
+      << outside.err;
+  auto bad = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32", "--timeline-out", t, "--timeline-devices",
+                     "3-1"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(Has(bad.err, "--timeline-devices: '3-1' is not a device id or range (expected auto, all, stages")) << bad.err;
+}
+
 TEST(Simulate, AnUnwritableOutputFailsBeforeTheWork) {
   auto r = RunCli({"simulate", "--plan", "llama3-405b-16384", "--fidelity", "fast", "--report-out",
                    "/nonexistent-folder/r.json"});

@@ -1,7 +1,14 @@
 // `hetsim simulate`: one iteration of a plan on the simulated cluster; `hetsim lower`: the plan's lowering.
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <ostream>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "models/describe.h"
 #include "models/kernels.h"
@@ -92,6 +99,69 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
   if (r.any_oom()) out << "\nwarning: some devices run out of memory under this plan (see the memory column)\n";
 }
 
+// --timeline-devices: the device ids whose slices the timeline keeps (empty: all) and a note for the
+// summary line when that is not every device.
+Result<std::pair<std::vector<uint32_t>, std::string>> TimelineDevices(const std::string& spec, const proto::Plan& plan,
+                                                                      const models::Cluster& cluster) {
+  std::vector<char> used(cluster.num_devices(), 0);
+  uint32_t n_used = 0, lo = UINT32_MAX, hi = 0;
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      for (uint32_t d : st.devices()) {
+        if (d >= used.size() || used[d]) continue;
+        used[d] = 1;
+        ++n_used;
+        lo = std::min(lo, d);
+        hi = std::max(hi, d);
+      }
+    }
+  }
+  auto note = [&](const std::vector<uint32_t>& ids, const std::string& which) {
+    return std::to_string(ids.size()) + " of " + std::to_string(n_used) + " devices (" + which +
+           "; --timeline-devices all for every one)";
+  };
+  if (spec == "all") return std::pair<std::vector<uint32_t>, std::string>{};
+  if (spec == "auto") {
+    auto ids = sim::DefaultTimelineDevices(plan, cluster);
+    std::string why = ids.empty() ? "" : note(ids, "one per stage of each distinct pipeline");
+    return std::pair{std::move(ids), std::move(why)};
+  }
+  if (spec == "stages") {
+    auto ids = sim::StageTimelineDevices(plan);
+    std::string why = note(ids, "the first device of every stage");
+    return std::pair{std::move(ids), std::move(why)};
+  }
+  std::vector<uint32_t> ids;
+  std::stringstream ss(spec);
+  std::string tok;
+  const std::string expected = " (expected auto, all, stages, or device ids such as 0,8,16-23)";
+  while (std::getline(ss, tok, ',')) {
+    const size_t dash = tok.find('-');
+    char* end = nullptr;
+    const unsigned long a = std::strtoul(tok.c_str(), &end, 10);
+    bool ok = !tok.empty() && std::isdigit(static_cast<unsigned char>(tok[0])) &&
+              end == tok.c_str() + (dash == std::string::npos ? tok.size() : dash);
+    unsigned long b = a;
+    if (ok && dash != std::string::npos) {
+      const std::string rest = tok.substr(dash + 1);
+      b = std::strtoul(rest.c_str(), &end, 10);
+      ok = !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0])) && *end == '\0' && b >= a;
+    }
+    if (!ok) return Status::Invalid("--timeline-devices: '" + tok + "' is not a device id or range" + expected);
+    for (unsigned long d = a; d <= b; ++d) {
+      if (d >= used.size() || !used[d]) {
+        return Status::Invalid("--timeline-devices: device " + std::to_string(d) + " is not used by the plan (it uses " +
+                               std::to_string(n_used) + " devices, ids " + std::to_string(lo) + " to " +
+                               std::to_string(hi) + "; `hetsim describe --plan P` lists them)");
+      }
+      ids.push_back(static_cast<uint32_t>(d));
+    }
+  }
+  if (ids.empty()) return Status::Invalid("--timeline-devices: no device given" + expected);
+  std::string why = note(ids, "those asked for");
+  return std::pair{std::move(ids), std::move(why)};
+}
+
 int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   if (vm.count("plan") == vm.count("planner")) {
     err << "hetsim simulate: give either --plan FILE or --planner NAME (`hetsim list planners`)\n";
@@ -138,6 +208,16 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   sim::SimOptions opt;
   opt.fidelity = *fid;
   opt.record_timeline = vm.count("timeline-out") > 0;
+  std::string timeline_note;
+  if (opt.record_timeline) {
+    auto chosen = TimelineDevices(FlagString(vm, "timeline-devices"), *specs->plan, *specs->cluster);
+    if (!chosen.ok()) {
+      err << chosen.status().message() << "\n";
+      return 2;
+    }
+    opt.timeline_devices = std::move(chosen->first);
+    timeline_note = std::move(chosen->second);
+  }
   opt.fold = vm.count("no-fold") == 0;
   opt.profiles = &*profiles;
   opt.compute.calibration = calibration;
@@ -165,7 +245,8 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
       err << w.message() << "\n";
       return 1;
     }
-    out << "timeline: " << FlagString(vm, "timeline-out") << " (open in https://ui.perfetto.dev)\n";
+    out << "timeline: " << FlagString(vm, "timeline-out") << " (open in https://ui.perfetto.dev)"
+        << (timeline_note.empty() ? "" : "; " + timeline_note) << "\n";
   }
   if (res->report.any_oom() && !vm.count("allow-oom")) {
     // The numbers above and the files are kept; the exit status says such a plan would not run.
@@ -239,6 +320,9 @@ std::vector<Command> SimCommands() {
                   "kernel-model calibration: default or vtrain-a100 (docs/simulator.md)")
                  ("report-out", po::value<std::string>(), "write the iteration report (JSON)")
                  ("timeline-out", po::value<std::string>(), "write a Chrome-trace timeline (JSON, opens in Perfetto)")
+                ("timeline-devices", po::value<std::string>()->default_value("auto"),
+                 "devices the timeline shows: auto (all up to 256 devices, else one per stage of each distinct "
+                 "pipeline), all, stages (the first device of every stage), or ids: 0,8,16-23")
                  ("allow-oom", "exit 0 even when the plan does not fit in memory (the report flags the devices)");
            },
            RunSimulate},

@@ -225,6 +225,7 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   opt.compute.calibration = m.calibration;
   opt.seed = p.seed;
   opt.record_timeline = want_timeline;
+  if (want_timeline) opt.timeline_devices = sim::DefaultTimelineDevices(plan, cluster);
   if (setup->replay) return ReplayPoint(m, p, dir, *setup, plan, opt, std::move(r));
   auto sim = sim::SimulateIteration(plan, ctx, opt);
   if (!sim.ok()) return fail("simulation failed: " + sim.status().message());
