@@ -70,7 +70,7 @@ void ExpectKeepsOnly(bool fold) {
   const auto plan = PlanFrom(Plan(3));
   const SimResult all = Run(cluster, plan, {}, fold);
   const SimResult some = Run(cluster, plan, {9, 0}, fold);
-  EXPECT_EQ(some.played_devices, fold ? 4u : 12u);  // folded: one pipeline's 2 stages × 2 TP ranks
+  EXPECT_EQ(some.played_devices, fold ? 2u : 12u);  // folded: one actor per stage
   EXPECT_FALSE(all.timeline_partial);
   EXPECT_TRUE(some.timeline_partial);
   EXPECT_EQ(all.report.iteration_time_s(), some.report.iteration_time_s());
