@@ -15,6 +15,8 @@ std::string Lower(std::string s) {
   return s;
 }
 
+}  // namespace
+
 // Splits one CSV line; fields may be double-quoted (with "" for a quote).
 std::vector<std::string> SplitCsv(const std::string& line) {
   std::vector<std::string> out;
@@ -44,7 +46,6 @@ std::vector<std::string> SplitCsv(const std::string& line) {
   return out;
 }
 
-}  // namespace
 
 double GpuSpec::PeakTflops(proto::DType dtype) const {
   switch (dtype) {

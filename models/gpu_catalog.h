@@ -53,4 +53,8 @@ class GpuCatalog {
   std::vector<GpuSpec> gpus_;
 };
 
+// Splits one CSV line; fields may be double-quoted (with "" for a quote). The catalog's gpus.csv and
+// validate-sim's run files read with it.
+std::vector<std::string> SplitCsv(const std::string& line);
+
 }  // namespace hetsim::models

@@ -425,13 +425,18 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
   return res;
 }
 
+namespace {
+// The first device of each of a pipeline's stages.
+void AppendStageHeads(const proto::Pipeline& pipe, std::vector<uint32_t>* out) {
+  for (const auto& st : pipe.stages()) {
+    if (st.devices_size() > 0) out->push_back(st.devices(0));
+  }
+}
+}  // namespace
+
 std::vector<uint32_t> StageTimelineDevices(const proto::Plan& plan) {
   std::vector<uint32_t> out;
-  for (const auto& pipe : plan.pipelines()) {
-    for (const auto& st : pipe.stages()) {
-      if (st.devices_size() > 0) out.push_back(st.devices(0));
-    }
-  }
+  for (const auto& pipe : plan.pipelines()) AppendStageHeads(pipe, &out);
   return out;
 }
 
@@ -454,9 +459,7 @@ std::vector<uint32_t> DefaultTimelineDevices(const proto::Plan& plan, const mode
       }
     }
     if (!shapes.insert(shape).second) continue;
-    for (const auto& st : pipe.stages()) {
-      if (st.devices_size() > 0) out.push_back(st.devices(0));
-    }
+    AppendStageHeads(pipe, &out);
     if (out.size() >= max_devices) break;
   }
   return out;

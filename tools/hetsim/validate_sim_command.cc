@@ -25,6 +25,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "models/gpu_catalog.h"
 #include "models/kernels.h"
 #include "models/spec_io.h"
 #include "models/training.h"
@@ -51,25 +52,6 @@ struct Run {
   std::string error;
   double rel() const { return (simulated_ms - measured_ms) / measured_ms; }
 };
-
-// Splits one CSV line (no quoting beyond a double-quoted cell without commas inside quotes' pairs).
-std::vector<std::string> Cells(const std::string& line) {
-  std::vector<std::string> cells;
-  std::string cell;
-  bool quoted = false;
-  for (char ch : line) {
-    if (ch == '"') {
-      quoted = !quoted;
-    } else if (ch == ',' && !quoted) {
-      cells.push_back(cell);
-      cell.clear();
-    } else if (ch != '\r') {
-      cell += ch;
-    }
-  }
-  cells.push_back(cell);
-  return cells;
-}
 
 std::string Trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t");
@@ -181,7 +163,7 @@ Result<std::vector<Run>> ReadRuns(const std::string& path) {
     if (line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF) line = line.substr(3);  // UTF-8 BOM
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line[0] == '#') continue;
-    const std::vector<std::string> cells = Cells(line);
+    const std::vector<std::string> cells = models::SplitCsv(line);
     const std::string where = path + ":" + std::to_string(n);
     if (first) {
       first = false;
