@@ -1,7 +1,9 @@
 #include "planners/planner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "models/describe.h"
 #include "models/plan.h"
@@ -30,6 +32,38 @@ Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name, const st
   HETSIM_ASSIGN_OR_RETURN(auto planner, CreatePlanner(name));
   HETSIM_RETURN_IF_ERROR(planner->ConfigureText(options_yaml, file));
   return planner;
+}
+
+bool RankedPlans::Offer(double cost_s, const proto::Plan& plan) {
+  if (!WouldKeep(cost_s)) return false;
+  std::string key;
+  plan.SerializeToString(&key);
+  if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) return false;
+  // After the last plan of equal cost: ties keep the earlier offer first.
+  const auto at = std::upper_bound(kept_.begin(), kept_.end(), cost_s,
+                                   [](double c, const RankedPlan& r) { return c < r.cost_s; });
+  const auto i = at - kept_.begin();
+  kept_.insert(at, RankedPlan{plan, cost_s});
+  keys_.insert(keys_.begin() + i, std::move(key));
+  if (kept_.size() > keep_) {
+    kept_.pop_back();
+    keys_.pop_back();
+  }
+  return true;
+}
+
+double RankedPlans::best_cost() const {
+  return kept_.empty() ? std::numeric_limits<double>::infinity() : kept_.front().cost_s;
+}
+
+void RankedPlans::MoveInto(PlannerResult* result) {
+  if (kept_.empty()) return;
+  result->plan = std::move(kept_.front().plan);
+  result->cost_s = kept_.front().cost_s;
+  result->alternatives.clear();
+  for (size_t i = 1; i < kept_.size(); ++i) result->alternatives.push_back(std::move(kept_[i]));
+  kept_.clear();
+  keys_.clear();
 }
 
 Status CheckProblem(const PlanningProblem& problem) {
@@ -66,6 +100,22 @@ Result<PlannerResult> RunPlanner(const Planner& planner, const PlanningProblem& 
                             "' produced a plan that does not validate (a bug in the planner):\n" + valid.message());
   }
   result->estimate = AnalyticCostModel(problem).Estimate(result->plan, /*with_memory=*/true);
+  // Runners-up: named like the pick; one that does not validate is a planner bug, dropped with a note so
+  // that the pick (which did validate) still reaches the user.
+  if (result->alternatives.size() > problem.alternatives) result->alternatives.resize(problem.alternatives);
+  std::vector<RankedPlan> kept;
+  for (size_t i = 0; i < result->alternatives.size(); ++i) {
+    RankedPlan& alt = result->alternatives[i];
+    alt.plan.set_planner(planner.name());
+    const Status ok = models::ValidatePlan(alt.plan, ctx, "runner-up " + std::to_string(i + 2));
+    if (!ok.ok()) {
+      result->stats.notes.push_back("dropped runner-up " + std::to_string(i + 2) +
+                                    " (does not validate; a planner bug): " + ok.message().substr(0, 200));
+      continue;
+    }
+    kept.push_back(std::move(alt));
+  }
+  result->alternatives = std::move(kept);
   return result;
 }
 

@@ -43,6 +43,11 @@ struct PlanningProblem {
   const proto::Training& training;              // resolved (models::ResolveTraining)
   const models::ProfileDb* profiles = nullptr;  // cost source: measured layer costs; analytic where absent
   models::ComputeOptions compute = {};          // the analytic compute model's parameters
+  // How many runners-up (the plans the planner ranks right after its pick, by its own cost model) to return
+  // in PlannerResult::alternatives, so that the simulator can check the choice (tools/runner/refine.h,
+  // `--refine K`). 0: none. A planner may return fewer (its search saw fewer distinct feasible plans, or it
+  // constructs a single plan).
+  uint32_t alternatives = 0;
 };
 
 // How a search went.
@@ -58,10 +63,42 @@ struct SearchStats {
   void Reject(const std::string& reason, uint64_t n = 1) { rejected[reason] += n; }
 };
 
+// A plan with its cost under the planner's own model (the paper's cost model for a paper planner, the
+// analytic model for the baselines): comparable only within one planner's search.
+struct RankedPlan {
+  proto::Plan plan;
+  double cost_s = 0;
+};
+
 struct PlannerResult {
   proto::Plan plan;
+  double cost_s = 0;      // the pick's cost under the planner's own model (0 when the planner does not say)
   PlanEstimate estimate;  // the analytic estimate of `plan` on the real cluster (filled in by RunPlanner)
   SearchStats stats;
+  // Runners-up, best first by the planner's own model: at most PlanningProblem::alternatives plans, each
+  // valid (memory included) and different from `plan` and from each other.
+  std::vector<RankedPlan> alternatives;
+};
+
+// The best plans a search has seen by cost: its pick and up to `alternatives` runners-up, distinct plans
+// only (ties keep the earlier offer). Offering costs a comparison unless the plan is kept.
+class RankedPlans {
+ public:
+  explicit RankedPlans(uint32_t alternatives) : keep_(alternatives + 1) {}
+  // Whether a plan of this cost would be kept (callers skip building plans that would not).
+  bool WouldKeep(double cost_s) const { return kept_.size() < keep_ || cost_s < kept_.back().cost_s; }
+  // Keeps `plan` when it is among the best so far and differs from every plan kept; returns whether kept.
+  bool Offer(double cost_s, const proto::Plan& plan);
+  bool empty() const { return kept_.empty(); }
+  double best_cost() const;  // +inf when empty
+  const proto::Plan& best() const { return kept_.front().plan; }
+  // Moves the pick into result->plan (and cost_s), the runners-up into result->alternatives.
+  void MoveInto(PlannerResult* result);
+
+ private:
+  size_t keep_;
+  std::vector<RankedPlan> kept_;  // sorted by cost
+  std::vector<std::string> keys_;  // parallel: each plan's serialized form, for distinctness
 };
 
 class Planner {

@@ -235,7 +235,7 @@ void ApplyLayers(proto::Plan* plan, const LayerRanges& layers) {
 }
 
 BestPlan::BestPlan(const PlanningProblem& problem, const AnalyticCostModel& ranking)
-    : problem_(problem), ranking_(ranking), memory_(problem) {}
+    : problem_(problem), ranking_(ranking), memory_(problem), kept_(problem.alternatives) {}
 
 double BestPlan::Consider(proto::Plan plan, const std::string& what) {
   const MemoryCheck mem = CheckMemory(plan, problem_, memory_);
@@ -247,20 +247,17 @@ double BestPlan::Consider(proto::Plan plan, const std::string& what) {
   }
   ++stats_.candidates_evaluated;
   const double t = ranking_.Estimate(plan, /*with_memory=*/false).iteration_s;
-  if (t < best_time_) {
-    best_time_ = t;
-    best_ = std::move(plan);
-  }
+  kept_.Offer(t, plan);
   return t;
 }
 
 Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::string& hint) {
-  if (!best_) {
+  if (kept_.empty()) {
     if (!misses_.empty()) return misses_.ToStatus(planner, problem_, stats_);
     return NothingFound(planner, problem_, stats_, hint);
   }
   PlannerResult r;
-  r.plan = std::move(*best_);
+  kept_.MoveInto(&r);
   r.stats = std::move(stats_);
   return r;
 }

@@ -70,8 +70,8 @@ class BestPlan {
   // keeps it when it is the best so far (ties keep the earlier). `what` names it in messages. Returns
   // its ranking time, or +inf when it does not fit.
   double Consider(proto::Plan plan, const std::string& what);
-  bool found() const { return best_.has_value(); }
-  double best_time() const { return best_time_; }
+  bool found() const { return !kept_.empty(); }
+  double best_time() const { return kept_.best_cost(); }
   SearchStats& stats() { return stats_; }
   const MemoryModel& memory() const { return memory_; }
   // The best plan, or the Infeasible status listing the closest attempts (NothingFound when no candidate
@@ -84,8 +84,7 @@ class BestPlan {
   MemoryModel memory_;
   SearchStats stats_;
   InfeasibleTracker misses_;
-  std::optional<proto::Plan> best_;
-  double best_time_ = std::numeric_limits<double>::infinity();
+  RankedPlans kept_;  // the pick and the runners-up the problem asks for
 };
 
 // Runs `search` on every device in node order and, while nothing fits, on the first k whole nodes in node

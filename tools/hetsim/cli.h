@@ -47,9 +47,12 @@ Result<std::string> ValidateTraceFile(const std::string& path);
 int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err);
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
 // planners room: an error.
+// `refine`: candidates checked on the simulator (tools/runner/refine.h; −1 = the default, 0 = the planner's
+// own pick); `notes` (optional) receives the twin check's lines.
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
                                     const std::string& options_file, const models::Cluster& cluster,
-                                    const models::TransformerModel& model, const proto::Training& training);
+                                    const models::TransformerModel& model, const proto::Training& training,
+                                    int refine = -1, std::vector<std::string>* notes = nullptr);
 // Registered planners as (name, one-line summary); empty when the planners room is left out.
 std::vector<std::pair<std::string, std::string>> ListPlanners();
 // Checks an experiment manifest in full (used by `hetsim validate`); returns a one-line description.
@@ -68,6 +71,7 @@ struct Specs {
   proto::Training training;  // resolved against the model (when there is one)
   std::optional<proto::Plan> plan;
   std::string plan_file;
+  std::vector<std::string> plan_notes;  // --planner: the twin check's lines (tools/runner/refine.h)
 };
 
 // Loads what the flags name. A plan's own `cluster:`, `model:` and `training:` keys fill in what the

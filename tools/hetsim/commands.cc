@@ -359,8 +359,13 @@ Status PlanWithFlags(const po::variables_map& vm, Specs* specs) {
     options = text.text;
     options_file = text.file;
   }
+  const int refine = vm.count("refine") ? vm["refine"].as<int>() : -1;
+  if (vm.count("refine") && (refine < 0 || refine > 64)) {
+    return Status::Invalid("--refine: expected 0..64 candidates to simulate, found " + std::to_string(refine));
+  }
   HETSIM_ASSIGN_OR_RETURN(specs->plan, PlanWithPlanner(FlagString(vm, "planner"), options, options_file,
-                                                       *specs->cluster, *specs->model, specs->training));
+                                                       *specs->cluster, *specs->model, specs->training, refine,
+                                                       &specs->plan_notes));
   specs->plan_file = FlagString(vm, "planner") + "'s plan";
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include "models/spec_io.h"
 #include "planners/planner.h"
 #include "tools/hetsim/cli.h"
+#include "tools/runner/refine.h"
 
 namespace hetsim::cli {
 namespace {
@@ -90,7 +91,17 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   }
   const planners::PlanningProblem problem{*specs->cluster, *specs->model, specs->training,
                                           profiles ? &*profiles : nullptr, compute};
-  auto result = planners::RunPlanner(**planner, problem);
+  runner::RefineOptions refine;
+  if (vm.count("refine")) {
+    const int k = vm["refine"].as<int>();
+    if (k < 0 || k > 64) {
+      err << "--refine: expected 0..64 candidates to simulate, found " << k << "\n";
+      return 2;
+    }
+    refine.k = static_cast<uint32_t>(k);
+  }
+  runner::RefineOutcome checked;
+  auto result = runner::PlanOnTwin(**planner, problem, refine, &checked);
   if (!result.ok()) return Fail(err, result.status());
   const models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
   out << "planner " << name << " on " << specs->cluster->name() << " (" << specs->cluster->Summary() << ") for "
@@ -104,7 +115,22 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     std::snprintf(line, sizeof line, "estimated iteration %.6g s (analytic model), %llu candidates in %.3f s",
                   result->estimate.iteration_s, static_cast<unsigned long long>(result->stats.candidates_evaluated),
                   result->stats.wall_time_s);
-    const std::string comment = "plan by `hetsim plan --planner " + name + "`; " + line;
+    std::string comment = "plan by `hetsim plan --planner " + name + "`; " + line;
+    if (!checked.candidates.empty()) {
+      const auto& pick = checked.candidates.front();
+      const auto& chosen = checked.candidates[checked.chosen];
+      auto secs = [](double v) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.6g s", v);
+        return std::string(b);
+      };
+      comment += "\ntwin check (--refine " + std::to_string(refine.k) + "): " +
+                 std::to_string(checked.candidates.size()) + " simulated; " +
+                 (checked.changed() ? "runner-up " + std::to_string(chosen.rank) + " chosen, " + secs(chosen.simulated_s) +
+                                          " simulated (the planner's pick: " +
+                                          (pick.error.empty() ? secs(pick.simulated_s) : std::string("failed")) + ")"
+                                    : "the planner's pick kept, " + secs(chosen.simulated_s) + " simulated");
+    }
     proto::Plan named = result->plan;
     if (named.name().empty()) named.set_name(name + "-" + specs->model->name() + "-" + specs->cluster->name());
     const std::string text = planners::PlanFileYaml(named, Reference(FlagString(vm, "cluster"), path),
@@ -131,7 +157,10 @@ std::vector<Command> PlannerCommands() {
              "measured layer profiles (bundled names or paths) instead of the analytic compute model")(
              "calibration", po::value<std::string>(),
              "the compute model's calibration (bundled name or file; `hetsim list calibrations`)")(
-             "list", "print the registered planners and exit");
+             "list", "print the registered planners and exit")(
+             "refine", po::value<int>(),
+             "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4; 0 = the "
+             "planner's own pick)");
          AddSpecFlags(d, /*with_plan=*/false);
        },
        RunPlan},

@@ -3,6 +3,7 @@
 
 #include "planners/planner.h"
 #include "tools/hetsim/cli.h"
+#include "tools/runner/refine.h"
 #include "tools/runner/runner.h"
 #include "tools/runner/world.h"
 
@@ -50,10 +51,18 @@ int RunRun(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
 
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
                                     const std::string& options_file, const models::Cluster& cluster,
-                                    const models::TransformerModel& model, const proto::Training& training) {
+                                    const models::TransformerModel& model, const proto::Training& training,
+                                    int refine, std::vector<std::string>* notes) {
   HETSIM_ASSIGN_OR_RETURN(auto p, planners::CreatePlanner(planner, options_yaml, options_file));
   planners::PlanningProblem problem{cluster, model, training, nullptr, {}};
-  HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult res, planners::RunPlanner(*p, problem));
+  runner::RefineOptions options;
+  if (refine >= 0) options.k = static_cast<uint32_t>(refine);
+  HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult res, runner::PlanOnTwin(*p, problem, options));
+  if (notes) {
+    for (const auto& n : res.stats.notes) {
+      if (n.starts_with("twin check") || n.starts_with("  ")) notes->push_back(n);
+    }
+  }
   return res.plan;
 }
 

@@ -179,6 +179,7 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     }
     out << "planned with " << FlagString(vm, "planner") << ": " << specs->plan->pipelines_size() << " pipeline"
         << (specs->plan->pipelines_size() == 1 ? "" : "s") << "\n";
+    for (const auto& n : specs->plan_notes) out << "  " << n << "\n";
   }
   models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
   Status st = models::ValidatePlanStructure(*specs->plan, ctx, specs->plan_file);
@@ -310,6 +311,8 @@ std::vector<Command> SimCommands() {
              AddSpecFlags(d, true);
              d.add_options()("planner", po::value<std::string>(), "plan with this planner instead of --plan")
                  ("planner-options", po::value<std::string>(), "the planner's options (YAML file)")
+                 ("refine", po::value<int>(), "with --planner: simulate the planner's pick and its next K-1 runners-up and keep "
+                              "the fastest (default 4; 0 = the planner's own pick)")
                  ("fidelity", po::value<std::string>()->default_value("balanced"),
                              "fast | balanced | full (docs/simulator.md)")
                  ("no-fold", "play every device even when pipelines and TP ranks are identical (docs/simulator.md, "

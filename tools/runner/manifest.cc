@@ -19,6 +19,7 @@
 #include "models/yaml_proto.h"
 #include "planners/planner.h"
 #include "sim/simulator.h"
+#include "tools/runner/refine.h"
 #include "tools/runner/replay_setup.h"
 
 namespace hetsim::runner {
@@ -207,11 +208,13 @@ Result<Manifest> LoadManifest(const std::string& path) {
   for (int i = 0; i < e.planners_size(); ++i) {
     const auto& pe = e.planners(i);
     const std::string ppath = "planners[" + std::to_string(i) + "]";
-    PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt};
+    PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt,
+                         pe.has_refine() ? pe.refine() : kDefaultRefine};
     if (!labels.insert(choice.label).second) {
       errors.Add(at + ppath + ".label: '" + choice.label + "' names two planners; give each its own label");
     }
     if (pe.name() == "plan") {
+      if (pe.has_refine()) errors.Add(at + ppath + ".refine: a fixed plan is simulated as is; remove refine");
       if (pe.plan().empty()) {
         errors.Add(at + ppath + ".plan: name 'plan' simulates a fixed plan file; give its path");
         continue;
@@ -439,7 +442,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
   for (const auto& c : m.clusters) cluster_digest.push_back(Canonical(c));
   for (const auto& mm : m.models) model_digest.push_back(Canonical(mm.spec()));
   for (const auto& pl : m.planners) {
-    planner_digest.push_back(pl.name + "|" + pl.options + "|" + (pl.plan ? Canonical(*pl.plan) : std::string()));
+    planner_digest.push_back(pl.name + "|" + pl.options + "|" + (pl.plan ? Canonical(*pl.plan) : std::string()) +
+                             "|refine " + std::to_string(pl.refine));
   }
   const uint32_t repeats = std::max<uint32_t>(1, e.repeats());
   const uint64_t seed = e.seed() == 0 ? 1 : e.seed();

@@ -23,6 +23,7 @@
 #include "planners/planner.h"
 #include "sim/replay.h"
 #include "sim/simulator.h"
+#include "tools/runner/refine.h"
 #include "tools/runner/replay_setup.h"
 #include "tools/runner/world.h"
 
@@ -210,11 +211,21 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
     compute.calibration = m.calibration;
     planners::PlanningProblem problem{cluster, model, setup->training, m.profiles.empty() ? nullptr : &m.profiles,
                                       compute};
-    auto res = planners::RunPlanner(**pl, problem);
+    RefineOptions refine;
+    refine.k = planner.refine;
+    refine.sim.fidelity = setup->fidelity;
+    RefineOutcome checked;
+    auto res = PlanOnTwin(**pl, problem, refine, &checked);
     if (!res.ok()) return fail("no feasible plan: " + res.status().message());
     plan = res->plan;
     estimate = res->estimate.iteration_s;
     candidates = res->stats.candidates_evaluated;
+    if (!checked.candidates.empty()) {
+      const auto& pick = checked.candidates.front();
+      AddMetric(r, "refine_candidates", static_cast<double>(checked.candidates.size()));
+      AddMetric(r, "refine_chosen_rank", checked.candidates[checked.chosen].rank);
+      if (pick.error.empty()) AddMetric(r, "refine_pick_iteration_s", pick.simulated_s);
+    }
   }
   r.set_plan_search_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 

@@ -1,0 +1,56 @@
+// Simulator-checked choice (DESIGN "One cost truth"): a planner searches with its own cost model (its
+// paper's, which keeps it faithful), then its best K candidates — its pick and the K − 1 runners-up it
+// ranked next — are simulated on the twin and the fastest one that fits in memory is returned.
+//
+//   K = 0  the planner's pick, nothing simulated (the paper's choice; `--refine 0`)
+//   K = 1  the pick, simulated once (the notes give its simulated time)
+//   K ≥ 2  the fastest of the pick and up to K − 1 runners-up in the simulator; ties keep the planner's
+//          order. Candidates whose simulation reports a device out of memory, or fails, are skipped.
+//
+// The plan's search notes say both picks and both times. Everything is deterministic: the simulations are
+// the simulator's (seeded, no compute jitter unless the options ask for it), so the same inputs give the
+// same plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planners/planner.h"
+#include "sim/simulator.h"
+
+namespace hetsim::runner {
+
+// The default K: the pick and three runners-up. Simulating a candidate of a ≤ 64-GPU plan takes tens of
+// milliseconds, so planning stays within about 2× of the search alone for the searches that take a second
+// or more (docs/planners.md "Simulator-checked choice" has the measured ratios).
+inline constexpr uint32_t kDefaultRefine = 4;
+
+struct RefineOptions {
+  uint32_t k = kDefaultRefine;
+  sim::SimOptions sim;  // how candidates are simulated (fidelity, calibration, profiles); no timeline
+};
+
+// One simulated candidate.
+struct RefinedCandidate {
+  uint32_t rank = 0;         // 0 = the planner's pick, i = its i-th runner-up
+  double cost_s = 0;         // under the planner's own model (0 when it does not say)
+  double simulated_s = 0;    // the simulated iteration (0 when the simulation failed)
+  bool oom = false;          // the simulation flagged a device out of memory
+  std::string error;         // the simulation failed (message)
+};
+
+struct RefineOutcome {
+  std::vector<RefinedCandidate> candidates;  // in the planner's order; empty with K = 0
+  uint32_t chosen = 0;                       // index into candidates of the returned plan
+  double sim_wall_s = 0;                     // wall time of the simulations
+  bool changed() const { return chosen != 0; }
+};
+
+// Runs the planner (planners::RunPlanner, asking for K − 1 runners-up) and checks its candidates on the
+// twin. The result's plan is the chosen one, its estimate re-computed, its notes extended; `alternatives`
+// are cleared. When no candidate simulates (all OOM or failed), the planner's pick is returned with a note.
+Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
+                                           const RefineOptions& options, RefineOutcome* outcome = nullptr);
+
+}  // namespace hetsim::runner
