@@ -56,6 +56,10 @@ double RankedPlans::best_cost() const {
   return kept_.empty() ? std::numeric_limits<double>::infinity() : kept_.front().cost_s;
 }
 
+double RankedPlans::bar() const {
+  return kept_.size() < keep_ ? std::numeric_limits<double>::infinity() : kept_.back().cost_s;
+}
+
 void RankedPlans::MoveInto(PlannerResult* result) {
   if (kept_.empty()) return;
   result->plan = std::move(kept_.front().plan);

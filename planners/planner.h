@@ -91,6 +91,8 @@ class RankedPlans {
   bool Offer(double cost_s, const proto::Plan& plan);
   bool empty() const { return kept_.empty(); }
   double best_cost() const;  // +inf when empty
+  // The cost a plan must beat to be kept: the worst kept when the list is full, else +inf.
+  double bar() const;
   const proto::Plan& best() const { return kept_.front().plan; }
   // Moves the pick into result->plan (and cost_s), the runners-up into result->alternatives.
   void MoveInto(PlannerResult* result);

@@ -70,7 +70,8 @@ class Search {
         L_(problem.model.num_layers()),
         blocks_(problem.model.num_blocks()),
         G_(problem.training.global_batch_size()),
-        rc_(problem.training.recompute()) {
+        rc_(problem.training.recompute()),
+        kept_(problem.alternatives) {
     bmax_ = std::min<uint32_t>(G_, options.max_micro_batch_size() > 0 ? options.max_micro_batch_size() : 32);
     zeros_ = options.zero_stages().empty()
                  ? std::vector<uint32_t>{1, 2, 3}
@@ -131,8 +132,8 @@ class Search {
                            std::to_string(layer_nodes_) + " layer-split nodes explored");
   }
 
-  bool found() const { return best_.has_value(); }
-  proto::Plan TakeBest() { return std::move(*best_); }
+  bool found() const { return !kept_.empty(); }
+  void MoveInto(PlannerResult* result) { kept_.MoveInto(result); }
   InfeasibleTracker& misses() { return misses_; }
 
  private:
@@ -1001,7 +1002,7 @@ class Search {
       }
       if (!fits) {
         ++out_of_memory_;
-        if (!best_) {
+        if (kept_.empty()) {
           misses_.Offer(Describe(p, s, n), stat + memory_.WorkspaceGib() + per_seq, worst_cap,
                         std::to_string(worst_device) + " (" + cluster_.device(worst_device).gpu->name + ")");
         }
@@ -1061,10 +1062,9 @@ class Search {
     }
     ++stats_.candidates_evaluated;
     const double t = cost_.Estimate(plan, /*with_memory=*/false).iteration_s;
-    if (t < incumbent_) {
-      incumbent_ = t;
-      best_ = std::move(plan);
-    }
+    // The bar a subtree must beat: the best plan's cost, or with runners-up asked for the worst kept one
+    // (so that the kept list is the exact top of the space under the analytic model).
+    if (kept_.Offer(t, plan)) incumbent_ = kept_.bar();
   }
 
   const PlanningProblem& problem_;
@@ -1109,7 +1109,7 @@ class Search {
   mutable std::vector<uint32_t> scratch_split_;
 
   double incumbent_ = kInf;
-  std::optional<proto::Plan> best_;
+  RankedPlans kept_;
   InfeasibleTracker misses_;
   uint64_t structures_ = 0;
   uint64_t ticks_ = 0;
@@ -1136,7 +1136,7 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
       if (!search.misses().empty()) return search.misses().ToStatus(name(), problem, result.stats);
       return NothingFound(name(), problem, result.stats, "");
     }
-    result.plan = search.TakeBest();
+    search.MoveInto(&result);
     return result;
   }
 };
