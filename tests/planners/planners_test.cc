@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <map>
+#include <set>
 
 #include "models/describe.h"
 #include "models/plan.h"
@@ -144,6 +146,77 @@ TEST(Acceptance, EveryBaselineOnEveryBundledClusterPlansOrSaysWhy) {
   }
   // Llama-2 70B does not fit on the small clusters at all; everything else has some baseline plan.
   EXPECT_GT(pairs_with_a_plan, pairs * 2 / 3);
+}
+
+
+// ---- runners-up (PlanningProblem::alternatives, RankedPlans) ----------------------------------------
+
+proto::Plan Tagged(const std::string& name) {
+  proto::Plan p;
+  p.set_name(name);
+  return p;
+}
+
+TEST(RankedPlans, KeepsTheBestDistinctPlansInCostOrderTiesFirstComeFirst) {
+  RankedPlans kept(2);  // the pick and two runners-up
+  EXPECT_TRUE(std::isinf(kept.bar()));
+  EXPECT_TRUE(kept.Offer(5, Tagged("a")));
+  EXPECT_TRUE(kept.Offer(3, Tagged("b")));
+  EXPECT_TRUE(kept.Offer(4, Tagged("c")));
+  EXPECT_EQ(kept.bar(), 5);                      // full: a plan must beat the worst kept
+  EXPECT_FALSE(kept.Offer(3, Tagged("b")));      // the same plan again
+  EXPECT_FALSE(kept.Offer(5, Tagged("d")));      // no better than the worst kept
+  EXPECT_TRUE(kept.Offer(3, Tagged("e")));       // ties the best: kept after it
+  EXPECT_EQ(kept.bar(), 4);
+  PlannerResult r;
+  kept.MoveInto(&r);
+  EXPECT_EQ(r.plan.name(), "b");
+  EXPECT_EQ(r.cost_s, 3);
+  ASSERT_EQ(r.alternatives.size(), 2u);
+  EXPECT_EQ(r.alternatives[0].plan.name(), "e");
+  EXPECT_EQ(r.alternatives[1].plan.name(), "c");
+  EXPECT_EQ(r.alternatives[1].cost_s, 4);
+}
+
+TEST(RankedPlans, ZeroAlternativesKeepsOnlyThePick) {
+  RankedPlans kept(0);
+  EXPECT_TRUE(kept.Offer(2, Tagged("a")));
+  EXPECT_EQ(kept.bar(), 2);
+  EXPECT_FALSE(kept.Offer(2, Tagged("b")));
+  EXPECT_TRUE(kept.Offer(1, Tagged("c")));
+  PlannerResult r;
+  kept.MoveInto(&r);
+  EXPECT_EQ(r.plan.name(), "c");
+  EXPECT_TRUE(r.alternatives.empty());
+}
+
+// Asking for runners-up changes neither the pick nor its cost; the runners-up are valid, distinct, no cheaper
+// than the pick and in cost order (for the baselines' shared search and the exact reference alike).
+TEST(Framework, RunnersUpAreValidDistinctAndNoBetterThanThePick) {
+  const Fixture f(testing::BundledCluster("hexiscale-case-study"), testing::BundledModel("llama-tiny"),
+                  "{global_batch_size: 16, seq_len: 128}");
+  for (const std::string name : {"megatron", "galvatron", "exhaustive"}) {
+    auto alone = testing::Run(name, f.problem());
+    ASSERT_TRUE(alone.ok()) << name << ": " << alone.status().message();
+    EXPECT_TRUE(alone->alternatives.empty()) << name;
+    PlanningProblem asked = f.problem();
+    asked.alternatives = 3;
+    auto with = testing::Run(name, asked);
+    ASSERT_TRUE(with.ok()) << name << ": " << with.status().message();
+    EXPECT_EQ(with->plan.SerializeAsString(), alone->plan.SerializeAsString()) << name;
+    EXPECT_EQ(with->cost_s, alone->cost_s) << name;
+    ASSERT_EQ(with->alternatives.size(), 3u) << name;
+    std::set<std::string> distinct{with->plan.SerializeAsString()};
+    double previous = with->cost_s;
+    for (const auto& alt : with->alternatives) {
+      EXPECT_TRUE(distinct.insert(alt.plan.SerializeAsString()).second) << name << ": a repeated runner-up";
+      EXPECT_GE(alt.cost_s, previous) << name;
+      previous = alt.cost_s;
+      EXPECT_EQ(alt.plan.planner(), name);
+      const Status valid = models::ValidatePlan(alt.plan, f.context(), "runner-up");
+      EXPECT_TRUE(valid.ok()) << name << ": " << valid.message();
+    }
+  }
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 namespace hetsim::runner {
 namespace {
 
+constexpr double kTieTolerance = 1e-6;
+
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g s", s);
@@ -70,7 +72,10 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   for (size_t i = 0; i < n; ++i) {
     const RefinedCandidate& c = out.candidates[i];
     if (!c.error.empty() || c.oom) continue;
-    if (best < 0 || c.simulated_s < out.candidates[static_cast<size_t>(best)].simulated_s) best = static_cast<int>(i);
+    // A runner-up must be faster by more than rounding (equivalent plans simulate equal up to 1e-12).
+    if (best < 0 || c.simulated_s < out.candidates[static_cast<size_t>(best)].simulated_s * (1 - kTieTolerance)) {
+      best = static_cast<int>(i);
+    }
   }
   const std::string head = "twin check (--refine " + std::to_string(options.k) + "): " + std::to_string(n) +
                            " candidate" + (n == 1 ? "" : "s") + " simulated in " + Seconds(out.sim_wall_s) + "; ";

@@ -1,0 +1,165 @@
+// Simulator-checked choice (tools/runner/refine.h): the planner's pick and its runners-up are simulated and
+// the fastest that fits is returned; --refine 0 keeps the planner's pick.
+#include "tools/runner/refine.h"
+
+#include <gtest/gtest.h>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "planners/proto/exhaustive.pb.h"
+
+namespace hetsim::runner {
+namespace {
+
+// Two identical GPUs in one node.
+const char* kCluster = R"(kind: cluster
+name: two-gpus
+nodes:
+  - name: n
+    gpus: {type: a100-80gb, count: 2}
+    fabric: {kind: nvlink}
+    nic: {kind: infiniband, bandwidth_gbps: 200}
+network: {single_switch: {}}
+)";
+
+// Plans of llama-tiny (every layer on one stage) with global batch 8.
+proto::Plan OneDevice() {
+  proto::Plan p;
+  auto* pipe = p.add_pipelines();
+  pipe->set_micro_batch_size(1);
+  pipe->set_num_micro_batches(8);
+  auto* st = pipe->add_stages();
+  st->add_devices(0);
+  st->set_layer_end(6);  // llama-tiny: embedding, 4 blocks, head
+  return p;
+}
+proto::Plan TwoReplicas() {  // data parallelism over both GPUs: half the batch each
+  proto::Plan p;
+  for (uint32_t d = 0; d < 2; ++d) {
+    auto* pipe = p.add_pipelines();
+    pipe->set_micro_batch_size(1);
+    pipe->set_num_micro_batches(4);
+    auto* st = pipe->add_stages();
+    st->add_devices(d);
+    st->set_layer_end(6);
+  }
+  return p;
+}
+
+// A planner that ranks one device first (cost 1 s) and two replicas second (cost 2 s): wrong on purpose, since
+// two GPUs each doing half the compute of one are faster in any simulator that charges compute.
+class WrongRanking : public planners::PlannerWithOptions<proto::ExhaustiveOptions> {
+ public:
+  std::string name() const override { return "wrong-ranking"; }
+  Result<planners::PlannerResult> MakePlan(const planners::PlanningProblem& problem) const override {
+    planners::PlannerResult r;
+    r.plan = OneDevice();
+    r.cost_s = 1;
+    if (problem.alternatives > 0) r.alternatives.push_back({TwoReplicas(), 2});
+    return r;
+  }
+};
+
+struct Problem {
+  Problem() : cluster(Cluster()), model(Model()), training(Training(model)) {}
+  static models::Cluster Cluster() {
+    proto::Cluster spec;
+    EXPECT_TRUE(models::ParseYaml(kCluster, "two-gpus.yaml", &spec).ok());
+    auto c = models::Cluster::Build(spec, "two-gpus.yaml");
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return std::move(c).value();
+  }
+  static models::TransformerModel Model() {
+    auto m = models::LoadModel("llama-tiny");
+    EXPECT_TRUE(m.ok());
+    return std::move(m).value();
+  }
+  static proto::Training Training(const models::TransformerModel& m) {
+    proto::Training t;
+    t.set_global_batch_size(8);
+    t.set_seq_len(128);
+    auto r = models::ResolveTraining(t, m, "training");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(r).value();
+  }
+  planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
+  models::Cluster cluster;
+  models::TransformerModel model;
+  proto::Training training;
+};
+
+TEST(Refine, ZeroKeepsThePlannersPickAndSimulatesNothing) {
+  const Problem p;
+  RefineOptions o;
+  o.k = 0;
+  RefineOutcome out;
+  auto r = PlanOnTwin(WrongRanking(), p.get(), o, &out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->plan.pipelines_size(), 1);
+  EXPECT_TRUE(out.candidates.empty());
+  EXPECT_TRUE(r->alternatives.empty());
+}
+
+TEST(Refine, OneSimulatesOnlyThePick) {
+  const Problem p;
+  RefineOptions o;
+  o.k = 1;
+  RefineOutcome out;
+  auto r = PlanOnTwin(WrongRanking(), p.get(), o, &out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->plan.pipelines_size(), 1);
+  ASSERT_EQ(out.candidates.size(), 1u);
+  EXPECT_GT(out.candidates[0].simulated_s, 0);
+  EXPECT_FALSE(out.changed());
+}
+
+TEST(Refine, TheFasterRunnerUpInTheSimulatorIsReturnedAndTheNotesSayBoth) {
+  const Problem p;
+  RefineOptions o;  // the default K asks for more runners-up than the planner has: it gives one
+  RefineOutcome out;
+  auto r = PlanOnTwin(WrongRanking(), p.get(), o, &out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(out.candidates.size(), 2u);
+  EXPECT_TRUE(out.changed());
+  EXPECT_EQ(out.candidates[out.chosen].rank, 1u);
+  EXPECT_EQ(r->plan.pipelines_size(), 2);
+  EXPECT_EQ(r->cost_s, 2);
+  EXPECT_EQ(r->plan.planner(), "wrong-ranking");
+  // Each replica computes half the batch: well under the single device's time (within the DP sync).
+  EXPECT_LT(out.candidates[1].simulated_s, 0.75 * out.candidates[0].simulated_s);
+  std::string notes;
+  for (const auto& n : r->stats.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("runner-up 1 simulates"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("instead of the planner's pick"), std::string::npos) << notes;
+  EXPECT_TRUE(r->alternatives.empty());
+}
+
+// A runner-up that does not validate (a planner bug) is dropped with a note; the pick still comes back.
+class BuggyRunnerUp : public planners::PlannerWithOptions<proto::ExhaustiveOptions> {
+ public:
+  std::string name() const override { return "buggy"; }
+  Result<planners::PlannerResult> MakePlan(const planners::PlanningProblem&) const override {
+    planners::PlannerResult r;
+    r.plan = OneDevice();
+    proto::Plan bad = OneDevice();
+    bad.mutable_pipelines(0)->mutable_stages(0)->set_devices(0, 7);  // the cluster has devices 0 and 1
+    r.alternatives.push_back({bad, 0.5});
+    return r;
+  }
+};
+
+TEST(Refine, ARunnerUpThatDoesNotValidateIsDroppedWithANote) {
+  const Problem p;
+  RefineOutcome out;
+  auto r = PlanOnTwin(BuggyRunnerUp(), p.get(), RefineOptions{}, &out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(out.candidates.size(), 1u);
+  EXPECT_EQ(r->plan.pipelines(0).stages(0).devices(0), 0u);
+  std::string notes;
+  for (const auto& n : r->stats.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("dropped runner-up 2"), std::string::npos) << notes;
+}
+
+}  // namespace
+}  // namespace hetsim::runner
