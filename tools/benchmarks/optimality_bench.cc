@@ -1,0 +1,217 @@
+// bench_optimality: every planner on small heterogeneous clusters, judged in the simulator against the
+// simulated optimum (docs/planners.md "How close each planner gets").
+//
+//   bench_optimality [FILTER] [--table]
+//
+// For each cluster (bundled ones and two written here) the model gpt3-1.3b (fp16, global batch 32, sequence
+// 1024) is planned by every registered planner twice — its own pick (`--refine 0`) and the simulator-checked
+// choice at the default K — and each plan is simulated. The reference is `exhaustive` with
+// kExhaustiveRefine candidates simulated (its analytic top list, docs/planners.md). Lines, `name value unit`:
+//   optimality.<planner>.<cluster>.pick     simulated time of the planner's pick / the reference
+//   optimality.<planner>.<cluster>.refined  the same for the simulator-checked choice
+//   optimality.<planner>.<cluster>.plan_s   planning wall time without / .plan_refined_s with the check
+// A planner that finds no plan prints `….status 0 ok`. FILTER keeps the clusters or planners whose name
+// contains it (a filter that matches a cluster keeps those clusters). --table also prints the Markdown table docs/planners.md holds.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "planners/planner.h"
+#include "tools/benchmarks/bench_util.h"
+#include "tools/runner/refine.h"
+
+namespace {
+
+using namespace hetsim;
+
+constexpr uint32_t kExhaustiveRefine = 16;
+
+const std::vector<std::string> kBundled = {
+    "hexiscale-case-study",           "hexiscale-mini-setting1",       "hexiscale-mini-setting2",
+    "hexiscale-mini-setting3",        "metis-nonuniform-p100-dominant-8", "metis-nonuniform-v100-dominant-8",
+    "metis-uniform-t4-v100-8",        "metis-uniform-p100-v100-4",     "autohet-nonuniform-1a100-4h20",
+    "autohet-nonuniform-3a100-5h800", "autohet-uniform-a100-h20-8",    "autohet-uniform-a100-h800-4",
+};
+
+// Two clusters none of the papers ran: a lab's mixed box and a rented pair of unlike nodes.
+const char* kLabBox = R"(kind: cluster
+name: lab-a100-rtx3090
+description: 2x A100 (NVLink) and 4x RTX 3090 (PCIe) in two machines over 25 Gb/s Ethernet
+nodes:
+  - name: a100
+    gpus: {type: a100-80gb, count: 2}
+    fabric: {kind: nvlink}
+    nic: {kind: ethernet, bandwidth_gbps: 25, latency_us: 20}
+  - name: rtx3090
+    gpus: {type: rtx3090, count: 4}
+    fabric: {kind: pcie, bandwidth_gbyte_s: 24}
+    nic: {kind: ethernet, bandwidth_gbps: 25, latency_us: 20}
+network: {single_switch: {}}
+)";
+const char* kRented = R"(kind: cluster
+name: rented-h100-l40s
+description: 4x H100 (NVLink) and 4x L40S (PCIe) in two machines over 100 Gb/s InfiniBand
+nodes:
+  - name: h100
+    gpus: {type: h100, count: 4}
+    fabric: {kind: nvlink}
+    nic: {kind: infiniband, bandwidth_gbps: 100}
+  - name: l40s
+    gpus: {type: l40s, count: 4}
+    fabric: {kind: pcie, bandwidth_gbyte_s: 32}
+    nic: {kind: infiniband, bandwidth_gbps: 100}
+network: {single_switch: {}}
+)";
+
+Result<models::Cluster> Inline(const char* yaml) {
+  proto::Cluster spec;
+  HETSIM_RETURN_IF_ERROR(models::ParseYaml(yaml, "bench cluster", &spec));
+  return models::Cluster::Build(spec, "bench cluster");
+}
+
+struct Row {
+  bool ok = false;
+  double pick_s = 0, refined_s = 0, plan_s = 0, plan_refined_s = 0;
+};
+
+double Wall(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The planner's pick and the simulator-checked choice, both simulated.
+Row Measure(const std::string& name, const planners::PlanningProblem& problem, uint32_t k) {
+  Row row;
+  auto planner = planners::CreatePlanner(name);
+  if (!planner.ok()) return row;
+  runner::RefineOptions pick_only;
+  pick_only.k = 1;  // the pick, simulated once (its planning time is the search alone)
+  const auto t0 = std::chrono::steady_clock::now();
+  runner::RefineOutcome out;
+  auto r = runner::PlanOnTwin(**planner, problem, pick_only, &out);
+  row.plan_s = Wall(t0) - out.sim_wall_s;
+  if (!r.ok() || out.candidates.empty() || !out.candidates[0].error.empty()) return row;
+  row.pick_s = out.candidates[0].simulated_s;
+  runner::RefineOptions refine;
+  refine.k = k;
+  const auto t1 = std::chrono::steady_clock::now();
+  auto rr = runner::PlanOnTwin(**planner, problem, refine, &out);
+  row.plan_refined_s = Wall(t1);
+  if (!rr.ok()) return row;
+  row.refined_s = out.candidates[out.chosen].simulated_s;
+  row.ok = true;
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string filter;
+  bool table = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--table") {
+      table = true;
+    } else {
+      filter = a;
+    }
+  }
+  auto model = models::LoadModel("gpt3-1.3b");
+  if (!model.ok()) {
+    std::cerr << model.status().message() << "\n";
+    return 1;
+  }
+  proto::Training t;
+  t.set_global_batch_size(32);
+  t.set_seq_len(1024);
+  t.set_dtype(proto::DTYPE_FP16);
+  auto training = models::ResolveTraining(t, *model, "bench training");
+  if (!training.ok()) {
+    std::cerr << training.status().message() << "\n";
+    return 1;
+  }
+  std::vector<models::Cluster> clusters;
+  for (const auto& name : kBundled) {
+    auto c = models::LoadCluster(name);
+    if (!c.ok()) {
+      std::cerr << c.status().message() << "\n";
+      return 1;
+    }
+    clusters.push_back(std::move(c).value());
+  }
+  for (const char* yaml : {kLabBox, kRented}) {
+    auto c = Inline(yaml);
+    if (!c.ok()) {
+      std::cerr << c.status().message() << "\n";
+      return 1;
+    }
+    clusters.push_back(std::move(c).value());
+  }
+  std::vector<std::string> names = planners::PlannerNames();
+  // cluster -> planner -> row
+  std::map<std::string, std::map<std::string, Row>> rows;
+  std::vector<std::string> order;
+  // A filter that names clusters keeps those (every planner); otherwise it names planners.
+  const bool names_clusters = !filter.empty() && std::any_of(clusters.begin(), clusters.end(), [&](const auto& c) {
+    return c.name().find(filter) != std::string::npos;
+  });
+  for (const auto& cluster : clusters) {
+    if (names_clusters && cluster.name().find(filter) == std::string::npos) continue;
+    const bool cluster_wanted = filter.empty() || names_clusters;
+    const planners::PlanningProblem problem{cluster, *model, *training};
+    const Row ref = Measure("exhaustive", problem, kExhaustiveRefine);
+    if (!ref.ok) {
+      std::cerr << cluster.name() << ": exhaustive found no plan; skipped\n";
+      continue;
+    }
+    order.push_back(cluster.name());
+    for (const auto& p : names) {
+      if (!cluster_wanted && p.find(filter) == std::string::npos) continue;
+      const Row row = p == "exhaustive" ? ref : Measure(p, problem, runner::kDefaultRefine);
+      rows[cluster.name()][p] = row;
+      const std::string key = "optimality." + p + "." + cluster.name();
+      if (!row.ok) {
+        bench::Print(key + ".status", 0, "ok");
+        continue;
+      }
+      bench::Print(key + ".pick", row.pick_s / ref.refined_s, "ratio");
+      bench::Print(key + ".refined", row.refined_s / ref.refined_s, "ratio");
+      bench::Print(key + ".plan_s", row.plan_s, "s");
+      bench::Print(key + ".plan_refined_s", row.plan_refined_s, "s");
+    }
+  }
+  if (!table) return 0;
+  // One row per planner: per cluster "pick / refined" as simulated time over the reference, then the worst,
+  // and the planning times (largest over clusters).
+  std::printf("\n| planner |");
+  for (const auto& c : order) std::printf(" %s |", c.c_str());
+  std::printf(" worst pick / refined | planning s (pick / refined, max) |\n|---|");
+  for (size_t i = 0; i < order.size(); ++i) std::printf("---|");
+  std::printf("---|---|\n");
+  for (const auto& p : names) {
+    std::printf("| %s |", p.c_str());
+    double worst_pick = 0, worst_refined = 0, plan = 0, plan_refined = 0;
+    for (const auto& c : order) {
+      auto it = rows[c].find(p);
+      if (it == rows[c].end() || !it->second.ok) {
+        std::printf(" no plan |");
+        continue;
+      }
+      const Row& r = it->second;
+      const double ref = rows[c]["exhaustive"].refined_s;
+      std::printf(" %.2f / %.2f |", r.pick_s / ref, r.refined_s / ref);
+      worst_pick = std::max(worst_pick, r.pick_s / ref);
+      worst_refined = std::max(worst_refined, r.refined_s / ref);
+      plan = std::max(plan, r.plan_s);
+      plan_refined = std::max(plan_refined, r.plan_refined_s);
+    }
+    std::printf(" %.2f / %.2f | %.2f / %.2f |\n", worst_pick, worst_refined, plan, plan_refined);
+  }
+  return 0;
+}
