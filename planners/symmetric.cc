@@ -418,6 +418,7 @@ Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::st
     }
     if (!tried_.zero.count(3)) tries.push_back("ZeRO-3 (the planner option zero_stages)");
     if (!tried_.micro_batch.count(1)) tries.push_back("micro-batches of one sequence");
+    tries.insert(tries.end(), suggestions_.begin(), suggestions_.end());
     tries.push_back("a smaller global batch or sequence length");
     tries.push_back("more GPUs");
     msg += "\n  try: " + Join(tries, ", ");

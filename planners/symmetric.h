@@ -110,6 +110,8 @@ class BestPlan {
   // Turns on the memory-knob note and the "tried" line of Finish (the baselines; other planners that
   // share BestPlan keep their messages).
   void ReportMemoryKnobs() { report_knobs_ = true; }
+  // A framework knob outside the search to suggest when nothing fits (with ReportMemoryKnobs).
+  void SuggestWhenNothingFits(std::string suggestion) { suggestions_.push_back(std::move(suggestion)); }
   // The best plan or, when none fits, the Infeasible status listing the closest attempts (NothingFound
   // when no candidate got as far as a memory check). With ReportMemoryKnobs: the plan's notes name the
   // memory knobs it needed ("recompute=full, b=2 needed to fit (…)") among those of which more than one
@@ -134,6 +136,7 @@ class BestPlan {
   double best_time_ = std::numeric_limits<double>::infinity();
   Knobs tried_, fit_;
   bool report_knobs_ = false;
+  std::vector<std::string> suggestions_;
 };
 
 // Runs `search` on every device in node order and, while nothing fits, on the first k whole nodes in node

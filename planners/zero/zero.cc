@@ -11,8 +11,9 @@ namespace {
 
 class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
  public:
-  ZeroPlanner(std::string name, std::vector<uint32_t> zeros, std::vector<uint32_t> sps)
-      : name_(std::move(name)), default_zeros_(std::move(zeros)), default_sps_(std::move(sps)) {}
+  ZeroPlanner(std::string name, std::vector<uint32_t> zeros, std::vector<uint32_t> sps, std::string offload)
+      : name_(std::move(name)), default_zeros_(std::move(zeros)), default_sps_(std::move(sps)),
+        offload_(std::move(offload)) {}
 
   std::string name() const override { return name_; }
 
@@ -21,6 +22,7 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
     const AnalyticCostModel ranking(problem);
     BestPlan best(problem, ranking);
     best.ReportMemoryKnobs();
+    best.SuggestWhenNothingFits(offload_);
     SearchStats& stats = best.stats();
     const uint32_t G = problem.training.global_batch_size();
     const uint32_t L = problem.model.num_layers();
@@ -76,6 +78,7 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
  private:
   std::string name_;
   std::vector<uint32_t> default_zeros_, default_sps_;
+  std::string offload_;  // the framework's CPU offload, which hetsim does not model
 };
 
 }  // namespace
@@ -83,13 +86,16 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
 std::unique_ptr<Planner> NewDeepSpeedPlanner() {
   // zero_optimization.stage 0-3. Ties keep the earlier candidate, and stage 0 ties with stage 1 on a single
   // replica, so it comes last.
-  return std::make_unique<ZeroPlanner>("deepspeed", std::vector<uint32_t>{1, 2, 3, 0},
-                                       std::vector<uint32_t>{1, 2, 4, 8});
+  return std::make_unique<ZeroPlanner>(
+      "deepspeed", std::vector<uint32_t>{1, 2, 3, 0}, std::vector<uint32_t>{1, 2, 4, 8},
+      "CPU offload of the optimizer state (ZeRO-Offload, offload_optimizer: {device: cpu}; not modelled by hetsim)");
 }
 
 std::unique_ptr<Planner> NewFsdpPlanner() {
   // ShardingStrategy FULL_SHARD (FSDP's default, first so that it wins ties), SHARD_GRAD_OP, NO_SHARD.
-  return std::make_unique<ZeroPlanner>("fsdp", std::vector<uint32_t>{3, 2, 0}, std::vector<uint32_t>{1});
+  return std::make_unique<ZeroPlanner>(
+      "fsdp", std::vector<uint32_t>{3, 2, 0}, std::vector<uint32_t>{1},
+      "CPU offload of the parameters (CPUOffload(offload_params=True); not modelled by hetsim)");
 }
 
 }  // namespace hetsim::planners::zero
