@@ -119,7 +119,7 @@ class BestPlan {
   Result<PlannerResult> Finish(const std::string& planner, const std::string& hint = "");
 
  private:
-  // The knob settings of the candidates considered: every one tried, and the least memory-saving that fit.
+  // Knob settings of the candidates considered: those of every candidate (tried_) and of those that fit (fit_).
   struct Knobs {
     std::set<proto::Recompute> recompute;
     std::set<uint32_t> zero, micro_batch;
