@@ -152,7 +152,8 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
 }
 
 std::optional<LayerRanges> BalancedSplit(const proto::Plan& skeleton, const PlanningProblem& problem,
-                                         const AnalyticCostModel& ranking, const MemoryModel& memory) {
+                                         const AnalyticCostModel& ranking, const MemoryModel& memory, bool* capped) {
+  if (capped != nullptr) *capped = false;
   const auto& model = problem.model;
   const uint32_t L = model.num_layers(), blocks = model.num_blocks();
   if (skeleton.pipelines_size() == 0) return std::nullopt;
@@ -222,7 +223,11 @@ std::optional<LayerRanges> BalancedSplit(const proto::Plan& skeleton, const Plan
       }
     }
   }
-  return BalanceBlocks(blocks, fixed, per_block, max_blocks);
+  auto split = BalanceBlocks(blocks, fixed, per_block, max_blocks);
+  if (capped != nullptr && split) {
+    *capped = split != BalanceBlocks(blocks, fixed, per_block, std::vector<uint32_t>(S, blocks));
+  }
+  return split;
 }
 
 void ApplyLayers(proto::Plan* plan, const LayerRanges& layers) {
@@ -234,11 +239,107 @@ void ApplyLayers(proto::Plan* plan, const LayerRanges& layers) {
   }
 }
 
+std::string RecomputeName(proto::Recompute recompute) {
+  switch (recompute) {
+    case proto::RECOMPUTE_SELECTIVE: return "selective";
+    case proto::RECOMPUTE_FULL: return "full";
+    default: return "none";
+  }
+}
+
+std::vector<proto::Recompute> RecomputeList(const google::protobuf::RepeatedField<int>& field) {
+  std::vector<proto::Recompute> out;
+  for (int v : field) out.push_back(static_cast<proto::Recompute>(v));
+  return out;
+}
+
+std::vector<proto::Recompute> RecomputeCandidates(const PlanningProblem& problem,
+                                                  const std::vector<proto::Recompute>& requested,
+                                                  const std::vector<proto::Recompute>& offered, SearchStats* stats) {
+  std::vector<proto::Recompute> out;
+  const proto::Recompute stated = problem.training.recompute();
+  if (!requested.empty()) {
+    out = requested;
+  } else if (stated == proto::RECOMPUTE_SELECTIVE || stated == proto::RECOMPUTE_FULL) {
+    out = {stated};
+  } else {
+    // Selective recomputation drops only what the attention core keeps (scores, softmax, dropout masks);
+    // compare one block's activations with and without it, as the memory checks will.
+    const MemoryModel memory(problem);
+    const bool selective_frees_memory =
+        memory.ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_SELECTIVE) <
+        memory.ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_NONE);
+    for (proto::Recompute rc : offered) {
+      if (rc == proto::RECOMPUTE_SELECTIVE && !selective_frees_memory) {
+        if (stats != nullptr) {
+          stats->Reject("selective recomputation not tried: it frees no memory here (flash attention keeps no "
+                        "attention scores) and only costs time");
+        }
+        continue;
+      }
+      out.push_back(rc);
+    }
+  }
+  // Cheapest first (the enum's order: none, selective, full), each once: the planners stop at the first
+  // policy that fits a candidate when more recomputation cannot make it faster.
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void SetRecompute(proto::Plan* plan, proto::Recompute recompute, const proto::Training& training) {
+  if (recompute == training.recompute()) {
+    plan->clear_recompute();
+  } else {
+    plan->set_recompute(recompute);
+  }
+}
+
 BestPlan::BestPlan(const PlanningProblem& problem, const AnalyticCostModel& ranking)
     : problem_(problem), ranking_(ranking), memory_(problem), kept_(problem.alternatives) {}
 
+namespace {
+
+// The largest number of sequences any replica of `plan` processes per micro-batch.
+uint32_t LargestReplicaMicroBatch(const proto::Plan& plan) {
+  uint32_t b = 0;
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      for (uint32_t x : models::MicroBatchSplit(st, pipe.micro_batch_size())) b = std::max(b, x);
+    }
+  }
+  return b;
+}
+
+std::string Join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+std::string ListNumbers(const std::set<uint32_t>& values) {
+  std::vector<std::string> parts;
+  for (uint32_t v : values) parts.push_back(std::to_string(v));
+  if (parts.size() > 8) {
+    return std::to_string(*values.begin()) + " to " + std::to_string(*values.rbegin()) + " (" +
+           std::to_string(values.size()) + " sizes)";
+  }
+  return Join(parts, ", ");
+}
+
+}  // namespace
+
 double BestPlan::Consider(proto::Plan plan, const std::string& what) {
   const MemoryCheck mem = CheckMemory(plan, problem_, memory_);
+  const proto::Recompute rc = models::EffectiveRecompute(plan, problem_.training);
+  const uint32_t b = LargestReplicaMicroBatch(plan);
+  auto record = [&](Knobs& k) {
+    k.recompute.insert(rc);
+    k.zero.insert(plan.zero_stage());
+    k.micro_batch.insert(b);
+  };
+  record(tried_);
+  if (mem.fits) record(fit_);
   if (!mem.fits) {
     stats_.Reject("out of memory");
     misses_.Offer(what, mem.need_gib, mem.capacity_gib,
@@ -251,15 +352,108 @@ double BestPlan::Consider(proto::Plan plan, const std::string& what) {
   return t;
 }
 
+std::string BestPlan::KnobsNote(const proto::Plan& chosen) const {
+  const proto::Recompute rc = models::EffectiveRecompute(chosen, problem_.training);
+  const uint32_t zero = chosen.zero_stage(), b = LargestReplicaMicroBatch(chosen);
+  std::vector<std::string> needed, why, ranked;
+  // A knob counts when the search tried more than one setting of it and the plan's setting saves more
+  // memory than the least memory-saving one tried. It was needed when no candidate with a less
+  // memory-saving setting fitted; otherwise the ranking preferred it.
+  if (tried_.recompute.size() > 1 && rc > *tried_.recompute.begin()) {
+    const std::string name = "recompute=" + RecomputeName(rc);
+    if (*fit_.recompute.begin() == rc) {
+      needed.push_back(name);
+      why.push_back(tried_.recompute.count(proto::RECOMPUTE_SELECTIVE) && rc == proto::RECOMPUTE_FULL
+                        ? "no candidate fits with less recomputation"
+                        : "no candidate fits without recomputation");
+    } else {
+      ranked.push_back(name);
+    }
+  }
+  if (tried_.zero.size() > 1 && zero > *tried_.zero.begin()) {
+    const std::string name = "zero=" + std::to_string(zero);
+    if (*fit_.zero.begin() == zero) {
+      needed.push_back(name);
+      why.push_back("no candidate fits with a lower ZeRO stage");
+    } else {
+      ranked.push_back(name);
+    }
+  }
+  if (tried_.micro_batch.size() > 1 && b < *tried_.micro_batch.rbegin() && *fit_.micro_batch.rbegin() == b) {
+    needed.push_back("b=" + std::to_string(b));
+    why.push_back("no candidate fits with more sequences per micro-batch");
+  }
+  std::string note;
+  if (!needed.empty()) note = Join(needed, ", ") + " needed to fit (" + Join(why, "; ") + ")";
+  if (!ranked.empty()) {
+    note += (note.empty() ? "" : "; ") + Join(ranked, ", ") +
+            " chosen by the ranking (candidates with less memory saving fit too, but rank slower)";
+  }
+  return note.empty() ? "" : "memory knobs: " + note;
+}
+
+std::string BestPlan::TriedLine() const {
+  std::vector<std::string> rcs, zeros;
+  for (proto::Recompute rc : tried_.recompute) rcs.push_back(RecomputeName(rc));
+  for (uint32_t z : tried_.zero) zeros.push_back(std::to_string(z));
+  return "tried: recompute " + Join(rcs, ", ") + "; ZeRO stage " + Join(zeros, ", ") +
+         "; sequences per replica per micro-batch " + ListNumbers(tried_.micro_batch);
+}
+
 Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::string& hint) {
   if (kept_.empty()) {
-    if (!misses_.empty()) return misses_.ToStatus(planner, problem_, stats_);
-    return NothingFound(planner, problem_, stats_, hint);
+    if (misses_.empty()) return NothingFound(planner, problem_, stats_, hint);
+    const Status status = misses_.ToStatus(planner, problem_, stats_);
+    if (!report_knobs_) return status;
+    // Say what was tried and suggest only what was not.
+    std::string msg = status.message();
+    if (const size_t at = msg.rfind("\n  try: "); at != std::string::npos) msg.resize(at);
+    msg += "\n  " + TriedLine();
+    std::vector<std::string> tries;
+    if (!tried_.recompute.count(proto::RECOMPUTE_FULL)) {
+      tries.push_back("full recomputation (--recompute full, or the planner option recompute: [full])");
+    }
+    if (!tried_.zero.count(3)) tries.push_back("ZeRO-3 (the planner option zero_stages)");
+    if (!tried_.micro_batch.count(1)) tries.push_back("micro-batches of one sequence");
+    tries.insert(tries.end(), suggestions_.begin(), suggestions_.end());
+    tries.push_back("a smaller global batch or sequence length");
+    tries.push_back("more GPUs");
+    msg += "\n  try: " + Join(tries, ", ");
+    return Status::Infeasible(msg);
   }
   PlannerResult r;
   kept_.MoveInto(&r);
   r.stats = std::move(stats_);
+  if (report_knobs_) {
+    if (std::string note = KnobsNote(r.plan); !note.empty()) r.stats.notes.push_back(std::move(note));
+  }
   return r;
+}
+
+void ConsiderPolicies(BestPlan& best, const std::vector<proto::Recompute>& policies,
+                      const std::function<std::optional<PolicyCandidate>(proto::Recompute)>& make) {
+  // The layout of the last candidate that fitted: the plan serialised without its recompute policy.
+  std::string fitted;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    auto candidate = make(policies[i]);
+    if (!candidate) continue;
+    proto::Plan layout = candidate->plan;
+    layout.clear_recompute();
+    std::string key = layout.SerializeAsString();
+    if (!fitted.empty() && key == fitted) {
+      best.stats().Reject("more recomputation than a candidate of the same layout that fits (only slower)");
+      continue;
+    }
+    if (!std::isfinite(best.Consider(std::move(candidate->plan), candidate->what))) continue;
+    if (!candidate->memory_shaped) {
+      if (i + 1 < policies.size()) {
+        best.stats().Reject("more recomputation than a candidate that fits unconstrained by memory (only slower)",
+                            policies.size() - i - 1);
+      }
+      return;
+    }
+    fitted = std::move(key);
+  }
 }
 
 void ForEachSymmetricShape(const PlanningProblem& problem, uint32_t devices, uint32_t node_gcd,
@@ -290,10 +484,13 @@ void ForEachSymmetricShape(const PlanningProblem& problem, uint32_t devices, uin
 Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const PlanningProblem& problem,
                                               const AnalyticCostModel& ranking, const SymmetricSearch& space) {
   BestPlan best(problem, ranking);
+  best.ReportMemoryKnobs();
   SearchStats& stats = best.stats();
   const uint32_t G = problem.training.global_batch_size();
   const uint32_t L = problem.model.num_layers();
   const std::vector<uint32_t> zeros = space.zero_stages.empty() ? std::vector<uint32_t>{1} : space.zero_stages;
+  const std::vector<proto::Recompute> policies =
+      space.recompute.empty() ? std::vector<proto::Recompute>{problem.training.recompute()} : space.recompute;
   SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
     const uint32_t N = static_cast<uint32_t>(order.size());
     ForEachSymmetricShape(problem, N, NodeGcd(problem.cluster, order), space.tp_degrees, space.pp_degrees, &stats,
@@ -301,15 +498,22 @@ Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const 
       for (uint32_t b : MicroBatchCandidates(G / dp, space.micro_batch_sizes, space.max_micro_batch_size)) {
         const uint32_t m = G / (dp * b);
         for (uint32_t zero : zeros) {
-          proto::Plan plan = MegatronLayout(order, dp, tp, pp, EvenLayerSplit(L, pp), b, m);
-          plan.set_zero_stage(zero);
-          if (space.sequence_parallel && tp > 1) plan.set_sequence_parallel(true);
-          if (auto layers = BalancedSplit(plan, problem, ranking, best.memory())) {
-            ApplyLayers(&plan, *layers);
-          } else {
-            stats.Reject("no layer split fits in memory (tried the even split)");
-          }
-          best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero));
+          // Looser memory caps can move layers onto faster stages, so more recomputation may still rank
+          // faster when it changes the split.
+          ConsiderPolicies(best, policies, [&](proto::Recompute rc) {
+            proto::Plan plan = MegatronLayout(order, dp, tp, pp, EvenLayerSplit(L, pp), b, m);
+            plan.set_zero_stage(zero);
+            SetRecompute(&plan, rc, problem.training);
+            if (space.sequence_parallel && tp > 1) plan.set_sequence_parallel(true);
+            bool capped = false;
+            if (auto layers = BalancedSplit(plan, problem, ranking, best.memory(), &capped)) {
+              ApplyLayers(&plan, *layers);
+            } else {
+              stats.Reject("no layer split fits in memory (tried the even split)");
+            }
+            return std::make_optional(
+                PolicyCandidate{std::move(plan), CandidateName(dp, tp, pp, b, m, zero, rc), capped});
+          });
         }
       }
     });
@@ -317,9 +521,12 @@ Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const 
   return best.Finish(planner, "needs dp × tp × pp = the GPUs of whole nodes, with TP inside a node");
 }
 
-std::string CandidateName(uint32_t dp, uint32_t tp, uint32_t pp, uint32_t b, uint32_t m, uint32_t zero) {
-  return "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-         " b=" + std::to_string(b) + " m=" + std::to_string(m) + " zero=" + std::to_string(zero);
+std::string CandidateName(uint32_t dp, uint32_t tp, uint32_t pp, uint32_t b, uint32_t m, uint32_t zero,
+                          proto::Recompute recompute) {
+  std::string out = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+                    " b=" + std::to_string(b) + " m=" + std::to_string(m) + " zero=" + std::to_string(zero);
+  if (recompute != proto::RECOMPUTE_UNSPECIFIED) out += " recompute=" + RecomputeName(recompute);
+  return out;
 }
 
 }  // namespace hetsim::planners

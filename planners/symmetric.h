@@ -8,11 +8,17 @@
 //     Alpa's per-stage meshes).
 // BestPlan ranks candidates: memory on the real devices first (the closed forms of MemoryModel), then the
 // planner's ranking cost model; it keeps the best and the closest memory misses for the error message.
+//
+// The memory knobs a user of these frameworks turns when a model does not fit — activation recomputation,
+// the ZeRO stage, the micro-batch size — are part of every baseline's search (RecomputeCandidates; ZeRO
+// stages and micro-batch sizes per planner). BestPlan records which settings were tried and which fit, so
+// that the plan's notes say which knobs were needed and a "no plan" error says what was tried.
 #pragma once
 
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,11 +62,37 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
 // same number of stages (their layer ranges are ignored; the result applies to every pipeline): stage s's
 // time per block and fixed time (embedding, head, PP hops) are the worst over its replicas in every
 // pipeline under `ranking`; its block cap comes from memory on the real devices. nullopt when no split
-// fits in memory.
+// fits in memory. `capped` (optional) is set to whether memory changed the split (the balance without the
+// memory caps differs).
 std::optional<LayerRanges> BalancedSplit(const proto::Plan& skeleton, const PlanningProblem& problem,
-                                         const AnalyticCostModel& ranking, const MemoryModel& memory);
+                                         const AnalyticCostModel& ranking, const MemoryModel& memory,
+                                         bool* capped = nullptr);
 // Sets every pipeline's stage ranges to `layers`.
 void ApplyLayers(proto::Plan* plan, const LayerRanges& layers);
+
+// ---- memory knobs --------------------------------------------------------------------------------
+
+// The activation-recomputation policies a baseline tries, in order of increasing cost (none, selective,
+// full):
+//   - `requested` (the planner's `recompute` option) when it is not empty — the user pinned them;
+//   - else the training spec's policy when it states selective or full — an explicit choice is kept;
+//   - else `offered`, the policies the framework offers (Megatron-LM: none, selective, full; the others:
+//     none, full). Selective is dropped when it frees no memory (with flash attention no attention scores
+//     are kept, so Korthikanti et al.'s selective recomputation only costs time); `stats` (may be null)
+//     counts that.
+// A resolved training spec says none both when the user chose none and when nothing was said
+// (models::ResolveTraining fills the default in), so none is searched as "unspecified"; the planner option
+// `recompute: [none]` pins it.
+std::vector<proto::Recompute> RecomputeCandidates(const PlanningProblem& problem,
+                                                  const std::vector<proto::Recompute>& requested,
+                                                  const std::vector<proto::Recompute>& offered, SearchStats* stats);
+// The same from an options message's repeated enum field.
+std::vector<proto::Recompute> RecomputeList(const google::protobuf::RepeatedField<int>& field);
+// Sets `plan`'s recompute policy to `recompute`, leaving the field unset when that is the training spec's
+// own policy (the plan then states only what the planner changed).
+void SetRecompute(proto::Plan* plan, proto::Recompute recompute, const proto::Training& training);
+// "none", "selective", "full".
+std::string RecomputeName(proto::Recompute recompute);
 
 class BestPlan {
  public:
@@ -68,23 +100,42 @@ class BestPlan {
 
   // Checks `plan` (structurally valid by construction) for memory on the real devices, then ranks it;
   // keeps it when it is the best so far (ties keep the earlier). `what` names it in messages. Returns
-  // its ranking time, or +inf when it does not fit.
+  // its ranking time, or +inf when it does not fit. Records the plan's memory knobs (its effective
+  // recompute policy, ZeRO stage and largest per-replica micro-batch) as tried, and as fitting when it fits.
   double Consider(proto::Plan plan, const std::string& what);
   bool found() const { return !kept_.empty(); }
   double best_time() const { return kept_.best_cost(); }
   SearchStats& stats() { return stats_; }
   const MemoryModel& memory() const { return memory_; }
-  // The best plan, or the Infeasible status listing the closest attempts (NothingFound when no candidate
-  // got as far as a memory check).
+  // Turns on the memory-knob note and the "tried" line of Finish (the baselines; other planners that
+  // share BestPlan keep their messages).
+  void ReportMemoryKnobs() { report_knobs_ = true; }
+  // A framework knob outside the search to suggest when nothing fits (with ReportMemoryKnobs).
+  void SuggestWhenNothingFits(std::string suggestion) { suggestions_.push_back(std::move(suggestion)); }
+  // The best plan or, when none fits, the Infeasible status listing the closest attempts (NothingFound
+  // when no candidate got as far as a memory check). With ReportMemoryKnobs: the plan's notes name the
+  // memory knobs it needed ("recompute=full, b=2 needed to fit (…)") among those of which more than one
+  // setting was tried, and the Infeasible message lists the settings tried.
   Result<PlannerResult> Finish(const std::string& planner, const std::string& hint = "");
 
  private:
+  // Knob settings of the candidates considered: those of every candidate (tried_) and of those that fit (fit_).
+  struct Knobs {
+    std::set<proto::Recompute> recompute;
+    std::set<uint32_t> zero, micro_batch;
+  };
+  std::string KnobsNote(const proto::Plan& chosen) const;
+  std::string TriedLine() const;
+
   const PlanningProblem& problem_;
   const AnalyticCostModel& ranking_;
   MemoryModel memory_;
   SearchStats stats_;
   InfeasibleTracker misses_;
   RankedPlans kept_;  // the pick and the runners-up the problem asks for
+  Knobs tried_, fit_;
+  bool report_knobs_ = false;
+  std::vector<std::string> suggestions_;
 };
 
 // Runs `search` on every device in node order and, while nothing fits, on the first k whole nodes in node
@@ -92,6 +143,25 @@ class BestPlan {
 // into their layout (Hetu v2 Appendix A.3: "the entire machine was treated as failed").
 void SearchWholeNodePrefixes(const PlanningProblem& problem, BestPlan& best,
                              const std::function<void(const std::vector<uint32_t>& order)>& search);
+
+// One candidate of a recomputation ladder (ConsiderPolicies): the plan (its recompute policy set), its
+// name, and whether memory shaped its layout — a split or a choice that the memory caps changed from what
+// speed alone would pick.
+struct PolicyCandidate {
+  proto::Plan plan;
+  std::string what;
+  bool memory_shaped = false;
+};
+// Considers, for each policy of `policies` (cheapest first, as RecomputeCandidates orders them), the
+// candidate `make(policy)` builds (nullopt: none for this policy). More recomputation only adds time to a
+// given layout (compute, and TP collectives under full recomputation), and without memory caps the layout
+// a planner picks for speed cannot get faster by recomputing more. So once a candidate fits:
+//   - if memory did not shape it, the heavier policies are not tried at all;
+//   - else each heavier one is built (looser caps may move layers or sequences onto faster GPUs) and
+//     skipped, without a memory check or a ranking, when its layout is the same apart from the policy.
+// Skips are counted in the statistics.
+void ConsiderPolicies(BestPlan& best, const std::vector<proto::Recompute>& policies,
+                      const std::function<std::optional<PolicyCandidate>(proto::Recompute)>& make);
 
 // Every symmetric shape of `devices` GPUs, the candidate loop of megatron, whale, galvatron and amp: tp
 // from TpCandidates (`tp_degrees`, or every degree dividing `node_gcd` and the heads), pp from
@@ -107,13 +177,15 @@ void ForEachSymmetricShape(const PlanningProblem& problem, uint32_t devices, uin
 // `ranking`. Lists left empty mean every valid value.
 struct SymmetricSearch {
   std::vector<uint32_t> tp_degrees, pp_degrees, micro_batch_sizes, zero_stages;
+  std::vector<proto::Recompute> recompute;  // from RecomputeCandidates; empty = the training spec's
   uint32_t max_micro_batch_size = 32;
   bool sequence_parallel = true;
 };
 Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const PlanningProblem& problem,
                                               const AnalyticCostModel& ranking, const SymmetricSearch& space);
 
-// "dp=4 tp=2 pp=2 b=1 m=8 zero=1".
-std::string CandidateName(uint32_t dp, uint32_t tp, uint32_t pp, uint32_t b, uint32_t m, uint32_t zero);
+// "dp=4 tp=2 pp=2 b=1 m=8 zero=1", with " recompute=full" when `recompute` is given.
+std::string CandidateName(uint32_t dp, uint32_t tp, uint32_t pp, uint32_t b, uint32_t m, uint32_t zero,
+                          proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED);
 
 }  // namespace hetsim::planners

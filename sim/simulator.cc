@@ -383,7 +383,11 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
     hook.report = [](const EngineProgress& p) { SendProgress(SimProgress::kPlaying, p.done, p.total, p.simulated_s); };
   }
   HETSIM_ASSIGN_OR_RETURN(std::string payload, RunIsolated([&] {
-                            models::ComputeCost cost(ctx.model, ctx.training, options.profiles, options.compute);
+                            // Backward passes recompute what the plan says (a plan may recompute where the
+                            // training spec does not: the baselines' memory knobs).
+                            proto::Training training = ctx.training;
+                            training.set_recompute(models::EffectiveRecompute(plan, ctx.training));
+                            models::ComputeCost cost(ctx.model, training, options.profiles, options.compute);
                             auto programs = BuildPrograms(plan, ctx, cost,
                                                           ProgramOptions{options.fidelity, options.compute_jitter_cv,
                                                                          options.seed, options.fold,

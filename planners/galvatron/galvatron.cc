@@ -20,6 +20,10 @@ class GalvatronPlanner : public PlannerWithOptions<proto::GalvatronOptions> {
                                                 : std::vector<uint32_t>(o.zero_stages().begin(), o.zero_stages().end());
     if (o.max_micro_batch_size() > 0) space.max_micro_batch_size = o.max_micro_batch_size();
     space.sequence_parallel = o.has_sequence_parallel() ? o.sequence_parallel() : true;
+    // Galvatron-BMW checkpoints layer by layer; a plan has one policy, so checkpointing is whole-model on or
+    // off (--global_checkpoint).
+    space.recompute = RecomputeCandidates(problem, RecomputeList(o.recompute()),
+                                          {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, nullptr);
     const AnalyticCostModel ranking(problem);  // Galvatron profiles the GPUs it runs on
     return SearchBalancedSymmetric(name(), problem, ranking, space);
   }

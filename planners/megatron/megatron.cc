@@ -1,5 +1,7 @@
 #include "planners/megatron/megatron.h"
 
+#include <cmath>
+
 #include "planners/proto/megatron.pb.h"
 #include "planners/symmetric.h"
 
@@ -16,6 +18,7 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
     if (!o.hetero_aware()) view.assume_gpu = problem.cluster.device(0).gpu;
     const AnalyticCostModel ranking(problem, view);
     BestPlan best(problem, ranking);
+    best.ReportMemoryKnobs();
     SearchStats& stats = best.stats();
 
     const uint32_t G = problem.training.global_batch_size();
@@ -26,6 +29,10 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
     const uint32_t v = std::max<uint32_t>(1, o.virtual_stages());
     const uint32_t bmax = o.max_micro_batch_size() > 0 ? o.max_micro_batch_size() : 32;
     const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
+    // Megatron-LM's --recompute-granularity: none, selective, full.
+    const std::vector<proto::Recompute> policies = RecomputeCandidates(
+        problem, RecomputeList(o.recompute()),
+        {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL}, &stats);
 
     SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
       const uint32_t N = static_cast<uint32_t>(order.size());
@@ -62,14 +69,19 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
                 continue;
               }
               for (uint32_t zero : zeros) {
-                proto::Plan plan = MegatronLayout(order, dp, tp, pp, split, b, m);
-                plan.set_zero_stage(zero);
-                if (sp && tp > 1) plan.set_sequence_parallel(true);
-                if (v > 1) {
-                  plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
-                  plan.set_virtual_stages(v);
+                // The cheapest recomputation that fits: with the layout fixed, more recomputation only
+                // adds time, so the heavier policies cannot rank faster once one fits.
+                for (proto::Recompute rc : policies) {
+                  proto::Plan plan = MegatronLayout(order, dp, tp, pp, split, b, m);
+                  plan.set_zero_stage(zero);
+                  SetRecompute(&plan, rc, problem.training);
+                  if (sp && tp > 1) plan.set_sequence_parallel(true);
+                  if (v > 1) {
+                    plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+                    plan.set_virtual_stages(v);
+                  }
+                  if (std::isfinite(best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero, rc)))) break;
                 }
-                best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero));
               }
             }
           }

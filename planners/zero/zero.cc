@@ -1,5 +1,6 @@
 #include "planners/zero/zero.h"
 
+#include <cmath>
 #include <numeric>
 
 #include "planners/proto/zero.pb.h"
@@ -10,8 +11,9 @@ namespace {
 
 class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
  public:
-  ZeroPlanner(std::string name, std::vector<uint32_t> zeros, std::vector<uint32_t> sps)
-      : name_(std::move(name)), default_zeros_(std::move(zeros)), default_sps_(std::move(sps)) {}
+  ZeroPlanner(std::string name, std::vector<uint32_t> zeros, std::vector<uint32_t> sps, std::string offload)
+      : name_(std::move(name)), default_zeros_(std::move(zeros)), default_sps_(std::move(sps)),
+        offload_(std::move(offload)) {}
 
   std::string name() const override { return name_; }
 
@@ -19,6 +21,8 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
     const auto& o = options_;
     const AnalyticCostModel ranking(problem);
     BestPlan best(problem, ranking);
+    best.ReportMemoryKnobs();
+    best.SuggestWhenNothingFits(offload_);
     SearchStats& stats = best.stats();
     const uint32_t G = problem.training.global_batch_size();
     const uint32_t L = problem.model.num_layers();
@@ -29,6 +33,9 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
         o.sp_degrees().empty() ? default_sps_ : std::vector<uint32_t>(o.sp_degrees().begin(), o.sp_degrees().end());
     const uint32_t bmax = o.max_micro_batch_size() > 0 ? o.max_micro_batch_size() : 32;
     const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
+    // Activation checkpointing of every block (DeepSpeed's and PyTorch's checkpoint wrappers): full.
+    const std::vector<proto::Recompute> policies = RecomputeCandidates(
+        problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, &stats);
     SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
       const uint32_t N = static_cast<uint32_t>(order.size());
       const uint32_t node_gcd = NodeGcd(problem.cluster, order);
@@ -49,12 +56,18 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
         for (uint32_t b : MicroBatchCandidates(G / dp, requested_b, bmax)) {
           const uint32_t m = G / (dp * b);
           for (uint32_t z : zeros) {
-            proto::Plan plan = MegatronLayout(order, dp, sp, 1, {{0, L}}, b, m);
-            plan.set_zero_stage(z);
-            if (sp > 1) plan.set_sequence_parallel(true);
-            best.Consider(std::move(plan), "dp=" + std::to_string(dp) + " sp=" + std::to_string(sp) +
-                                               " b=" + std::to_string(b) + " m=" + std::to_string(m) +
-                                               " zero=" + std::to_string(z));
+            // The cheapest recomputation that fits: with everything else fixed, more recomputation only
+            // adds time.
+            for (proto::Recompute rc : policies) {
+              proto::Plan plan = MegatronLayout(order, dp, sp, 1, {{0, L}}, b, m);
+              plan.set_zero_stage(z);
+              SetRecompute(&plan, rc, problem.training);
+              if (sp > 1) plan.set_sequence_parallel(true);
+              const std::string what = "dp=" + std::to_string(dp) + " sp=" + std::to_string(sp) +
+                                       " b=" + std::to_string(b) + " m=" + std::to_string(m) +
+                                       " zero=" + std::to_string(z) + " recompute=" + RecomputeName(rc);
+              if (std::isfinite(best.Consider(std::move(plan), what))) break;
+            }
           }
         }
       }
@@ -65,16 +78,24 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
  private:
   std::string name_;
   std::vector<uint32_t> default_zeros_, default_sps_;
+  std::string offload_;  // the framework's CPU offload, which hetsim does not model
 };
 
 }  // namespace
 
 std::unique_ptr<Planner> NewDeepSpeedPlanner() {
-  return std::make_unique<ZeroPlanner>("deepspeed", std::vector<uint32_t>{1, 2, 3}, std::vector<uint32_t>{1, 2, 4, 8});
+  // zero_optimization.stage 0-3. Ties keep the earlier candidate, and stage 0 ties with stage 1 on a single
+  // replica, so it comes last.
+  return std::make_unique<ZeroPlanner>(
+      "deepspeed", std::vector<uint32_t>{1, 2, 3, 0}, std::vector<uint32_t>{1, 2, 4, 8},
+      "CPU offload of the optimizer state (ZeRO-Offload, offload_optimizer: {device: cpu}; not modelled by hetsim)");
 }
 
 std::unique_ptr<Planner> NewFsdpPlanner() {
-  return std::make_unique<ZeroPlanner>("fsdp", std::vector<uint32_t>{3, 2, 0}, std::vector<uint32_t>{1});
+  // ShardingStrategy FULL_SHARD (FSDP's default, first so that it wins ties), SHARD_GRAD_OP, NO_SHARD.
+  return std::make_unique<ZeroPlanner>(
+      "fsdp", std::vector<uint32_t>{3, 2, 0}, std::vector<uint32_t>{1},
+      "CPU offload of the parameters (CPUOffload(offload_params=True); not modelled by hetsim)");
 }
 
 }  // namespace hetsim::planners::zero

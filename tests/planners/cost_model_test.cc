@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "models/plan.h"
 #include "models/profile_db.h"
 #include "planners/search.h"
 #include "tests/planners/test_util.h"
@@ -372,12 +373,17 @@ nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
   const models::ProfileDb tiny = BlockProfiles({{"a100-80gb", 1e-3}}, false, analytic / overhead / 10);
   EXPECT_NEAR(MemoryModel(f.problem(&tiny)).ActivationGibPerSequence(1, 2, 1, false, proto::RECOMPUTE_NONE), analytic,
               1e-15);
-  // A planner sees it: 40 GiB per sequence and block leaves no llama-tiny layout on two 80 GB GPUs.
+  // A planner sees it: 40 GiB per sequence and block leaves no llama-tiny layout on two 80 GB GPUs without
+  // recomputation. The profile, measured without recomputation, applies to neither recomputation policy, so
+  // when megatron searches them it takes the cheaper one, selective.
   const models::ProfileDb huge = BlockProfiles({{"a100-80gb", 1e-3}}, false, 40.0);
-  EXPECT_TRUE(testing::Run("megatron", f.problem()).ok());
-  const auto r = testing::Run("megatron", f.problem(&huge));
+  EXPECT_TRUE(testing::Run("megatron", f.problem(), "recompute: [none]").ok());
+  const auto r = testing::Run("megatron", f.problem(&huge), "recompute: [none]");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kInfeasible) << r.status().message();
+  const auto searched = testing::Run("megatron", f.problem(&huge));
+  ASSERT_TRUE(searched.ok()) << searched.status().message();
+  EXPECT_EQ(models::EffectiveRecompute(searched->plan, *f.training), proto::RECOMPUTE_SELECTIVE);
 }
 
 }  // namespace

@@ -30,6 +30,11 @@ uint32_t Tp(const proto::Plan& plan) { return models::TpDegree(plan.pipelines(0)
 //     (≈ 1/64 of an iteration of ~1 min).
 //   - with PP = 1 the iteration is m·t(b) = (128 / b)·t(b), falling with b (GEMM efficiency grows with
 //     tokens), so the largest b that fits wins: b = 4, m = 32.
+//   - full recomputation would let b = 8 fit: per sequence each block keeps only its 2·s·h-byte input
+//     (0.5 GiB for 32 blocks), the head its 0.4 GiB, and the largest layer (the head) is re-materialised
+//     while it runs, ≈ 1.3 GiB; 34.1 + 8 × 1.3 + 1 ≈ 46 GiB. But it repeats every block's forward pass — a
+//     third more compute, which going from 8192 to 16384 tokens per GEMM does not win back — so the plan
+//     does not recompute (selective frees nothing under flash attention and is not tried).
 TEST(Megatron, Gpt3SixPointSevenBOnEightA100sIsPureDataParallel) {
   const Fixture f(testing::ClusterFromYaml(kDgxA100), testing::BundledModel("gpt3-6.7b"), "{}");
   auto r = testing::Run("megatron", f.problem());
@@ -41,6 +46,7 @@ TEST(Megatron, Gpt3SixPointSevenBOnEightA100sIsPureDataParallel) {
   EXPECT_EQ(plan.pipelines(0).micro_batch_size(), 4u);
   EXPECT_EQ(plan.pipelines(0).num_micro_batches(), 32u);
   EXPECT_EQ(plan.zero_stage(), 1u);
+  EXPECT_EQ(models::EffectiveRecompute(plan, *f.training), proto::RECOMPUTE_NONE);
   EXPECT_EQ(plan.planner(), "megatron");
   // b = 8 would not fit (the reason b stops at 4).
   proto::Plan bigger = plan;
@@ -49,6 +55,8 @@ TEST(Megatron, Gpt3SixPointSevenBOnEightA100sIsPureDataParallel) {
     p.set_num_micro_batches(16);
   }
   EXPECT_EQ(models::ValidatePlan(bigger, f.context(), "b8").code(), Status::Code::kInfeasible);
+  bigger.set_recompute(proto::RECOMPUTE_FULL);  // ... except with full recomputation, which ranks slower
+  EXPECT_TRUE(models::ValidatePlan(bigger, f.context(), "b8 recompute full").ok());
 }
 
 // Without the distributed optimizer (ZeRO-0) the 16 bytes/param of one replica (≈ 99 GiB) no longer fit in
