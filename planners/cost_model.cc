@@ -517,7 +517,6 @@ PlanEstimate AnalyticCostModel::FromPlay(const proto::Plan& plan, const PlayResu
       se.slowest = r;
     }
     e.optimizer_s = std::max(e.optimizer_s, d.optimizer_s);
-    e.dp_sync_s = std::max(e.dp_sync_s, d.end_s - d.pipeline_end_s - d.optimizer_s);
   }
   for (int p = 0; p < plan.pipelines_size(); ++p) {
     PipelineEstimate& pe = e.pipelines[p];
@@ -530,6 +529,7 @@ PlanEstimate AnalyticCostModel::FromPlay(const proto::Plan& plan, const PlayResu
       e.slowest_pipeline = static_cast<uint32_t>(p);
     }
   }
+  e.dp_sync_s = std::max(0.0, e.iteration_s - e.pipeline_s - e.optimizer_s);
   return e;
 }
 

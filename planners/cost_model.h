@@ -99,9 +99,10 @@ struct PipelineEstimate {
 // What Estimate found. From the played lowering: iteration_s is when the last device ends; a pipeline's
 // time_s when its last forward or backward compute ends; a stage's time_s its slowest device's compute and
 // TP time per micro-batch (slowest: that device's forward, backward and TP per micro-batch; pp_s 0);
-// dp_sync_s the longest a device spends after its pipeline phase beyond its optimizer step (gradient sync,
-// ZeRO gathers and waiting for them); optimizer_s the longest optimizer step. So iteration_s is about,
-// not exactly, pipeline_s + dp_sync_s + optimizer_s (devices end their phases at different times).
+// optimizer_s the longest optimizer step; dp_sync_s what the iteration takes beyond the slowest pipeline
+// and that step (the exposed gradient sync, ZeRO gathers and the waits for them), so that
+// iteration_s = pipeline_s + dp_sync_s + optimizer_s unless the optimizer step of the last device to end is
+// shorter than the longest one.
 struct PlanEstimate {
   double iteration_s = 0;
   double pipeline_s = 0;  // the slowest pipeline
