@@ -47,7 +47,10 @@ AnalyticCostModel::AnalyticCostModel(const PlanningProblem& problem, CostModelOp
       training_(problem.training),
       compute_(problem.model, problem.training, problem.profiles, problem.compute),
       topology_(problem.cluster),
-      options_(options) {
+      options_(options),
+      view_(*this),
+      context_{problem.cluster, problem.model, problem.training},
+      player_(context_, view_, problem.compute.calibration) {
   for (const auto& node : cluster_.nodes()) {
     auto it = std::find_if(types_.begin(), types_.end(), [&](const auto& t) { return t.first == node.gpu; });
     if (it == types_.end()) {
@@ -276,7 +279,7 @@ double PipelineSeconds(std::span<const double> stage_times, uint32_t micro_batch
   return (m - 1) * mx + sum;
 }
 
-PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memory) const {
+PlanEstimate AnalyticCostModel::ClosedFormEstimate(const proto::Plan& plan, bool with_memory) const {
   PlanEstimate e;
   const proto::Recompute recompute = models::EffectiveRecompute(plan, training_);
   const proto::Plan::Schedule schedule = models::EffectiveSchedule(plan);
@@ -286,7 +289,6 @@ PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memo
   std::vector<double> device_backward(cluster_.num_devices(), 0);
   std::vector<uint32_t> device_layers(cluster_.num_devices(), 0);
   std::vector<uint32_t> device_pipeline(cluster_.num_devices(), 0);
-  std::vector<char> used(cluster_.num_devices(), 0);
   std::vector<char> holds_embedding(cluster_.num_devices(), 0);
   // DP replicas per layer: the ZeRO sharding factor.
   std::vector<uint32_t> replicas(model_.num_layers(), 0);
@@ -332,7 +334,6 @@ PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memo
           device_backward[d] = std::max(device_backward[d], rt.backward_s);
           device_layers[d] = st.layer_end() - st.layer_begin();
           device_pipeline[d] = static_cast<uint32_t>(p);
-          used[d] = 1;
           holds_embedding[d] = st.layer_begin() == 0;
         }
       }
@@ -388,12 +389,26 @@ PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memo
     }
   }
   e.iteration_s = e.pipeline_s + e.dp_sync_s + e.optimizer_s;
+  AddThroughputAndMemory(plan, with_memory, &e);
+  return e;
+}
+
+void AnalyticCostModel::AddThroughputAndMemory(const proto::Plan& plan, bool with_memory, PlanEstimate* out) const {
+  PlanEstimate& e = *out;
   const double sequences = training_.global_batch_size();
   if (e.iteration_s > 0) {
     e.tokens_per_s = sequences * training_.seq_len() / e.iteration_s;
     double peak = 0;
-    for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
-      if (used[d]) peak += cluster_.device(d).gpu->PeakTflops(training_.dtype()) * 1e12;
+    std::vector<char> used(cluster_.num_devices(), 0);
+    for (const auto& pipe : plan.pipelines()) {
+      for (const auto& st : pipe.stages()) {
+        for (uint32_t d : st.devices()) {
+          if (d < used.size() && !used[d]) {
+            used[d] = 1;
+            peak += cluster_.device(d).gpu->PeakTflops(training_.dtype()) * 1e12;
+          }
+        }
+      }
     }
     if (peak > 0) e.mfu = model_.IterationModelFlops(sequences, training_.seq_len()) / (e.iteration_s * peak);
   }
@@ -411,6 +426,110 @@ PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memo
       e.oom |= dm.oom();
     }
   }
+}
+
+double AnalyticCostModel::View::LayerSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch,
+                                             bool forward, proto::Recompute recompute,
+                                             models::SequenceSharding shard) const {
+  if (shard.ways() == 1 && m_.Averaging(gpu)) {
+    // AMP's averaged view: the mean of the devices' profiled times, when every GPU type has one.
+    bool all = !m_.types_.empty();
+    for (const auto& [type, count] : m_.types_) all = all && m_.compute_.IsProfiled(*type, layer, tp, batch);
+    if (all) {
+      double sum = 0, n = 0;
+      for (const auto& [type, count] : m_.types_) {
+        sum += count * (forward ? m_.compute_.ForwardSeconds(*type, layer, tp, batch)
+                                : m_.compute_.BackwardSeconds(*type, layer, tp, batch, recompute));
+        n += count;
+      }
+      return sum / n;
+    }
+  }
+  if (forward) return m_.compute_.ForwardSeconds(gpu, layer, tp, batch, shard);
+  return m_.compute_.BackwardSeconds(gpu, layer, tp, batch, recompute, shard);
+}
+
+double AnalyticCostModel::View::OptimizerSeconds(const models::GpuSpec& gpu, double params) const {
+  if (m_.Averaging(gpu)) {
+    bool all = !m_.types_.empty();
+    for (const auto& [type, count] : m_.types_) all = all && m_.compute_.OptimizerProfiled(*type);
+    if (all) {
+      double sum = 0, n = 0;
+      for (const auto& [type, count] : m_.types_) {
+        sum += count * m_.compute_.OptimizerSeconds(*type, params);
+        n += count;
+      }
+      return sum / n + m_.compute_.IterationOverheadSeconds(gpu);
+    }
+  }
+  return m_.compute_.OptimizerSeconds(gpu, params) + m_.compute_.IterationOverheadSeconds(gpu);
+}
+
+Result<PlayResult> AnalyticCostModel::Play(const proto::Plan& plan, const PlayOptions& options) const {
+  return player_.Play(plan, options);
+}
+
+PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memory) const {
+  PlayOptions options;
+  options.contention_passes = options_.contention_passes;
+  auto play = player_.Play(plan, options);
+  if (!play.ok()) return ClosedFormEstimate(plan, with_memory);
+  PlanEstimate e = FromPlay(plan, *play);
+  AddThroughputAndMemory(plan, with_memory, &e);
+  return e;
+}
+
+double AnalyticCostModel::LowerBoundSeconds(const proto::Plan& plan) const {
+  // The simulator may play the plan folded or not (SimOptions::fold): the smaller of the two plays.
+  PlayOptions options;
+  options.pricing = Pricing::kLowerBound;
+  options.fold = false;
+  auto unfolded = player_.Play(plan, options);
+  if (!unfolded.ok()) return 0;
+  double bound = unfolded->iteration_s;
+  options.fold = true;
+  auto folded = player_.Play(plan, options);
+  if (folded.ok() && folded->folded) bound = std::min(bound, folded->iteration_s);
+  return bound;
+}
+
+PlanEstimate AnalyticCostModel::FromPlay(const proto::Plan& plan, const PlayResult& play) const {
+  PlanEstimate e;
+  e.played = true;
+  e.folded = play.folded;
+  e.iteration_s = play.iteration_s;
+  e.pipelines.resize(plan.pipelines_size());
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    e.pipelines[p].micro_batches = plan.pipelines(p).num_micro_batches();
+    e.pipelines[p].stages.resize(plan.pipelines(p).stages_size());
+  }
+  for (const DevicePlay& d : play.devices) {
+    PipelineEstimate& pe = e.pipelines[d.pipeline];
+    pe.time_s = std::max(pe.time_s, d.pipeline_end_s);
+    const double m = std::max<uint32_t>(1, pe.micro_batches);
+    StageEstimate& se = pe.stages[d.stage];
+    ReplicaTime r;
+    r.forward_s = d.forward_s / m;
+    r.backward_s = d.backward_s / m;
+    r.tp_s = d.tp_s / m;
+    if (r.total_s() >= se.time_s) {
+      se.time_s = r.total_s();
+      se.slowest = r;
+    }
+    e.optimizer_s = std::max(e.optimizer_s, d.optimizer_s);
+  }
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    PipelineEstimate& pe = e.pipelines[p];
+    double work = 0;
+    for (const auto& st : pe.stages) work += pe.micro_batches * st.time_s;
+    const double S = static_cast<double>(pe.stages.size());
+    pe.bubble_fraction = pe.time_s > 0 && S > 0 ? std::max(0.0, 1.0 - work / (S * pe.time_s)) : 0;
+    if (pe.time_s > e.pipeline_s) {
+      e.pipeline_s = pe.time_s;
+      e.slowest_pipeline = static_cast<uint32_t>(p);
+    }
+  }
+  e.dp_sync_s = std::max(0.0, e.iteration_s - e.pipeline_s - e.optimizer_s);
   return e;
 }
 
@@ -434,9 +553,11 @@ models::GpuSpec AverageGpu(const models::Cluster& cluster) {
 }
 
 std::string DescribeEstimate(const PlanEstimate& e) {
-  std::string out = "estimate (analytic model): iteration " + Seconds(e.iteration_s) + " = slowest pipeline " +
-                    Seconds(e.pipeline_s) + " (pipeline " + std::to_string(e.slowest_pipeline) + ") + DP sync " +
-                    Seconds(e.dp_sync_s) + " + optimizer " + Seconds(e.optimizer_s) + "\n";
+  std::string out = "estimate (analytic model, " +
+                    std::string(e.played ? (e.folded ? "lowering played folded" : "lowering played") : "closed form") +
+                    "): iteration " + Seconds(e.iteration_s) + "; slowest pipeline " + Seconds(e.pipeline_s) +
+                    " (pipeline " + std::to_string(e.slowest_pipeline) + "), then DP sync " + Seconds(e.dp_sync_s) +
+                    " and optimizer " + Seconds(e.optimizer_s) + "\n";
   out += "  throughput " + Fmt("%.0f", e.tokens_per_s) + " tokens/s, MFU " + Fmt("%.1f%%", 100 * e.mfu);
   if (e.has_memory) {
     out += ", peak memory " + Fmt("%.0f%%", 100 * e.peak_memory_fraction) + " of device " +

@@ -1,9 +1,19 @@
-// The analytic cost model of a Plan: a closed form, microseconds per evaluation, in the shape the papers
-// use (Metis eq. 1; HexiScale Appendix A, eqs. 3–10). Planners use it in their inner loops; the
-// simulator (sim/) is the ground truth that plans are judged on. docs/planners.md derives every term.
+// The analytic cost model of a Plan. Two parts:
 //
-// For pipeline p with m micro-batches of b sequences and stages s = 1..S, each stage's intra-stage DP
-// replica r (a TP group of t devices) processes b_r sequences of every micro-batch:
+// Estimate() plays the plan's lowering (models/lowering.h) — the per-rank operation lists the simulator
+// plays — as a dependency graph, every operation priced as the simulator prices it when nothing shares its
+// links, then once more with every transfer slowed by the link sharing the first play saw
+// (planners/lowering_cost.h says exactly what and how). So the estimate cannot drift from what the
+// simulator plays: same schedules, same transfers, same compute times, same DP stream, same folding. It
+// takes microseconds to milliseconds per plan (docs/planners.md gives the figures).
+//
+// LowerBoundSeconds() is the same play at the most optimistic prices: never above the simulated iteration
+// (the argument is in planners/lowering_cost.h), so a search can rule a plan out without simulating it.
+//
+// The building blocks below are the closed form in the shape the papers use (Metis eq. 1; HexiScale
+// Appendix A, eqs. 3–10), microseconds per evaluation, for planners' inner loops and their papers' own cost
+// models. For pipeline p with m micro-batches of b sequences and stages s = 1..S, each stage's intra-stage
+// DP replica r (a TP group of t devices) processes b_r sequences of every micro-batch:
 //   replica time  τ_{s,r} = F + B            (forward and backward compute of the stage's layers on the
 //                                             replica's slowest GPU; B includes recomputation)
 //                         + TP all-reduces   (per layer: 2 per block and 1 for embedding/head in each pass,
@@ -23,6 +33,7 @@
 //                 behind the stage's last backward pass except for one layer's share.
 //   optimizer     the largest per-device step over the parameters it updates (sharded by ZeRO ≥ 1)
 //   iteration     max_p T_p + DP sync + optimizer.
+// (Estimate used this closed form before it played the lowering; it remains for plans the lowering refuses.)
 // Memory comes from models::EstimateMemory, the same function ValidatePlan uses.
 #pragma once
 
@@ -33,6 +44,7 @@
 #include "models/cost.h"
 #include "models/plan.h"
 #include "models/topology.h"
+#include "planners/lowering_cost.h"
 
 namespace hetsim::planners {
 
@@ -48,6 +60,9 @@ struct CostModelOptions {
   // optimizer step likewise averages the devices' profiled steps when every type has one. Layers or steps
   // some type lacks a profile for fall back to assume_gpu.
   bool average_profiles = false;
+  // Estimate: plays after the contention-free one that re-price every transfer by the link sharing the
+  // previous play saw (PlayOptions::contention_passes); 0 = the contention-free play alone.
+  int contention_passes = 1;
 };
 
 // One intra-stage replica (a TP group) for one micro-batch.
@@ -81,12 +96,22 @@ struct PipelineEstimate {
   double bubble_fraction = 0;  // 1 − Σ_s m·t_s / (S·T_p)
 };
 
+// What Estimate found. From the played lowering: iteration_s is when the last device ends; a pipeline's
+// time_s when its last forward or backward compute ends; a stage's time_s its slowest device's compute and
+// TP time per micro-batch (slowest: that device's forward, backward and TP per micro-batch; pp_s 0);
+// optimizer_s the longest optimizer step; dp_sync_s what the iteration takes beyond the slowest pipeline
+// and that step (the exposed gradient sync, ZeRO gathers and the waits for them), so that
+// iteration_s = pipeline_s + dp_sync_s + optimizer_s unless the optimizer step of the last device to end is
+// shorter than the longest one.
 struct PlanEstimate {
   double iteration_s = 0;
   double pipeline_s = 0;  // the slowest pipeline
   uint32_t slowest_pipeline = 0;
   double dp_sync_s = 0;
   double optimizer_s = 0;
+  // True when the lowering was played; false for a plan the lowering refuses, estimated by the closed form.
+  bool played = false;
+  bool folded = false;  // played one device per stage, as the simulator folds the plan
   std::vector<PipelineEstimate> pipelines;
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs (no recomputation) / (time × Σ peak of the devices the plan uses)
@@ -101,10 +126,24 @@ struct PlanEstimate {
 class AnalyticCostModel {
  public:
   AnalyticCostModel(const PlanningProblem& problem, CostModelOptions options = {});
+  // The player refers back to the model: not copyable.
+  AnalyticCostModel(const AnalyticCostModel&) = delete;
+  AnalyticCostModel& operator=(const AnalyticCostModel&) = delete;
 
-  // The estimate of a structurally valid plan (models::ValidatePlanStructure). Without memory it skips
-  // models::EstimateMemory (planners check memory on their own in their inner loops).
+  // The estimate of a structurally valid plan (models::ValidatePlanStructure): its lowering played (see the
+  // header comment). Without memory it skips models::EstimateMemory (planners check memory on their own in
+  // their inner loops).
   PlanEstimate Estimate(const proto::Plan& plan, bool with_memory = true) const;
+  // A lower bound of the iteration time the simulator gives the plan at its default (balanced) fidelity,
+  // folded or not, with this model's compute view (the real GPUs unless CostModelOptions say otherwise): the
+  // lowering played with compute and fixed latencies exact and every transfer alone on its route at full
+  // bandwidth (planners/lowering_cost.h, kLowerBound, states why it is sound). 0 for a plan the lowering
+  // refuses (which the simulator refuses too).
+  double LowerBoundSeconds(const proto::Plan& plan) const;
+  // The lowering played with the given options (tests, tools).
+  Result<PlayResult> Play(const proto::Plan& plan, const PlayOptions& options) const;
+  // The closed form (the building blocks composed as in the header comment).
+  PlanEstimate ClosedFormEstimate(const proto::Plan& plan, bool with_memory = true) const;
 
   // ---- building blocks (planners' inner loops) ----
 
@@ -153,6 +192,28 @@ class AnalyticCostModel {
   CostModelOptions options_;
   // The cluster's GPU types and their device counts (for the averaged view).
   std::vector<std::pair<const models::GpuSpec*, uint32_t>> types_;
+  // This model's compute view for the player.
+  class View : public ComputeSource {
+   public:
+    explicit View(const AnalyticCostModel& m) : m_(m) {}
+    const models::GpuSpec& Gpu(uint32_t device) const override { return m_.ComputeGpu(device); }
+    double LayerSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch, bool forward,
+                        proto::Recompute recompute, models::SequenceSharding shard) const override;
+    double OptimizerSeconds(const models::GpuSpec& gpu, double params) const override;
+    bool TpInCompute(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch) const override {
+      return m_.TpIncluded(gpu, layer, tp, batch);
+    }
+    const models::ComputeCost& cost() const override { return m_.compute_; }
+
+   private:
+    const AnalyticCostModel& m_;
+  };
+  View view_;
+  models::PlanContext context_;
+  LoweringPlayer player_;
+  // The estimate's fields from a play.
+  PlanEstimate FromPlay(const proto::Plan& plan, const PlayResult& play) const;
+  void AddThroughputAndMemory(const proto::Plan& plan, bool with_memory, PlanEstimate* e) const;
 
   bool Averaging(const models::GpuSpec& gpu) const {
     return options_.average_profiles && &gpu == options_.assume_gpu;

@@ -64,6 +64,7 @@ TEST(PipelineTime, OneFOneBAndInterleavedClosedForms) {
 }
 
 TEST(AnalyticCost, TwoStageOneFOneBClosedForm) {
+  // The closed form (the building blocks composed; Estimate played it before it played the lowering).
   const Fixture f(ClusterFromYaml(R"(
 name: pair
 nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
@@ -80,7 +81,7 @@ pipelines:
       - {devices: [1], layer_begin: 3, layer_end: 6}
 )");
   ASSERT_TRUE(models::ValidatePlanStructure(plan, f.context(), "plan").ok());
-  const PlanEstimate e = cost.Estimate(plan);
+  const PlanEstimate e = cost.ClosedFormEstimate(plan);
   // One PP hop: b·s·h bf16 values = 1·128·256·2 = 65,536 bytes over NVSwitch (A100 catalog: 300 GB/s,
   // 2 µs default latency).
   const double hop = 2e-6 + 65536 / 300e9;
@@ -105,7 +106,7 @@ pipelines:
   EXPECT_FALSE(e.oom);
 }
 
-TEST(AnalyticCost, TwoPipelinesOfDifferentSpeedSlowerOnePlusRingSync) {
+TEST(AnalyticCost, TwoPipelinesOfDifferentSpeedSlowerOnePlusRingSyncClosedForm) {
   // One A100 and one H100 in two machines, one 100 Gb/s RoCE NIC each (3 µs), one 1 µs switch.
   const Fixture f(ClusterFromYaml(R"(
 name: mixed
@@ -123,7 +124,7 @@ pipelines:
   - {micro_batch_size: 1, num_micro_batches: 5, stages: [{devices: [1], layer_begin: 0, layer_end: 6}]}
 )");
   ASSERT_TRUE(models::ValidatePlanStructure(plan, f.context(), "plan").ok());
-  const PlanEstimate e = cost.Estimate(plan);
+  const PlanEstimate e = cost.ClosedFormEstimate(plan);
   // A100: 3 micro-batches × (4 blocks × 3 ms + 1.5 ms head) = 40.5 ms; H100: 5 × 6.75 ms = 33.75 ms.
   EXPECT_NEAR(e.pipelines[0].time_s, 40.5e-3, 1e-12);
   EXPECT_NEAR(e.pipelines[1].time_s, 33.75e-3, 1e-12);
@@ -139,18 +140,138 @@ pipelines:
   EXPECT_NEAR(e.iteration_s, 40.5e-3 + sync + opt, 1e-12);
   // ZeRO-1: the same ring volume (reduce-scatter + all-gather), the optimizer step on half the states.
   plan.set_zero_stage(1);
-  const PlanEstimate z1 = cost.Estimate(plan);
+  const PlanEstimate z1 = cost.ClosedFormEstimate(plan);
   EXPECT_NEAR(z1.dp_sync_s, sync, 1e-12);
   EXPECT_NEAR(z1.optimizer_s, opt / 2, 1e-15);
   // ZeRO-2 reduce-scatters after each micro-batch (the most of the group's pipelines: 5) and all-gathers
   // once: 6 × (S/2)/β + 6·α.
   plan.set_zero_stage(2);
-  EXPECT_NEAR(cost.Estimate(plan).dp_sync_s, 6 * (bytes / 2 / 12.5e9 + 4e-6), 1e-12);
+  EXPECT_NEAR(cost.ClosedFormEstimate(plan).dp_sync_s, 6 * (bytes / 2 / 12.5e9 + 4e-6), 1e-12);
   // Overlapped with the last backward pass (9 ms on the A100, 4.5 ms on the H100, both longer than the
   // sync), only the last layer's share of the sync shows: sync / 6 layers.
   plan.set_zero_stage(0);
   plan.mutable_comm()->set_dp_overlap(true);
-  EXPECT_NEAR(cost.Estimate(plan).dp_sync_s, std::max(sync / 6, sync - 9e-3), 1e-12);
+  EXPECT_NEAR(cost.ClosedFormEstimate(plan).dp_sync_s, std::max(sync / 6, sync - 9e-3), 1e-12);
+}
+
+// ---- the played lowering (Estimate) ---------------------------------------------------------------------
+
+TEST(AnalyticCostPlayed, TwoStageOneFOneBTimelineByHand) {
+  // The plan of TwoStageOneFOneBClosedForm, without the kernel model's fixed costs. Stage 0: forward F0 =
+  // 2 ms (embedding 0 + 2 blocks), backward B0 = 4 ms; stage 1: F1 = 2.5 ms (2 blocks + head), B1 = 5 ms; one
+  // hop h (65,536 bytes: 2 µs + bytes / 300 GB/s, the two NVSwitch ports' half latencies). A message starts
+  // when both sides are there (sends do not block, receives do). 1F1B, m = 4, stage 0 warms up with one
+  // forward:
+  //   stage 0: F(0) [0, 2], F(1) [2, 4]; stage 1: a0 arrives 2 + h, F(0), B(0) end 9.5 + h, F(1) from
+  //   9.5 + 2h (a1 was sent at 4), B(1) ends 17 + 2h; stage 0 gets g0 at 9.5 + 2h, B(0) to 13.5 + 2h, F(2)
+  //   to 15.5 + 2h, g1 at 17 + 3h, B(1) to 21 + 3h, F(3) to 23 + 3h; stage 1: a2 at 17 + 3h, F(2), B(2)
+  //   to 24.5 + 3h, a3 at 24.5 + 4h, F(3), B(3) to 32 + 4h; stage 0: g2 at 24.5 + 4h, B(2) to 28.5 + 4h,
+  //   g3 at 32 + 5h, B(3) to 36 + 5h.
+  // Then each stage's optimizer step (32 bytes per parameter through 2,039 GB/s of HBM).
+  const Fixture f(ClusterFromYaml(R"(
+name: pair
+nodes: [{name: n, gpus: {type: a100-80gb, count: 2}, fabric: {kind: nvswitch}}]
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const models::ProfileDb db = TinyProfiles();
+  const AnalyticCostModel cost(ClosedForm(f.problem(&db)));
+  const proto::Plan plan = PlanFromYaml(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_begin: 0, layer_end: 3}
+      - {devices: [1], layer_begin: 3, layer_end: 6}
+)");
+  const PlanEstimate e = cost.Estimate(plan);
+  EXPECT_TRUE(e.played);
+  const double h = 2e-6 + 65536 / 300e9;
+  const double opt0 = (2 * kBlock + kEmbedding) * 32 / 2039e9, opt1 = (2 * kBlock + kHead) * 32 / 2039e9;
+  EXPECT_NEAR(e.pipelines[0].time_s, 36e-3 + 5 * h, 1e-12);
+  EXPECT_NEAR(e.iteration_s, std::max(36e-3 + 5 * h + opt0, 32e-3 + 5 * h + opt1), 1e-12);
+  // Per micro-batch: stage 0 computes 6 ms, stage 1 7.5 ms.
+  EXPECT_NEAR(e.pipelines[0].stages[0].time_s, 6e-3, 1e-12);
+  EXPECT_NEAR(e.pipelines[0].stages[1].time_s, 7.5e-3, 1e-12);
+  EXPECT_NEAR(e.pipelines[0].bubble_fraction, 1 - 4 * (6e-3 + 7.5e-3) / (2 * (36e-3 + 5 * h)), 1e-12);
+  // Nothing shares a link, so the lower bound is the same play.
+  EXPECT_NEAR(cost.LowerBoundSeconds(plan), e.iteration_s, 1e-12);
+}
+
+TEST(AnalyticCostPlayed, SlowHopIsExposedOnlyWhereTheReceiverWaits) {
+  // The same two stages on two machines over 1 Gb/s (125 MB/s) Ethernet, 30 µs NICs, a 0 µs switch: a hop
+  // takes h = 65,536 B / 125 MB/s + 1 µs (the two PCIe half hops) + 30 µs (the two NICs' halves) = 0.555 ms.
+  // The timeline of TwoStageOneFOneBTimelineByHand holds for any h below 1.5 ms (every wait is for the later
+  // of a send and its receive), so the pipeline takes 36 ms + 5h. The closed form adds each stage's hop to
+  // its time per micro-batch, t0 = 6 ms + h', t1 = 7.5 ms + h' (h' = its link: bytes / 125 MB/s + the NIC's
+  // 30 µs), and (m − 1)·t1 + t0 + t1 = 36 ms + 5h' here too: the play agrees with it when the hops are
+  // exposed once per micro-batch on the slower stage.
+  const Fixture f(ClusterFromYaml(R"(
+name: two
+nodes: [{name: n, count: 2, gpus: {type: a100-80gb, count: 1}, nic: {kind: ethernet, bandwidth_gbps: 1, latency_us: 30}}]
+network: {switch_latency_us: 0}
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 4, seq_len: 128}");
+  const models::ProfileDb db = TinyProfiles();
+  const AnalyticCostModel cost(ClosedForm(f.problem(&db)));
+  proto::Plan plan = PlanFromYaml(R"(
+pipelines:
+  - micro_batch_size: 1
+    num_micro_batches: 4
+    stages:
+      - {devices: [0], layer_begin: 0, layer_end: 3}
+      - {devices: [1], layer_begin: 3, layer_end: 6}
+)");
+  const double h = 65536 / 125e6 + 31e-6, h_closed = 65536 / 125e6 + 30e-6;
+  EXPECT_NEAR(cost.Estimate(plan).pipelines[0].time_s, 36e-3 + 5 * h, 1e-9);
+  EXPECT_NEAR(cost.ClosedFormEstimate(plan).pipeline_s, 36e-3 + 5 * h_closed, 1e-9);
+  // GPipe: all forwards, then all backwards. Stage 0's forwards end at 2, 4, 6, 8 ms; stage 1 asks for a_k
+  // after its previous forward, so a transfer starts then: F(0) [2 + h, 4.5 + h], F(1) [4.5 + 2h, 7 + 2h],
+  // F(2) [7 + 3h, 9.5 + 3h], F(3) [9.5 + 4h, 12 + 4h], then B(0..3) 5 ms each from 12 + 4h, sending g_k
+  // at 17 + 4h + 5k. Stage 0 waits for each: g_k arrives at 17 + 5h + 5k, B(k) takes 4 ms, so the last ends
+  // at 32 + 5h + 4 = 36 + 5h, as 1F1B (one hop exposed per micro-batch on the slower stage).
+  EXPECT_NEAR(cost.Estimate(plan).pipelines[0].time_s, 36e-3 + 5 * h, 1e-9);
+}
+
+TEST(AnalyticCostPlayed, TwoPipelinesOfDifferentSpeedThenOneRingStep) {
+  // TwoPipelinesOfDifferentSpeedSlowerOnePlusRingSyncClosedForm played: the A100 pipeline ends at 40.5 ms,
+  // the H100 one at 33.75 ms; the ring of two starts when both have called it (40.5 ms): at the balanced
+  // fidelity one exchange of 2(n−1)/n·S = S bytes with the neighbour over [PCIe, NIC, NIC, PCIe] (12.5 GB/s;
+  // latency 0.5 + 2 + 2 + 0.5 µs = 5 µs: half of each PCIe hop and of NIC 3 µs + switch 1 µs), then the
+  // remaining step's latency (5 µs). Then each device's optimizer step; the A100's ends last.
+  const Fixture f(ClusterFromYaml(R"(
+name: mixed
+nodes:
+  - {name: a, gpus: {type: a100-80gb, count: 1}, nic: {kind: roce, bandwidth_gbps: 100, latency_us: 3}}
+  - {name: h, gpus: {type: h100, count: 1}, nic: {kind: roce, bandwidth_gbps: 100, latency_us: 3}}
+network: {switch_latency_us: 1}
+)"),
+                  testing::BundledModel("llama-tiny"), "{global_batch_size: 8, seq_len: 128}");
+  const models::ProfileDb db = TinyProfiles();
+  const AnalyticCostModel cost(ClosedForm(f.problem(&db)));
+  proto::Plan plan = PlanFromYaml(R"(
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 3, stages: [{devices: [0], layer_begin: 0, layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 5, stages: [{devices: [1], layer_begin: 0, layer_end: 6}]}
+)");
+  const PlanEstimate e = cost.Estimate(plan);
+  EXPECT_NEAR(e.pipelines[0].time_s, 40.5e-3, 1e-12);
+  EXPECT_NEAR(e.pipelines[1].time_s, 33.75e-3, 1e-12);
+  const double bytes = kTotal * 2;
+  const double sync = 5e-6 + bytes / 12.5e9 + 5e-6;
+  const double opt = kTotal * 32 / 2039e9;
+  EXPECT_NEAR(e.iteration_s, 40.5e-3 + sync + opt, 1e-12);
+  EXPECT_NEAR(e.dp_sync_s, sync, 1e-12);
+  EXPECT_NEAR(e.optimizer_s, opt, 1e-15);
+  // ZeRO-1: a reduce-scatter ((n−1)/n·S = S/2, no remaining steps), the step on half the states, then an
+  // all-gather of S/2 after it.
+  plan.set_zero_stage(1);
+  const double half = 5e-6 + bytes / 2 / 12.5e9;
+  EXPECT_NEAR(cost.Estimate(plan).iteration_s, 40.5e-3 + half + opt / 2 + half, 1e-12);
+  // Overlapped (comm.dp_overlap): both pipelines hold every layer, so there is one gradient group, handed
+  // to the DP stream when the last backward ends: nothing to overlap, the same iteration.
+  plan.set_zero_stage(0);
+  plan.mutable_comm()->set_dp_overlap(true);
+  EXPECT_NEAR(cost.Estimate(plan).iteration_s, 40.5e-3 + sync + opt, 1e-12);
 }
 
 TEST(AnalyticCost, TensorParallelAllReducesPerLayer) {
