@@ -19,46 +19,78 @@ constexpr double kVertexScale = 10000;
 namespace {
 
 // A graph METIS cuts: vertices (GPUs or bundles of them) with their compute and GPU counts, and the raw
-// weight of the edge between two of them — the sum over their GPU pairs of β (min cut) or 1/β (max cut).
+// weight of the edge between two of them — the sum over their GPU pairs of β (min cut) or 1/β (max cut) —
+// as a dense symmetric matrix (each pair asked once, for i < j).
 struct Graph {
   std::vector<double> compute;
   std::vector<uint32_t> gpus;
-  std::function<double(uint32_t, uint32_t)> raw;  // i < j
-};
-
-// The integer weights of `g` (see graph.h): edges in CSR order of the complete graph.
-MetisWeights Scale(const Graph& g) {
-  const uint32_t n = static_cast<uint32_t>(g.compute.size());
-  MetisWeights w;
-  double vmax = 0;
-  for (double v : g.compute) vmax = std::max(vmax, v);
-  for (double v : g.compute) {
-    w.vertex.push_back(static_cast<int32_t>(std::max(1.0, std::round(vmax > 0 ? v / vmax * kVertexScale : 1))));
-  }
-  if (n < 2) return w;
-  // Raw weights in CSR order (a pair's weight is asked for i < j, in both of its entries).
-  std::vector<double> raw;
-  raw.reserve(size_t{n} * (n - 1));
-  double finite_max = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    for (uint32_t j = 0; j < n; ++j) {
-      if (i == j) continue;
-      const double v = i < j ? g.raw(i, j) : g.raw(j, i);
-      raw.push_back(v);
-      if (std::isfinite(v)) finite_max = std::max(finite_max, v);
+  std::vector<double> raw;  // n × n
+  size_t n() const { return compute.size(); }
+  void Fill(const std::function<double(uint32_t, uint32_t)>& pair) {
+    const size_t m = n();
+    raw.assign(m * m, 0);
+    for (uint32_t i = 0; i < m; ++i) {
+      for (uint32_t j = i + 1; j < m; ++j) raw[i * m + j] = raw[j * m + i] = pair(i, j);
     }
   }
-  double sum = 0;
-  for (double& v : raw) {
-    if (!std::isfinite(v)) v = finite_max;  // none between distinct GPUs; kept safe
-    sum += v;
+};
+
+// The integer weights (see graph.h) of the subgraph on `vertices` (increasing indices into `g`): edges in
+// CSR order of its complete graph.
+MetisWeights Scale(const Graph& g, const std::vector<uint32_t>& vertices) {
+  const uint32_t n = static_cast<uint32_t>(vertices.size());
+  const size_t stride = g.n();
+  MetisWeights w;
+  double vmax = 0;
+  for (uint32_t v : vertices) vmax = std::max(vmax, g.compute[v]);
+  for (uint32_t v : vertices) {
+    w.vertex.push_back(
+        static_cast<int32_t>(std::max(1.0, std::round(vmax > 0 ? g.compute[v] / vmax * kVertexScale : 1))));
+  }
+  if (n < 2) return w;
+  // The sum of the weights in CSR order; a non-finite weight (none between distinct GPUs) counts as the
+  // largest finite one, which then takes a second pass.
+  double finite_max = 0, sum = 0;
+  bool all_finite = true;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double* row = &g.raw[vertices[i] * stride];
+    for (uint32_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      const double v = row[vertices[j]];
+      if (std::isfinite(v)) {
+        finite_max = std::max(finite_max, v);
+        sum += v;
+      } else {
+        all_finite = false;
+      }
+    }
+  }
+  if (!all_finite) {
+    sum = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      const double* row = &g.raw[vertices[i] * stride];
+      for (uint32_t j = 0; j < n; ++j) {
+        if (j != i) sum += std::isfinite(row[vertices[j]]) ? row[vertices[j]] : finite_max;
+      }
+    }
   }
   // Linear scaling so that the weights of all nnz entries sum to at most 2³¹ − 1: no sum METIS forms (a
   // vertex's, a part's, the whole graph's) overflows (the −nnz leaves room for the floor-to-1 below).
-  const double limit = static_cast<double>(std::numeric_limits<int32_t>::max()) - static_cast<double>(raw.size());
+  const double entries = static_cast<double>(n) * (n - 1);
+  const double limit = static_cast<double>(std::numeric_limits<int32_t>::max()) - entries;
   const double scale = sum > 0 ? limit / sum : 1;
-  w.edge.reserve(raw.size());
-  for (double v : raw) w.edge.push_back(static_cast<int32_t>(std::max(1.0, std::floor(v * scale))));
+  w.edge.resize(size_t{n} * (n - 1));
+  int32_t* out = w.edge.data();
+  for (uint32_t i = 0; i < n; ++i) {
+    const double* row = &g.raw[vertices[i] * stride];
+    for (uint32_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      const double v = row[vertices[j]];
+      // floor of a non-negative value below 2³¹: its truncation.
+      const double x = (std::isfinite(v) ? v : finite_max) * scale;
+      *out++ = x >= 1 ? static_cast<int32_t>(x) : 1;
+    }
+  }
   return w;
 }
 
@@ -68,11 +100,13 @@ MetisWeights ScaleWeights(const PartitionRequest& request) {
   Graph g;
   g.compute = request.vertex_weight;
   g.gpus.assign(request.vertex_weight.size(), 1);
-  g.raw = [&](uint32_t i, uint32_t j) {
+  g.Fill([&](uint32_t i, uint32_t j) {
     const double beta = request.bandwidth(i, j);
     return request.objective == CutObjective::kMinCut ? beta : 1.0 / beta;
-  };
-  return Scale(g);
+  });
+  std::vector<uint32_t> all(g.n());
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+  return Scale(g, all);
 }
 
 std::vector<std::vector<uint32_t>> Bundles(const PartitionRequest& request) {
@@ -121,13 +155,7 @@ namespace {
 bool Bisect(const PartitionRequest& request, const Graph& graph, const std::vector<uint32_t>& vertices, uint32_t k1,
             uint32_t k2, double ub, std::vector<uint32_t>* side0, std::vector<uint32_t>* side1) {
   const uint32_t n = static_cast<uint32_t>(vertices.size());
-  Graph sub;
-  for (uint32_t v : vertices) {
-    sub.compute.push_back(graph.compute[v]);
-    sub.gpus.push_back(graph.gpus[v]);
-  }
-  sub.raw = [&](uint32_t i, uint32_t j) { return graph.raw(vertices[i], vertices[j]); };
-  const MetisWeights w = Scale(sub);
+  const MetisWeights w = Scale(graph, vertices);
   std::vector<idx_t> xadj(n + 1, 0), adjncy;
   adjncy.reserve(size_t{n} * (n - 1));
   for (uint32_t i = 0; i < n; ++i) {
@@ -145,7 +173,7 @@ bool Bisect(const PartitionRequest& request, const Graph& graph, const std::vect
   std::vector<idx_t> vwgt, adjwgt(w.edge.begin(), w.edge.end());
   for (uint32_t i = 0; i < n; ++i) {
     vwgt.push_back(w.vertex[i]);
-    if (counts) vwgt.push_back(static_cast<idx_t>(sub.gpus[i]));
+    if (counts) vwgt.push_back(static_cast<idx_t>(graph.gpus[vertices[i]]));
   }
   const real_t f1 = static_cast<real_t>(double(k1) / (k1 + k2)), f2 = static_cast<real_t>(double(k2) / (k1 + k2));
   real_t tpwgts[4] = {f1, f1, f2, f2};
@@ -210,12 +238,12 @@ std::optional<std::vector<uint32_t>> Partition(const PartitionRequest& request) 
   }
   // β between two GPUs of different machines depends on the machines only, so a bundle pair's sum is
   // |A|·|B| times its first pair's.
-  graph.raw = [&](uint32_t i, uint32_t j) {
+  graph.Fill([&](uint32_t i, uint32_t j) {
     const double beta = request.bandwidth(std::min(bundles[i][0], bundles[j][0]), std::max(bundles[i][0], bundles[j][0]));
     const double pairs = static_cast<double>(bundles[i].size()) * static_cast<double>(bundles[j].size());
     const double one = request.objective == CutObjective::kMinCut ? beta : 1.0 / beta;
     return pairs == 1 ? one : pairs * one;
-  };
+  });
   std::vector<uint32_t> all(nb), part(nb, 0);
   for (uint32_t i = 0; i < nb; ++i) all[i] = i;
   if (!Recurse(request, graph, all, request.parts, 0, ub_level, &part)) return std::nullopt;

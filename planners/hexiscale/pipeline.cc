@@ -187,7 +187,8 @@ std::vector<uint32_t> PipelineBuilder::Canonical(const std::vector<uint32_t>& de
 }
 
 std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_t>& devices, uint32_t k,
-                                                       const Phase2Params& params, Phase2Counters* counters) const {
+                                                       const Phase2Params& params, Phase2Counters* counters,
+                                                       const std::string& signature) const {
   const auto& cluster = problem_.cluster;
   const auto& model = problem_.model;
   const proto::DType dtype = problem_.training.dtype();
@@ -203,10 +204,16 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
   if (k == 1) {
     part_devices[0] = devices;
   } else {
-    // The partition depends on the group, k and the options, not on the micro-batch or D_dp: cached.
-    auto key = std::make_pair(devices, k);
-    auto found = partitions_.find(key);
-    if (found == partitions_.end()) {
+    // The partition depends on the group (up to isomorphism), k and the options, not on the micro-batch or
+    // D_dp: cached.
+    std::optional<std::vector<uint32_t>>* cached = nullptr;
+    if (!signature.empty()) {
+      auto [it, inserted] = partitions_by_signature_.try_emplace(std::make_pair(signature, k));
+      if (!inserted) cached = &it->second;
+    } else if (auto it = partitions_.find(std::make_pair(devices, k)); it != partitions_.end()) {
+      cached = &it->second;
+    }
+    if (cached == nullptr) {
       PartitionRequest req;
       for (uint32_t d : devices) req.vertex_weight.push_back(cluster.device(d).gpu->PeakTflops(dtype));
       req.bandwidth = [&](uint32_t i, uint32_t j) { return Bandwidth(devices[i], devices[j]); };
@@ -216,9 +223,11 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
       req.seed = params.seed;
       for (uint32_t d : devices) req.machine.push_back(cluster.device(d).node);
       req.max_vertices = params.max_graph_vertices;
-      found = partitions_.emplace(std::move(key), Partition(req)).first;
+      auto computed = Partition(req);
+      cached = signature.empty() ? &partitions_.emplace(std::make_pair(devices, k), std::move(computed)).first->second
+                                 : &(partitions_by_signature_[std::make_pair(signature, k)] = std::move(computed));
     }
-    const auto& part = found->second;
+    const auto& part = *cached;
     if (!part) return std::nullopt;
     // Parts numbered by their first GPU in the group's (canonical) order, not METIS's labels.
     std::vector<uint32_t> label(k, UINT32_MAX);
@@ -412,6 +421,8 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
       }
     }
     std::set<std::vector<uint64_t>> seen_keys;
+    // Eq. 5 between two of this level's stages, as orders put them next to each other again and again.
+    std::map<std::pair<const Stage*, const Stage*>, double> hops;
     for (const auto& order : orders) {
       std::vector<const Stage*> stages;
       for (uint32_t p : order) {
@@ -437,8 +448,12 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
         if (j + 1 == S) fixed[j] += st.head;
         // Eq. 5's two directions: each stage pays for what it sends (cost.h).
         if (j + 1 < S) {
-          const double hop =
-              cost_.PpHopSeconds(st.devices, stages[j + 1]->devices, b, params.leader_broadcast, &sharing) / 2;
+          auto [it, fresh] = hops.try_emplace(std::make_pair(&st, stages[j + 1]), 0.0);
+          if (fresh) {
+            it->second =
+                cost_.PpHopSeconds(st.devices, stages[j + 1]->devices, b, params.leader_broadcast, &sharing) / 2;
+          }
+          const double hop = it->second;
           fixed[j] += hop;
           fixed[j + 1] += hop;
         }
@@ -500,7 +515,7 @@ std::optional<PipelineTemplate> PipelineBuilder::BuildBest(const std::vector<uin
          static_cast<uint32_t>(canonical.size())});
     std::optional<PipelineTemplate> best;
     for (uint32_t k = 1; k <= max_k; ++k) {
-      auto tpl = Build(canonical, k, params, counters);
+      auto tpl = Build(canonical, k, params, counters, signature);
       if (tpl && (!best || tpl->Seconds(params.micro_batches) < best->Seconds(params.micro_batches))) {
         best = std::move(tpl);
       }

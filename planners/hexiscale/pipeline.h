@@ -78,9 +78,11 @@ class PipelineBuilder {
  public:
   PipelineBuilder(const PlanningProblem& problem, const AppendixACost& cost, const MemoryModel& memory);
 
-  // Phase two for `devices` with k parts; nullopt when no stage layout fits in memory.
+  // Phase two for `devices` with k parts; nullopt when no stage layout fits in memory. `signature` (optional:
+  // BuildBest's, for `devices` in canonical order) names the group up to isomorphism: its secondary
+  // partition is then shared with every isomorphic group (the same graph position by position).
   std::optional<PipelineTemplate> Build(const std::vector<uint32_t>& devices, uint32_t k, const Phase2Params& params,
-                                        Phase2Counters* counters) const;
+                                        Phase2Counters* counters, const std::string& signature = "") const;
   // The best over k = 1..max_k (§4.4's variation of k_i) — cached for groups that are isomorphic
   // (the same number of GPUs on nodes of the same kind, switch and zone) under the same parameters.
   std::optional<PipelineTemplate> BuildBest(const std::vector<uint32_t>& devices, const Phase2Params& params,
@@ -106,7 +108,9 @@ class PipelineBuilder {
   std::vector<uint32_t> node_class_;
   std::vector<double> node_bandwidth_;  // machine × machine (a machine with itself: its fabric)
   // Phase two's secondary partitions by (group, k): they depend on neither the micro-batch nor D_dp.
+  // Keyed by the group's signature (isomorphic groups share it) or, without one, by its devices.
   mutable std::map<std::pair<std::vector<uint32_t>, uint32_t>, std::optional<std::vector<uint32_t>>> partitions_;
+  mutable std::map<std::pair<std::string, uint32_t>, std::optional<std::vector<uint32_t>>> partitions_by_signature_;
   // Cache: (signature, parameters) -> template over canonical positions (devices = indices).
   std::map<std::string, std::optional<PipelineTemplate>> cache_;
 };

@@ -18,7 +18,8 @@
 //   scaling.hetu.4096gpu.status 1 ok     0 = no plan (the reason on stderr), -1 = over the limit
 //   scaling.hetu.4096gpu.iteration 9.87 s   the plan's analytic iteration time
 //   scaling.hetu.4096gpu.plan 1234567 hash  a fingerprint of the plan (equal plans, equal hashes)
-// and at the end a table (planner × size: seconds, "> limit", or "no plan"), each line starting with "#".
+// and at the end a table (planner × size: wall seconds with CPU seconds in brackets, "> limit", or "no plan"),
+// each line starting with "#". On a shared machine the CPU time is the steadier figure.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -212,14 +213,19 @@ Outcome RunOne(const std::string& planner_name, const std::string& options, cons
   return o;
 }
 
+// "12.3 (11.9)": wall seconds (CPU seconds); "> 60"; "no plan 0.12 (0.11)".
 std::string Cell(const Outcome& o, double limit_s) {
   char buf[64];
+  auto secs = [](double v) {
+    char b[24];
+    std::snprintf(b, sizeof b, v < 10 ? "%.3f" : "%.1f", v);
+    return std::string(b);
+  };
   if (o.status < 0) {
     std::snprintf(buf, sizeof buf, "> %.0f", limit_s);
-  } else if (o.status == 0) {
-    std::snprintf(buf, sizeof buf, "no plan (%.2f)", o.wall_s);
   } else {
-    std::snprintf(buf, sizeof buf, o.wall_s < 10 ? "%.3f" : "%.1f", o.wall_s);
+    std::snprintf(buf, sizeof buf, "%s%s (%s)", o.status == 0 ? "no plan " : "", secs(o.wall_s).c_str(),
+                  secs(o.cpu_s).c_str());
   }
   return buf;
 }
@@ -282,17 +288,17 @@ int Run(const Config& cfg) {
   }
   if (shown.empty()) return 0;
   // The table: planner × size, wall seconds.
-  std::printf("# planning time (wall s; CPU limit %.0f s per run) vs cluster size: half H800, half H20, llama2-70b, "
-              "%u sequences per GPU\n",
+  std::printf("# planning time, wall s (CPU s), CPU limit %.0f s per run, vs cluster size: half H800, half H20, "
+              "llama2-70b, %u sequences per GPU\n",
               cfg.limit_s, cfg.batch_per_gpu);
   std::printf("# %-11s", "planner");
-  for (uint32_t gpus : cfg.sizes) std::printf(" | %14u", gpus);
+  for (uint32_t gpus : cfg.sizes) std::printf(" | %17u", gpus);
   std::printf("\n");
   for (const auto& name : shown) {
     std::printf("# %-11s", name.c_str());
     for (uint32_t gpus : cfg.sizes) {
       auto it = table.find({name, gpus});
-      std::printf(" | %14s", it == table.end() ? "-" : Cell(it->second, cfg.limit_s).c_str());
+      std::printf(" | %17s", it == table.end() ? "-" : Cell(it->second, cfg.limit_s).c_str());
     }
     std::printf("\n");
   }
