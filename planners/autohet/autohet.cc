@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <optional>
 
 #include "planners/autohet/internal.h"
 #include "planners/proto/autohet.pb.h"
@@ -30,7 +32,7 @@ struct Candidate {
   double eq1_s = kInf;       // eq. 1
   double pipeline_s = 0;     // max_j of the groups' pipeline times
   double sync_s = 0;         // T_sync
-  std::string summary;       // "t=2 b=1 D=2: [2×a100 → 1×h800] [1×h800 → ...]"
+  std::string summary;       // "t=2 b=1 D=3: [a100:20 → h800:60] ×2 [h800:80]" (equal groups in a row once)
 };
 
 class Search {
@@ -84,6 +86,7 @@ class Search {
           }
           grouping_nodes_ += g->nodes;
           grouping_programs_ += g->programs;
+          grouping_screened_ += g->screened;
           grouping_s_ += g->seconds;
           if (!g->proven_optimal) ++unproven_;
           const auto stages = MapStages(*g, types, entities);
@@ -106,10 +109,14 @@ class Search {
     out.stats = stats_;
     out.stats.notes.push_back("eq. 3 (device grouping): " + std::to_string(groupings_) + " (TP, micro-batch, D) "
                               "solved exactly with " + std::to_string(grouping_programs_) +
-                              " integer programs (CBC), " + std::to_string(grouping_nodes_) +
+                              " integer programs (CBC; " + std::to_string(grouping_screened_) +
+                              " feasibility questions of the binary search answered without it), " +
+                              std::to_string(grouping_nodes_) +
                               " branch-and-bound nodes, " + Fmt("%.2f", grouping_s_) + " s");
     out.stats.notes.push_back("eq. 4 (layer partition): " + std::to_string(partition_programs_) +
-                              " programs solved exactly (bottleneck enumeration + dynamic program), " +
+                              " programs solved exactly (bottleneck enumeration + dynamic program; " +
+                              std::to_string(partition_reused_) +
+                              " groups with the same stage GPUs and links reused one), " +
                               Fmt("%.2f", partition_s_) + " s");
     out.stats.notes.push_back("eq. 5 (binary-decomposition profiling): " + std::to_string(profile_.measurements()) +
                               " profiled configurations (2^k blocks, embedding, head per GPU type, TP degree and "
@@ -154,44 +161,74 @@ class Search {
     c.summary = "t=" + std::to_string(t) + " b=" + std::to_string(b) + " D=" + std::to_string(g.counts.size()) + ":";
     std::vector<std::vector<std::pair<uint32_t, uint32_t>>> ranges(stages.size());
     double slowest = 0;
+    std::string last_group;
+    uint32_t repeats = 0;
+    auto flush = [&]() {
+      if (repeats > 0) c.summary += " " + last_group + (repeats > 1 ? " ×" + std::to_string(repeats) : "");
+    };
+    // Groups whose stages have the same GPU types and links have the same tables, so the same partition:
+    // keyed by them, each is computed once per (t, b, D).
+    std::map<std::vector<double>, std::pair<std::optional<autohet::Partition>, std::vector<double>>> solved;
     for (size_t j = 0; j < stages.size(); ++j) {
       const uint32_t S = static_cast<uint32_t>(stages[j].size());
-      std::vector<StageTable> tables(S);
+      std::vector<ReplicaLinks> stage_links(S);
+      std::vector<double> key;
       for (uint32_t s = 0; s < S; ++s) {
         const Entity& e = entities[stages[j][s]];
-        const models::GpuSpec& gpu = *types[e.type].gpu;
         static const std::vector<uint32_t> kNone;
         const auto& next = s + 1 < S ? entities[stages[j][s + 1]].devices : kNone;
         const auto& prev = s > 0 ? entities[stages[j][s - 1]].devices : kNone;
-        const ReplicaLinks links = cost_.Links(e.devices, next, prev);
-        const uint32_t most = S == 1 ? blocks_ : blocks_ - (S - 1);
-        tables[s].seconds.assign(most, kInf);
-        tables[s].fits.assign(most, false);
-        for (uint32_t l = (S == 1 ? blocks_ : 1); l <= most; ++l) {
-          const auto [begin, end] = Range(s, S, l);
-          // Eq. 1's t_js: compute from the eq. 5 profiles, TP and PP communication from the links.
-          const ReplicaTime comm = cost_.Replica(gpu, t, begin, end, b, links, recompute);
-          double compute = profile_.Blocks(gpu, t, b, l);
-          if (begin == 0) compute += profile_.Embedding(gpu, t, b);
-          if (end == problem_.model.num_layers()) compute += profile_.Head(gpu, t, b);
-          tables[s].seconds[l - 1] = compute + comm.tp_s + comm.pp_s;
-          const double need = memory_.TotalGib(
-              memory_.StaticGib(begin, end, t, zero, static_cast<double>(stages.size())),
-              memory_.ActivationGibPerSequence(begin, end, t, false, recompute),
-              memory_.PeakLayerGibPerSequence(begin, end, t, false, recompute), b,
-              MemoryModel::InFlight(proto::Plan::SCHEDULE_1F1B, s, S, M, 1));
-          tables[s].fits[l - 1] = FitsIn(need, gpu.memory_gib);
-        }
+        stage_links[s] = cost_.Links(e.devices, next, prev);
+        const ReplicaLinks& l = stage_links[s];
+        key.insert(key.end(), {static_cast<double>(e.type), static_cast<double>(l.tp.kind), l.tp.bandwidth_bytes_s,
+                               l.tp.latency_s, static_cast<double>(l.has_next), static_cast<double>(l.next.kind),
+                               l.next.bandwidth_bytes_s, l.next.latency_s, static_cast<double>(l.has_prev),
+                               static_cast<double>(l.prev.kind), l.prev.bandwidth_bytes_s, l.prev.latency_s});
       }
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::optional<autohet::Partition> part = PartitionLayers(tables, blocks_, M, bottleneck);
-      partition_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ++partition_programs_;
+      auto found = solved.find(key);
+      if (found != solved.end()) {
+        ++partition_reused_;
+      } else {
+        std::vector<StageTable> tables(S);
+        for (uint32_t s = 0; s < S; ++s) {
+          const Entity& e = entities[stages[j][s]];
+          const models::GpuSpec& gpu = *types[e.type].gpu;
+          const ReplicaLinks& links = stage_links[s];
+          const uint32_t most = S == 1 ? blocks_ : blocks_ - (S - 1);
+          tables[s].seconds.assign(most, kInf);
+          tables[s].fits.assign(most, false);
+          for (uint32_t l = (S == 1 ? blocks_ : 1); l <= most; ++l) {
+            const auto [begin, end] = Range(s, S, l);
+            // Eq. 1's t_js: compute from the eq. 5 profiles, TP and PP communication from the links.
+            const ReplicaTime comm = cost_.Replica(gpu, t, begin, end, b, links, recompute);
+            double compute = profile_.Blocks(gpu, t, b, l);
+            if (begin == 0) compute += profile_.Embedding(gpu, t, b);
+            if (end == problem_.model.num_layers()) compute += profile_.Head(gpu, t, b);
+            tables[s].seconds[l - 1] = compute + comm.tp_s + comm.pp_s;
+            const double need = memory_.TotalGib(
+                memory_.StaticGib(begin, end, t, zero, static_cast<double>(stages.size())),
+                memory_.ActivationGibPerSequence(begin, end, t, false, recompute),
+                memory_.PeakLayerGibPerSequence(begin, end, t, false, recompute), b,
+                MemoryModel::InFlight(proto::Plan::SCHEDULE_1F1B, s, S, M, 1));
+            tables[s].fits[l - 1] = FitsIn(need, gpu.memory_gib);
+          }
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        std::optional<autohet::Partition> part = PartitionLayers(tables, blocks_, M, bottleneck);
+        partition_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++partition_programs_;
+        std::vector<double> seconds;  // each stage's time at the partition
+        if (part) {
+          for (uint32_t s = 0; s < S; ++s) seconds.push_back(tables[s].seconds[part->blocks[s] - 1]);
+        }
+        found = solved.emplace(std::move(key), std::make_pair(std::move(part), std::move(seconds))).first;
+      }
+      const std::optional<autohet::Partition>& part = found->second.first;
       if (!part) return std::optional<Candidate>{};
       // The group's eq. 1 time.
       double sum = 0, max = 0;
       for (uint32_t s = 0; s < S; ++s) {
-        const double ts = tables[s].seconds[part->blocks[s] - 1];
+        const double ts = found->second.second[s];
         sum += ts;
         max = std::max(max, ts);
       }
@@ -199,7 +236,7 @@ class Search {
       auto* pipe = c.plan.add_pipelines();
       pipe->set_micro_batch_size(b);
       pipe->set_num_micro_batches(M);
-      c.summary += " [";
+      std::string group = "[";
       uint32_t at = 1;
       for (uint32_t s = 0; s < S; ++s) {
         const Entity& e = entities[stages[j][s]];
@@ -211,10 +248,18 @@ class Search {
         at += l;
         st->set_layer_end(s + 1 == S ? problem_.model.num_layers() : at);
         ranges[j].push_back({st->layer_begin(), st->layer_end()});
-        c.summary += (s ? " → " : "") + types[e.type].gpu->name + ":" + std::to_string(l);
+        group += (s ? " → " : "") + types[e.type].gpu->name + ":" + std::to_string(l);
       }
-      c.summary += "]";
+      group += "]";
+      if (group == last_group) {
+        ++repeats;
+      } else {
+        flush();
+        last_group = std::move(group);
+        repeats = 1;
+      }
     }
+    flush();
     c.pipeline_s = slowest;
     c.sync_s = SyncSeconds(c.plan, ranges, t);
     c.eq1_s = c.pipeline_s + c.sync_s;
@@ -255,7 +300,8 @@ class Search {
   const uint32_t blocks_;
   const uint64_t batch_;
   SearchStats stats_;
-  uint64_t groupings_ = 0, grouping_programs_ = 0, grouping_nodes_ = 0, partition_programs_ = 0, unproven_ = 0;
+  uint64_t groupings_ = 0, grouping_programs_ = 0, grouping_nodes_ = 0, grouping_screened_ = 0,
+           partition_programs_ = 0, partition_reused_ = 0, unproven_ = 0;
   double grouping_s_ = 0, partition_s_ = 0;
 };
 

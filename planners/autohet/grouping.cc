@@ -20,6 +20,7 @@
 // CBC needed minutes at 64 GPUs of three types (bench_autohet); this one needs a few programs of one row
 // per type.
 #include <algorithm>
+#include <cstdint>
 
 #include "planners/autohet/internal.h"
 #include "planners/milp.h"
@@ -105,6 +106,111 @@ Result<std::optional<std::vector<uint32_t>>> Pick(const GroupingInput& in, const
   return std::optional<std::vector<uint32_t>>(std::move(chosen));
 }
 
+// Whether a composition is one of Compositions(in, s_max) with E ≥ tau.
+bool Allowed(const GroupingInput& in, const std::vector<uint32_t>& n, uint32_t s_max, double tau) {
+  uint32_t stages = 0;
+  double mem = 0;
+  for (size_t k = 0; k < n.size(); ++k) {
+    stages += n[k];
+    mem += n[k] * in.types[k].memory_gib;
+  }
+  return stages >= 1 && stages <= s_max && mem >= in.required_gib && EffectivePower(n, in.types, in.micro_batches) >= tau;
+}
+
+// A grouping with every E ≥ tau built outright, or false: every group gets ⌊N_k / D⌋ entities of each type,
+// and the N_k mod D left over go one each to successive groups — continuing after the previous type's
+// (spread) or from the first group for every type (stacked). Each try is a valid grouping, so `true` is
+// exact; `false` decides nothing.
+bool BuildOutright(const GroupingInput& in, uint32_t s_max, double tau) {
+  const uint32_t D = in.groups;
+  const size_t K = in.types.size();
+  for (bool spread : {true, false}) {
+    // Groups differ only by which types they got an extra of; check each distinct composition once.
+    std::vector<std::vector<uint32_t>> extra(D, std::vector<uint32_t>(K, 0));
+    uint32_t at = 0;
+    for (size_t k = 0; k < K; ++k) {
+      if (!spread) at = 0;
+      for (uint32_t r = 0; r < in.types[k].count % D; ++r) {
+        extra[at][k] = 1;
+        at = (at + 1) % D;
+      }
+    }
+    std::sort(extra.begin(), extra.end());
+    extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
+    bool ok = true;
+    for (const auto& e : extra) {
+      std::vector<uint32_t> n(K);
+      for (size_t k = 0; k < K; ++k) n[k] = in.types[k].count / D + e[k];
+      if (!Allowed(in, n, s_max, tau)) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) return true;
+  }
+  return false;
+}
+
+// For one or two GPU types: whether N / D (the average group) lies in the convex hull of the compositions
+// with E ≥ tau. If it does not, not even the LP relaxation of the program (Σ g = D, Σ g·n = N, g ≥ 0) has a
+// solution, so no grouping does. Exact integer arithmetic on D·p against N.
+bool AverageInHull(const GroupingInput& in, const std::vector<Composition>& comps, double tau) {
+  const int64_t D = in.groups;
+  const size_t K = in.types.size();
+  if (K == 1) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (const auto& c : comps) {
+      if (c.power < tau) continue;
+      lo = std::min<int64_t>(lo, c.n[0]);
+      hi = std::max<int64_t>(hi, c.n[0]);
+    }
+    const int64_t N = in.types[0].count;
+    return lo <= hi && lo * D <= N && N <= hi * D;
+  }
+  using P = std::pair<int64_t, int64_t>;
+  std::vector<P> pts;
+  for (const auto& c : comps) {
+    if (c.power >= tau) pts.emplace_back(c.n[0], c.n[1]);
+  }
+  std::sort(pts.begin(), pts.end());
+  pts.erase(std::unique(pts.begin(), pts.end()), pts.end());
+  if (pts.empty()) return false;
+  const P target{in.types[0].count, in.types[1].count};  // D × the average
+  // (b − a) × (t − D·a) with a, b hull points scaled by D.
+  auto cross = [&](const P& a, const P& b, const P& t) {
+    return (b.first - a.first) * (t.second - D * a.second) - (b.second - a.second) * (t.first - D * a.first);
+  };
+  auto cross3 = [](const P& o, const P& a, const P& b) {
+    return (a.first - o.first) * (b.second - o.second) - (a.second - o.second) * (b.first - o.first);
+  };
+  // Andrew's monotone chain: the hull counter-clockwise, collinear points dropped.
+  std::vector<P> hull(2 * pts.size());
+  size_t h = 0;
+  for (size_t i = 0; i < pts.size(); ++i) {
+    while (h >= 2 && cross3(hull[h - 2], hull[h - 1], pts[i]) <= 0) --h;
+    hull[h++] = pts[i];
+  }
+  for (size_t i = pts.size() - 1, low = h + 1; i-- > 0;) {
+    while (h >= low && cross3(hull[h - 2], hull[h - 1], pts[i]) <= 0) --h;
+    hull[h++] = pts[i];
+  }
+  hull.resize(pts.size() == 1 ? 1 : h - 1);
+  if (hull.size() == 1) return target.first == D * hull[0].first && target.second == D * hull[0].second;
+  if (hull.size() == 2) {
+    // A segment: collinear and between its ends.
+    const P& a = hull[0];
+    const P& b = hull[1];
+    if (cross(a, b, target) != 0) return false;
+    const int64_t dot = (target.first - D * a.first) * (b.first - a.first) + (target.second - D * a.second) * (b.second - a.second);
+    const int64_t len = (b.first - a.first) * (b.first - a.first) + (b.second - a.second) * (b.second - a.second);
+    return dot >= 0 && dot <= D * len;
+  }
+  for (size_t i = 0; i < hull.size(); ++i) {
+    if (cross(hull[i], hull[(i + 1) % hull.size()], target) < 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<std::optional<Grouping>> SolveGrouping(const GroupingInput& in) {
@@ -123,7 +229,16 @@ Result<std::optional<Grouping>> SolveGrouping(const GroupingInput& in) {
   Grouping out;
   uint64_t programs = 0;
   MilpSolution last;
+  const bool screen = in.screen && in.types.size() <= 2;
   auto feasible = [&](double tau) -> Result<bool> {
+    if (in.screen && BuildOutright(in, s_max, tau)) {
+      ++out.screened;
+      return true;
+    }
+    if (screen && !AverageInHull(in, comps, tau)) {
+      ++out.screened;
+      return false;
+    }
     ++programs;
     HETSIM_ASSIGN_OR_RETURN(auto pick, Pick(in, comps, tau, false, &last));
     out.nodes += last.nodes;

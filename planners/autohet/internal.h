@@ -38,6 +38,10 @@ struct GroupingInput {
   double required_gib = 0;      // eq. 3b: memory one group needs to hold the model
   uint32_t max_stages = 1;      // a group has at most this many stages (one block per stage at least)
   double time_limit_s = 60;
+  // Decide the binary search's feasibility questions without CBC where a quick exact argument does (a
+  // grouping built outright: yes; the batch share outside the convex hull of the allowed compositions, two
+  // GPU types at most: no). The answers, hence the grouping, are the same; tests turn it off to check.
+  bool screen = true;
 };
 
 struct Grouping {
@@ -49,6 +53,7 @@ struct Grouping {
   double seconds = 0;          // CBC's time, all programs
   uint64_t programs = 0;       // integer programs solved (the binary search's and the tie-break)
   uint64_t compositions = 0;   // group compositions that satisfy 3b
+  uint64_t screened = 0;       // feasibility questions answered without CBC (GroupingInput::screen)
 };
 
 // Eq. 3 for a fixed D, exactly (CBC; grouping.cc explains the formulation). nullopt when no grouping holds

@@ -24,30 +24,52 @@ AppendixACost::AppendixACost(const PlanningProblem& problem)
       training_(problem.training),
       compute_(problem.model, problem.training, problem.profiles, problem.compute),
       topology_(problem.cluster),
-      recompute_(problem.training.recompute()) {}
+      recompute_(problem.training.recompute()) {
+  const auto& nodes = cluster_.nodes();
+  if (nodes.size() <= kLinkTableNodes) {
+    node_links_.resize(nodes.size() * nodes.size());
+    for (uint32_t a = 0; a < nodes.size(); ++a) {
+      for (uint32_t b = 0; b < nodes.size(); ++b) {
+        const uint32_t x = nodes[a].first_device;
+        if (a == b && nodes[a].num_gpus < 2) continue;  // no pair on a one-GPU machine
+        node_links_[a * nodes.size() + b] = topology_.Between(x, a == b ? x + 1 : nodes[b].first_device);
+      }
+    }
+  }
+}
+
+const models::Link& AppendixACost::NodeLink(uint32_t a, uint32_t b) const {
+  const size_t n = cluster_.nodes().size();
+  if (!node_links_.empty()) return node_links_[a * n + b];
+  const uint32_t x = cluster_.node(a).first_device;
+  node_link_scratch_ = topology_.Between(x, a == b ? x + 1 : cluster_.node(b).first_device);
+  return node_link_scratch_;
+}
 
 double AppendixACost::PairSum(std::span<const uint32_t> devices, double bytes_over_n) const {
   // max over x of Σ_{y≠x} (α_xy + bytes/(n·β_xy)); links depend on nodes only, so sum per node.
   const auto& cluster = cluster_;
-  std::vector<std::pair<uint32_t, uint32_t>> nodes;  // (node, devices of the set on it)
+  std::vector<std::pair<uint32_t, uint32_t>> nodes;  // (node, devices of the set on it), by first appearance
+  std::vector<uint32_t>& slot = pair_sum_slot_;     // node -> index in `nodes` + 1 (0: none yet)
+  slot.resize(cluster.nodes().size(), 0);
   for (uint32_t d : devices) {
     const uint32_t n = cluster.device(d).node;
-    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& p) { return p.first == n; });
-    if (it == nodes.end()) {
+    if (slot[n] == 0) {
       nodes.emplace_back(n, 1);
+      slot[n] = static_cast<uint32_t>(nodes.size());
     } else {
-      ++it->second;
+      ++nodes[slot[n] - 1].second;
     }
   }
+  for (const auto& [n, c] : nodes) slot[n] = 0;
   double worst = 0;
   for (const auto& [na, ca] : nodes) {
-    const uint32_t xa = cluster.node(na).first_device;
     double sum = 0;
     for (const auto& [nb, cb] : nodes) {
       const uint32_t others = nb == na ? cb - 1 : cb;
       if (others == 0) continue;
       // Two members on one node (so it has at least two GPUs): its fabric, between its first two.
-      const models::Link l = topology_.Between(xa, nb == na ? xa + 1 : cluster.node(nb).first_device);
+      const models::Link& l = NodeLink(na, nb);
       sum += others * (l.latency_s + bytes_over_n / l.bandwidth_bytes_s);
     }
     worst = std::max(worst, sum);

@@ -107,6 +107,14 @@ class AppendixACost {
   models::ComputeCost compute_;
   models::Topology topology_;
   proto::Recompute recompute_;
+  // The DP link between two machines (with itself: between its first two GPUs), node × node, for clusters of
+  // at most kLinkTableNodes machines (PairSum's inner loop; larger clusters ask the topology each time).
+  static constexpr size_t kLinkTableNodes = 1024;
+  std::vector<models::Link> node_links_;
+  const models::Link& NodeLink(uint32_t a, uint32_t b) const;
+  mutable models::Link node_link_scratch_;         // NodeLink's answer without a table
+  mutable std::vector<uint32_t> pair_sum_slot_;    // PairSum's node -> position (all 0 between calls)
+  // (AppendixACost is used by one thread: the planner's search is single-threaded.)
 };
 
 }  // namespace hetsim::planners::hexiscale

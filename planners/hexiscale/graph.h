@@ -33,6 +33,8 @@ struct PartitionRequest {
   double max_balance = 1.1;  // METIS ubvec: max part weight / average
   CutObjective objective = CutObjective::kMinCut;
   int seed = 0;              // METIS_OPTION_SEED
+  std::vector<uint32_t> machine;  // machine of each vertex (empty: no bundling)
+  uint32_t max_vertices = 0;      // bundle machines' GPUs above this many vertices (0: never)
 };
 
 // The METIS integer weights of a request (exposed for tests): edge weights in CSR order of the complete
@@ -42,6 +44,10 @@ struct MetisWeights {
   std::vector<int32_t> edge;
 };
 MetisWeights ScaleWeights(const PartitionRequest& request);
+
+// The bundles Partition() cuts instead of single vertices (each a list of vertices; singletons when the
+// request does not ask for bundling or is small enough).
+std::vector<std::vector<uint32_t>> Bundles(const PartitionRequest& request);
 
 // Part index (0..parts−1) of each vertex; nullopt when METIS fails or leaves a part empty.
 std::optional<std::vector<uint32_t>> Partition(const PartitionRequest& request);

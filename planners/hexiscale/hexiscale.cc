@@ -157,6 +157,10 @@ class Search {
     return out;
   }
 
+  uint32_t max_graph_vertices() const {
+    return options_.max_graph_vertices() > 0 ? options_.max_graph_vertices() : 512;
+  }
+
   // §4.4's adaptive choice of the partition option for the next iteration.
   //   - The first iteration for a D_dp picks the option whose moving average of simulated costs (DP +
   //     pipeline, over its last `history_window` feasible iterations) is lower; an option not tried yet
@@ -213,6 +217,8 @@ class Search {
       req.max_balance = options_.max_balance() > 0 ? options_.max_balance() : 1.1;
       req.objective = cut;
       req.seed = seed;
+      for (uint32_t d = 0; d < N_; ++d) req.machine.push_back(problem_.cluster.device(d).node);
+      req.max_vertices = max_graph_vertices();
       ++metis_calls_;
       const auto start = std::chrono::steady_clock::now();
       const auto part = Partition(req);
@@ -279,6 +285,7 @@ class Search {
     params.secondary_balance = options_.secondary_balance() > 0 ? options_.secondary_balance() : 2.0;
     params.seed = static_cast<int>(options_.seed());
     params.tp_degrees = tps_;
+    params.max_graph_vertices = max_graph_vertices();
     std::vector<PipelineTemplate> templates;
     for (const auto& g : groups) {
       const auto start = std::chrono::steady_clock::now();

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
+#include <queue>
 #include <set>
 #include <tuple>
 
@@ -15,6 +17,118 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 }  // namespace
+
+std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceStages(uint32_t blocks,
+                                                                        const std::vector<double>& fixed_s,
+                                                                        const std::vector<double>& per_block_s,
+                                                                        const std::vector<uint32_t>& max_blocks) {
+  const uint32_t S = static_cast<uint32_t>(fixed_s.size());
+  if (S == 0 || per_block_s.size() != S || max_blocks.size() != S) return std::nullopt;
+  for (uint32_t s = 0; s < S; ++s) {
+    if (!(std::isfinite(fixed_s[s]) && std::isfinite(per_block_s[s]) && fixed_s[s] >= 0 && per_block_s[s] >= 0)) {
+      return BalanceBlocks(blocks, fixed_s, per_block_s, max_blocks);
+    }
+  }
+  // From here on, BalanceBlocks's own steps (planners/search.cc), but for how T is found.
+  std::vector<uint32_t> lo(S), hi(S);
+  uint64_t sum_lo = 0, sum_hi = 0;
+  for (uint32_t s = 0; s < S; ++s) {
+    lo[s] = S == 1 ? blocks : (s == 0 || s == S - 1) ? 0 : 1;
+    hi[s] = std::min(max_blocks[s], blocks);
+    if (lo[s] > hi[s]) return std::nullopt;
+    sum_lo += lo[s];
+    sum_hi += hi[s];
+  }
+  if (sum_lo > blocks || sum_hi < blocks) return std::nullopt;
+  constexpr double kTol = 1e-12;
+  auto value = [&](uint32_t s, uint32_t n) { return fixed_s[s] + n * per_block_s[s]; };
+  auto cap = [&](uint32_t s, double T) -> int64_t {
+    const double c = per_block_s[s];
+    const double limit = T * (1 + kTol) + 1e-300;
+    if (fixed_s[s] + lo[s] * c > limit) return -1;
+    if (c <= 0) return hi[s];
+    int64_t n = static_cast<int64_t>(std::floor((T - fixed_s[s]) / c));
+    n = std::clamp<int64_t>(n, lo[s], hi[s]);
+    while (n < hi[s] && fixed_s[s] + (n + 1) * c <= limit) ++n;
+    while (n > lo[s] && fixed_s[s] + n * c > limit) --n;
+    return n;
+  };
+  auto feasible = [&](double T) {
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < S; ++s) {
+      const int64_t c = cap(s, T);
+      if (c < 0) return false;
+      total += static_cast<uint64_t>(c);
+    }
+    return total >= blocks;
+  };
+  // The largest of all times (each stage's grows with its blocks) must be feasible.
+  double largest = 0;
+  for (uint32_t s = 0; s < S; ++s) largest = std::max(largest, value(s, hi[s]));
+  if (!feasible(largest)) return std::nullopt;
+  // T_g: the greedy min-max allocation's largest time.
+  double tg = 0;
+  {
+    std::vector<uint32_t> n = lo;
+    using Next = std::pair<double, uint32_t>;
+    std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
+    for (uint32_t s = 0; s < S; ++s) {
+      tg = std::max(tg, value(s, n[s]));
+      if (n[s] < hi[s]) next.emplace(value(s, n[s] + 1), s);
+    }
+    for (uint64_t left = blocks - sum_lo; left > 0; --left) {
+      const auto [v, s] = next.top();
+      next.pop();
+      tg = std::max(tg, v);
+      if (++n[s] < hi[s]) next.emplace(value(s, n[s] + 1), s);
+    }
+  }
+  // The times within the tolerance below T_g, ascending; the first feasible one is BalanceBlocks's T.
+  const double floor_t = (tg - 1e-300) / (1 + kTol) * (1 - 4 * kTol);
+  std::vector<double> near;
+  for (uint32_t s = 0; s < S; ++s) {
+    const double c = per_block_s[s];
+    if (c <= 0) {
+      if (value(s, lo[s]) <= tg && value(s, lo[s]) >= floor_t) near.push_back(value(s, lo[s]));
+      continue;
+    }
+    int64_t n = static_cast<int64_t>(std::floor((tg - fixed_s[s]) / c));
+    n = std::clamp<int64_t>(n, lo[s], hi[s]);
+    while (n < hi[s] && value(s, static_cast<uint32_t>(n + 1)) <= tg) ++n;
+    while (n > lo[s] && value(s, static_cast<uint32_t>(n)) > tg) --n;
+    for (; n >= lo[s] && value(s, static_cast<uint32_t>(n)) >= floor_t; --n) {
+      if (value(s, static_cast<uint32_t>(n)) <= tg) near.push_back(value(s, static_cast<uint32_t>(n)));
+    }
+  }
+  std::sort(near.begin(), near.end());
+  double T = tg;
+  for (double v : near) {
+    if (feasible(v)) {
+      T = v;
+      break;
+    }
+  }
+  // Fill the cheapest stages first: for this largest stage time it minimises the sum.
+  std::vector<uint32_t> n = lo, order(S);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return per_block_s[x] < per_block_s[y]; });
+  uint64_t left = blocks - sum_lo;
+  for (uint32_t s : order) {
+    const uint64_t room = static_cast<uint64_t>(cap(s, T)) - n[s];
+    const uint64_t take = std::min(room, left);
+    n[s] += static_cast<uint32_t>(take);
+    left -= take;
+  }
+  if (left != 0) return std::nullopt;
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  uint32_t begin = 0;
+  for (uint32_t s = 0; s < S; ++s) {
+    const uint32_t count = n[s] + (s == 0 ? 1 : 0) + (s == S - 1 ? 1 : 0);
+    out.emplace_back(begin, begin + count);
+    begin += count;
+  }
+  return out;
+}
 
 struct PipelineBuilder::Chunk {
   std::vector<uint32_t> devices;  // the part's GPUs on one machine, in canonical order
@@ -39,6 +153,14 @@ PipelineBuilder::PipelineBuilder(const PlanningProblem& problem, const AppendixA
     const auto key = std::make_tuple(node.group, node.zone, per_switch == 0 ? 0u : n / per_switch);
     auto [it, inserted] = classes.emplace(key, static_cast<uint32_t>(classes.size()));
     node_class_.push_back(it->second);
+  }
+  const auto& nodes = cluster.nodes();
+  node_bandwidth_.assign(nodes.size() * nodes.size(), 0);
+  for (uint32_t a = 0; a < nodes.size(); ++a) {
+    for (uint32_t b = 0; b < nodes.size(); ++b) {
+      const uint32_t x = nodes[a].first_device, y = a == b ? x + 1 : nodes[b].first_device;
+      if (a != b || nodes[a].num_gpus > 1) node_bandwidth_[a * nodes.size() + b] = cost.DpLink(x, y).bandwidth_bytes_s;
+    }
   }
 }
 
@@ -65,7 +187,8 @@ std::vector<uint32_t> PipelineBuilder::Canonical(const std::vector<uint32_t>& de
 }
 
 std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_t>& devices, uint32_t k,
-                                                       const Phase2Params& params, Phase2Counters* counters) const {
+                                                       const Phase2Params& params, Phase2Counters* counters,
+                                                       const std::string& signature) const {
   const auto& cluster = problem_.cluster;
   const auto& model = problem_.model;
   const proto::DType dtype = problem_.training.dtype();
@@ -81,14 +204,30 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
   if (k == 1) {
     part_devices[0] = devices;
   } else {
-    PartitionRequest req;
-    for (uint32_t d : devices) req.vertex_weight.push_back(cluster.device(d).gpu->PeakTflops(dtype));
-    req.bandwidth = [&](uint32_t i, uint32_t j) { return cost_.DpLink(devices[i], devices[j]).bandwidth_bytes_s; };
-    req.parts = k;
-    req.max_balance = params.secondary_balance;
-    req.objective = CutObjective::kMinCut;
-    req.seed = params.seed;
-    const auto part = Partition(req);
+    // The partition depends on the group (up to isomorphism), k and the options, not on the micro-batch or
+    // D_dp: cached.
+    std::optional<std::vector<uint32_t>>* cached = nullptr;
+    if (!signature.empty()) {
+      auto [it, inserted] = partitions_by_signature_.try_emplace(std::make_pair(signature, k));
+      if (!inserted) cached = &it->second;
+    } else if (auto it = partitions_.find(std::make_pair(devices, k)); it != partitions_.end()) {
+      cached = &it->second;
+    }
+    if (cached == nullptr) {
+      PartitionRequest req;
+      for (uint32_t d : devices) req.vertex_weight.push_back(cluster.device(d).gpu->PeakTflops(dtype));
+      req.bandwidth = [&](uint32_t i, uint32_t j) { return Bandwidth(devices[i], devices[j]); };
+      req.parts = k;
+      req.max_balance = params.secondary_balance;
+      req.objective = CutObjective::kMinCut;
+      req.seed = params.seed;
+      for (uint32_t d : devices) req.machine.push_back(cluster.device(d).node);
+      req.max_vertices = params.max_graph_vertices;
+      auto computed = Partition(req);
+      cached = signature.empty() ? &partitions_.emplace(std::make_pair(devices, k), std::move(computed)).first->second
+                                 : &(partitions_by_signature_[std::make_pair(signature, k)] = std::move(computed));
+    }
+    const auto& part = *cached;
     if (!part) return std::nullopt;
     // Parts numbered by their first GPU in the group's (canonical) order, not METIS's labels.
     std::vector<uint32_t> label(k, UINT32_MAX);
@@ -282,6 +421,8 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
       }
     }
     std::set<std::vector<uint64_t>> seen_keys;
+    // Eq. 5 between two of this level's stages, as orders put them next to each other again and again.
+    std::map<std::pair<const Stage*, const Stage*>, double> hops;
     for (const auto& order : orders) {
       std::vector<const Stage*> stages;
       for (uint32_t p : order) {
@@ -307,8 +448,12 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
         if (j + 1 == S) fixed[j] += st.head;
         // Eq. 5's two directions: each stage pays for what it sends (cost.h).
         if (j + 1 < S) {
-          const double hop =
-              cost_.PpHopSeconds(st.devices, stages[j + 1]->devices, b, params.leader_broadcast, &sharing) / 2;
+          auto [it, fresh] = hops.try_emplace(std::make_pair(&st, stages[j + 1]), 0.0);
+          if (fresh) {
+            it->second =
+                cost_.PpHopSeconds(st.devices, stages[j + 1]->devices, b, params.leader_broadcast, &sharing) / 2;
+          }
+          const double hop = it->second;
           fixed[j] += hop;
           fixed[j + 1] += hop;
         }
@@ -317,7 +462,7 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
         caps[j] = static_cast<uint32_t>(std::max<int64_t>(0, cap));
       }
       if (!ok) continue;
-      const auto ranges = BalanceBlocks(blocks, fixed, per_block, caps);
+      const auto ranges = BalanceStages(blocks, fixed, per_block, caps);
       if (!ranges) continue;
       PipelineTemplate tpl;
       tpl.parts = k;
@@ -370,7 +515,7 @@ std::optional<PipelineTemplate> PipelineBuilder::BuildBest(const std::vector<uin
          static_cast<uint32_t>(canonical.size())});
     std::optional<PipelineTemplate> best;
     for (uint32_t k = 1; k <= max_k; ++k) {
-      auto tpl = Build(canonical, k, params, counters);
+      auto tpl = Build(canonical, k, params, counters, signature);
       if (tpl && (!best || tpl->Seconds(params.micro_batches) < best->Seconds(params.micro_batches))) {
         best = std::move(tpl);
       }

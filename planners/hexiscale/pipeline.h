@@ -37,6 +37,7 @@ struct Phase2Params {
   uint32_t max_parts = 12;         // k_i tried: 1..min(max_parts, max(2, machines), GPUs)
   double secondary_balance = 2.0;
   int seed = 0;
+  uint32_t max_graph_vertices = 512;  // bundle machines' GPUs above this many (graph.h)
   std::vector<uint32_t> tp_degrees;  // allowed TP degrees (model-valid), ascending
 };
 
@@ -62,13 +63,26 @@ struct Phase2Counters {
   uint64_t no_fit = 0;         // (group, k) with no order fitting in memory
 };
 
+// planners/search.h BalanceBlocks, the same result computed faster for phase two's many stage orders:
+// BalanceBlocks sorts every (stage, block count) time to find the least feasible largest stage time T; here
+// the greedy allocation (each next block to the stage that stays fastest with it) gives the min-max time
+// T_g, and T is the least feasible time among the few within BalanceBlocks's tolerance below T_g (a
+// feasible time admits an allocation within it, so it is at least T_g up to that tolerance). Inputs with a
+// negative or non-finite time go to BalanceBlocks itself.
+std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceStages(uint32_t blocks,
+                                                                        const std::vector<double>& fixed_s,
+                                                                        const std::vector<double>& per_block_s,
+                                                                        const std::vector<uint32_t>& max_blocks);
+
 class PipelineBuilder {
  public:
   PipelineBuilder(const PlanningProblem& problem, const AppendixACost& cost, const MemoryModel& memory);
 
-  // Phase two for `devices` with k parts; nullopt when no stage layout fits in memory.
+  // Phase two for `devices` with k parts; nullopt when no stage layout fits in memory. `signature` (optional:
+  // BuildBest's, for `devices` in canonical order) names the group up to isomorphism: its secondary
+  // partition is then shared with every isomorphic group (the same graph position by position).
   std::optional<PipelineTemplate> Build(const std::vector<uint32_t>& devices, uint32_t k, const Phase2Params& params,
-                                        Phase2Counters* counters) const;
+                                        Phase2Counters* counters, const std::string& signature = "") const;
   // The best over k = 1..max_k (§4.4's variation of k_i) — cached for groups that are isomorphic
   // (the same number of GPUs on nodes of the same kind, switch and zone) under the same parameters.
   std::optional<PipelineTemplate> BuildBest(const std::vector<uint32_t>& devices, const Phase2Params& params,
@@ -76,6 +90,12 @@ class PipelineBuilder {
 
   // Node classes: nodes with equal class are interchangeable (same spec group, leaf switch/pod, zone).
   const std::vector<uint32_t>& node_class() const { return node_class_; }
+  // β between two GPUs (the DP link, cost.h), a ≠ b: it depends on their machines only, so it is read from
+  // a machine × machine table.
+  double Bandwidth(uint32_t a, uint32_t b) const {
+    const auto& cluster = problem_.cluster;
+    return node_bandwidth_[size_t{cluster.device(a).node} * cluster.nodes().size() + cluster.device(b).node];
+  }
 
  private:
   struct Chunk;
@@ -86,6 +106,11 @@ class PipelineBuilder {
   const AppendixACost& cost_;
   const MemoryModel& memory_;
   std::vector<uint32_t> node_class_;
+  std::vector<double> node_bandwidth_;  // machine × machine (a machine with itself: its fabric)
+  // Phase two's secondary partitions by (group, k): they depend on neither the micro-batch nor D_dp.
+  // Keyed by the group's signature (isomorphic groups share it) or, without one, by its devices.
+  mutable std::map<std::pair<std::vector<uint32_t>, uint32_t>, std::optional<std::vector<uint32_t>>> partitions_;
+  mutable std::map<std::pair<std::string, uint32_t>, std::optional<std::vector<uint32_t>>> partitions_by_signature_;
   // Cache: (signature, parameters) -> template over canonical positions (devices = indices).
   std::map<std::string, std::optional<PipelineTemplate>> cache_;
 };

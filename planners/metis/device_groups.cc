@@ -26,6 +26,7 @@ Knobs KnobsFrom(const proto::MetisOptions& o) {
   if (o.max_dfs_nodes() > 0) k.max_dfs_nodes = o.max_dfs_nodes();
   k.threads = std::max<uint32_t>(1, o.threads());
   k.time_limit_s = o.time_limit_s();
+  k.max_orders = o.max_orders();
   return k;
 }
 
@@ -294,6 +295,68 @@ void ForEachStageSizeOrderSkipping(
       std::sort(units.begin() + static_cast<std::ptrdiff_t>(q), units.end(), std::greater<>());
     }
   } while (std::next_permutation(units.begin(), units.end()));
+}
+
+uint64_t OrderCount(const std::vector<uint32_t>& sizes, uint32_t max_len) {
+  std::vector<std::vector<uint32_t>> units = MergeSmallest(sizes, max_len);
+  std::sort(units.begin(), units.end());
+  // n! / Π c! over the multiplicities c of equal units, as a product of binomials (no overflow below the
+  // saturation).
+  uint64_t count = 1, placed = 0;
+  for (size_t i = 0; i < units.size();) {
+    size_t j = i;
+    while (j < units.size() && units[j] == units[i]) ++j;
+    // C(placed + c, c), built one factor at a time: each partial product is itself a binomial.
+    uint64_t binom = 1;
+    for (uint64_t k = 1; k <= j - i; ++k) {
+      const unsigned __int128 next = static_cast<unsigned __int128>(binom) * (placed + k) / k;
+      if (next > UINT64_MAX) return UINT64_MAX;
+      binom = static_cast<uint64_t>(next);
+    }
+    placed += j - i;
+    const unsigned __int128 product = static_cast<unsigned __int128>(count) * binom;
+    if (product > UINT64_MAX) return UINT64_MAX;
+    count = static_cast<uint64_t>(product);
+    i = j;
+  }
+  return count;
+}
+
+std::vector<uint32_t> PermutationLengths(const std::vector<std::vector<uint32_t>>& unit_sizes, uint32_t max_len,
+                                         uint64_t max_orders) {
+  std::vector<uint32_t> lengths(unit_sizes.size(), max_len);
+  std::vector<uint64_t> counts(unit_sizes.size());
+  uint64_t total = 0;
+  for (size_t u = 0; u < unit_sizes.size(); ++u) {
+    counts[u] = OrderCount(unit_sizes[u], max_len);
+    total = counts[u] > UINT64_MAX - total ? UINT64_MAX : total + counts[u];
+  }
+  if (total <= max_orders) return lengths;
+  // The largest per-unit count c that keeps Σ min(count, c) within the budget (at least one order each).
+  auto spent = [&](uint64_t c) {
+    uint64_t sum = 0;
+    for (uint64_t n : counts) {
+      const uint64_t take = std::min(n, c);
+      sum = take > UINT64_MAX - sum ? UINT64_MAX : sum + take;
+    }
+    return sum;
+  };
+  uint64_t lo = 1, hi = *std::max_element(counts.begin(), counts.end());
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (spent(mid) <= max_orders) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  for (size_t u = 0; u < unit_sizes.size(); ++u) {
+    if (counts[u] <= lo) continue;
+    uint32_t len = max_len;
+    while (len > 1 && OrderCount(unit_sizes[u], len) > lo) --len;
+    lengths[u] = len;
+  }
+  return lengths;
 }
 
 std::vector<std::vector<uint32_t>> StageSizeOrders(const std::vector<uint32_t>& sizes, uint32_t max_len) {

@@ -35,6 +35,10 @@ struct Knobs {
   bool any_group_size = false;
   uint64_t max_full_assignments = 20000;
   uint64_t max_dfs_nodes = 256;
+  // Most stage-size orders the whole search explores (not in the paper; MetisOptions::max_orders): 0 =
+  // kOrderWork / GPUs. Under it nothing changes; over it the units with the most orders merge their
+  // smallest groups further (§4.2.2 1)'s rule) until the total fits.
+  uint64_t max_orders = 0;
   uint32_t threads = 1;
   double time_limit_s = 0;  // 0: none
   // The clock of time_limit_s, in seconds since any fixed point; empty: the steady clock. Tests inject one
@@ -76,6 +80,20 @@ std::vector<std::vector<uint32_t>> StageSizeMultisets(uint32_t gpus, uint32_t st
 // a time, as many pairs as there are) until at most `max_len` units remain; a smallest group without a
 // partner of its size is merged with the next smallest unit. Units keep their merged groups adjacent.
 std::vector<std::vector<uint32_t>> MergeSmallest(const std::vector<uint32_t>& sizes, uint32_t max_len);
+
+// How many distinct orders the units of MergeSmallest(sizes, max_len) have (saturating at UINT64_MAX).
+uint64_t OrderCount(const std::vector<uint32_t>& sizes, uint32_t max_len);
+
+// The order budget's default: kOrderWork / GPUs orders in all (an order's assignments cost about the
+// same per GPU, so the budget is about the same work at every size: 7.8M orders at 64 GPUs, 122k at 4,096).
+inline constexpr double kOrderWork = 5e8;
+
+// The permutation length each work unit (a stage-size multiset, `unit_sizes[u]`) is searched with under a
+// budget of `max_orders` orders in all: `max_len` for every unit when the units' orders at max_len fit;
+// otherwise the largest count c with Σ_u min(orders_u, c) ≤ max_orders, and for each unit the largest
+// length ≤ max_len whose orders are at most c (length 1: one order).
+std::vector<uint32_t> PermutationLengths(const std::vector<std::vector<uint32_t>>& unit_sizes, uint32_t max_len,
+                                         uint64_t max_orders);
 
 // The distinct orders of the units of MergeSmallest(sizes, max_len), each flattened into the sizes of
 // stages 0..S−1 (the paper's example: sizes {1, 1, 1, 1, 2}, max_len 3 → 3 orders).

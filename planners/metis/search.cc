@@ -84,6 +84,7 @@ struct Unit {
   uint32_t S;
   std::vector<uint32_t> sizes;
   std::vector<uint32_t> Bs;  // the micro-batch counts every stage of these sizes can be valid with
+  uint32_t max_len = 0;      // its permutation length (max_permutation_length unless the order budget cut it)
 };
 
 // The state one node order of the consecutive placement carries from one stage-size order to the next
@@ -217,11 +218,25 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   for (uint32_t S = 1; S <= max_stages; ++S) {
     for (auto& ms : StageSizeMultisets(N, S, knobs.var, !knobs.any_group_size, knobs.released_var)) {
       ++multisets;
-      Unit u{S, std::move(ms), {}};
+      Unit u{S, std::move(ms), {}, knobs.max_permutation_length};
       for (uint32_t B : micro_batch_counts) {
         if (BatchFits(u.sizes, G / B, prof.max_batch())) u.Bs.push_back(B);
       }
       if (!u.Bs.empty()) units.push_back(std::move(u));
+    }
+  }
+
+  // The order budget (Knobs::max_orders): the permutation length of each unit.
+  const uint64_t max_orders =
+      knobs.max_orders > 0 ? knobs.max_orders : std::max<uint64_t>(1, static_cast<uint64_t>(kOrderWork / N));
+  uint64_t budget_cut = 0;
+  {
+    std::vector<std::vector<uint32_t>> sizes;
+    for (const Unit& u : units) sizes.push_back(u.sizes);
+    const std::vector<uint32_t> lengths = PermutationLengths(sizes, knobs.max_permutation_length, max_orders);
+    for (size_t u = 0; u < units.size(); ++u) {
+      units[u].max_len = lengths[u];
+      budget_cut += lengths[u] < knobs.max_permutation_length;
     }
   }
 
@@ -296,7 +311,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
         bool more_orders = false;
         const uint64_t n_bs = units[u].Bs.size();
         uint64_t last_rank = 0;  // of the order visited before (ranks between were skipped)
-        ForEachStageSizeOrderSkipping(units[u].sizes, knobs.max_permutation_length,
+        ForEachStageSizeOrderSkipping(units[u].sizes, units[u].max_len,
                                       [&](const std::vector<uint32_t>& order, uint64_t rank) -> std::optional<uint32_t> {
           if (order_index++ != 0) {
             if (phase == 0) {
@@ -456,6 +471,14 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
                                            : "consecutive GPUs over " + std::to_string(node_orders.size()) +
                                                  " node orders") +
                         "), " + std::to_string(micro_batch_counts.size()) + " micro-batch counts");
+  if (budget_cut > 0) {
+    stats.notes.push_back("order budget (max_orders: " + std::to_string(max_orders) + "; not in the paper): " +
+                          std::to_string(budget_cut) + " of " + std::to_string(units.size()) +
+                          " work units searched with a shorter permutation length than " +
+                          std::to_string(knobs.max_permutation_length) +
+                          " (their smallest groups merged further), so that the search explores at most that many "
+                          "stage-size orders");
+  }
   std::string coverage;
   if (deadline.passed()) {
     result.cut_by_time_limit = true;

@@ -293,6 +293,43 @@ TEST(AutoHetEq3, MatchesBruteForceOnSmallInstances) {
   }
 }
 
+// The screens (a grouping built outright: feasible; the average group outside the convex hull of the
+// allowed compositions: infeasible) answer the binary search's questions as CBC would, so the grouping is
+// the same with and without them, on random instances of one to three types (the hull screen for at most
+// two), larger ones than brute force reaches; and they answer some questions.
+TEST(AutoHetEq3, ScreensGiveTheSameGroupingAsCbcAlone) {
+  uint64_t state = 7;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / static_cast<double>(1ull << 53);
+  };
+  uint64_t screened = 0, programs_with = 0, programs_without = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    GroupingInput in;
+    const size_t K = 1 + (trial % 3);
+    for (size_t k = 0; k < K; ++k) {
+      in.types.push_back({nullptr, 1 + static_cast<uint32_t>(next() * 40), 0.5 + 4 * next(), 40 + 60 * next()});
+    }
+    in.groups = 1 + static_cast<uint32_t>(next() * 12);
+    in.micro_batches = 1 + static_cast<uint32_t>(next() * 64);
+    in.required_gib = 50 + 300 * next();
+    in.max_stages = 4 + static_cast<uint32_t>(next() * 20);
+    auto with = SolveGrouping(in);
+    in.screen = false;
+    auto without = SolveGrouping(in);
+    ASSERT_TRUE(with.ok() && without.ok()) << "trial " << trial;
+    ASSERT_EQ(with->has_value(), without->has_value()) << "trial " << trial;
+    if (!with->has_value()) continue;
+    EXPECT_EQ((*with)->counts, (*without)->counts) << "trial " << trial;
+    EXPECT_EQ((*with)->min_power, (*without)->min_power) << "trial " << trial;
+    screened += (*with)->screened;
+    programs_with += (*with)->programs;
+    programs_without += (*without)->programs;
+  }
+  EXPECT_GT(screened, 0u);
+  EXPECT_LT(programs_with, programs_without);
+}
+
 // ---- the planner -------------------------------------------------------------------------------------
 
 Result<PlannerResult> Plan(const std::string& cluster, const std::string& model, uint32_t batch, uint32_t seq,

@@ -141,5 +141,62 @@ TEST(Hetu, RefusesTpDegreesNoNodeCanHold) {
   EXPECT_NE(bad.status().message().find("stage_order"), std::string::npos) << bad.status().message();
 }
 
+// The lower bound (docs/planners-hetu.md, "Planning time") only skips candidates predicted slower than the
+// plan it keeps, so the plan is the one the unbounded search (every candidate built and costed, in the
+// enumeration's order: the search before the bound) returns, on every bundled Hetu cluster, two models and
+// the options that change the bound's terms (stage orders, even micro-batches, even layers, ZeRO off, fixed
+// pipeline counts).
+TEST(HetuBounds, SamePlanAsTheUnboundedSearch) {
+  const std::vector<std::string> options = {
+      "", "stage_order: slowest_first", "even_micro_batches: true", "even_layers: true",
+      "zero_stage: 0", "{pipelines: [1, 2, 3, 4, 6], micro_batch_sizes: [1, 2]}"};
+  uint64_t bounded_total = 0, unbounded_total = 0;
+  for (const char* cluster : {"hetu-h800x16-h20x32", "hetu-h800x16-h20x16", "hetu-elastic-c2", "hetu-h20x16"}) {
+    for (bool big : {false, true}) {
+      const Fixture f(BundledCluster(cluster), big ? BundledModel("llama2-70b") : Model32b(), kTraining);
+      for (const auto& o : options) {
+        const std::string opts = o.empty() ? "{}" : o[0] == '{' ? o : "{" + o + "}";
+        auto bounded = testing::Run("hetu", f.problem(), opts);
+        auto unbounded = testing::Run("hetu", f.problem(), opts.substr(0, opts.size() - 1) +
+                                                               (opts == "{}" ? "" : ", ") + "disable_bounds: true}");
+        const std::string what = std::string(cluster) + (big ? " llama2-70b " : " 32b ") + opts;
+        ASSERT_EQ(bounded.ok(), unbounded.ok()) << what;
+        if (!bounded.ok()) {
+          EXPECT_EQ(bounded.status().message(), unbounded.status().message()) << what;
+          continue;
+        }
+        EXPECT_EQ(bounded->plan.SerializeAsString(), unbounded->plan.SerializeAsString()) << what;
+        EXPECT_EQ(bounded->estimate.iteration_s, unbounded->estimate.iteration_s) << what;
+        bounded_total += bounded->stats.candidates_evaluated;
+        unbounded_total += unbounded->stats.candidates_evaluated;
+      }
+    }
+  }
+  EXPECT_LT(bounded_total * 4, unbounded_total) << "the bound skips most candidates";
+}
+
+// Groups of one GPU type and degree on nodes of different fabrics cost differently but share their place
+// in a pipeline's stage order (then ordered by device): the pipelines are then dealt group by group, not by
+// class, and the plan is still the unbounded search's.
+TEST(HetuBounds, MixedFabricsOfOneTypeDealGroupByGroup) {
+  const Fixture f(testing::ClusterFromYaml(R"(
+kind: cluster
+name: mixed-fabrics
+nodes:
+  - {name: h800-nvl, count: 1, gpus: {type: h800, count: 8}, fabric: {kind: nvswitch, bandwidth_gbyte_s: 200},
+     nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
+  - {name: h800-pcie, count: 1, gpus: {type: h800, count: 8}, fabric: {kind: pcie},
+     nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
+  - {name: h20, count: 2, gpus: {type: h20, count: 8}, fabric: {kind: nvswitch, bandwidth_gbyte_s: 450},
+     nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
+)"),
+                  Model32b(), kTraining);
+  auto bounded = testing::Run("hetu", f.problem());
+  auto unbounded = testing::Run("hetu", f.problem(), "{disable_bounds: true}");
+  ASSERT_TRUE(bounded.ok() && unbounded.ok());
+  EXPECT_EQ(bounded->plan.SerializeAsString(), unbounded->plan.SerializeAsString());
+  EXPECT_LT(bounded->stats.candidates_evaluated, unbounded->stats.candidates_evaluated);
+}
+
 }  // namespace
 }  // namespace hetsim::planners

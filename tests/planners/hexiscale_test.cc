@@ -16,6 +16,8 @@
 #include "models/yaml_proto.h"
 #include "planners/hexiscale/cost.h"
 #include "planners/hexiscale/graph.h"
+#include "planners/hexiscale/pipeline.h"
+#include "planners/search.h"
 #include "planners/planner.h"
 
 namespace hetsim::planners::hexiscale {
@@ -228,6 +230,95 @@ TEST(HexiScaleGraph, RefusesMorePartsThanVertices) {
   PartitionRequest r = Machines(1, 2, 1, 1);
   r.parts = 3;
   EXPECT_FALSE(Partition(r).has_value());
+}
+
+// Machine bundles (graph.h): 6 machines of 8 GPUs with max_vertices 16 → bundles of 4 (12 ≤ 16; bundles of
+// 2 would give 24), consecutive GPUs of one machine; a request at or under the limit, or without machines,
+// keeps one vertex per GPU.
+TEST(HexiScaleGraph, BundlesMachinesAboveTheVertexLimit) {
+  PartitionRequest r = Machines(6, 8, 100, 1);
+  for (uint32_t i = 0; i < 48; ++i) r.machine.push_back(i / 8);
+  r.parts = 2;
+  r.max_vertices = 16;
+  const auto bundles = Bundles(r);
+  ASSERT_EQ(bundles.size(), 12u);
+  EXPECT_EQ(bundles[0], (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(bundles[11], (std::vector<uint32_t>{44, 45, 46, 47}));
+  r.max_vertices = 48;
+  EXPECT_EQ(Bundles(r).size(), 48u);
+  r.max_vertices = 16;
+  r.machine.clear();
+  EXPECT_EQ(Bundles(r).size(), 48u);
+  // Never fewer bundles than parts: 2 machines at a limit of 2 vertices, 3 parts → bundles of 4 (4 ≥ 3).
+  PartitionRequest two = Machines(2, 8, 100, 1);
+  for (uint32_t i = 0; i < 16; ++i) two.machine.push_back(i / 8);
+  two.max_vertices = 2;
+  two.parts = 3;
+  EXPECT_EQ(Bundles(two).size(), 4u);
+}
+
+// A bundled min cut keeps bundles (and so machines) whole and balanced; the max cut spreads machines over
+// the parts a bundle at a time, and its parts keep equal GPU counts (a bundle counts its GPUs).
+TEST(HexiScaleGraph, BundledPartitionKeepsBundlesWhole) {
+  PartitionRequest r = Machines(8, 8, 100, 1);
+  for (uint32_t i = 0; i < 64; ++i) r.machine.push_back(i / 8);
+  r.max_vertices = 16;  // bundles of 4
+  r.parts = 4;
+  r.max_balance = 1.01;
+  const auto min_cut = Partition(r);
+  ASSERT_TRUE(min_cut.has_value());
+  for (uint32_t m = 0; m < 8; ++m) {
+    for (uint32_t g = 1; g < 8; ++g) EXPECT_EQ((*min_cut)[8 * m + g], (*min_cut)[8 * m]) << "machine " << m;
+  }
+  EXPECT_LE(BalanceFactor(r, *min_cut), 1.01 + 1e-9);
+  r.objective = CutObjective::kMaxCut;
+  r.parts = 2;
+  const auto max_cut = Partition(r);
+  ASSERT_TRUE(max_cut.has_value());
+  std::vector<uint32_t> gpus(2, 0);
+  for (uint32_t i = 0; i < 64; ++i) {
+    ++gpus[(*max_cut)[i]];
+    EXPECT_EQ((*max_cut)[i], (*max_cut)[i / 4 * 4]) << "GPU " << i << " left its bundle";
+  }
+  EXPECT_EQ(gpus[0], 32u);
+  for (uint32_t m = 0; m < 8; ++m) EXPECT_NE((*max_cut)[8 * m], (*max_cut)[8 * m + 4]) << "machine " << m;
+}
+
+// BalanceStages is BalanceBlocks computed faster: the same ranges (or none) on random inputs, including
+// equal stage times, free stages, tight memory caps and times within BalanceBlocks's tolerance.
+TEST(HexiScalePipeline, BalanceStagesIsBalanceBlocks) {
+  uint64_t state = 12345;
+  auto next = [&]() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  int compared = 0, found = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const uint32_t S = 1 + next() % 12;
+    const uint32_t blocks = next() % 40 + (S > 2 ? S - 2 : 0);
+    std::vector<double> fixed(S), per_block(S);
+    std::vector<uint32_t> caps(S);
+    const double base = 0.001 * (1 + next() % 7);
+    for (uint32_t s = 0; s < S; ++s) {
+      switch (next() % 5) {
+        case 0: per_block[s] = base; break;                                      // equal times
+        case 1: per_block[s] = 0; break;                                         // free
+        case 2: per_block[s] = base * (1 + 1e-13 * (next() % 5)); break;        // within tolerance
+        default: per_block[s] = 0.0001 * (1 + next() % 50); break;
+      }
+      fixed[s] = next() % 3 == 0 ? 0.0 : 0.0001 * (next() % 40);
+      caps[s] = next() % 4 == 0 ? next() % 4 : next() % (blocks + 2);
+    }
+    const auto fast = BalanceStages(blocks, fixed, per_block, caps);
+    const auto reference = BalanceBlocks(blocks, fixed, per_block, caps);
+    ASSERT_EQ(fast.has_value(), reference.has_value()) << "trial " << trial;
+    if (fast) {
+      EXPECT_EQ(*fast, *reference) << "trial " << trial;
+      ++found;
+    }
+    ++compared;
+  }
+  EXPECT_GT(found, compared / 4);  // the cases are not all infeasible
 }
 
 // ---- the planner ------------------------------------------------------------------------------------

@@ -160,6 +160,25 @@ TEST(MetisPruning, PaperPermutationExample) {
             (std::vector<std::vector<uint32_t>>{{1, 1}, {1, 1}, {1, 1}, {2}}));
 }
 
+TEST(MetisPruning, OrderBudgetMergesTheUnitsWithTheMostOrdersFurther) {
+  // Orders of a unit: n! / Π c! over its (merged) units. {2, 1, 1, 1, 1}: 5!/4! = 5, at length 3: 3 (the
+  // paper's example); {4, 4, 8, 8}: 4!/(2!·2!) = 6; {16}: 1.
+  EXPECT_EQ(OrderCount({2, 1, 1, 1, 1}, 10), 5u);
+  EXPECT_EQ(OrderCount({2, 1, 1, 1, 1}, 3), 3u);
+  EXPECT_EQ(OrderCount({4, 4, 8, 8}, 10), 6u);
+  EXPECT_EQ(OrderCount({16}, 10), 1u);
+  EXPECT_EQ(OrderCount({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 10), 3628800u);
+  const std::vector<std::vector<uint32_t>> units = {{2, 1, 1, 1, 1}, {4, 4, 8, 8}, {16}};
+  // 5 + 6 + 1 = 12 orders fit a budget of 12: every unit keeps the paper's length.
+  EXPECT_EQ(PermutationLengths(units, 10, 12), (std::vector<uint32_t>{10, 10, 10}));
+  // A budget of 8: the largest c with min(5, c) + min(6, c) + min(1, c) ≤ 8 is 3 (c = 4 needs 9). The
+  // first unit reaches 3 orders at length 4 (lengths 5-9 leave its 5 groups as they are; at 4 the four
+  // 1s pair up: (1,1), (1,1), (2)); the second at length 3 ((4,4), (8), (8): 3 orders); {16} keeps 10.
+  EXPECT_EQ(PermutationLengths(units, 10, 8), (std::vector<uint32_t>{4, 3, 10}));
+  // A budget below one order per unit still keeps one order each (length 1).
+  EXPECT_EQ(PermutationLengths(units, 10, 1), (std::vector<uint32_t>{1, 1, 10}));
+}
+
 TEST(MetisPruning, SkippingOrdersKeepsRanksAndSkipsExactlyTheSharedPrefix) {
   // Sizes {1, 1, 2, 3}: 4!/2! = 12 distinct orders. Visited in full, each order's rank is its index.
   const auto all = StageSizeOrders({1, 1, 2, 3}, 10);
@@ -513,6 +532,34 @@ TEST(Metis, SkippedStageSizeOrdersDoNotChangeThePlan) {
   for (const auto& note : with_stats.notes) skipped |= note.find("more skipped") != std::string::npos;
   EXPECT_TRUE(skipped);
   EXPECT_LT(with->size_orders, without->size_orders);
+}
+
+// The order budget changes nothing while the search's orders fit in it (the default 5e8 / GPUs is 31M
+// orders at 16 GPUs; this search has far fewer), and a budget of one order per unit still finds a valid
+// plan, no better than the full search's, and says that the budget cut the permutations.
+TEST(Metis, OrderBudgetKeepsThePlanUntilItBinds) {
+  const Fixture f(planners::testing::BundledCluster("metis-uniform-t4-v100-16"),
+                  planners::testing::BundledModel("gpt3-6.7b"), "{global_batch_size: 128, seq_len: 1024, dtype: fp16}");
+  const auto problem = f.problem();
+  SearchStats stats, unlimited_stats, tight_stats;
+  auto by_default = Search(problem, Knobs{}, stats);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().message();
+  Knobs unlimited;
+  unlimited.max_orders = UINT64_MAX;
+  auto full = Search(problem, unlimited, unlimited_stats);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(by_default->plan->SerializeAsString(), full->plan->SerializeAsString());
+  EXPECT_EQ(by_default->size_orders, full->size_orders);
+  Knobs tight;
+  tight.max_orders = 1;
+  auto cut = Search(problem, tight, tight_stats);
+  ASSERT_TRUE(cut.ok()) << cut.status().message();
+  EXPECT_LT(cut->size_orders, full->size_orders);
+  EXPECT_GE(cut->cost_s, full->cost_s);
+  bool noted = false;
+  for (const auto& note : tight_stats.notes) noted |= note.find("order budget (max_orders: 1;") != std::string::npos;
+  EXPECT_TRUE(noted);
+  EXPECT_TRUE(models::ValidatePlan(*cut->plan, f.context(), "metis").ok());
 }
 
 // ---- the time limit (time_limit_s; not in the paper) ------------------------------------------------------
