@@ -60,7 +60,9 @@ struct Profile {
 
 class Search {
  public:
-  Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& options, SearchStats& stats)
+  // Keeps the exact top `keep_alternatives` + 1 plans under the closed form.
+  Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& options, SearchStats& stats,
+         uint32_t keep_alternatives)
       : problem_(problem),
         cost_(problem),
         memory_(problem),
@@ -71,7 +73,7 @@ class Search {
         blocks_(problem.model.num_blocks()),
         G_(problem.training.global_batch_size()),
         rc_(problem.training.recompute()),
-        kept_(problem.alternatives) {
+        kept_(keep_alternatives) {
     bmax_ = std::min<uint32_t>(G_, options.max_micro_batch_size() > 0 ? options.max_micro_batch_size() : 32);
     zeros_ = options.zero_stages().empty()
                  ? std::vector<uint32_t>{1, 2, 3}
@@ -1061,7 +1063,8 @@ class Search {
       return;
     }
     ++stats_.candidates_evaluated;
-    const double t = cost_.Estimate(plan, /*with_memory=*/false).iteration_s;
+    // The closed form: the bounds above are bounds of it, so the search is exact under it.
+    const double t = cost_.ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
     // The bar a subtree must beat: the best plan's cost, or with runners-up asked for the worst kept one
     // (so that the kept list is the exact top of the space under the analytic model).
     if (kept_.Offer(t, plan)) incumbent_ = kept_.bar();
@@ -1118,6 +1121,34 @@ class Search {
   std::chrono::steady_clock::time_point start_;
 };
 
+// How many of the closed form's best plans are re-ranked by the played estimate when runners-up are asked for.
+constexpr uint32_t kRerankPool = 64;
+
+// Orders the pick and its runners-up by the played estimate (stable: the closed form's order breaks ties),
+// keeps problem.alternatives runners-up, and says where the closed form's optimum went.
+void Rerank(const PlanningProblem& problem, PlannerResult* result) {
+  const AnalyticCostModel cost(problem);
+  std::vector<RankedPlan> all;
+  all.push_back({std::move(result->plan), 0});
+  for (auto& alt : result->alternatives) all.push_back({std::move(alt.plan), 0});
+  const size_t pool = all.size();
+  for (auto& r : all) r.cost_s = cost.Estimate(r.plan, /*with_memory=*/false).iteration_s;
+  std::vector<size_t> order(pool);
+  for (size_t i = 0; i < pool; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return all[a].cost_s < all[b].cost_s; });
+  const size_t closed_form_best_at = static_cast<size_t>(std::find(order.begin(), order.end(), 0) - order.begin());
+  result->plan = std::move(all[order[0]].plan);
+  result->cost_s = all[order[0]].cost_s;
+  result->alternatives.clear();
+  for (size_t i = 1; i < pool && result->alternatives.size() < problem.alternatives; ++i) {
+    result->alternatives.push_back(std::move(all[order[i]]));
+  }
+  result->stats.notes.push_back(
+      "the closed form's " + std::to_string(pool) + " best plans re-ranked by the played lowering (the estimate "
+      "that prices what the simulator plays); the closed form's optimum ranks " +
+      std::to_string(closed_form_best_at + 1) + " there");
+}
+
 class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
  public:
   std::string name() const override { return "exhaustive"; }
@@ -1130,13 +1161,19 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
                              std::to_string(limit) + " (option max_devices raises the limit, at your own peril)");
     }
     PlannerResult result;
-    Search search(problem, options_, result.stats);
+    // Asked for runners-up (the simulator-checked choice), the search keeps a pool of the closed form's
+    // best plans and the pool is re-ranked by the played lowering (Estimate), the estimate that prices
+    // what the simulator plays: the closed form's bounds make the search exact and fast, the played
+    // estimate orders what the simulator will then check.
+    const uint32_t pool = problem.alternatives == 0 ? 0 : std::max(problem.alternatives, kRerankPool - 1);
+    Search search(problem, options_, result.stats, pool);
     search.Run();
     if (!search.found()) {
       if (!search.misses().empty()) return search.misses().ToStatus(name(), problem, result.stats);
       return NothingFound(name(), problem, result.stats, "");
     }
     search.MoveInto(&result);
+    if (problem.alternatives > 0) Rerank(problem, &result);
     return result;
   }
 };

@@ -31,7 +31,7 @@ namespace {
 
 using namespace hetsim;
 
-constexpr uint32_t kExhaustiveRefine = 16;
+constexpr uint32_t kExhaustiveRefine = runner::kDefaultExhaustiveRefine;
 
 const std::vector<std::string> kBundled = {
     "hexiscale-case-study",           "hexiscale-mini-setting1",       "hexiscale-mini-setting2",
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     order.push_back(cluster.name());
     for (const auto& p : names) {
       if (!cluster_wanted && p.find(filter) == std::string::npos) continue;
-      const Row row = p == "exhaustive" ? ref : Measure(p, problem, runner::kDefaultRefine);
+      const Row row = p == "exhaustive" ? ref : Measure(p, problem, runner::kAutoRefine);
       rows[cluster.name()][p] = row;
       const std::string key = "optimality." + p + "." + cluster.name();
       if (!row.ok) {

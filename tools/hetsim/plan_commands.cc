@@ -124,7 +124,7 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
         std::snprintf(b, sizeof b, "%.6g s", v);
         return std::string(b);
       };
-      comment += "\ntwin check (--refine " + std::to_string(refine.k) + "): " +
+      comment += "\ntwin check (--refine " + std::to_string(checked.k) + "): " +
                  std::to_string(checked.candidates.size()) + " simulated; " +
                  (checked.changed() ? "runner-up " + std::to_string(chosen.rank) + " chosen, " + secs(chosen.simulated_s) +
                                           " simulated (the planner's pick: " +

@@ -209,7 +209,7 @@ Result<Manifest> LoadManifest(const std::string& path) {
     const auto& pe = e.planners(i);
     const std::string ppath = "planners[" + std::to_string(i) + "]";
     PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt,
-                         pe.has_refine() ? pe.refine() : kDefaultRefine};
+                         pe.has_refine() ? pe.refine() : kAutoRefine};
     if (!labels.insert(choice.label).second) {
       errors.Add(at + ppath + ".label: '" + choice.label + "' names two planners; give each its own label");
     }

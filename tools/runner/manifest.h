@@ -21,7 +21,8 @@ struct PlannerChoice {
   std::string name;         // registered planner, or "plan" for a fixed plan file
   std::string options;      // its options as YAML text
   std::optional<proto::Plan> plan;  // name == "plan": the plan to simulate
-  uint32_t refine = 0;      // candidates simulated to pick the plan (tools/runner/refine.h); 0 = the pick
+  uint32_t refine = 0;      // candidates simulated to pick the plan (tools/runner/refine.h: kAutoRefine = the
+                            // planner's default; 0 = the planner's own pick)
 };
 
 // One sweep point: which cluster, model and planner, the value of every other axis, the repeat.

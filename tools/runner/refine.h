@@ -5,7 +5,9 @@
 //   K = 0  the planner's pick, nothing simulated (the paper's choice; `--refine 0`)
 //   K = 1  the pick, simulated once (the notes give its simulated time)
 //   K ≥ 2  the fastest of the pick and up to K − 1 runners-up in the simulator; ties keep the planner's
-//          order. Candidates whose simulation reports a device out of memory, or fails, are skipped.
+//          order. Candidates whose simulation reports a device out of memory, or fails, are skipped. At the
+//          balanced fidelity a runner-up whose lower bound (AnalyticCostModel::LowerBoundSeconds, never
+//          above its simulated time) is no better than the fastest simulated so far is ruled out unsimulated.
 //
 // The plan's search notes say both picks and both times. Everything is deterministic: the simulations are
 // the simulator's (seeded, no compute jitter unless the options ask for it), so the same inputs give the
@@ -13,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -26,8 +29,15 @@ namespace hetsim::runner {
 // or more (docs/planners.md "Simulator-checked choice" has the measured ratios).
 inline constexpr uint32_t kDefaultRefine = 4;
 
+// The reference optimum (`exhaustive`) is checked on more candidates by default: its pool re-ranked by the
+// played estimate, simulated unless the lower bound rules a candidate out.
+inline constexpr uint32_t kDefaultExhaustiveRefine = 16;
+
+// "The planner's default": kDefaultExhaustiveRefine for exhaustive, kDefaultRefine for every other planner.
+inline constexpr uint32_t kAutoRefine = UINT32_MAX;
+
 struct RefineOptions {
-  uint32_t k = kDefaultRefine;
+  uint32_t k = kAutoRefine;
   sim::SimOptions sim;  // how candidates are simulated (fidelity, calibration, profiles); no timeline
 };
 
@@ -38,11 +48,14 @@ struct RefinedCandidate {
   double simulated_s = 0;    // the simulated iteration (0 when the simulation failed)
   bool oom = false;          // the simulation flagged a device out of memory
   std::string error;         // the simulation failed (message)
+  double lower_bound_s = 0;  // AnalyticCostModel::LowerBoundSeconds (never above the simulated time)
+  bool ruled_out = false;    // not simulated: its lower bound is no better than a simulated candidate
 };
 
 struct RefineOutcome {
   std::vector<RefinedCandidate> candidates;  // in the planner's order; empty with K = 0
   uint32_t chosen = 0;                       // index into candidates of the returned plan
+  uint32_t k = 0;                            // the K used (kAutoRefine resolved)
   double sim_wall_s = 0;                     // wall time of the simulations
   bool changed() const { return chosen != 0; }
 };
