@@ -26,7 +26,9 @@
 //      micro-batches split over the pipelines minimising the slowest pipeline, (m − 1)·max_s t_s + Σ_s t_s
 //      (MinMaxSplit, exact for these non-decreasing costs);
 //   5. every candidate costed by hetsim's analytic model (memory on the real devices first) and the
-//      fastest kept.
+//      fastest kept — in order of a lower bound of its predicted time computed from the pipelines' shapes,
+//      skipping those whose bound exceeds the best time (the same plan; docs/planners-hetu.md, "Planning
+//      time at scale"; `disable_bounds` costs every one).
 // Options: planners/proto/hetu.proto.
 #pragma once
 

@@ -309,14 +309,12 @@ uint64_t OrderCount(const std::vector<uint32_t>& sizes, uint32_t max_len) {
     // C(placed + c, c), built one factor at a time: each partial product is itself a binomial.
     uint64_t binom = 1;
     for (uint64_t k = 1; k <= j - i; ++k) {
-      const unsigned __int128 next = static_cast<unsigned __int128>(binom) * (placed + k) / k;
-      if (next > UINT64_MAX) return UINT64_MAX;
-      binom = static_cast<uint64_t>(next);
+      uint64_t next = 0;  // C(placed + k − 1, k − 1) · (placed + k), divisible by k
+      if (__builtin_mul_overflow(binom, placed + k, &next)) return UINT64_MAX;
+      binom = next / k;
     }
     placed += j - i;
-    const unsigned __int128 product = static_cast<unsigned __int128>(count) * binom;
-    if (product > UINT64_MAX) return UINT64_MAX;
-    count = static_cast<uint64_t>(product);
+    if (__builtin_mul_overflow(count, binom, &count)) return UINT64_MAX;
     i = j;
   }
   return count;
