@@ -55,6 +55,7 @@ class Search {
     bs.erase(std::unique(bs.begin(), bs.end()), bs.end());
 
     Candidate best;
+    RankedPlans runners(problem_.alternatives);  // the simulator-checked choice's candidates (planner.h)
     for (uint32_t t : tps) {
       std::vector<EntityType> types;
       const std::vector<Entity> entities = MakeEntities(problem_.cluster, t, &types);
@@ -96,6 +97,7 @@ class Search {
             continue;
           }
           ++stats_.candidates_evaluated;
+          runners.Offer(c->eq1_s, c->plan);
           if (c->eq1_s < best.eq1_s) best = std::move(*c);
         }
       }
@@ -105,7 +107,9 @@ class Search {
                           "allow more TP degrees or micro-batch sizes, use recomputation, or add GPUs");
     }
     PlannerResult out;
+    runners.MoveInto(&out);  // the same pick as `best` (both keep the first of equal costs)
     out.plan = std::move(best.plan);
+    out.cost_s = best.eq1_s;
     out.stats = stats_;
     out.stats.notes.push_back("eq. 3 (device grouping): " + std::to_string(groupings_) + " (TP, micro-batch, D) "
                               "solved exactly with " + std::to_string(grouping_programs_) +

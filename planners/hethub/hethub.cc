@@ -90,7 +90,9 @@ class Search {
       return NothingFound("hethub", problem_, stats_, "allow more TP or DP degrees, or add GPUs of each type");
     }
     PlannerResult out;
+    runners_.MoveInto(&out);  // among the leaves the DFS costed (its bound cuts the others); same pick as best_
     out.plan = *best_;
+    out.cost_s = best_s_;
     out.stats = stats_;
     out.stats.notes.push_back("DFS: " + std::to_string(dfs_nodes_) + " tree nodes, " + std::to_string(leaves_) +
                               " leaves costed by the predictor, " + std::to_string(pruned_bound_) +
@@ -249,6 +251,7 @@ class Search {
                  problem_.cluster.DeviceName(e.tightest_device));
       return;
     }
+    runners_.Offer(e.iteration_s, plan);  // the simulator-checked choice's candidates (planner.h)
     if (!best_ || e.iteration_s < best_s_) {
       best_ = plan;
       best_s_ = e.iteration_s;
@@ -273,6 +276,7 @@ class Search {
   std::optional<proto::Plan> best_;
   double best_s_ = kInf;
   std::string best_summary_;
+  RankedPlans runners_{problem_.alternatives};
   uint64_t dfs_nodes_ = 0, leaves_ = 0, pruned_bound_ = 0;
   bool truncated_ = false;
 };

@@ -124,7 +124,9 @@ class Search {
     }
     Notes();
     PlannerResult result;
+    runners_.MoveInto(&result);  // the same pick as best_ (both keep the first of equal costs)
     result.plan = std::move(*best_);
+    result.cost_s = best_time_;
     result.stats = std::move(stats_);
     return result;
   }
@@ -346,6 +348,7 @@ class Search {
       out.pipeline_s = e.pipeline_s;
       out.dp_s = e.dp_s;
     }
+    runners_.Offer(out.iteration_s, plan);  // the simulator-checked choice's candidates (planner.h)
     if (out.iteration_s < best_time_) {
       best_time_ = out.iteration_s;
       best_ = std::move(plan);
@@ -437,6 +440,7 @@ class Search {
   std::map<int, uint64_t> iterations_by_cut_;
   std::optional<proto::Plan> best_;
   double best_time_ = kInf;
+  RankedPlans runners_{problem_.alternatives};
   Outcome best_outcome_;
   CutObjective best_cut_ = CutObjective::kMinCut;
   int best_seed_ = 0;
