@@ -398,6 +398,15 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             const Platform platform = BuildPlatform(ctx.cluster, options.compute.calibration);
                             const EngineResult er =
                                 RunEngine(*programs, platform, options.record_timeline, hook, options.timeline_devices);
+                            // A device whose main stream never reached its end: SimGrid stopped on a deadlock
+                            // (operations no order of events can complete). An error, never an iteration of 0 s.
+                            for (size_t slot = 0; slot < programs->devices.size(); ++slot) {
+                              if (programs->programs[slot].ops.empty() || er.devices[slot].end_s > 0) continue;
+                              return std::string(1, '\1') + "the simulation deadlocked: device " +
+                                     std::to_string(programs->devices[slot]) +
+                                     " never finished its operations (the plan's operations wait on each other in "
+                                     "a cycle; `hetsim lower --plan P` lists them)";
+                            }
                             proto::IterationReport report = MakeReport(plan, ctx, *programs, er);
                             AddCommPaths(*programs, ctx.cluster, plan.comm(), &report);
                             const std::string rep = report.SerializeAsString();

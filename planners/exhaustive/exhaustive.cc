@@ -1132,10 +1132,20 @@ void Rerank(const PlanningProblem& problem, PlannerResult* result) {
   all.push_back({std::move(result->plan), 0});
   for (auto& alt : result->alternatives) all.push_back({std::move(alt.plan), 0});
   const size_t pool = all.size();
-  for (auto& r : all) r.cost_s = cost.Estimate(r.plan, /*with_memory=*/false).iteration_s;
+  // A plan whose lowering cannot be played (its operations wait on each other in a cycle: ZeRO-3 gathers of
+  // pipelines of unlike shapes) would not run in the simulator either: it goes last.
+  std::vector<char> playable(pool);
+  for (size_t i = 0; i < pool; ++i) {
+    const PlanEstimate e = cost.Estimate(all[i].plan, /*with_memory=*/false);
+    all[i].cost_s = e.iteration_s;
+    playable[i] = e.played;
+  }
   std::vector<size_t> order(pool);
   for (size_t i = 0; i < pool; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return all[a].cost_s < all[b].cost_s; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (playable[a] != playable[b]) return playable[a] > playable[b];
+    return all[a].cost_s < all[b].cost_s;
+  });
   const size_t closed_form_best_at = static_cast<size_t>(std::find(order.begin(), order.end(), 0) - order.begin());
   result->plan = std::move(all[order[0]].plan);
   result->cost_s = all[order[0]].cost_s;
