@@ -416,7 +416,8 @@ struct Setup {
 // The duration of one lowered compute operation of rank `r` (sim/program.cc ComputeSeconds).
 class ComputePrices {
  public:
-  ComputePrices(const ComputeSource& cs, bool separate_recompute) : cs_(cs), separate_(separate_recompute) {}
+  ComputePrices(const ComputeSource& cs, bool separate_recompute, proto::Recompute recompute)
+      : cs_(cs), separate_(separate_recompute), recompute_(recompute) {}
 
   double Seconds(const models::Op& op, const models::RankOps& r, const models::GpuSpec& gpu) {
     if (op.category == Category::kOptimizer) return cs_.OptimizerSeconds(gpu, op.params);
@@ -432,9 +433,8 @@ class ComputePrices {
         return cs_.LayerSeconds(gpu, l, r.tp, batch, true, proto::RECOMPUTE_UNSPECIFIED, r.shard);
       }
       // With separate recomputation operations a backward operation is the backward alone; otherwise it
-      // includes what the training spec recomputes (as the simulator charges it).
-      return cs_.LayerSeconds(gpu, l, r.tp, batch, false,
-                              separate_ ? proto::RECOMPUTE_NONE : proto::RECOMPUTE_UNSPECIFIED, r.shard);
+      // includes what the plan recomputes (as the simulator charges it).
+      return cs_.LayerSeconds(gpu, l, r.tp, batch, false, separate_ ? proto::RECOMPUTE_NONE : recompute_, r.shard);
     };
     uint32_t blocks = 0, first_block = 0;
     const auto& model = cs_.cost().model();
@@ -490,6 +490,7 @@ class ComputePrices {
   };
   const ComputeSource& cs_;
   bool separate_;
+  proto::Recompute recompute_;
   std::unordered_map<Key, double, KeyHash> cache_;
   std::map<std::pair<const models::GpuSpec*, uint32_t>, double> latency_;
   std::map<const models::GpuSpec*, double> efficiency_, overhead_;
@@ -558,7 +559,7 @@ std::vector<POp> OverlapTp(const std::vector<POp>& ops) {
 
 // Prices the lowering's played ranks (sim/program.cc Append) and finds its message streams.
 void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, const ComputeSource& cs,
-                   const models::PlatformRoutes& routes, Pricing pricing, Setup* s) {
+                   const models::PlatformRoutes& routes, Pricing pricing, proto::Recompute recompute, Setup* s) {
   s->lw = &lw;
   s->routes = &routes;
   s->pricing = pricing;
@@ -573,7 +574,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
   for (size_t g = 0; g < lw.groups.size(); ++g) s->groups[g].members = &lw.groups[g];
   s->programs.resize(lw.ranks.size());
   std::map<std::tuple<uint32_t, uint32_t, uint8_t>, uint32_t> stream_ids;
-  ComputePrices prices(cs, lw.separate_recompute);
+  ComputePrices prices(cs, lw.separate_recompute, recompute);
   const auto stream_of = [&](uint32_t src, uint32_t dst, uint8_t channel) {
     auto [it, inserted] = stream_ids.emplace(std::make_tuple(src, dst, channel), static_cast<uint32_t>(s->streams.size()));
     if (inserted) {
@@ -1466,7 +1467,7 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
   if (fold != nullptr) {
     for (size_t i = 0; i < lw.ranks.size(); ++i) s.played[i] = fold->rep[i] == i ? 1 : 0;
   }
-  BuildPrograms(lw, cluster, cs, routes, options.pricing, &s);
+  BuildPrograms(lw, cluster, cs, routes, options.pricing, options.recompute, &s);
   PlayResult out;
   out.folded = s.folded;
   out.operations = s.operations;
@@ -1559,8 +1560,10 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
 
 }  // namespace
 
-Result<PlayResult> LoweringPlayer::Play(const proto::Plan& plan, const PlayOptions& options) const {
+Result<PlayResult> LoweringPlayer::Play(const proto::Plan& plan, const PlayOptions& given) const {
   const models::PlanContext ctx{cluster_, model_, training_};
+  PlayOptions options = given;
+  options.recompute = models::EffectiveRecompute(plan, training_);
   models::LoweringOptions lo;
   lo.fuse_passes = true;  // the simulator's balanced fidelity
   lo.tp_in_compute = [this](uint32_t device, uint32_t layer, uint32_t tp, double batch) {

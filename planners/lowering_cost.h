@@ -69,6 +69,8 @@ struct PlayOptions {
   bool fold = true;
   // Keep every operation's start and end (PlayResult::trace; debugging).
   bool trace = false;
+  // The recomputation backward passes include (set by Play from the plan: models::EffectiveRecompute).
+  proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED;
 };
 
 // What the player asks about compute: the simulator's view (SimulatorCompute) or a planner's (the

@@ -66,6 +66,12 @@ struct Fixture {
   std::unique_ptr<proto::Training> training;
 };
 
+// The closed form (AnalyticCostModel::ClosedFormEstimate): the objective exhaustive proves its optimum under,
+// so the measure of every gap to it.
+inline double ClosedForm(const PlanningProblem& problem, const proto::Plan& plan) {
+  return AnalyticCostModel(problem).ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
+}
+
 // Runs planner `name` (default options unless `options` YAML is given).
 inline Result<PlannerResult> Run(const std::string& name, const PlanningProblem& problem,
                                  const std::string& options = "") {
