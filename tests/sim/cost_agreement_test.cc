@@ -354,7 +354,7 @@ TEST(CostAgreement, RandomPlansAgainstTheSimulator) {
       auto folded_sim = sim::SimulateIteration(c.plan, ctx, sim::SimOptions{});
       ASSERT_TRUE(folded_sim.ok()) << where;
       simulated_default = folded_sim->report.iteration_time_s();
-      folded += folded_sim->played_devices < folded_sim->report.devices_size() ? 1 : 0;
+      folded += folded_sim->played_devices < static_cast<uint32_t>(folded_sim->report.devices_size()) ? 1 : 0;
     }
     const double slack = 1e-9;
     EXPECT_LE(lower, simulated * (1 + slack)) << where << ": lower bound above the unfolded simulation";
