@@ -53,6 +53,8 @@ Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::strin
                                     const std::string& options_file, const models::Cluster& cluster,
                                     const models::TransformerModel& model, const proto::Training& training,
                                     int refine = -1, std::vector<std::string>* notes = nullptr);
+// --refine K (tools/runner/refine.h): −1 when not given, K in 0..64, or an error naming the flag.
+Result<int> RefineFlag(const po::variables_map& vm);
 // Registered planners as (name, one-line summary); empty when the planners room is left out.
 std::vector<std::pair<std::string, std::string>> ListPlanners();
 // Checks an experiment manifest in full (used by `hetsim validate`); returns a one-line description.

@@ -351,6 +351,13 @@ std::string FlagString(const po::variables_map& vm, const char* key) {
   return vm.count(key) ? vm[key].as<std::string>() : std::string();
 }
 
+Result<int> RefineFlag(const po::variables_map& vm) {
+  if (!vm.count("refine")) return -1;
+  const int k = vm["refine"].as<int>();
+  if (k < 0 || k > 64) return Status::Invalid("--refine: expected 0..64 candidates to simulate, found " + std::to_string(k));
+  return k;
+}
+
 Status PlanWithFlags(const po::variables_map& vm, Specs* specs) {
   std::string options, options_file = "--planner-options";
   if (vm.count("planner-options")) {
@@ -359,10 +366,7 @@ Status PlanWithFlags(const po::variables_map& vm, Specs* specs) {
     options = text.text;
     options_file = text.file;
   }
-  const int refine = vm.count("refine") ? vm["refine"].as<int>() : -1;
-  if (vm.count("refine") && (refine < 0 || refine > 64)) {
-    return Status::Invalid("--refine: expected 0..64 candidates to simulate, found " + std::to_string(refine));
-  }
+  HETSIM_ASSIGN_OR_RETURN(const int refine, RefineFlag(vm));
   HETSIM_ASSIGN_OR_RETURN(specs->plan, PlanWithPlanner(FlagString(vm, "planner"), options, options_file,
                                                        *specs->cluster, *specs->model, specs->training, refine,
                                                        &specs->plan_notes));

@@ -92,14 +92,12 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   const planners::PlanningProblem problem{*specs->cluster, *specs->model, specs->training,
                                           profiles ? &*profiles : nullptr, compute};
   runner::RefineOptions refine;
-  if (vm.count("refine")) {
-    const int k = vm["refine"].as<int>();
-    if (k < 0 || k > 64) {
-      err << "--refine: expected 0..64 candidates to simulate, found " << k << "\n";
-      return 2;
-    }
-    refine.k = static_cast<uint32_t>(k);
+  const auto k = RefineFlag(vm);
+  if (!k.ok()) {
+    err << k.status().message() << "\n";
+    return 2;
   }
+  if (*k >= 0) refine.k = static_cast<uint32_t>(*k);
   runner::RefineOutcome checked;
   auto result = runner::PlanOnTwin(**planner, problem, refine, &checked);
   if (!result.ok()) return Fail(err, result.status());
