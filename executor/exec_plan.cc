@@ -57,6 +57,14 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
       }
     }
   }
+  // CPU offload needs a host optimizer and host-resident shards the runtime does not have: refuse rather
+  // than run the plan with everything on the GPU (which the plan says does not fit).
+  if (models::OffloadsOptimizer(plan)) {
+    return Status::Invalid(file + ": offload: " + models::OffloadName(models::EffectiveOffload(plan)) +
+                           ": the executor keeps parameters, gradients and optimizer states on the GPU and runs "
+                           "the optimizer there; CPU offload (ZeRO-Offload, ZeRO-Infinity, FSDP CPUOffload) is "
+                           "simulated only: simulate this plan (hetsim simulate) or set offload: none");
+  }
   ep.global_batch = ctx.training.global_batch_size();
   ep.seq_len = ctx.training.seq_len();
   const auto recompute = models::EffectiveRecompute(plan, ctx.training);

@@ -64,6 +64,9 @@ Result<Cluster> Cluster::Build(proto::Cluster spec, const std::string& file, con
     proto_node.zone = ng.zone();
     if (!ng.zone().empty()) zones.insert(ng.zone());
     proto_node.host_memory_gib = ng.host_memory_gib() > 0 ? ng.host_memory_gib() : 512.0;
+    proto_node.host_memory_stated = ng.host_memory_gib() > 0;
+    proto_node.cpu_adam_params_per_s =
+        ng.cpu_adam_gparams_per_s() > 0 ? ng.cpu_adam_gparams_per_s() * 1e9 : kDefaultCpuAdamParamsPerS;
     proto::IntraNodeFabric f = ng.fabric();
     if (f.kind() == proto::IntraNodeFabric::KIND_UNSPECIFIED) f.set_kind(FabricKindOf(**gpu));
     if (f.pcie_bandwidth_gbyte_s() <= 0) f.set_pcie_bandwidth_gbyte_s((*gpu)->pcie_bandwidth_gbyte_s);

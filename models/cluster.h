@@ -21,8 +21,16 @@ struct NodeInfo {
   proto::Nic nic;                 // attachment and count filled in; kind/bandwidth 0 when absent
   bool has_nic = false;
   std::string zone;  // "" when the cluster has one zone
-  double host_memory_gib = 0;
+  double host_memory_gib = 0;  // the spec's, or 512 when it gives none (host_memory_stated says which)
+  bool host_memory_stated = false;
+  // Adam updates per second of the node's host CPUs under CPU offload (the spec's cpu_adam_gparams_per_s,
+  // default kDefaultCpuAdamParamsPerS).
+  double cpu_adam_params_per_s = 0;
 };
+
+// DeepSpeed's CPU-Adam on a DGX-2 host: 10 B parameters in 2.57 s (Ren et al., "ZeRO-Offload", ATC'21,
+// the CPU-Adam latency table of the evaluation; 2 × 24-core Xeon Platinum 8168).
+inline constexpr double kDefaultCpuAdamParamsPerS = 3.9e9;
 
 struct DeviceInfo {
   uint32_t node = 0;   // index into nodes()

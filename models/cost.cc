@@ -167,6 +167,10 @@ double PipelineBoundaryBytes(const TransformerModel& model, double micro_batch, 
   return model.BoundaryBytes(micro_batch, seq_len, dtype);
 }
 
+double HostOptimizerSeconds(double params, uint32_t host_ranks, double cpu_adam_params_per_s) {
+  return params * std::max<uint32_t>(1, host_ranks) / cpu_adam_params_per_s;
+}
+
 double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp, proto::DType dtype,
                      bool head_holds_embedding_copy) {
   return model.ParamsPerRank(layer, tp, head_holds_embedding_copy) * DTypeBytes(dtype);

@@ -129,6 +129,13 @@ class ComputeCost {
   mutable std::unordered_map<const GpuSpec*, std::optional<double>> optimizer_rate_;  // guarded by cache_mu_
 };
 
+// The optimizer step of one rank on its node's host CPU under CPU offload (models/lowering.h: the optimizer
+// operation's `host_ranks`): the node's CPU updates cpu_adam_params_per_s parameters per second with all
+// cores, and its `host_ranks` ranks each get an equal share of them (DeepSpeed gives every local rank its
+// own cores; ZeRO-Offload §4.1 runs the CPU-Adam of each rank's partition in parallel), so a rank's
+// `params` take params · host_ranks / cpu_adam_params_per_s seconds.
+double HostOptimizerSeconds(double params, uint32_t host_ranks, double cpu_adam_params_per_s);
+
 // Bytes each communication of one micro-batch moves (before any algorithm's 2(n−1)/n factors).
 // TP (Megatron-LM, Shoeybi et al. 2019 §3): 2 all-reduces of b·s·h activations per block in the forward
 // pass and 2 in the backward pass (with sequence parallelism: the same bytes as all-gather +

@@ -176,7 +176,8 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
   o << "  schedule " << EnumValueYamlName(proto::Plan::Schedule_descriptor()->FindValueByNumber(EffectiveSchedule(plan)))
     << ", ZeRO-" << plan.zero_stage() << ", recompute "
     << EnumValueYamlName(proto::Recompute_descriptor()->FindValueByNumber(EffectiveRecompute(plan, ctx.training)))
-    << (plan.sequence_parallel() ? ", sequence parallel" : "") << "\n";
+    << (plan.sequence_parallel() ? ", sequence parallel" : "")
+    << (OffloadsOptimizer(plan) ? ", CPU offload " + OffloadName(EffectiveOffload(plan)) : "") << "\n";
   bool any_oom = false;
   // Pipelines of the same shape (micro-batching, stages, degrees, layers, splits) print one table.
   auto shape = [&](int p) {
@@ -273,6 +274,15 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
           << comm.Reason(a, b) << ")";
       }
     }
+  }
+  // CPU offload: the offloaded shards in each node's host memory.
+  const auto host = HostMemoryByNode(mem, ctx.cluster);
+  if (!host.empty()) o << "\nhost memory (offload: " << OffloadName(EffectiveOffload(plan)) << "):";
+  for (const auto& hm : host) {
+    any_oom |= hm.oom();
+    o << "\n  " << ctx.cluster.node(hm.node).name << ": " << Fmt("%.1f", hm.need_gib) << " GiB"
+      << (hm.capacity_gib > 0 ? " of " + Fmt("%.0f", hm.capacity_gib) + (hm.oom() ? "  OUT OF MEMORY" : "")
+                              : " (the cluster spec gives no host_memory_gib: assumed enough)");
   }
   o << "\n" << (any_oom ? "memory: some devices are OUT OF MEMORY\n" : "memory: fits on every device\n");
   return o.str();

@@ -127,6 +127,9 @@ class Lowerer {
     for (uint32_t g = 0; g < out_.sync_groups.size(); ++g) {
       for (uint32_t d : out_.sync_groups[g].devices) device_groups_[d].push_back(g);
     }
+    MakeSegments();
+    node_ranks_.assign(ctx_.cluster.nodes().size(), 0);
+    for (uint32_t d : out_.devices) ++node_ranks_[ctx_.cluster.device(d).node];
     for (int p = 0; p < plan_.pipelines_size(); ++p) {
       const auto& pipe = plan_.pipelines(p);
       for (int s = 0; s < pipe.stages_size(); ++s) {
@@ -155,6 +158,10 @@ class Lowerer {
       return Status::Invalid("plan: zero_stage: interleaved_1f1b runs with ZeRO 0-2; use zero_stage: 2 "
                              "or the 1f1b schedule for ZeRO-3");
     }
+    if (EffectiveSchedule(plan_) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B && OffloadsOptimizer(plan_)) {
+      return Status::Invalid("plan: offload: CPU offload is lowered for the 1f1b and gpipe schedules; use one of "
+                             "them or offload: none");
+    }
     if (plan_.zero_stage() >= 3) {
       for (const auto& pipe : plan_.pipelines()) {
         if (pipe.num_micro_batches() != plan_.pipelines(0).num_micro_batches()) {
@@ -164,6 +171,61 @@ class Lowerer {
       }
     }
     return Status::Ok();
+  }
+
+  struct Segment {
+    uint32_t layer_begin = 0, layer_end = 0;
+    uint32_t group = kNone;  // index into out_.sync_groups; kNone: layers no other replica holds (offload)
+  };
+  // The pieces of each rank's parameters that its gradient sync and CPU offload handle, in backward order
+  // (later layers first, then by chunk): the sync groups it belongs to and, under CPU offload, each layer
+  // of the rank that no other replica holds (copied to and from host memory one layer at a time).
+  void MakeSegments() {
+    segments_.assign(ctx_.cluster.num_devices(), {});
+    const bool offload = OffloadsOptimizer(plan_);
+    for (const auto& r : out_.ranks) {
+      auto& segs = segments_[r.device];
+      for (uint32_t g : device_groups_[r.device]) {
+        segs.push_back({out_.sync_groups[g].layer_begin, out_.sync_groups[g].layer_end, g});
+      }
+      if (!offload) continue;
+      for (uint32_t l = r.layer_begin; l < r.layer_end; ++l) {
+        bool covered = false;
+        for (uint32_t g : device_groups_[r.device]) {
+          covered |= out_.sync_groups[g].layer_begin <= l && l < out_.sync_groups[g].layer_end;
+        }
+        if (!covered) segs.push_back({l, l + 1, kNone});
+      }
+      std::stable_sort(segs.begin(), segs.end(),
+                       [](const Segment& a, const Segment& b) { return a.layer_begin > b.layer_begin; });
+    }
+  }
+
+  // Bytes of a segment's parameters (or gradients) on rank `device` of TP degree `tp`: a sync group's
+  // share is its bytes over its holders (the rank's ZeRO shard); a layer no other replica holds is whole.
+  double SegmentShardBytes(const Segment& seg, uint32_t tp, bool holds_embedding) const {
+    if (seg.group != kNone) {
+      const auto& sg = out_.sync_groups[seg.group];
+      return GroupBytes(sg) / static_cast<double>(sg.devices.size());
+    }
+    double params = 0;
+    for (uint32_t l = seg.layer_begin; l < seg.layer_end; ++l) params += model_.ParamsPerRank(l, tp, !holds_embedding);
+    return params * DTypeBytes(tr_.dtype());
+  }
+
+  void AddHostCopy(std::vector<Op>& ops, double bytes, bool to_host, Category cat, uint16_t mb, uint32_t a,
+                   uint32_t b, uint32_t sync_group = kNone) {
+    if (bytes <= 0) return;
+    Op op;
+    op.kind = OpKind::kHostCopy;
+    op.category = cat;
+    op.to_host = to_host;
+    op.bytes = bytes;
+    op.micro_batch = mb;
+    op.layer_begin = a;
+    op.layer_end = b;
+    op.sync_group = sync_group;
+    ops.push_back(op);
   }
 
   uint32_t GroupId(std::vector<uint32_t> members) {
@@ -492,9 +554,19 @@ class Lowerer {
     return params * DTypeBytes(tr_.dtype());
   }
 
+  // ZeRO-3's gathers of the rank's layers before a pass. With the parameters offloaded each shard comes
+  // from host memory first, and the layers no other replica holds are copied whole.
   void AddZeroGathers(std::vector<Op>& ops, uint32_t device, uint16_t mb) {
     if (plan_.zero_stage() < 3) return;
-    for (uint32_t g : device_groups_[device]) {
+    const RankOps& me = out_.ranks[out_.device_slot[device]];
+    const bool params_offloaded = OffloadsParams(plan_);
+    for (const Segment& seg : segments_[device]) {
+      if (params_offloaded) {
+        AddHostCopy(ops, SegmentShardBytes(seg, me.tp, me.layer_begin == 0), false, Category::kZero, mb,
+                    seg.layer_begin, seg.layer_end, seg.group);
+      }
+      if (seg.group == kNone) continue;
+      const uint32_t g = seg.group;
       const auto& sg = out_.sync_groups[g];
       if (sg.devices.size() < 2) continue;
       Op& op = AddCollective(ops, sg.devices, device, GroupBytes(sg), CollectiveKind::kAllGather, Category::kZero, mb);
@@ -523,7 +595,9 @@ class Lowerer {
     const int S = pipe.stages_size();
     const uint32_t m = pipe.num_micro_batches();
     const auto seqs = Ranges(st, pipe.micro_batch_size())[r];
-    const bool overlap = plan_.comm().dp_overlap() && !device_groups_[device].empty();
+    const auto& segments = segments_[device];
+    const bool overlap = plan_.comm().dp_overlap() && !segments.empty();
+    const bool offload = OffloadsOptimizer(plan_);
 
     auto forward = [&](uint16_t j) {
       if (s > 0) AddPp(ops, p, s - 1, s, device, false, r, k, true, j);
@@ -536,15 +610,16 @@ class Lowerer {
       AddZeroGathers(ops, device, j);
       if (overlap && j + 1u == m) {
         // The last backward runs segment by segment (later layers first) and hands each finished
-        // segment's gradient groups to the DP stream.
+        // segment's gradient groups (and, under CPU offload, its layers no other replica holds) to the DP
+        // stream.
         std::vector<uint32_t> cuts = {st.layer_end()};
-        for (uint32_t g : device_groups_[device]) cuts.push_back(out_.sync_groups[g].layer_begin);
+        for (const Segment& seg : segments) cuts.push_back(seg.layer_begin);
         std::sort(cuts.rbegin(), cuts.rend());
         cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
         for (size_t i = 0; i + 1 < cuts.size(); ++i) {
           AddLayers(ops, device, st, r, cuts[i + 1], cuts[i], seqs, false, j);
-          for (uint32_t g : device_groups_[device]) {
-            if (out_.sync_groups[g].layer_begin == cuts[i + 1]) Signal(ops);
+          for (const Segment& seg : segments) {
+            if (seg.layer_begin == cuts[i + 1]) Signal(ops);
           }
         }
       } else {
@@ -578,15 +653,24 @@ class Lowerer {
     wait.kind = OpKind::kWaitSends;
     ops.push_back(wait);
 
-    // Gradient synchronisation (ZeRO ≥ 1 reduce-scatters instead of all-reducing).
+    // Gradient synchronisation (ZeRO ≥ 1 reduce-scatters instead of all-reducing); under CPU offload each
+    // bucket's shard then goes to host memory.
     std::vector<Op>& dp_ops = overlap && !skeleton ? rank.dp_stream : ops;
-    for (uint32_t g : device_groups_[device]) {
-      const auto& sg = out_.sync_groups[g];
+    const bool holds_embedding = st.layer_begin() == 0;
+    for (const Segment& seg : segments) {
       if (overlap) {
         Op aw;
         aw.kind = OpKind::kAwait;
         dp_ops.push_back(aw);
       }
+      if (seg.group == kNone) {
+        // A layer only this rank holds (offload): its whole gradient goes to host memory.
+        AddHostCopy(dp_ops, SegmentShardBytes(seg, TpDegree(st), holds_embedding), true, Category::kDp, 0,
+                    seg.layer_begin, seg.layer_end);
+        continue;
+      }
+      const uint32_t g = seg.group;
+      const auto& sg = out_.sync_groups[g];
       if (sg.devices.size() < 2) continue;
       const double bytes = GroupBytes(sg);
       // Buckets of at most dp_bucket_mib each (all the same size), one collective per bucket.
@@ -608,6 +692,12 @@ class Lowerer {
           rs.num_buckets = op.num_buckets;
           rs.layer_begin = sg.layer_begin;
           rs.layer_end = sg.layer_end;
+          if (offload) {
+            AddHostCopy(dp_ops, op.bytes / static_cast<double>(sg.devices.size()), true, Category::kDp, 0,
+                        sg.layer_begin, sg.layer_end, g);
+            dp_ops.back().bucket = op.bucket;
+            dp_ops.back().num_buckets = op.num_buckets;
+          }
         } else {
           AddAllReduce(dp_ops, sg.devices, device, op);
         }
@@ -633,11 +723,24 @@ class Lowerer {
     opt.layer_begin = st.layer_begin();
     opt.layer_end = st.layer_end();
     opt.params = params / shard;
+    // CPU offload: the step runs on the node's CPU, whose cores the plan's ranks there share.
+    if (offload) opt.host_ranks = node_ranks_[ctx_.cluster.device(device).node];
     ops.push_back(opt);
+    if (offload && !OffloadsParams(plan_)) {
+      // The updated fp16 shard back to the GPU (ZeRO-Offload §4.1), before the all-gathers.
+      double bytes = 0;
+      for (const Segment& seg : segments) bytes += SegmentShardBytes(seg, TpDegree(st), holds_embedding);
+      AddHostCopy(ops, bytes, false, Category::kZero, 0, st.layer_begin(), st.layer_end());
+    }
     if (plan_.zero_stage() >= 1) {
       for (uint32_t g : device_groups_[device]) {
         const auto& sg = out_.sync_groups[g];
         if (sg.devices.size() < 2) continue;
+        // With the parameters offloaded the updated shard is in host memory: copied up before its gather.
+        if (OffloadsParams(plan_)) {
+          AddHostCopy(ops, GroupBytes(sg) / static_cast<double>(sg.devices.size()), false, Category::kZero, 0,
+                      sg.layer_begin, sg.layer_end, g);
+        }
         Op& op = AddCollective(ops, sg.devices, device, GroupBytes(sg), CollectiveKind::kAllGather, Category::kZero, 0);
         op.sync_group = g;
         op.layer_begin = sg.layer_begin;
@@ -736,6 +839,8 @@ class Lowerer {
   const bool full_recompute_;
   Lowering out_;
   std::vector<std::vector<uint32_t>> device_groups_;
+  std::vector<std::vector<Segment>> segments_;  // per device (MakeSegments)
+  std::vector<uint32_t> node_ranks_;            // per node: the plan's ranks on it
   std::map<std::vector<uint32_t>, uint32_t> group_ids_;
   size_t last_rank_ops_ = 0;  // operations of the rank lowered last
 };
@@ -757,6 +862,7 @@ const char* KindName(OpKind k) {
     case OpKind::kAwait: return "await";
     case OpKind::kJoin: return "join";
     case OpKind::kWaitSends: return "wait_sends";
+    case OpKind::kHostCopy: return "host_copy";
   }
   return "?";
 }
@@ -776,6 +882,12 @@ std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stre
     case OpKind::kCompute:
       std::snprintf(buf, sizeof(buf), " layers %u-%u seqs %u-%u%s flops %.6g params %.6g", op.layer_begin,
                     op.layer_end, op.seq_begin, op.seq_end, op.recompute ? " recompute" : "", op.flops, op.params);
+      s += buf;
+      if (op.host_ranks > 0) s += " on_host " + std::to_string(op.host_ranks);
+      break;
+    case OpKind::kHostCopy:
+      std::snprintf(buf, sizeof(buf), " %s layers %u-%u bytes %.6g", op.to_host ? "d2h" : "h2d", op.layer_begin,
+                    op.layer_end, op.bytes);
       s += buf;
       break;
     case OpKind::kSend:
@@ -820,7 +932,9 @@ OpTotals TotalOps(const Lowering& lowering) {
           case OpKind::kCompute:
             t.flops += op.flops;
             t.optimizer_params += op.params;
+            if (op.host_ranks > 0) t.host_optimizer_params += op.params;
             break;
+          case OpKind::kHostCopy: (op.to_host ? t.d2h_bytes : t.h2d_bytes) += op.bytes; break;
           case OpKind::kSend:
             t.send_bytes += op.bytes;
             if (op.category == Category::kCp) {

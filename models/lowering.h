@@ -45,6 +45,18 @@
 //    reduce-scattered under ZeRO ≥ 1; with comm.dp_overlap on a second stream that starts each group
 //    as soon as the backward of its layers is done. Then the optimizer step over the rank's shard, and
 //    under ZeRO ≥ 1 the parameter all-gathers.
+//  - CPU offload (Plan.offload; docs/lowering.md "CPU offload"). ZeRO-Offload (Ren et al., ATC'21, §4):
+//    after each gradient bucket's reduce-scatter the rank copies its shard of the bucket to host memory
+//    (kHostCopy, device to host), on the stream that reduce-scatters it (with comm.dp_overlap the DP
+//    stream, so the copies overlap the backward pass as §4.1 describes); layers no other replica holds
+//    are copied one layer at a time, right after their backward (the one-GPU schedule of §4.1). The
+//    optimizer step then runs on the host CPU (the optimizer compute operation with `host_ranks` set: the
+//    plan's ranks on the node share its cores), and the updated fp16 shard is copied back to the GPU
+//    (host to device) before the parameter all-gathers. With the parameters offloaded too (ZeRO-Infinity,
+//    Rajbhandari et al., SC'21; FSDP CPUOffload(offload_params=True)) every parameter all-gather is
+//    preceded by the host-to-device copy of the rank's shard, layers no other replica holds are copied
+//    whole before each pass, and no copy follows the step (it updates the host's fp16 shard in place).
+//    The one-step delayed parameter update of ZeRO-Offload §4.2 is optional there and not lowered.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +79,8 @@ enum class OpKind : uint8_t {
   kAwait,       // (DP stream) wait for the next kSignal of the main stream
   kJoin,        // (main stream) wait until the rank's DP stream has finished
   kWaitSends,   // wait for every posted send to complete
+  kHostCopy,    // CPU offload: copy `bytes` between this device and its node's host memory over the GPU's
+                // PCIe link (`to_host`: device to host, else host to device); the stream waits for it
 };
 
 // What an operation's time is booked as, in reports and timelines of the simulator and the executor.
@@ -110,6 +124,10 @@ struct Op {
   double bytes = 0;           // send/recv/collective payload (collectives: the full buffer S)
   double flops = 0;           // compute (forward/backward): FLOPs on this rank (divided by TP)
   double params = 0;          // optimizer: parameters this rank updates
+  // Optimizer under CPU offload: the step runs on the host CPU of the rank's node, whose cores the plan's
+  // `host_ranks` ranks on that node share (each gets 1/host_ranks of them); 0: on the GPU.
+  uint32_t host_ranks = 0;
+  bool to_host = false;       // host copy: device to host (gradients), else host to device (parameters)
   uint32_t sequences() const { return seq_end - seq_begin; }
 };
 
@@ -175,7 +193,7 @@ struct LoweringOptions {
 };
 
 // Lowers a structurally valid plan (ValidatePlanStructure). Errors for plans no consumer can run
-// (interleaved 1F1B with ZeRO-3; ZeRO-3 across pipelines of different micro-batch counts).
+// (interleaved 1F1B with ZeRO-3 or CPU offload; ZeRO-3 across pipelines of different micro-batch counts).
 Result<Lowering> LowerPlan(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options = {});
 
 // TP collectives of one layer's forward or backward pass for `batch` sequences (see the header comment).
@@ -213,6 +231,9 @@ struct OpTotals {
   double cp_send_bytes = 0;  // Σ ring-attention send bytes (included in send_bytes)
   uint64_t cp_sends = 0;     // number of ring-attention sends
   double optimizer_params = 0;
+  double host_optimizer_params = 0;  // of which updated on the host CPU (CPU offload)
+  double d2h_bytes = 0;      // Σ host copies device to host (CPU offload)
+  double h2d_bytes = 0;      // Σ host copies host to device
 };
 OpTotals TotalOps(const Lowering& lowering);
 

@@ -71,9 +71,41 @@ proto::Recompute EffectiveRecompute(const proto::Plan& plan, const proto::Traini
   return plan.recompute() == proto::RECOMPUTE_UNSPECIFIED ? training.recompute() : plan.recompute();
 }
 
+proto::Plan::Offload EffectiveOffload(const proto::Plan& plan) {
+  return plan.offload() == proto::Plan::OFFLOAD_UNSPECIFIED ? proto::Plan::OFFLOAD_NONE : plan.offload();
+}
+
+bool OffloadsOptimizer(const proto::Plan& plan) { return EffectiveOffload(plan) >= proto::Plan::OFFLOAD_OPTIMIZER; }
+
+bool OffloadsParams(const proto::Plan& plan) {
+  return EffectiveOffload(plan) >= proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS;
+}
+
+std::string OffloadName(proto::Plan::Offload offload) {
+  switch (offload) {
+    case proto::Plan::OFFLOAD_OPTIMIZER: return "optimizer";
+    case proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS: return "optimizer_and_params";
+    default: return "none";
+  }
+}
+
+double OffloadGradientBufferBytes(double rank_grad_bytes, double largest_layer_grad_bytes, double dp_bucket_mib) {
+  const double bucket = dp_bucket_mib > 0 ? dp_bucket_mib * 1024 * 1024 : largest_layer_grad_bytes;
+  return std::min(rank_grad_bytes, 2 * bucket);
+}
+
 Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, const std::string& file) {
   ErrorList errors;
   const std::string at = file + ": ";
+  if (OffloadsParams(plan) && plan.zero_stage() < 3) {
+    errors.Add(at + "offload: optimizer_and_params needs zero_stage 3 (the parameter shards that live in host "
+               "memory are ZeRO-3's) but zero_stage is " + std::to_string(plan.zero_stage()) +
+               "; set zero_stage: 3 or offload: optimizer");
+  } else if (OffloadsOptimizer(plan) && plan.zero_stage() < 2) {
+    errors.Add(at + "offload: optimizer needs zero_stage 2 or 3 (ZeRO-Offload moves each rank's reduce-scattered "
+               "gradient shard and optimizer shard to host memory) but zero_stage is " +
+               std::to_string(plan.zero_stage()) + "; set zero_stage: 2 or 3, or offload: none");
+  }
   const auto& model = ctx.model;
   const uint32_t num_layers = model.num_layers();
   const uint32_t heads = model.spec().num_attention_heads();
@@ -325,6 +357,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
   const double grad_bytes = weight_bytes;
   const double optim_bytes = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + tr.optimizer_extra_bytes_per_param();
   const uint32_t zero = plan.zero_stage();
+  const bool offload_optimizer = OffloadsOptimizer(plan), offload_params = OffloadsParams(plan);
   // DP replicas per layer: the ZeRO sharding factor.
   std::vector<uint32_t> replicas(model.num_layers(), 0);
   for (const auto& pipe : plan.pipelines()) {
@@ -356,7 +389,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         }
         default: in_flight = std::min<uint32_t>(m, S - s); break;
       }
-      double params = 0, grads = 0, optim = 0, largest_layer = 0;
+      double params = 0, grads = 0, optim = 0, largest_layer = 0, all_grads = 0, host = 0;
       for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
         const double n = model.ParamsPerRank(l, tp, !holds_embedding);
         const double shard = std::max<uint32_t>(1, replicas[l]);
@@ -364,8 +397,18 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         grads += n * grad_bytes / (zero >= 2 ? shard : 1.0);
         optim += n * optim_bytes / (zero >= 1 ? shard : 1.0);
         largest_layer = std::max(largest_layer, n * weight_bytes);
+        all_grads += n * grad_bytes;
+        // Offload needs ZeRO ≥ 2 (validation): the host holds the rank's shard.
+        if (offload_optimizer) host += n * (optim_bytes + grad_bytes) / shard;
+        if (offload_params) host += n * weight_bytes / shard;
       }
       if (zero >= 3) params += largest_layer;  // the gathered weights of the layer being computed
+      if (offload_optimizer) {
+        optim = 0;
+        grads = OffloadGradientBufferBytes(all_grads, largest_layer / weight_bytes * grad_bytes,
+                                           plan.comm().dp_bucket_mib());
+      }
+      if (offload_params) params = 2 * largest_layer;  // the layer being computed and the next, prefetched
       const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
       for (uint32_t r = 0; r < DpDegree(st); ++r) {
         const double b = r < split.size() ? split[r] : 0;
@@ -399,6 +442,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
           dm.allocator_gib = tr.allocator_overhead() * tensors;
           dm.total_gib = tensors + dm.allocator_gib + dm.workspace_gib;
           dm.capacity_gib = ctx.cluster.device(dm.device).gpu->memory_gib;
+          dm.host_gib = host / kGib;
           out.push_back(dm);
         }
       }
@@ -407,10 +451,31 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
   return out;
 }
 
+std::vector<NodeHostMemory> HostMemoryByNode(const std::vector<DeviceMemory>& memory, const Cluster& cluster) {
+  std::map<uint32_t, double> need;
+  for (const auto& dm : memory) {
+    if (dm.host_gib > 0) need[cluster.device(dm.device).node] += dm.host_gib;
+  }
+  std::vector<NodeHostMemory> out;
+  for (const auto& [node, gib] : need) {
+    const auto& info = cluster.node(node);
+    out.push_back({node, gib, info.host_memory_stated ? info.host_memory_gib : 0.0});
+  }
+  return out;
+}
+
 Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::string& file) {
   HETSIM_RETURN_IF_ERROR(ValidatePlanStructure(plan, ctx, file));
   ErrorList errors;
-  for (const auto& dm : EstimateMemory(plan, ctx)) {
+  const auto memory = EstimateMemory(plan, ctx);
+  for (const auto& hm : HostMemoryByNode(memory, ctx.cluster)) {
+    if (!hm.oom()) continue;
+    errors.Add(file + ": offload: node " + ctx.cluster.node(hm.node).name + " needs " + Fixed(hm.need_gib) +
+               " GiB of host memory for its ranks' offloaded shards (optimizer states, gradients" +
+               (OffloadsParams(plan) ? ", weights" : "") + ") but has " + Fixed(hm.capacity_gib) +
+               " GiB (host_memory_gib); use more GPUs, a lower offload level or a node with more memory");
+  }
+  for (const auto& dm : memory) {
     if (!dm.oom()) continue;
     errors.Add(file + ": " + StagePath(static_cast<int>(dm.pipeline), static_cast<int>(dm.stage)) + ": device " +
                std::to_string(dm.device) + " (" + ctx.cluster.DeviceName(dm.device) + ", " +
@@ -419,7 +484,8 @@ Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::
                ", activations " + Fixed(dm.activations_gib) + ", allocator " + Fixed(dm.allocator_gib) +
                ", workspace " + Fixed(dm.workspace_gib) +
                ") but has " + Fixed(dm.capacity_gib) +
-               " GiB; use more stages or a higher TP degree, ZeRO, recomputation or smaller micro-batches");
+               " GiB; use more stages or a higher TP degree, ZeRO, recomputation, smaller micro-batches or CPU offload "
+               "(offload: optimizer with ZeRO-2/3, optimizer_and_params with ZeRO-3)");
   }
   return errors.ToStatus(Status::Code::kInfeasible);
 }

@@ -39,6 +39,21 @@ uint32_t DpDegree(const proto::Stage& stage);
 uint32_t StageDevice(const proto::Stage& stage, uint32_t r, uint32_t j, uint32_t k);
 proto::Plan::Schedule EffectiveSchedule(const proto::Plan& plan);
 proto::Recompute EffectiveRecompute(const proto::Plan& plan, const proto::Training& training);
+// CPU offload (Plan.offload; unspecified = none): whether the optimizer states and step, and also the
+// parameter shards, live in host memory.
+proto::Plan::Offload EffectiveOffload(const proto::Plan& plan);
+bool OffloadsOptimizer(const proto::Plan& plan);
+bool OffloadsParams(const proto::Plan& plan);
+// "none", "optimizer", "optimizer_and_params".
+std::string OffloadName(proto::Plan::Offload offload);
+
+// GPU bytes of gradients a rank keeps under CPU offload (EstimateMemory and planners::MemoryModel): the
+// gradient buckets on their way to host memory — one being filled by the backward pass while the previous
+// one is reduce-scattered and copied out (DeepSpeed's double-buffered reduce bucket with overlap_comm;
+// FSDP's gradient of one wrapped block while the previous one is reduced) — each `dp_bucket_mib`, or the
+// largest layer's gradients when the plan sets no bucket size (ZeRO-Offload §4.1 copies each gradient
+// "individually or in small groups" as soon as it is computed); never more than the rank's gradients.
+double OffloadGradientBufferBytes(double rank_grad_bytes, double largest_layer_grad_bytes, double dp_bucket_mib);
 
 // Checks everything except memory. Errors are prefixed with `file`.
 Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, const std::string& file);
@@ -77,6 +92,16 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
 // blocks' worth).
 double ContextParallelBufferBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp,
                                   uint32_t cp, proto::DType dtype);
+// Under CPU offload (Plan.offload) the GPU keeps:
+//   optimizer: its fp16 weights as the ZeRO stage shards them (ZeRO-3: the shard plus the gathered layer
+//     being computed), the gradient buckets of OffloadGradientBufferBytes and no optimizer states;
+//   optimizer_and_params: no weight shard either — only the gathered layer being computed and the next one,
+//     prefetched (DeepSpeed's stage-3 prefetch, FSDP's backward prefetch): twice the largest layer.
+// Host memory (`host_gib`, not part of the GPU total) holds the rank's shard of the fp32 master weights
+// and optimizer states (the training's optimizer bytes per parameter) and of the fp16 gradients
+// (ZeRO-Offload §3: 12 + 2 bytes per parameter under mixed-precision Adam), plus the fp16 weight shard
+// under optimizer_and_params. ValidatePlan checks the sum over a node's ranks against the node's
+// host_memory_gib when the cluster spec gives one; otherwise host memory is assumed to be enough.
 struct DeviceMemory {
   uint32_t device = 0;
   uint32_t pipeline = 0;
@@ -89,10 +114,21 @@ struct DeviceMemory {
   double allocator_gib = 0;  // the caching allocator's overhead (training.allocator_overhead)
   double total_gib = 0;
   double capacity_gib = 0;
+  double host_gib = 0;  // CPU offload: the rank's bytes in its node's host memory
   bool oom() const { return total_gib > capacity_gib; }
 };
 
 // Requires a structurally valid plan. One entry per device the plan uses, in plan order.
 std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanContext& ctx);
+
+// Host memory a plan needs on one node under CPU offload (the sum of its ranks' host_gib).
+struct NodeHostMemory {
+  uint32_t node = 0;
+  double need_gib = 0;
+  double capacity_gib = 0;  // the spec's host_memory_gib; 0 when the spec gives none (not checked)
+  bool oom() const { return capacity_gib > 0 && need_gib > capacity_gib; }
+};
+// One entry per node with offloaded state, in node order (empty without offload).
+std::vector<NodeHostMemory> HostMemoryByNode(const std::vector<DeviceMemory>& memory, const Cluster& cluster);
 
 }  // namespace hetsim::models

@@ -472,6 +472,7 @@ Result<PlayResult> AnalyticCostModel::Play(const proto::Plan& plan, const PlayOp
 PlanEstimate AnalyticCostModel::Estimate(const proto::Plan& plan, bool with_memory) const {
   PlayOptions options;
   options.contention_passes = options_.contention_passes;
+  options.extrapolate = true;
   auto play = player_.Play(plan, options);
   if (!play.ok()) return ClosedFormEstimate(plan, with_memory);
   PlanEstimate e = FromPlay(plan, *play);

@@ -62,7 +62,7 @@ struct CostModelOptions {
   bool average_profiles = false;
   // Estimate: plays after the contention-free one that re-price every transfer by the link sharing the
   // previous play saw (PlayOptions::contention_passes); 0 = the contention-free play alone.
-  int contention_passes = 1;
+  int contention_passes = 3;
 };
 
 // One intra-stage replica (a TP group) for one micro-batch.

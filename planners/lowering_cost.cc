@@ -5,6 +5,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -67,7 +68,9 @@ struct Stream {
   bool staged = false;                // through host memory (HetHub §3.1): a stager per stream
   Route route;                        // GPU to GPU
   Route g2h, h2h, notice, h2g;        // staged: the stager's copies, its notice, the receiver's copy
-  double copies_slowdown = 1;         // folded runs: the folded devices' copies sharing its links
+  // Folded runs: per link of its route, the flows of the stream and of its folded copies on it (only links
+  // with copies); the contention passes count each flow of the stream that many times there.
+  std::vector<std::pair<uint32_t, uint32_t>> twins;
   uint32_t max_early = 1;             // the most receives posted ahead (context parallelism)
 };
 
@@ -228,6 +231,7 @@ std::string FoldShape(const proto::Plan& plan, const models::Cluster& cluster) {
   if (plan.comm().cpu_staged() || models::Communicator(cluster, plan.comm()).any_staged()) {
     return "CPU-staged transfers";
   }
+  if (models::OffloadsOptimizer(plan)) return "CPU offload (host copies)";  // as sim/program.cc
   if (plan.pipelines_size() == 0) return "no pipelines";
   const auto& p0 = plan.pipelines(0);
   for (const auto& pipe : plan.pipelines()) {
@@ -416,11 +420,17 @@ struct Setup {
 // The duration of one lowered compute operation of rank `r` (sim/program.cc ComputeSeconds).
 class ComputePrices {
  public:
-  ComputePrices(const ComputeSource& cs, bool separate_recompute, proto::Recompute recompute)
-      : cs_(cs), separate_(separate_recompute), recompute_(recompute) {}
+  ComputePrices(const ComputeSource& cs, const models::Cluster& cluster, bool separate_recompute,
+                proto::Recompute recompute)
+      : cs_(cs), cluster_(cluster), separate_(separate_recompute), recompute_(recompute) {}
 
   double Seconds(const models::Op& op, const models::RankOps& r, const models::GpuSpec& gpu) {
-    if (op.category == Category::kOptimizer) return cs_.OptimizerSeconds(gpu, op.params);
+    if (op.category == Category::kOptimizer) {
+      if (op.host_ranks == 0) return cs_.OptimizerSeconds(gpu, op.params);
+      // CPU offload: the step runs on the node's CPU, shared by the plan's ranks there (sim/program.cc).
+      return models::HostOptimizerSeconds(op.params, op.host_ranks, cluster_.node(cluster_.device(r.device).node).cpu_adam_params_per_s) +
+             cs_.cost().IterationOverheadSeconds(gpu);
+    }
     const bool overhead = !op.recompute && op.layer_begin == r.layer_begin && op.layer_end > op.layer_begin;
     const Key key{&gpu, r.tp, r.shard.cp, r.shard.ulysses, op.layer_begin, op.layer_end, op.sequences(),
                   static_cast<uint8_t>(op.category), op.recompute, overhead};
@@ -489,6 +499,7 @@ class ComputePrices {
     }
   };
   const ComputeSource& cs_;
+  const models::Cluster& cluster_;
   bool separate_;
   proto::Recompute recompute_;
   std::unordered_map<Key, double, KeyHash> cache_;
@@ -507,6 +518,7 @@ Kind KindOf(models::OpKind k) {
     case models::OpKind::kAwait: return Kind::kAwait;
     case models::OpKind::kJoin: return Kind::kJoin;
     case models::OpKind::kWaitSends: return Kind::kWaitSends;
+    case models::OpKind::kHostCopy: return Kind::kCompute;  // priced as its transfer, blocking its stream
   }
   return Kind::kCompute;
 }
@@ -574,7 +586,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
   for (size_t g = 0; g < lw.groups.size(); ++g) s->groups[g].members = &lw.groups[g];
   s->programs.resize(lw.ranks.size());
   std::map<std::tuple<uint32_t, uint32_t, uint8_t>, uint32_t> stream_ids;
-  ComputePrices prices(cs, lw.separate_recompute, recompute);
+  ComputePrices prices(cs, cluster, lw.separate_recompute, recompute);
   const auto stream_of = [&](uint32_t src, uint32_t dst, uint8_t channel) {
     auto [it, inserted] = stream_ids.emplace(std::make_tuple(src, dst, channel), static_cast<uint32_t>(s->streams.size()));
     if (inserted) {
@@ -628,6 +640,13 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
               out.back().seconds += op.seconds;
               continue;
             }
+            break;
+          }
+          case models::OpKind::kHostCopy: {
+            // CPU offload: one transfer over the GPU's PCIe link and its node's host memory link, which
+            // blocks its stream (sim/engine.cc). Played alone: the contention passes leave it out.
+            const Route route = lo.to_host ? s->routes->GpuToHost(r.device) : s->routes->HostToGpu(r.device);
+            op.seconds = route.Seconds(lo.bytes);
             break;
           }
           case models::OpKind::kSend:
@@ -751,7 +770,8 @@ namespace {
 struct FlowRecord {
   uint64_t key;
   double start, end;  // the whole flow, latency included
-  Route route;
+  const Route* route;  // stable for the play (a stream's, a hop's, or the play's arena)
+  const std::vector<std::pair<uint32_t, uint32_t>>* twins;  // folded copies per link (Stream::twins), or none
 };
 
 using Slowdowns = std::unordered_map<uint64_t, double>;
@@ -878,15 +898,25 @@ class Game {
     }
     return r.latency_s + b / r.bandwidth_bytes_s * slow;
   }
-  void Record(uint64_t key, double start, double end, const Route& r) {
-    if (record_ && end > start) flows_.push_back({key, start, end, r});
+  // A route that lives as long as the play (flow records point to it).
+  const Route& Keep(const Route& r) {
+    if (!record_) {
+      scratch_ = r;
+      return scratch_;
+    }
+    arena_.push_back(r);
+    return arena_.back();
+  }
+  void Record(uint64_t key, double start, double end, const Route& r,
+              const std::vector<std::pair<uint32_t, uint32_t>>* twins = nullptr) {
+    if (record_ && end > start) flows_.push_back({key, start, end, &r, twins});
   }
 
   // ---- message streams ----
 
   static double At(const std::vector<double>& v, uint32_t i) { return i < v.size() ? v[i] : kUnknown; }
   static void Put(std::vector<double>& v, uint32_t i, double x) {
-    if (v.size() <= i) v.resize(i + 1, kUnknown);
+    if (v.size() <= i) v.resize(std::max<size_t>(i + 1, 2 * v.size()), kUnknown);
     v[i] = x;
   }
 
@@ -894,15 +924,14 @@ class Game {
   void Resolve(uint32_t k) {
     Msgs& m = msgs_[k];
     const Stream& st = s_.streams[k];
-    bool changed = false;
     while (m.resolved < m.sent) {
       const uint32_t i = m.resolved;
       const double b = m.bytes[i];
       if (!st.staged) {
         if (i >= m.gets) break;
         const double start = std::max(m.send_post[i], m.recv_post[i]);
-        const double end = start + FlowSeconds(st.route, b, P2pKey(k, i, 0), contention_ ? st.copies_slowdown : 1);
-        Record(P2pKey(k, i, 0), start, end, st.route);
+        const double end = start + FlowSeconds(st.route, b, P2pKey(k, i, 0));
+        Record(P2pKey(k, i, 0), start, end, st.route, st.twins.empty() ? nullptr : &st.twins);
         Put(m.done, i, end);
       } else {
         // The stager takes item i when it is free (the item message is a zero-byte transfer to the host), copies
@@ -921,9 +950,7 @@ class Game {
         Put(m.done, i, end);
       }
       ++m.resolved;
-      changed = true;
     }
-    (void)changed;
     Wake(StreamRes(k));
   }
 
@@ -977,7 +1004,7 @@ class Game {
     const size_t n = s_.Members(g).size();
     auto& v = posts_[g];
     const size_t i = size_t{inst} * n + rank;
-    if (v.size() <= i) v.resize((size_t{inst} + 1) * n, kUnknown);
+    if (v.size() <= i) v.resize(std::max((size_t{inst} + 1) * n, 2 * v.size()), kUnknown);
     return v[i];
   }
   double PostAt(uint32_t g, uint32_t inst, uint32_t rank) const {
@@ -988,12 +1015,11 @@ class Game {
   }
 
   // When a folded collective's flows have all arrived, after its call (Setup::folded).
-  double FoldedSeconds(const POp& op, uint32_t g, double step_bytes, bool stripe) {
+  double FoldedSeconds(uint32_t g, double step_bytes, bool stripe) {
     const bool contention = contention_;
     const auto key = std::make_tuple(g, step_bytes, stripe, contention);
     auto it = s_.folded_price.find(key);
     if (it != s_.folded_price.end()) return it->second;
-    (void)op;
     const auto& routes = *s_.routes;
     double price = 0;
     if (!contention) {
@@ -1043,7 +1069,7 @@ class Game {
     if (op.collective == CollectiveKind::kBroadcast) {
       // The root sends the buffer to every member at once (sim/engine.cc RunCollective).
       for (uint32_t j = 1; j < n; ++j) {
-        const Route r = routes.GpuToGpu(m[0], m[j]);
+        const Route& r = Keep(routes.GpuToGpu(m[0], m[j]));
         const double start = std::max(p[0], p[j]);
         const double end = start + FlowSeconds(r, op.bytes, CollKey(g, inst, 0, j));
         Record(CollKey(g, inst, 0, j), start, end, r);
@@ -1054,7 +1080,7 @@ class Game {
       for (uint32_t a = 0; a < n; ++a) {
         for (uint32_t j = 1; j < n; ++j) {
           const uint32_t b = (a + j) % n;
-          const Route r = routes.GpuToGpu(m[a], m[b]);
+          const Route& r = Keep(routes.GpuToGpu(m[a], m[b]));
           const double start = std::max(p[a], p[b]);
           const double end = start + FlowSeconds(r, op.bytes / n, CollKey(g, inst, a, j));
           Record(CollKey(g, inst, a, j), start, end, r);
@@ -1067,7 +1093,7 @@ class Game {
       std::vector<double> up = p;
       for (uint32_t a = 1; a < n; ++a) {
         const uint32_t parent = (a - 1) / 2;
-        const Route r = routes.GpuToGpu(m[a], m[parent]);
+        const Route& r = Keep(routes.GpuToGpu(m[a], m[parent]));
         const double start = std::max(p[a], p[parent]);
         const double end = start + FlowSeconds(r, op.bytes, CollKey(g, inst, a, 0));
         Record(CollKey(g, inst, a, 0), start, end, r);
@@ -1077,7 +1103,7 @@ class Game {
       e = up;
       for (uint32_t a = 1; a < n; ++a) {
         const uint32_t parent = (a - 1) / 2;
-        const Route r = routes.GpuToGpu(m[parent], m[a]);
+        const Route& r = Keep(routes.GpuToGpu(m[parent], m[a]));
         const double start = std::max(up[a], up[parent]);
         const double end = start + FlowSeconds(r, op.bytes, CollKey(g, inst, a, 1));
         Record(CollKey(g, inst, a, 1), start, end, r);
@@ -1116,7 +1142,7 @@ class Game {
     const double step_bytes = nvls ? op.bytes / models::kNvlsEfficiency : op.bytes / n * steps;
     const Hop& h = s_.HopOf(g, r, !nvls);
     const double trailing = nvls ? h.to_next.latency_s : (steps - 1) * h.to_next.latency_s;
-    if (s_.folded && s_.groups[g].folded) return p + FoldedSeconds(op, g, step_bytes, !nvls) + trailing;
+    if (s_.folded && s_.groups[g].folded) return p + FoldedSeconds(g, step_bytes, !nvls) + trailing;
     const double p_prev = PostAt(g, inst, h.prev), p_next = PostAt(g, inst, h.next);
     if (p_prev < 0 || p_next < 0) {
       Block(id, GroupRes(g));
@@ -1124,7 +1150,6 @@ class Game {
     }
     const Hop& hp = s_.HopOf(g, h.prev, !nvls);
     const Hop& hn = s_.HopOf(g, h.next, !nvls);
-    const auto& routes = *s_.routes;
     // When each member posts its own send and its receive: after its staged copies when its hop is staged
     // (the copy to host memory, then to the peer's host memory, both blocking).
     const auto posted = [&](const Hop& x, uint32_t rank, double px) {
@@ -1174,7 +1199,6 @@ class Game {
       if (!WaitAllSends(id)) return kUnknown;
       end = std::max(end, a.t);
     }
-    (void)routes;
     return end + trailing;
   }
 
@@ -1197,8 +1221,12 @@ class Game {
       switch (op.kind) {
         case Kind::kCompute:
           a.t += op.seconds;
-          if (op.category == Category::kOptimizer) {
+          if (op.category == Category::kIdle) {
+            // (a delay standing for micro-batches not played: LoweringPlayer's extrapolation)
+          } else if (op.category == Category::kOptimizer) {
             st.optimizer_s += op.seconds;
+          } else if (op.category != Category::kForward && op.category != Category::kBackward) {
+            // (a CPU offload copy, priced as its transfer)
           } else {
             (op.category == Category::kForward ? st.forward_s : st.backward_s) += op.seconds;
             st.pipeline_end_s = std::max(st.pipeline_end_s, a.t);
@@ -1218,9 +1246,6 @@ class Game {
           const uint32_t seq = m.sent++;
           Put(m.send_post, seq, a.t);
           Put(m.bytes, seq, op.bytes);
-          if (s_.streams[op.ref].staged && LowerBound()) {
-            // (nothing special: the stager's copies are priced in Resolve)
-          }
           a.pending.emplace_back(op.ref, seq);
           Resolve(op.ref);
           break;
@@ -1370,6 +1395,8 @@ class Game {
   std::vector<double> dp_end_;
   std::vector<Stats> stats_;
   std::vector<FlowRecord> flows_;
+  std::deque<Route> arena_;
+  Route scratch_;
   std::vector<std::vector<uint32_t>> stagers_;
   bool stagers_built_ = false;
 };
@@ -1377,59 +1404,90 @@ class Game {
 // From one play's flows: every flow's slowdown (for each link of its route, the average number of flows on
 // the link while it ran, weighed by the link's bandwidth against the route's bottleneck), and the most
 // flows ever on one link at once.
+// A flow's source (a stream's leg, a collective member's sub-flow): the key without its sequence or instance.
+uint64_t SourceOf(uint64_t key) {
+  return key >> 63 ? key & ~(uint64_t{0x3FFFFFFF} << 3) : key & ~(uint64_t{0x3FFFF} << 23);
+}
+
 uint32_t Contention(const std::vector<FlowRecord>& flows, const models::PlatformRoutes& routes, Slowdowns* slow) {
-  std::unordered_map<uint32_t, std::vector<uint32_t>> on_link;
-  for (uint32_t f = 0; f < flows.size(); ++f) {
-    const Route& r = flows[f].route;
-    for (uint32_t i = 0; i < r.num_links; ++i) on_link[r.links[i]].push_back(f);
+  // The flows of each link (counting sort by link).
+  const uint32_t L = routes.num_links();
+  std::vector<uint32_t> offset(L + 1, 0);
+  for (const FlowRecord& f : flows) {
+    for (uint32_t i = 0; i < f.route->num_links; ++i) ++offset[f.route->links[i] + 1];
+  }
+  for (uint32_t l = 0; l < L; ++l) offset[l + 1] += offset[l];
+  std::vector<uint32_t> order(offset[L]);
+  {
+    std::vector<uint32_t> at(offset.begin(), offset.end() - 1);
+    for (uint32_t f = 0; f < flows.size(); ++f) {
+      const Route& r = *flows[f].route;
+      for (uint32_t i = 0; i < r.num_links; ++i) order[at[r.links[i]]++] = f;
+    }
   }
   uint32_t most = flows.empty() ? 0 : 1;
-  std::vector<std::pair<double, int>> events;
-  std::vector<double> times, integral;
-  for (const auto& [link, fs] : on_link) {
-    if (fs.size() < 2) continue;
-    events.clear();
-    // The bandwidth phase of each flow (after its latency).
-    const auto phase = [&](uint32_t f) {
-      const double s = std::min(flows[f].end, flows[f].start + flows[f].route.latency_s);
-      return std::make_pair(s, flows[f].end);
-    };
-    for (uint32_t f : fs) {
-      const auto [s, e] = phase(f);
-      if (e <= s) continue;
-      events.emplace_back(s, +1);
-      events.emplace_back(e, -1);
+  struct Event {
+    double t;
+    int delta;      // + weight at the start of a flow's bandwidth phase, − at its end
+    uint32_t flow;  // index among the link's flows
+  };
+  std::vector<Event> events;
+  std::vector<double> area_from, area_to;
+  for (uint32_t link = 0; link < L; ++link) {
+    if (offset[link] == offset[link + 1]) continue;
+    const std::span<const uint32_t> fs(order.data() + offset[link], offset[link + 1] - offset[link]);
+    if (flows[fs.front()].twins == nullptr) {
+      // Flows of one source never overlap (a stream moves one message at a time, a collective member one
+      // instance at a time).
+      const uint64_t source = SourceOf(flows[fs.front()].key);
+      bool one = true;
+      for (uint32_t f : fs) one = one && SourceOf(flows[f].key) == source;
+      if (one) continue;
     }
-    if (events.size() < 4) continue;
-    std::sort(events.begin(), events.end());  // ends (−1) before starts (+1) at the same time
-    times.clear();
-    integral.clear();
-    int level = 0;
-    double area = 0, last = events.front().first;
-    for (const auto& [t, d] : events) {
-      area += level * (t - last);
-      last = t;
-      if (times.empty() || times.back() != t) {
-        times.push_back(t);
-        integral.push_back(area);
-      } else {
-        integral.back() = area;
+    // The bandwidth phase of each flow (after its latency), and how many flows it stands for on this link
+    // (itself and its folded copies).
+    const auto weight = [&](uint32_t f) {
+      if (flows[f].twins == nullptr) return 1;
+      for (const auto& [l, n] : *flows[f].twins) {
+        if (l == link) return static_cast<int>(n);
       }
-      level += d;
+      return 1;
+    };
+    events.clear();
+    int total = 0;
+    for (uint32_t i = 0; i < fs.size(); ++i) {
+      const FlowRecord& f = flows[fs[i]];
+      const double start = std::min(f.end, f.start + f.route->latency_s);
+      if (f.end <= start) continue;
+      const int w = weight(fs[i]);
+      events.push_back({start, +w, i});
+      events.push_back({f.end, -w, i});
+      total += w;
+    }
+    if (total < 2) continue;
+    // Ends before starts at the same time.
+    std::sort(events.begin(), events.end(),
+              [](const Event& x, const Event& y) { return x.t != y.t ? x.t < y.t : x.delta < y.delta; });
+    area_from.assign(fs.size(), 0);
+    area_to.assign(fs.size(), 0);
+    int level = 0;
+    double area = 0, last = events.front().t;
+    for (const Event& ev : events) {
+      area += level * (ev.t - last);  // ∫ flows on the link, up to ev.t
+      last = ev.t;
+      (ev.delta > 0 ? area_from : area_to)[ev.flow] = area;
+      level += ev.delta;
       most = std::max<uint32_t>(most, static_cast<uint32_t>(std::max(level, 0)));
     }
     const double bw = routes.LinkBandwidth(link);
-    const auto area_at = [&](double t) {
-      const size_t i = static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
-      return integral[std::min(i, integral.size() - 1)];
-    };
-    for (uint32_t f : fs) {
-      const auto [s, e] = phase(f);
-      if (e <= s) continue;
-      const double average = (area_at(e) - area_at(s)) / (e - s);
-      const double factor = average * flows[f].route.bandwidth_bytes_s / bw;
+    for (uint32_t i = 0; i < fs.size(); ++i) {
+      const FlowRecord& f = flows[fs[i]];
+      const double start = std::min(f.end, f.start + f.route->latency_s);
+      if (f.end <= start) continue;
+      const double average = (area_to[i] - area_from[i]) / (f.end - start);
+      const double factor = average * f.route->bandwidth_bytes_s / bw;
       if (factor > 1 + 1e-9) {
-        double& x = (*slow)[flows[f].key];
+        double& x = (*slow)[f.key];
         x = std::max(x, factor);
       }
     }
@@ -1458,9 +1516,10 @@ LoweringPlayer::LoweringPlayer(const models::PlanContext& ctx, const ComputeSour
 
 namespace {
 
+// `delays`: per pipeline, idle time at the start of each of its ranks (empty: none).
 PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const models::Cluster& cluster,
                         const ComputeSource& cs, const models::PlatformRoutes& routes, const PlayOptions& options,
-                        Status* status) {
+                        const std::vector<double>& delays, Status* status) {
   Setup s;
   s.folded = fold != nullptr;
   s.played.assign(lw.ranks.size(), 1);
@@ -1468,6 +1527,15 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
     for (size_t i = 0; i < lw.ranks.size(); ++i) s.played[i] = fold->rep[i] == i ? 1 : 0;
   }
   BuildPrograms(lw, cluster, cs, routes, options.pricing, options.recompute, &s);
+  for (size_t i = 0; i < s.programs.size(); ++i) {
+    Program& prog = s.programs[i];
+    if (!s.played[i] || prog.pipeline >= delays.size() || delays[prog.pipeline] <= 0) continue;
+    POp wait;
+    wait.kind = Kind::kCompute;
+    wait.category = Category::kIdle;
+    wait.seconds = delays[prog.pipeline];
+    prog.main.insert(prog.main.begin(), wait);
+  }
   PlayResult out;
   out.folded = s.folded;
   out.operations = s.operations;
@@ -1486,7 +1554,7 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
     for (Stream& st : s.streams) {
       auto it = fold->send_copies.find({st.src, st.dst, st.channel});
       if (it == fold->send_copies.end()) continue;
-      std::unordered_map<uint32_t, uint32_t> sharing;
+      std::map<uint32_t, uint32_t> sharing;
       for (uint32_t i = 0; i < st.route.num_links; ++i) sharing[st.route.links[i]] = 1;
       for (const auto& [from, to] : it->second) {
         const Route r = routes.GpuToGpu(from, to);
@@ -1496,7 +1564,7 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
         }
       }
       for (const auto& [link, n] : sharing) {
-        st.copies_slowdown = std::max(st.copies_slowdown, n * st.route.bandwidth_bytes_s / routes.LinkBandwidth(link));
+        if (n > 1) st.twins.emplace_back(link, n);
       }
     }
   } else {
@@ -1530,12 +1598,13 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
     Contention(game.flows(), routes, &next);
     // Halfway between the slowdowns seen before and after: the sharing each play sees overshoots the
     // other's.
+    const double keep = 0.5;
     for (auto& [key, x] : slow) {
       auto it = next.find(key);
-      x = (x + (it == next.end() ? 1.0 : it->second)) / 2;
+      x = keep * x + (1 - keep) * (it == next.end() ? 1.0 : it->second);
     }
     for (const auto& [key, x] : next) {
-      if (!slow.count(key)) slow[key] = (1.0 + x) / 2;
+      if (!slow.count(key)) slow[key] = keep + (1 - keep) * x;
     }
   }
   out.devices.resize(lw.ranks.size());
@@ -1560,7 +1629,8 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
 
 }  // namespace
 
-Result<PlayResult> LoweringPlayer::Play(const proto::Plan& plan, const PlayOptions& given) const {
+Result<PlayResult> LoweringPlayer::PlayOnce(const proto::Plan& plan, const PlayOptions& given,
+                                            const std::vector<double>& delays, const Again& again) const {
   const models::PlanContext ctx{cluster_, model_, training_};
   PlayOptions options = given;
   options.recompute = models::EffectiveRecompute(plan, training_);
@@ -1581,18 +1651,119 @@ Result<PlayResult> LoweringPlayer::Play(const proto::Plan& plan, const PlayOptio
       note = FoldRanks(lowering, cluster_, &fold);
       if (note.empty()) {
         Status status;
-        PlayResult out = PlayLowering(lowering, &fold, cluster_, compute_, routes_, options, &status);
+        PlayResult out = PlayLowering(lowering, &fold, cluster_, compute_, routes_, options, delays, &status);
         if (!status.ok()) return status;
+        if (again) {
+          if (auto more = again(out)) {
+            out = PlayLowering(lowering, &fold, cluster_, compute_, routes_, options, *more, &status);
+            if (!status.ok()) return status;
+          }
+        }
         return out;
       }
     }
   }
   HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
   Status status;
-  PlayResult out = PlayLowering(lowering, nullptr, cluster_, compute_, routes_, options, &status);
+  PlayResult out = PlayLowering(lowering, nullptr, cluster_, compute_, routes_, options, delays, &status);
   if (!status.ok()) return status;
+  if (again) {
+    if (auto more = again(out)) {
+      out = PlayLowering(lowering, nullptr, cluster_, compute_, routes_, options, *more, &status);
+      if (!status.ok()) return status;
+    }
+  }
   out.fold_note = note;
   return out;
+}
+
+std::optional<PlayResult> LoweringPlayer::Extrapolated(const proto::Plan& plan, const PlayOptions& options) const {
+  const int P = plan.pipelines_size();
+  if (P == 0) return std::nullopt;
+  const bool interleaved = models::EffectiveSchedule(plan) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B;
+  const bool gpipe = models::EffectiveSchedule(plan) == proto::Plan::SCHEDULE_GPIPE;
+  // Per pipeline: micro-batches played (past the warm-up and cool-down transients, and past the engine's 32
+  // outstanding sends under GPipe), and the step between samples (interleaving plays groups of S).
+  std::vector<uint32_t> played(P), step(P);
+  bool any = false;
+  for (int p = 0; p < P; ++p) {
+    const auto& pipe = plan.pipelines(p);
+    const uint32_t S = std::max(1, pipe.stages_size());
+    step[p] = interleaved ? S : 1;
+    uint32_t cap = std::max<uint32_t>(2 * S + 2, gpipe ? 34 : 0);
+    cap = (cap + step[p] - 1) / step[p] * step[p];
+    // Four plays of about `cap` micro-batches are worth it from about five times that many.
+    played[p] = pipe.num_micro_batches() >= 5 * cap ? cap : pipe.num_micro_batches();
+    any = any || played[p] < pipe.num_micro_batches();
+  }
+  if (!any) return std::nullopt;
+  if (plan.zero_stage() >= 3) {
+    // ZeRO-3 gathers every micro-batch across pipelines: they keep one count.
+    for (int p = 0; p < P; ++p) played[p] = played[0];
+  }
+  PlayOptions sample = options;
+  sample.extrapolate = false;
+  sample.trace = false;
+  // The simulator folds a plan only when its pipelines have one micro-batch count: cutting some pipelines
+  // must not make the samples foldable where the plan is not.
+  for (int p = 1; p < P; ++p) {
+    sample.fold = sample.fold && plan.pipelines(p).num_micro_batches() == plan.pipelines(0).num_micro_batches();
+  }
+  // Pipeline ends at `played` micro-batches, one step and two steps more; the first sample's lowering is
+  // played again with the delays.
+  std::vector<std::vector<double>> ends(3, std::vector<double>(P, 0));
+  proto::Plan reduced = plan;
+  const auto sample_plan = [&](int k) {
+    for (int p = 0; p < P; ++p) {
+      const bool cut = played[p] < plan.pipelines(p).num_micro_batches();
+      reduced.mutable_pipelines(p)->set_num_micro_batches(played[p] + (cut ? k * step[p] : 0));
+    }
+    return reduced;
+  };
+  const auto record = [&](int k, const PlayResult& r) {
+    for (const DevicePlay& d : r.devices) ends[k][d.pipeline] = std::max(ends[k][d.pipeline], d.pipeline_end_s);
+  };
+  for (int k = 1; k <= 2; ++k) {
+    auto r = PlayOnce(sample_plan(k), sample, {});
+    if (!r.ok()) return std::nullopt;
+    record(k, *r);
+  }
+  // Each cut pipeline must be periodic already: two equal increments (within 2% where contention passes
+  // re-price flows by the sharing each play saw, which need not repeat exactly; their mean is taken).
+  const bool exact = options.pricing != Pricing::kSimulator || options.contention_passes == 0;
+  bool periodic = false;
+  const Again delays = [&](const PlayResult& first) -> std::optional<std::vector<double>> {
+    record(0, first);
+    std::vector<double> out(P, 0);
+    for (int p = 0; p < P; ++p) {
+      if (played[p] >= plan.pipelines(p).num_micro_batches()) continue;
+      const double d1 = ends[1][p] - ends[0][p], d2 = ends[2][p] - ends[1][p];
+      const double tolerance = exact ? 1e-9 * ends[2][p] + 1e-12 : 0.02 * d1;
+      if (!(d1 > 0) || std::abs(d2 - d1) > tolerance) return std::nullopt;
+      out[p] = (plan.pipelines(p).num_micro_batches() - played[p]) / static_cast<double>(step[p]) * (d1 + d2) / 2;
+    }
+    periodic = true;
+    return out;
+  };
+  auto out = PlayOnce(sample_plan(0), sample, {}, delays);
+  if (!out.ok() || !periodic) return std::nullopt;
+  // The compute of the micro-batches not played.
+  for (DevicePlay& d : out->devices) {
+    const double scale = plan.pipelines(static_cast<int>(d.pipeline)).num_micro_batches() /
+                         static_cast<double>(played[d.pipeline]);
+    d.forward_s *= scale;
+    d.backward_s *= scale;
+    d.tp_s *= scale;
+  }
+  out->extrapolated = true;
+  return std::move(*out);
+}
+
+Result<PlayResult> LoweringPlayer::Play(const proto::Plan& plan, const PlayOptions& options) const {
+  if (options.extrapolate && !options.trace) {
+    if (auto out = Extrapolated(plan, options)) return std::move(*out);
+  }
+  return PlayOnce(plan, options, {});
 }
 
 }  // namespace hetsim::planners

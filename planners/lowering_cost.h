@@ -24,10 +24,15 @@
 // of the group has arrived.
 //
 // Three pricings:
-//   - kSimulator: the uncontended prices above; with contention passes, the play is repeated with every
-//     flow slowed by the link sharing the previous play saw (for each link of its route, the average number
-//     of flows on the link during the flow, weighed by the link's bandwidth against the route's bottleneck)
-//     and, when folded, by the folded devices' copies that share its links (as the engine scales them).
+//   - kSimulator: the uncontended prices above. When no directed link ever carries two flows at once in this
+//     play (PlayResult::max_link_flows ≤ 1), it is the simulator's own timeline: max-min sharing gives every
+//     flow its route's bandwidth, so every event happens when the play says. With contention passes (a
+//     heuristic for the rest), the play is repeated with every flow slowed by the link sharing the play
+//     before saw: for each link of its route, the average number of flows on the link during its bandwidth
+//     phase (a folded flow counting once for itself and once for each folded copy sharing that link, as the
+//     engine plays or scales them), times the route's bottleneck over the link's bandwidth; the largest over
+//     the route. From the second pass on, each flow's slowdown is halfway between the last two plays' (each
+//     play's sharing overshoots the other's).
 //   - kLowerBound: nothing slower than the simulator can be: compute and fixed latencies exact, every flow
 //     alone on its route at full bandwidth (no collective efficiency), no waits for outstanding sends.
 //   - kUpperBound: every flow at the worst max-min share its route can get: on each link l, bandwidth /
@@ -48,6 +53,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,13 +71,19 @@ struct PlayOptions {
   Pricing pricing = Pricing::kSimulator;
   // kSimulator: plays after the first that re-price every flow by the link sharing the previous play saw.
   // 0: the contention-free play.
-  int contention_passes = 1;
+  int contention_passes = 3;
   // Play symmetric plans folded where the simulator folds them (and only then).
   bool fold = true;
   // Keep every operation's start and end (PlayResult::trace; debugging).
   bool trace = false;
   // The recomputation backward passes include (set by Play from the plan: models::EffectiveRecompute).
   proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED;
+  // Pipelines of many micro-batches: play a few (about twice the stages), find each pipeline's period (the
+  // growth of its end per micro-batch, the same over two more), and play the few with every rank of a
+  // pipeline starting that many periods late, so the gradient sync and what follows meet as in the whole
+  // iteration. Exact once every pipeline is periodic (two equal increments are taken as the sign; a
+  // 1F1B pipeline repeats after its warm-up); the whole play where they are not. Not for bounds.
+  bool extrapolate = false;
 };
 
 // What the player asks about compute: the simulator's view (SimulatorCompute) or a planner's (the
@@ -134,6 +147,7 @@ struct PlayResult {
   uint32_t max_link_sources = 0;
   uint64_t operations = 0;  // operations played per play
   int plays = 0;            // plays run (1 + contention passes that changed something)
+  bool extrapolated = false;  // PlayOptions::extrapolate took effect
   // PlayOptions::trace: per played device (index as `devices`), its operations in the order they ended:
   // (stream: 0 main, 1 DP; index in the stream; start; end; category).
   struct Span {
@@ -157,6 +171,12 @@ class LoweringPlayer {
   const models::PlatformRoutes& routes() const { return routes_; }
 
  private:
+  // One play; `delays` per pipeline (idle time before each of its ranks starts). With `again`: called with
+  // the result; when it returns delays, the same lowering is played again with them and that play returned.
+  using Again = std::function<std::optional<std::vector<double>>(const PlayResult&)>;
+  Result<PlayResult> PlayOnce(const proto::Plan& plan, const PlayOptions& options, const std::vector<double>& delays,
+                              const Again& again = {}) const;
+  std::optional<PlayResult> Extrapolated(const proto::Plan& plan, const PlayOptions& options) const;
   const models::Cluster& cluster_;
   const models::TransformerModel& model_;
   const proto::Training& training_;

@@ -123,7 +123,8 @@ double MemoryModel::ProfiledBytes(models::LayerKind kind, uint32_t tp) const {
   return profiled_bytes_[static_cast<int>(kind) * (kMaxProfiledTp + 1) + tp];
 }
 
-double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard) const {
+double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard,
+                              proto::Plan::Offload offload, double dp_bucket_mib) const {
   const bool mixed = models::MixedPrecision(training_.dtype());
   const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
@@ -144,20 +145,28 @@ double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_
   if (begin == 0 && end > 0) add(0, 1);
   if (blocks > 0) add(1, blocks);
   if (end == L && begin < end) add(L - 1, 1);
-  const double w = params * wb / (zero_stage >= 3 ? shard : 1.0) + (zero_stage >= 3 ? largest : 0.0);
-  const double g = params * wb / (zero_stage >= 2 ? shard : 1.0);
-  const double o = params * ob / (zero_stage >= 1 ? shard : 1.0);
+  double w = params * wb / (zero_stage >= 3 ? shard : 1.0) + (zero_stage >= 3 ? largest : 0.0);
+  double g = params * wb / (zero_stage >= 2 ? shard : 1.0);
+  double o = params * ob / (zero_stage >= 1 ? shard : 1.0);
+  // CPU offload (models/plan.h): gradient buckets and no optimizer states; with the parameters offloaded,
+  // the layer being computed and the next one.
+  if (offload >= proto::Plan::OFFLOAD_OPTIMIZER) {
+    g = models::OffloadGradientBufferBytes(params * wb, largest, dp_bucket_mib);
+    o = 0;
+  }
+  if (offload >= proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS) w = 2 * largest;
   return (w + g + o) * (1 + training_.allocator_overhead()) / kGib;
 }
 
 double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
-                                     const std::vector<uint32_t>& replicas) const {
+                                     const std::vector<uint32_t>& replicas, proto::Plan::Offload offload,
+                                     double dp_bucket_mib) const {
   const bool mixed = models::MixedPrecision(training_.dtype());
   const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
   const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
   const bool holds_embedding = begin == 0;
-  double w = 0, g = 0, o = 0, largest = 0;
+  double w = 0, g = 0, o = 0, largest = 0, all_grads = 0;
   for (uint32_t l = begin; l < end && l < model_.num_layers(); ++l) {
     const double n = model_.ParamsPerRank(l, tp, !holds_embedding);
     const double shard = std::max<uint32_t>(1, l < replicas.size() ? replicas[l] : 1);
@@ -165,9 +174,32 @@ double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, 
     g += n * wb / (zero_stage >= 2 ? shard : 1.0);
     o += n * ob / (zero_stage >= 1 ? shard : 1.0);
     largest = std::max(largest, n * wb);
+    all_grads += n * wb;
   }
   if (zero_stage >= 3) w += largest;
+  if (offload >= proto::Plan::OFFLOAD_OPTIMIZER) {
+    g = models::OffloadGradientBufferBytes(all_grads, largest, dp_bucket_mib);
+    o = 0;
+  }
+  if (offload >= proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS) w = 2 * largest;
   return (w + g + o) * (1 + training_.allocator_overhead()) / kGib;
+}
+
+double MemoryModel::HostGib(uint32_t begin, uint32_t end, uint32_t tp, proto::Plan::Offload offload,
+                            const std::vector<uint32_t>& replicas) const {
+  if (offload < proto::Plan::OFFLOAD_OPTIMIZER) return 0;
+  const bool mixed = models::MixedPrecision(training_.dtype());
+  const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
+  const double wb = models::DTypeBytes(training_.dtype());
+  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
+  // fp32 master weights and optimizer states and the fp16 gradients; the fp16 weights too with params.
+  const double per_param = ob + wb + (offload >= proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS ? wb : 0.0);
+  double bytes = 0;
+  for (uint32_t l = begin; l < end && l < model_.num_layers(); ++l) {
+    const double shard = std::max<uint32_t>(1, l < replicas.size() ? replicas[l] : 1);
+    bytes += model_.ParamsPerRank(l, tp, begin != 0) * per_param / shard;
+  }
+  return bytes / kGib;
 }
 
 double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,

@@ -44,11 +44,19 @@ class MemoryModel {
  public:
   explicit MemoryModel(const PlanningProblem& problem);
 
-  // Weights, gradients, optimizer states (and ZeRO-3's gathered layer) of one device.
-  double StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard) const;
+  // Weights, gradients, optimizer states (and ZeRO-3's gathered layer) of one device. Under CPU offload
+  // (`offload`, with the plan's comm.dp_bucket_mib) what stays on the GPU, as models::EstimateMemory
+  // counts it (models/plan.h).
+  double StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard,
+                   proto::Plan::Offload offload = proto::Plan::OFFLOAD_NONE, double dp_bucket_mib = 0) const;
   // The same with each layer's own replica count (replicas[layer]), layer by layer.
   double StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
-                          const std::vector<uint32_t>& replicas) const;
+                          const std::vector<uint32_t>& replicas,
+                          proto::Plan::Offload offload = proto::Plan::OFFLOAD_NONE, double dp_bucket_mib = 0) const;
+  // CPU offload: one device's shards in its node's host memory (models::DeviceMemory::host_gib), each
+  // layer sharded over replicas[layer]; 0 without offload.
+  double HostGib(uint32_t begin, uint32_t end, uint32_t tp, proto::Plan::Offload offload,
+                 const std::vector<uint32_t>& replicas) const;
   // Activations one device keeps per sequence of a micro-batch, per micro-batch in flight. Context
   // parallelism and Ulysses (`shard`) leave each device seq_len / (cp · ulysses) tokens of every sequence.
   double ActivationGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,

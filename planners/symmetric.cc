@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 namespace hetsim::planners {
@@ -111,6 +112,7 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
   const proto::Plan::Schedule schedule = models::EffectiveSchedule(plan);
   MemoryCheck worst;
   double worst_gap = -std::numeric_limits<double>::infinity();
+  std::map<uint32_t, double> host_need;  // node -> GiB of offloaded shards
   for (const auto& pipe : plan.pipelines()) {
     const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
     for (uint32_t s = 0; s < S; ++s) {
@@ -120,11 +122,14 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
       double static_gib = 0;
       bool uniform = true;
       for (uint32_t l = b0; l < e0; ++l) uniform &= replicas[l] == replicas[b0];
+      const proto::Plan::Offload offload = models::EffectiveOffload(plan);
+      const double bucket_mib = plan.comm().dp_bucket_mib();
       if (uniform) {
-        static_gib = memory.StaticGib(b0, e0, tp, plan.zero_stage(), replicas[b0]);
+        static_gib = memory.StaticGib(b0, e0, tp, plan.zero_stage(), replicas[b0], offload, bucket_mib);
       } else {
-        static_gib = memory.StaticGibByLayer(b0, e0, tp, plan.zero_stage(), replicas);
+        static_gib = memory.StaticGibByLayer(b0, e0, tp, plan.zero_stage(), replicas, offload, bucket_mib);
       }
+      const double host_gib = memory.HostGib(b0, e0, tp, offload, replicas);
       const auto shard = models::StageSharding(st);
       const double act = memory.ActivationGibPerSequence(b0, e0, tp, plan.sequence_parallel(), rc, shard);
       const double peak = memory.PeakLayerGibPerSequence(b0, e0, tp, plan.sequence_parallel(), rc, shard);
@@ -136,6 +141,7 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
         const uint32_t width = models::ReplicaWidth(st);
         for (uint32_t k = 0; k < width; ++k) {
           const uint32_t d = st.devices(static_cast<int>(r * width + k));
+          if (host_gib > 0) host_need[problem.cluster.device(d).node] += host_gib;
           const double cap = problem.cluster.device(d).gpu->memory_gib;
           if (!FitsIn(need, cap)) worst.fits = false;
           if (need - cap > worst_gap) {
@@ -146,6 +152,19 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
           }
         }
       }
+    }
+  }
+  // Host memory where the cluster spec states it (otherwise assumed enough, as models::ValidatePlan does).
+  double worst_host_gap = -std::numeric_limits<double>::infinity();
+  for (const auto& [node, need] : host_need) {
+    const auto& info = problem.cluster.node(node);
+    if (!info.host_memory_stated) continue;
+    if (!FitsIn(need, info.host_memory_gib)) worst.host_fits = worst.fits = false;
+    if (need - info.host_memory_gib > worst_host_gap) {
+      worst_host_gap = need - info.host_memory_gib;
+      worst.host_need_gib = need;
+      worst.host_capacity_gib = info.host_memory_gib;
+      worst.host_node = node;
     }
   }
   return worst;
@@ -337,13 +356,21 @@ double BestPlan::Consider(proto::Plan plan, const std::string& what) {
     k.recompute.insert(rc);
     k.zero.insert(plan.zero_stage());
     k.micro_batch.insert(b);
+    k.offload.insert(models::EffectiveOffload(plan));
   };
   record(tried_);
   if (mem.fits) record(fit_);
   if (!mem.fits) {
-    stats_.Reject("out of memory");
-    misses_.Offer(what, mem.need_gib, mem.capacity_gib,
-                  std::to_string(mem.device) + " (" + problem_.cluster.device(mem.device).gpu->name + ")");
+    const bool device_fits = FitsIn(mem.need_gib, mem.capacity_gib);
+    if (!device_fits || mem.host_fits) {
+      stats_.Reject("out of memory");
+      misses_.Offer(what, mem.need_gib, mem.capacity_gib,
+                    std::to_string(mem.device) + " (" + problem_.cluster.device(mem.device).gpu->name + ")");
+    } else {
+      stats_.Reject("out of host memory (CPU offload)");
+      misses_.Offer(what, mem.host_need_gib, mem.host_capacity_gib,
+                    "host memory of node " + problem_.cluster.node(mem.host_node).name);
+    }
     return std::numeric_limits<double>::infinity();
   }
   ++stats_.candidates_evaluated;
@@ -383,6 +410,19 @@ std::string BestPlan::KnobsNote(const proto::Plan& chosen) const {
     needed.push_back("b=" + std::to_string(b));
     why.push_back("no candidate fits with more sequences per micro-batch");
   }
+  const proto::Plan::Offload offload = models::EffectiveOffload(chosen);
+  if (tried_.offload.size() > 1 && offload > *tried_.offload.begin()) {
+    const std::string name = "offload=" + models::OffloadName(offload);
+    if (*fit_.offload.begin() == offload) {
+      needed.push_back(name);
+      why.push_back(offload == proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS &&
+                            tried_.offload.count(proto::Plan::OFFLOAD_OPTIMIZER)
+                        ? "no candidate fits offloading the optimizer alone"
+                        : "no candidate fits without CPU offload");
+    } else {
+      ranked.push_back(name);
+    }
+  }
   std::string note;
   if (!needed.empty()) note = Join(needed, ", ") + " needed to fit (" + Join(why, "; ") + ")";
   if (!ranked.empty()) {
@@ -396,8 +436,14 @@ std::string BestPlan::TriedLine() const {
   std::vector<std::string> rcs, zeros;
   for (proto::Recompute rc : tried_.recompute) rcs.push_back(RecomputeName(rc));
   for (uint32_t z : tried_.zero) zeros.push_back(std::to_string(z));
-  return "tried: recompute " + Join(rcs, ", ") + "; ZeRO stage " + Join(zeros, ", ") +
-         "; sequences per replica per micro-batch " + ListNumbers(tried_.micro_batch);
+  std::string line = "tried: recompute " + Join(rcs, ", ") + "; ZeRO stage " + Join(zeros, ", ") +
+                     "; sequences per replica per micro-batch " + ListNumbers(tried_.micro_batch);
+  if (tried_.offload.size() > 1) {
+    std::vector<std::string> offloads;
+    for (proto::Plan::Offload o : tried_.offload) offloads.push_back(models::OffloadName(o));
+    line += "; CPU offload " + Join(offloads, ", ");
+  }
+  return line;
 }
 
 Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::string& hint) {

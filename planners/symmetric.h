@@ -10,9 +10,10 @@
 // planner's ranking cost model; it keeps the best and the closest memory misses for the error message.
 //
 // The memory knobs a user of these frameworks turns when a model does not fit — activation recomputation,
-// the ZeRO stage, the micro-batch size — are part of every baseline's search (RecomputeCandidates; ZeRO
-// stages and micro-batch sizes per planner). BestPlan records which settings were tried and which fit, so
-// that the plan's notes say which knobs were needed and a "no plan" error says what was tried.
+// the ZeRO stage, the micro-batch size, and CPU offload where the framework has it — are part of every
+// baseline's search (RecomputeCandidates; ZeRO stages, micro-batch sizes and offload levels per planner).
+// BestPlan records which settings were tried and which fit, so that the plan's notes say which knobs were
+// needed and a "no plan" error says what was tried.
 #pragma once
 
 #include <functional>
@@ -47,15 +48,21 @@ uint32_t NodeGcd(const models::Cluster& cluster, const std::vector<uint32_t>& de
 std::optional<LayerRanges> UniformBlocksSplit(const models::TransformerModel& model, uint32_t pp);
 std::optional<LayerRanges> UniformLayersSplit(const models::TransformerModel& model, uint32_t pp);
 
-// The worst device of a plan for memory (largest need − capacity).
+// The worst device of a plan for memory (largest need − capacity), and under CPU offload the worst node
+// for host memory (checked where the cluster spec gives the node's host_memory_gib).
 struct MemoryCheck {
-  bool fits = true;
+  bool fits = true;  // every device, and every node's host memory
   double need_gib = 0;
   double capacity_gib = 0;
   uint32_t device = 0;
+  bool host_fits = true;
+  double host_need_gib = 0;
+  double host_capacity_gib = 0;
+  uint32_t host_node = 0;
 };
 // Memory of every device of a structurally valid plan, in closed form (equal to models::EstimateMemory
-// up to rounding; tests/planners check that).
+// up to rounding; tests/planners check that), and the host memory of every node under CPU offload
+// (models::HostMemoryByNode).
 MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem, const MemoryModel& memory);
 
 // Layer ranges balanced on stage speed (BalanceBlocks) for `skeleton`, a plan whose pipelines all have the
@@ -108,7 +115,8 @@ class BestPlan {
   SearchStats& stats() { return stats_; }
   const MemoryModel& memory() const { return memory_; }
   // Turns on the memory-knob note and the "tried" line of Finish (the baselines; other planners that
-  // share BestPlan keep their messages).
+  // share BestPlan keep their messages). The knobs: recomputation, the ZeRO stage, the micro-batch size
+  // and CPU offload (Plan.offload, which deepspeed and fsdp search last).
   void ReportMemoryKnobs() { report_knobs_ = true; }
   // A framework knob outside the search to suggest when nothing fits (with ReportMemoryKnobs).
   void SuggestWhenNothingFits(std::string suggestion) { suggestions_.push_back(std::move(suggestion)); }
@@ -123,6 +131,7 @@ class BestPlan {
   struct Knobs {
     std::set<proto::Recompute> recompute;
     std::set<uint32_t> zero, micro_batch;
+    std::set<proto::Plan::Offload> offload;
   };
   std::string KnobsNote(const proto::Plan& chosen) const;
   std::string TriedLine() const;

@@ -724,6 +724,16 @@ class Runner {
       case OpKind::kWaitSends:
         WaitAllSends();
         break;
+      case OpKind::kHostCopy: {
+        // CPU offload: over the platform's route between the GPU and its node's host memory (the GPU's
+        // PCIe link, which its NIC traffic also crosses, and the node's host memory link).
+        s4u::Host* gpu = HostOf(self_);
+        s4u::Host* cpu = CpuOf(self_);
+        s4u::Comm::sendto(op.to_host ? gpu : cpu, op.to_host ? cpu : gpu, Bytes(op.bytes));
+        AddComm(op.category, Now() - t0);
+        Record(t0, op.category, op.micro_batch);
+        break;
+      }
     }
     Reap();
   }

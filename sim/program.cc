@@ -20,6 +20,7 @@ OpKind PlayKind(models::OpKind k) {
     case models::OpKind::kAwait: return OpKind::kAwait;
     case models::OpKind::kJoin: return OpKind::kJoin;
     case models::OpKind::kWaitSends: return OpKind::kWaitSends;
+    case models::OpKind::kHostCopy: return OpKind::kHostCopy;
   }
   return OpKind::kCompute;
 }
@@ -42,11 +43,16 @@ struct GpuCosts {
   }
 };
 
-// The duration of one lowered compute operation of rank `r` on `gpu`.
+// The duration of one lowered compute operation of rank `r` on `gpu` (`node`: the rank's node).
 double ComputeSeconds(const models::Op& op, const models::RankOps& r, const models::GpuSpec& gpu,
-                      const models::ComputeCost& cost, const GpuCosts& consts, bool separate_recompute) {
+                      const models::NodeInfo& node, const models::ComputeCost& cost, const GpuCosts& consts,
+                      bool separate_recompute) {
   if (op.category == Category::kOptimizer) {
-    return cost.OptimizerSeconds(gpu, op.params) + cost.IterationOverheadSeconds(gpu);
+    // CPU offload: the step runs on the node's CPU, shared by the plan's ranks there.
+    const double step = op.host_ranks > 0
+                            ? models::HostOptimizerSeconds(op.params, op.host_ranks, node.cpu_adam_params_per_s)
+                            : cost.OptimizerSeconds(gpu, op.params);
+    return step + cost.IterationOverheadSeconds(gpu);
   }
   const uint32_t tp = r.tp;
   const models::SequenceSharding shard = r.shard;  // CP / Ulysses: the rank's share of each sequence
@@ -77,8 +83,8 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
 }
 
 void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
-            const std::vector<std::vector<uint32_t>>& groups, const models::ComputeCost& cost, GpuCosts& consts,
-            const Fidelity& fid, bool separate_recompute) {
+            const models::NodeInfo& node, const std::vector<std::vector<uint32_t>>& groups,
+            const models::ComputeCost& cost, GpuCosts& consts, const Fidelity& fid, bool separate_recompute) {
   Op op;
   op.kind = PlayKind(lo.kind);
   op.category = lo.category;
@@ -90,8 +96,9 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   op.group = lo.group == models::kNone ? 0 : lo.group;
   op.rank = lo.rank;
   op.bytes = lo.bytes;
+  op.to_host = lo.to_host;
   if (lo.kind == models::OpKind::kCompute) {
-    op.seconds = ComputeSeconds(lo, r, gpu, cost, consts, separate_recompute);
+    op.seconds = ComputeSeconds(lo, r, gpu, node, cost, consts, separate_recompute);
     if (op.seconds <= 0) return;
     // Consecutive compute of the same pass is one slice.
     if (!out.empty() && out.back().kind == OpKind::kCompute && out.back().category == op.category &&
@@ -179,7 +186,7 @@ bool SameWork(const models::Op& a, const models::Op& b) {
          a.micro_batch == b.micro_batch && a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
          a.calls == b.calls && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
          a.seq_begin == b.seq_begin && a.seq_end == b.seq_end && a.bytes == b.bytes && a.flops == b.flops &&
-         a.params == b.params;
+         a.params == b.params && a.host_ranks == b.host_ranks && a.to_host == b.to_host;
 }
 
 }  // namespace
@@ -236,6 +243,7 @@ static std::string FoldRanks(const models::Lowering& lw, const models::PlanConte
         }
         switch (x.kind) {
           case models::OpKind::kPostRecv: return "early receives (context parallelism)";
+          case models::OpKind::kHostCopy: return "CPU offload (host copies)";
           case models::OpKind::kSend:
           case models::OpKind::kRecv: {
             // The representative talks to a representative, and the copy to a device that folds onto it.
@@ -301,6 +309,7 @@ std::string FoldShape(const proto::Plan& plan, const models::PlanContext& ctx) {
   if (plan.comm().cpu_staged() || models::Communicator(ctx.cluster, plan.comm()).any_staged()) {
     return "CPU-staged transfers";
   }
+  if (models::OffloadsOptimizer(plan)) return "CPU offload (host copies)";
   if (plan.pipelines_size() == 0) return "no pipelines";
   const auto& p0 = plan.pipelines(0);
   for (const auto& pipe : plan.pipelines()) {
@@ -379,16 +388,17 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
       continue;
     }
     const auto& gpu = *ctx.cluster.device(r.device).gpu;
+    const auto& node = ctx.cluster.node(ctx.cluster.device(r.device).node);
     auto costs = gpu_costs.find(&gpu);
     if (costs == gpu_costs.end()) costs = gpu_costs.emplace(&gpu, GpuCosts(gpu, cost)).first;
     GpuCosts& consts = costs->second;
     prog.ops.reserve(r.ops.size());
     prog.dp_stream.reserve(r.dp_stream.size());
     for (const auto& lo : r.ops) {
-      Append(prog.ops, lo, r, gpu, out.groups, cost, consts, options.fidelity, separate_recompute);
+      Append(prog.ops, lo, r, gpu, node, out.groups, cost, consts, options.fidelity, separate_recompute);
     }
     for (const auto& lo : r.dp_stream) {
-      Append(prog.dp_stream, lo, r, gpu, out.groups, cost, consts, options.fidelity, separate_recompute);
+      Append(prog.dp_stream, lo, r, gpu, node, out.groups, cost, consts, options.fidelity, separate_recompute);
     }
     std::vector<models::Op>().swap(r.ops);
     std::vector<models::Op>().swap(r.dp_stream);

@@ -49,6 +49,8 @@ enum class OpKind : uint8_t {
   kWaitSends,   // wait for every posted send to complete
   kComputeAsync,  // start `seconds` of compute and go on (comm.tp_overlap: TP collectives run meanwhile)
   kComputeJoin,   // wait for the compute kComputeAsync started
+  kHostCopy,      // CPU offload: copy `bytes` over the route between the device and its node's host memory
+                  // (the GPU's PCIe link and the host memory link; `to_host`: device to host) and wait for it
 };
 
 // One vocabulary with the lowering and the executor.
@@ -74,6 +76,7 @@ struct Op {
   uint32_t rank = 0;   // this device's rank in the group
   double seconds = 0;  // compute; collectives: the call's fixed cost α before its transfers
   double bytes = 0;    // payload (collectives: the full buffer S)
+  bool to_host = false;  // host copy: device to host
 };
 
 struct DeviceProgram {
@@ -97,7 +100,8 @@ inline uint64_t StreamKey(uint32_t src, uint32_t dst, uint32_t channel) {
 // group and of the folded groups whose flows share a link with them (a node's shared NIC, rail striping,
 // an oversubscribed uplink); a pipeline send adds the folded devices' copies that share a link with its
 // route. Plans that are not symmetric in this sense (heterogeneous pipelines, mixed TP, uneven splits,
-// compute jitter, CPU staging, trees, broadcasts, all-to-alls, context parallelism) are played in full.
+// compute jitter, CPU staging, trees, broadcasts, all-to-alls, context parallelism, CPU offload, whose
+// host copies share their node's host memory link) are played in full.
 struct FoldMap {
   std::vector<uint32_t> rep;                   // per slot: the slot whose program stands for it (itself: played)
   std::vector<std::vector<uint32_t>> family;   // per group with a played member: the groups folded onto it

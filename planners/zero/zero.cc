@@ -1,5 +1,6 @@
 #include "planners/zero/zero.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -11,9 +12,10 @@ namespace {
 
 class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
  public:
-  ZeroPlanner(std::string name, std::vector<uint32_t> zeros, std::vector<uint32_t> sps, std::string offload)
+  ZeroPlanner(std::string name, std::vector<uint32_t> zeros, std::vector<uint32_t> sps,
+              std::vector<proto::Plan::Offload> offloads, std::string offload_flags, std::string beyond)
       : name_(std::move(name)), default_zeros_(std::move(zeros)), default_sps_(std::move(sps)),
-        offload_(std::move(offload)) {}
+        default_offloads_(std::move(offloads)), offload_flags_(std::move(offload_flags)), beyond_(std::move(beyond)) {}
 
   std::string name() const override { return name_; }
 
@@ -22,8 +24,30 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
     const AnalyticCostModel ranking(problem);
     BestPlan best(problem, ranking);
     best.ReportMemoryKnobs();
-    best.SuggestWhenNothingFits(offload_);
     SearchStats& stats = best.stats();
+    // The offload levels the options pin, among those the framework offers.
+    std::vector<proto::Plan::Offload> offloads = default_offloads_;
+    if (!o.offload().empty()) {
+      offloads.clear();
+      for (int v : o.offload()) {
+        auto level = static_cast<proto::Plan::Offload>(v);
+        if (level == proto::Plan::OFFLOAD_UNSPECIFIED) level = proto::Plan::OFFLOAD_NONE;
+        if (std::find(default_offloads_.begin(), default_offloads_.end(), level) == default_offloads_.end()) {
+          stats.Reject(name_ + " offers no CPU offload of the kind offload=" + models::OffloadName(level));
+          continue;
+        }
+        offloads.push_back(level);
+      }
+      std::sort(offloads.begin(), offloads.end());
+      offloads.erase(std::unique(offloads.begin(), offloads.end()), offloads.end());
+      if (offloads.empty()) offloads.push_back(proto::Plan::OFFLOAD_NONE);
+    }
+    // Suggest what the search left out: the framework's CPU offload when the options forbid it, and what
+    // lies beyond it (NVMe).
+    if (offloads.back() < default_offloads_.back()) {
+      best.SuggestWhenNothingFits(offload_flags_ + " (the planner option offload)");
+    }
+    if (!beyond_.empty()) best.SuggestWhenNothingFits(beyond_);
     const uint32_t G = problem.training.global_batch_size();
     const uint32_t L = problem.model.num_layers();
     const std::vector<uint32_t> zeros = o.zero_stages().empty()
@@ -36,49 +60,72 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
     // Activation checkpointing of every block (DeepSpeed's and PyTorch's checkpoint wrappers): full.
     const std::vector<proto::Recompute> policies = RecomputeCandidates(
         problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, &stats);
-    SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
-      const uint32_t N = static_cast<uint32_t>(order.size());
-      const uint32_t node_gcd = NodeGcd(problem.cluster, order);
-      for (uint32_t sp : sps) {
-        if (node_gcd % sp != 0) {
-          stats.Reject("SP degree does not divide the GPUs of every node (SP stays inside a node)");
-          continue;
-        }
-        if (!ModelAllowsTp(problem.model, sp)) {
-          stats.Reject("SP degree does not divide the model's attention or key/value heads");
-          continue;
-        }
-        const uint32_t dp = N / sp;
-        if (G % dp != 0) {
-          stats.Reject("global batch not divisible by the DP degree");
-          continue;
-        }
-        for (uint32_t b : MicroBatchCandidates(G / dp, requested_b, bmax)) {
-          const uint32_t m = G / (dp * b);
-          for (uint32_t z : zeros) {
-            // The cheapest recomputation that fits: with everything else fixed, more recomputation only
-            // adds time.
-            for (proto::Recompute rc : policies) {
-              proto::Plan plan = MegatronLayout(order, dp, sp, 1, {{0, L}}, b, m);
-              plan.set_zero_stage(z);
-              SetRecompute(&plan, rc, problem.training);
-              if (sp > 1) plan.set_sequence_parallel(true);
-              const std::string what = "dp=" + std::to_string(dp) + " sp=" + std::to_string(sp) +
-                                       " b=" + std::to_string(b) + " m=" + std::to_string(m) +
-                                       " zero=" + std::to_string(z) + " recompute=" + RecomputeName(rc);
-              if (std::isfinite(best.Consider(std::move(plan), what))) break;
+    // CPU offload is the last resort, cheapest first: each level is searched only when nothing fitted at
+    // the ones before (it adds host copies and a CPU optimizer step to a layout that is otherwise the same).
+    for (const proto::Plan::Offload offload : offloads) {
+      if (best.found()) break;
+      SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
+        const uint32_t N = static_cast<uint32_t>(order.size());
+        const uint32_t node_gcd = NodeGcd(problem.cluster, order);
+        for (uint32_t sp : sps) {
+          if (node_gcd % sp != 0) {
+            stats.Reject("SP degree does not divide the GPUs of every node (SP stays inside a node)");
+            continue;
+          }
+          if (!ModelAllowsTp(problem.model, sp)) {
+            stats.Reject("SP degree does not divide the model's attention or key/value heads");
+            continue;
+          }
+          const uint32_t dp = N / sp;
+          if (G % dp != 0) {
+            stats.Reject("global batch not divisible by the DP degree");
+            continue;
+          }
+          for (uint32_t b : MicroBatchCandidates(G / dp, requested_b, bmax)) {
+            const uint32_t m = G / (dp * b);
+            for (uint32_t z : zeros) {
+              if (offload >= proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS && z < 3) {
+                stats.Reject("parameter offload needs ZeRO-3");
+                continue;
+              }
+              if (offload >= proto::Plan::OFFLOAD_OPTIMIZER && z < 2) {
+                stats.Reject("optimizer offload needs ZeRO-2 or 3");
+                continue;
+              }
+              // The cheapest recomputation that fits: with everything else fixed, more recomputation only
+              // adds time.
+              for (proto::Recompute rc : policies) {
+                proto::Plan plan = MegatronLayout(order, dp, sp, 1, {{0, L}}, b, m);
+                plan.set_zero_stage(z);
+                SetRecompute(&plan, rc, problem.training);
+                if (sp > 1) plan.set_sequence_parallel(true);
+                if (offload != proto::Plan::OFFLOAD_NONE) {
+                  plan.set_offload(offload);
+                  // DeepSpeed's ZeRO-Offload configuration sets overlap_comm (its tutorial's config); FSDP
+                  // reduce-scatters and copies each gradient to the host on a side stream: the copies overlap
+                  // the backward pass (ZeRO-Offload §4.1).
+                  plan.mutable_comm()->set_dp_overlap(true);
+                }
+                std::string what = "dp=" + std::to_string(dp) + " sp=" + std::to_string(sp) +
+                                   " b=" + std::to_string(b) + " m=" + std::to_string(m) +
+                                   " zero=" + std::to_string(z) + " recompute=" + RecomputeName(rc);
+                if (offload != proto::Plan::OFFLOAD_NONE) what += " offload=" + models::OffloadName(offload);
+                if (std::isfinite(best.Consider(std::move(plan), what))) break;
+              }
             }
           }
         }
-      }
-    });
+      });
+    }
     return best.Finish(name_, "ZeRO data parallelism needs the global batch divisible by the number of replicas");
   }
 
  private:
   std::string name_;
   std::vector<uint32_t> default_zeros_, default_sps_;
-  std::string offload_;  // the framework's CPU offload, which hetsim does not model
+  std::vector<proto::Plan::Offload> default_offloads_;  // the framework's CPU offload levels, cheapest first
+  std::string offload_flags_;  // how the framework turns them on
+  std::string beyond_;         // a memory knob of the framework beyond the search (suggested when nothing fits)
 };
 
 }  // namespace
@@ -86,16 +133,24 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
 std::unique_ptr<Planner> NewDeepSpeedPlanner() {
   // zero_optimization.stage 0-3. Ties keep the earlier candidate, and stage 0 ties with stage 1 on a single
   // replica, so it comes last.
+  // CPU offload: ZeRO-Offload (offload_optimizer) with ZeRO-2/3, then ZeRO-Infinity's parameter offload
+  // (offload_param) with ZeRO-3.
   return std::make_unique<ZeroPlanner>(
       "deepspeed", std::vector<uint32_t>{1, 2, 3, 0}, std::vector<uint32_t>{1, 2, 4, 8},
-      "CPU offload of the optimizer state (ZeRO-Offload, offload_optimizer: {device: cpu}; not modelled by hetsim)");
+      std::vector<proto::Plan::Offload>{proto::Plan::OFFLOAD_NONE, proto::Plan::OFFLOAD_OPTIMIZER,
+                                        proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS},
+      "CPU offload (offload_optimizer / offload_param: {device: cpu})",
+      "NVMe offload (ZeRO-Infinity, offload_optimizer / offload_param: {device: nvme}; not modelled by hetsim)");
 }
 
 std::unique_ptr<Planner> NewFsdpPlanner() {
   // ShardingStrategy FULL_SHARD (FSDP's default, first so that it wins ties), SHARD_GRAD_OP, NO_SHARD.
+  // CPUOffload(offload_params=True) moves the parameter and gradient shards to host memory and runs the
+  // optimizer step on the CPU: FSDP has no optimizer-only offload.
   return std::make_unique<ZeroPlanner>(
       "fsdp", std::vector<uint32_t>{3, 2, 0}, std::vector<uint32_t>{1},
-      "CPU offload of the parameters (CPUOffload(offload_params=True); not modelled by hetsim)");
+      std::vector<proto::Plan::Offload>{proto::Plan::OFFLOAD_NONE, proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS},
+      "CPU offload (CPUOffload(offload_params=True))", "");
 }
 
 }  // namespace hetsim::planners::zero

@@ -9,6 +9,10 @@
 // weight sharding (docs/planners.md); Hetu v2's Table 4 DeepSpeed strategies as real Ulysses plans:
 // experiments/hetu/table4-deepspeed-*.yaml.
 // Candidates are ranked on the real GPUs (both systems are tuned by hand on the cluster they run on).
+// Memory knobs (docs/planners.md): recomputation, the ZeRO stage, the micro-batch size and, as a last
+// resort when nothing fits without, CPU offload (Plan.offload): deepspeed ZeRO-Offload's optimizer offload
+// (Ren et al., ATC'21) then ZeRO-Infinity's parameter offload (Rajbhandari et al., SC'21); fsdp
+// CPUOffload(offload_params=True).
 // Options: planners/proto/zero.proto.
 #pragma once
 

@@ -48,6 +48,7 @@ sim::OpKind PlayKind(models::OpKind k) {
     case models::OpKind::kJoin: return sim::OpKind::kJoin;
     case models::OpKind::kWaitSends: return sim::OpKind::kWaitSends;
     case models::OpKind::kCompute: return sim::OpKind::kCompute;
+    case models::OpKind::kHostCopy: return sim::OpKind::kHostCopy;
   }
   return sim::OpKind::kCompute;
 }

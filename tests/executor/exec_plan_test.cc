@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "models/spec_io.h"
 #include "models/training.h"
 
@@ -181,6 +183,27 @@ TEST(ExecPlanTest, RefusesContextParallelismAndUlysses) {
         << ep.status().message();
     EXPECT_NE(ep.status().message().find("set cp_degree and ulysses_degree to 1"), std::string::npos);
   }
+}
+
+// CPU offload (ZeRO-Offload, ZeRO-Infinity, FSDP CPUOffload) has no host optimizer or host-resident shards
+// here: refused with the field to change, never run with everything on the GPU.
+TEST(ExecPlanTest, RefusesCpuOffload) {
+  for (const auto& [zero, offload, name] :
+       {std::tuple{2u, proto::Plan::OFFLOAD_OPTIMIZER, "optimizer"},
+        std::tuple{3u, proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS, "optimizer_and_params"}}) {
+    Loaded l = Load("cpu-4-dp4");
+    l.plan.set_zero_stage(zero);
+    l.plan.set_offload(offload);
+    const models::PlanContext ctx{l.cluster, l.model, l.training};
+    auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
+    ASSERT_FALSE(ep.ok()) << name;
+    EXPECT_NE(ep.status().message().find(std::string("p.yaml: offload: ") + name), std::string::npos)
+        << ep.status().message();
+    EXPECT_NE(ep.status().message().find("set offload: none"), std::string::npos) << ep.status().message();
+  }
+  Loaded l = Load("cpu-4-dp4");
+  l.plan.set_offload(proto::Plan::OFFLOAD_NONE);
+  EXPECT_TRUE(Build(l).ok());
 }
 
 TEST(ExecPlanTest, WarnsAboutFeaturesRunInSimplerForm) {

@@ -1,8 +1,9 @@
 // The memory knobs the baselines search as their frameworks' users turn them — activation recomputation
-// (none / selective / full), the ZeRO stage, the micro-batch size — on small cases whose answers are
-// derived by hand below: a model that fits without recomputation gets none, one that only fits with full
-// recomputation gets full, DeepSpeed takes ZeRO-3 only when lower stages do not fit, an explicit policy is
-// kept, the plan file carries the choice, and when nothing fits the error says what was tried.
+// (none / selective / full), the ZeRO stage, the micro-batch size, and for deepspeed and fsdp CPU offload —
+// on small cases whose answers are derived by hand below: a model that fits without recomputation gets
+// none, one that only fits with full recomputation gets full, DeepSpeed takes ZeRO-3 only when lower stages
+// do not fit, CPU offload is taken only when nothing fits without it, an explicit policy is kept, the plan
+// file carries the choice, and when nothing fits the error says what was tried.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +85,7 @@ TEST(BaselineKnobs, AModelThatFitsWithoutRecomputationGetsNone) {
     EXPECT_EQ(r->plan.recompute(), proto::RECOMPUTE_UNSPECIFIED) << name << ": the training spec's policy";
     EXPECT_EQ(SequencesPerMicroBatch(r->plan), 2u) << name;
     EXPECT_EQ(Notes(*r).find("recompute="), std::string::npos) << name << "\n" << Notes(*r);
+    EXPECT_EQ(r->plan.offload(), proto::Plan::OFFLOAD_UNSPECIFIED) << name << ": no CPU offload where none is needed";
   }
 }
 
@@ -166,14 +168,14 @@ TEST(BaselineKnobs, DeepSpeedTakesZero3OnlyWhenLowerStagesDoNotFit) {
 }
 
 // Four A100-40GB nodes at 8192 tokens: ZeRO-3 leaves 8.11 GiB (above), and even one sequence with full
-// recomputation needs 10.08 GiB — 30.89 + 1 + 10.08 = 41.97 GiB of 40. No setting of DeepSpeed or FSDP
-// fits; the error names the closest attempt and every setting tried, and suggests only what was not tried
-// (CPU offload, which hetsim does not model, among them).
+// recomputation needs 10.08 GiB — 30.89 + 1 + 10.08 = 41.97 GiB of 40. With CPU offload forbidden (the
+// option `offload: [none]`) no setting of DeepSpeed or FSDP fits; the error names the closest attempt and
+// every setting tried, and suggests only what was not tried (CPU offload among them).
 TEST(BaselineKnobs, NothingFitsSaysWhatWasTried) {
   const Fixture f(testing::ClusterFromYaml(FourNodes("a100-40gb")), testing::BundledModel("llama3-8b"),
                   "{global_batch_size: 16, seq_len: 8192}");
   for (const char* name : {"deepspeed", "fsdp"}) {
-    auto r = testing::Run(name, f.problem());
+    auto r = testing::Run(name, f.problem(), "offload: [none]");
     ASSERT_FALSE(r.ok()) << name;
     EXPECT_EQ(r.status().code(), Status::Code::kInfeasible);
     const std::string& msg = r.status().message();
@@ -193,6 +195,80 @@ TEST(BaselineKnobs, NothingFitsSaysWhatWasTried) {
   }
 }
 
+// The same case with CPU offload searched (the default). Bytes per device over the 4 replicas (P =
+// 8,030,261,248; the head, the largest layer, has Vh + h = 525,340,672 parameters, 1,050,681,344 bytes):
+//   offload=optimizer (ZeRO-Offload) keeps the fp16 weights as the ZeRO stage shards them, two buckets of
+//   the largest layer's gradients (2.10e9 bytes, 1.96 GiB) and no optimizer state. With full recomputation
+//   (10.08 GiB of activations per sequence) and the 1 GiB workspace:
+//     ZeRO-3: 2P/4 + the gathered head = 4.72 GiB; b = 1 17.75 GiB, b = 2 27.83, b = 4 47.99 (no);
+//     ZeRO-2: 2P = 14.96 GiB; b = 1 27.99 GiB, b = 2 38.07 (fits), b = 4 no;
+//     without recomputation (38.07 GiB per sequence) nothing fits.
+//   So deepspeed stops at its first offload level, optimizer, with full recomputation (its ranking picks
+//   among the four that fit); it never reaches optimizer_and_params.
+//   fsdp offers only CPUOffload(offload_params=True) with FULL_SHARD: the weights leave too, leaving the
+//   layer being computed and the next (2 × 0.98 GiB): b = 1 14.99 GiB, b = 2 25.07, b = 4 45.23 (no).
+// Each rank's shard in host memory: (12 + 2) · P/4 bytes = 26.18 GiB with the optimizer offloaded, 29.92 GiB
+// with the weights too; the cluster spec gives no host memory, so it is assumed to be enough.
+TEST(BaselineKnobs, CpuOffloadOnlyWhenNothingElseFits) {
+  const Fixture f(testing::ClusterFromYaml(FourNodes("a100-40gb")), testing::BundledModel("llama3-8b"),
+                  "{global_batch_size: 16, seq_len: 8192}");
+  {
+    auto r = testing::Run("deepspeed", f.problem());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->plan.offload(), proto::Plan::OFFLOAD_OPTIMIZER);
+    EXPECT_GE(r->plan.zero_stage(), 2u);
+    EXPECT_EQ(Recompute(*r, f), proto::RECOMPUTE_FULL);
+    EXPECT_TRUE(r->plan.comm().dp_overlap());  // the copies overlap the backward pass
+    const auto mem = models::EstimateMemory(r->plan, f.context());
+    const double grads = 2.0 * 1050681344;
+    for (const auto& dm : mem) {
+      EXPECT_DOUBLE_EQ(dm.optimizer_gib, 0);
+      EXPECT_NEAR(dm.grads_gib * 1024 * 1024 * 1024, grads, 1);
+      EXPECT_NEAR(dm.host_gib, 14.0 * 8030261248 / 4 / (1024.0 * 1024 * 1024), 1e-9);
+      EXPECT_LE(dm.total_gib, dm.capacity_gib);
+    }
+    const std::string notes = Notes(*r);
+    EXPECT_NE(notes.find("offload=optimizer needed to fit"), std::string::npos) << notes;
+    EXPECT_NE(notes.find("no candidate fits without CPU offload"), std::string::npos) << notes;
+    EXPECT_EQ(r->stats.rejected.count("parameter offload needs ZeRO-3"), 0u) << "never reached optimizer_and_params";
+  }
+  {
+    auto r = testing::Run("fsdp", f.problem());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->plan.offload(), proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS);
+    EXPECT_EQ(r->plan.zero_stage(), 3u);
+    EXPECT_EQ(Recompute(*r, f), proto::RECOMPUTE_FULL);
+    for (const auto& dm : models::EstimateMemory(r->plan, f.context())) {
+      EXPECT_NEAR(dm.params_gib * 1024 * 1024 * 1024, 2.0 * 1050681344, 1);
+      EXPECT_NEAR(dm.host_gib, 16.0 * 8030261248 / 4 / (1024.0 * 1024 * 1024), 1e-9);
+    }
+    const std::string notes = Notes(*r);
+    EXPECT_NE(notes.find("offload=optimizer_and_params needed to fit"), std::string::npos) << notes;
+    EXPECT_NE(notes.find("no candidate fits without CPU offload"), std::string::npos) << notes;
+  }
+}
+
+// The same batch on four 12 GiB RTX 3080 Ti: one sequence's activations with full recomputation (10.08 GiB),
+// the workspace (1 GiB) and the two gradient buckets that stay under any offload (1.96 GiB) already exceed
+// 12 GiB, so no offload level helps, and the error lists the levels tried.
+TEST(BaselineKnobs, NothingFitsEvenWithCpuOffload) {
+  const Fixture f(testing::ClusterFromYaml(FourNodes("rtx3080ti")), testing::BundledModel("llama3-8b"),
+                  "{global_batch_size: 16, seq_len: 8192}");
+  auto ds = testing::Run("deepspeed", f.problem());
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.status().message().find("; CPU offload none, optimizer, optimizer_and_params"), std::string::npos)
+      << ds.status().message();
+  EXPECT_NE(ds.status().message().find("NVMe offload"), std::string::npos) << ds.status().message();
+  auto fsdp = testing::Run("fsdp", f.problem());
+  ASSERT_FALSE(fsdp.ok());
+  EXPECT_NE(fsdp.status().message().find("; CPU offload none, optimizer_and_params"), std::string::npos)
+      << fsdp.status().message();
+  const std::string& msg = fsdp.status().message();
+  const size_t tries = msg.find("\n  try: ");
+  ASSERT_NE(tries, std::string::npos) << msg;
+  EXPECT_EQ(msg.find("CPU offload", tries), std::string::npos) << "tried, so not suggested: " << msg;
+}
+
 // A policy the training spec states is kept: selective on the case above that needs full (selective frees
 // nothing under flash attention) leaves megatron without a plan and says so; full on the case that fits
 // without recomputation stays full. The planners' `recompute` option pins the policies too.
@@ -208,7 +284,7 @@ TEST(BaselineKnobs, AnExplicitRecomputePolicyIsKept) {
   {
     const Fixture f(testing::ClusterFromYaml(kOneH200), testing::BundledModel("llama3-8b"),
                     "{global_batch_size: 4, seq_len: 6144}");
-    auto r = testing::Run("deepspeed", f.problem(), "recompute: [none]");
+    auto r = testing::Run("deepspeed", f.problem(), "{recompute: [none], offload: [none]}");
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("tried: recompute none;"), std::string::npos) << r.status().message();
   }

@@ -206,6 +206,14 @@ proto::Plan RandomPlan(std::mt19937& rng, const models::Cluster& cluster, const 
   plan.set_schedule(rng() % 2 == 0 ? proto::Plan::SCHEDULE_1F1B : proto::Plan::SCHEDULE_GPIPE);
   const proto::Recompute rc[] = {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL};
   plan.set_recompute(rc[rng() % 3]);
+  // CPU offload where the ZeRO stage allows it (optimizer: ZeRO-2/3, with the parameters: ZeRO-3), and
+  // gradient buckets smaller or larger than a layer.
+  const uint32_t levels = plan.zero_stage() >= 3 ? 3 : plan.zero_stage() == 2 ? 2 : 1;
+  const proto::Plan::Offload offloads[] = {proto::Plan::OFFLOAD_NONE, proto::Plan::OFFLOAD_OPTIMIZER,
+                                           proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS};
+  plan.set_offload(offloads[rng() % levels]);
+  const double buckets_mib[] = {0, 0.5, 64};
+  plan.mutable_comm()->set_dp_bucket_mib(buckets_mib[rng() % 3]);
   return plan;
 }
 
@@ -213,7 +221,7 @@ proto::Plan RandomPlan(std::mt19937& rng, const models::Cluster& cluster, const 
 // device of any plan.
 TEST(Memory, ClosedFormsAgreeWithEstimateMemoryOnRandomPlans) {
   std::mt19937 rng(5);
-  int checked = 0;
+  int checked = 0, host_checked = 0;
   for (const char* name : {"hexiscale-case-study", "metis-nonuniform-v100-dominant-8", "autohet-4node"}) {
     for (const char* model_name : {"llama2-7b", "gpt3-1.3b", "llama-tiny"}) {
       const models::Cluster cluster = testing::BundledCluster(name);
@@ -233,14 +241,26 @@ TEST(Memory, ClosedFormsAgreeWithEstimateMemoryOnRandomPlans) {
         }
         EXPECT_NEAR(fast.need_gib - fast.capacity_gib, worst, 1e-9 * std::max(1.0, std::abs(worst)))
             << name << " " << model_name << " trial " << trial;
-        if (std::abs(worst) > 1e-6) {
-          EXPECT_EQ(fast.fits, worst < 0) << name << " trial " << trial;
+        // Host memory under CPU offload, on the nodes whose spec states it (the metis clusters do).
+        double worst_host = -1e300;
+        for (const auto& hm : models::HostMemoryByNode(models::EstimateMemory(plan, f.context()), cluster)) {
+          if (hm.capacity_gib > 0) worst_host = std::max(worst_host, hm.need_gib - hm.capacity_gib);
+        }
+        if (worst_host > -1e300) {
+          ++host_checked;
+          EXPECT_NEAR(fast.host_need_gib - fast.host_capacity_gib, worst_host,
+                      1e-9 * std::max(1.0, std::abs(worst_host)))
+              << name << " " << model_name << " trial " << trial;
+        }
+        if (std::abs(worst) > 1e-6 && std::abs(worst_host) > 1e-6) {
+          EXPECT_EQ(fast.fits, worst < 0 && worst_host < 0) << name << " trial " << trial;
         }
         ++checked;
       }
     }
   }
   EXPECT_EQ(checked, 180);
+  EXPECT_GT(host_checked, 5);  // some random plans offload on a cluster that states its host memory
 }
 
 // The same agreement for context-parallel plans: two stages of 4 devices with (tp, cp) = (1, 2), (2, 2)

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "models/training.h"
 #include "models/yaml_proto.h"
 #include "planners/cost_model.h"
+#include "models/platform_routes.h"
 #include "planners/planner.h"
 #include "sim/simulator.h"
 
@@ -42,8 +45,25 @@ TEST(CostAgreement, PlanFromEnvironment) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s", planners::DescribeEstimate(e).c_str());
   std::printf("estimate wall %.3f ms\n", wall * 1e3);
-  std::printf("closed form %.6f s, lower bound %.6f s\n", cost.ClosedFormEstimate(*plan, false).iteration_s,
-              cost.LowerBoundSeconds(*plan));
+  const auto t2 = std::chrono::steady_clock::now();
+  const double lower = cost.LowerBoundSeconds(*plan);
+  const double lower_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count();
+  std::printf("closed form %.6f s, lower bound %.6f s (%.3f ms)\n", cost.ClosedFormEstimate(*plan, false).iteration_s,
+              lower, lower_wall * 1e3);
+  for (const bool fold : {true, false}) {
+    for (int passes = 0; passes <= 3; ++passes) {
+      planners::PlayOptions o;
+      o.fold = fold;
+      o.contention_passes = passes;
+      o.extrapolate = true;
+      const auto t1 = std::chrono::steady_clock::now();
+      auto est = cost.Play(*plan, o);
+      ASSERT_TRUE(est.ok());
+      std::printf("fold %d: estimate with %d contention passes %.6f s (%d plays, extrapolated %d) in %.1f ms\n", fold,
+                  passes, est->iteration_s, est->plays, est->extrapolated,
+                  1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    }
+  }
   for (const bool fold : {true, false}) {
     planners::PlayOptions o;
     o.contention_passes = 0;
@@ -84,6 +104,46 @@ TEST(CostAgreement, PlanFromEnvironment) {
     }
     std::printf("fold %d: simulated %.6f s (played %u devices, %s)\n", fold, r->report.iteration_time_s(),
                 r->played_devices, r->fold_note.c_str());
+  }
+}
+
+// HETSIM_COST_DIR=folder: one line per plan file in the folder (sorted): the closed form, the estimate, the
+// lower bound and the simulation (debugging and the figures of docs/planners.md; skipped otherwise).
+TEST(CostAgreement, PlanDirectory) {
+  const char* dir = std::getenv("HETSIM_COST_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "set HETSIM_COST_DIR to a folder of plan files";
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  std::printf("%-48s %11s %11s %11s %11s %8s %8s %9s\n", "plan", "closed", "estimate", "lower", "simulated", "closed%",
+              "est%", "est ms");
+  for (const std::string& path : files) {
+    auto plan = models::LoadPlan(path);
+    if (!plan.ok()) continue;
+    auto cluster = models::LoadCluster(models::ResolveRelative(plan->cluster(), path));
+    auto model = models::LoadModel(models::ResolveRelative(plan->model(), path));
+    if (!cluster.ok() || !model.ok()) continue;
+    auto training = models::ResolveTraining(plan->training(), *model, "training");
+    if (!training.ok()) continue;
+    const models::PlanContext ctx{*cluster, *model, *training};
+    planners::PlanningProblem problem{*cluster, *model, *training, nullptr, {}};
+    planners::CostModelOptions options;
+    if (const char* passes = std::getenv("HETSIM_COST_PASSES")) options.contention_passes = std::atoi(passes);
+    const planners::AnalyticCostModel cost(problem, options);
+    const auto t0 = std::chrono::steady_clock::now();
+    const double estimate = cost.Estimate(*plan, false).iteration_s;
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double closed = cost.ClosedFormEstimate(*plan, false).iteration_s;
+    const double lower = cost.LowerBoundSeconds(*plan);
+    auto r = sim::SimulateIteration(*plan, ctx, sim::SimOptions{});
+    ASSERT_TRUE(r.ok()) << path << ": " << r.status().message();
+    const double simulated = r->report.iteration_time_s();
+    EXPECT_LE(lower, simulated * (1 + 1e-9)) << path;
+    std::printf("%-48s %11.4f %11.4f %11.4f %11.4f %+7.1f%% %+7.1f%% %9.2f\n",
+                std::filesystem::path(path).stem().string().c_str(), closed, estimate, lower, simulated,
+                100 * (closed - simulated) / simulated, 100 * (estimate - simulated) / simulated, wall * 1e3);
   }
 }
 
@@ -165,7 +225,7 @@ std::vector<uint32_t> RandomParts(std::mt19937_64& rng, uint32_t total, uint32_t
 
 // A random plan over a random cluster; not necessarily valid (the caller validates).
 RandomCase MakeRandomCase(uint64_t seed, const std::vector<models::Cluster>& clusters,
-                          const std::vector<models::TransformerModel>& models) {
+                          const std::vector<models::TransformerModel>& models, uint32_t min_m = 1, uint32_t max_m = 6) {
   std::mt19937_64 rng(seed);
   RandomCase c;
   c.seed = seed;
@@ -186,7 +246,7 @@ RandomCase MakeRandomCase(uint64_t seed, const std::vector<models::Cluster>& clu
   const auto per_pipe = RandomParts(rng, static_cast<uint32_t>(devices.size()), P);
   const int schedule = static_cast<int>(Pick(rng, 0, 3));  // 0, 1: 1F1B; 2: GPipe; 3: interleaved
   const uint32_t zero = Pick(rng, 0, 3);
-  const uint32_t shared_m = Pick(rng, 1, 6);
+  const uint32_t shared_m = Pick(rng, min_m, max_m);
   size_t next = 0;
   for (uint32_t p = 0; p < P; ++p) {
     auto* pipe = plan.add_pipelines();
@@ -213,7 +273,7 @@ RandomCase MakeRandomCase(uint64_t seed, const std::vector<models::Cluster>& clu
       most_dp = std::max(most_dp, w / tp);
     }
     // Sequence sharding on every stage alike (context parallelism or Ulysses), now and then.
-    if (Chance(rng, 0.12)) {
+    if (Chance(rng, 0.3)) {
       bool all_even = true;
       for (uint32_t s = 0; s < S; ++s) all_even = all_even && dps[s] % 2 == 0;
       if (all_even) {
@@ -233,7 +293,7 @@ RandomCase MakeRandomCase(uint64_t seed, const std::vector<models::Cluster>& clu
     }
     const uint32_t b = Pick(rng, most_dp, most_dp + 3);
     pipe->set_micro_batch_size(b);
-    pipe->set_num_micro_batches(zero == 3 ? shared_m : Pick(rng, 1, 6));
+    pipe->set_num_micro_batches(zero == 3 ? shared_m : Pick(rng, min_m, max_m));
     for (uint32_t s = 0; s < S; ++s) {
       if (dps[s] > 1 && Chance(rng, 0.6)) {
         auto* st = pipe->mutable_stages(static_cast<int>(s));
@@ -247,6 +307,11 @@ RandomCase MakeRandomCase(uint64_t seed, const std::vector<models::Cluster>& clu
     plan.set_virtual_stages(2);
   }
   plan.set_zero_stage(schedule == 3 ? std::min<uint32_t>(zero, 2) : zero);
+  // CPU offload (lowered for 1F1B and GPipe): the optimizer from ZeRO-2, the parameters too at ZeRO-3.
+  if (schedule != 3 && zero >= 2 && Chance(rng, 0.3)) {
+    plan.set_offload(zero == 3 && Chance(rng, 0.5) ? proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS
+                                                   : proto::Plan::OFFLOAD_OPTIMIZER);
+  }
   plan.set_sequence_parallel(Chance(rng, 0.3));
   auto* comm = plan.mutable_comm();
   comm->set_dp_overlap(Chance(rng, 0.3));
@@ -281,6 +346,50 @@ bool MayFold(const proto::Plan& plan) {
   return true;
 }
 
+// The plan features a random case exercises (for the coverage check).
+std::vector<std::string> Features(const RandomCase& c, const char* cluster) {
+  std::vector<std::string> f = {std::string("cluster ") + cluster};
+  const proto::Plan& plan = c.plan;
+  const auto schedule = models::EffectiveSchedule(plan);
+  f.push_back(schedule == proto::Plan::SCHEDULE_GPIPE             ? "gpipe"
+              : schedule == proto::Plan::SCHEDULE_INTERLEAVED_1F1B ? "interleaved"
+                                                                    : "1f1b");
+  f.push_back("zero " + std::to_string(plan.zero_stage()));
+  if (models::OffloadsOptimizer(plan)) f.push_back("cpu offload");
+  if (models::OffloadsParams(plan)) f.push_back("parameter offload");
+  f.push_back(c.training.recompute() == proto::RECOMPUTE_FULL        ? "recompute full"
+              : c.training.recompute() == proto::RECOMPUTE_SELECTIVE ? "recompute selective"
+                                                                     : "recompute none");
+  if (plan.pipelines_size() > 1) f.push_back("data parallel pipelines");
+  bool pp = false, tp = false, intra_dp = false, uneven_split = false, uneven_layers = false, mixed_tp = false,
+       cp = false, ulysses = false;
+  for (const auto& pipe : plan.pipelines()) {
+    pp = pp || pipe.stages_size() > 1;
+    for (const auto& st : pipe.stages()) {
+      tp = tp || models::TpDegree(st) > 1;
+      intra_dp = intra_dp || models::DpDegree(st) > 1;
+      for (int i = 1; i < st.micro_batch_split_size(); ++i) uneven_split |= st.micro_batch_split(i) != st.micro_batch_split(0);
+      uneven_layers |= st.layer_end() - st.layer_begin() != pipe.stages(0).layer_end() - pipe.stages(0).layer_begin();
+      mixed_tp |= models::TpDegree(st) != models::TpDegree(pipe.stages(0));
+      cp = cp || models::StageSharding(st).cp > 1;
+      ulysses = ulysses || models::StageSharding(st).ulysses > 1;
+    }
+  }
+  for (const auto& [on, name] : std::vector<std::pair<bool, const char*>>{
+           {pp, "pipeline parallel"}, {tp, "tensor parallel"}, {intra_dp, "intra-stage data parallel"},
+           {uneven_split, "uneven micro-batch split"}, {uneven_layers, "uneven layer ranges"}, {mixed_tp, "mixed TP degrees"},
+           {cp, "context parallel"}, {ulysses, "ulysses"}, {plan.comm().dp_overlap(), "dp overlap"},
+           {plan.comm().dp_bucket_mib() > 0, "buckets"},
+           {plan.comm().dp_algorithm() == proto::CommOptions::ALGORITHM_TREE, "tree"},
+           {plan.comm().dp_algorithm() == proto::CommOptions::ALGORITHM_HIERARCHICAL, "hierarchical"},
+           {plan.comm().pp_leader_broadcast(), "leader broadcast"}, {plan.sequence_parallel(), "sequence parallel"},
+           {plan.comm().tp_overlap(), "tp overlap"}, {plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS, "nvls"},
+           {plan.comm().pp_scatter_gather(), "pp scatter-gather"}}) {
+    if (on) f.push_back(name);
+  }
+  return f;
+}
+
 // 240 random valid plans (seeded) on the clusters above, each played by the cost model and simulated:
 //   - the lower bound is never above the simulated iteration, folded or not;
 //   - uncontended plans — in the contention-free play no directed link ever carries two flows at the same
@@ -290,26 +399,37 @@ bool MayFold(const proto::Plan& plan) {
 //     bandwidth / K_l on each link l of its route, K_l the distinct flow sources that ever cross l (each
 //     source has one flow in flight at a time, and max-min fairness gives each of ≤ K_l flows at least
 //     that share); the estimate's error is printed.
-TEST(CostAgreement, RandomPlansAgainstTheSimulator) {
+std::vector<models::Cluster> TestClusters() {
   std::vector<models::Cluster> clusters;
   for (const auto& cc : kClusters) {
     proto::Cluster cp;
-    ASSERT_TRUE(models::ParseYaml(cc.yaml, cc.name, &cp).ok()) << cc.name;
+    EXPECT_TRUE(models::ParseYaml(cc.yaml, cc.name, &cp).ok()) << cc.name;
     auto c = models::Cluster::Build(cp, cc.name);
-    ASSERT_TRUE(c.ok()) << cc.name << ": " << c.status().message();
+    EXPECT_TRUE(c.ok()) << cc.name << ": " << c.status().message();
     clusters.push_back(std::move(*c));
   }
+  return clusters;
+}
+
+std::vector<models::TransformerModel> TestModels() {
   std::vector<models::TransformerModel> models;
   for (const auto& mc : kModels) {
     auto m = models::LoadModel(mc.name);
-    ASSERT_TRUE(m.ok());
+    EXPECT_TRUE(m.ok());
     models.push_back(std::move(*m));
   }
+  return models;
+}
+
+TEST(CostAgreement, RandomPlansAgainstTheSimulator) {
+  const std::vector<models::Cluster> clusters = TestClusters();
+  const std::vector<models::TransformerModel> models = TestModels();
   const uint32_t wanted = std::getenv("HETSIM_COST_CASES") ? std::atoi(std::getenv("HETSIM_COST_CASES")) : 240;
   const uint64_t first_seed = std::getenv("HETSIM_COST_SEED") ? std::atoll(std::getenv("HETSIM_COST_SEED")) : 1;
   uint32_t valid = 0, uncontended = 0, folded = 0;
   double worst_uncontended = 0, worst_estimate = 0, sum_estimate = 0, worst_bound_ratio = 0;
   std::vector<double> errors;
+  std::map<std::string, uint32_t> coverage;
   const auto t0 = std::chrono::steady_clock::now();
   for (uint64_t seed = first_seed; valid < wanted && seed < first_seed + 20 * wanted; ++seed) {
     RandomCase c = MakeRandomCase(seed, clusters, models);
@@ -320,13 +440,16 @@ TEST(CostAgreement, RandomPlansAgainstTheSimulator) {
     const models::PlanContext ctx{cluster, model, *training};
     if (!models::ValidatePlanStructure(c.plan, ctx, "plan").ok()) continue;
     planners::PlanningProblem problem{cluster, model, *training, nullptr, {}};
-    const planners::AnalyticCostModel cost(problem);
+    planners::CostModelOptions options;
+    if (const char* passes = std::getenv("HETSIM_COST_PASSES")) options.contention_passes = std::atoi(passes);
+    const planners::AnalyticCostModel cost(problem, options);
     planners::PlayOptions free;
     free.contention_passes = 0;
     free.fold = false;
     auto p0 = cost.Play(c.plan, free);
     if (!p0.ok()) continue;  // a plan the lowering refuses (the simulator refuses it too)
     ++valid;
+    for (const std::string& feature : Features(c, kClusters[c.cluster].name)) ++coverage[feature];
     if (const char* dir = std::getenv("HETSIM_COST_DUMP")) {
       // The case as files `hetsim simulate --plan` and HETSIM_COST_PLAN read.
       const std::string cfile = std::string(dir) + "/cluster-" + kClusters[c.cluster].name + ".yaml";
@@ -391,6 +514,112 @@ TEST(CostAgreement, RandomPlansAgainstTheSimulator) {
               valid, uncontended, folded, wall, worst_uncontended, 100 * median, 100 * p90, 100 * worst_estimate,
               100 * sum_estimate / std::max<uint32_t>(1, valid), worst_bound_ratio);
   EXPECT_EQ(valid, wanted) << "too few valid random plans";
+  std::string covered;
+  for (const auto& [feature, n] : coverage) covered += " " + feature + ": " + std::to_string(n) + ",";
+  std::printf("features:%s\n", covered.c_str());
+  if (wanted >= 200) {
+    // Every feature and cluster kind a few times at least.
+    for (const char* feature : {"gpipe", "interleaved", "1f1b", "zero 0", "zero 1", "zero 2", "zero 3", "recompute full",
+                                "recompute selective", "recompute none", "data parallel pipelines", "pipeline parallel",
+                                "tensor parallel", "intra-stage data parallel", "uneven micro-batch split",
+                                "uneven layer ranges", "mixed TP degrees", "context parallel", "ulysses", "dp overlap",
+                                "buckets", "tree", "hierarchical", "leader broadcast", "sequence parallel", "tp overlap",
+                                "nvls", "pp scatter-gather", "cpu offload", "parameter offload"}) {
+      EXPECT_GE(coverage[feature], 3u) << feature;
+    }
+    for (const auto& cc : kClusters) EXPECT_GE(coverage[std::string("cluster ") + cc.name], 10u) << cc.name;
+  }
+}
+
+// models/platform_routes.h against the simulator's platform: one transfer alone takes the route's latency +
+// bytes / its bottleneck, between GPUs of one node, of two nodes, across pods, leaf switches and zones, and
+// between GPUs and host memories (CPU-staged transfers).
+TEST(CostAgreement, RoutesPriceLoneTransfersAsThePlatformDoes) {
+  const std::vector<models::Cluster> clusters = TestClusters();
+  const double bytes = 123456789;
+  uint32_t checked = 0;
+  for (size_t c = 0; c < clusters.size(); ++c) {
+    const models::Cluster& cluster = clusters[c];
+    const models::PlatformRoutes routes(cluster);
+    const uint32_t n = cluster.num_devices();
+    std::vector<std::pair<uint32_t, uint32_t>> pairs = {{0, 1}, {0, n - 1}, {n - 1, 0}, {1, n / 2}, {n / 2, 1}};
+    for (const auto& [a, b] : pairs) {
+      if (a == b) continue;
+      auto t = sim::SimulateTransfers({{{sim::Endpoint::kGpu, a}, {sim::Endpoint::kGpu, b}, bytes}}, cluster);
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      EXPECT_NEAR(*t, routes.GpuToGpu(a, b).Seconds(bytes), 1e-9 * *t) << kClusters[c].name << " " << a << " -> " << b;
+      ++checked;
+    }
+    const uint32_t last_node = cluster.device(n - 1).node;
+    auto up = sim::SimulateTransfers({{{sim::Endpoint::kGpu, 0}, {sim::Endpoint::kHostMemory, 0}, bytes}}, cluster);
+    ASSERT_TRUE(up.ok());
+    EXPECT_NEAR(*up, routes.GpuToHost(0).Seconds(bytes), 1e-9 * *up) << kClusters[c].name;
+    auto down = sim::SimulateTransfers({{{sim::Endpoint::kHostMemory, 0}, {sim::Endpoint::kGpu, 0}, bytes}}, cluster);
+    ASSERT_TRUE(down.ok());
+    EXPECT_NEAR(*down, routes.HostToGpu(0).Seconds(bytes), 1e-9 * *down) << kClusters[c].name;
+    checked += 2;
+    if (last_node != 0) {
+      auto across = sim::SimulateTransfers(
+          {{{sim::Endpoint::kHostMemory, 0}, {sim::Endpoint::kHostMemory, last_node}, bytes}}, cluster);
+      ASSERT_TRUE(across.ok());
+      EXPECT_NEAR(*across, routes.HostToHost(0, last_node).Seconds(bytes), 1e-9 * *across) << kClusters[c].name;
+      auto notice = sim::SimulateTransfers(
+          {{{sim::Endpoint::kHostMemory, 0}, {sim::Endpoint::kGpu, n - 1}, bytes}}, cluster);
+      ASSERT_TRUE(notice.ok());
+      EXPECT_NEAR(*notice, routes.HostToGpu(0, n - 1).Seconds(bytes), 1e-9 * *notice) << kClusters[c].name;
+      checked += 2;
+    }
+  }
+  EXPECT_GE(checked, 50u);
+}
+
+// Pipelines of 16 to 48 micro-batches: the estimate's extrapolation (a few micro-batches played, the rest as
+// each pipeline's period) gives the whole contention-free play to rounding wherever it applies (it falls back
+// to the whole play where a pipeline is not periodic yet), and the contention estimate close to its whole
+// play. No simulation: the whole play is the reference.
+TEST(CostAgreement, ExtrapolatedPlaysEqualWholePlays) {
+  const std::vector<models::Cluster> clusters = TestClusters();
+  const std::vector<models::TransformerModel> models = TestModels();
+  uint32_t valid = 0, extrapolated = 0;
+  double worst_free = 0, worst_estimate = 0;
+  for (uint64_t seed = 10001; valid < 150 && seed < 13000; ++seed) {
+    RandomCase c = MakeRandomCase(seed, clusters, models, 16, 48);
+    const models::Cluster& cluster = clusters[c.cluster];
+    const models::TransformerModel& model = models[c.model];
+    auto training = models::ResolveTraining(c.training, model, "training");
+    if (!training.ok()) continue;
+    const models::PlanContext ctx{cluster, model, *training};
+    if (!models::ValidatePlanStructure(c.plan, ctx, "plan").ok()) continue;
+    planners::PlanningProblem problem{cluster, model, *training, nullptr, {}};
+    const planners::AnalyticCostModel cost(problem);
+    for (const int passes : {0, 1}) {
+      planners::PlayOptions whole;
+      whole.contention_passes = passes;
+      planners::PlayOptions cut = whole;
+      cut.extrapolate = true;
+      auto a = cost.Play(c.plan, whole);
+      if (!a.ok()) break;
+      auto b = cost.Play(c.plan, cut);
+      ASSERT_TRUE(b.ok());
+      if (passes == 0) {
+        ++valid;
+        extrapolated += b->extrapolated ? 1 : 0;
+      }
+      const double error = std::abs(b->iteration_s - a->iteration_s) / a->iteration_s;
+      const std::string where = "seed " + std::to_string(seed) + " (" + kClusters[c.cluster].name + ")";
+      if (passes == 0) {
+        worst_free = std::max(worst_free, error);
+        EXPECT_LE(error, 1e-6) << where << ": extrapolated " << b->iteration_s << " s, whole " << a->iteration_s;
+      } else {
+        worst_estimate = std::max(worst_estimate, error);
+        EXPECT_LE(error, 0.10) << where << ": extrapolated estimate " << b->iteration_s << " s, whole " << a->iteration_s;
+      }
+    }
+  }
+  std::printf("%u plans, %u extrapolated: contention-free worst %.2e, estimate worst %.2f%%\n", valid, extrapolated,
+              worst_free, 100 * worst_estimate);
+  EXPECT_EQ(valid, 150u);
+  EXPECT_GE(extrapolated, 30u);
 }
 
 }  // namespace

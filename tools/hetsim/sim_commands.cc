@@ -252,8 +252,8 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   if (res->report.any_oom() && !vm.count("allow-oom")) {
     // The numbers above and the files are kept; the exit status says such a plan would not run.
     err << "hetsim simulate: the plan does not fit in memory on some devices (the memory column above); fix the "
-           "plan (more pipeline stages, TP, ZeRO, recomputation, a smaller micro-batch) or pass --allow-oom to "
-           "accept it\n";
+           "plan (more pipeline stages, TP, ZeRO, recomputation, a smaller micro-batch, CPU offload) or pass "
+           "--allow-oom to accept it\n";
     return 1;
   }
   return 0;
