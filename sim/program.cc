@@ -54,32 +54,13 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
                             : cost.OptimizerSeconds(gpu, op.params);
     return step + cost.IterationOverheadSeconds(gpu);
   }
-  const uint32_t tp = r.tp;
   const models::SequenceSharding shard = r.shard;  // CP / Ulysses: the rank's share of each sequence
   const double batch = op.sequences();
-  double seconds = 0;
-  // The host's per-micro-batch work of a pass on this stage, once per pass: with the operation that
-  // holds the stage's first layer (not with a recomputation).
-  if (!op.recompute && op.layer_begin == r.layer_begin && op.layer_end > op.layer_begin) {
-    seconds += consts.pass_overhead_s;
-  }
-  auto layer_seconds = [&](uint32_t l) {
-    if (op.category == Category::kForward || op.recompute) return cost.ForwardSeconds(gpu, l, tp, batch, shard);
-    // With separate recomputation operations, a backward operation is the backward alone.
-    if (separate_recompute) return cost.BackwardSeconds(gpu, l, tp, batch, proto::RECOMPUTE_NONE, shard);
-    return cost.BackwardSeconds(gpu, l, tp, batch, proto::RECOMPUTE_UNSPECIFIED, shard);
-  };
-  // Every block costs the same: cost one, count the rest.
-  uint32_t blocks = 0, first_block = 0;
-  for (uint32_t l = op.layer_begin; l < op.layer_end; ++l) {
-    if (cost.model().kind(l) == models::LayerKind::kTransformer) {
-      if (blocks++ == 0) first_block = l;
-    } else {
-      seconds += layer_seconds(l);
-    }
-  }
-  if (blocks > 0) seconds += blocks * layer_seconds(first_block);
-  return seconds;
+  return models::PassSeconds(op, r, cost.model(), consts.pass_overhead_s, separate_recompute,
+                             proto::RECOMPUTE_UNSPECIFIED, [&](uint32_t l, bool forward, proto::Recompute rc) {
+                               return forward ? cost.ForwardSeconds(gpu, l, r.tp, batch, shard)
+                                              : cost.BackwardSeconds(gpu, l, r.tp, batch, rc, shard);
+                             });
 }
 
 void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
@@ -122,49 +103,9 @@ bool IsTpComm(const Op& op) {
   return op.category == Category::kTp && (op.kind == OpKind::kCollective || op.kind == OpKind::kTpAnalytic);
 }
 
-// comm.tp_overlap: every forward/backward compute operation followed by TP collectives becomes
-//   compute C/k; start compute (k−1)·C/k; the collectives with (k−1)/k of their bytes; wait for the compute;
-//   the collectives with the last 1/k of their bytes
-// (kTpOverlapChunks = k). The collectives' fixed costs stay with their first part.
+// comm.tp_overlap (models/op_prices.h OverlapTpChunks).
 std::vector<Op> OverlapTp(const std::vector<Op>& ops) {
-  std::vector<Op> out;
-  out.reserve(ops.size() + ops.size() / 2);
-  const double k = kTpOverlapChunks;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    const bool pass = op.kind == OpKind::kCompute &&
-                      (op.category == Category::kForward || op.category == Category::kBackward);
-    size_t j = i + 1;
-    while (pass && j < ops.size() && IsTpComm(ops[j]) && ops[j].micro_batch == op.micro_batch) ++j;
-    if (!pass || j == i + 1) {
-      out.push_back(op);
-      continue;
-    }
-    Op first = op;
-    first.seconds = op.seconds / k;
-    out.push_back(first);
-    Op async = op;
-    async.kind = OpKind::kComputeAsync;
-    async.seconds = op.seconds - first.seconds;
-    out.push_back(async);
-    for (size_t c = i + 1; c < j; ++c) {
-      Op during = ops[c];
-      during.bytes = ops[c].bytes * (k - 1) / k;
-      out.push_back(during);
-    }
-    Op join = op;
-    join.kind = OpKind::kComputeJoin;
-    join.seconds = 0;
-    out.push_back(join);
-    for (size_t c = i + 1; c < j; ++c) {
-      Op tail = ops[c];
-      tail.bytes = ops[c].bytes / k;
-      tail.seconds = 0;
-      out.push_back(tail);
-    }
-    i = j - 1;
-  }
-  return out;
+  return models::OverlapTpChunks(ops, OpKind::kCompute, OpKind::kComputeAsync, OpKind::kComputeJoin, IsTpComm);
 }
 
 // Log-normal compute noise of mean 1 and coefficient of variation cv: σ² = ln(1 + cv²), μ = −σ²/2.

@@ -13,6 +13,7 @@
 
 #include "models/cost.h"
 #include "models/lowering.h"
+#include "models/op_prices.h"
 #include "models/plan.h"
 
 namespace hetsim::sim {
@@ -152,11 +153,8 @@ struct ProgramOptions {
   bool verify_fold = false;
 };
 
-// TP communication overlap (comm.tp_overlap), as Transformer Engine's userbuffers pipeline it: a pass's
-// compute C and the M of TP collectives that follow it run in kTpOverlapChunks chunks, chunk i's
-// communication during chunk i+1's compute, so the pair takes C/k + max((k−1)·C/k, (k−1)·M/k) + M/k:
-// the first chunk's compute and the last chunk's communication are exposed.
-inline constexpr double kTpOverlapChunks = 4;
+// TP communication overlap (comm.tp_overlap): models/op_prices.h kTpOverlapChunks.
+using models::kTpOverlapChunks;
 
 // Lowers the plan (models::LowerPlan) and costs every compute operation with `cost`. The plan must be
 // valid (ValidatePlanStructure); a plan the lowering rejects is an error.

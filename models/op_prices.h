@@ -1,0 +1,104 @@
+#pragma once
+// What a lowered operation costs before it meets the network: one price for the simulator (sim/program.cc)
+// and for the analytic player (planners/lowering_cost.cc), so that the two cannot drift apart.
+//
+// - PassSeconds: one compute operation of a rank (a forward, backward or recomputation pass over a layer
+//   range), from a per-layer price the caller supplies (the simulator's compute model, or a planner's view
+//   of it), with the host's per-micro-batch overhead charged once per pass.
+// - OverlapTpChunks: comm.tp_overlap's rewrite of a rank's program (Transformer Engine's userbuffers), on
+//   either consumer's operation type.
+#include <cstdint>
+#include <vector>
+
+#include "models/lowering.h"
+#include "models/transformer.h"
+
+namespace hetsim::models {
+
+// TP communication overlap (comm.tp_overlap), as Transformer Engine's userbuffers pipeline it: a pass's
+// compute C and the M of TP collectives that follow it run in kTpOverlapChunks chunks, chunk i's
+// communication during chunk i+1's compute, so the pair takes C/k + max((k−1)·C/k, (k−1)·M/k) + M/k:
+// the first chunk's compute and the last chunk's communication are exposed.
+inline constexpr double kTpOverlapChunks = 4;
+
+// The seconds of compute operation `op` (not the optimizer step) of rank `r`:
+//   layer(l, forward, recompute) — one layer's pass at r's TP degree and sequence sharding for op's
+//   sequences: forward (forward = true; also a recomputation's re-run forward, recompute unspecified), or
+//   backward with `recompute` (what the backward includes);
+//   pass_overhead_s — the host's per-micro-batch work of a pass on this stage, charged with the operation
+//   that holds the stage's first layer (not with a recomputation);
+//   separate_recompute — the lowering has separate recomputation operations, so a backward operation is
+//   the backward alone; otherwise it includes `backward_recompute`.
+// Every transformer block costs the same, so one is priced and the rest counted.
+template <class LayerSeconds>
+double PassSeconds(const Op& op, const RankOps& r, const TransformerModel& model, double pass_overhead_s,
+                   bool separate_recompute, proto::Recompute backward_recompute, LayerSeconds&& layer) {
+  double seconds = 0;
+  if (!op.recompute && op.layer_begin == r.layer_begin && op.layer_end > op.layer_begin) {
+    seconds += pass_overhead_s;
+  }
+  const auto one = [&](uint32_t l) -> double {
+    if (op.category == Category::kForward || op.recompute) return layer(l, true, proto::RECOMPUTE_UNSPECIFIED);
+    return layer(l, false, separate_recompute ? proto::RECOMPUTE_NONE : backward_recompute);
+  };
+  uint32_t blocks = 0, first_block = 0;
+  for (uint32_t l = op.layer_begin; l < op.layer_end; ++l) {
+    if (model.kind(l) == LayerKind::kTransformer) {
+      if (blocks++ == 0) first_block = l;
+    } else {
+      seconds += one(l);
+    }
+  }
+  if (blocks > 0) seconds += blocks * one(first_block);
+  return seconds;
+}
+
+// comm.tp_overlap: every forward/backward compute operation followed by TP collectives of its micro-batch
+// becomes
+//   compute C/k; start compute (k−1)·C/k; the collectives with (k−1)/k of their bytes; wait for the compute;
+//   the collectives with the last 1/k of their bytes and no fixed cost
+// (k = kTpOverlapChunks; the collectives' fixed costs stay with their first part). `OpT` has kind,
+// category, seconds, bytes and micro_batch; `compute`, `async` and `join` are its kinds for a compute
+// operation, a compute started without waiting, and the wait for it; is_tp(op) tells a TP collective.
+template <class OpT, class KindT, class IsTp>
+std::vector<OpT> OverlapTpChunks(const std::vector<OpT>& ops, KindT compute, KindT async, KindT join, IsTp&& is_tp) {
+  std::vector<OpT> out;
+  out.reserve(ops.size() + ops.size() / 2);
+  const double k = kTpOverlapChunks;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpT& op = ops[i];
+    const bool pass = op.kind == compute && (op.category == Category::kForward || op.category == Category::kBackward);
+    size_t j = i + 1;
+    while (pass && j < ops.size() && is_tp(ops[j]) && ops[j].micro_batch == op.micro_batch) ++j;
+    if (!pass || j == i + 1) {
+      out.push_back(op);
+      continue;
+    }
+    OpT first = op;
+    first.seconds = op.seconds / k;
+    out.push_back(first);
+    OpT started = op;
+    started.kind = async;
+    started.seconds = op.seconds - first.seconds;
+    out.push_back(started);
+    for (size_t c = i + 1; c < j; ++c) {
+      OpT during = ops[c];
+      during.bytes = ops[c].bytes * (k - 1) / k;
+      out.push_back(during);
+    }
+    OpT wait = op;
+    wait.kind = join;
+    wait.seconds = 0;
+    out.push_back(wait);
+    for (size_t c = i + 1; c < j; ++c) {
+      OpT tail = ops[c];
+      tail.bytes = ops[c].bytes / k;
+      tail.seconds = 0;
+      out.push_back(tail);
+    }
+    i = j - 1;
+  }
+  return out;
+}
+
+}  // namespace hetsim::models

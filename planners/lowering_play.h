@@ -1,0 +1,253 @@
+#pragma once
+// The analytic player's internals (planners/lowering_cost.h is the interface), shared by its three files
+// only: lowering_programs.cc turns a lowering into priced programs (the simulator's folding decision, the
+// compute and collective prices, the message streams); lowering_game.cc plays them once as a dependency
+// graph and measures the link sharing a play saw (the contention passes); lowering_cost.cc is the player
+// (plays, contention passes, extrapolation of long pipelines).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "models/lowering.h"
+#include "models/platform_routes.h"
+#include "planners/lowering_cost.h"
+
+namespace hetsim::planners::play {
+
+using models::Algorithm;
+using models::Category;
+using models::CollectiveKind;
+using models::Route;
+
+constexpr double kUnknown = -1;         // a time not known yet (times are ≥ 0)
+constexpr size_t kMaxPendingSends = 32;  // the engine's Reap: past this many posted sends it waits for the oldest
+
+// ---- the programs ----------------------------------------------------------------------------------------
+
+enum class Kind : uint8_t {
+  kCompute,
+  kComputeAsync,  // start compute and go on (comm.tp_overlap)
+  kComputeJoin,   // wait for it
+  kSend,
+  kRecv,
+  kPostRecv,
+  kCollective,
+  kSignal,
+  kAwait,
+  kJoin,
+  kWaitSends,
+};
+
+struct POp {
+  Kind kind = Kind::kCompute;
+  Category category = Category::kForward;
+  CollectiveKind collective = CollectiveKind::kAllReduce;
+  Algorithm algorithm = Algorithm::kRing;
+  uint16_t micro_batch = 0;
+  uint32_t ref = 0;    // send / receive: message stream; collective: group
+  uint32_t rank = 0;   // collective: the device's rank in the group
+  double seconds = 0;  // compute; collective: the call's fixed latency α
+  double bytes = 0;    // transfer bytes (collective: the buffer S over the collective efficiency)
+};
+
+struct Program {
+  uint32_t device = 0;
+  const models::GpuSpec* gpu = nullptr;
+  uint32_t pipeline = 0, stage = 0;
+  std::vector<POp> main, dp;
+};
+
+// A message stream: the messages one device sends another on one channel, matched in order.
+struct Stream {
+  uint32_t src = 0, dst = 0;          // devices
+  uint32_t src_slot = 0, dst_slot = 0;
+  uint8_t channel = 0;
+  bool staged = false;                // through host memory (HetHub §3.1): a stager per stream
+  Route route;                        // GPU to GPU
+  Route g2h, h2h, notice, h2g;        // staged: the stager's copies, its notice, the receiver's copy
+  // Folded runs: per link of its route, the flows of the stream and of its folded copies on it (only links
+  // with copies); the contention passes count each flow of the stream that many times there.
+  std::vector<std::pair<uint32_t, uint32_t>> twins;
+  uint32_t max_early = 1;             // the most receives posted ahead (context parallelism)
+};
+
+// Flow keys: a point-to-point message (stream, sequence, leg) or a collective member's flow (group,
+// instance, rank, sub-flow). Keys identify the same flow in every play of one lowering.
+inline uint64_t P2pKey(uint32_t stream, uint32_t seq, uint32_t leg) {
+  return (uint64_t{1} << 63) | ((uint64_t{stream} & 0x3FFFFFFF) << 33) | ((uint64_t{seq} & 0x3FFFFFFF) << 3) | leg;
+}
+inline uint64_t CollKey(uint32_t group, uint32_t inst, uint32_t rank, uint32_t sub) {
+  return ((uint64_t{group} & 0x3FFFFF) << 41) | ((uint64_t{inst} & 0x3FFFF) << 23) | ((uint64_t{rank} & 0xFFFF) << 7) |
+         (sub & 0x7F);
+}
+// A source of flows (kUpperBound): a stream's leg, or a collective member's sub-flow (any instance).
+inline uint64_t P2pSource(uint32_t stream, uint32_t leg) { return P2pKey(stream, 0, leg); }
+inline uint64_t CollSource(uint32_t group, uint32_t rank, uint32_t sub) { return CollKey(group, 0, rank, sub); }
+
+// A ring member's hop to its successor (sim/engine.cc Exchange and StripeOverRails).
+struct Hop {
+  bool ready = false;
+  uint32_t prev = 0, next = 0;  // ranks
+  Route to_next;
+  double fraction = 1;          // of the step's bytes on the member's own flow
+  std::vector<std::pair<uint32_t, uint32_t>> stripes;  // (from, to) devices of the other rails' flows
+  std::vector<Route> stripe_routes;
+  bool staged_send = false, staged_recv = false;
+  Route g2h, h2h, notice, h2g;  // staged: this member's copies and notice to its successor, its own copy back
+};
+
+struct Group {
+  const std::vector<uint32_t>* members = nullptr;
+  std::vector<Hop> hops[2];  // per rank: without (NVLS) and with rail striping
+  bool folded = false;       // fold mode: every member folds onto one played device
+  std::vector<uint32_t> family;  // fold mode: the groups folded onto it (itself first)
+};
+
+
+// The ring flows of one step of every member of `g` (rail striping as the engine's RingFlows): (from, to,
+// fraction).
+struct RingFlow {
+  uint32_t from, to;
+  double fraction;
+};
+std::vector<RingFlow> RingFlows(const std::vector<uint32_t>& g, const models::PlatformRoutes& routes, bool stripe);
+double FluidMakespan(const std::vector<std::pair<Route, double>>& flows, const models::PlatformRoutes& routes);
+
+// ---- folding (the simulator's decision, sim/program.cc FoldShape and FoldRanks) -------------------------
+
+struct Fold {
+  std::vector<uint32_t> rep;          // per slot: the slot whose program stands for it
+  std::vector<uint32_t> folded_onto;  // per group: the played group it folds onto (kNone: none)
+  // Per played send stream (src device, dst device, channel): the folded devices' copies (from, to).
+  std::map<std::tuple<uint32_t, uint32_t, uint8_t>, std::vector<std::pair<uint32_t, uint32_t>>> send_copies;
+};
+
+
+// What the plan must have before its ranks are compared: no CPU staging or offload, every pipeline as deep
+// as pipeline 0 with stages as wide, one replica and one sequence shard per stage. "" when it may fold.
+std::string FoldShape(const proto::Plan& plan, const models::Cluster& cluster);
+// Compares every rank's skeleton with its representative's (the first device of its stage in pipeline 0).
+// "" and `out` filled when the ranks fold.
+std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster, Fold* out);
+// The devices that represent the others when a plan folds: the first device of each stage of pipeline 0.
+std::vector<bool> Representatives(const proto::Plan& plan, const models::Cluster& cluster);
+
+// ---- the programs with their prices ---------------------------------------------------------------------
+
+struct Setup {
+  const models::Lowering* lw = nullptr;
+  const models::PlatformRoutes* routes = nullptr;
+  Pricing pricing = Pricing::kSimulator;
+  bool folded = false;
+  std::vector<char> played;       // per slot
+  std::vector<Program> programs;  // per slot (empty where not played)
+  std::vector<Stream> streams;
+  std::vector<Group> groups;
+  std::vector<uint32_t> link_sources;  // per directed link: distinct flow sources (kUpperBound)
+  uint32_t max_link_sources = 0;
+  uint64_t operations = 0;
+  // Per group and step bytes: a folded collective's price (the flows launched together).
+  std::map<std::tuple<uint32_t, double, bool, bool>, double> folded_price;
+
+  const std::vector<uint32_t>& Members(uint32_t g) const { return *groups[g].members; }
+  bool Staged(uint32_t node_a, uint32_t node_b) const {
+    if (node_a == node_b) return false;
+    return staged_all || (!staged_groups.empty() && staged_groups[size_t{node_group[node_a]} * num_groups +
+                                                                  node_group[node_b]] != 0);
+  }
+  bool staged_all = false;
+  std::vector<uint8_t> staged_groups;
+  std::vector<uint32_t> node_group;
+  uint32_t num_groups = 0;
+
+  // The hop of rank r of group g to its successor (computed once).
+  const Hop& HopOf(uint32_t g, uint32_t r, bool stripe) {
+    auto& hops = groups[g].hops[stripe ? 1 : 0];
+    const auto& m = Members(g);
+    if (hops.empty()) hops.resize(m.size());
+    Hop& h = hops[r];
+    if (h.ready) return h;
+    const uint32_t n = static_cast<uint32_t>(m.size());
+    h.ready = true;
+    h.next = (r + 1) % n;
+    h.prev = (r + n - 1) % n;
+    const uint32_t self = m[r], to = m[h.next], from = m[h.prev];
+    h.to_next = routes->GpuToGpu(self, to);
+    const uint32_t here = routes->NodeOf(self), there = routes->NodeOf(to);
+    h.staged_send = Staged(here, there);
+    h.staged_recv = Staged(routes->NodeOf(from), here);
+    if (h.staged_send) {
+      h.g2h = routes->GpuToHost(self);
+      h.h2h = routes->HostToHost(here, there);
+      h.notice = h.to_next;  // the zero-byte notice goes from the GPU's own actor (sim/engine.cc StagedSend)
+    }
+    if (h.staged_recv) h.h2g = routes->HostToGpu(self);
+    if (stripe && here != there && !h.staged_send && !h.staged_recv) {
+      std::vector<uint32_t> mine, theirs;
+      for (uint32_t d : m) {
+        if (routes->NodeOf(d) == here && d != self) mine.push_back(d);
+        if (routes->NodeOf(d) == there && d != to) theirs.push_back(d);
+      }
+      const size_t extra = std::min(mine.size(), theirs.size());
+      h.fraction = 1.0 / static_cast<double>(extra + 1);
+      for (size_t i = 0; i < extra; ++i) {
+        h.stripes.emplace_back(mine[i], theirs[i]);
+        h.stripe_routes.push_back(routes->GpuToGpu(mine[i], theirs[i]));
+      }
+    }
+    return h;
+  }
+};
+
+// Prices the lowering's played ranks (sim/program.cc Append) and finds its message streams.
+void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, const ComputeSource& cs,
+                   const models::PlatformRoutes& routes, Pricing pricing, proto::Recompute recompute, Setup* s);
+// Per directed link, the distinct flow sources that cross it (kUpperBound's K_l).
+void CountLinkSources(Setup* s);
+
+// ---- one play -------------------------------------------------------------------------------------------
+
+struct FlowRecord {
+  uint64_t key;
+  double start, end;  // the whole flow, latency included
+  const Route* route;  // stable for the play (a stream's, a hop's, or the play's arena)
+  const std::vector<std::pair<uint32_t, uint32_t>>* twins;  // folded copies per link (Stream::twins), or none
+};
+
+using Slowdowns = std::unordered_map<uint64_t, double>;
+
+
+// What one device's play adds up to.
+struct GameStats {
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, tp_s = 0, pipeline_end_s = 0, end_s = 0;
+};
+
+// One play of the programs as a dependency graph: without `slow`, every flow alone on its route; with it,
+// each flow slowed by the sharing the previous play saw (`contention`). `record`: keep the flows (for
+// Contention). `trace`: keep every operation's span.
+class Game {
+ public:
+  Game(Setup& s, const Slowdowns* slow, bool contention, bool record,
+       std::vector<std::vector<PlayResult::Span>>* trace = nullptr);
+  ~Game();
+  Status Run();
+  const std::vector<GameStats>& stats() const;
+  // Valid while the game lives (their routes point into it).
+  std::vector<FlowRecord>& flows();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// From one play's flows: every flow's slowdown (for each link of its route, the average number of flows on
+// the link while it ran, weighed by the link's bandwidth against the route's bottleneck); returns the most
+// flows ever on one link at once.
+uint32_t Contention(const std::vector<FlowRecord>& flows, const models::PlatformRoutes& routes, Slowdowns* slow);
+
+}  // namespace hetsim::planners::play
