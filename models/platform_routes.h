@@ -21,7 +21,9 @@
 // simulator's platform does.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +41,12 @@ struct Route {
 
   // latency + bytes / bandwidth (the simulator rounds a transfer's bytes to a whole number).
   double Seconds(double bytes) const;
+  // Whether a transfer alone takes as long on both (same bottleneck bandwidth and latency): what folding
+  // asks of a folded pipeline copy's route against its representative's.
+  bool PricesAs(const Route& o) const {
+    const auto near = [](double x, double y) { return x == y || std::abs(x - y) <= 1e-12 * std::max(std::abs(x), std::abs(y)); };
+    return near(bandwidth_bytes_s, o.bandwidth_bytes_s) && near(latency_s, o.latency_s);
+  }
 };
 
 class PlatformRoutes {

@@ -166,7 +166,7 @@ Result<PlayResult> LoweringPlayer::PlayOnce(const proto::Plan& plan, const PlayO
       reps.skeletons = true;
       HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, reps));
       Fold fold;
-      note = FoldRanks(lowering, cluster_, &fold);
+      note = FoldRanks(lowering, cluster_, routes_, &fold);
       if (note.empty()) {
         Status status;
         PlayResult out = PlayLowering(lowering, &fold, cluster_, compute_, routes_, options, delays, &status);

@@ -133,7 +133,8 @@ struct Fold {
 std::string FoldShape(const proto::Plan& plan, const models::Cluster& cluster);
 // Compares every rank's skeleton with its representative's (the first device of its stage in pipeline 0).
 // "" and `out` filled when the ranks fold.
-std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster, Fold* out);
+std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster, const models::PlatformRoutes& routes,
+                      Fold* out);
 // The devices that represent the others when a plan folds: the first device of each stage of pipeline 0.
 std::vector<bool> Representatives(const proto::Plan& plan, const models::Cluster& cluster);
 

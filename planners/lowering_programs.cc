@@ -152,7 +152,8 @@ bool SameWork(const models::Op& a, const models::Op& b) {
 
 // Compares every rank's skeleton with its representative's (the first device of its stage in pipeline 0).
 // "" and `out` filled when the ranks fold.
-std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster, Fold* out) {
+std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster, const models::PlatformRoutes& routes,
+                      Fold* out) {
   const size_t n = lw.ranks.size();
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> first, count;  // (pipeline, stage) -> first slot, devices
   for (uint32_t i = 0; i < n; ++i) {
@@ -196,7 +197,13 @@ std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster
           if (x.kind == models::OpKind::kSend && i != rep) {
             auto& copies = fold.send_copies[{a.device, x.peer, x.channel}];
             const auto c = std::make_pair(b.device, y.peer);
-            if (std::find(copies.begin(), copies.end(), c) == copies.end()) copies.push_back(c);
+            if (std::find(copies.begin(), copies.end(), c) == copies.end()) {
+              // As the simulator: a copy over a route that prices otherwise does not fold.
+              if (!routes.GpuToGpu(b.device, y.peer).PricesAs(routes.GpuToGpu(a.device, x.peer))) {
+                return "pipeline sends over unlike routes";
+              }
+              copies.push_back(c);
+            }
           }
           break;
         }

@@ -1,10 +1,12 @@
 #include "sim/program.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <unordered_map>
 
 #include "models/communicator.h"
+#include "models/platform_routes.h"
 
 namespace hetsim::sim {
 namespace {
@@ -158,6 +160,7 @@ static std::string FoldRanks(const models::Lowering& lw, const models::PlanConte
     fold.rep[i] = it->second;
   }
   const auto slot_of = [&](uint32_t device) { return out->device_slot[device]; };
+  std::optional<models::PlatformRoutes> routes;  // built at the first folded send
   std::vector<uint32_t> folded_onto(out->groups.size(), models::kNone);  // group -> the played group it folds onto
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t rep = fold.rep[i];
@@ -196,7 +199,18 @@ static std::string FoldRanks(const models::Lowering& lw, const models::PlanConte
               if (copies.empty() || copies.back() != std::make_pair(b.device, y.peer)) {
                 bool seen = false;
                 for (const auto& c : copies) seen |= c == std::make_pair(b.device, y.peer);
-                if (!seen) copies.emplace_back(b.device, y.peer);
+                if (!seen) {
+                  // The copy is played as the representative's send: its own route must price the same
+                  // (pipelines in other zones, pods or over other NICs do not fold). Both ends have the
+                  // representatives' GPU types, so the default calibration's routes compare as the run's.
+                  if (!routes) routes.emplace(ctx.cluster);
+                  if (!routes->GpuToGpu(b.device, y.peer).PricesAs(routes->GpuToGpu(a.device, x.peer))) {
+                    return "pipeline sends over unlike routes (devices " + std::to_string(b.device) + " → " +
+                           std::to_string(y.peer) + " and " + std::to_string(a.device) + " → " +
+                           std::to_string(x.peer) + ")";
+                  }
+                  copies.emplace_back(b.device, y.peer);
+                }
               }
             }
             break;

@@ -184,6 +184,37 @@ TEST(Folding, HeterogeneousPipelinesAreNotFolded) {
   EXPECT_DOUBLE_EQ(folded.iteration_s, full.iteration_s);
 }
 
+TEST(Folding, PipelinesWhoseSendsCrossOtherLinksAreNotFolded) {
+  // Three nodes in the east and one in the west, joined by a 1 Gb/s, 5 ms link: pipeline 0 runs in the east
+  // (nodes 0 → 1), pipeline 1 from the east into the west (nodes 2 → 3), so pipeline 1's sends cross the
+  // slow zone link where pipeline 0's stay in a zone. The replicas do the same work, but folding them would
+  // play pipeline 1's sends at pipeline 0's speed: every device must be played.
+  const auto cluster = ClusterFrom(
+      "name: zones\nnodes:\n"
+      "  - {name: e, count: 3, zone: east, gpus: {type: h100, count: 2}, nic: {kind: roce, bandwidth_gbps: 100}}\n"
+      "  - {name: w, count: 1, zone: west, gpus: {type: h100, count: 2}, nic: {kind: roce, bandwidth_gbps: 100}}\n"
+      "zone_links: [{from: east, to: west, bandwidth_gbps: 1, latency_ms: 5}]\n");
+  // Pipeline 0: nodes 0 → 1 (east → east); pipeline 1: nodes 2 → 3 (east → west).
+  std::string y = "name: zones\nschedule: 1f1b\npipelines:\n";
+  for (uint32_t p = 0; p < 2; ++p) {
+    y += "  - micro_batch_size: 2\n    num_micro_batches: 4\n    stages:\n";
+    for (uint32_t s = 0; s < 2; ++s) {
+      const uint32_t node = 2 * p + s;
+      y += "      - {devices: [" + std::to_string(2 * node) + ", " + std::to_string(2 * node + 1) +
+           "], tp_degree: 2, layer_begin: " + std::to_string(3 * s) + ", layer_end: " + std::to_string(3 * s + 3) + "}\n";
+    }
+  }
+  const auto plan = PlanFrom(y);
+  const Outcome folded = Simulate(cluster, plan, Fidelity::Balanced(), true);
+  const Outcome full = Simulate(cluster, plan, Fidelity::Balanced(), false);
+  EXPECT_EQ(folded.played, 8u) << folded.note;
+  EXPECT_NE(folded.note.find("unlike routes"), std::string::npos) << folded.note;
+  EXPECT_DOUBLE_EQ(folded.iteration_s, full.iteration_s);
+  // The slow link is what sets the iteration: pipeline 1's 8 activation sends each way per stage
+  // boundary take at least 5 ms each, more than pipeline 0's whole communication.
+  EXPECT_GT(full.iteration_s, 2 * 4 * 5e-3);
+}
+
 TEST(Folding, FullFidelityNeverFolds) {
   const Outcome r = Simulate(SharedNicCluster(4), PlanFrom(SymmetricPlan(2)), Fidelity::Full(), true);
   EXPECT_EQ(r.played, 8u);
