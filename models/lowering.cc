@@ -228,8 +228,13 @@ class Lowerer {
     ops.push_back(op);
   }
 
-  uint32_t GroupId(std::vector<uint32_t> members) {
-    auto [it, inserted] = group_ids_.emplace(members, static_cast<uint32_t>(out_.groups.size()));
+  // One id per member list and stream: with comm.dp_overlap the gradient sync runs on each rank's second
+  // stream beside its passes, so its collectives get ids of their own even where their members are those of
+  // a pass's collective (ZeRO-3's gathers, a Ulysses group): consumers match a group's calls in order, and
+  // two streams' calls on one id would match by timing.
+  uint32_t GroupId(std::vector<uint32_t> members, bool dp_stream = false) {
+    auto& ids = dp_stream ? dp_group_ids_ : group_ids_;
+    auto [it, inserted] = ids.emplace(members, static_cast<uint32_t>(out_.groups.size()));
     if (inserted) out_.groups.push_back(std::move(members));
     return it->second;
   }
@@ -277,7 +282,7 @@ class Lowerer {
     op.category = cat;
     op.collective = kind;
     op.algorithm = algo;
-    op.group = GroupId(members);
+    op.group = GroupId(members, cat == Category::kDp && plan_.comm().dp_overlap());
     op.rank = RankIn(members, device);
     op.bytes = bytes;
     op.micro_batch = mb;
@@ -841,7 +846,7 @@ class Lowerer {
   std::vector<std::vector<uint32_t>> device_groups_;
   std::vector<std::vector<Segment>> segments_;  // per device (MakeSegments)
   std::vector<uint32_t> node_ranks_;            // per node: the plan's ranks on it
-  std::map<std::vector<uint32_t>, uint32_t> group_ids_;
+  std::map<std::vector<uint32_t>, uint32_t> group_ids_, dp_group_ids_;
   size_t last_rank_ops_ = 0;  // operations of the rank lowered last
 };
 

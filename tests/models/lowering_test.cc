@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
 
 #include "models/spec_io.h"
 #include "models/training.h"
@@ -383,6 +384,45 @@ TEST(LoweringProperty, RandomPlansConserveFlopsAndBytes) {
 // LoweringOptions::lower_devices and skeletons (sim folding): the ranks lowered get exactly the
 // operations of a full lowering, the others none, and the collective groups come out the same and in the
 // same order; a skeleton is one pass of each kind with the full list's gradient sync at its end.
+TEST(LoweringGroups, OverlappedGradientSyncHasGroupsOfItsOwn) {
+  // Two single-device stages replicated twice, ZeRO-3: each stage's parameter gathers (on the passes'
+  // stream) and its gradient reduce-scatters (on the DP stream under dp_overlap) have the same members.
+  // The two streams run side by side, so their collectives must not share a group id (consumers match a
+  // group's calls in order); without dp_overlap both are on one stream and share it.
+  for (const bool overlap : {false, true}) {
+    proto::Plan plan;
+    plan.set_zero_stage(3);
+    plan.mutable_comm()->set_dp_overlap(overlap);
+    for (uint32_t p = 0; p < 2; ++p) {
+      auto* pipe = plan.add_pipelines();
+      pipe->set_micro_batch_size(1);
+      pipe->set_num_micro_batches(2);
+      for (uint32_t s = 0; s < 2; ++s) {
+        auto* st = pipe->add_stages();
+        st->add_devices(2 * p + s);
+        st->set_layer_begin(s == 0 ? 0 : 3);
+        st->set_layer_end(s == 0 ? 3 : TheWorld().model.num_layers());
+      }
+    }
+    const Lowering l = Lower(plan, TrainingFor(plan));
+    const RankOps& r = l.ranks.at(l.device_slot.at(0));
+    std::set<uint32_t> gathers, syncs;
+    for (const auto* list : {&r.ops, &r.dp_stream}) {
+      for (const Op& op : *list) {
+        if (op.kind != OpKind::kCollective) continue;
+        if (op.category == Category::kZero) gathers.insert(op.group);
+        if (op.category == Category::kDp) syncs.insert(op.group);
+      }
+    }
+    ASSERT_FALSE(gathers.empty());
+    ASSERT_FALSE(syncs.empty());
+    for (uint32_t g : syncs) {
+      EXPECT_EQ(l.groups.at(g), (std::vector<uint32_t>{0, 2}));
+      EXPECT_EQ(gathers.count(g), overlap ? 0u : 1u) << "dp_overlap " << overlap;
+    }
+  }
+}
+
 TEST(LoweringPartial, LeftOutRanksGetNoOperationsAndTheSameGroups) {
   for (const auto schedule : {proto::Plan::SCHEDULE_1F1B, proto::Plan::SCHEDULE_INTERLEAVED_1F1B}) {
     proto::Plan plan;
