@@ -3,6 +3,7 @@
 // the models/ tests do not link the CLI).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -229,6 +230,66 @@ TEST(ValidateSim, RunsOnSeveralNodesCrossTheirNics) {
   EXPECT_GE(SimulatedMs(slow_out) - SimulatedMs(fast_out), 4.2);
 }
 
+TEST(ValidateSim, PlanFileRunsReportTimeSyncAndMemoryErrors) {
+  // Two runs naming one plan file (relative to the CSV): the same simulated time, peak memory and gradient
+  // sync on both rows, and each row's errors are (simulated − measured) / measured of its own measurements.
+  WriteTemp("plan-runs-plan.yaml",
+            "kind: plan\nname: p\ncluster: cpu-4\nmodel: llama-tiny\n"
+            "training: {global_batch_size: 8, seq_len: 32, dtype: fp32}\nschedule: 1f1b\npipelines:\n"
+            "  - {micro_batch_size: 2, num_micro_batches: 2, stages: [{devices: [0], layer_begin: 0, layer_end: 6}]}\n"
+            "  - {micro_batch_size: 2, num_micro_batches: 2, stages: [{devices: [1], layer_begin: 0, layer_end: 6}]}\n");
+  const std::string runs = WriteTemp("plan-runs.csv",
+                                     "# two measurements of one plan\n"
+                                     "plan,dp,pp,nodes,iteration_ms,grad_sync_ms,peak_memory_gib\n"
+                                     "plan-runs-plan.yaml,2,1,1,100,1,1\n"
+                                     "plan-runs-plan.yaml,2,1,1,200,2,2\n");
+  const std::string out = testing::TempDir() + "plan-runs-out.csv";
+  const auto r = RunCli({"validate-sim", "--runs", runs, "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 2 of 2 plans")) << r.out;
+  EXPECT_TRUE(Has(r.out, "peak memory, all")) << r.out;
+  EXPECT_TRUE(Has(r.out, "dp=2")) << r.out;
+  std::ifstream in(out);
+  std::string header, a, b;
+  std::getline(in, header);
+  std::getline(in, a);
+  std::getline(in, b);
+  const auto cells = [](const std::string& line) {
+    std::vector<std::string> v;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) v.push_back(c);
+    return v;
+  };
+  const auto h = cells(header), x = cells(a), y = cells(b);
+  const auto col = [&](const std::vector<std::string>& row, const std::string& name) {
+    const size_t i = static_cast<size_t>(std::find(h.begin(), h.end(), name) - h.begin());
+    return i < row.size() ? std::stod(row[i]) : -1e300;
+  };
+  ASSERT_EQ(x.size(), h.size());
+  ASSERT_EQ(y.size(), h.size());
+  EXPECT_GT(col(x, "simulated_ms"), 0);
+  EXPECT_EQ(col(x, "simulated_ms"), col(y, "simulated_ms"));
+  EXPECT_GT(col(x, "simulated_peak_gib"), 0);
+  EXPECT_EQ(col(x, "simulated_peak_gib"), col(y, "simulated_peak_gib"));
+  EXPECT_GT(col(x, "simulated_grad_sync_ms"), 0);  // two pipelines all-reduce their gradients
+  EXPECT_NEAR(col(x, "error"), col(x, "simulated_ms") / 100 - 1, 1e-5);
+  EXPECT_NEAR(col(y, "error"), col(y, "simulated_ms") / 200 - 1, 1e-5);
+  EXPECT_NEAR(col(y, "memory_error"), col(y, "simulated_peak_gib") / 2 - 1, 1e-4);
+  EXPECT_NEAR(col(x, "grad_sync_error"), col(x, "simulated_grad_sync_ms") / 1 - 1, 1e-4);
+}
+
+TEST(ValidateSim, PlanFileRunsNameTheLineOfAMissingPlan) {
+  const std::string runs = WriteTemp("plan-runs-missing.csv", "plan,iteration_ms\nno-such-plan.yaml,100\n");
+  const auto r = RunCli({"validate-sim", "--runs", runs});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.err, runs + ":2: not simulated:")) << r.err;
+  EXPECT_TRUE(Has(r.err, "no-such-plan.yaml")) << r.err;
+  const std::string bad = WriteTemp("plan-runs-bad.csv", "plan,iteration_ms\nx.yaml,-3\n");
+  const auto b = RunCli({"validate-sim", "--runs", bad});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_TRUE(Has(b.err, bad + ":2: iteration_ms: '-3' is not a positive number")) << b.err;
+}
+
 TEST(ValidateSim, NamedColumnsBadInputNamesLineColumnAndFix) {
   const std::string missing = WriteTemp("missing.csv", "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,"
                                                        "dp,pp\n4,16,4,1024,16,24,1024,2,2,1\n");
@@ -263,6 +324,16 @@ TEST(ValidateSim, TheBundledMegatronTable1RunsSimulate) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(Has(r.out, "simulated 3 of 3 runs")) << r.out;
   EXPECT_GT(SimulatedMs(out), 1000);  // 1.7B on 32 GPUs: seconds per iteration, as published (3.5 s)
+}
+
+TEST(ValidateSim, TheBundledSailorPlansSimulate) {
+  // experiments/validation/sailor_gh200_opt350/runs.csv: every one of the 15 plans (1-32 GH200 nodes) loads
+  // its plan, cluster and model relative to the CSV and simulates.
+  const auto r = RunCli({"validate-sim", "--runs",
+                         std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/runs.csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 15 of 15 plans")) << r.out;
+  EXPECT_TRUE(Has(r.out, "nodes=32")) << r.out;
 }
 
 TEST(Calibrate, RefitsTheBundledA100CollectivesFromTheirData) {

@@ -15,6 +15,9 @@
 // (default --gpu) and any other column (kept for provenance, ignored), e.g. Megatron-LM SC'21 Table 1
 // (experiments/validation/megatron_sc21_table1.csv).
 //
+// A CSV whose header has a `plan` column names a plan file per run instead (any layout; validate_plan_runs.cc),
+// and may carry measured gradient-sync time and peak memory (experiments/validation/sailor_gh200_opt350/).
+//
 // Rows alternate between the halves (even rows: development, odd rows: held out), so that a calibration
 // fitted on the development half is judged on runs it has not seen.
 #include <algorithm>
@@ -286,6 +289,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
            "--executor --plans P1,P2,... to compare with runs of hetsim-exec\n";
     return 2;
   }
+  if (IsPlanRunsCsv(FlagString(vm, "runs"))) return RunValidatePlanRuns(vm, out, err);
   auto runs = ReadRuns(FlagString(vm, "runs"));
   if (!runs.ok()) {
     err << runs.status().message() << "\n";

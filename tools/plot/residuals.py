@@ -8,6 +8,9 @@ Usage: tools/plot/residuals.py RUNS.csv OUT.png [--title TEXT]   (also writes OU
            one point per run against its GPU count, labelled TP·PP·DP, for small sets such as Megatron-LM's
            Table 1 (experiments/validation/megatron_sc21_table1.csv); --compare adds a second calibration's
            errors on the same runs.
+       tools/plot/residuals.py RUNS.csv OUT.png   with a plan-file runs CSV (validate-sim of a CSV with a `plan`
+           column, e.g. experiments/validation/sailor_gh200_opt350/runs.csv): iteration-time, gradient-sync and
+           peak-memory errors by DP width, PP depth and node count (one row each).
 """
 import argparse
 import csv
@@ -22,6 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 def load(path):
     with open(path) as f:
         rows = list(csv.DictReader(f))
+    if rows and "memory_error" in rows[0]:
+        return rows
     needed = {"measured_ms", "simulated_ms", "error", "tp", "micro_batch", "hidden", "half"}
     if not rows or not needed.issubset(rows[0].keys()):
         raise ValueError(f"{path}: not a `hetsim validate-sim -o` file (columns {sorted(needed)})")
@@ -52,6 +57,35 @@ def render(rows, out, title):
         ax.set_xticks(range(1, len(groups) + 1), [str(g) for g in groups])
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xlabel(label)
+    fig.suptitle(title, fontweight="bold")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120, metadata={"Software": "hetsim"})
+    fig.savefig(out.rsplit(".", 1)[0] + ".pdf", metadata={"CreationDate": None, "Producer": "hetsim"})
+
+
+def render_plan_runs(rows, out, title):
+    """Rows: iteration time, gradient sync, peak memory; columns: DP width, PP depth, nodes."""
+    metrics = [("error", "iteration time"), ("grad_sync_error", "gradient sync"), ("memory_error", "peak memory")]
+    keys = [("dp", "DP width"), ("pp", "PP depth"), ("nodes", "nodes")]
+    fig, axes = plt.subplots(len(metrics), len(keys), figsize=(12, 9), sharey="row")
+    for i, (metric, mlabel) in enumerate(metrics):
+        have = [r for r in rows if r.get(metric, "") != ""]
+        for j, (key, klabel) in enumerate(keys):
+            ax = axes[i][j]
+            for half, colour, marker in (("development", "#4C72B0", "o"), ("held_out", "#DD8452", "s")):
+                part = [r for r in have if r["half"] == half and r.get(key, "") != ""]
+                ax.scatter([float(r[key]) for r in part], [100 * float(r[metric]) for r in part], color=colour,
+                           marker=marker, s=22, alpha=0.8, label=half.replace("_", "-"))
+            values = sorted({float(r[key]) for r in have if r.get(key, "") != ""})
+            if len(values) > 2 and values[0] > 0:
+                ax.set_xscale("log", base=2)
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.axhline(0, color="black", linewidth=0.8)
+            if i == len(metrics) - 1:
+                ax.set_xlabel(klabel)
+            if j == 0:
+                ax.set_ylabel(f"{mlabel}: sim − measured (%)\nMAPE {mape([float(r[metric]) for r in have]):.1f}%")
+    axes[0][0].legend(frameon=False, fontsize=8)
     fig.suptitle(title, fontweight="bold")
     fig.tight_layout()
     fig.savefig(out, dpi=120, metadata={"Software": "hetsim"})
@@ -98,7 +132,11 @@ def main():
                 raise ValueError(f"--labels: {len(labels)} labels for {len(files)} files")
             render_per_run([(label, load(f)) for label, f in zip(labels, files)], a.out, a.title)
         else:
-            render(load(a.runs), a.out, a.title)
+            rows = load(a.runs)
+            if "memory_error" in rows[0]:
+                render_plan_runs(rows, a.out, a.title)
+            else:
+                render(rows, a.out, a.title)
     except (OSError, ValueError) as e:
         print(f"residuals.py: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,263 @@
+// `hetsim validate-sim --runs FILE.csv` where the CSV names a plan file per run (a `plan` column): each
+// measured run is a hetsim plan (any layout, heterogeneous or uneven; its own `cluster:`, `model:` and
+// `training:`), so published plans that no uniform Megatron layout describes can be checked — Sailor's
+// GH200 plans (experiments/validation/sailor_gh200_opt350/, written by tools/convert_sailor_plans.py).
+//
+// Columns: plan (relative to the CSV's folder) and iteration_ms, required; grad_sync_ms (the measured
+// gradient all-reduce) and peak_memory_gib (the fullest GPU's measured peak), optional; nodes, dp, pp, tp,
+// micro_batch and anything else are kept for the breakdown and provenance. Rows alternate between a
+// development and a held-out half, as in the other layouts.
+//
+// Reported per run and in summary: the iteration-time error; the gradient-sync error (simulated: the largest
+// exposed DP communication of any device); the peak-memory error (simulated: the largest peak of any device,
+// models/plan.h EstimateMemory). Breakdowns by DP width, PP depth and node count.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <ostream>
+
+#include "models/gpu_catalog.h"
+#include "models/kernels.h"
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "sim/simulator.h"
+#include "tools/hetsim/cli.h"
+
+namespace hetsim::cli {
+namespace {
+
+struct PlanRun {
+  int line = 0;
+  std::string plan;  // as written
+  std::map<std::string, std::string> cells;
+  double measured_ms = 0, measured_sync_ms = -1, measured_peak_gib = -1;
+  double simulated_ms = 0, simulated_sync_ms = 0, simulated_peak_gib = 0;
+  bool ok = false;
+  std::string error;
+};
+
+std::string Trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+std::string FolderOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+Result<double> Number(const std::string& cell, const std::string& where, const std::string& column) {
+  char* end = nullptr;
+  const double x = std::strtod(cell.c_str(), &end);
+  if (cell.empty() || end == cell.c_str() || *end != '\0' || !std::isfinite(x) || !(x > 0) || x > 1e9) {
+    return Status::Invalid(where + ": " + column + ": '" + cell + "' is not a positive number");
+  }
+  return x;
+}
+
+Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::Invalid(path + ": cannot open the runs file (--runs)");
+  std::vector<PlanRun> runs;
+  std::vector<std::string> header;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF) line = line.substr(3);  // UTF-8 BOM
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cells = models::SplitCsv(line);
+    for (auto& c : cells) c = Trimmed(c);
+    const std::string where = path + ":" + std::to_string(n);
+    if (header.empty()) {
+      header = cells;
+      if (std::find(header.begin(), header.end(), "iteration_ms") == header.end()) {
+        return Status::Invalid(where + ": the header names no 'iteration_ms' column (a plan-file runs CSV needs plan "
+                               "and iteration_ms; experiments/validation/README.md)");
+      }
+      continue;
+    }
+    if (cells.size() != header.size()) {
+      return Status::Invalid(where + ": expected " + std::to_string(header.size()) + " cells (the header's columns), found " +
+                             std::to_string(cells.size()));
+    }
+    PlanRun r;
+    r.line = n;
+    for (size_t i = 0; i < header.size(); ++i) r.cells[header[i]] = cells[i];
+    r.plan = r.cells["plan"];
+    if (r.plan.empty()) return Status::Invalid(where + ": plan: empty (give the plan file, relative to the CSV)");
+    HETSIM_ASSIGN_OR_RETURN(r.measured_ms, Number(r.cells["iteration_ms"], where, "iteration_ms"));
+    if (r.cells.count("grad_sync_ms") && !r.cells["grad_sync_ms"].empty()) {
+      HETSIM_ASSIGN_OR_RETURN(r.measured_sync_ms, Number(r.cells["grad_sync_ms"], where, "grad_sync_ms"));
+    }
+    if (r.cells.count("peak_memory_gib") && !r.cells["peak_memory_gib"].empty()) {
+      HETSIM_ASSIGN_OR_RETURN(r.measured_peak_gib, Number(r.cells["peak_memory_gib"], where, "peak_memory_gib"));
+    }
+    runs.push_back(std::move(r));
+  }
+  if (runs.empty()) return Status::Invalid(path + ": no runs");
+  return runs;
+}
+
+void SimulatePlanRun(PlanRun& r, const std::string& csv_path, const std::string& calibration,
+                     const sim::Fidelity& fidelity) {
+  const std::string file = r.plan[0] == '/' ? r.plan : FolderOf(csv_path) + r.plan;
+  auto fail = [&](const std::string& why) { r.error = why; };
+  auto plan = models::LoadPlan(file);
+  if (!plan.ok()) return fail(plan.status().message());
+  if (plan->cluster().empty() || plan->model().empty() || !plan->has_training()) {
+    return fail(file + ": a plan of a runs CSV names its cluster, model and training");
+  }
+  auto cluster = models::LoadCluster(models::ResolveRelative(plan->cluster(), file));
+  if (!cluster.ok()) return fail(file + ": cluster: " + cluster.status().message());
+  auto model = models::LoadModel(models::ResolveRelative(plan->model(), file));
+  if (!model.ok()) return fail(file + ": model: " + model.status().message());
+  auto training = models::ResolveTraining(plan->training(), *model, file);
+  if (!training.ok()) return fail(training.status().message());
+  const models::PlanContext ctx{*cluster, *model, *training};
+  sim::SimOptions opt;
+  opt.fidelity = fidelity;
+  opt.compute.calibration = calibration;
+  auto res = sim::SimulateIteration(*plan, ctx, opt);
+  if (!res.ok()) return fail(res.status().message());
+  r.simulated_ms = res->report.iteration_time_s() * 1e3;
+  for (const auto& d : res->report.devices()) {
+    r.simulated_sync_ms = std::max(r.simulated_sync_ms, d.dp_communication_s() * 1e3);
+    r.simulated_peak_gib = std::max(r.simulated_peak_gib, d.peak_memory_gib());
+  }
+  r.ok = true;
+}
+
+struct Tally {
+  int n = 0;
+  double abs_sum = 0, sum = 0;
+  void Add(double rel) {
+    ++n;
+    abs_sum += std::fabs(rel);
+    sum += rel;
+  }
+  std::string Line() const {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%4d runs  MAPE %6.1f%%  bias %+6.1f%%", n, n ? 100 * abs_sum / n : 0.0,
+                  n ? 100 * sum / n : 0.0);
+    return buf;
+  }
+};
+
+std::string Fixed(double x, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
+  return buf;
+}
+
+}  // namespace
+
+bool IsPlanRunsCsv(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF) line = line.substr(3);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    for (const auto& c : models::SplitCsv(line)) {
+      if (Trimmed(c) == "plan") return true;
+    }
+    return false;
+  }
+  return false;
+}
+
+int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  const std::string path = FlagString(vm, "runs");
+  auto runs = ReadPlanRuns(path);
+  if (!runs.ok()) {
+    err << runs.status().message() << "\n";
+    return 1;
+  }
+  auto fid = sim::ParseFidelity(vm["fidelity"].as<std::string>());
+  if (!fid.ok()) {
+    err << fid.status().message() << "\n";
+    return 2;
+  }
+  // The vTrain-fitted A100 default of the other layouts does not apply to plans of any GPU: unless given,
+  // each GPU type uses the bundled default calibration.
+  const std::string calibration = vm["calibration"].defaulted() ? "default" : vm["calibration"].as<std::string>();
+  if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
+    err << c.message() << "\n";
+    return 2;
+  }
+  const size_t limit = vm.count("limit") ? std::min(vm["limit"].as<size_t>(), runs->size()) : runs->size();
+  Tally dev, held, all, sync, memory;
+  // Keyed (column, value) so that dp=2 comes before dp=16.
+  using Key = std::pair<std::string, double>;
+  std::map<Key, Tally> by, memory_by;
+  std::string csv =
+      "line,plan,nodes,dp,pp,tp,micro_batch,half,measured_ms,simulated_ms,error,measured_grad_sync_ms,"
+      "simulated_grad_sync_ms,grad_sync_error,measured_peak_gib,simulated_peak_gib,memory_error\n";
+  size_t failed = 0;
+  for (size_t i = 0; i < limit; ++i) {
+    PlanRun& r = (*runs)[i];
+    SimulatePlanRun(r, path, calibration, *fid);
+    if (!r.ok) {
+      ++failed;
+      err << path << ":" << r.line << ": not simulated: " << r.error << "\n";
+      continue;
+    }
+    const bool development = i % 2 == 0;
+    const double rel = (r.simulated_ms - r.measured_ms) / r.measured_ms;
+    (development ? dev : held).Add(rel);
+    all.Add(rel);
+    const double sync_rel = r.measured_sync_ms > 0 ? (r.simulated_sync_ms - r.measured_sync_ms) / r.measured_sync_ms : 0;
+    if (r.measured_sync_ms > 0) sync.Add(sync_rel);
+    const double mem_rel = r.measured_peak_gib > 0 ? (r.simulated_peak_gib - r.measured_peak_gib) / r.measured_peak_gib : 0;
+    if (r.measured_peak_gib > 0) memory.Add(mem_rel);
+    for (const char* key : {"dp", "pp", "nodes"}) {
+      if (!r.cells.count(key)) continue;
+      const Key k{key, std::strtod(r.cells[key].c_str(), nullptr)};
+      by[k].Add(rel);
+      if (r.measured_peak_gib > 0) memory_by[k].Add(mem_rel);
+    }
+    const auto cell = [&](const char* key) { return r.cells.count(key) ? r.cells[key] : std::string(); };
+    csv += std::to_string(r.line) + "," + r.plan + "," + cell("nodes") + "," + cell("dp") + "," + cell("pp") + "," +
+           cell("tp") + "," + cell("micro_batch") + "," + (development ? "development" : "held_out") + "," +
+           Fixed(r.measured_ms, 4) + "," + Fixed(r.simulated_ms, 4) + "," + Fixed(rel, 6) + "," +
+           (r.measured_sync_ms > 0 ? Fixed(r.measured_sync_ms, 4) : "") + "," + Fixed(r.simulated_sync_ms, 4) + "," +
+           (r.measured_sync_ms > 0 ? Fixed(sync_rel, 6) : "") + "," +
+           (r.measured_peak_gib > 0 ? Fixed(r.measured_peak_gib, 4) : "") + "," + Fixed(r.simulated_peak_gib, 4) + "," +
+           (r.measured_peak_gib > 0 ? Fixed(mem_rel, 6) : "") + "\n";
+  }
+  out << "simulated " << all.n << " of " << limit << " plans of " << path << " (calibration " << calibration
+      << ", fidelity " << vm["fidelity"].as<std::string>() << ")\n";
+  out << "  iteration time, development half  " << dev.Line() << "\n";
+  out << "  iteration time, held-out half     " << held.Line() << "\n";
+  out << "  iteration time, all               " << all.Line() << "\n";
+  if (sync.n > 0) out << "  gradient sync, all                " << sync.Line() << "\n";
+  if (memory.n > 0) out << "  peak memory, all                  " << memory.Line() << "\n";
+  out << "\n  iteration-time error by configuration (a trend means a missing effect, not a wrong scale):\n";
+  const auto print = [&](const std::map<Key, Tally>& tallies) {
+    for (const auto& [key, e] : tallies) {
+      const std::string name = key.first + "=" + Fixed(key.second, key.second == std::floor(key.second) ? 0 : 2);
+      out << "    " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ') << e.Line() << "\n";
+    }
+  };
+  print(by);
+  if (!memory_by.empty()) {
+    out << "\n  peak-memory error by configuration:\n";
+    print(memory_by);
+  }
+  if (vm.count("output")) {
+    const Status s = models::WriteFileAtomically(FlagString(vm, "output"), csv);
+    if (!s.ok()) {
+      err << s.message() << "\n";
+      return 1;
+    }
+    out << "\nper-run results: " << FlagString(vm, "output") << "\n";
+  }
+  return failed > 0 ? 1 : 0;
+}
+
+}  // namespace hetsim::cli
