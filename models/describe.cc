@@ -284,6 +284,18 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
       << (hm.capacity_gib > 0 ? " of " + Fmt("%.0f", hm.capacity_gib) + (hm.oom() ? "  OUT OF MEMORY" : "")
                               : " (the cluster spec gives no host_memory_gib: assumed enough)");
   }
+  // The fullest device's memory, term by term (models/plan.h EstimateMemory; docs/simulator.md "Memory").
+  const DeviceMemory* fullest = nullptr;
+  for (const auto& dm : mem) {
+    if (fullest == nullptr || dm.total_gib / dm.capacity_gib > fullest->total_gib / fullest->capacity_gib) fullest = &dm;
+  }
+  if (fullest != nullptr) {
+    o << "\nfullest device " << fullest->device << " (pipeline " << fullest->pipeline << ", stage " << fullest->stage
+      << "): " << Fmt("%.2f", fullest->total_gib) << " of " << Fmt("%.0f", fullest->capacity_gib) << " GiB = weights "
+      << Fmt("%.2f", fullest->params_gib) << " + gradients " << Fmt("%.2f", fullest->grads_gib) << " + optimizer "
+      << Fmt("%.2f", fullest->optimizer_gib) << " + activations " << Fmt("%.2f", fullest->activations_gib)
+      << " + allocator " << Fmt("%.2f", fullest->allocator_gib) << " + workspace " << Fmt("%.2f", fullest->workspace_gib);
+  }
   o << "\n" << (any_oom ? "memory: some devices are OUT OF MEMORY\n" : "memory: fits on every device\n");
   return o.str();
 }
