@@ -518,17 +518,17 @@ class Lowerer {
     const bool sharded = same_tp && plan_.sequence_parallel();
     const bool scatter = same_tp && (sharded || plan_.comm().pp_scatter_gather());
     const uint8_t chan = forward ? kChanPpForward : kChanPpBackward;
-    for (uint32_t rr = 0; rr < rrange.size(); ++rr) {
+    for (uint32_t rr = sending ? 0 : r; rr < (sending ? rrange.size() : r + 1); ++rr) {
       for (uint32_t kr = 0; kr < (leader ? 1u : trv); ++kr) {
-        for (uint32_t sr = 0; sr < srange.size(); ++sr) {
+        for (uint32_t sr = sending ? r : 0; sr < (sending ? r + 1 : srange.size()); ++sr) {
           const uint32_t lo = std::max(rrange[rr].first, srange[sr].first);
           const uint32_t hi = std::min(rrange[rr].second, srange[sr].second);
           if (lo >= hi) continue;
           const uint32_t ks = leader ? 0 : kr % ts;
-          const uint32_t sender = StageDevice(sst, sr, j, ks);
-          const uint32_t receiver = StageDevice(rst, rr, j, kr);
           const bool mine = sending ? (sr == r && ks == k) : (rr == r && kr == k);
           if (!mine) continue;
+          const uint32_t sender = StageDevice(sst, sr, j, ks);
+          const uint32_t receiver = StageDevice(rst, rr, j, kr);
           const uint32_t base = sending ? srange[sr].first : rrange[rr].first;
           Op op;
           op.kind = sending ? OpKind::kSend : OpKind::kRecv;
