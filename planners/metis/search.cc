@@ -1,6 +1,6 @@
 // Metis §4.2: the driver of the hetero-aware search — the work units (stage counts and stage-size
 // multisets, §4.2.2 1)), every stage-device assignment and micro-batch count of each, spread over threads,
-// the anytime time limit, the best plan and the search's notes — and the single-assignment entry points
+// the anytime time limit, the best plan, its runners-up and the search's notes — and the single-assignment entry points
 // (PlanAssignment, PlanCost). Algorithm 1 itself is in algorithm1.cc, its lower bound in bound.cc.
 #include <algorithm>
 #include <atomic>
