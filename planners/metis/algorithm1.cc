@@ -521,6 +521,35 @@ void Evaluator::Emit(const State& st) {
     best_ = c;
     best_state_ = st;
   }
+  if (keep_leaves_ > 0) KeepLeaf(c, st);
+}
+
+bool Evaluator::SamePlan(const State& a, const State& b) const {
+  if (a.tp != b.tp || a.begin != b.begin) return false;
+  for (uint32_t s = 0; s < S_; ++s) {
+    const uint32_t dp = lay_.size[s] / a.tp[s];
+    if (dp > 1 && !std::equal(a.split.begin() + lay_.slot[s], a.split.begin() + lay_.slot[s] + dp,
+                              b.split.begin() + lay_.slot[s])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Evaluator::KeepLeaf(double c, const State& st) {
+  const uint64_t seq = leaf_seq_++;
+  // A plan costing more than the threshold is beaten by keep plans the search already holds.
+  if (c > incumbent_) return;
+  if (leaves_.size() >= keep_leaves_ && !(c < leaves_.back().cost)) return;
+  // The same plan reached twice (both branches of lines 30–41 can end in one state) costs the same: the
+  // earlier stays.
+  for (const Leaf& l : leaves_) {
+    if (l.cost == c && SamePlan(l.st, st)) return;
+  }
+  const auto at = std::upper_bound(leaves_.begin(), leaves_.end(), c,
+                                   [](double x, const Leaf& l) { return x < l.cost; });
+  leaves_.insert(at, Leaf{c, seq, st});
+  if (leaves_.size() > keep_leaves_) leaves_.pop_back();
 }
 
 }  // namespace hetsim::planners::metis

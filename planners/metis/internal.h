@@ -277,6 +277,11 @@ struct SearchResult {
   uint64_t size_orders = 0;     // stage-size orders after pruning
   bool full_space = false;      // §4.1's full space (else consecutive placement)
   bool cut_by_time_limit = false;  // knobs.time_limit_s passed: `plan` is the best found so far
+  // Runners-up (PlanningProblem::alternatives): at most that many plans, best first by eq. 1 (ties: the
+  // canonical order of the search, then DFS order), each passing hetsim's memory check, distinct from the
+  // pick and from each other; the exact next-best plans of everything the search costs (its cut then
+  // compares against the (alternatives + 1)-th best plan instead of the best).
+  std::vector<RankedPlan> alternatives;
 };
 
 // Runs Algorithm 1 (lines 4–22) over every stage count, micro-batch count and stage-device assignment the

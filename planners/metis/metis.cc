@@ -15,6 +15,8 @@ class MetisPlanner : public PlannerWithOptions<proto::MetisOptions> {
     PlannerResult out;
     HETSIM_ASSIGN_OR_RETURN(SearchResult found, Search(problem, knobs, out.stats));
     out.plan = std::move(*found.plan);
+    out.cost_s = found.cost_s;
+    out.alternatives = std::move(found.alternatives);
     char buf[96];
     std::snprintf(buf, sizeof buf, "eq. 1 cost of the chosen plan (Metis's own estimate): %.4f s", found.cost_s);
     out.stats.notes.push_back(buf);

@@ -13,8 +13,9 @@
 //   - §4.3 profiling-based estimation: per-layer times per GPU type, TP degree and profiled micro-batch
 //     size (measured profiles, else the analytic model), other sizes composed from profiled ones; memory
 //     from compositions of up to k layers.
-// Not in the paper: an exact lower-bound cut, the order of work, threads, and an anytime time limit
-// (`time_limit_s`: the best plan found so far, with a note saying how much of the space was covered).
+// Not in the paper: an exact lower-bound cut, the order of work, threads, an anytime time limit
+// (`time_limit_s`: the best plan found so far, with a note saying how much of the space was covered), and
+// runners-up (PlanningProblem::alternatives: the next-best distinct plans by eq. 1, for `--refine`).
 // docs/planners-metis.md says how each part is implemented and which choices were ours.
 // Options: planners/proto/metis.proto.
 #pragma once

@@ -1,6 +1,6 @@
 // Metis §4.2: the driver of the hetero-aware search — the work units (stage counts and stage-size
 // multisets, §4.2.2 1)), every stage-device assignment and micro-batch count of each, spread over threads,
-// the anytime time limit, the best plan and the search's notes — and the single-assignment entry points
+// the anytime time limit, the best plan, its runners-up and the search's notes — and the single-assignment entry points
 // (PlanAssignment, PlanCost). Algorithm 1 itself is in algorithm1.cc, its lower bound in bound.cc.
 #include <algorithm>
 #include <atomic>
@@ -67,6 +67,47 @@ struct Best {
   uint64_t unit = UINT64_MAX, ordinal = UINT64_MAX;
   std::optional<proto::Plan> plan;
   bool Better(double c, uint64_t u, uint64_t o) const { return std::tie(c, u, o) < std::tie(cost, unit, ordinal); }
+};
+
+// The runners-up (PlanningProblem::alternatives): the `keep` best distinct plans one worker (or, merged, the
+// whole search) has costed, ordered by (cost, unit, ordinal, leaf) — the pick's order, extended to the
+// complete plans of one (assignment, B) in DFS order — so that the result does not depend on the threads.
+// A plan reached twice keeps its earlier place.
+class Runners {
+ public:
+  struct Entry {
+    double cost = kInf;
+    uint64_t unit = 0, ordinal = 0, leaf = 0;
+    proto::Plan plan;
+    std::string key;  // the serialized plan
+    auto Order() const { return std::tie(cost, unit, ordinal, leaf); }
+  };
+
+  explicit Runners(uint32_t keep) : keep_(keep) {}
+  bool WouldKeep(double c, uint64_t u, uint64_t o, uint64_t l) const {
+    return kept_.size() < keep_ || std::tie(c, u, o, l) < kept_.back().Order();
+  }
+  // The cost a plan must not exceed to be kept: the keep-th best's when full, else +inf.
+  double bar() const { return kept_.size() < keep_ ? kInf : kept_.back().cost; }
+  void Offer(Entry e) {
+    if (!WouldKeep(e.cost, e.unit, e.ordinal, e.leaf)) return;
+    if (e.key.empty()) e.plan.SerializeToString(&e.key);
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if (it->key != e.key) continue;
+      if (it->Order() <= e.Order()) return;
+      kept_.erase(it);
+      break;
+    }
+    const auto at = std::upper_bound(kept_.begin(), kept_.end(), e,
+                                     [](const Entry& a, const Entry& b) { return a.Order() < b.Order(); });
+    kept_.insert(at, std::move(e));
+    if (kept_.size() > keep_) kept_.pop_back();
+  }
+  std::vector<Entry>& kept() { return kept_; }
+
+ private:
+  size_t keep_;
+  std::vector<Entry> kept_;  // sorted by Order()
 };
 
 // Whether micro-batch b can give every DP replica of a stage of k GPUs 1..max sequences at TP 1 (the
@@ -282,8 +323,14 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   std::vector<double> probe_cost(units.size(), kInf);
   std::vector<uint64_t> probe_evaluations(units.size(), 0);
   std::atomic<double> shared_best{kInf};  // the best cost any worker has found: a valid incumbent for all
+  // With runners-up asked, the cut compares against the keep-th best plan instead (a pair whose bound
+  // exceeds it cannot hold one of the keep best): the least keep-th best cost of any worker, each worker's
+  // being beaten by keep distinct plans.
+  const uint32_t keep = problem.alternatives > 0 ? problem.alternatives + 1 : 0;
+  std::atomic<double> shared_bar{kInf};
   std::mutex mu;
   Best best;
+  Runners runners(keep);
   Counters total;
   std::vector<Miss> all_misses;
   // Runs `phase` (0: probe, 1: the rest) of units unit_order[0..] on `threads` workers.
@@ -292,6 +339,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
     auto worker = [&] {
       Counters counters;
       Best mine;
+      Runners my_runners(keep);
       Layout lay;
       Scratch scratch;
       std::vector<Placement> built;  // ForEachConsecutivePlacement's
@@ -349,8 +397,10 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
                 from = arrays->B == B ? SharedPrefix(arrays->sizes, order) : 0;
                 arrays->sizes.clear();  // valid again once PrepareMemory or PrepareBound has run
               }
-              Evaluator ev(ctx, layout, B, counters, scratch, std::min(mine.cost, shared_best.load()), &deadline,
-                           &my_ticks, arrays, from);
+              double incumbent = std::min(mine.cost, shared_best.load());
+              if (keep > 0) incumbent = std::max(incumbent, std::min(my_runners.bar(), shared_bar.load()));
+              Evaluator ev(ctx, layout, B, counters, scratch, incumbent, &deadline, &my_ticks, arrays, from);
+              ev.KeepLeaves(keep);
               const double c = ev.Run();
               if (arrays != nullptr && ev.prepared()) {
                 arrays->sizes = order;
@@ -366,6 +416,19 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
               // The pair's place in the unit's canonical order: by (order, node order, B) under the
               // consecutive placement, whose orders may be skipped; by count in the full space.
               const uint64_t o = result.full_space ? ordinal++ : (rank * node_orders.size() + node_order) * n_bs + bi;
+              if (keep > 0 && !ev.leaves().empty()) {
+                for (const Leaf& leaf : ev.leaves()) {
+                  if (!my_runners.WouldKeep(leaf.cost, u, o, leaf.seq)) break;  // the rest cost more
+                  Runners::Entry e{leaf.cost, u, o, leaf.seq,
+                                   BuildPlan(cluster, pl, layout, leaf.st, ev.micro_batch(), B, knobs.zero_stage), {}};
+                  if (!CheckMemory(e.plan, problem, prof.memory()).fits) continue;
+                  my_runners.Offer(std::move(e));
+                }
+                const double bar = my_runners.bar();
+                double seen = shared_bar.load();
+                while (bar < seen && !shared_bar.compare_exchange_weak(seen, bar)) {
+                }
+              }
               if (!(c < kInf) || !mine.Better(c, u, o)) continue;
               proto::Plan plan = BuildPlan(cluster, pl, layout, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
               // §4.3's estimate agrees with hetsim's memory arithmetic; check all the same, so that the plan
@@ -412,6 +475,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
       }
       std::lock_guard<std::mutex> lock(mu);
       if (mine.plan && best.Better(mine.cost, mine.unit, mine.ordinal)) best = std::move(mine);
+      for (Runners::Entry& e : my_runners.kept()) runners.Offer(std::move(e));
       total.evaluated += counters.evaluated;
       total.invalid += counters.invalid;
       total.oom += counters.oom;
@@ -509,6 +573,22 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
     return NothingFound("metis", problem, stats,
                         "Metis needs a stage count and micro-batch count where every DP replica gets 1 to "
                         "max_profiled_batch_size sequences");
+  }
+  // The runners-up: the best distinct plans after the pick. The pick is the best plan of the pairs' best
+  // plans that passes hetsim's memory check, as without runners-up; a cheaper plan could precede it only
+  // if that check rejected the best plan of its pair (never seen: §4.3's estimate agrees with it), and is
+  // then left out so that the runners-up follow the pick.
+  if (keep > 0) {
+    const std::string pick = best.plan->SerializeAsString();
+    for (Runners::Entry& e : runners.kept()) {
+      if (result.alternatives.size() >= problem.alternatives) break;
+      if (e.key == pick || e.cost < best.cost) continue;
+      result.alternatives.push_back(RankedPlan{std::move(e.plan), e.cost});
+    }
+    stats.notes.push_back("runners-up: " + std::to_string(result.alternatives.size()) + " of " +
+                          std::to_string(problem.alternatives) +
+                          " asked, the next-best distinct plans by eq. 1 (the cut compared lower bounds against the " +
+                          std::to_string(keep) + "th best plan instead of the best)");
   }
   result.plan = std::move(best.plan);
   result.cost_s = best.cost;

@@ -271,7 +271,14 @@ bool ProportionalBlocksInto(uint32_t blocks, const std::vector<double>& capacity
 
 // ---- Algorithm 1, lines 5–22, for one assignment and one number of micro-batches B ----------------------
 
-// ---- Algorithm 1, lines 5–22, for one assignment and one number of micro-batches B ----------------------
+// A complete plan of one (assignment, B) the DFS costed (line 20), kept for the runners-up: its eq. 1 cost,
+// its place among the pair's costed plans in DFS order (deterministic: the DFS does not depend on the
+// incumbent), and its state.
+struct Leaf {
+  double cost = 0;
+  uint64_t seq = 0;
+  State st;
+};
 
 class Evaluator {
  public:
@@ -301,6 +308,14 @@ class Evaluator {
   double Run();
 
   const State& best_state() const { return best_state_; }
+
+  // Runners-up (PlanningProblem::alternatives): before Run(), asks it to keep the `keep` best complete plans
+  // of the pair that differ as plans (by (cost, seq); ties to the earlier), each costing at most the
+  // incumbent (the cut's threshold, which the caller sets to the keep-th best plan of the search so far);
+  // leaves() then holds them, best first. keep = 0 (the default): none, and Run() does exactly what it
+  // does for the pick alone.
+  void KeepLeaves(uint32_t keep) { keep_leaves_ = keep; }
+  const std::vector<Leaf>& leaves() const { return leaves_; }
   uint32_t micro_batch() const { return b_; }
   // Whether the time limit stopped the DFS before it finished.
   bool cut() const { return cut_; }
@@ -463,6 +478,12 @@ class Evaluator {
   // Lines 18–22: a complete plan, costed with eq. 1.
   void Emit(const State& st);
 
+  // Whether two complete states of this pair give the same plan (BuildPlan writes the TP degrees, the layer
+  // boundaries and, for stages with more than one DP replica, the replicas' micro-batch shares).
+  bool SamePlan(const State& a, const State& b) const;
+  // Keeps a costed leaf among the keep_leaves_ best (KeepLeaves).
+  void KeepLeaf(double c, const State& st);
+
   const Context& ctx_;
   const Profiler& prof_;
   const Layout& lay_;
@@ -474,6 +495,9 @@ class Evaluator {
   uint64_t nodes_ = 0;
   double best_ = kInf;
   State best_state_;
+  uint32_t keep_leaves_ = 0;
+  uint64_t leaf_seq_ = 0;
+  std::vector<Leaf> leaves_;  // sorted by (cost, seq)
   Deadline* deadline_ = nullptr;
   uint32_t* ticks_ = nullptr;
   bool cut_ = false;

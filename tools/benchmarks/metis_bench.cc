@@ -5,10 +5,17 @@
 // Clusters: Metis Table 3's uniform T4 + V100 composition (4-GPU GCP nodes, half of them T4, 16 Gbps;
 // `metis-uniform-t4-v100-32`) with the node counts scaled to the GPU count. Models: Table 2's GPT-3 per
 // GPU count (16 → 6.7B, 32 → 15B) and 15B beyond (Table 2 stops at 32 GPUs); global batch 128, 1,024
-// tokens, FP16 (the three GPU types have no BF16). Every case runs with 1 and 2 search threads.
+// tokens, FP16 (the three GPU types have no BF16). Every case runs with 1 and 2 search threads, and on
+// one thread with 3 runners-up asked.
 // Prints one line per measurement, `name value unit`: the search's wall time and CPU time (all threads;
 // on a shared machine the CPU time is the steadier figure), the candidate plans costed, the plan's
-// analytic iteration time and its number of stages.
+// analytic iteration time and its number of stages (and, with runners-up asked, how many came back).
+//
+// Then Metis at bench_planner_scaling's largest size (docs/planner-scaling.md): 4,096 GPUs, half H800 and
+// half H20 (`hetu-h800x16-h20x32` scaled), Llama-2 70B, 4,096 tokens, 4 sequences per GPU, BF16, full
+// recomputation; one thread, without and with 3 runners-up. Timed is the planner's MakePlan alone (the
+// search): RunPlanner's analytic estimate of the chosen plan, which bench_planner_scaling includes, is
+// not Metis's work.
 //
 // Then the anytime search at 240 GPUs (HexiScale Appendix B: `hexiscale-240`, Llama 30B, 2,048 tokens,
 // global batch 256, full recomputation, BF16), whose complete search takes hours: one thread under
@@ -42,6 +49,7 @@ void PrintPlan(const std::string& tag, const planners::PlannerResult& r) {
   Print(tag + "/candidates", static_cast<double>(r.stats.candidates_evaluated), "plans");
   Print(tag + "/iteration_estimate", r.estimate.iteration_s, "s");
   Print(tag + "/stages", r.plan.pipelines(0).stages_size(), "stages");
+  if (!r.alternatives.empty()) Print(tag + "/runners_up", static_cast<double>(r.alternatives.size()), "plans");
 }
 
 // The 240-GPU case under a time limit (see the top of the file).
@@ -82,6 +90,56 @@ int RunAnytime(const std::string& filter) {
   return 0;
 }
 
+// The 4,096-GPU case (see the top of the file).
+int RunLarge(const std::string& filter) {
+  auto base = models::LoadCluster("hetu-h800x16-h20x32");
+  auto model = models::LoadModel("llama2-70b");
+  if (!base.ok() || !model.ok()) {
+    std::fprintf(stderr, "%s\n", (!base.ok() ? base.status() : model.status()).message().c_str());
+    return 1;
+  }
+  constexpr uint32_t kGpus = 4096;
+  proto::Cluster spec = base->spec();
+  spec.set_name("metis-bench-h800-h20-" + std::to_string(kGpus));
+  for (auto& node : *spec.mutable_nodes()) node.set_count(kGpus / 16);
+  auto cluster = models::Cluster::Build(spec, "bench_metis");
+  proto::Training t;
+  t.set_global_batch_size(4 * kGpus);
+  t.set_seq_len(4096);
+  t.set_dtype(proto::DTYPE_BF16);
+  t.set_recompute(proto::RECOMPUTE_FULL);
+  auto training = models::ResolveTraining(t, *model, "bench");
+  auto planner = planners::CreatePlanner("metis", "", "bench");
+  if (!cluster.ok() || !training.ok() || !planner.ok()) {
+    std::fprintf(stderr, "%s\n",
+                 (!cluster.ok() ? cluster.status() : !training.ok() ? training.status() : planner.status())
+                     .message()
+                     .c_str());
+    return 1;
+  }
+  for (uint32_t alternatives : {0u, 3u}) {
+    const std::string tag = "metis/" + std::to_string(kGpus) + "gpu-h800-h20-llama2-70b/threads1" +
+                            (alternatives > 0 ? "/alternatives" + std::to_string(alternatives) : "");
+    if (!filter.empty() && tag.find(filter) == std::string::npos) continue;
+    planners::PlanningProblem problem{*cluster, *model, *training};
+    problem.alternatives = alternatives;
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu0 = CpuSeconds();
+    auto r = (*planner)->MakePlan(problem);
+    Print(tag + "/search_wall", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), "s");
+    Print(tag + "/search_cpu", CpuSeconds() - cpu0, "s");
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s: %s\n", tag.c_str(), r.status().message().c_str());
+      return 1;
+    }
+    Print(tag + "/candidates", static_cast<double>(r->stats.candidates_evaluated), "plans");
+    Print(tag + "/eq1_cost", r->cost_s, "s");
+    Print(tag + "/stages", r->plan.pipelines(0).stages_size(), "stages");
+    if (!r->alternatives.empty()) Print(tag + "/runners_up", static_cast<double>(r->alternatives.size()), "plans");
+  }
+  return 0;
+}
+
 int Run(const std::string& filter) {
   const std::vector<Case> cases = {{16, "gpt3-6.7b"}, {32, "gpt3-15b"}, {64, "gpt3-15b"}, {128, "gpt3-15b"}};
   auto base = models::LoadCluster("metis-uniform-t4-v100-32");
@@ -89,10 +147,17 @@ int Run(const std::string& filter) {
     std::fprintf(stderr, "%s\n", base.status().message().c_str());
     return 1;
   }
+  // Every case on 1 and 2 threads, and on one thread with 3 runners-up asked (what `--refine 4`, the
+  // default of `hetsim plan`, asks the planner for; the simulation of the candidates is not timed here).
+  struct Variant {
+    uint32_t threads, alternatives;
+  };
   for (const Case& c : cases) {
-    for (uint32_t threads : {1u, 2u}) {
+    for (const Variant v : {Variant{1, 0}, Variant{2, 0}, Variant{1, 3}}) {
+      const uint32_t threads = v.threads;
       const std::string tag = "metis/" + std::to_string(c.gpus) + "gpu-t4-v100-" + c.model + "/threads" +
-                              std::to_string(threads);
+                              std::to_string(threads) +
+                              (v.alternatives > 0 ? "/alternatives" + std::to_string(v.alternatives) : "");
       if (!filter.empty() && tag.find(filter) == std::string::npos) continue;
       proto::Cluster spec = base->spec();
       spec.set_name("metis-bench-t4-v100-" + std::to_string(c.gpus));
@@ -117,7 +182,8 @@ int Run(const std::string& filter) {
         std::fprintf(stderr, "%s\n", planner.status().message().c_str());
         return 1;
       }
-      const planners::PlanningProblem problem{*cluster, *model, *training};
+      planners::PlanningProblem problem{*cluster, *model, *training};
+      problem.alternatives = v.alternatives;
       const auto start = std::chrono::steady_clock::now();
       const double cpu0 = CpuSeconds();
       auto r = planners::RunPlanner(**planner, problem);
@@ -131,6 +197,7 @@ int Run(const std::string& filter) {
       PrintPlan(tag, *r);
     }
   }
+  if (const int rc = RunLarge(filter); rc != 0) return rc;
   return RunAnytime(filter);
 }
 
