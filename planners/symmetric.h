@@ -110,15 +110,18 @@ std::string RecomputeName(proto::Recompute recompute);
 // (the baselines through BestPlan, hethub, hetu) rank every candidate by the closed form and re-rank the
 // closed form's best few by the played estimate (docs/planner-scaling.md, "Played or closed form").
 //
-// How many of the closed form's best plans the played estimate re-ranks: 64 up to 256 GPUs, then 16,384 /
-// GPUs (the re-ranking plays about as many devices at every size), at least 4 (the pick and the default
-// --refine's three runners-up) and at least alternatives + 1.
-uint32_t RerankPool(uint32_t devices, uint32_t alternatives);
-// Re-ranks `result`'s pick and runners-up (a search's best plans by its closed form, best first) by the
-// played estimate of `cost`: stable, so the closed form's order breaks ties; plans whose lowering cannot be
-// played (which the simulator would not run either) go last. Keeps `alternatives` runners-up, sets the
+// How many of the closed form's best plans the played estimate re-ranks (the pool): 64 up to 256 GPUs, 4 up
+// to 1,024 GPUs, 1 beyond (the closed form's pick, nothing played): a played estimate of a plan that does
+// not fold costs about a second at 1,024 GPUs and over ten at 4,096. Independent of the runners-up asked
+// for, so that the pick does not depend on --refine.
+uint32_t RerankPool(uint32_t devices);
+// Re-ranks the first `pool` of `result`'s pick and runners-up (a search's best plans by its closed form,
+// best first) by the played estimate of `cost`: stable, so the closed form's order breaks ties; plans whose
+// lowering cannot be played (which the simulator would not run either) go last among them. The runners-up
+// past the pool follow in the closed form's order. Keeps `alternatives` runners-up, sets the re-ranked
 // costs to the played times and adds a note. Returns the rank the closed form's pick took (0: still first).
-size_t RerankByPlayedEstimate(const AnalyticCostModel& cost, uint32_t alternatives, PlannerResult* result);
+size_t RerankByPlayedEstimate(const AnalyticCostModel& cost, uint32_t pool, uint32_t alternatives,
+                              PlannerResult* result);
 
 class BestPlan {
  public:

@@ -96,13 +96,13 @@ class Search {
     // would (docs/planner-scaling.md, "Played or closed form").
     runners_.MoveInto(&out);
     out.stats = stats_;
-    const bool moved = RerankByPlayedEstimate(cost_, problem_.alternatives, &out) != 0;
+    const bool moved =
+        RerankByPlayedEstimate(cost_, RerankPool(problem_.cluster.num_devices()), problem_.alternatives, &out) != 0;
     out.stats.notes.push_back("DFS: " + std::to_string(dfs_nodes_) + " tree nodes, " + std::to_string(leaves_) +
                               " leaves costed by the predictor, " + std::to_string(pruned_bound_) +
                               " branches cut by the bottleneck bound (rule 2)");
     out.stats.notes.push_back("chosen: " + (moved ? Summary(out.plan) : best_summary_) + " (predicted " +
-                              Fmt(out.cost_s) + " s per iteration played, " + Fmt(best_s_) +
-                              " s by the closed form's best)");
+                              Fmt(out.cost_s) + " s per iteration; the closed form's best " + Fmt(best_s_) + " s)");
     if (truncated_) {
       out.stats.notes.push_back("the search stopped at max_leaves = " + std::to_string(max_leaves) +
                                 "; the plan is the best of the leaves costed");
@@ -299,7 +299,7 @@ class Search {
   std::optional<proto::Plan> best_;
   double best_s_ = kInf;
   std::string best_summary_;
-  RankedPlans runners_{RerankPool(problem_.cluster.num_devices(), problem_.alternatives) - 1};
+  RankedPlans runners_{std::max(RerankPool(problem_.cluster.num_devices()), problem_.alternatives + 1) - 1};
   uint64_t dfs_nodes_ = 0, leaves_ = 0, pruned_bound_ = 0;
   bool truncated_ = false;
 };

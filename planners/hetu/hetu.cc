@@ -162,8 +162,9 @@ class Search {
     uint64_t pruned = 0;
     for (size_t i = 0; i < pending_.size(); ++i) {
       const Pending& c = pending_[i];
-      // Past the pool's worst (the best plan's time when the pool keeps one), no candidate can enter it.
-      if (!options_.disable_bounds() && pool_.size() == pool_size_ && c.bound > pool_.back().t * (1 + 1e-9)) {
+      // Past the played pool's worst (the best plan's time when it is one), no candidate can enter it.
+      if (!options_.disable_bounds() && pool_.size() >= played_pool_ &&
+          c.bound > pool_[played_pool_ - 1].t * (1 + 1e-9)) {
         pruned = pending_.size() - i;
         break;
       }
@@ -187,10 +188,11 @@ class Search {
                                    " candidates skipped: their lower bound exceeds the chosen plan's time");
     }
     // The pool re-ranked by the played estimate; the runners-up are the simulator-checked choice's.
-    RerankByPlayedEstimate(cost_, problem_.alternatives, &result);
+    result.cost_s = closed_form_best_s;
+    RerankByPlayedEstimate(cost_, static_cast<uint32_t>(played_pool_), problem_.alternatives, &result);
     result.stats.notes.push_back("chosen: " + Describe(result.plan) + " (predicted " + Fmt("%.4f", result.cost_s) +
-                                 " s per iteration played, " + Fmt("%.4f", closed_form_best_s) +
-                                 " s by the closed form's best)");
+                                 " s per iteration; the closed form's best " + Fmt("%.4f", closed_form_best_s) +
+                                 " s)");
     return result;
   }
 
@@ -803,7 +805,10 @@ class Search {
     proto::Plan plan;
     std::string key;  // the serialized plan (distinctness)
   };
-  const size_t pool_size_ = RerankPool(problem_.cluster.num_devices(), problem_.alternatives);
+  // The first played_pool_ are the closed form's best (the bound prunes against the last of them); the
+  // rest, runners-up for the simulator-checked choice, the best of the candidates costed.
+  const size_t played_pool_ = RerankPool(problem_.cluster.num_devices());
+  const size_t pool_size_ = std::max<size_t>(played_pool_, problem_.alternatives + 1);
   std::vector<Kept> pool_;
   uint64_t tp_combinations_ = 0, shapes_ = 0;
 };

@@ -171,7 +171,7 @@ TEST(HetuBounds, SamePlanAsTheUnboundedSearch) {
         EXPECT_EQ(bounded->estimate.iteration_s, unbounded->estimate.iteration_s) << what;
         // Both cost every candidate that can enter the pool the played estimate re-ranks; the bound skips
         // the rest.
-        const uint64_t pool = RerankPool(f.problem().cluster.num_devices(), f.problem().alternatives);
+        const uint64_t pool = RerankPool(f.problem().cluster.num_devices());
         bounded_total += std::max(bounded->stats.candidates_evaluated, pool) - pool;
         unbounded_total += std::max(unbounded->stats.candidates_evaluated, pool) - pool;
       }
