@@ -315,7 +315,52 @@ void SetRecompute(proto::Plan* plan, proto::Recompute recompute, const proto::Tr
 }
 
 BestPlan::BestPlan(const PlanningProblem& problem, const AnalyticCostModel& ranking)
-    : problem_(problem), ranking_(ranking), memory_(problem), kept_(problem.alternatives) {}
+    : problem_(problem),
+      ranking_(ranking),
+      memory_(problem),
+      kept_(std::max(RerankPool(problem.cluster.num_devices()), problem.alternatives + 1) - 1) {}
+
+uint32_t RerankPool(uint32_t devices) {
+  return devices <= 256 ? 64 : devices <= 1024 ? 4 : 1;
+}
+
+size_t RerankByPlayedEstimate(const AnalyticCostModel& cost, uint32_t pool, uint32_t alternatives,
+                              PlannerResult* result) {
+  std::vector<RankedPlan> all;
+  all.push_back({std::move(result->plan), result->cost_s});
+  for (auto& alt : result->alternatives) all.push_back(std::move(alt));
+  result->alternatives.clear();
+  const size_t played = std::min<size_t>(pool, all.size());
+  std::vector<size_t> order(all.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (played > 1) {
+    std::vector<char> playable(played);
+    for (size_t i = 0; i < played; ++i) {
+      const PlanEstimate e = cost.Estimate(all[i].plan, /*with_memory=*/false);
+      all[i].cost_s = e.iteration_s;
+      playable[i] = e.played;
+    }
+    std::stable_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(played), [&](size_t a, size_t b) {
+      if (playable[a] != playable[b]) return playable[a] > playable[b];
+      return all[a].cost_s < all[b].cost_s;
+    });
+  }
+  const size_t closed_form_pick_at = static_cast<size_t>(std::find(order.begin(), order.end(), 0) - order.begin());
+  result->plan = std::move(all[order[0]].plan);
+  result->cost_s = all[order[0]].cost_s;
+  for (size_t i = 1; i < order.size() && result->alternatives.size() < alternatives; ++i) {
+    result->alternatives.push_back(std::move(all[order[i]]));
+  }
+  if (played > 1) {
+    result->stats.notes.push_back("the closed form's " + std::to_string(played) +
+                                  " best plans re-ranked by the played lowering: the closed form's pick ranks " +
+                                  std::to_string(closed_form_pick_at + 1) + " there, the played pick " +
+                                  std::to_string(order[0] + 1) + " by the closed form");
+  } else {
+    result->stats.notes.push_back("ranked by the closed form alone (no played re-ranking above 1,024 GPUs)");
+  }
+  return closed_form_pick_at;
+}
 
 namespace {
 
@@ -374,7 +419,11 @@ double BestPlan::Consider(proto::Plan plan, const std::string& what) {
     return std::numeric_limits<double>::infinity();
   }
   ++stats_.candidates_evaluated;
-  const double t = ranking_.Estimate(plan, /*with_memory=*/false).iteration_s;
+  // The closed form for every candidate, the played estimate for the pool in Finish: the baselines rank
+  // with hetsim's model (their frameworks have no cost model of their own, or one of homogeneous GPUs that
+  // the ranking view stands for), and the played estimate orders their best plans as the simulator would,
+  // at a cost per plan that grows with the GPUs (docs/planner-scaling.md, "Played or closed form").
+  const double t = ranking_.ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
   kept_.Offer(t, plan);
   return t;
 }
@@ -470,6 +519,7 @@ Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::st
   PlannerResult r;
   kept_.MoveInto(&r);
   r.stats = std::move(stats_);
+  RerankByPlayedEstimate(ranking_, RerankPool(problem_.cluster.num_devices()), problem_.alternatives, &r);
   if (report_knobs_) {
     if (std::string note = KnobsNote(r.plan); !note.empty()) r.stats.notes.push_back(std::move(note));
   }

@@ -7,7 +7,10 @@
 //     order[s·dp·tp, (s+1)·dp·tp); each micro-batch is split over them (Whale's replicated TaskGraphs,
 //     Alpa's per-stage meshes).
 // BestPlan ranks candidates: memory on the real devices first (the closed forms of MemoryModel), then the
-// planner's ranking cost model; it keeps the best and the closest memory misses for the error message.
+// planner's ranking cost model — its closed form (ClosedFormEstimate, microseconds) for every candidate,
+// then the played estimate (Estimate: the lowering played, what the simulator plays, but a fraction of a
+// millisecond per 8 GPUs and about 0.2 s per 16,384-GPU plan) for the closed form's best few (RerankPool);
+// it keeps the best and the closest memory misses for the error message.
 //
 // The memory knobs a user of these frameworks turns when a model does not fit — activation recomputation,
 // the ZeRO stage, the micro-batch size, and CPU offload where the framework has it — are part of every
@@ -101,17 +104,36 @@ void SetRecompute(proto::Plan* plan, proto::Recompute recompute, const proto::Tr
 // "none", "selective", "full".
 std::string RecomputeName(proto::Recompute recompute);
 
+// Played or closed form. The played estimate (AnalyticCostModel::Estimate) prices what the simulator plays
+// but costs a fraction of a millisecond per 8-GPU plan and about 0.2 s per 16,384-GPU plan; the closed form
+// (ClosedFormEstimate, the papers' formulas) costs microseconds. Searches that rank with hetsim's model
+// (the baselines through BestPlan, hethub, hetu) rank every candidate by the closed form and re-rank the
+// closed form's best few by the played estimate (docs/planner-scaling.md, "Played or closed form").
+//
+// How many of the closed form's best plans the played estimate re-ranks (the pool): 64 up to 256 GPUs, 4 up
+// to 1,024 GPUs, 1 beyond (the closed form's pick, nothing played): a played estimate of a plan that does
+// not fold costs about a second at 1,024 GPUs and over ten at 4,096. Independent of the runners-up asked
+// for, so that the pick does not depend on --refine.
+uint32_t RerankPool(uint32_t devices);
+// Re-ranks the first `pool` of `result`'s pick and runners-up (a search's best plans by its closed form,
+// best first) by the played estimate of `cost`: stable, so the closed form's order breaks ties; plans whose
+// lowering cannot be played (which the simulator would not run either) go last among them. The runners-up
+// past the pool follow in the closed form's order. Keeps `alternatives` runners-up, sets the re-ranked
+// costs to the played times and adds a note. Returns the rank the closed form's pick took (0: still first).
+size_t RerankByPlayedEstimate(const AnalyticCostModel& cost, uint32_t pool, uint32_t alternatives,
+                              PlannerResult* result);
+
 class BestPlan {
  public:
   BestPlan(const PlanningProblem& problem, const AnalyticCostModel& ranking);
 
-  // Checks `plan` (structurally valid by construction) for memory on the real devices, then ranks it;
-  // keeps it when it is the best so far (ties keep the earlier). `what` names it in messages. Returns
-  // its ranking time, or +inf when it does not fit. Records the plan's memory knobs (its effective
+  // Checks `plan` (structurally valid by construction) for memory on the real devices, then ranks it by
+  // the closed form; keeps it when it is among the closed form's RerankPool best so far (ties keep the
+  // earlier). `what` names it in messages. Returns its closed-form time, or +inf when it does not fit. Records the plan's memory knobs (its effective
   // recompute policy, ZeRO stage and largest per-replica micro-batch) as tried, and as fitting when it fits.
   double Consider(proto::Plan plan, const std::string& what);
   bool found() const { return !kept_.empty(); }
-  double best_time() const { return kept_.best_cost(); }
+  double best_time() const { return kept_.best_cost(); }  // the closed form's
   SearchStats& stats() { return stats_; }
   const MemoryModel& memory() const { return memory_; }
   // Turns on the memory-knob note and the "tried" line of Finish (the baselines; other planners that
@@ -123,8 +145,11 @@ class BestPlan {
   // The best plan or, when none fits, the Infeasible status listing the closest attempts (NothingFound
   // when no candidate got as far as a memory check). With ReportMemoryKnobs: the plan's notes name the
   // memory knobs it needed ("recompute=full, b=2 needed to fit (…)") among those of which more than one
-  // setting was tried, and the Infeasible message lists the settings tried.
+  // setting was tried, and the Infeasible message lists the settings tried. The pick and its runners-up
+  // are the closed form's pool re-ranked by the played estimate (stable: the closed form breaks ties;
+  // plans the lowering refuses go last), their costs the played ones.
   Result<PlannerResult> Finish(const std::string& planner, const std::string& hint = "");
+
 
  private:
   // Knob settings of the candidates considered: those of every candidate (tried_) and of those that fit (fit_).
@@ -141,7 +166,7 @@ class BestPlan {
   MemoryModel memory_;
   SearchStats stats_;
   InfeasibleTracker misses_;
-  RankedPlans kept_;  // the pick and the runners-up the problem asks for
+  RankedPlans kept_;  // the closed form's RerankPool best
   Knobs tried_, fit_;
   bool report_knobs_ = false;
   std::vector<std::string> suggestions_;

@@ -11,6 +11,7 @@
 #include "planners/cost_model.h"
 #include "planners/proto/hethub.pb.h"
 #include "planners/search.h"
+#include "planners/symmetric.h"
 
 namespace hetsim::planners::hethub {
 namespace {
@@ -90,14 +91,18 @@ class Search {
       return NothingFound("hethub", problem_, stats_, "allow more TP or DP degrees, or add GPUs of each type");
     }
     PlannerResult out;
-    runners_.MoveInto(&out);  // among the leaves the DFS costed (its bound cuts the others); same pick as best_
-    out.plan = *best_;
-    out.cost_s = best_s_;
+    // The closed form's pool of best leaves (the DFS's bound cuts the others; the same first plan as best_),
+    // re-ranked by the played estimate: hetsim's analytic model orders the final few as the simulator
+    // would (docs/planner-scaling.md, "Played or closed form").
+    runners_.MoveInto(&out);
     out.stats = stats_;
+    const bool moved =
+        RerankByPlayedEstimate(cost_, RerankPool(problem_.cluster.num_devices()), problem_.alternatives, &out) != 0;
     out.stats.notes.push_back("DFS: " + std::to_string(dfs_nodes_) + " tree nodes, " + std::to_string(leaves_) +
                               " leaves costed by the predictor, " + std::to_string(pruned_bound_) +
                               " branches cut by the bottleneck bound (rule 2)");
-    out.stats.notes.push_back("chosen: " + best_summary_);
+    out.stats.notes.push_back("chosen: " + (moved ? Summary(out.plan) : best_summary_) + " (predicted " +
+                              Fmt(out.cost_s) + " s per iteration; the closed form's best " + Fmt(best_s_) + " s)");
     if (truncated_) {
       out.stats.notes.push_back("the search stopped at max_leaves = " + std::to_string(max_leaves) +
                                 "; the plan is the best of the leaves costed");
@@ -242,7 +247,12 @@ class Search {
       }
       summary += (i ? " → " : " ") + ty.gpu->name + ":" + std::to_string(stages[i].blocks);
     }
-    const PlanEstimate e = cost_.Estimate(plan, true);
+    // The predictor is hetsim's closed form (AnalyticCostModel::ClosedFormEstimate: per-stage compute, TP
+    // and PP hops, 1F1B, DP sync), the shape of §3.3.3's predictor, in microseconds per leaf. Not the played
+    // estimate (Estimate: the lowering played, a fraction of a millisecond per 8 GPUs and seconds per
+    // leaf at 4,096 GPUs): the simulator-checked choice (--refine, tools/runner/refine.h) checks the
+    // pick and the runners-up in the simulator itself (docs/planner-scaling.md, "Played or closed form").
+    const PlanEstimate e = cost_.ClosedFormEstimate(plan, /*with_memory=*/true);
     ++stats_.candidates_evaluated;
     if (e.oom) {
       stats_.Reject("out of memory");
@@ -255,8 +265,21 @@ class Search {
     if (!best_ || e.iteration_s < best_s_) {
       best_ = plan;
       best_s_ = e.iteration_s;
-      best_summary_ = summary + " (predicted " + Fmt(e.iteration_s) + " s per iteration)";
+      best_summary_ = summary;
     }
+  }
+
+  // A leaf's summary from its plan: "t=.. d=.. b=..: type:blocks → …" (Leaf writes the same).
+  std::string Summary(const proto::Plan& plan) const {
+    const auto& pipe = plan.pipelines(0);
+    std::string out = "t=" + std::to_string(models::TpDegree(pipe.stages(0))) + " d=" +
+                      std::to_string(plan.pipelines_size()) + " b=" + std::to_string(pipe.micro_batch_size()) + ":";
+    for (int i = 0; i < pipe.stages_size(); ++i) {
+      const auto& st = pipe.stages(i);
+      const uint32_t blocks = st.layer_end() - st.layer_begin() - (i == 0 ? 1 : 0) - (i + 1 == pipe.stages_size() ? 1 : 0);
+      out += (i ? " → " : " ") + problem_.cluster.device(st.devices(0)).gpu->name + ":" + std::to_string(blocks);
+    }
+    return out;
   }
 
   static std::string Fmt(double v) {
@@ -276,7 +299,7 @@ class Search {
   std::optional<proto::Plan> best_;
   double best_s_ = kInf;
   std::string best_summary_;
-  RankedPlans runners_{problem_.alternatives};
+  RankedPlans runners_{std::max(RerankPool(problem_.cluster.num_devices()), problem_.alternatives + 1) - 1};
   uint64_t dfs_nodes_ = 0, leaves_ = 0, pruned_bound_ = 0;
   bool truncated_ = false;
 };

@@ -162,19 +162,23 @@ class Search {
     uint64_t pruned = 0;
     for (size_t i = 0; i < pending_.size(); ++i) {
       const Pending& c = pending_[i];
-      if (!options_.disable_bounds() && best_ && c.bound > best_time_ * (1 + 1e-9)) {
+      // Past the played pool's worst (the best plan's time when it is one), no candidate can enter it.
+      if (!options_.disable_bounds() && pool_.size() >= played_pool_ &&
+          c.bound > pool_[played_pool_ - 1].t * (1 + 1e-9)) {
         pruned = pending_.size() - i;
         break;
       }
       Evaluate(c);
     }
-    if (!best_) {
+    if (pool_.empty()) {
       if (!misses_.empty()) return misses_.ToStatus("hetu", problem_, stats_);
       return NothingFound("hetu", problem_, stats_,
                           "allow more TP degrees or pipeline counts, or a smaller micro-batch size");
     }
     PlannerResult result;
-    result.plan = std::move(*best_);
+    const double closed_form_best_s = pool_.front().t;
+    result.plan = std::move(pool_.front().plan);
+    for (size_t i = 1; i < pool_.size(); ++i) result.alternatives.push_back({std::move(pool_[i].plan), pool_[i].t});
     result.stats = std::move(stats_);
     result.stats.notes.push_back(std::to_string(tp_combinations_) + " per-type TP combinations, " +
                                  std::to_string(shapes_) + " pipeline layouts, " +
@@ -183,8 +187,12 @@ class Search {
       result.stats.notes.push_back(std::to_string(pruned) + " of " + std::to_string(pending_.size()) +
                                    " candidates skipped: their lower bound exceeds the chosen plan's time");
     }
-    result.stats.notes.push_back("chosen: " + Describe(result.plan) + " (predicted " + Fmt("%.4f", best_time_) +
-                                 " s per iteration)");
+    // The pool re-ranked by the played estimate; the runners-up are the simulator-checked choice's.
+    result.cost_s = closed_form_best_s;
+    RerankByPlayedEstimate(cost_, static_cast<uint32_t>(played_pool_), problem_.alternatives, &result);
+    result.stats.notes.push_back("chosen: " + Describe(result.plan) + " (predicted " + Fmt("%.4f", result.cost_s) +
+                                 " s per iteration; the closed form's best " + Fmt("%.4f", closed_form_best_s) +
+                                 " s)");
     return result;
   }
 
@@ -688,8 +696,9 @@ class Search {
       }
     }
     if (!options_.even_micro_batches() && P > 1) {
-      // T_p(m) = (m − 1)·max_s t_s + Σ_s t_s, from the stage times at this layer split.
-      const PlanEstimate e = cost_.Estimate(plan, /*with_memory=*/false);
+      // T_p(m) = (m − 1)·max_s t_s + Σ_s t_s, from the closed form's stage times at this layer split (the
+      // same formula; see Consider for why the closed form).
+      const PlanEstimate e = cost_.ClosedFormEstimate(plan, /*with_memory=*/false);
       std::vector<double> slowest(P, 0), sum(P, 0);
       for (uint32_t p = 0; p < P; ++p) {
         for (const auto& st : e.pipelines[p].stages) {
@@ -717,12 +726,26 @@ class Search {
       return;
     }
     ++stats_.candidates_evaluated;
-    const double t = cost_.Estimate(plan, /*with_memory=*/false).iteration_s;
-    if (t < best_time_ || (t == best_time_ && best_ && seq < best_seq_)) {
-      best_time_ = t;
-      best_seq_ = seq;
-      best_ = std::move(plan);
+    // Every candidate is ranked by hetsim's closed form (AnalyticCostModel::ClosedFormEstimate; §A.3's
+    // "cost model"), the model the search's lower bound (Bound) bounds, so skipping by the bound keeps the
+    // enumeration's best plans. The pool of the closed form's best is re-ranked by the played estimate in
+    // Run (Estimate, the lowering played: milliseconds per candidate at 1,024 GPUs, too slow for the
+    // thousands costed there; docs/planner-scaling.md, "Played or closed form").
+    const double t = cost_.ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
+    // The pool: the best by (time, enumeration order), distinct plans (an equal plan keeps the earlier).
+    auto before = [](double ta, uint64_t sa, double tb, uint64_t sb) { return ta < tb || (ta == tb && sa < sb); };
+    if (pool_.size() == pool_size_ && !before(t, seq, pool_.back().t, pool_.back().seq)) return;
+    std::string key;
+    plan.SerializeToString(&key);
+    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+      if (it->key != key) continue;
+      if (!before(t, seq, it->t, it->seq)) return;
+      pool_.erase(it);
+      break;
     }
+    const auto at = std::find_if(pool_.begin(), pool_.end(), [&](const Kept& k) { return before(t, seq, k.t, k.seq); });
+    pool_.insert(at, Kept{t, seq, std::move(plan), std::move(key)});
+    if (pool_.size() > pool_size_) pool_.pop_back();
   }
 
   // "2 pipeline(s), ZeRO-1: [h20 TP4 L0-7 → h800 TP4 L8-81] 32×bs1 ×2" in short form: identical pipelines in a
@@ -775,9 +798,18 @@ class Search {
   std::map<std::tuple<const Combination*, uint32_t, uint32_t, double, uint32_t, uint32_t>, int64_t> most_blocks_;
   SearchStats stats_;
   InfeasibleTracker misses_;
-  std::optional<proto::Plan> best_;
-  double best_time_ = kInf;
-  uint64_t best_seq_ = 0;
+  // The closed form's best candidates (RerankPool of them), by time then enumeration order.
+  struct Kept {
+    double t;
+    uint64_t seq;
+    proto::Plan plan;
+    std::string key;  // the serialized plan (distinctness)
+  };
+  // The first played_pool_ are the closed form's best (the bound prunes against the last of them); the
+  // rest, runners-up for the simulator-checked choice, the best of the candidates costed.
+  const size_t played_pool_ = RerankPool(problem_.cluster.num_devices());
+  const size_t pool_size_ = std::max<size_t>(played_pool_, problem_.alternatives + 1);
+  std::vector<Kept> pool_;
   uint64_t tp_combinations_ = 0, shapes_ = 0;
 };
 

@@ -48,30 +48,34 @@ MetisWeights Scale(const Graph& g, const std::vector<uint32_t>& vertices) {
         static_cast<int32_t>(std::max(1.0, std::round(vmax > 0 ? g.compute[v] / vmax * kVertexScale : 1))));
   }
   if (n < 2) return w;
-  // The sum of the weights in CSR order; a non-finite weight (none between distinct GPUs) counts as the
-  // largest finite one, which then takes a second pass.
+  // The weights in CSR order, gathered once (the rows of `vertices` in the dense matrix), and their sum; a
+  // non-finite weight (none between distinct GPUs) counts as the largest finite one.
+  const size_t entries_n = size_t{n} * (n - 1);
+  std::vector<double> values(entries_n);
   double finite_max = 0, sum = 0;
   bool all_finite = true;
-  for (uint32_t i = 0; i < n; ++i) {
-    const double* row = &g.raw[vertices[i] * stride];
-    for (uint32_t j = 0; j < n; ++j) {
-      if (j == i) continue;
-      const double v = row[vertices[j]];
-      if (std::isfinite(v)) {
-        finite_max = std::max(finite_max, v);
-        sum += v;
-      } else {
-        all_finite = false;
+  {
+    double* at = values.data();
+    for (uint32_t i = 0; i < n; ++i) {
+      const double* row = &g.raw[vertices[i] * stride];
+      for (uint32_t j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const double v = row[vertices[j]];
+        *at++ = v;
+        if (std::isfinite(v)) {
+          finite_max = std::max(finite_max, v);
+          sum += v;
+        } else {
+          all_finite = false;
+        }
       }
     }
   }
   if (!all_finite) {
     sum = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      const double* row = &g.raw[vertices[i] * stride];
-      for (uint32_t j = 0; j < n; ++j) {
-        if (j != i) sum += std::isfinite(row[vertices[j]]) ? row[vertices[j]] : finite_max;
-      }
+    for (double& v : values) {
+      if (!std::isfinite(v)) v = finite_max;
+      sum += v;
     }
   }
   // Linear scaling so that the weights of all nnz entries sum to at most 2³¹ − 1: no sum METIS forms (a
@@ -79,17 +83,11 @@ MetisWeights Scale(const Graph& g, const std::vector<uint32_t>& vertices) {
   const double entries = static_cast<double>(n) * (n - 1);
   const double limit = static_cast<double>(std::numeric_limits<int32_t>::max()) - entries;
   const double scale = sum > 0 ? limit / sum : 1;
-  w.edge.resize(size_t{n} * (n - 1));
-  int32_t* out = w.edge.data();
-  for (uint32_t i = 0; i < n; ++i) {
-    const double* row = &g.raw[vertices[i] * stride];
-    for (uint32_t j = 0; j < n; ++j) {
-      if (j == i) continue;
-      const double v = row[vertices[j]];
-      // floor of a non-negative value below 2³¹: its truncation.
-      const double x = (std::isfinite(v) ? v : finite_max) * scale;
-      *out++ = x >= 1 ? static_cast<int32_t>(x) : 1;
-    }
+  w.edge.resize(entries_n);
+  for (size_t e = 0; e < entries_n; ++e) {
+    // floor of a non-negative value below 2³¹: its truncation.
+    const double x = values[e] * scale;
+    w.edge[e] = x >= 1 ? static_cast<int32_t>(x) : 1;
   }
   return w;
 }

@@ -352,13 +352,14 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
   }
 
   // Memory cap of a stage: the most blocks it holds at position j of S (nullopt: not even the fewest).
-  std::map<std::tuple<double, uint32_t, int, double>, int64_t> cap_memo;
+  // Memoised across Build calls (cap_memo_): the cap depends on nothing but the key.
   auto max_blocks = [&](double capacity, uint32_t t, uint32_t j, uint32_t S) -> int64_t {
     const int shape = S == 1 ? 3 : j == 0 ? 0 : j + 1 == S ? 2 : 1;
     const double in_flight =
         MemoryModel::InFlight(proto::Plan::SCHEDULE_1F1B, j, S, params.in_flight_cap, /*virtual_stages=*/1);
-    const auto key = std::make_tuple(capacity, t, shape, in_flight);
-    if (auto it = cap_memo.find(key); it != cap_memo.end()) return it->second;
+    const CapKey key{capacity, t, shape, in_flight, params.micro_batch, params.zero_stage, params.shard,
+                     params.sequence_parallel};
+    if (auto it = cap_memo_.find(key); it != cap_memo_.end()) return it->second;
     auto range = [&](uint32_t nb) -> std::pair<uint32_t, uint32_t> {
       switch (shape) {
         case 0:
@@ -381,7 +382,7 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
     };
     const uint32_t lo = shape == 3 ? blocks : shape == 1 ? 1 : 0;
     const int64_t result = MostBlocksThatFit(lo, blocks, fits);
-    cap_memo.emplace(key, result);
+    cap_memo_.emplace(key, result);
     return result;
   };
 

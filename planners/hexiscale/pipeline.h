@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "planners/hexiscale/cost.h"
@@ -111,6 +112,11 @@ class PipelineBuilder {
   // Keyed by the group's signature (isomorphic groups share it) or, without one, by its devices.
   mutable std::map<std::pair<std::vector<uint32_t>, uint32_t>, std::optional<std::vector<uint32_t>>> partitions_;
   mutable std::map<std::pair<std::string, uint32_t>, std::optional<std::vector<uint32_t>>> partitions_by_signature_;
+  // Build's memory caps: the most blocks a stage holds, by (capacity, TP degree, position kind — first,
+  // middle, last or only —, in-flight micro-batches, micro-batch size, ZeRO stage, sharding, sequence
+  // parallelism); the model and the recomputation are the problem's.
+  using CapKey = std::tuple<double, uint32_t, int, double, uint32_t, uint32_t, uint32_t, bool>;
+  mutable std::map<CapKey, int64_t> cap_memo_;
   // Cache: (signature, parameters) -> template over canonical positions (devices = indices).
   std::map<std::string, std::optional<PipelineTemplate>> cache_;
 };
