@@ -1353,6 +1353,8 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     upper.pricing = Pricing::kUpperBound;
     upper.fold = false;
     if (auto ub = cost.Play(result->plan, upper); ub.ok()) threshold = std::min(threshold, ub->iteration_s);
+    // Without bounds (testing), nothing is cut: every plan of the space is returned.
+    if (options_.disable_bounds()) threshold = kInf;
     SimBoundMode mode;
     mode.threshold_s = threshold;
     mode.max_leaves = options_.max_bound_plays() > 0 ? options_.max_bound_plays() : 200000;
