@@ -1270,6 +1270,10 @@ class Search {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Runners-up of the top list kept first when the proof search stops unproven (PlanOnTwin's K − 1 for an
+// explicit K of 16).
+constexpr size_t kUnprovenTopList = 15;
+
 // How many of the closed form's best plans are re-ranked by the played estimate when runners-up are asked for.
 constexpr uint32_t kRerankPool = 64;
 
@@ -1365,12 +1369,17 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     std::stable_sort(kept.begin(), kept.end(),
                      [](const BoundedPlan& a, const BoundedPlan& b) { return a.lower_bound_s < b.lower_bound_s; });
     const std::string pick = result->plan.SerializeAsString();
-    result->alternatives.clear();
+    const bool complete = !search.stopped() && search.floor_above_bound() == 0;
+    // Unproven, the top list's runners-up (by the played estimate) come first, as with an explicit K.
+    std::vector<RankedPlan> top = std::move(result->alternatives);
+    if (complete) top.clear();
+    if (top.size() > kUnprovenTopList) top.resize(kUnprovenTopList);
+    for (RankedPlan& t : top) t.lower_bound_s = cost.LowerBoundSeconds(t.plan);
+    result->alternatives = std::move(top);
     for (BoundedPlan& b : kept) {
       if (b.plan.SerializeAsString() == pick) continue;
       result->alternatives.push_back({std::move(b.plan), 0, b.lower_bound_s});
     }
-    const bool complete = !search.stopped() && search.floor_above_bound() == 0;
     result->complete_below_s = complete ? threshold : 0;
     char line[320];
     std::snprintf(line, sizeof line,
