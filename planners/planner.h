@@ -68,6 +68,7 @@ struct SearchStats {
 struct RankedPlan {
   proto::Plan plan;
   double cost_s = 0;
+  double lower_bound_s = 0;  // a lower bound of its simulated iteration where the planner gives one (else 0)
 };
 
 struct PlannerResult {
@@ -78,6 +79,9 @@ struct PlannerResult {
   // Runners-up, best first by the planner's own model: at most PlanningProblem::alternatives plans, each
   // valid (memory included) and different from `plan` and from each other.
   std::vector<RankedPlan> alternatives;
+  // > 0 (exhaustive's proof list): every plan of the planner's space whose simulated iteration can be below
+  // this is `plan` or one of `alternatives`, which are then ordered by non-decreasing lower_bound_s.
+  double complete_below_s = 0;
 };
 
 // The best plans a search has seen by cost: its pick and up to `alternatives` runners-up, distinct plans

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
+
+#include "models/platform_routes.h"
 
 #include "planners/proto/exhaustive.pb.h"
 #include "planners/symmetric.h"
@@ -58,11 +62,26 @@ struct Profile {
   double SumLo(uint32_t b, uint32_t k) const { return sum_lo[size_t{b} * (S + 1) + k]; }
 };
 
+// The simulator-bound mode of the search (the proof of the simulator's optimum): every bound is a lower
+// bound of the simulated iteration, subtrees are cut against a fixed threshold, and every leaf that
+// survives is played at the lower-bound pricing (AnalyticCostModel::LowerBoundSeconds) and kept when that
+// is below the threshold.
+struct SimBoundMode {
+  double threshold_s = 0;   // plans that cannot simulate below this are cut
+  uint64_t max_leaves = 0;  // LowerBoundSeconds evaluations before the search stops (0: no limit)
+};
+
+// A plan kept by the simulator-bound mode, with its lower bound of the simulated iteration.
+struct BoundedPlan {
+  double lower_bound_s = 0;
+  proto::Plan plan;
+};
+
 class Search {
  public:
   // Keeps the exact top `keep_alternatives` + 1 plans under the closed form.
   Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& options, SearchStats& stats,
-         uint32_t keep_alternatives)
+         uint32_t keep_alternatives, const SimBoundMode* sim = nullptr)
       : problem_(problem),
         cost_(problem),
         memory_(problem),
@@ -73,7 +92,12 @@ class Search {
         blocks_(problem.model.num_blocks()),
         G_(problem.training.global_batch_size()),
         rc_(problem.training.recompute()),
-        kept_(keep_alternatives) {
+        kept_(keep_alternatives),
+        sim_(sim) {
+    if (sim_ != nullptr) {
+      incumbent_ = sim_->threshold_s;
+      routes_.emplace(cluster_, problem.compute.calibration);
+    }
     bmax_ = std::min<uint32_t>(G_, options.max_micro_batch_size() > 0 ? options.max_micro_batch_size() : 32);
     zeros_ = options.zero_stages().empty()
                  ? std::vector<uint32_t>{1, 2, 3}
@@ -135,6 +159,10 @@ class Search {
   }
 
   bool found() const { return !kept_.empty(); }
+  bool stopped() const { return stopped_; }
+  std::vector<BoundedPlan>& bounded() { return bounded_; }
+  uint64_t bounded_leaves() const { return bounded_leaves_; }
+  uint64_t floor_above_bound() const { return floor_above_bound_; }
   void MoveInto(PlannerResult* result) { kept_.MoveInto(result); }
   InfeasibleTracker& misses() { return misses_; }
 
@@ -334,7 +362,7 @@ class Search {
     }
     if (allow_unused_ && profiles.empty()) return 0;
     const double pipelines_lb = AllocationBound(profiles, rate);
-    if (pipes_.empty()) return pipelines_lb;
+    if (pipes_.empty() || sim_ != nullptr) return pipelines_lb;
     // The closed pipelines' DP sync and optimizer floors (the pipelines still to come only add holders).
     PrepareDpLinks(!allow_unused_ && free_total_ > 0 ? 1 : 0);
     double floor = kInf;
@@ -396,7 +424,21 @@ class Search {
           const ReplicaLinks hops = cost_.Links(g, next, prev);
           const ReplicaLinks local = cost_.Links(g, {}, {});
           row->second.assign(2 * size_t{pr.X}, 0);
-          for (uint32_t x = 1; x <= bmax_; ++x) {
+          for (uint32_t x = 1; x <= bmax_ && sim_ != nullptr; ++x) {
+            // The simulator's compute alone (RangeCompute prices each pass as sim/program.cc does: its
+            // layers plus one host overhead per pass); communication only adds to it.
+            const double overhead = 2 * cost_.compute().PassOverheadSeconds(gpu);
+            auto compute = [&](uint32_t begin, uint32_t end) {
+              const auto [fw, bw] = cost_.RangeCompute(gpu, begin, end, st.tp, x, rc_);
+              return fw + bw - overhead;
+            };
+            double f = overhead;
+            if (s == 0) f += compute(0, 1);
+            if (s + 1 == S) f += compute(L_ - 1, L_);
+            row->second[x] = f;
+            row->second[pr.X + x] = compute(1, 2);
+          }
+          for (uint32_t x = 1; x <= bmax_ && sim_ == nullptr; ++x) {
             double f = cost_.Replica(gpu, st.tp, 1, 1, x, hops, rc_).total_s();  // PP hops only
             if (s == 0) f += cost_.Replica(gpu, st.tp, 0, 1, x, local, rc_).total_s();
             if (s + 1 == S) f += cost_.Replica(gpu, st.tp, L_ - 1, L_, x, local, rc_).total_s();
@@ -456,7 +498,9 @@ class Search {
         pr.beta = std::min(pr.beta, std::max(0.0, pr.SumLo(b, 0) - pr.tstar[b]));
       }
     }
-    if (!(pr.beta < kInf)) pr.beta = 0;
+    // A 1F1B pipeline may hide its fill behind the bottleneck stage's work: in the simulator-bound mode the
+    // pipeline bound is m·t* alone.
+    if (!(pr.beta < kInf) || sim_ != nullptr) pr.beta = 0;
     return pr;
   }
 
@@ -614,6 +658,9 @@ class Search {
     // The same bounds counting only the pipelines after this one (those not placed yet in Layers).
     double later_bandwidth = kInf;
     double later_latency = 0;
+    // Simulator-bound mode: the most bandwidth one ring step into or out of this entry's devices can have
+    // (route bottlenecks, rail striping counted), 0 without co-holders.
+    double sim_bandwidth = 0;
   };
 
   // The most DP replicas any layer of pipeline p can have (ZeRO's sharding factor), with `free` devices
@@ -629,6 +676,7 @@ class Search {
   // blocks (both grow with the blocks) and one micro-batch.
   Acc StructureFloor() const {
     Acc a;
+    if (sim_ != nullptr) return a;  // the simulator-bound mode charges them per stage (SimStageFloor)
     const double factor = zero_ == 2 ? 2.0 : zero_ == 3 ? 3.0 : 1.0;  // one micro-batch
     for (size_t p = 0; p < pipes_.size(); ++p) {
       const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size());
@@ -663,6 +711,13 @@ class Search {
           if (st.replicas >= 2) {
             l.bandwidth = own.bandwidth_bytes_s;
             l.latency = own.latency_s;
+            if (sim_ != nullptr) {
+              for (uint32_t e2 = 0; e2 < st.groups.size(); ++e2) {
+                if (e2 != e || st.groups[e].second >= 2) {
+                  l.sim_bandwidth = std::max(l.sim_bandwidth, RingCap(st.groups[e].first, st.groups[e2].first));
+                }
+              }
+            }
           }
           for (size_t q = 0; q < P; ++q) {
             if (q == p) continue;
@@ -676,6 +731,11 @@ class Search {
             }
             l.bandwidth = std::min(l.bandwidth, best_bw);
             l.latency = std::max(l.latency, best_lat);
+            if (sim_ != nullptr) {
+              for (const auto& other : pipes_[q].stages) {
+                for (const auto& [n2, g2] : other.groups) l.sim_bandwidth = std::max(l.sim_bandwidth, RingCap(st.groups[e].first, n2));
+              }
+            }
             if (q > p) {
               l.later_bandwidth = std::min(l.later_bandwidth, best_bw);
               l.later_latency = std::max(l.later_latency, best_lat);
@@ -736,7 +796,7 @@ class Search {
     if (Stop()) return;
     const size_t P = pipes_.size();
     if (p == P) {
-      if (g_left == 0) Leaf();
+      if (g_left == 0) Leaf(acc);
       return;
     }
     if (Pruned(std::max(acc.pipe_max, AllocationBoundFor(profiles, p, g_left)) + acc.dp + acc.opt)) return;
@@ -757,7 +817,8 @@ class Search {
       }
       if (twin && b == prev->b) m_hi = std::min(m_hi, prev->m);
       for (uint32_t m = m_lo; m <= m_hi && m >= 1; ++m) {
-        const double lb = (m - 1) * pr.tstar[b] + std::max(pr.tstar[b], pr.SumLo(b, 0));
+        const double lb = sim_ != nullptr ? m * pr.tstar[b]
+                                          : (m - 1) * pr.tstar[b] + std::max(pr.tstar[b], pr.SumLo(b, 0));
         if (Pruned(std::max(acc.pipe_max, lb) + acc.dp + acc.opt)) break;  // grows with m
         // The later pipelines share the sequences left: their time is at least their allocation bound.
         Acc with_rest = acc;
@@ -807,6 +868,7 @@ class Search {
     double dp_base = 0;                  // the largest per-device ring time (all-reduce; reduce-scatter for ZeRO 2/3)
     double opt = 0;                      // the largest optimizer step
     double stat = 0, act = 0, peak = 0;  // memory (GiB): static, per sequence in flight, re-materialised
+    double sim_floor = 0;                // simulator-bound mode: the least gradient sync + optimizer step
   };
 
   void ResetStageCache() {
@@ -839,8 +901,19 @@ class Search {
       uint32_t r = 0;
       while (st.replica_entry[r] != e) ++r;
       const uint32_t d = st.devices[size_t{r} * st.tp];
-      c.opt = std::max(c.opt, cost_.OptimizerSeconds(d, params));
+      const double opt = cost_.OptimizerSeconds(d, params);
+      c.opt = std::max(c.opt, opt);
       const DpLink& l = dp_links_[p][s][e];
+      if (sim_ != nullptr) {
+        // After its last backward pass a device reduce-scatters (ZeRO ≥ 2) or all-reduces (ZeRO 1) its
+        // gradients with at least `holders` members: its own ring flow carries at least (n − 1)/n of its
+        // bytes over the rails it stripes on, at no more than sim_bandwidth; then it steps.
+        double sync = 0;
+        if (l.holders >= 2 && bytes > 0 && l.sim_bandwidth > 0) {
+          sync = (l.holders - 1.0) / l.holders * bytes / l.sim_bandwidth;
+        }
+        c.sim_floor = e == 0 ? sync + opt : std::min(c.sim_floor, sync + opt);
+      }
       if (l.holders < 2 || bytes <= 0) continue;
       const models::Link link{models::LinkKind::kInterNode, l.bandwidth, l.latency};
       c.dp_base = std::max(c.dp_base, zero_ >= 2 ? models::RingReduceScatterSeconds(bytes, l.holders, link)
@@ -850,6 +923,41 @@ class Search {
     c.act = memory_.ActivationGibPerSequence(begin, end, st.tp, true, rc_);
     c.peak = memory_.PeakLayerGibPerSequence(begin, end, st.tp, true, rc_);
     return c;
+  }
+
+  // Simulator-bound mode: a lower bound of what every device of stage s of pipeline p (n blocks) does after
+  // its last backward pass (gradient sync and optimizer step).
+  double SimStageFloor(size_t p, uint32_t s, uint32_t n) { return StageAt(p, s, n).sim_floor; }
+
+  // The most bandwidth a ring step between a device of node a and one of node b can get (a == b: inside the
+  // node): the fastest route either way; across nodes times the node's GPUs (the engine stripes a step over
+  // the rails of the members on both nodes) and no slower than the host copies where transfers may be
+  // CPU-staged (GPUs of different vendors).
+  double RingCap(uint32_t a, uint32_t b) {
+    const size_t N = cluster_.nodes().size();
+    if (ring_cap_.empty()) ring_cap_.assign(N * N, -1);
+    double& cap = ring_cap_[a * N + b];
+    if (cap >= 0) return cap;
+    cap = 0;
+    const auto& na = cluster_.nodes()[a];
+    const auto& nb = cluster_.nodes()[b];
+    bool vendors_differ = false;
+    for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
+      vendors_differ = vendors_differ || cluster_.device(d).gpu->vendor != cluster_.device(0).gpu->vendor;
+    }
+    for (uint32_t i = 0; i < na.num_gpus; ++i) {
+      for (uint32_t j = 0; j < nb.num_gpus; ++j) {
+        const uint32_t x = na.first_device + i, y = nb.first_device + j;
+        if (x == y) continue;
+        cap = std::max({cap, routes_->GpuToGpu(x, y).bandwidth_bytes_s, routes_->GpuToGpu(y, x).bandwidth_bytes_s});
+        if (vendors_differ && a != b) {
+          cap = std::max({cap, routes_->GpuToHost(x).bandwidth_bytes_s, routes_->HostToGpu(x).bandwidth_bytes_s,
+                          routes_->HostToHost(a, b).bandwidth_bytes_s});
+        }
+      }
+    }
+    if (a != b) cap *= na.num_gpus;
+    return cap;
   }
 
   // Lower bounds of the DP sync and optimizer time of stage s of pipeline p holding n blocks.
@@ -935,7 +1043,7 @@ class Search {
     const std::vector<double>& rest = Rest(pr, pipe, b);
     ++layer_nodes_;
     if (s == S) {
-      const double t = (m - 1) * tmax + tsum;
+      const double t = sim_ != nullptr ? m * tmax : (m - 1) * tmax + tsum;
       Acc next = acc;
       next.pipe_max = std::max(acc.pipe_max, t);
       if (Pruned(next.total())) return;
@@ -960,19 +1068,27 @@ class Search {
       const double rest_max = rest[size_t{s + 1} * N + left - n];
       const double rest_sum = rest[sums + size_t{s + 1} * N + left - n];
       if (!(rest_max < kInf)) continue;  // the later stages cannot hold the rest
-      const auto [dp_lb, opt_lb] = StageBounds(p, s, n, m);
       Acc here = acc;
-      here.dp = std::max(acc.dp, dp_lb);
-      here.opt = std::max(acc.opt, opt_lb);
-      const double pipe_lb = (m - 1) * std::max({tmax, t_free, rest_max}) + tsum + t_free + rest_sum;
+      double pipe_lb = 0, grows = 0, stage_floor = 0;
+      if (sim_ != nullptr) {
+        // The stage's slowest replica computes m micro-batches, then syncs its gradients and steps.
+        stage_floor = SimStageFloor(p, s, n);
+        pipe_lb = std::max(m * std::max({tmax, t_free, rest_max}), m * t_free + stage_floor);
+        grows = std::max(m * std::max(tmax, t_free), m * t_free + stage_floor);
+      } else {
+        const auto [dp_lb, opt_lb] = StageBounds(p, s, n, m);
+        here.dp = std::max(acc.dp, dp_lb);
+        here.opt = std::max(acc.opt, opt_lb);
+        pipe_lb = (m - 1) * std::max({tmax, t_free, rest_max}) + tsum + t_free + rest_sum;
+        grows = (m - 1) * std::max(tmax, t_free) + tsum + t_free;
+      }
       if (Pruned(std::max(acc.pipe_max, pipe_lb) + here.dp + here.opt)) {
         // More blocks here make this stage (and its DP sync and optimizer step) slower: stop when the
         // terms that only grow with n already exceed.
-        const double grows = (m - 1) * std::max(tmax, t_free) + tsum + t_free;
         if (Pruned(std::max(acc.pipe_max, grows) + here.dp + here.opt)) break;
         continue;
       }
-      if (p > 0) {
+      if (p > 0 && sim_ == nullptr) {
         // With the earlier pipelines' splits known, the DP sync bound of this stage tightens.
         // This stage's actual layers: the stages before it hold the embedding and blocks_ − left blocks.
         const uint32_t first_layer = s == 0 ? 0 : 1 + (blocks_ - left);
@@ -1018,6 +1134,10 @@ class Search {
       }
       c.blocks[s] = n;
       c.splits[s].assign(split.begin(), split.end());
+      if (sim_ != nullptr) {
+        here.pipe_max = std::max(here.pipe_max, m * t + stage_floor);
+        if (Pruned(here.total())) continue;
+      }
       Layers(p, s + 1, left - n, std::max(tmax, t), tsum + t, g_after, here, tied && n == choice_[p - 1].blocks[s],
              profiles);
       if (stopped_) return;
@@ -1029,7 +1149,7 @@ class Search {
            " blocks, b=" + std::to_string(choice_[p].b) + " zero=" + std::to_string(zero_);
   }
 
-  void Leaf() {
+  void Leaf(const Acc& acc) {
     proto::Plan plan;
     plan.set_zero_stage(zero_);
     plan.set_sequence_parallel(true);
@@ -1063,6 +1183,29 @@ class Search {
       return;
     }
     ++stats_.candidates_evaluated;
+    if (sim_ != nullptr) {
+      // acc.total() is below the threshold (else the subtree was cut): play the plan at the lower-bound
+      // pricing, which bounds the simulated iteration far more tightly than the compute alone.
+      ++bounded_leaves_;
+      const double lb = cost_.LowerBoundSeconds(plan);
+      if (!(lb > 0)) {
+        // The lowering refuses the plan (ZeRO-3 across pipelines of unlike micro-batch counts): so does the
+        // simulator, so it is no candidate.
+        stats_.Reject("the simulator refuses the plan (its lowering cannot be played)");
+        return;
+      }
+      if (lb < acc.total() * (1 - 1e-9)) {
+        // Cannot happen if the stage floors are sound: say so loudly rather than prune on a wrong bound.
+        ++floor_above_bound_;
+      }
+      if (lb < incumbent_) bounded_.push_back({lb, std::move(plan)});
+      if (sim_->max_leaves > 0 && bounded_leaves_ >= sim_->max_leaves && !stopped_) {
+        stopped_ = true;
+        stop_reason_ = "budget of " + std::to_string(sim_->max_leaves) +
+                       " lower-bound plays reached: the space is not covered";
+      }
+      return;
+    }
     // The closed form: the bounds above are bounds of it, so the search is exact under it.
     const double t = cost_.ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
     // The bar a subtree must beat: the best plan's cost, or with runners-up asked for the worst kept one
@@ -1113,6 +1256,12 @@ class Search {
 
   double incumbent_ = kInf;
   RankedPlans kept_;
+  const SimBoundMode* sim_ = nullptr;
+  std::optional<models::PlatformRoutes> routes_;  // simulator-bound mode
+  std::vector<double> ring_cap_;                  // RingCap by node pair (−1: not computed)
+  std::vector<BoundedPlan> bounded_;              // simulator-bound mode: the leaves kept
+  uint64_t bounded_leaves_ = 0;                   // leaves played at the lower-bound pricing
+  uint64_t floor_above_bound_ = 0;                // leaves whose cheap floor exceeded the played bound
   InfeasibleTracker misses_;
   uint64_t structures_ = 0;
   uint64_t ticks_ = 0;
@@ -1120,6 +1269,10 @@ class Search {
   std::string stop_reason_;
   std::chrono::steady_clock::time_point start_;
 };
+
+// Runners-up of the top list kept first when the proof search stops unproven (PlanOnTwin's K − 1 for an
+// explicit K of 16).
+constexpr size_t kUnprovenTopList = 15;
 
 // How many of the closed form's best plans are re-ranked by the played estimate when runners-up are asked for.
 constexpr uint32_t kRerankPool = 64;
@@ -1175,7 +1328,8 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     // best plans and the pool is re-ranked by the played lowering (Estimate), the estimate that prices
     // what the simulator plays: the closed form's bounds make the search exact and fast, the played
     // estimate orders what the simulator will then check.
-    const uint32_t pool = problem.alternatives == 0 ? 0 : std::max(problem.alternatives, kRerankPool - 1);
+    const uint32_t pool = problem.alternatives == 0 ? 0 : std::max(std::min(problem.alternatives, kRerankPool - 1),
+                                                                    kRerankPool - 1);
     Search search(problem, options_, result.stats, pool);
     search.Run();
     if (!search.found()) {
@@ -1184,7 +1338,61 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     }
     search.MoveInto(&result);
     if (problem.alternatives > 0) Rerank(problem, &result);
+    if (problem.alternatives == kEveryCandidate) Prove(problem, &result);
     return result;
+  }
+
+ private:
+  // The proof list of the simulator's optimum (docs/planners.md, "exhaustive"): the closed form's best
+  // by the played estimate is the incumbent; a second search with bounds of the simulated iteration keeps
+  // every plan that could simulate below the threshold U, each with its lower bound, for PlanOnTwin to
+  // simulate in that order.
+  void Prove(const PlanningProblem& problem, PlannerResult* result) const {
+    const AnalyticCostModel cost(problem);
+    const double margin = options_.proof_margin() > 0 ? options_.proof_margin() : 0.05;
+    // The threshold: the sound upper bound of the incumbent's (unfolded) simulation where it is the
+    // smaller; else the estimate with a margin, which PlanOnTwin checks against the simulated times.
+    double threshold = result->cost_s * (1 + margin);
+    PlayOptions upper;
+    upper.pricing = Pricing::kUpperBound;
+    upper.fold = false;
+    if (auto ub = cost.Play(result->plan, upper); ub.ok()) threshold = std::min(threshold, ub->iteration_s);
+    // Without bounds (testing), nothing is cut: every plan of the space is returned.
+    if (options_.disable_bounds()) threshold = kInf;
+    SimBoundMode mode;
+    mode.threshold_s = threshold;
+    mode.max_leaves = options_.max_bound_plays() > 0 ? options_.max_bound_plays() : 200000;
+    SearchStats stats;
+    Search search(problem, options_, stats, 0, &mode);
+    search.Run();
+    std::vector<BoundedPlan>& kept = search.bounded();
+    std::stable_sort(kept.begin(), kept.end(),
+                     [](const BoundedPlan& a, const BoundedPlan& b) { return a.lower_bound_s < b.lower_bound_s; });
+    const std::string pick = result->plan.SerializeAsString();
+    const bool complete = !search.stopped() && search.floor_above_bound() == 0;
+    // Unproven, the top list's runners-up (by the played estimate) come first, as with an explicit K.
+    std::vector<RankedPlan> top = std::move(result->alternatives);
+    if (complete) top.clear();
+    if (top.size() > kUnprovenTopList) top.resize(kUnprovenTopList);
+    for (RankedPlan& t : top) t.lower_bound_s = cost.LowerBoundSeconds(t.plan);
+    result->alternatives = std::move(top);
+    for (BoundedPlan& b : kept) {
+      if (b.plan.SerializeAsString() == pick) continue;
+      result->alternatives.push_back({std::move(b.plan), 0, b.lower_bound_s});
+    }
+    result->complete_below_s = complete ? threshold : 0;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "proof search (bounds of the simulated iteration, cut at %.4g s): %llu plans played at the "
+                  "lower-bound pricing, %zu below the cut%s",
+                  threshold, static_cast<unsigned long long>(search.bounded_leaves()), result->alternatives.size(),
+                  complete ? "; every other plan of the space is ruled out" : "");
+    result->stats.notes.push_back(line);
+    for (const std::string& note : stats.notes) result->stats.notes.push_back("proof search: " + note);
+    if (search.floor_above_bound() > 0) {
+      result->stats.notes.push_back("proof search: " + std::to_string(search.floor_above_bound()) +
+                                    " plans whose stage floor exceeds their played lower bound (a bug): not proven");
+    }
   }
 };
 

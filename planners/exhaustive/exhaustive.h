@@ -17,11 +17,18 @@
 // optimum (MinMaxSplit) given its memory caps. Options: planners/proto/exhaustive.proto.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "planners/planner.h"
 
 namespace hetsim::planners::exhaustive {
+
+// PlanningProblem::alternatives asking for the proof list of the simulator's optimum: the pick (the
+// closed form's best by the played estimate) and every plan of the space whose lower bound of the
+// simulated iteration is below a threshold, by increasing lower bound (RankedPlan::lower_bound_s), with
+// PlannerResult::complete_below_s the threshold when the search covered the whole space.
+inline constexpr uint32_t kEveryCandidate = UINT32_MAX;
 
 std::unique_ptr<Planner> NewPlanner();
 

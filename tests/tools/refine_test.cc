@@ -1,5 +1,6 @@
 // Simulator-checked choice (tools/runner/refine.h): the planner's pick and its runners-up are simulated and
-// the fastest that fits is returned; --refine 0 keeps the planner's pick.
+// the fastest that fits is returned; --refine 0 keeps the planner's pick. exhaustive's default is the proof of
+// the simulator's optimum: checked here against every plan of its space on a small cluster.
 #include "tools/runner/refine.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,11 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include <limits>
+
+#include "planners/exhaustive/exhaustive.h"
 #include "planners/proto/exhaustive.pb.h"
+#include "sim/simulator.h"
 
 namespace hetsim::runner {
 namespace {
@@ -159,6 +164,113 @@ TEST(Refine, ARunnerUpThatDoesNotValidateIsDroppedWithANote) {
   std::string notes;
   for (const auto& n : r->stats.notes) notes += n + "\n";
   EXPECT_NE(notes.find("dropped runner-up 2"), std::string::npos) << notes;
+}
+
+// ---- exhaustive's proof of the simulator's optimum ----
+
+
+// Two unlike machines over slow Ethernet, so that DP sync, pipelining and intra-stage DP all compete.
+const char* kProofCluster = R"(kind: cluster
+name: proof-three
+nodes:
+  - name: a100
+    gpus: {type: a100-80gb, count: 2}
+    fabric: {kind: nvlink}
+    nic: {kind: ethernet, bandwidth_gbps: 10, latency_us: 20}
+  - name: rtx3090
+    gpus: {type: rtx3090, count: 1}
+    fabric: {kind: pcie, bandwidth_gbyte_s: 24}
+    nic: {kind: ethernet, bandwidth_gbps: 10, latency_us: 20}
+network: {single_switch: {}}
+)";
+
+struct ProofProblem {
+  ProofProblem() : cluster(Cluster()), model(Model()), training(Training(model)) {}
+  static models::Cluster Cluster() {
+    proto::Cluster spec;
+    EXPECT_TRUE(models::ParseYaml(kProofCluster, "proof-three.yaml", &spec).ok());
+    auto c = models::Cluster::Build(spec, "proof-three.yaml");
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return std::move(c).value();
+  }
+  static models::TransformerModel Model() {
+    auto m = models::LoadModel("llama-tiny");
+    EXPECT_TRUE(m.ok());
+    return std::move(m).value();
+  }
+  static proto::Training Training(const models::TransformerModel& m) {
+    proto::Training t;
+    t.set_global_batch_size(4);
+    t.set_seq_len(128);
+    auto r = models::ResolveTraining(t, m, "training");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(r).value();
+  }
+  planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
+  models::Cluster cluster;
+  models::TransformerModel model;
+  proto::Training training;
+};
+
+double Simulate(const ProofProblem& p, const proto::Plan& plan) {
+  sim::SimOptions so;
+  auto r = sim::SimulateIteration(plan, {p.cluster, p.model, p.training}, so);
+  if (!r.ok() || r->report.any_oom()) return std::numeric_limits<double>::infinity();
+  return r->report.iteration_time_s();
+}
+
+TEST(ExhaustiveProof, TheProvenPlanSimulatesNoSlowerThanEveryPlanOfTheSpace) {
+  const ProofProblem p;
+  auto planner = planners::CreatePlanner("exhaustive");
+  ASSERT_TRUE(planner.ok());
+  RefineOutcome out;
+  auto proven = PlanOnTwin(**planner, p.get(), RefineOptions{}, &out);
+  ASSERT_TRUE(proven.ok()) << proven.status().message();
+  std::string notes;
+  for (const auto& n : proven->stats.notes) notes += n + "\n";
+  EXPECT_TRUE(out.proof);
+  EXPECT_TRUE(out.proven) << notes;
+  EXPECT_NE(notes.find("is the simulated optimum over exhaustive's space"), std::string::npos) << notes;
+  const double best = Simulate(p, proven->plan);
+  ASSERT_LT(best, std::numeric_limits<double>::infinity());
+
+  // Brute force: without bounds the proof search cuts nothing and returns every plan of the space with
+  // its lower bound; each is simulated.
+  auto all_planner = planners::CreatePlanner("exhaustive", "disable_bounds: true\n", "test options");
+  ASSERT_TRUE(all_planner.ok());
+  planners::PlanningProblem every = p.get();
+  every.alternatives = planners::exhaustive::kEveryCandidate;
+  auto all = planners::RunPlanner(**all_planner, every);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  std::string all_notes;
+  for (const auto& n : all->stats.notes) all_notes += n + "\n";
+  // The search's own floor (compute, gradient sync, optimizer step) never exceeded a plan's played bound.
+  EXPECT_EQ(all_notes.find("stage floor exceeds"), std::string::npos) << all_notes;
+  ASSERT_GT(all->alternatives.size(), 20u) << all_notes;
+  size_t simulated = 0;
+  for (const auto& alt : all->alternatives) {
+    const double t = Simulate(p, alt.plan);
+    if (t == std::numeric_limits<double>::infinity()) continue;
+    ++simulated;
+    // The bound the proof prunes with is never above the simulated time.
+    EXPECT_LE(alt.lower_bound_s, t * (1 + 1e-9));
+    EXPECT_GE(t, best * (1 - 1e-6)) << "a plan of the space simulates faster than the proven optimum";
+  }
+  EXPECT_GT(simulated, 20u);
+  EXPECT_GT(out.ruled_out + static_cast<uint32_t>(all->alternatives.size()), out.simulated);
+}
+
+TEST(ExhaustiveProof, AnExplicitKKeepsTheTopListMeaning) {
+  const ProofProblem p;
+  auto planner = planners::CreatePlanner("exhaustive");
+  ASSERT_TRUE(planner.ok());
+  RefineOptions o;
+  o.k = 4;
+  RefineOutcome out;
+  auto r = PlanOnTwin(**planner, p.get(), o, &out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(out.proof);
+  EXPECT_LE(out.candidates.size(), 4u);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "tools/runner/refine.h"
 
+#include "planners/exhaustive/exhaustive.h"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -10,6 +12,8 @@ namespace hetsim::runner {
 namespace {
 
 constexpr double kTieTolerance = 1e-6;
+// Candidates listed in the notes of a proof.
+constexpr size_t kListedCandidates = 16;
 
 std::string Seconds(double s) {
   char buf[32];
@@ -20,7 +24,11 @@ std::string Seconds(double s) {
 std::string Name(uint32_t rank) { return rank == 0 ? "the planner's pick" : "runner-up " + std::to_string(rank); }
 
 std::string Describe(const RefinedCandidate& c) {
-  std::string s = Name(c.rank) + " (its cost " + (c.cost_s > 0 ? Seconds(c.cost_s) : std::string("not given")) + "): ";
+  std::string s = Name(c.rank) + " (" +
+                  (c.cost_s > 0           ? "its cost " + Seconds(c.cost_s)
+                   : c.lower_bound_s > 0 ? "lower bound " + Seconds(c.lower_bound_s)
+                                         : std::string("its cost not given")) +
+                  "): ";
   if (!c.error.empty()) return s + "simulation failed: " + c.error.substr(0, 160);
   if (c.ruled_out) return s + "lower bound " + Seconds(c.lower_bound_s) + ", no faster than the best simulated: not simulated";
   s += "simulates " + Seconds(c.simulated_s);
@@ -33,15 +41,24 @@ std::string Describe(const RefinedCandidate& c) {
 Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
                                            const RefineOptions& options, RefineOutcome* outcome) {
   planners::PlanningProblem asked = problem;
-  const uint32_t k = options.k != kAutoRefine             ? options.k
-                     : planner.name() == "exhaustive" ? kDefaultExhaustiveRefine
-                                                      : kDefaultRefine;
-  asked.alternatives = k > 1 ? k - 1 : 0;
+  // The lower bound is a bound of the balanced fidelity's simulation (planners/lowering_cost.h).
+  const sim::Fidelity balanced = sim::Fidelity::Balanced();
+  const bool bounded = options.sim.fidelity.collectives == balanced.collectives &&
+                       options.sim.fidelity.tp == balanced.tp && options.sim.compute_jitter_cv == 0;
+  // exhaustive's default: the proof over its whole space (its candidates by lower bound, until the bound
+  // rules the rest out).
+  const bool prove = options.k == kAutoRefine && planner.name() == "exhaustive" && bounded;
+  uint32_t k = options.k != kAutoRefine             ? options.k
+               : planner.name() == "exhaustive" ? kDefaultExhaustiveRefine
+                                                : kDefaultRefine;
+  asked.alternatives = prove ? planners::exhaustive::kEveryCandidate : k > 1 ? k - 1 : 0;
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult result, planners::RunPlanner(planner, asked));
+  if (prove) k = static_cast<uint32_t>(1 + result.alternatives.size());
   RefineOutcome local;
   RefineOutcome& out = outcome ? *outcome : local;
   out = RefineOutcome{};
   out.k = k;
+  out.proof = prove;
   if (k == 0) {
     result.alternatives.clear();
     return result;
@@ -58,25 +75,30 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
   const auto start = std::chrono::steady_clock::now();
   const size_t n = 1 + result.alternatives.size();
-  // The lower bound is a bound of the balanced fidelity's simulation (planners/lowering_cost.h).
-  const sim::Fidelity balanced = sim::Fidelity::Balanced();
-  const bool bounded = so.fidelity.collectives == balanced.collectives && so.fidelity.tp == balanced.tp &&
-                       so.compute_jitter_cv == 0;
   const planners::AnalyticCostModel cost(problem);
+  const uint32_t budget = options.max_proof_simulations > 0 ? options.max_proof_simulations : kDefaultProofSimulations;
   double fastest = std::numeric_limits<double>::infinity();
+  uint32_t simulations = 0;
   for (size_t i = 0; i < n; ++i) {
     const proto::Plan& plan = i == 0 ? result.plan : result.alternatives[i - 1].plan;
     RefinedCandidate c;
     c.rank = static_cast<uint32_t>(i);
     c.cost_s = i == 0 ? result.cost_s : result.alternatives[i - 1].cost_s;
     if (bounded && i > 0) {
-      c.lower_bound_s = cost.LowerBoundSeconds(plan);
+      // The proof list carries each plan's bound (the same LowerBoundSeconds), in increasing order.
+      c.lower_bound_s = prove ? result.alternatives[i - 1].lower_bound_s : cost.LowerBoundSeconds(plan);
       if (c.lower_bound_s >= fastest * (1 - kTieTolerance)) {
         c.ruled_out = true;
         out.candidates.push_back(std::move(c));
         continue;
       }
     }
+    if (prove && simulations >= budget) {
+      c.not_reached = true;
+      out.candidates.push_back(std::move(c));
+      continue;
+    }
+    ++simulations;
     auto sim = sim::SimulateIteration(plan, ctx, so);
     if (!sim.ok()) {
       c.error = sim.status().message();
@@ -93,16 +115,55 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   int best = -1;
   for (size_t i = 0; i < n; ++i) {
     const RefinedCandidate& c = out.candidates[i];
-    if (!c.error.empty() || c.oom || c.ruled_out) continue;
+    if (!c.error.empty() || c.oom || c.ruled_out || c.not_reached) continue;
     // A runner-up must be faster by more than rounding (equivalent plans simulate equal up to 1e-12).
     if (best < 0 || c.simulated_s < out.candidates[static_cast<size_t>(best)].simulated_s * (1 - kTieTolerance)) {
       best = static_cast<int>(i);
     }
   }
-  size_t ruled_out = 0;
-  for (const auto& c : out.candidates) ruled_out += c.ruled_out ? 1 : 0;
-  const size_t simulated = n - ruled_out;
-  const std::string head = "twin check (--refine " + std::to_string(k) + "): " + std::to_string(simulated) +
+  size_t ruled_out = 0, not_reached = 0;
+  double open_bound = std::numeric_limits<double>::infinity();  // the least bound not simulated
+  for (const auto& c : out.candidates) {
+    ruled_out += c.ruled_out ? 1 : 0;
+    not_reached += c.not_reached ? 1 : 0;
+    if (c.not_reached) open_bound = std::min(open_bound, c.lower_bound_s);
+  }
+  const size_t simulated = n - ruled_out - not_reached;
+  out.simulated = static_cast<uint32_t>(simulated);
+  out.ruled_out = static_cast<uint32_t>(ruled_out);
+  std::string proof_note;
+  if (prove && best >= 0) {
+    const double best_s = out.candidates[static_cast<size_t>(best)].simulated_s;
+    // Every plan the search cut has a bound ≥ complete_below_s ≥ best_s (up to rounding): none simulates faster.
+    out.proven = not_reached == 0 && result.complete_below_s > 0 &&
+                 best_s <= result.complete_below_s * (1 + kTieTolerance);
+    char buf[400];
+    if (out.proven) {
+      std::snprintf(buf, sizeof buf,
+                    "proof: %zu plans simulated, %zu ruled out by their lower bound, every other plan of the space cut "
+                    "below %.4g s by the search's bounds: the returned plan (%.4g s) is the simulated optimum over "
+                    "exhaustive's space",
+                    simulated, ruled_out, result.complete_below_s, best_s);
+    } else if (not_reached > 0) {
+      std::snprintf(buf, sizeof buf,
+                    "NOT proven: the budget of %u simulations stopped the check with %zu candidates left; the optimum "
+                    "is at least %.4g s, so the returned plan (%.4g s) is within %.1f%% of it",
+                    budget, not_reached, std::min(open_bound, best_s), best_s,
+                    100.0 * (best_s - std::min(open_bound, best_s)) / best_s);
+    } else if (result.complete_below_s <= 0) {
+      std::snprintf(buf, sizeof buf,
+                    "NOT proven: the planner's proof search did not cover the whole space (see its notes); the "
+                    "returned plan (%.4g s) is the fastest of the %zu plans simulated",
+                    best_s, simulated);
+    } else {
+      std::snprintf(buf, sizeof buf,
+                    "NOT proven: the search cut plans that cannot simulate below %.4g s, but the fastest simulated "
+                    "takes %.4g s (the played estimate under-priced the incumbent; raise proof_margin)",
+                    result.complete_below_s, best_s);
+    }
+    proof_note = buf;
+  }
+  const std::string head = "twin check (" + (prove ? std::string("proof over the space") : "--refine " + std::to_string(k)) + "): " + std::to_string(simulated) +
                            " candidate" + (simulated == 1 ? "" : "s") + " simulated in " + Seconds(out.sim_wall_s) +
                            (ruled_out > 0 ? ", " + std::to_string(ruled_out) + " ruled out by the lower bound" : "") +
                            "; ";
@@ -122,7 +183,17 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
                     "the planner's pick (" + (pick.error.empty() ? Seconds(pick.simulated_s) : std::string("failed")) +
                     (pick.oom ? ", out of memory" : "") + "): " + pct + " faster in the simulator");
   }
-  for (const auto& c : out.candidates) notes.push_back("  " + Describe(c));
+  if (!proof_note.empty()) notes.push_back(proof_note);
+  // The proof list can hold thousands: the simulated candidates only, the first few.
+  size_t listed = 0;
+  for (const auto& c : out.candidates) {
+    if (prove && (c.ruled_out || c.not_reached)) continue;
+    if (prove && ++listed > kListedCandidates) {
+      notes.push_back("  ... (" + std::to_string(simulated - kListedCandidates) + " more simulated)");
+      break;
+    }
+    notes.push_back("  " + Describe(c));
+  }
   if (best > 0) {
     out.chosen = static_cast<uint32_t>(best);
     planners::RankedPlan& alt = result.alternatives[static_cast<size_t>(best) - 1];

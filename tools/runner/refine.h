@@ -33,11 +33,20 @@ inline constexpr uint32_t kDefaultRefine = 4;
 // played estimate, simulated unless the lower bound rules a candidate out.
 inline constexpr uint32_t kDefaultExhaustiveRefine = 16;
 
-// "The planner's default": kDefaultExhaustiveRefine for exhaustive, kDefaultRefine for every other planner.
+// "The planner's default": kDefaultRefine for every planner but exhaustive, whose default is the proof of
+// the simulator's optimum over its space: the planner returns its pick and every plan whose lower bound
+// of the simulated iteration is below a threshold (planners/exhaustive/exhaustive.h, kEveryCandidate), by
+// increasing bound; they are simulated in that order until the next bound is no better than the fastest
+// simulated (docs/planners.md, "exhaustive"). At other fidelities than the balanced one, or with jitter,
+// exhaustive falls back to kDefaultExhaustiveRefine.
 inline constexpr uint32_t kAutoRefine = UINT32_MAX;
+
+// The proof's default budget of simulations (a few tens of seconds on 8-GPU plans).
+inline constexpr uint32_t kDefaultProofSimulations = 2000;
 
 struct RefineOptions {
   uint32_t k = kAutoRefine;
+  uint32_t max_proof_simulations = 0;  // the proof's budget; 0 = kDefaultProofSimulations
   sim::SimOptions sim;  // how candidates are simulated (fidelity, calibration, profiles); no timeline
 };
 
@@ -50,6 +59,7 @@ struct RefinedCandidate {
   std::string error;         // the simulation failed (message)
   double lower_bound_s = 0;  // AnalyticCostModel::LowerBoundSeconds (never above the simulated time)
   bool ruled_out = false;    // not simulated: its lower bound is no better than a simulated candidate
+  bool not_reached = false;  // not simulated: the proof's budget of simulations ran out before it
 };
 
 struct RefineOutcome {
@@ -57,6 +67,9 @@ struct RefineOutcome {
   uint32_t chosen = 0;                       // index into candidates of the returned plan
   uint32_t k = 0;                            // the K used (kAutoRefine resolved)
   double sim_wall_s = 0;                     // wall time of the simulations
+  bool proof = false;                        // exhaustive's proof over its space was run
+  bool proven = false;                       // ... and proved the returned plan the simulated optimum
+  uint32_t simulated = 0, ruled_out = 0;     // candidates simulated; ruled out by their lower bound
   bool changed() const { return chosen != 0; }
 };
 
