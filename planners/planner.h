@@ -48,6 +48,11 @@ struct PlanningProblem {
   // `--refine K`). 0: none. A planner may return fewer (its search saw fewer distinct feasible plans, or it
   // constructs a single plan).
   uint32_t alternatives = 0;
+  // exhaustive's proof only (tools/runner/refine.cc): other planners' candidates for the same problem. The
+  // proof starts from the best of them by the played estimate when it beats the search's own incumbent, and
+  // they are simulated beside the space's plans, so the answer is never slower in the simulator than any of
+  // them (docs/planners.md, "exhaustive"). Each plan's `planner` field names where it came from.
+  std::vector<proto::Plan> seeds = {};
 };
 
 // How a search went.
@@ -69,6 +74,7 @@ struct RankedPlan {
   proto::Plan plan;
   double cost_s = 0;
   double lower_bound_s = 0;  // a lower bound of its simulated iteration where the planner gives one (else 0)
+  std::string found_by = {};  // a seed's planner (PlanningProblem::seeds); empty for the planner's own plans
 };
 
 struct PlannerResult {
@@ -82,6 +88,7 @@ struct PlannerResult {
   // > 0 (exhaustive's proof list): every plan of the planner's space whose simulated iteration can be below
   // this is `plan` or one of `alternatives`, which are then ordered by non-decreasing lower_bound_s.
   double complete_below_s = 0;
+  std::string found_by;  // `plan` is a seed (PlanningProblem::seeds): its planner; else empty
 };
 
 // The best plans a search has seen by cost: its pick and up to `alternatives` runners-up, distinct plans

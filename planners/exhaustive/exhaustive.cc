@@ -10,6 +10,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "models/plan.h"
 #include "models/platform_routes.h"
 
 #include "planners/proto/exhaustive.pb.h"
@@ -1352,11 +1353,39 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     const double margin = options_.proof_margin() > 0 ? options_.proof_margin() : 0.05;
     // The threshold: the sound upper bound of the incumbent's (unfolded) simulation where it is the
     // smaller; else the estimate with a margin, which PlanOnTwin checks against the simulated times.
-    double threshold = result->cost_s * (1 + margin);
     PlayOptions upper;
     upper.pricing = Pricing::kUpperBound;
     upper.fold = false;
-    if (auto ub = cost.Play(result->plan, upper); ub.ok()) threshold = std::min(threshold, ub->iteration_s);
+    auto threshold_of = [&](const proto::Plan& plan, double estimate_s) {
+      double t = estimate_s * (1 + margin);
+      if (auto ub = cost.Play(plan, upper); ub.ok()) t = std::min(t, ub->iteration_s);
+      return t;
+    };
+    double threshold = threshold_of(result->plan, result->cost_s);
+    // Other planners' candidates (PlanningProblem::seeds), a warm start: any plan's threshold is one the
+    // optimum is below, so the least over them all cuts the most. The best seed by the played estimate
+    // becomes the incumbent (simulated first) when it beats the search's own.
+    std::vector<RankedPlan> seeds;
+    const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
+    for (const proto::Plan& s : problem.seeds) {
+      if (!models::ValidatePlan(s, ctx, "seed").ok()) continue;
+      const PlanEstimate e = cost.Estimate(s, /*with_memory=*/true);
+      if (!e.played || e.oom) continue;
+      threshold = std::min(threshold, threshold_of(s, e.iteration_s));
+      seeds.push_back({s, e.iteration_s, cost.LowerBoundSeconds(s), s.planner().empty() ? "a seed" : s.planner()});
+    }
+    std::stable_sort(seeds.begin(), seeds.end(),
+                     [](const RankedPlan& a, const RankedPlan& b) { return a.cost_s < b.cost_s; });
+    if (!seeds.empty() && seeds.front().cost_s < result->cost_s) {
+      RankedPlan own{std::move(result->plan), result->cost_s, cost.LowerBoundSeconds(result->plan)};
+      result->plan = std::move(seeds.front().plan);
+      result->cost_s = seeds.front().cost_s;
+      result->found_by = seeds.front().found_by;
+      result->stats.notes.push_back("proof: the incumbent is " + seeds.front().found_by +
+                                    "'s candidate (played estimate " + std::to_string(result->cost_s) +
+                                    " s), faster than the search's own");
+      seeds.front() = std::move(own);
+    }
     // Without bounds (testing), nothing is cut: every plan of the space is returned.
     if (options_.disable_bounds()) threshold = kInf;
     SimBoundMode mode;
@@ -1376,16 +1405,24 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     if (top.size() > kUnprovenTopList) top.resize(kUnprovenTopList);
     for (RankedPlan& t : top) t.lower_bound_s = cost.LowerBoundSeconds(t.plan);
     result->alternatives = std::move(top);
+    // Seeds come right after the top list; proven, everything is ordered by its bound.
+    const size_t seeded = seeds.size();
+    for (RankedPlan& s : seeds) result->alternatives.push_back(std::move(s));
     for (BoundedPlan& b : kept) {
       if (b.plan.SerializeAsString() == pick) continue;
       result->alternatives.push_back({std::move(b.plan), 0, b.lower_bound_s});
+    }
+    if (complete) {
+      std::stable_sort(result->alternatives.begin(), result->alternatives.end(),
+                       [](const RankedPlan& a, const RankedPlan& b) { return a.lower_bound_s < b.lower_bound_s; });
     }
     result->complete_below_s = complete ? threshold : 0;
     char line[320];
     std::snprintf(line, sizeof line,
                   "proof search (bounds of the simulated iteration, cut at %.4g s): %llu plans played at the "
-                  "lower-bound pricing, %zu below the cut%s",
-                  threshold, static_cast<unsigned long long>(search.bounded_leaves()), result->alternatives.size(),
+                  "lower-bound pricing, %zu below the cut (and %zu other planners' candidates)%s",
+                  threshold, static_cast<unsigned long long>(search.bounded_leaves()),
+                  result->alternatives.size() - seeded, seeded,
                   complete ? "; every other plan of the space is ruled out" : "");
     result->stats.notes.push_back(line);
     for (const std::string& note : stats.notes) result->stats.notes.push_back("proof search: " + note);

@@ -260,6 +260,43 @@ TEST(ExhaustiveProof, TheProvenPlanSimulatesNoSlowerThanEveryPlanOfTheSpace) {
   EXPECT_GT(out.ruled_out + static_cast<uint32_t>(all->alternatives.size()), out.simulated);
 }
 
+// Seeds (other planners' candidates) warm-start the proof and are candidates beside the space's plans. With
+// the space narrowed (ZeRO-3 only, micro-batches of one sequence) the other planners' plans simulate faster
+// than anything in it: the fastest seed is returned and named, and nothing simulated beats the result.
+TEST(ExhaustiveProof, ASeedFasterThanTheSpaceIsReturnedAndNamed) {
+  const ProofProblem p;
+  auto planner = planners::CreatePlanner("exhaustive", "zero_stages: [3]\nmax_micro_batch_size: 1\n", "test options");
+  ASSERT_TRUE(planner.ok()) << planner.status().message();
+  auto megatron = planners::CreatePlanner("megatron");
+  ASSERT_TRUE(megatron.ok());
+  auto m = planners::RunPlanner(**megatron, p.get());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  proto::Plan seed = m->plan;
+  seed.set_planner("a-user's-plan");
+  planners::PlanningProblem seeded = p.get();
+  seeded.seeds.push_back(seed);
+  RefineOutcome out;
+  auto r = PlanOnTwin(**planner, seeded, RefineOptions{}, &out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::string notes;
+  for (const auto& n : r->stats.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("proof warm start: "), std::string::npos) << notes;
+  const double got = Simulate(p, r->plan);
+  double own = std::numeric_limits<double>::infinity(), seeds = own;
+  size_t users = 0;
+  for (const auto& c : out.candidates) {
+    users += c.found_by == "a-user's-plan" ? 1 : 0;
+    if (c.ruled_out || c.not_reached || !c.error.empty() || c.oom) continue;
+    EXPECT_LE(got, c.simulated_s * (1 + 1e-9)) << notes;
+    (c.found_by.empty() ? own : seeds) = std::min(c.found_by.empty() ? own : seeds, c.simulated_s);
+  }
+  EXPECT_EQ(users, 1u) << notes;  // the given seed, beside the registered planners' candidates
+  ASSERT_LT(seeds, own * (1 - 1e-6)) << "the narrowed space should lose to the other planners' plans\n" << notes;
+  EXPECT_FALSE(out.candidates[out.chosen].found_by.empty()) << notes;
+  EXPECT_NE(notes.find("'s candidate"), std::string::npos) << notes;
+  EXPECT_NEAR(got, seeds, seeds * 1e-9);
+}
+
 TEST(ExhaustiveProof, AnExplicitKKeepsTheTopListMeaning) {
   const ProofProblem p;
   auto planner = planners::CreatePlanner("exhaustive");

@@ -157,7 +157,8 @@ std::vector<Command> PlannerCommands() {
              "the compute model's calibration (bundled name or file; `hetsim list calibrations`)")(
              "list", "print the registered planners and exit")(
              "refine", po::value<int>(),
-             "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4; 0 = the "
+             "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4 up to 256 GPUs, "
+             "2 up to 4,096, 1 beyond; 0 = the "
              "planner's own pick)");
          AddSpecFlags(d, /*with_plan=*/false);
        },

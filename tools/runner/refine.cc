@@ -24,7 +24,7 @@ std::string Seconds(double s) {
 std::string Name(uint32_t rank) { return rank == 0 ? "the planner's pick" : "runner-up " + std::to_string(rank); }
 
 std::string Describe(const RefinedCandidate& c) {
-  std::string s = Name(c.rank) + " (" +
+  std::string s = Name(c.rank) + (c.found_by.empty() ? "" : ", " + c.found_by + "'s candidate") + " (" +
                   (c.cost_s > 0           ? "its cost " + Seconds(c.cost_s)
                    : c.lower_bound_s > 0 ? "lower bound " + Seconds(c.lower_bound_s)
                                          : std::string("its cost not given")) +
@@ -34,6 +34,31 @@ std::string Describe(const RefinedCandidate& c) {
   s += "simulates " + Seconds(c.simulated_s);
   if (c.oom) s += ", out of memory in the simulator (skipped)";
   return s;
+}
+
+// exhaustive's proof is warm-started with every other planner's candidates at the default K (its pick and
+// runners-up, the plans its `--refine` would choose from), so that no planner's simulator-checked choice
+// can beat the reference. A planner that finds no plan contributes nothing.
+std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, std::vector<proto::Plan>* seeds) {
+  const auto start = std::chrono::steady_clock::now();
+  planners::PlanningProblem asked = problem;
+  asked.alternatives = kDefaultRefine - 1;
+  asked.seeds.clear();
+  uint32_t planners_used = 0;
+  for (const std::string& name : planners::PlannerNames()) {
+    if (name == "exhaustive") continue;
+    auto p = planners::CreatePlanner(name);
+    if (!p.ok()) continue;
+    auto r = planners::RunPlanner(**p, asked);
+    if (!r.ok()) continue;
+    ++planners_used;
+    seeds->push_back(std::move(r->plan));
+    for (auto& alt : r->alternatives) seeds->push_back(std::move(alt.plan));
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return "proof warm start: " + std::to_string(seeds->size()) + " candidates from " + std::to_string(planners_used) +
+         " other planners (their picks and runners-up at --refine " + std::to_string(kDefaultRefine) + ", " +
+         Seconds(wall) + ")";
 }
 
 }  // namespace
@@ -50,9 +75,12 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   const bool prove = options.k == kAutoRefine && planner.name() == "exhaustive" && bounded;
   uint32_t k = options.k != kAutoRefine             ? options.k
                : planner.name() == "exhaustive" ? kDefaultExhaustiveRefine
-                                                : kDefaultRefine;
+                                                : DefaultRefine(problem.cluster.num_devices());
   asked.alternatives = prove ? planners::exhaustive::kEveryCandidate : k > 1 ? k - 1 : 0;
+  std::string seed_note;
+  if (prove) seed_note = SeedWithOtherPlanners(problem, &asked.seeds);
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult result, planners::RunPlanner(planner, asked));
+  if (!seed_note.empty()) result.stats.notes.insert(result.stats.notes.begin(), seed_note);
   if (prove) k = static_cast<uint32_t>(1 + result.alternatives.size());
   RefineOutcome local;
   RefineOutcome& out = outcome ? *outcome : local;
@@ -84,6 +112,7 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
     RefinedCandidate c;
     c.rank = static_cast<uint32_t>(i);
     c.cost_s = i == 0 ? result.cost_s : result.alternatives[i - 1].cost_s;
+    c.found_by = i == 0 ? result.found_by : result.alternatives[i - 1].found_by;
     if (bounded && i > 0) {
       // The proof list carries each plan's bound (the same LowerBoundSeconds), in increasing order.
       c.lower_bound_s = prove ? result.alternatives[i - 1].lower_bound_s : cost.LowerBoundSeconds(plan);
@@ -142,7 +171,7 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
       std::snprintf(buf, sizeof buf,
                     "proof: %zu plans simulated, %zu ruled out by their lower bound, every other plan of the space cut "
                     "below %.4g s by the search's bounds: the returned plan (%.4g s) is the simulated optimum over "
-                    "exhaustive's space",
+                    "exhaustive's space and the other planners' candidates",
                     simulated, ruled_out, result.complete_below_s, best_s);
     } else if (not_reached > 0) {
       std::snprintf(buf, sizeof buf,
@@ -179,7 +208,7 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
     std::snprintf(pct, sizeof pct, "%.1f%%", pick.error.empty() && !pick.oom && pick.simulated_s > 0
                                                  ? 100.0 * (pick.simulated_s - c.simulated_s) / pick.simulated_s
                                                  : 0.0);
-    notes.push_back(head + Name(c.rank) + " simulates " + Seconds(c.simulated_s) + " and is returned instead of " +
+    notes.push_back(head + Name(c.rank) + (c.found_by.empty() ? "" : " (" + c.found_by + "'s candidate)") + " simulates " + Seconds(c.simulated_s) + " and is returned instead of " +
                     "the planner's pick (" + (pick.error.empty() ? Seconds(pick.simulated_s) : std::string("failed")) +
                     (pick.oom ? ", out of memory" : "") + "): " + pct + " faster in the simulator");
   }

@@ -29,11 +29,19 @@ namespace hetsim::runner {
 // or more (docs/planners.md "Simulator-checked choice" has the measured ratios).
 inline constexpr uint32_t kDefaultRefine = 4;
 
+// The default K for a cluster: a simulation of a plan grows with the GPUs it cannot fold (seconds at 4,096
+// GPUs), so past 256 GPUs the pick and one runner-up are simulated, past 4,096 the pick alone (its
+// simulated time is reported; an explicit --refine K asks for more). Deterministic: it depends on the
+// cluster only, never on measured time.
+constexpr uint32_t DefaultRefine(uint32_t gpus) {
+  return gpus <= 256 ? kDefaultRefine : gpus <= 4096 ? 2 : 1;
+}
+
 // The reference optimum (`exhaustive`) is checked on more candidates by default: its pool re-ranked by the
 // played estimate, simulated unless the lower bound rules a candidate out.
 inline constexpr uint32_t kDefaultExhaustiveRefine = 16;
 
-// "The planner's default": kDefaultRefine for every planner but exhaustive, whose default is the proof of
+// "The planner's default": DefaultRefine(GPUs) for every planner but exhaustive, whose default is the proof of
 // the simulator's optimum over its space: the planner returns its pick and every plan whose lower bound
 // of the simulated iteration is below a threshold (planners/exhaustive/exhaustive.h, kEveryCandidate), by
 // increasing bound; they are simulated in that order until the next bound is no better than the fastest
@@ -60,6 +68,7 @@ struct RefinedCandidate {
   double lower_bound_s = 0;  // AnalyticCostModel::LowerBoundSeconds (never above the simulated time)
   bool ruled_out = false;    // not simulated: its lower bound is no better than a simulated candidate
   bool not_reached = false;  // not simulated: the proof's budget of simulations ran out before it
+  std::string found_by = {};  // exhaustive's proof: the other planner whose candidate this is (else empty)
 };
 
 struct RefineOutcome {
