@@ -3,13 +3,16 @@
 #include <Eigen/Dense>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "models/cost.h"
 #include "models/kernels.h"
+#include "models/spec_io.h"
 
 namespace hetsim::calibration {
 namespace {
@@ -87,6 +90,7 @@ double Median(std::vector<double> v) {
 double IdealSeconds(const models::Kernel& k, const models::GpuSpec& gpu, proto::DType dtype) {
   models::KernelParams unit = models::KernelParamsFor(gpu);
   unit.gemm_efficiency = 1, unit.memory_efficiency = 1, unit.kernel_latency_s = 0;
+  unit.by_dtype.clear();
   if (k.type == models::Kernel::Type::kGemm) unit.memory_efficiency = 1e12;  // compute term only
   return models::KernelGpuSeconds(k, gpu, unit, dtype);
 }
@@ -341,6 +345,220 @@ Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, cons
     }
   }
   return out;
+}
+
+}  // namespace hetsim::calibration
+
+namespace hetsim::calibration {
+namespace {
+
+// A kernel's two ideal times at unit efficiency, no fixed cost: its compute side (GEMMs and fused kernels)
+// and its memory side.
+struct IdealSides {
+  double compute = 0, memory = 0;
+};
+
+std::string DTypeLabel(proto::DType d) {
+  std::string s = proto::DType_Name(d);
+  if (s.rfind("DTYPE_", 0) == 0) s = s.substr(6);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+IdealSides Sides(const models::Kernel& k, const models::GpuSpec& gpu, proto::DType dtype) {
+  models::KernelParams unit = models::KernelParamsFor(gpu);
+  unit.by_dtype.clear();
+  unit.kernel_latency_s = 0;
+  IdealSides s;
+  if (k.type == models::Kernel::Type::kMemory) {
+    unit.memory_efficiency = 1;
+    s.memory = models::KernelGpuSeconds(k, gpu, unit, dtype);
+    return s;
+  }
+  unit.gemm_efficiency = 1, unit.memory_efficiency = 1e12;
+  s.compute = models::KernelGpuSeconds(k, gpu, unit, dtype);
+  unit.gemm_efficiency = 1e12, unit.memory_efficiency = 1;
+  s.memory = models::KernelGpuSeconds(k, gpu, unit, dtype);
+  return s;
+}
+
+}  // namespace
+
+Result<std::vector<LayerObservation>> ProfileObservations(const proto::Profile& profile, const std::string& where,
+                                                          const models::GpuSpec& gpu, proto::DType dtype,
+                                                          proto::Attention attention) {
+  auto pgpu = models::GpuCatalog::Bundled().Find(profile.gpu());
+  if (!pgpu.ok() || pgpu.value()->name != gpu.name) {
+    return Status::Invalid(where + ": gpu: the profile is for '" + profile.gpu() + "', not " + gpu.name +
+                           " (fit each GPU type on its own profiles)");
+  }
+  auto model = models::LoadModel(profile.model());
+  if (!model.ok()) return Status::Invalid(where + ": model: " + model.status().message());
+  if (profile.seq_len() == 0) return Status::Invalid(where + ": seq_len: must be at least 1");
+  uint32_t block = 0;
+  while (block < model->num_layers() && model->kind(block) != models::LayerKind::kTransformer) ++block;
+  if (block == model->num_layers()) return Status::Invalid(where + ": model " + profile.model() + " has no block");
+  std::vector<LayerObservation> out;
+  for (const auto& l : profile.layers()) {
+    if (l.layer() != proto::LayerTiming::LAYER_KIND_TRANSFORMER) continue;
+    models::KernelShape shape;
+    shape.micro_batch = l.micro_batch_size();
+    shape.seq_len = profile.seq_len();
+    shape.tp = l.tp_degree();
+    shape.dtype = dtype;
+    shape.attention = attention;
+    // A forward and a backward pass together: what an iteration spends per block and micro-batch. (The
+    // split between them is not fitted: one GEMM efficiency serves both, and measured backward passes of
+    // some stacks take well over twice their forward.)
+    if (!(l.forward_s() > 0) || !(l.backward_s() > 0)) continue;
+    LayerObservation o;
+    o.label = profile.model() + " tp " + std::to_string(l.tp_degree()) + " mb " +
+              std::to_string(l.micro_batch_size()) + " forward + backward";
+    o.tp = l.tp_degree();
+    if (o.tp > 1) {
+      o.tp_allreduce_bytes =
+          models::TpAllReduceBytesPerLayer(*model, block, l.micro_batch_size(), profile.seq_len(), dtype);
+    }
+    o.kernels = models::LayerKernels(*model, block, models::Pass::kForward, shape);
+    const auto bwd = models::LayerKernels(*model, block, models::Pass::kBackward, shape);
+    o.kernels.insert(o.kernels.end(), bwd.begin(), bwd.end());
+    o.seconds = l.forward_s() + l.backward_s();
+    out.push_back(std::move(o));
+  }
+  if (std::none_of(out.begin(), out.end(), [](const LayerObservation& o) { return o.tp == 1; })) {
+    return Status::Invalid(where + ": layers: no transformer row at tp_degree 1 with positive times (the "
+                           "efficiencies are fitted on TP-1 rows; rows at higher TP include their TP communication)");
+  }
+  return out;
+}
+
+Result<proto::KernelCalibration> FitFromProfiles(const models::GpuSpec& gpu, proto::DType dtype,
+                                                 const models::KernelParams& base,
+                                                 const std::vector<LayerObservation>& all,
+                                                 bool fit_tp_latency, FitSummary* summary) {
+  std::vector<LayerObservation> observations, tp_rows;
+  for (const auto& o : all) {
+    if (o.tp == 1) {
+      observations.push_back(o);
+    } else if (fit_tp_latency) {
+      tp_rows.push_back(o);
+    }
+  }
+  if (observations.size() < 3) {
+    return Status::Invalid("profile fit: " + std::to_string(observations.size()) +
+                           " measured blocks; at least 3 are needed for two efficiencies");
+  }
+  auto say = [&](const std::string& s) {
+    if (summary != nullptr) summary->lines.push_back(s);
+  };
+  std::vector<std::vector<IdealSides>> sides(observations.size());
+  for (size_t i = 0; i < observations.size(); ++i) {
+    for (const auto& k : observations[i].kernels) sides[i].push_back(Sides(k, gpu, dtype));
+  }
+  const double latency = base.kernel_latency_s;
+  double ge = base.GemmEfficiency(dtype), me = base.MemoryEfficiency(dtype);
+  bool memory_fitted = true;
+  LinearFit fit;
+  for (int round = 0; round < 4; ++round) {
+    // Each GEMM on the side that binds it at the current values.
+    std::vector<std::vector<double>> x;
+    std::vector<double> y;
+    for (size_t i = 0; i < observations.size(); ++i) {
+      double a = 0, b = 0;
+      for (const auto& s : sides[i]) {
+        if (s.compute / ge >= s.memory / me) {
+          a += s.compute;
+        } else {
+          b += s.memory;
+        }
+      }
+      const double rest = observations[i].seconds - static_cast<double>(sides[i].size()) * latency;
+      if (!(rest > 0)) continue;
+      if (memory_fitted) {
+        x.push_back({a, b});
+        y.push_back(rest);
+      } else {
+        x.push_back({a});
+        y.push_back(rest - b / me);
+      }
+    }
+    if (y.size() < 3) return Status::Invalid("profile fit: fewer than 3 blocks longer than their kernels' launch floor");
+    fit = RobustFit(x, y);
+    if (memory_fitted && (fit.coef.size() < 2 || !(fit.coef[1] > 0) || !(fit.coef[0] > 0))) {
+      memory_fitted = false;  // not identifiable: the GEMM efficiency alone, at base's memory efficiency
+      round = -1;
+      continue;
+    }
+    if (fit.coef.empty() || !(fit.coef[0] > 0)) {
+      return Status::Invalid(
+          "profile fit: no positive GEMM efficiency explains the measured blocks (their memory-bound kernels alone, at "
+          "memory efficiency " + Fmt("%.3g", me) + ", take about as long as measured or longer): check --dtype and "
+          "--attention against how the profile was measured, or leave this GPU type to its defaults");
+    }
+    ge = std::min(10.0, 1 / fit.coef[0]);
+    if (memory_fitted) me = std::min(10.0, 1 / fit.coef[1]);
+  }
+  proto::KernelCalibration out;
+  out.add_gpus(gpu.name);
+  auto* d = out.add_by_dtype();
+  d->set_dtype(dtype);
+  d->set_gemm_efficiency(Round(ge));
+  if (memory_fitted) d->set_memory_efficiency(Round(me));
+  say(Fmt("%.0f measured blocks (TP 1, forward + backward); GEMM efficiency %.4f", static_cast<double>(fit.n), ge) +
+      " in " + DTypeLabel(dtype) +
+      (memory_fitted ? Fmt(", memory efficiency %.4f", me) : Fmt(", memory efficiency kept at %.4f (not identifiable)", me)) +
+      Fmt("; kernel latency kept at %.2f us", latency * 1e6));
+  // Per block, what the fitted model now says (the check a reader wants to see).
+  CheckOnProfiles(gpu, dtype, base, out, observations, summary);
+  // The per-call all-reduce latency per TP degree, from what the TP rows spend beyond their compute.
+  models::KernelParams fitted = base;
+  fitted.by_dtype = {{dtype, ge, me}};
+  std::map<uint32_t, std::vector<double>> alpha;
+  const double bw = (gpu.scale_up_bandwidth_gbyte_s > 0 ? gpu.scale_up_bandwidth_gbyte_s : gpu.pcie_bandwidth_gbyte_s) *
+                    1e9 * base.collective_efficiency;
+  for (const auto& o : tp_rows) {
+    const double compute = models::TimeKernels(o.kernels, gpu, fitted, dtype).gpu_s;
+    const double transfer = 2.0 * (o.tp - 1) / o.tp * o.tp_allreduce_bytes / bw;
+    alpha[o.tp].push_back((o.seconds - compute - 4 * transfer) / 4);
+  }
+  for (const auto& [tp, values] : alpha) {
+    const double a = std::max(0.0, Median(values));
+    auto* c = out.add_collective_latency();
+    c->set_group_size(tp);
+    c->set_latency_us(Round(a * 1e6));
+    say(Fmt("all-reduce latency at %.0f GPUs: %.1f us (median over %.0f TP rows of what they spend beyond the fitted "
+            "compute and 4 ring all-reduces' transfers at %.0f GB/s)",
+            tp, a * 1e6, static_cast<double>(values.size()), bw / 1e9));
+  }
+  return out;
+}
+
+void CheckOnProfiles(const models::GpuSpec& gpu, proto::DType dtype, const models::KernelParams& base,
+                     const proto::KernelCalibration& fitted, const std::vector<LayerObservation>& observations,
+                     FitSummary* summary) {
+  models::KernelParams p = base;
+  for (const auto& d : fitted.by_dtype()) {
+    if (d.dtype() == dtype) p.by_dtype = {{dtype, d.gemm_efficiency(), d.has_memory_efficiency() ? d.memory_efficiency() : 0}};
+  }
+  double mape = 0, bias = 0;
+  std::vector<LayerObservation> tp1;
+  for (const auto& o : observations) {
+    if (o.tp == 1) tp1.push_back(o);
+  }
+  for (const auto& o : tp1) {
+    const double model = models::TimeKernels(o.kernels, gpu, p, dtype).gpu_s;
+    const double e = (model - o.seconds) / o.seconds;
+    mape += std::abs(e) / static_cast<double>(tp1.size());
+    bias += e / static_cast<double>(tp1.size());
+    if (summary != nullptr) {
+      summary->lines.push_back(Fmt("  %-6.4g s measured, %-6.4g s model (%+.1f%%)", o.seconds, model, 100 * e) + ": " +
+                               o.label);
+    }
+  }
+  if (summary != nullptr) {
+    summary->lines.push_back(Fmt("%.0f TP-1 blocks: MAPE %.1f%%, bias %+.1f%%", static_cast<double>(tp1.size()),
+                                 100 * mape, 100 * bias));
+  }
 }
 
 }  // namespace hetsim::calibration

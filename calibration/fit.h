@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "models/gpu_catalog.h"
+#include "models/kernels.h"
+#include "models/proto/profile.pb.h"
 #include "models/proto/calibration.pb.h"
 #include "models/status.h"
 
@@ -60,5 +62,48 @@ struct FitSummary {
 // unset and the base calibration's values apply). Errors when a part has too few rows to fit.
 Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, const std::vector<KernelRow>& kernels,
                                                 const std::vector<CommRow>& comm, FitSummary* summary);
+
+// ---- Fitting to measured layer profiles (`hetsim calibrate --from-profiles`) ----
+//
+// A profile (models/proto/profile.proto) times whole layer passes. A transformer block's forward and
+// backward pass at TP 1 (one observation per micro-batch size: their sum, what an iteration spends) are the
+// compute model's kernel lists (models::LayerKernels), so their time is linear in the inverse efficiencies: t − N·kernel_latency = Σ_GEMM ideal / gemm_efficiency + Σ_memory ideal / memory_efficiency
+// (ideal: the kernel at unit efficiency without fixed costs; N kernels). Rows at higher TP carry their TP
+// communication (Sailor's do) and are left out; embedding and head rows too (one row each per shape, and
+// Sailor's embedding backward is not captured).
+
+// One measured pass with the kernels the compute model lowers it to.
+struct LayerObservation {
+  std::string label;  // "opt-30b mb 2 forward + backward"
+  std::vector<models::Kernel> kernels;
+  double seconds = 0;  // measured
+  uint32_t tp = 1;     // TP degree: rows above 1 carry their TP all-reduces
+  double tp_allreduce_bytes = 0;  // bytes of each of the block's TP all-reduces (4 per forward + backward)
+};
+
+// The transformer rows of `profile` (`where` names it in errors) as observations on `gpu`, the training in
+// `dtype` with `attention` (rows at TP t > 1: the kernels of one TP rank, tp = t). Errors: the profile is for another GPU type, its model is not in
+// the catalog or its sequence length is 0, or it has no TP-1 transformer row.
+Result<std::vector<LayerObservation>> ProfileObservations(const proto::Profile& profile, const std::string& where,
+                                                          const models::GpuSpec& gpu, proto::DType dtype,
+                                                          proto::Attention attention);
+
+// Fits `gpu`'s GEMM and memory efficiencies for `dtype` (a by_dtype entry: the profiled stack's kernels in
+// that precision) to the TP-1 observations, keeping `base`'s kernel latency; GEMMs that are memory-bound at the fitted values
+// move to the memory side and the fit is repeated. When the memory side is not identifiable (a
+// non-positive coefficient) only the GEMM efficiency is fitted, with base's memory efficiency. Errors with
+// fewer than three observations. With `fit_tp_latency`, rows at TP t > 1 then give the per-call latency of a t-GPU all-reduce
+// (collective_latency): the median over them of (measured − the fitted compute − 4 ring all-reduces'
+// transfers at the catalog's scale-up bandwidth and base's collective efficiency) / 4.
+Result<proto::KernelCalibration> FitFromProfiles(const models::GpuSpec& gpu, proto::DType dtype,
+                                                 const models::KernelParams& base,
+                                                 const std::vector<LayerObservation>& observations,
+                                                 bool fit_tp_latency, FitSummary* summary);
+
+// The fitted entry's error on other observations (held-out profiles): one line per observation and a
+// summary line (MAPE and bias of the compute model's block time with `fitted` layered over `base`).
+void CheckOnProfiles(const models::GpuSpec& gpu, proto::DType dtype, const models::KernelParams& base,
+                     const proto::KernelCalibration& fitted, const std::vector<LayerObservation>& observations,
+                     FitSummary* summary);
 
 }  // namespace hetsim::calibration

@@ -54,6 +54,13 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
   if (k.has_link_bandwidth_gbyte_s()) p->link_bandwidth_bytes_s = k.link_bandwidth_gbyte_s() * 1e9;
   if (k.has_link_latency_us()) p->link_latency_s = k.link_latency_us() * 1e-6;
   if (k.has_collective_efficiency()) p->collective_efficiency = k.collective_efficiency();
+  for (const auto& d : k.by_dtype()) {
+    auto& v = p->by_dtype;
+    auto it = std::find_if(v.begin(), v.end(), [&](const auto& e) { return e.dtype == d.dtype(); });
+    if (it == v.end()) it = v.insert(v.end(), KernelParams::DTypeEfficiency{d.dtype()});
+    if (d.has_gemm_efficiency()) it->gemm = d.gemm_efficiency();
+    if (d.has_memory_efficiency()) it->memory = d.memory_efficiency();
+  }
   if (k.collective_latency_size() > 0) {
     p->collective_latency_s.clear();
     for (const auto& c : k.collective_latency()) p->collective_latency_s.emplace_back(c.group_size(), c.latency_us() * 1e-6);
@@ -70,10 +77,16 @@ KernelParams Build(const GpuSpec& gpu, const std::string& calibration, int depth
   const proto::Calibration& cal = *c.value();
   if (!cal.base().empty() && depth < kMaxCalibrationDepth) p = Build(gpu, cal.base(), depth + 1);
   Apply(cal.generic(), &p);
+  // Generic efficiencies replace whatever a base measured for this type.
+  if (cal.generic().has_gemm_efficiency() || cal.generic().has_memory_efficiency()) p.measured = false;
   for (const auto& k : cal.gpus()) {
     for (const auto& name : k.gpus()) {
       auto g = GpuCatalog::Bundled().Find(name);
-      if (g.ok() && g.value()->name == gpu.name) Apply(k, &p);
+      if (g.ok() && g.value()->name == gpu.name) {
+        Apply(k, &p);
+        // Efficiencies of this type: measured (a dtype's own GEMM efficiency counts for that dtype only).
+        if (k.has_gemm_efficiency() || k.has_memory_efficiency()) p.measured = true;
+      }
     }
   }
   return p;
@@ -159,6 +172,27 @@ double KernelParams::CollectiveLatency(uint32_t group_size) const {
     }
   }
   return c.back().second;
+}
+
+double KernelParams::GemmEfficiency(proto::DType dtype) const {
+  for (const auto& e : by_dtype) {
+    if (e.dtype == dtype && e.gemm > 0) return e.gemm;
+  }
+  return gemm_efficiency;
+}
+
+double KernelParams::MemoryEfficiency(proto::DType dtype) const {
+  for (const auto& e : by_dtype) {
+    if (e.dtype == dtype && e.memory > 0) return e.memory;
+  }
+  return memory_efficiency;
+}
+
+bool KernelParams::MeasuredFor(proto::DType dtype) const {
+  for (const auto& e : by_dtype) {
+    if (e.dtype == dtype) return true;
+  }
+  return measured;
 }
 
 const std::vector<std::string>& KernelCalibrations() {
@@ -293,8 +327,8 @@ double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams&
   // the rest compute in bf16. The same efficiency applies at either peak: on the H100, PyTorch's BF16 and
   // FP8 GEMMs over the same shapes reach 68% and 66% of their peaks (calibration/data/gemm-dtypes-h100.csv).
   const proto::DType math = dtype == proto::DTYPE_FP8 && !k.block_linear ? proto::DTYPE_BF16 : dtype;
-  const double peak = gpu.PeakTflops(math) * 1e12 * p.gemm_efficiency;
-  const double bw = gpu.hbm_bandwidth_gbyte_s * 1e9 * p.memory_efficiency;
+  const double peak = gpu.PeakTflops(math) * 1e12 * p.GemmEfficiency(math);
+  const double bw = gpu.hbm_bandwidth_gbyte_s * 1e9 * p.MemoryEfficiency(dtype);
   const double e = DTypeBytes(dtype);
   double t = 0;
   switch (k.type) {

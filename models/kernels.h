@@ -36,9 +36,18 @@ namespace hetsim::models {
 
 struct KernelParams {
   std::string source;                 // where the values come from
+  // An entry naming this GPU type set its efficiencies (else generic defaults); a dtype listed in
+  // by_dtype is measured for that dtype (MeasuredFor).
+  bool measured = false;
   int sm_count = 0;                   // streaming multiprocessors; 0 = no wave quantisation
   double tile_m = 128, tile_n = 128;  // GEMM output tile of the library's kernels
   double gemm_efficiency = 0.87;      // fraction of peak a full wave of GEMM tiles reaches
+  // Where a dtype reaches other fractions (calibration's by_dtype); 0 = not set for that dtype.
+  struct DTypeEfficiency {
+    proto::DType dtype;
+    double gemm = 0, memory = 0;
+  };
+  std::vector<DTypeEfficiency> by_dtype;
   double memory_efficiency = 0.84;    // fraction of the HBM bandwidth memory-bound kernels reach
   double kernel_latency_s = 5e-6;     // GPU time of every kernel beyond its roofline
   double host_overhead_s = 10e-6;     // CPU time to issue one kernel
@@ -54,6 +63,10 @@ struct KernelParams {
   double collective_efficiency = 1;
 
   double CollectiveLatency(uint32_t group_size) const;
+  // gemm_efficiency, or the dtype's own where the calibration gives one.
+  double GemmEfficiency(proto::DType dtype) const;
+  double MemoryEfficiency(proto::DType dtype) const;
+  bool MeasuredFor(proto::DType dtype) const;
 };
 
 // The parameters of a GPU type under a bundled calibration: "default" (or "") is the chip's values with a

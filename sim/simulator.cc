@@ -87,6 +87,33 @@ void AddCommPaths(const Programs& programs, const models::Cluster& cluster, cons
   }
 }
 
+// One line per GPU type of the cluster: what its compute times rest on.
+void AddComputeBasis(const models::PlanContext& ctx, const SimOptions& options, proto::IterationReport* report) {
+  std::set<std::string> seen;
+  const std::string calibration = options.compute.calibration.empty() ? "default" : options.compute.calibration;
+  std::set<std::string> profiled;
+  if (options.profiles != nullptr) {
+    for (const auto& [gpu, model] : options.profiles->Coverage()) {
+      if (model == ctx.model.name()) profiled.insert(gpu);
+    }
+  }
+  for (uint32_t d = 0; d < ctx.cluster.num_devices(); ++d) {
+    const models::GpuSpec& gpu = *ctx.cluster.node(ctx.cluster.device(d).node).gpu;
+    if (!seen.insert(gpu.name).second) continue;
+    auto* b = report->add_compute_basis();
+    b->set_gpu(gpu.name);
+    b->set_calibration(calibration);
+    b->set_profiled(profiled.count(gpu.name) > 0);
+    if (options.compute.model == models::ComputeModel::kKernel) {
+      const models::KernelParams& k = models::KernelParamsFor(gpu, options.compute.calibration);
+      b->set_source(k.source);
+      b->set_measured(k.MeasuredFor(ctx.training.dtype()));
+    } else {
+      b->set_source("token-efficiency model (not measured)");
+    }
+  }
+}
+
 // ---- child <-> parent transport --------------------------------------------------------------------
 
 void Put(std::string& buf, const void* p, size_t n) { buf.append(static_cast<const char*>(p), n); }
@@ -409,6 +436,7 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             }
                             proto::IterationReport report = MakeReport(plan, ctx, *programs, er);
                             AddCommPaths(*programs, ctx.cluster, plan.comm(), &report);
+                            AddComputeBasis(ctx, options, &report);
                             const std::string rep = report.SerializeAsString();
                             std::string out(1, '\0');
                             PutPod(out, static_cast<uint64_t>(rep.size()));

@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "models/gpu_catalog.h"
+#include "models/kernels.h"
+#include "models/spec_io.h"
 
 namespace hetsim::calibration {
 namespace {
@@ -98,6 +100,127 @@ TEST(FitCalibration, TooFewRowsIsAnError) {
   auto k = FitCalibration(Cpu(), {}, rows, nullptr);
   ASSERT_FALSE(k.ok());
   EXPECT_NE(k.status().message().find("point-to-point"), std::string::npos) << k.status().message();
+}
+
+// ---- fitting to layer profiles ----
+
+const models::GpuSpec& Gh200() { return *models::GpuCatalog::Bundled().Find("gh200").value(); }
+
+// A profile of `name` on gh200 whose TP-1 block times are the compute model's own at the given GEMM and
+// memory efficiencies in TF32 (standard attention), plus TP-2 rows that must not enter the fit.
+proto::Profile SyntheticProfile(const std::string& name, double gemm, double memory) {
+  auto model = models::LoadModel(name);
+  EXPECT_TRUE(model.ok());
+  models::KernelParams p = models::KernelParamsFor(Gh200());
+  p.by_dtype = {{proto::DTYPE_TF32, gemm, memory}};
+  proto::Profile profile;
+  profile.set_gpu("gh200");
+  profile.set_model(name);
+  profile.set_seq_len(2048);
+  for (uint32_t tp : {1u, 2u}) {
+    for (uint32_t mb : {1u, 2u, 4u, 8u}) {
+      models::KernelShape shape;
+      shape.micro_batch = mb, shape.seq_len = 2048, shape.tp = tp, shape.dtype = proto::DTYPE_TF32;
+      shape.attention = proto::ATTENTION_STANDARD;
+      auto* l = profile.add_layers();
+      l->set_layer(proto::LayerTiming::LAYER_KIND_TRANSFORMER);
+      l->set_tp_degree(tp);
+      l->set_micro_batch_size(mb);
+      const double extra = tp > 1 ? 1.0 : 0.0;  // TP rows: a second of "communication" the fit must ignore
+      l->set_forward_s(models::TimeKernels(models::LayerKernels(*model, 1, models::Pass::kForward, shape), Gh200(), p,
+                                           proto::DTYPE_TF32).gpu_s + extra);
+      l->set_backward_s(models::TimeKernels(models::LayerKernels(*model, 1, models::Pass::kBackward, shape), Gh200(),
+                                            p, proto::DTYPE_TF32).gpu_s);
+    }
+  }
+  return profile;
+}
+
+TEST(FitFromProfiles, RecoversTheEfficienciesThatMadeTheProfiles) {
+  // Two models: within one, a block's GEMM and memory work both grow in proportion to the micro-batch, so
+  // only a second shape (another hidden size) tells the two efficiencies apart.
+  std::vector<LayerObservation> obs;
+  for (const char* name : {"opt-350m", "opt-30b"}) {
+    auto o = ProfileObservations(SyntheticProfile(name, 0.5, 0.4), name, Gh200(), proto::DTYPE_TF32,
+                                 proto::ATTENTION_STANDARD);
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    ASSERT_EQ(o->size(), 8u);  // 4 micro-batch sizes x 2 TP degrees, forward + backward together
+    obs.insert(obs.end(), o->begin(), o->end());
+  }
+  FitSummary summary;
+  auto fit = FitFromProfiles(Gh200(), proto::DTYPE_TF32, models::KernelParamsFor(Gh200()), obs,
+                             /*fit_tp_latency=*/false, &summary);
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  ASSERT_EQ(fit->by_dtype_size(), 1);
+  EXPECT_EQ(fit->by_dtype(0).dtype(), proto::DTYPE_TF32);
+  EXPECT_NEAR(fit->by_dtype(0).gemm_efficiency(), 0.5, 1e-3);
+  EXPECT_NEAR(fit->by_dtype(0).memory_efficiency(), 0.4, 1e-3);
+  EXPECT_FALSE(fit->has_gemm_efficiency());  // other dtypes keep the base's values
+  EXPECT_EQ(fit->collective_latency_size(), 0);
+  // With the TP latency fit: each TP-2 row spends 1 s beyond its compute (and its small transfers) over
+  // 4 all-reduces, so about 0.25 s each.
+  auto with_tp = FitFromProfiles(Gh200(), proto::DTYPE_TF32, models::KernelParamsFor(Gh200()), obs,
+                                 /*fit_tp_latency=*/true, &summary);
+  ASSERT_TRUE(with_tp.ok());
+  ASSERT_EQ(with_tp->collective_latency_size(), 1);
+  EXPECT_EQ(with_tp->collective_latency(0).group_size(), 2u);
+  EXPECT_NEAR(with_tp->collective_latency(0).latency_us(), 0.25e6, 0.25e6 * 0.01);
+}
+
+TEST(FitFromProfiles, OneModelFitsTheGemmEfficiencyAlone) {
+  // One shape: the memory side is not identifiable; it stays at the base's value (made equal to the
+  // truth here), and the GEMM efficiency is recovered.
+  auto obs = ProfileObservations(SyntheticProfile("opt-350m", 0.5, 0.4), "p", Gh200(), proto::DTYPE_TF32,
+                                 proto::ATTENTION_STANDARD);
+  ASSERT_TRUE(obs.ok());
+  models::KernelParams base = models::KernelParamsFor(Gh200());
+  base.by_dtype = {{proto::DTYPE_TF32, 0.9, 0.4}};
+  FitSummary summary;
+  auto fit = FitFromProfiles(Gh200(), proto::DTYPE_TF32, base, *obs, false, &summary);
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  EXPECT_NEAR(fit->by_dtype(0).gemm_efficiency(), 0.5, 1e-3);
+  EXPECT_FALSE(fit->by_dtype(0).has_memory_efficiency());
+  EXPECT_NE(summary.lines.front().find("not identifiable"), std::string::npos) << summary.lines.front();
+}
+
+TEST(FitFromProfiles, AProfileOfAnotherGpuOrWithoutTp1RowsIsRefused) {
+  proto::Profile profile = SyntheticProfile("opt-350m", 0.5, 0.4);
+  auto a100 = models::GpuCatalog::Bundled().Find("a100-80gb");
+  ASSERT_TRUE(a100.ok());
+  auto other = ProfileObservations(profile, "p.yaml", **a100, proto::DTYPE_TF32, proto::ATTENTION_STANDARD);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("p.yaml: gpu: the profile is for 'gh200'"), std::string::npos)
+      << other.status().message();
+  proto::Profile tp2;
+  for (const auto& l : profile.layers()) {
+    if (l.tp_degree() == 2) *tp2.add_layers() = l;
+  }
+  tp2.set_gpu("gh200"), tp2.set_model("opt-350m"), tp2.set_seq_len(2048);
+  auto none = ProfileObservations(tp2, "p.yaml", Gh200(), proto::DTYPE_TF32, proto::ATTENTION_STANDARD);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no transformer row at tp_degree 1"), std::string::npos);
+}
+
+// The bundled default's per-dtype entries change their dtype only.
+TEST(ByDtype, AnEntryForOneDtypeLeavesTheOthers) {
+  const models::KernelParams& p = models::KernelParamsFor(Gh200());
+  EXPECT_NEAR(p.GemmEfficiency(proto::DTYPE_TF32), 0.5174, 1e-9);
+  EXPECT_NEAR(p.MemoryEfficiency(proto::DTYPE_TF32), 0.4102, 1e-9);
+  EXPECT_NEAR(p.GemmEfficiency(proto::DTYPE_BF16), 0.7226, 1e-9);  // H100-measured, as before
+  EXPECT_NEAR(p.MemoryEfficiency(proto::DTYPE_BF16), 0.84, 1e-9);
+  EXPECT_TRUE(p.MeasuredFor(proto::DTYPE_BF16));
+  const models::KernelParams& v100 = models::KernelParamsFor(*models::GpuCatalog::Bundled().Find("v100").value());
+  EXPECT_TRUE(v100.MeasuredFor(proto::DTYPE_FP32));
+  EXPECT_FALSE(v100.MeasuredFor(proto::DTYPE_FP16));  // generic defaults for what Sailor did not run
+  // A GEMM in TF32 takes 0.7226 / 0.5174 times as long as at the bf16 entry's efficiency (compute-bound shape).
+  models::Kernel g;
+  g.type = models::Kernel::Type::kGemm, g.m = 8192, g.n = 8192, g.k = 8192;
+  models::KernelParams bf16_eff = p;
+  bf16_eff.by_dtype.clear();
+  const double lat = p.kernel_latency_s;
+  EXPECT_NEAR((models::KernelGpuSeconds(g, Gh200(), p, proto::DTYPE_TF32) - lat) /
+                  (models::KernelGpuSeconds(g, Gh200(), bf16_eff, proto::DTYPE_TF32) - lat),
+              0.7226 / 0.5174, 1e-6);
 }
 
 TEST(ReadBench, ErrorsNameTheFileLineAndColumn) {

@@ -861,6 +861,29 @@ TEST(Collectives, DifferentVendorsAreStagedWithoutBeingAsked) {
   EXPECT_NE(r->report.comm_paths(0).reason().find("different vendors"), std::string::npos);
 }
 
+// Every report says what each GPU type's compute rests on: the H100's entry of the default calibration is
+// measured (hetsim-kernel-bench); the MI250X has only generic values.
+TEST(ComputeBasis, EachGpuTypeSaysWhetherAMeasurementIsBehindIt) {
+  const std::string node = "fabric: {pcie_bandwidth_gbyte_s: 16}, nic: {kind: ethernet, bandwidth_gbps: 100}}\n";
+  const auto mixed = ClusterFrom("name: mixed\nnodes:\n  - {name: nv, gpus: {type: h100, count: 1}, " + node +
+                                 "  - {name: amd, gpus: {type: mi250x, count: 1}, " + node);
+  const Setting run{mixed, MakeSetting(kFreeNode, 4).model, MakeSetting(kFreeNode, 4).training};
+  const auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: "
+                             "[{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]}]\n");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  auto r = SimulateIteration(plan, ctx, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->report.compute_basis_size(), 2);
+  std::map<std::string, proto::ComputeBasisReport> by_gpu;
+  for (const auto& b : r->report.compute_basis()) by_gpu[b.gpu()] = b;
+  ASSERT_TRUE(by_gpu.count("h100") && by_gpu.count("mi250x"));
+  EXPECT_TRUE(by_gpu["h100"].measured());
+  EXPECT_EQ(by_gpu["h100"].calibration(), "default");
+  EXPECT_NE(by_gpu["h100"].source().find("hetsim-kernel-bench"), std::string::npos);
+  EXPECT_FALSE(by_gpu["mi250x"].measured());
+  EXPECT_FALSE(by_gpu["mi250x"].profiled());
+}
+
 }  // namespace
 }  // namespace hetsim::sim
 

@@ -371,6 +371,34 @@ TEST(Calibrate, BadInputIsAClearError) {
   EXPECT_TRUE(Has(d.err, dir + "/collectives.csv:2: column median_s: 'x' is not a number"));
 }
 
+// The bundled GH200 TF32 entry of `default` is what `--from-profiles` gives on the two Sailor profiles
+// (calibration/data/profile-fits/gh200.txt): refitting reproduces it, and the file written loads.
+TEST(Calibrate, FromProfilesRefitsTheBundledGh200Entry) {
+  const std::string out = testing::TempDir() + "gh200-refit.yaml";
+  const auto r = RunCli({"calibrate", "--from-profiles", "sailor-opt-30b-gh200,sailor-opt-350m-gh200", "--gpu", "gh200",
+                         "--dtype", "tf32", "--attention", "standard", "--check-profiles", "sailor-llama3-8b-gh200",
+                         "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "GEMM efficiency 0.5174 in tf32, memory efficiency 0.4102")) << r.out;
+  EXPECT_TRUE(Has(r.out, "held out, sailor-llama3-8b-gh200 (not fitted on)")) << r.out;
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(Has(text.str(), "dtype: tf32")) << text.str();
+  EXPECT_TRUE(Has(text.str(), "gemm_efficiency: 0.5174")) << text.str();
+  EXPECT_EQ(RunCli({"validate", out}).code, 0);
+  // Bad input: no dtype, a profile of another GPU type, an unknown profile.
+  const auto a = RunCli({"calibrate", "--from-profiles", "sailor-opt-30b-gh200", "--gpu", "gh200"});
+  EXPECT_EQ(a.code, 2);
+  EXPECT_TRUE(Has(a.err, "--from-profiles needs --dtype")) << a.err;
+  const auto b = RunCli({"calibrate", "--from-profiles", "sailor-opt-30b-v100", "--gpu", "gh200", "--dtype", "tf32"});
+  EXPECT_EQ(b.code, 2);
+  EXPECT_TRUE(Has(b.err, "sailor-opt-30b-v100: gpu: the profile is for")) << b.err;
+  const auto c = RunCli({"calibrate", "--from-profiles", "no-such-profile", "--gpu", "gh200", "--dtype", "tf32"});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_TRUE(Has(c.err, "--from-profiles:")) << c.err;
+}
+
 TEST(ValidateSim, ExecutorModeNamesWhatIsMissingOrWrong) {
   const auto a = RunCli({"validate-sim", "--executor"});
   EXPECT_EQ(a.code, 2);

@@ -152,7 +152,98 @@ int ProfileLayers(const po::variables_map& vm, const std::string& backend, const
   return 0;
 }
 
+// `--from-profiles P1,P2,...`: fits the GPU type's GEMM efficiency (for --dtype) and memory efficiency to
+// measured layer profiles (calibration/fit.h, FitFromProfiles) over --base, and writes the calibration.
+int RunFromProfiles(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  auto fail = [&](const std::string& m) {
+    err << "hetsim calibrate: " << m << "\n";
+    return 2;
+  };
+  if (!vm.count("gpu")) return fail("--from-profiles needs --gpu (the GPU type the profiles measured)");
+  if (!vm.count("dtype")) {
+    return fail("--from-profiles needs --dtype (the precision the profiled layers ran in: bf16, fp16, tf32, fp32)");
+  }
+  auto gpu = models::GpuCatalog::Bundled().Find(FlagString(vm, "gpu"));
+  if (!gpu.ok()) return fail("--gpu: " + gpu.status().message());
+  auto dtype = models::ParseEnumFlag("dtype", FlagString(vm, "dtype"), proto::DType_descriptor());
+  if (!dtype.ok()) return fail(dtype.status().message());
+  auto attention = models::ParseEnumFlag("attention", FlagString(vm, "attention"), proto::Attention_descriptor());
+  if (!attention.ok()) return fail(attention.status().message());
+  const std::string base = vm["base"].as<std::string>();
+  if (Status s = models::CheckKernelCalibration(base, "--base"); !s.ok()) return fail(s.message());
+  std::vector<calibration::LayerObservation> obs;
+  std::vector<std::string> names;
+  std::stringstream list(FlagString(vm, "from-profiles"));
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) continue;
+    auto profile = models::LoadProfile(name);
+    if (!profile.ok()) return fail("--from-profiles: " + profile.status().message());
+    auto o = calibration::ProfileObservations(*profile, name, *gpu.value(), static_cast<proto::DType>(*dtype),
+                                              static_cast<proto::Attention>(*attention));
+    if (!o.ok()) return fail("--from-profiles: " + o.status().message());
+    obs.insert(obs.end(), o->begin(), o->end());
+    names.push_back(name);
+  }
+  if (names.empty()) return fail("--from-profiles: no profile named");
+  calibration::FitSummary summary;
+  const models::KernelParams& base_params = models::KernelParamsFor(*gpu.value(), base);
+  auto fitted = calibration::FitFromProfiles(*gpu.value(), static_cast<proto::DType>(*dtype), base_params, obs,
+                                             vm["fit-tp-latency"].as<bool>(), &summary);
+  if (!fitted.ok()) return fail(fitted.status().message());
+  for (const auto& l : summary.lines) out << "  " << l << "\n";
+  // Held out: the fitted values on profiles not fitted on (another model, another size).
+  if (vm.count("check-profiles")) {
+    std::stringstream check(FlagString(vm, "check-profiles"));
+    for (std::string pname; std::getline(check, pname, ',');) {
+      if (pname.empty()) continue;
+      auto profile = models::LoadProfile(pname);
+      if (!profile.ok()) return fail("--check-profiles: " + profile.status().message());
+      auto o = calibration::ProfileObservations(*profile, pname, *gpu.value(), static_cast<proto::DType>(*dtype),
+                                                static_cast<proto::Attention>(*attention));
+      if (!o.ok()) return fail("--check-profiles: " + o.status().message());
+      calibration::FitSummary held;
+      calibration::CheckOnProfiles(*gpu.value(), static_cast<proto::DType>(*dtype), base_params, *fitted, *o, &held);
+      out << "  held out, " << pname << " (not fitted on):\n";
+      for (const auto& l : held.lines) out << "  " << l << "\n";
+    }
+  }
+  const std::string name = vm.count("name") ? FlagString(vm, "name") : gpu.value()->name + "-profiles";
+  const std::string output = vm.count("output") ? FlagString(vm, "output") : name + ".yaml";
+  std::string joined;
+  for (const auto& n : names) joined += (joined.empty() ? "" : ",") + n;
+  const std::string command = "hetsim calibrate --from-profiles " + joined + " --gpu " + gpu.value()->name +
+                              " --dtype " + FlagString(vm, "dtype") + " --attention " + FlagString(vm, "attention") +
+                              " --base " + base;
+  proto::Calibration cal;
+  cal.set_kind("calibration");
+  cal.set_name(name);
+  cal.set_description("Fitted by `hetsim calibrate --from-profiles` on the measured layer times of " + joined + ".");
+  cal.set_base(base);
+  auto* prov = cal.mutable_provenance();
+  prov->set_host("the machines the profiles measured (their `source`)");
+  prov->set_date(Today());
+  prov->set_command(command);
+  prov->set_versions("hetsim 0.1.0 (fit only)");
+  prov->set_data(joined);
+  *cal.add_gpus() = *fitted;
+  cal.mutable_gpus(0)->set_source("fitted on " + std::to_string(obs.size()) + " measured TP-1 block passes of " + joined);
+  const std::string yaml = "# Written by `" + command + "`; models/proto/calibration.proto, docs/calibration.md.\n" +
+                           models::MessageToYaml(cal);
+  if (Status s = models::WriteFileAtomically(output, yaml); !s.ok()) {
+    err << "hetsim calibrate: " << s.message() << "\n";
+    return 1;
+  }
+  if (Status s = models::CheckKernelCalibration(output); !s.ok()) {
+    err << "hetsim calibrate: the written file does not load: " << s.message() << "\n";
+    return 1;
+  }
+  out << "calibration " << name << " -> " << output << "\n"
+      << "use it: hetsim simulate --plan P --calibration " << output << "\n";
+  return 0;
+}
+
 int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (vm.count("from-profiles")) return RunFromProfiles(vm, out, err);
   const std::string backend = vm["backend"].as<std::string>();
   if (backend != "cpu" && backend != "cuda") {
     err << "hetsim calibrate: --backend: unknown backend '" << backend << "' (expected cpu or cuda)\n";
@@ -331,7 +422,8 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
 std::vector<Command> CalibrationCommands() {
   return {{"calibrate",
           "measure this machine's kernels and links with the executor and fit a calibration file for the simulator",
-          "hetsim calibrate --backend cpu|cuda [--gpu TYPE] [--ranks N] [--quick] [-o FILE.yaml] [--from-data DIR]",
+          "hetsim calibrate --backend cpu|cuda [--gpu TYPE] [--ranks N] [--quick] [-o FILE.yaml] [--from-data DIR]\n"
+          "       hetsim calibrate --from-profiles P1,P2 --gpu TYPE --dtype D [--attention standard] [-o FILE.yaml]",
           [](po::options_description& d, po::positional_options_description&) {
             d.add_options()("backend,b", po::value<std::string>()->default_value("cpu"),
                             "cpu (Eigen + MPI, CPU workers) | cuda (cuBLAS + NCCL)")
@@ -346,6 +438,19 @@ std::vector<Command> CalibrationCommands() {
                  "bundled calibration the file layers over (what it does not measure)")
                 ("data-dir", po::value<std::string>(), "where the measurements go (default: beside the output, OUTPUT-data/)")
                 ("from-data", po::value<std::string>(), "fit DIR/kernels.csv and DIR/collectives.csv without measuring")
+                ("from-profiles", po::value<std::string>(),
+                 "fit the GPU's GEMM efficiency (for --dtype) and memory efficiency to measured layer profiles "
+                 "(bundled names or paths, comma-separated; their TP-1 transformer rows), without measuring")
+                ("dtype", po::value<std::string>(), "with --from-profiles: the precision the profiled layers ran in")
+                ("fit-tp-latency", po::bool_switch()->default_value(false),
+                 "with --from-profiles: also fit each TP degree's all-reduce latency from the rows at TP > 1 (their "
+                 "time beyond the fitted compute); off by default: profiles that time TP layers in a framework "
+                 "carry its overheads, which need not be the collective's")
+                ("check-profiles", po::value<std::string>(),
+                 "with --from-profiles: profiles of the same GPU type to report the fitted values' error on "
+                 "(held out: not fitted on)")
+                ("attention", po::value<std::string>()->default_value("flash"),
+                 "with --from-profiles: the attention the profiled layers ran (flash | standard)")
                 ("models", po::value<std::string>(), "models whose GEMM shapes the kernel benchmark times")
                 ("profile-model", po::value<std::string>(),
                  "model whose layers the executor profiles into the calibration's profile (default: llama-tiny on cpu, "
