@@ -158,7 +158,7 @@ std::vector<Command> PlannerCommands() {
              "list", "print the registered planners and exit")(
              "refine", po::value<int>(),
              "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4 up to 256 GPUs, "
-             "2 up to 4,096, 1 beyond; 0 = the "
+             "2 up to 1,024, 1 beyond; 0 = the "
              "planner's own pick)");
          AddSpecFlags(d, /*with_plan=*/false);
        },
