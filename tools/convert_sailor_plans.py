@@ -21,6 +21,9 @@ What the conversion decides (Sailor's files are silent on it):
 - Training: sequence 2,048, FP32 weights with TF32 tensor cores (dtype tf32), no recomputation, no ZeRO,
   standard attention (no flash attention), 1F1B: Megatron-DeepSpeed's pipeline engine as Sailor ran it.
   The gradient all-reduce runs after the pipeline flush (DeepSpeed's pipeline engine does not overlap it).
+- Pipeline sends: DeepSpeed's pipeline engine partitions activations and gradients over the TP group
+  (`is_pipe_partitioned = is_model_parallel`): each TP rank sends 1/4 of the tensor and the receivers
+  all-gather it, hetsim's `comm.pp_scatter_gather`.
 """
 import csv
 import json
@@ -80,6 +83,7 @@ def convert(path, name):
         f"training: {{global_batch_size: {gbs}, seq_len: 2048, dtype: tf32, recompute: none, attention: standard}}",
         "schedule: 1f1b",
         "zero_stage: 0",
+        "comm: {pp_scatter_gather: true}  # DeepSpeed's partitioned pipeline sends (1/TP per rank)",
         "pipelines:",
     ]
     for r in range(dp):

@@ -76,6 +76,9 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
                   plan.set_zero_stage(zero);
                   SetRecompute(&plan, rc, problem.training);
                   if (sp && tp > 1) plan.set_sequence_parallel(true);
+                  // Megatron-LM's --scatter-gather-tensors-in-pipeline (on by default): without sequence
+                  // parallelism each TP rank sends 1/t of the activations and the receivers all-gather.
+                  if (tp > 1) plan.mutable_comm()->set_pp_scatter_gather(true);
                   if (v > 1) {
                     plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
                     plan.set_virtual_stages(v);
