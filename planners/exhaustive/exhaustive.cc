@@ -1034,7 +1034,12 @@ class Search {
   }
 
   // Chooses the blocks of stage s of pipeline p (the stages before it hold the rest). `tied`: every
-  // earlier choice equals the identical previous pipeline's, whose blocks then bound this one's.
+  // earlier choice equals the identical previous pipeline's, whose blocks then bound this one's. `tsum`:
+  // the earlier stages' times per micro-batch summed; in the simulator-bound mode only those of stages with
+  // one replica — the pipeline fill: under 1F1B stage s cannot start before micro-batch 0's forward has
+  // crossed the stages before it, nor end before its last backward has crossed them back, so its m passes
+  // take at least Σ_{j<s} (F_j + B_j) more (a stage split over replicas adds nothing: which replica feeds
+  // which is not fixed here).
   void Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsum, uint32_t g_after, Acc acc, bool tied,
               const std::vector<Profile*>& profiles) {
     const Pipe& pipe = pipes_[p];
@@ -1073,7 +1078,9 @@ class Search {
       double pipe_lb = 0, grows = 0, stage_floor = 0;
       if (sim_ != nullptr) {
         // The stage's slowest replica computes m micro-batches, then syncs its gradients and steps.
-        stage_floor = SimStageFloor(p, s, n);
+        // After its last backward the stage syncs and steps while the earlier stages drain: the larger of
+        // the two follows its m passes.
+        stage_floor = std::max(SimStageFloor(p, s, n), tsum);
         pipe_lb = std::max(m * std::max({tmax, t_free, rest_max}), m * t_free + stage_floor);
         grows = std::max(m * std::max(tmax, t_free), m * t_free + stage_floor);
       } else {
@@ -1139,7 +1146,8 @@ class Search {
         here.pipe_max = std::max(here.pipe_max, m * t + stage_floor);
         if (Pruned(here.total())) continue;
       }
-      Layers(p, s + 1, left - n, std::max(tmax, t), tsum + t, g_after, here, tied && n == choice_[p - 1].blocks[s],
+      const double fill = sim_ != nullptr && st.replicas > 1 ? tsum : tsum + t;
+      Layers(p, s + 1, left - n, std::max(tmax, t), fill, g_after, here, tied && n == choice_[p - 1].blocks[s],
              profiles);
       if (stopped_) return;
     }
