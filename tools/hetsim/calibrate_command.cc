@@ -152,6 +152,25 @@ int ProfileLayers(const po::variables_map& vm, const std::string& backend, const
   return 0;
 }
 
+// Writes `cal` to `output` with the command in its header, checks that it loads as --calibration does, and
+// says how to use it. Returns the exit code.
+int WriteCalibration(const proto::Calibration& cal, const std::string& command, const std::string& output,
+                     std::ostream& out, std::ostream& err) {
+  const std::string yaml = "# Written by `" + command + "`; models/proto/calibration.proto, docs/calibration.md.\n" +
+                           models::MessageToYaml(cal);
+  if (Status s = models::WriteFileAtomically(output, yaml); !s.ok()) {
+    err << "hetsim calibrate: " << s.message() << "\n";
+    return 1;
+  }
+  if (Status s = models::CheckKernelCalibration(output); !s.ok()) {
+    err << "hetsim calibrate: the written file does not load: " << s.message() << "\n";
+    return 1;
+  }
+  out << "calibration " << cal.name() << " -> " << output << "\n"
+      << "use it: hetsim simulate --plan P --calibration " << output << "\n";
+  return 0;
+}
+
 // `--from-profiles P1,P2,...`: fits the GPU type's GEMM efficiency (for --dtype) and memory efficiency to
 // measured layer profiles (calibration/fit.h, FitFromProfiles) over --base, and writes the calibration.
 int RunFromProfiles(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
@@ -226,20 +245,8 @@ int RunFromProfiles(const po::variables_map& vm, std::ostream& out, std::ostream
   prov->set_versions("hetsim 0.1.0 (fit only)");
   prov->set_data(joined);
   *cal.add_gpus() = *fitted;
-  cal.mutable_gpus(0)->set_source("fitted on " + std::to_string(obs.size()) + " measured TP-1 block passes of " + joined);
-  const std::string yaml = "# Written by `" + command + "`; models/proto/calibration.proto, docs/calibration.md.\n" +
-                           models::MessageToYaml(cal);
-  if (Status s = models::WriteFileAtomically(output, yaml); !s.ok()) {
-    err << "hetsim calibrate: " << s.message() << "\n";
-    return 1;
-  }
-  if (Status s = models::CheckKernelCalibration(output); !s.ok()) {
-    err << "hetsim calibrate: the written file does not load: " << s.message() << "\n";
-    return 1;
-  }
-  out << "calibration " << name << " -> " << output << "\n"
-      << "use it: hetsim simulate --plan P --calibration " << output << "\n";
-  return 0;
+  cal.mutable_gpus(0)->set_source("fitted on " + std::to_string(obs.size()) + " measured blocks of " + joined);
+  return WriteCalibration(cal, command, output, out, err);
 }
 
 int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
@@ -401,20 +408,7 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
   }
   cal.mutable_gpus(0)->set_source("fitted by hetsim calibrate on " + Today() + " (" + std::to_string(kernels.size()) +
                                   " kernel and " + std::to_string(comm.size()) + " communication measurements)");
-  const std::string yaml = "# Written by `" + command + "`; models/proto/calibration.proto, docs/calibration.md.\n" +
-                           models::MessageToYaml(cal);
-  if (Status s = models::WriteFileAtomically(output, yaml); !s.ok()) {
-    err << "hetsim calibrate: " << s.message() << "\n";
-    return 1;
-  }
-  // What was written must load: the same checks as --calibration.
-  if (Status s = models::CheckKernelCalibration(output); !s.ok()) {
-    err << "hetsim calibrate: the written file does not load: " << s.message() << "\n";
-    return 1;
-  }
-  out << "calibration " << name << " -> " << output << "\n"
-      << "use it: hetsim simulate --plan P --calibration " << output << "\n";
-  return 0;
+  return WriteCalibration(cal, command, output, out, err);
 }
 
 }  // namespace
