@@ -10,7 +10,7 @@ Usage: tools/plot/residuals.py RUNS.csv OUT.png [--title TEXT]   (also writes OU
            errors on the same runs.
        tools/plot/residuals.py RUNS.csv OUT.png   with a plan-file runs CSV (validate-sim of a CSV with a `plan`
            column, e.g. experiments/validation/sailor_gh200_opt350/runs.csv): iteration-time, gradient-sync and
-           peak-memory errors by DP width, PP depth and node count (one row each).
+           peak-memory errors by DP width, PP depth, node count and micro-batch size (one row each).
 """
 import argparse
 import csv
@@ -64,10 +64,13 @@ def render(rows, out, title):
 
 
 def render_plan_runs(rows, out, title):
-    """Rows: iteration time, gradient sync, peak memory; columns: DP width, PP depth, nodes."""
+    """Rows: iteration time, gradient sync, peak memory; columns: DP width, PP depth, nodes, and the
+    micro-batch size where the runs give it."""
     metrics = [("error", "iteration time"), ("grad_sync_error", "gradient sync"), ("memory_error", "peak memory")]
     keys = [("dp", "DP width"), ("pp", "PP depth"), ("nodes", "nodes")]
-    fig, axes = plt.subplots(len(metrics), len(keys), figsize=(12, 9), sharey="row")
+    if any(r.get("micro_batch", "") != "" for r in rows):
+        keys.append(("micro_batch", "micro-batch size"))
+    fig, axes = plt.subplots(len(metrics), len(keys), figsize=(4 * len(keys), 9), sharey="row")
     for i, (metric, mlabel) in enumerate(metrics):
         have = [r for r in rows if r.get(metric, "") != ""]
         for j, (key, klabel) in enumerate(keys):
