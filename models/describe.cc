@@ -294,7 +294,9 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
       << "): " << Fmt("%.2f", fullest->total_gib) << " of " << Fmt("%.0f", fullest->capacity_gib) << " GiB = weights "
       << Fmt("%.2f", fullest->params_gib) << " + gradients " << Fmt("%.2f", fullest->grads_gib) << " + optimizer "
       << Fmt("%.2f", fullest->optimizer_gib) << " + activations " << Fmt("%.2f", fullest->activations_gib)
-      << " + allocator " << Fmt("%.2f", fullest->allocator_gib) << " + workspace " << Fmt("%.2f", fullest->workspace_gib);
+      << " + allocator " << Fmt("%.2f", fullest->allocator_gib) << " + workspace " << Fmt("%.2f", fullest->workspace_gib)
+      << " + CUDA context " << Fmt("%.2f", fullest->context_gib) << " + NCCL " << Fmt("%.2f", fullest->nccl_gib) << " ("
+      << fullest->nccl_communicators << " communicator" << (fullest->nccl_communicators == 1 ? "" : "s") << ")";
   }
   o << "\n" << (any_oom ? "memory: some devices are OUT OF MEMORY\n" : "memory: fits on every device\n");
   return o.str();

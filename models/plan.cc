@@ -1,6 +1,7 @@
 #include "models/plan.h"
 
 #include "models/communicator.h"
+#include "models/training.h"
 
 #include <algorithm>
 #include <map>
@@ -346,6 +347,56 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
   return groups;
 }
 
+NcclCommunicators CountNcclCommunicators(uint32_t plan_devices, uint32_t tp, uint32_t sequence_ways,
+                                         uint32_t dp_replicas, uint32_t stages, bool holds_tied_end) {
+  NcclCommunicators c;
+  auto add = [&](uint32_t ranks) {
+    if (ranks < 2) return;
+    ++c.count;
+    if (ranks == 2) ++c.two_rank;
+  };
+  add(plan_devices);
+  add(tp);
+  add(sequence_ways);
+  add(dp_replicas);
+  add(stages);
+  if (holds_tied_end && stages > 1) add(2);
+  return c;
+}
+
+NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const TransformerModel& model, int pipe, int stage,
+                                         const std::vector<uint32_t>& replicas) {
+  uint32_t plan_devices = 0;
+  for (const auto& p : plan.pipelines()) {
+    for (const auto& st : p.stages()) plan_devices += static_cast<uint32_t>(st.devices_size());
+  }
+  const auto& pl = plan.pipelines(pipe);
+  const auto& st = pl.stages(stage);
+  const uint32_t ways = StageSharding(st).ways();
+  uint32_t dp_replicas = 1;
+  for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers() && l < replicas.size(); ++l) {
+    dp_replicas = std::max(dp_replicas, replicas[l] / ways);
+  }
+  const bool tied_end =
+      model.spec().tied_embeddings() && (st.layer_begin() == 0 || st.layer_end() >= model.num_layers());
+  return CountNcclCommunicators(plan_devices, TpDegree(st), ways, dp_replicas,
+                                static_cast<uint32_t>(pl.stages_size()), tied_end);
+}
+
+double NcclGib(const NcclCommunicators& c, const proto::Training& training, double channel_fraction) {
+  if (training.tensors_only_memory()) return 0;
+  return training.nccl_communicator_gib() * channel_fraction *
+         ((c.count - c.two_rank) + c.two_rank * kNcclTwoRankFraction);
+}
+
+double NcclChannelFraction(const NodeInfo& node) {
+  return node.fabric.kind() == proto::IntraNodeFabric::KIND_PCIE ? kNcclPcieChannelFraction : 1.0;
+}
+
+double ContextGib(const proto::Training& training) {
+  return training.tensors_only_memory() ? 0 : training.cuda_context_gib();
+}
+
 std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanContext& ctx) {
   const auto& model = ctx.model;
   const auto& tr = ctx.training;
@@ -389,6 +440,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         }
         default: in_flight = std::min<uint32_t>(m, S - s); break;
       }
+      const NcclCommunicators comms = StageNcclCommunicators(plan, model, p, static_cast<int>(s), replicas);
       double params = 0, grads = 0, optim = 0, largest_layer = 0, all_grads = 0, host = 0;
       for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
         const double n = model.ParamsPerRank(l, tp, !holds_embedding);
@@ -440,7 +492,10 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
           dm.workspace_gib = tr.workspace_gib();
           const double tensors = dm.params_gib + dm.grads_gib + dm.optimizer_gib + dm.activations_gib;
           dm.allocator_gib = tr.allocator_overhead() * tensors;
-          dm.total_gib = tensors + dm.allocator_gib + dm.workspace_gib;
+          dm.context_gib = ContextGib(tr);
+          dm.nccl_communicators = comms.count;
+          dm.nccl_gib = NcclGib(comms, tr, NcclChannelFraction(ctx.cluster.node(ctx.cluster.device(dm.device).node)));
+          dm.total_gib = tensors + dm.allocator_gib + dm.workspace_gib + dm.context_gib + dm.nccl_gib;
           dm.capacity_gib = ctx.cluster.device(dm.device).gpu->memory_gib;
           dm.host_gib = host / kGib;
           out.push_back(dm);
@@ -482,8 +537,8 @@ Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::
                ctx.cluster.device(dm.device).gpu->name + ") needs " + Fixed(dm.total_gib) + " GiB (weights " +
                Fixed(dm.params_gib) + ", gradients " + Fixed(dm.grads_gib) + ", optimizer " + Fixed(dm.optimizer_gib) +
                ", activations " + Fixed(dm.activations_gib) + ", allocator " + Fixed(dm.allocator_gib) +
-               ", workspace " + Fixed(dm.workspace_gib) +
-               ") but has " + Fixed(dm.capacity_gib) +
+               ", workspace " + Fixed(dm.workspace_gib) + ", CUDA context " + Fixed(dm.context_gib) + ", NCCL " +
+               Fixed(dm.nccl_gib) + ") but has " + Fixed(dm.capacity_gib) +
                " GiB; use more stages or a higher TP degree, ZeRO, recomputation, smaller micro-batches or CPU offload "
                "(offload: optimizer with ZeRO-2/3, optimizer_and_params with ZeRO-3)");
   }

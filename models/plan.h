@@ -112,11 +112,38 @@ struct DeviceMemory {
   double activations_gib = 0;
   double workspace_gib = 0;
   double allocator_gib = 0;  // the caching allocator's overhead (training.allocator_overhead)
+  double context_gib = 0;    // the CUDA context (training.cuda_context_gib)
+  double nccl_gib = 0;       // NCCL's buffers of the communicators the rank uses (NcclCommunicators)
+  uint32_t nccl_communicators = 0;
   double total_gib = 0;
   double capacity_gib = 0;
   double host_gib = 0;  // CPU offload: the rank's bytes in its node's host memory
   bool oom() const { return total_gib > capacity_gib; }
 };
+
+// The NCCL communicators one rank of a stage creates under Megatron-LM's process groups (PyTorch creates a
+// group's communicator at its first collective, so only groups that communicate count): the default
+// (world) group, used for barriers and the loss, whenever the plan has more than one device; the TP group
+// (tp > 1); the CP/Ulysses group (cp · ulysses > 1); the gradient-sync group (the stage's layers have more
+// than one data-parallel replica, `dp_replicas`); the pipeline group of the p2p sends (stages > 1); the
+// embedding group of tied embeddings (first and last stage of a pipeline of > 1 stages).
+// `two_rank` counts those of exactly two ranks (charged kNcclTwoRankFraction of the default size).
+struct NcclCommunicators {
+  uint32_t count = 0;
+  uint32_t two_rank = 0;
+};
+NcclCommunicators CountNcclCommunicators(uint32_t plan_devices, uint32_t tp, uint32_t sequence_ways,
+                                         uint32_t dp_replicas, uint32_t stages, bool holds_tied_end);
+// The communicators of a rank of stage `stage` of pipeline `pipe`; `replicas[l]` is layer l's DP × CP
+// replica count over the plan (what ZeRO shards over).
+NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const TransformerModel& model, int pipe, int stage,
+                                         const std::vector<uint32_t>& replicas);
+// The runtime memory of one rank in GiB (context + NCCL buffers; 0 with training.tensors_only_memory).
+// `channel_fraction`: NcclChannelFraction of the rank's node.
+double NcclGib(const NcclCommunicators& c, const proto::Training& training, double channel_fraction = 1.0);
+// 1 on nodes with an NVLink-class fabric (NVSwitch, NVLink, xGMI), kNcclPcieChannelFraction on PCIe-only ones.
+double NcclChannelFraction(const NodeInfo& node);
+double ContextGib(const proto::Training& training);
 
 // Requires a structurally valid plan. One entry per device the plan uses, in plan order.
 std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanContext& ctx);

@@ -22,6 +22,8 @@ Result<proto::Training> ResolveTraining(proto::Training t, const TransformerMode
   if (t.recompute() == proto::RECOMPUTE_UNSPECIFIED) t.set_recompute(proto::RECOMPUTE_NONE);
   if (t.attention() == proto::ATTENTION_UNSPECIFIED) t.set_attention(proto::ATTENTION_FLASH);
   if (t.workspace_gib() == 0) t.set_workspace_gib(kDefaultWorkspaceGib);
+  if (t.cuda_context_gib() == 0) t.set_cuda_context_gib(kDefaultCudaContextGib);
+  if (t.nccl_communicator_gib() == 0) t.set_nccl_communicator_gib(kDefaultNcclCommunicatorGib);
   if (!errors.empty()) return errors.ToStatus();
   return t;
 }

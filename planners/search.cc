@@ -93,7 +93,24 @@ std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uin
 
 // ---- memory ----------------------------------------------------------------------------------------
 
-MemoryModel::MemoryModel(const PlanningProblem& problem) : model_(problem.model), training_(problem.training) {
+MemoryModel::MemoryModel(const PlanningProblem& problem)
+    : model_(problem.model), training_(problem.training), cluster_(problem.cluster) {
+  // Runtime memory (models::EstimateMemory's CUDA context and NCCL buffers) at its most for this cluster:
+  // the world group, one group per parallel dimension a plan of n devices can have (TP, DP and PP: at most
+  // log2 n of them are above 1) and the tied-embedding group, each of >= 3 ranks unless n = 2, on the
+  // node kind with the most NCCL channels. Planners do not know a candidate's groups where they check
+  // memory, so they charge the most; models::ValidatePlan charges the plan's own groups, never more, so
+  // a planner's plan always passes it (docs/simulator.md "Peak memory, term by term").
+  const uint32_t n = problem.cluster.num_devices();
+  if (n >= 2) {
+    uint32_t dims = 0;
+    for (uint32_t k = n; k >= 2 && dims < 3; k /= 2) ++dims;
+    most_.count = 1 + dims + (model_.spec().tied_embeddings() ? 1 : 0);
+    most_.two_rank = n == 2 ? most_.count : (model_.spec().tied_embeddings() ? 1 : 0);
+  }
+  double fraction = 0;
+  for (const auto& node : problem.cluster.nodes()) fraction = std::max(fraction, models::NcclChannelFraction(node));
+  runtime_gib_ = models::ContextGib(training_) + models::NcclGib(most_, training_, fraction);
   if (problem.profiles == nullptr || problem.profiles->empty()) return;
   std::vector<const models::GpuSpec*> types;
   for (const auto& node : problem.cluster.nodes()) {
@@ -250,8 +267,18 @@ double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32
   return (peak + ring) * (1 + training_.allocator_overhead()) / kGib;
 }
 
+double MemoryModel::RuntimeGib(const models::NcclCommunicators& comms, uint32_t device) const {
+  const auto& node = cluster_.node(cluster_.device(device).node);
+  return models::ContextGib(training_) + models::NcclGib(comms, training_, models::NcclChannelFraction(node));
+}
+
 double MemoryModel::WorkspaceGib() const {
-  return training_.workspace_gib();
+  return training_.workspace_gib() + runtime_gib_;
+}
+
+double MemoryModel::WorkspaceGib(const models::NodeInfo& node) const {
+  return training_.workspace_gib() + models::ContextGib(training_) +
+         models::NcclGib(most_, training_, models::NcclChannelFraction(node));
 }
 
 double MemoryModel::InFlight(proto::Plan::Schedule schedule, uint32_t stage, uint32_t stages, uint32_t m,

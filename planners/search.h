@@ -66,18 +66,35 @@ class MemoryModel {
   // (models::ContextParallelBufferBytes). 0 when neither applies.
   double PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
                                  proto::Recompute recompute, models::SequenceSharding shard = {}) const;
+  // training.workspace_gib plus the most runtime memory (CUDA context, NCCL buffers) a plan can need, on
+  // any node of the cluster ...
   double WorkspaceGib() const;
+  // ... and on a device of `node` (less on PCIe-only nodes: fewer NCCL channels).
+  double WorkspaceGib(const models::NodeInfo& node) const;
   // Micro-batches in flight at stage `stage` of `stages` with m micro-batches.
   static double InFlight(proto::Plan::Schedule schedule, uint32_t stage, uint32_t stages, uint32_t m,
                          uint32_t virtual_stages);
-  // Total of one device holding b sequences per micro-batch.
+  // The runtime memory of a rank on device `device` with these communicators (models::ContextGib +
+  // models::NcclGib).
+  double RuntimeGib(const models::NcclCommunicators& comms, uint32_t device) const;
+  // Total of one device holding b sequences per micro-batch (with the most runtime memory).
   double TotalGib(double static_gib, double act_per_seq, double peak_per_seq, double b, double in_flight) const {
     return static_gib + act_per_seq * b * in_flight + peak_per_seq * b + WorkspaceGib();
+  }
+  // The same for device `device` of a known plan with these communicators (what models::EstimateMemory
+  // charges).
+  double TotalGib(double static_gib, double act_per_seq, double peak_per_seq, double b, double in_flight,
+                  const models::NcclCommunicators& comms, uint32_t device) const {
+    return static_gib + act_per_seq * b * in_flight + peak_per_seq * b + training_.workspace_gib() +
+           RuntimeGib(comms, device);
   }
 
  private:
   const models::TransformerModel& model_;
   const proto::Training& training_;
+  const models::Cluster& cluster_;
+  models::NcclCommunicators most_;  // the most communicators a plan on the cluster can need
+  double runtime_gib_ = 0;
   // Profiled activation bytes per sequence, [kind * (kMaxProfiledTp + 1) + tp]; < 0 = none. Empty
   // without profiles.
   static constexpr uint32_t kMaxProfiledTp = 128;

@@ -113,11 +113,14 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
   MemoryCheck worst;
   double worst_gap = -std::numeric_limits<double>::infinity();
   std::map<uint32_t, double> host_need;  // node -> GiB of offloaded shards
-  for (const auto& pipe : plan.pipelines()) {
+  for (int pi = 0; pi < plan.pipelines_size(); ++pi) {
+    const auto& pipe = plan.pipelines(pi);
     const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
     for (uint32_t s = 0; s < S; ++s) {
       const auto& st = pipe.stages(static_cast<int>(s));
       const uint32_t tp = models::TpDegree(st);
+      const models::NcclCommunicators comms =
+          models::StageNcclCommunicators(plan, model, pi, static_cast<int>(s), replicas);
       const uint32_t b0 = st.layer_begin(), e0 = std::min(st.layer_end(), L);
       double static_gib = 0;
       bool uniform = true;
@@ -137,10 +140,10 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
       const auto split = models::MicroBatchSplit(st, pipe.micro_batch_size());
       for (uint32_t r = 0; r < models::DpDegree(st); ++r) {
         const double b = r < split.size() ? split[r] : 0;
-        const double need = memory.TotalGib(static_gib, act, peak, b, in_flight);
         const uint32_t width = models::ReplicaWidth(st);
         for (uint32_t k = 0; k < width; ++k) {
           const uint32_t d = st.devices(static_cast<int>(r * width + k));
+          const double need = memory.TotalGib(static_gib, act, peak, b, in_flight, comms, d);
           if (host_gib > 0) host_need[problem.cluster.device(d).node] += host_gib;
           const double cap = problem.cluster.device(d).gpu->memory_gib;
           if (!FitsIn(need, cap)) worst.fits = false;

@@ -1116,7 +1116,8 @@ class Search {
       for (uint32_t r = 0; r < st.replicas; ++r) {
         const uint32_t d = st.devices[size_t{r} * st.tp];
         const double cap_gib = cluster_.device(d).gpu->memory_gib;
-        const double room = cap_gib * (1 - kMemorySafety) - stat - memory_.WorkspaceGib();
+        const double room =
+            cap_gib * (1 - kMemorySafety) - stat - memory_.WorkspaceGib(cluster_.node(cluster_.device(d).node));
         const double x = per_seq > 0 ? std::floor(room / per_seq) : (room >= 0 ? b : -1);
         caps[r] = x < 1 ? 0 : static_cast<uint32_t>(std::min<double>(x, b));
         if (caps[r] == 0) fits = false;
@@ -1129,7 +1130,9 @@ class Search {
       if (!fits) {
         ++out_of_memory_;
         if (kept_.empty()) {
-          misses_.Offer(Describe(p, s, n), stat + memory_.WorkspaceGib() + per_seq, worst_cap,
+          misses_.Offer(Describe(p, s, n),
+                        stat + memory_.WorkspaceGib(cluster_.node(cluster_.device(worst_device).node)) + per_seq,
+                        worst_cap,
                         std::to_string(worst_device) + " (" + cluster_.device(worst_device).gpu->name + ")");
         }
         break;  // more blocks need more memory

@@ -144,7 +144,10 @@ class Search {
     }
     const uint32_t cap = std::min(N_, options_.max_dp_degree() > 0 ? options_.max_dp_degree() : 64u);
     double total = 0;
-    for (uint32_t d = 0; d < N_; ++d) total += problem_.cluster.device(d).gpu->memory_gib - memory_.WorkspaceGib();
+    for (uint32_t d = 0; d < N_; ++d) {
+      const auto& dev = problem_.cluster.device(d);
+      total += dev.gpu->memory_gib - memory_.WorkspaceGib(problem_.cluster.node(dev.node));
+    }
     const uint32_t L = problem_.model.num_layers();
     std::vector<uint32_t> out;
     for (uint32_t D = 1; D <= cap; ++D) {

@@ -35,7 +35,10 @@ void MakeLayout(const models::Cluster& cluster, const Profiler& prof, const Node
   lay.slot[0] = 0;
   for (uint32_t i = pl.stage_begin[from]; i < pl.parts.size(); ++i) {
     const auto [n, k] = pl.parts[i];
-    lay.parts.push_back({n, k, prof.type_of_node(n), prof.class_of_node(n), cluster.nodes()[n].gpu->memory_gib});
+    // Profiler::DeviceGib charges the most runtime memory of any node; a node that needs less (PCIe-only:
+    // fewer NCCL channels) gets the difference back as capacity.
+    const double slack = prof.memory().WorkspaceGib() - prof.memory().WorkspaceGib(cluster.nodes()[n]);
+    lay.parts.push_back({n, k, prof.type_of_node(n), prof.class_of_node(n), cluster.nodes()[n].gpu->memory_gib + slack});
   }
   for (uint32_t s = from; s < S; ++s) {
     lay.size[s] = 0;

@@ -105,9 +105,11 @@ class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
                   for (uint32_t r = 0; r < dp; ++r) {
                     double speed = std::numeric_limits<double>::infinity(), cap = speed;
                     for (uint32_t k = 0; k < tp; ++k) {
-                      const auto& gpu = *cluster.device(order[s * block + r * tp + k]).gpu;
-                      speed = std::min(speed, gpu.PeakTflops(dtype));
-                      cap = std::min(cap, gpu.memory_gib);
+                      const auto& dev = cluster.device(order[s * block + r * tp + k]);
+                      speed = std::min(speed, dev.gpu->PeakTflops(dtype));
+                      // Capacity less the runtime memory beyond the cluster-wide most (RuntimeSlack below).
+                      cap = std::min(cap, dev.gpu->memory_gib + memory.WorkspaceGib() -
+                                              memory.WorkspaceGib(cluster.node(dev.node)));
                     }
                     weights[r] = speed;
                     const double per_seq = act[s] * in_flight[s] + peak[s];

@@ -112,9 +112,13 @@ TEST(OffloadMemory, WhatLeavesTheGpuAtEachLevel) {
   EXPECT_DOUBLE_EQ(params[0].grads_gib * kGib, 2 * 2 * kBlock);
   EXPECT_DOUBLE_EQ(params[0].optimizer_gib, 0);
   EXPECT_DOUBLE_EQ(params[0].host_gib * kGib, 16 * kP / 2);
-  // The GPU total is the sum of its parts, as without offload (no allocator overhead, 1 GiB workspace).
+  // The GPU total is the sum of its parts, as without offload (no allocator overhead, 1 GiB workspace, the
+  // CUDA context and NCCL's buffers).
   EXPECT_NEAR(params[0].total_gib,
-              params[0].params_gib + params[0].grads_gib + params[0].activations_gib + params[0].workspace_gib, 1e-12);
+              params[0].params_gib + params[0].grads_gib + params[0].activations_gib + params[0].workspace_gib +
+                  params[0].context_gib + params[0].nccl_gib,
+              1e-12);
+  EXPECT_GT(params[0].nccl_gib, 0);
 }
 
 // The gradient buckets follow comm.dp_bucket_mib: two buckets of 1 MiB = 2,097,152 bytes; buckets of

@@ -14,7 +14,7 @@ cluster: hetu-h20x32
 model: llama-32b-32k.yaml
 training: {{global_batch_size: {gbs}, seq_len: {seq}, recompute: {recompute}}}
 zero_stage: {zero}
-pipelines:
+{sp}pipelines:
 """
 
 
@@ -34,8 +34,13 @@ def pipeline(stages):
 
 
 def write(name, table, what, pipes, seq, zero, recompute):
+    # Tensor parallelism runs with Megatron-LM's sequence parallelism (Korthikanti et al. 2022, which Hetu
+    # v2 §7.1 cites for its Megatron baseline; as experiments/hetu/table4-*.yaml): without it a 16K-token
+    # shard at TP 8 keeps every norm and dropout input whole on each rank and no 32K strategy of Table 9
+    # would fit in an H20's 96 GB.
+    sp = "sequence_parallel: true\n" if any("tp_degree" in p for p in pipes) else ""
     text = HEADER.format(table=table, what=what, name=name, gbs=len(pipes), seq=seq, zero=zero,
-                         recompute=recompute)
+                         recompute=recompute, sp=sp)
     text += "".join(pipes)
     with open(name + ".yaml", "w") as f:
         f.write(text)
