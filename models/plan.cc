@@ -390,7 +390,8 @@ double NcclGib(const NcclCommunicators& c, const proto::Training& training, doub
 }
 
 double NcclChannelFraction(const NodeInfo& node) {
-  return node.fabric.kind() == proto::IntraNodeFabric::KIND_PCIE ? kNcclPcieChannelFraction : 1.0;
+  const bool scale_up = node.num_gpus > 1 && node.fabric.kind() != proto::IntraNodeFabric::KIND_PCIE;
+  return scale_up ? 1.0 : kNcclPcieChannelFraction;
 }
 
 double ContextGib(const proto::Training& training) {

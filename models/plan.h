@@ -141,7 +141,8 @@ NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const Transfor
 // The runtime memory of one rank in GiB (context + NCCL buffers; 0 with training.tensors_only_memory).
 // `channel_fraction`: NcclChannelFraction of the rank's node.
 double NcclGib(const NcclCommunicators& c, const proto::Training& training, double channel_fraction = 1.0);
-// 1 on nodes with an NVLink-class fabric (NVSwitch, NVLink, xGMI), kNcclPcieChannelFraction on PCIe-only ones.
+// 1 on nodes of several GPUs on an NVLink-class fabric (NVSwitch, NVLink, xGMI); kNcclPcieChannelFraction
+// on PCIe-only nodes and on one-GPU nodes (whose every communicator runs over the NIC, a few channels).
 double NcclChannelFraction(const NodeInfo& node);
 double ContextGib(const proto::Training& training);
 

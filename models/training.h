@@ -16,8 +16,9 @@ inline constexpr double kNcclTwoRankFraction = 544.0 / 688.0;
 // NCCL's buffers grow with its channels (NVIDIA/nccl#986). The 688 MiB were measured on NVLink-connected
 // A100s: with NCCL's default buffers per receive connection and channel (LL 0.5 MiB + LL128 4.69 MiB +
 // Simple 4 MiB = 9.19 MiB, src/init.cc DEFAULT_*_BUFFSIZE) that is 75 connection-channels, about 25
-// channels of a ring and a tree. On nodes whose GPUs talk over PCIe only, NCCL's topology search opens two
-// channels (one ring, duplicated): 2/25 of the measured size. Our choice, see docs/simulator.md.
+// channels of a ring and a tree. On nodes whose GPUs talk over PCIe only, and on one-GPU nodes (every
+// communicator through the NIC), NCCL's topology search opens two channels (one ring, duplicated): 2/25 of
+// the measured size. Our choice, see docs/simulator.md.
 inline constexpr double kNcclPcieChannelFraction = 2.0 / 25.0;
 
 // Fills every unset field (global batch and sequence length from the model's defaults; bf16, Adam,

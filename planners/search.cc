@@ -96,15 +96,16 @@ std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uin
 MemoryModel::MemoryModel(const PlanningProblem& problem)
     : model_(problem.model), training_(problem.training), cluster_(problem.cluster) {
   // Runtime memory (models::EstimateMemory's CUDA context and NCCL buffers) at its most for this cluster:
-  // the world group, one group per parallel dimension a plan of n devices can have (TP, DP and PP: at most
-  // log2 n of them are above 1) and the tied-embedding group, each of >= 3 ranks unless n = 2, on the
+  // the world group, one group per parallel dimension a plan of n devices can have (TP, DP and PP, which
+  // planners search; a heterogeneous plan of n devices can have n - 1 of them above 1: three devices make
+  // a two-stage pipeline beside a one-device replica) and the tied-embedding group, each of >= 3 ranks
+  // unless n = 2, on the
   // node kind with the most NCCL channels. Planners do not know a candidate's groups where they check
   // memory, so they charge the most; models::ValidatePlan charges the plan's own groups, never more, so
   // a planner's plan always passes it (docs/simulator.md "Peak memory, term by term").
   const uint32_t n = problem.cluster.num_devices();
   if (n >= 2) {
-    uint32_t dims = 0;
-    for (uint32_t k = n; k >= 2 && dims < 3; k /= 2) ++dims;
+    const uint32_t dims = std::min(3u, n - 1);
     most_.count = 1 + dims + (model_.spec().tied_embeddings() ? 1 : 0);
     most_.two_rank = n == 2 ? most_.count : (model_.spec().tied_embeddings() ? 1 : 0);
   }

@@ -237,5 +237,47 @@ TEST(BundledSpecs, Llama3ClusterHasSixteenThousandGpusInPods) {
   EXPECT_EQ(c->node(0).nic.attachment(), proto::Nic::ATTACHMENT_PER_GPU);
 }
 
+
+// Runtime memory (models/plan.h): the CUDA context and one NCCL communicator per process group the rank
+// uses, 688 MiB for >= 3 ranks and 544 MiB for 2 on NVLink-class nodes (NVIDIA/nccl#964), 400 MiB of
+// context (pytorch/pytorch#109888).
+TEST(PlanMemory, RuntimeMemoryCountsTheRanksCommunicators) {
+  // One device: no communicator. Every dimension above 1 adds one; the tied-embedding group only on an end
+  // stage of a pipeline of more than one stage.
+  EXPECT_EQ(CountNcclCommunicators(1, 1, 1, 1, 1, true).count, 0u);
+  const auto c = CountNcclCommunicators(64, 4, 1, 8, 2, true);
+  EXPECT_EQ(c.count, 5u);     // world, TP, DP, pipeline, embedding
+  EXPECT_EQ(c.two_rank, 2u);  // the two-stage pipeline group and the embedding group
+  EXPECT_EQ(CountNcclCommunicators(64, 4, 1, 8, 2, false).count, 4u);
+  EXPECT_EQ(CountNcclCommunicators(8, 8, 1, 1, 1, true).count, 2u);  // world and TP, one stage: no embedding group
+
+  // Sailor's 16-node plan at DP 8 × PP 2 × TP 4 on GH200 nodes (NVLink): every rank has five communicators,
+  // 3 × 688 + 2 × 544 = 3,152 MiB, and 400 MiB of context.
+  const std::string dir = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/";
+  auto f = Make(dir + "clusters/clariden-gh200-n16.yaml", "opt-350m",
+                "{global_batch_size: 1024, seq_len: 2048, dtype: tf32, attention: standard}");
+  auto plan = LoadPlan(dir + "plans/n16-d8.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  PlanContext ctx{f.cluster, f.model, f.training};
+  const auto mem = EstimateMemory(*plan, ctx);
+  ASSERT_EQ(mem.size(), 64u);
+  for (const auto& dm : mem) {
+    EXPECT_EQ(dm.nccl_communicators, 5u) << "device " << dm.device;
+    EXPECT_NEAR(dm.nccl_gib, 3152.0 / 1024, 1e-12);
+    EXPECT_NEAR(dm.context_gib, 400.0 / 1024, 1e-12);
+    EXPECT_NEAR(dm.total_gib,
+                dm.params_gib + dm.grads_gib + dm.optimizer_gib + dm.activations_gib + dm.workspace_gib +
+                    (400.0 + 3152.0) / 1024,
+                1e-9);
+  }
+
+  // The tensors alone when asked for (training.tensors_only_memory).
+  f.training.set_tensors_only_memory(true);
+  for (const auto& dm : EstimateMemory(*plan, ctx)) {
+    EXPECT_EQ(dm.nccl_gib, 0);
+    EXPECT_EQ(dm.context_gib, 0);
+  }
+}
+
 }  // namespace
 }  // namespace hetsim::models

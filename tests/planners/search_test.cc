@@ -217,6 +217,35 @@ proto::Plan RandomPlan(std::mt19937& rng, const models::Cluster& cluster, const 
   return plan;
 }
 
+// The runtime memory planners charge before a plan's groups are known (MemoryModel::WorkspaceGib) is never
+// below what models::EstimateMemory charges a rank of a finished plan, on any node kind, so a planner's
+// memory check is never looser than ValidatePlan's.
+TEST(Memory, PlannersRuntimeBoundCoversEveryRanksCommunicators) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (const char* name : {"hexiscale-case-study", "metis-nonuniform-v100-dominant-8", "autohet-4node", "cpu-4"}) {
+    const models::Cluster cluster = testing::BundledCluster(name);
+    const models::TransformerModel model = testing::BundledModel("gpt3-1.3b");  // tied embeddings
+    for (int trial = 0; trial < 20; ++trial) {
+      const proto::Plan plan = RandomPlan(rng, cluster, model);
+      uint64_t total = 0;
+      for (const auto& p : plan.pipelines()) total += uint64_t{p.micro_batch_size()} * p.num_micro_batches();
+      const Fixture f(cluster, model, "{global_batch_size: " + std::to_string(total) + ", seq_len: 256}");
+      const MemoryModel memory(f.problem());
+      for (const auto& dm : models::EstimateMemory(plan, f.context())) {
+        const auto& node = cluster.node(cluster.device(dm.device).node);
+        EXPECT_GE(memory.WorkspaceGib(node) + 1e-12, dm.workspace_gib + dm.context_gib + dm.nccl_gib)
+            << name << " trial " << trial << " device " << dm.device << " (" << dm.nccl_communicators
+            << " communicators)";
+        EXPECT_GE(memory.WorkspaceGib() + 1e-12, memory.WorkspaceGib(node));
+        EXPECT_GT(dm.context_gib, 0);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
 // CheckMemory's closed forms must agree with models::EstimateMemory (what ValidatePlan uses) on the worst
 // device of any plan.
 TEST(Memory, ClosedFormsAgreeWithEstimateMemoryOnRandomPlans) {
