@@ -76,9 +76,16 @@ KernelParams Build(const GpuSpec& gpu, const std::string& calibration, int depth
   HETSIM_CHECK(c.ok(), c.ok() ? "" : c.status().message());
   const proto::Calibration& cal = *c.value();
   if (!cal.base().empty() && depth < kMaxCalibrationDepth) p = Build(gpu, cal.base(), depth + 1);
+  const std::string below = p.source;
   Apply(cal.generic(), &p);
   // Generic efficiencies replace whatever a base measured for this type.
-  if (cal.generic().has_gemm_efficiency() || cal.generic().has_memory_efficiency()) p.measured = false;
+  const bool generic_efficiencies = cal.generic().has_gemm_efficiency() || cal.generic().has_memory_efficiency();
+  if (generic_efficiencies) p.measured = false;
+  // Generic values that leave the efficiencies alone (a software stack's host costs) keep the base's
+  // account of the chip and add theirs.
+  if (!cal.base().empty() && !generic_efficiencies && !cal.generic().source().empty()) {
+    p.source = below + "; " + cal.generic().source();
+  }
   for (const auto& k : cal.gpus()) {
     for (const auto& name : k.gpus()) {
       auto g = GpuCatalog::Bundled().Find(name);

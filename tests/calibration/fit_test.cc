@@ -223,6 +223,22 @@ TEST(ByDtype, AnEntryForOneDtypeLeavesTheOthers) {
               0.7226 / 0.5174, 1e-6);
 }
 
+// megatron-deepspeed: the software stack's host costs over the default's chip values, for every GPU type;
+// what the chips measured (GH200's TF32 fit, A100's efficiencies) stays, and so does whether it is measured.
+TEST(ByDtype, TheMegatronDeepSpeedStackChangesHostCostsOnly) {
+  const models::KernelParams& base = models::KernelParamsFor(Gh200());
+  const models::KernelParams& p = models::KernelParamsFor(Gh200(), "megatron-deepspeed");
+  EXPECT_NEAR(p.host_overhead_s, 60.86e-6, 1e-12);
+  EXPECT_NEAR(p.pass_overhead_s, 1.194e-3, 1e-12);
+  EXPECT_NEAR(p.GemmEfficiency(proto::DTYPE_TF32), base.GemmEfficiency(proto::DTYPE_TF32), 1e-12);
+  EXPECT_NEAR(p.kernel_latency_s, base.kernel_latency_s, 1e-15);
+  EXPECT_EQ(p.MeasuredFor(proto::DTYPE_TF32), base.MeasuredFor(proto::DTYPE_TF32));
+  EXPECT_NE(p.source.find("TF32 GEMM and memory efficiencies fitted on Sailor"), std::string::npos) << p.source;
+  EXPECT_NE(p.source.find("host costs of Megatron-DeepSpeed"), std::string::npos) << p.source;
+  const auto& t4 = *models::GpuCatalog::Bundled().Find("t4").value();
+  EXPECT_NEAR(models::KernelParamsFor(t4, "megatron-deepspeed").host_overhead_s, 60.86e-6, 1e-12);
+}
+
 TEST(ReadBench, ErrorsNameTheFileLineAndColumn) {
   const std::string path = ::testing::TempDir() + "/coll.csv";
   {

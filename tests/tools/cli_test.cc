@@ -336,6 +336,29 @@ TEST(ValidateSim, TheBundledSailorPlansSimulate) {
   EXPECT_TRUE(Has(r.out, "nodes=32")) << r.out;
 }
 
+TEST(ValidateSim, EachPlanRunUsesTheCalibrationItsRowNames) {
+  // The same Sailor plan (one GH200 node, TP 4, micro-batch 1: 24 blocks of small kernels) with the default
+  // calibration and with megatron-deepspeed (about 61 us of host time per kernel instead of 10): the second
+  // is slower; a row naming no bundled calibration is an error naming the file and line.
+  const std::string plan = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/plans/n1-d1-m4-g1.yaml";
+  const auto simulated = [&](const std::string& calibration) {
+    const std::string csv = WriteTemp("row-" + calibration + ".csv", "plan,iteration_ms,calibration\n" + plan +
+                                                                         ",73.59," + calibration + "\n");
+    const auto r = RunCli({"validate-sim", "--runs", csv});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(Has(r.out, "(calibration " + calibration)) << r.out;
+    const size_t at = r.out.find("iteration time, all");
+    const size_t bias = r.out.find("bias", at);
+    return std::stod(r.out.substr(bias + 4));
+  };
+  const double by_default = simulated("default"), by_stack = simulated("megatron-deepspeed");
+  EXPECT_GT(by_stack, by_default + 5) << "bias % with the stack's host costs vs without";
+  const std::string bad = WriteTemp("row-bad.csv", "plan,iteration_ms,calibration\n" + plan + ",73.59,megatron\n");
+  const auto r = RunCli({"validate-sim", "--runs", bad});
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(Has(r.err, "row-bad.csv:2: calibration:")) << r.err;
+}
+
 TEST(Calibrate, RefitsTheBundledA100CollectivesFromTheirData) {
   // calibration/data/a100-80gb holds the nccl-tests curve the bundled a100-80gb calibration was fitted on:
   // refitting it gives the file's value (0.7057 of NVLink), and what is written loads as a calibration.

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <ostream>
 
 #include "models/gpu_catalog.h"
@@ -93,6 +94,13 @@ Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
     HETSIM_ASSIGN_OR_RETURN(r.measured_ms, Number(r.cells["iteration_ms"], where, "iteration_ms"));
     if (r.cells.count("grad_sync_ms") && !r.cells["grad_sync_ms"].empty()) {
       HETSIM_ASSIGN_OR_RETURN(r.measured_sync_ms, Number(r.cells["grad_sync_ms"], where, "grad_sync_ms"));
+    }
+    // A run's software stack: the calibration its row names (e.g. megatron-deepspeed for plans run with
+    // Megatron-DeepSpeed), checked here so that a typo fails before any simulation.
+    if (r.cells.count("calibration") && !r.cells["calibration"].empty()) {
+      if (Status c = models::CheckKernelCalibration(r.cells["calibration"]); !c.ok()) {
+        return Status::Invalid(where + ": calibration: " + c.message());
+      }
     }
     if (r.cells.count("peak_memory_gib") && !r.cells["peak_memory_gib"].empty()) {
       HETSIM_ASSIGN_OR_RETURN(r.measured_peak_gib, Number(r.cells["peak_memory_gib"], where, "peak_memory_gib"));
@@ -184,8 +192,10 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
     return 2;
   }
   // The vTrain-fitted A100 default of the other layouts does not apply to plans of any GPU: unless given,
-  // each GPU type uses the bundled default calibration.
-  const std::string calibration = vm["calibration"].defaulted() ? "default" : vm["calibration"].as<std::string>();
+  // each run uses the calibration its row names (column `calibration`, the run's software stack) or the
+  // bundled default; --calibration given on the command line applies to every run.
+  const bool flag_given = !vm["calibration"].defaulted();
+  const std::string calibration = flag_given ? vm["calibration"].as<std::string>() : "default";
   if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
     err << c.message() << "\n";
     return 2;
@@ -199,9 +209,13 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
       "line,plan,nodes,dp,pp,tp,micro_batch,half,measured_ms,simulated_ms,error,measured_grad_sync_ms,"
       "simulated_grad_sync_ms,grad_sync_error,measured_peak_gib,simulated_peak_gib,memory_error\n";
   size_t failed = 0;
+  std::set<std::string> used_calibrations;
   for (size_t i = 0; i < limit; ++i) {
     PlanRun& r = (*runs)[i];
-    SimulatePlanRun(r, path, calibration, *fid);
+    const bool row_names_one = r.cells.count("calibration") > 0 && !r.cells["calibration"].empty();
+    const std::string used = !flag_given && row_names_one ? r.cells["calibration"] : calibration;
+    used_calibrations.insert(used);
+    SimulatePlanRun(r, path, used, *fid);
     if (!r.ok) {
       ++failed;
       err << path << ":" << r.line << ": not simulated: " << r.error << "\n";
@@ -230,7 +244,10 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
            (r.measured_peak_gib > 0 ? Fixed(r.measured_peak_gib, 4) : "") + "," + Fixed(r.simulated_peak_gib, 4) + "," +
            (r.measured_peak_gib > 0 ? Fixed(mem_rel, 6) : "") + "\n";
   }
-  out << "simulated " << all.n << " of " << limit << " plans of " << path << " (calibration " << calibration
+  std::string names;
+  for (const auto& c : used_calibrations) names += (names.empty() ? "" : ", ") + c;
+  out << "simulated " << all.n << " of " << limit << " plans of " << path << " (calibration " << names
+      << (flag_given ? "" : used_calibrations.count("default") ? "" : ", as the runs' rows name it")
       << ", fidelity " << vm["fidelity"].as<std::string>() << ")\n";
   out << "  iteration time, development half  " << dev.Line() << "\n";
   out << "  iteration time, held-out half     " << held.Line() << "\n";
