@@ -80,7 +80,14 @@ def convert(path, name):
         f"name: sailor-{name}",
         f"cluster: ../clusters/clariden-gh200-n{nodes}.yaml",
         "model: opt-350m",
-        f"training: {{global_batch_size: {gbs}, seq_len: 2048, dtype: tf32, recompute: none, attention: standard}}",
+        # DeepSpeed's engine keeps 8 more bytes per parameter than weights + gradients + Adam: a flat fp32
+        # gradient buffer for its all-reduce and the model copies it makes at the start of training (Sailor's
+        # own memory model, sailor/Planner/simulations/runtime_simulator.py: `comm` and
+        # `additional_ds_copies`, 4 bytes each).
+        "# DeepSpeed's engine: 8 bytes per parameter more (its flat gradient buffer and start-up model copies,",
+        "# as Sailor's own memory model counts them).",
+        f"training: {{global_batch_size: {gbs}, seq_len: 2048, dtype: tf32, recompute: none, attention: standard, "
+        "optimizer_extra_bytes_per_param: 8}",
         "schedule: 1f1b",
         "zero_stage: 0",
         "comm: {pp_scatter_gather: true}  # DeepSpeed's partitioned pipeline sends (1/TP per rank)",
