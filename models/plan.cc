@@ -1,6 +1,8 @@
 #include "models/plan.h"
 
 #include "models/communicator.h"
+#include "models/kernels.h"
+#include "models/spec_io.h"
 #include "models/training.h"
 
 #include <algorithm>
@@ -106,6 +108,11 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
     errors.Add(at + "offload: optimizer needs zero_stage 2 or 3 (ZeRO-Offload moves each rank's reduce-scattered "
                "gradient shard and optimizer shard to host memory) but zero_stage is " +
                std::to_string(plan.zero_stage()) + "; set zero_stage: 2 or 3, or offload: none");
+  }
+  if (!plan.calibration().empty()) {
+    if (Status c = CheckKernelCalibration(ResolveRelative(plan.calibration(), file), "calibration"); !c.ok()) {
+      errors.Add(at + c.message());
+    }
   }
   const auto& model = ctx.model;
   const uint32_t num_layers = model.num_layers();

@@ -88,6 +88,7 @@ def convert(path, name):
         "# as Sailor's own memory model counts them).",
         f"training: {{global_batch_size: {gbs}, seq_len: 2048, dtype: tf32, recompute: none, attention: standard, "
         "optimizer_extra_bytes_per_param: 8}",
+        "calibration: megatron-deepspeed  # the runs' software stack: its host costs (docs/calibration.md)",
         "schedule: 1f1b",
         "zero_stage: 0",
         "comm: {pp_scatter_gather: true}  # DeepSpeed's partitioned pipeline sends (1/TP per rank)",
@@ -116,8 +117,6 @@ def convert(path, name):
         "iteration_ms": round(d["real"] * 1e3, 3),
         "grad_sync_ms": round(d["red_grads"] * 1e3, 3),
         "peak_memory_gib": round(d["max_mem"] / 2**30, 4),
-        # The runs' software stack (Megatron-DeepSpeed's pipeline engine): its bundled host costs.
-        "calibration": "megatron-deepspeed",
         "source": os.path.basename(path),
     }
     return "\n".join(lines) + "\n", nodes, row
@@ -150,8 +149,8 @@ def main():
     with open(os.path.join(out, "runs.csv"), "w", newline="") as fh:
         fh.write("# Sailor's 15 measured GH200 OPT-350M plans (eth-easl/sailor @ cf2c8e3, clariden/OPT-350),\n")
         fh.write("# converted by tools/convert_sailor_plans.py: one plan file per run; measured iteration time,\n")
-        fh.write("# gradient all-reduce time and peak GPU memory (GiB) of the fullest GPU; calibration: the\n")
-        fh.write("# runs' software stack (Megatron-DeepSpeed), which `hetsim validate-sim --runs` uses per row.\n")
+        fh.write("# gradient all-reduce time and peak GPU memory (GiB) of the fullest GPU. Each plan names its\n")
+        fh.write("# software stack's calibration (megatron-deepspeed), which validate-sim and simulate use.\n")
         w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)

@@ -495,6 +495,29 @@ TEST(Simulate, OutOfMemoryPlansFailUnlessAllowed) {
   EXPECT_EQ(RunCli(allowed).code, 0);
 }
 
+TEST(Simulate, UsesThePlansOwnCalibrationUnlessTheCommandLineNamesOne) {
+  // Sailor's plans name their software stack's calibration (megatron-deepspeed): simulate uses it, says so
+  // in the compute basis, and --calibration wins over it; a plan naming no bundled calibration and no file
+  // is an error naming the plan and the field.
+  const std::string dir = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/plans/";
+  const auto own = RunCli({"simulate", "--plan", dir + "n1-d1-m4-g1.yaml"});
+  ASSERT_EQ(own.code, 0) << own.err;
+  EXPECT_TRUE(Has(own.out, "gh200: calibration megatron-deepspeed")) << own.out;
+  const auto flag = RunCli({"simulate", "--plan", dir + "n1-d1-m4-g1.yaml", "--calibration", "default"});
+  ASSERT_EQ(flag.code, 0) << flag.err;
+  EXPECT_TRUE(Has(flag.out, "gh200: calibration default")) << flag.out;
+  std::ifstream in(dir + "n1-d1-m4-g1.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::string cluster_ref = "cluster: ../clusters/", stack = "calibration: megatron-deepspeed";
+  yaml.replace(yaml.find(cluster_ref), cluster_ref.size(), "cluster: " + dir + "../clusters/");
+  yaml.replace(yaml.find(stack), stack.size(), "calibration: megatron");
+  const auto bad = RunCli({"simulate", "--plan", WriteTemp("bad-stack.yaml", yaml)});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(Has(bad.err, "bad-stack.yaml: calibration:")) << bad.err;
+}
+
 TEST(Simulate, SaysWhetherThePlanWasFolded) {
   // cpu-4-dp4: four identical DP replicas of one device each, so one device is played for all four;
   // with --no-fold every device is, and the summary says why; cpu-4-pp2's two stages do different work.

@@ -204,16 +204,22 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     err << fid.status().message() << "\n";
     return 2;
   }
+  // The calibration: --calibration, else the one the plan names (its software stack), else `default`.
+  const bool plan_names_calibration = vm["calibration"].defaulted() && !specs->plan->calibration().empty();
+  const std::string calibration = plan_names_calibration
+                                      ? models::ResolveRelative(specs->plan->calibration(), specs->plan_file)
+                                      : FlagString(vm, "calibration");
   std::vector<std::string> profile_refs;
   if (vm.count("profile")) profile_refs = vm["profile"].as<std::vector<std::string>>();
-  for (auto& p : models::CalibrationProfiles(FlagString(vm, "calibration"))) profile_refs.push_back(std::move(p));
+  for (auto& p : models::CalibrationProfiles(calibration)) profile_refs.push_back(std::move(p));
   auto profiles = models::ProfileDb::Load(profile_refs);
   if (!profiles.ok()) {
     err << profiles.status().message() << "\n";
     return 1;
   }
-  const std::string calibration = FlagString(vm, "calibration");
-  if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
+  if (Status c = plan_names_calibration ? models::CheckKernelCalibration(calibration, specs->plan_file + ": calibration")
+                                        : models::CheckKernelCalibration(calibration);
+      !c.ok()) {
     err << c.message() << "\n";
     return 2;
   }
@@ -332,7 +338,8 @@ std::vector<Command> SimCommands() {
                  ("profile", po::value<std::vector<std::string>>()->composing(),
                   "measured layer profile (bundled name or path); repeatable")
                  ("calibration", po::value<std::string>()->default_value("default"),
-                  "kernel-model calibration: default or vtrain-a100 (docs/simulator.md)")
+                  "kernel-model calibration (bundled name or file; `hetsim list calibrations`); default: the "
+                 "plan's own `calibration`, else default")
                  ("report-out", po::value<std::string>(), "write the iteration report (JSON)")
                  ("timeline-out", po::value<std::string>(), "write a Chrome-trace timeline (JSON, opens in Perfetto)")
                 ("timeline-devices", po::value<std::string>()->default_value("auto"),

@@ -37,6 +37,7 @@ struct PlanRun {
   double simulated_ms = 0, simulated_sync_ms = 0, simulated_peak_gib = 0;
   bool ok = false;
   std::string error;
+  std::string calibration;  // the one it was simulated with
 };
 
 std::string Trimmed(const std::string& s) {
@@ -98,9 +99,7 @@ Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
     // A run's software stack: the calibration its row names (e.g. megatron-deepspeed for plans run with
     // Megatron-DeepSpeed), checked here so that a typo fails before any simulation.
     if (r.cells.count("calibration") && !r.cells["calibration"].empty()) {
-      if (Status c = models::CheckKernelCalibration(r.cells["calibration"]); !c.ok()) {
-        return Status::Invalid(where + ": calibration: " + c.message());
-      }
+      if (Status c = models::CheckKernelCalibration(r.cells["calibration"], where + ": calibration"); !c.ok()) return c;
     }
     if (r.cells.count("peak_memory_gib") && !r.cells["peak_memory_gib"].empty()) {
       HETSIM_ASSIGN_OR_RETURN(r.measured_peak_gib, Number(r.cells["peak_memory_gib"], where, "peak_memory_gib"));
@@ -111,8 +110,8 @@ Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
   return runs;
 }
 
-void SimulatePlanRun(PlanRun& r, const std::string& csv_path, const std::string& calibration,
-                     const sim::Fidelity& fidelity) {
+// `calibration` empty: the plan's own (its `calibration`, relative to the plan), else `default`.
+void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibration, const sim::Fidelity& fidelity) {
   const std::string file = r.plan[0] == '/' ? r.plan : FolderOf(csv_path) + r.plan;
   auto fail = [&](const std::string& why) { r.error = why; };
   auto plan = models::LoadPlan(file);
@@ -127,6 +126,11 @@ void SimulatePlanRun(PlanRun& r, const std::string& csv_path, const std::string&
   auto training = models::ResolveTraining(plan->training(), *model, file);
   if (!training.ok()) return fail(training.status().message());
   const models::PlanContext ctx{*cluster, *model, *training};
+  if (calibration.empty()) {
+    calibration = plan->calibration().empty() ? "default" : models::ResolveRelative(plan->calibration(), file);
+    if (Status c = models::CheckKernelCalibration(calibration, file + ": calibration"); !c.ok()) return fail(c.message());
+  }
+  r.calibration = calibration;
   sim::SimOptions opt;
   opt.fidelity = fidelity;
   opt.compute.calibration = calibration;
@@ -194,9 +198,11 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   // The vTrain-fitted A100 default of the other layouts does not apply to plans of any GPU: unless given,
   // each run uses the calibration its row names (column `calibration`, the run's software stack) or the
   // bundled default; --calibration given on the command line applies to every run.
+  // Each run's calibration: --calibration for every run, else the row's `calibration` column, else the
+  // plan's own `calibration` (its software stack), else `default`.
   const bool flag_given = !vm["calibration"].defaulted();
-  const std::string calibration = flag_given ? vm["calibration"].as<std::string>() : "default";
-  if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
+  const std::string calibration = flag_given ? vm["calibration"].as<std::string>() : "";
+  if (Status c = flag_given ? models::CheckKernelCalibration(calibration) : Status::Ok(); !c.ok()) {
     err << c.message() << "\n";
     return 2;
   }
@@ -213,9 +219,8 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   for (size_t i = 0; i < limit; ++i) {
     PlanRun& r = (*runs)[i];
     const bool row_names_one = r.cells.count("calibration") > 0 && !r.cells["calibration"].empty();
-    const std::string used = !flag_given && row_names_one ? r.cells["calibration"] : calibration;
-    used_calibrations.insert(used);
-    SimulatePlanRun(r, path, used, *fid);
+    SimulatePlanRun(r, path, !flag_given && row_names_one ? r.cells["calibration"] : calibration, *fid);
+    if (!r.calibration.empty()) used_calibrations.insert(r.calibration);
     if (!r.ok) {
       ++failed;
       err << path << ":" << r.line << ": not simulated: " << r.error << "\n";
@@ -247,7 +252,7 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   std::string names;
   for (const auto& c : used_calibrations) names += (names.empty() ? "" : ", ") + c;
   out << "simulated " << all.n << " of " << limit << " plans of " << path << " (calibration " << names
-      << (flag_given ? "" : used_calibrations.count("default") ? "" : ", as the runs' rows name it")
+      << (flag_given ? "" : ", as each run's row or plan names it")
       << ", fidelity " << vm["fidelity"].as<std::string>() << ")\n";
   out << "  iteration time, development half  " << dev.Line() << "\n";
   out << "  iteration time, held-out half     " << held.Line() << "\n";
