@@ -224,6 +224,14 @@ Result<Manifest> LoadManifest(const std::string& path) {
         errors.Add(at + ppath + ".plan: " + plan.status().message());
         continue;
       }
+      // A plan naming its software stack's calibration: resolved here, checked before any point runs.
+      if (!plan->calibration().empty()) {
+        const std::string file = Relative(pe.plan(), m.file);
+        plan->set_calibration(models::ResolveRelative(plan->calibration(), file));
+        if (Status c = models::CheckKernelCalibration(plan->calibration(), file + ": calibration"); !c.ok()) {
+          errors.Add(at + ppath + ".plan: " + c.message());
+        }
+      }
       choice.plan = std::move(plan).value();
     } else {
       if (!pe.plan().empty()) errors.Add(at + ppath + ".plan: only planner name 'plan' takes a plan file");

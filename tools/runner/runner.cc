@@ -233,7 +233,9 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   opt.fidelity = setup->fidelity;
   opt.profiles = m.profiles.empty() ? nullptr : &m.profiles;
   opt.compute_jitter_cv = m.spec.simulation().compute_jitter_cv();
-  opt.compute.calibration = m.calibration;
+  // The manifest's simulation.calibration, else a fixed plan's own (its software stack).
+  opt.compute.calibration =
+      m.calibration.empty() && planner.plan && !plan.calibration().empty() ? plan.calibration() : m.calibration;
   opt.seed = p.seed;
   opt.record_timeline = want_timeline;
   if (want_timeline) opt.timeline_devices = sim::DefaultTimelineDevices(plan, cluster);
