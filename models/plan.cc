@@ -405,6 +405,14 @@ double ContextGib(const proto::Training& training) {
   return training.tensors_only_memory() ? 0 : training.cuda_context_gib();
 }
 
+double InterleavedInFlight(uint32_t stage, uint32_t stages, uint32_t m, uint32_t v) {
+  v = std::max<uint32_t>(1, v);
+  const double total = double(m) * v;
+  if (m == stages) return total / v;  // Megatron-LM warms every chunk up when m equals the pipeline size
+  const double warmup = 2.0 * (stages - stage - 1) + double(v - 1) * stages;
+  return std::min(total, warmup + 1) / v;
+}
+
 std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanContext& ctx) {
   const auto& model = ctx.model;
   const auto& tr = ctx.training;
@@ -442,8 +450,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
       switch (schedule) {
         case proto::Plan::SCHEDULE_GPIPE: in_flight = m; break;
         case proto::Plan::SCHEDULE_INTERLEAVED_1F1B: {
-          const double v = std::max<uint32_t>(1, plan.virtual_stages());
-          in_flight = std::min<double>(m, S - s) * (1.0 + (S - 1.0) / (S * v));
+          in_flight = InterleavedInFlight(s, S, m, plan.virtual_stages());
           break;
         }
         default: in_flight = std::min<uint32_t>(m, S - s); break;

@@ -82,8 +82,9 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
 // + 12 (fp32 master weights and two moments) bytes per parameter (Rajbhandari et al. 2020, ZeRO §3);
 // ZeRO-1/2/3 shard the optimizer states / + gradients / + weights over the layer's DP replicas.
 // Activations: per micro-batch (TransformerModel::ActivationBytes) times the micro-batches in flight:
-// 1F1B keeps min(m, S − i) at stage i of S, GPipe keeps all m, interleaved 1F1B keeps
-// min(m, S − i) · (1 + (S − 1)/(S · v)) (Narayanan et al. 2021 §2.2.2). Context parallelism and
+// 1F1B keeps min(m, S − i) at stage i of S, GPipe keeps all m, interleaved 1F1B keeps what Megatron-LM's
+// schedule warms up (InterleavedInFlight; S + (S − 1)/v at stage 0 for m > S, Narayanan et al. 2021
+// §2.2.2; m when m = S). Context parallelism and
 // Ulysses shard the sequence, so each rank stores the activations of seq_len / (cp · ulysses) tokens;
 // ring attention adds its K/V receive buffers (ContextParallelBufferBytes) while a block runs.
 // Transient bytes of ring attention on one rank while a transformer block runs (0 for cp = 1): two K/V
@@ -145,6 +146,12 @@ double NcclGib(const NcclCommunicators& c, const proto::Training& training, doub
 // on PCIe-only nodes and on one-GPU nodes (whose every communicator runs over the NIC, a few channels).
 double NcclChannelFraction(const NodeInfo& node);
 double ContextGib(const proto::Training& training);
+
+// Micro-batches' worth of a stage's activations held at once under Megatron-LM's interleaved 1F1B
+// (forward_backward_pipelining_with_interleaving): stage s of S with v model chunks and m micro-batches
+// runs 2(S − s − 1) + (v − 1)·S warm-up chunk forwards (all m·v when m = S, or when that is fewer) and keeps
+// at most one more chunk in flight in the steady state; a chunk holds 1/v of the stage's layers.
+double InterleavedInFlight(uint32_t stage, uint32_t stages, uint32_t m, uint32_t v);
 
 // Requires a structurally valid plan. One entry per device the plan uses, in plan order.
 std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanContext& ctx);

@@ -288,9 +288,7 @@ double MemoryModel::InFlight(proto::Plan::Schedule schedule, uint32_t stage, uin
     case proto::Plan::SCHEDULE_GPIPE:
       return m;
     case proto::Plan::SCHEDULE_INTERLEAVED_1F1B: {
-      const double v = std::max<uint32_t>(1, virtual_stages);
-      const double S = stages;
-      return std::min<double>(m, S - stage) * (1.0 + (S - 1.0) / (S * v));
+      return models::InterleavedInFlight(stage, stages, m, virtual_stages);
     }
     default:
       return std::min<uint32_t>(m, stages - stage);

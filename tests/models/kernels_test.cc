@@ -198,7 +198,7 @@ TEST(KernelModel, UnknownCalibrationNamesTheFlagAndTheBundledOnes) {
   const Status s = CheckKernelCalibration("vtrain-h100", "--calibration");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--calibration: unknown calibration 'vtrain-h100'"), std::string::npos);
-  EXPECT_NE(s.message().find("a100-80gb, cpu, default, h100, vtrain-a100"), std::string::npos);
+  EXPECT_NE(s.message().find("a100-80gb, cpu, default, h100, megatron-deepspeed, vtrain-a100"), std::string::npos);
 }
 
 // A calibration file layers over its base: the fields it sets for a GPU type change, the rest are the
@@ -239,7 +239,7 @@ TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {
   EXPECT_NE(m.find(path + ": gpus[0].collective_latency[1].group_size: the entries must go up in group size"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (a100-80gb, cpu, default, h100, vtrain-a100)"), std::string::npos)
+  EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (a100-80gb, cpu, default, h100, megatron-deepspeed, vtrain-a100)"), std::string::npos)
       << m;
   // An efficiency above 10 breaks the schema's bounds (above 1 is allowed for nominal catalog rows).
   {

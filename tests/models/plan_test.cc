@@ -279,5 +279,20 @@ TEST(PlanMemory, RuntimeMemoryCountsTheRanksCommunicators) {
   }
 }
 
+// Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): stage s of S warms up
+// 2(S − s − 1) + (v − 1)·S chunk forwards and keeps one more in the steady state, a chunk being 1/v of the
+// stage; all m·v chunks when m = S or when they are fewer.
+TEST(PlanMemory, InterleavedInFlightFollowsMegatronsWarmUp) {
+  // S = 4, v = 2, m = 8: stage 0 warms up 6 + 4 = 10 chunks, 11 in flight = 5.5 stages' worth (Narayanan
+  // et al.'s S + (S − 1)/v); the last stage 0 + 4 + 1 = 5 chunks = 2.5 (more than 1F1B's one micro-batch).
+  EXPECT_DOUBLE_EQ(InterleavedInFlight(0, 4, 8, 2), 5.5);
+  EXPECT_DOUBLE_EQ(InterleavedInFlight(3, 4, 8, 2), 2.5);
+  // m = S = 16, v = 4 (the bundled Llama 3 405B plan): every stage runs all 64 chunk forwards first: 16.
+  EXPECT_DOUBLE_EQ(InterleavedInFlight(0, 16, 16, 4), 16);
+  EXPECT_DOUBLE_EQ(InterleavedInFlight(15, 16, 16, 4), 16);
+  // Fewer chunks than the warm-up (S = 4, v = 2, m = 2): all 4 chunks = 2.
+  EXPECT_DOUBLE_EQ(InterleavedInFlight(0, 4, 2, 2), 2);
+}
+
 }  // namespace
 }  // namespace hetsim::models
