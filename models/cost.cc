@@ -1,6 +1,7 @@
 #include "models/cost.h"
 
 #include <algorithm>
+#include <map>
 
 namespace hetsim::models {
 
@@ -174,6 +175,21 @@ double HostOptimizerSeconds(double params, uint32_t host_ranks, double cpu_adam_
 double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp, proto::DType dtype,
                      bool head_holds_embedding_copy) {
   return model.ParamsPerRank(layer, tp, head_holds_embedding_copy) * DTypeBytes(dtype);
+}
+
+std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<uint32_t>>& groups,
+                                                const Cluster& cluster, const ComputeCost& cost) {
+  std::map<const GpuSpec*, double> by_gpu;
+  std::vector<double> out(groups.size(), 1.0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (uint32_t d : groups[g]) {
+      const GpuSpec* gpu = cluster.device(d).gpu;
+      auto it = by_gpu.find(gpu);
+      if (it == by_gpu.end()) it = by_gpu.emplace(gpu, cost.CollectiveEfficiency(*gpu)).first;
+      out[g] = std::min(out[g], it->second);
+    }
+  }
+  return out;
 }
 
 }  // namespace hetsim::models

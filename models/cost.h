@@ -24,6 +24,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "models/cluster.h"
 #include "models/gpu_catalog.h"
 #include "models/kernels.h"
 #include "models/profile_db.h"
@@ -149,5 +150,11 @@ double PipelineBoundaryBytes(const TransformerModel& model, double micro_batch, 
 // DP: gradient bytes of `layer` that one TP rank of degree `tp` synchronises.
 double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp, proto::DType dtype,
                      bool head_holds_embedding_copy);
+
+// One collective efficiency per communication group (lists of device ids): the least of its members' GPU
+// types' (ComputeCost::CollectiveEfficiency), so that every rank of a ring carries the same bytes and the
+// ring runs at its slowest member's fraction. The simulator and the played estimate both use it.
+std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<uint32_t>>& groups,
+                                                const Cluster& cluster, const ComputeCost& cost);
 
 }  // namespace hetsim::models

@@ -366,6 +366,12 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
   s->programs.resize(lw.ranks.size());
   std::map<std::tuple<uint32_t, uint32_t, uint8_t>, uint32_t> stream_ids;
   ComputePrices prices(cs, cluster, lw.separate_recompute, recompute);
+  // One collective efficiency per group, the least of its members' (models::GroupCollectiveEfficiencies,
+  // as the simulator): every rank of a ring carries the same bytes.
+  std::vector<double> group_efficiency(lw.groups.size(), 1.0);
+  for (size_t g = 0; g < lw.groups.size(); ++g) {
+    for (uint32_t d : lw.groups[g]) group_efficiency[g] = std::min(group_efficiency[g], prices.Efficiency(cs.Gpu(d)));
+  }
   const auto stream_of = [&](uint32_t src, uint32_t dst, uint8_t channel) {
     auto [it, inserted] = stream_ids.emplace(std::make_tuple(src, dst, channel), static_cast<uint32_t>(s->streams.size()));
     if (inserted) {
@@ -442,7 +448,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
             op.seconds = lo.calls * prices.CollectiveLatency(gpu, n);
             // The collective efficiency: the simulator's transfers carry the bytes that take as long at the
             // full bandwidth. The lower bound leaves it out (links at their full bandwidth).
-            if (pricing != Pricing::kLowerBound) op.bytes = lo.bytes / prices.Efficiency(gpu);
+            if (pricing != Pricing::kLowerBound) op.bytes = lo.bytes / group_efficiency[lo.group];
             break;
           }
           default:

@@ -65,9 +65,11 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
                              });
 }
 
+// `group_efficiency[g]`: the collective efficiency of group g (GroupEfficiencies).
 void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
             const models::NodeInfo& node, const std::vector<std::vector<uint32_t>>& groups,
-            const models::ComputeCost& cost, GpuCosts& consts, const Fidelity& fid, bool separate_recompute) {
+            const std::vector<double>& group_efficiency, const models::ComputeCost& cost, GpuCosts& consts,
+            const Fidelity& fid, bool separate_recompute) {
   Op op;
   op.kind = PlayKind(lo.kind);
   op.category = lo.category;
@@ -94,8 +96,9 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
     // The call's fixed cost α (NCCL launch and synchronisation), before its transfers.
     op.seconds = lo.calls * consts.CollectiveLatency(gpu, cost, static_cast<uint32_t>(groups[op.group].size()));
     // Rings reach a calibrated fraction of the links' bandwidth (NCCL's bus bandwidth): the transfers
-    // carry the bytes that take as long at the full bandwidth.
-    op.bytes = lo.bytes / consts.collective_efficiency;
+    // carry the bytes that take as long at the full bandwidth. One fraction per group, so that every rank
+    // of a ring carries the same bytes.
+    op.bytes = lo.bytes / group_efficiency[op.group];
     if (lo.category == Category::kTp && fid.tp == TpDetail::kAnalytic) op.kind = OpKind::kTpAnalytic;
   }
   out.push_back(op);
@@ -331,6 +334,7 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   }
   out.programs.resize(out.devices.size());
   std::unordered_map<const models::GpuSpec*, GpuCosts> gpu_costs;
+  const std::vector<double> group_efficiency = models::GroupCollectiveEfficiencies(out.groups, ctx.cluster, cost);
   for (size_t i = 0; i < out.devices.size(); ++i) {
     models::RankOps& r = lowering.ranks[i];
     DeviceProgram& prog = out.programs[i];
@@ -350,10 +354,12 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
     prog.ops.reserve(r.ops.size());
     prog.dp_stream.reserve(r.dp_stream.size());
     for (const auto& lo : r.ops) {
-      Append(prog.ops, lo, r, gpu, node, out.groups, cost, consts, options.fidelity, separate_recompute);
+      Append(prog.ops, lo, r, gpu, node, out.groups, group_efficiency, cost, consts, options.fidelity,
+             separate_recompute);
     }
     for (const auto& lo : r.dp_stream) {
-      Append(prog.dp_stream, lo, r, gpu, node, out.groups, cost, consts, options.fidelity, separate_recompute);
+      Append(prog.dp_stream, lo, r, gpu, node, out.groups, group_efficiency, cost, consts, options.fidelity,
+             separate_recompute);
     }
     std::vector<models::Op>().swap(r.ops);
     std::vector<models::Op>().swap(r.dp_stream);
