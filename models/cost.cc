@@ -1,7 +1,6 @@
 #include "models/cost.h"
 
 #include <algorithm>
-#include <map>
 
 namespace hetsim::models {
 
@@ -178,16 +177,10 @@ double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp,
 }
 
 std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<uint32_t>>& groups,
-                                                const Cluster& cluster, const ComputeCost& cost) {
-  std::map<const GpuSpec*, double> by_gpu;
+                                                const std::function<double(uint32_t device)>& efficiency) {
   std::vector<double> out(groups.size(), 1.0);
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (uint32_t d : groups[g]) {
-      const GpuSpec* gpu = cluster.device(d).gpu;
-      auto it = by_gpu.find(gpu);
-      if (it == by_gpu.end()) it = by_gpu.emplace(gpu, cost.CollectiveEfficiency(*gpu)).first;
-      out[g] = std::min(out[g], it->second);
-    }
+    for (uint32_t d : groups[g]) out[g] = std::min(out[g], efficiency(d));
   }
   return out;
 }

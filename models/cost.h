@@ -21,10 +21,10 @@
 // (Profiled activations are read by the planners' memory checks, planners::MemoryModel.)
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
-#include "models/cluster.h"
 #include "models/gpu_catalog.h"
 #include "models/kernels.h"
 #include "models/profile_db.h"
@@ -154,7 +154,8 @@ double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp,
 // One collective efficiency per communication group (lists of device ids): the least of its members' GPU
 // types' (ComputeCost::CollectiveEfficiency), so that every rank of a ring carries the same bytes and the
 // ring runs at its slowest member's fraction. The simulator and the played estimate both use it.
+// `efficiency(device)`: the collective efficiency of the GPU type a device computes as.
 std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<uint32_t>>& groups,
-                                                const Cluster& cluster, const ComputeCost& cost);
+                                                const std::function<double(uint32_t device)>& efficiency);
 
 }  // namespace hetsim::models

@@ -371,12 +371,16 @@ NcclCommunicators CountNcclCommunicators(uint32_t plan_devices, uint32_t tp, uin
   return c;
 }
 
-NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const TransformerModel& model, int pipe, int stage,
-                                         const std::vector<uint32_t>& replicas) {
-  uint32_t plan_devices = 0;
+uint32_t PlanDevices(const proto::Plan& plan) {
+  uint32_t n = 0;
   for (const auto& p : plan.pipelines()) {
-    for (const auto& st : p.stages()) plan_devices += static_cast<uint32_t>(st.devices_size());
+    for (const auto& st : p.stages()) n += static_cast<uint32_t>(st.devices_size());
   }
+  return n;
+}
+
+NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const TransformerModel& model, int pipe, int stage,
+                                         const std::vector<uint32_t>& replicas, uint32_t plan_devices) {
   const auto& pl = plan.pipelines(pipe);
   const auto& st = pl.stages(stage);
   const uint32_t ways = StageSharding(st).ways();
@@ -434,6 +438,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
       }
     }
   }
+  const uint32_t plan_devices = PlanDevices(plan);
   std::vector<DeviceMemory> out;
   for (int p = 0; p < plan.pipelines_size(); ++p) {
     const auto& pipe = plan.pipelines(p);
@@ -455,7 +460,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         }
         default: in_flight = std::min<uint32_t>(m, S - s); break;
       }
-      const NcclCommunicators comms = StageNcclCommunicators(plan, model, p, static_cast<int>(s), replicas);
+      const NcclCommunicators comms = StageNcclCommunicators(plan, model, p, static_cast<int>(s), replicas, plan_devices);
       double params = 0, grads = 0, optim = 0, largest_layer = 0, all_grads = 0, host = 0;
       for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
         const double n = model.ParamsPerRank(l, tp, !holds_embedding);

@@ -137,8 +137,10 @@ NcclCommunicators CountNcclCommunicators(uint32_t plan_devices, uint32_t tp, uin
                                          uint32_t dp_replicas, uint32_t stages, bool holds_tied_end);
 // The communicators of a rank of stage `stage` of pipeline `pipe`; `replicas[l]` is layer l's DP × CP
 // replica count over the plan (what ZeRO shards over).
+// `plan_devices`: PlanDevices(plan), counted once by the caller.
 NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const TransformerModel& model, int pipe, int stage,
-                                         const std::vector<uint32_t>& replicas);
+                                         const std::vector<uint32_t>& replicas, uint32_t plan_devices);
+uint32_t PlanDevices(const proto::Plan& plan);
 // The runtime memory of one rank in GiB (context + NCCL buffers; 0 with training.tensors_only_memory).
 // `channel_fraction`: NcclChannelFraction of the rank's node.
 double NcclGib(const NcclCommunicators& c, const proto::Training& training, double channel_fraction = 1.0);

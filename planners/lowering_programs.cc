@@ -368,10 +368,8 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
   ComputePrices prices(cs, cluster, lw.separate_recompute, recompute);
   // One collective efficiency per group, the least of its members' (models::GroupCollectiveEfficiencies,
   // as the simulator): every rank of a ring carries the same bytes.
-  std::vector<double> group_efficiency(lw.groups.size(), 1.0);
-  for (size_t g = 0; g < lw.groups.size(); ++g) {
-    for (uint32_t d : lw.groups[g]) group_efficiency[g] = std::min(group_efficiency[g], prices.Efficiency(cs.Gpu(d)));
-  }
+  const std::vector<double> group_efficiency =
+      models::GroupCollectiveEfficiencies(lw.groups, [&](uint32_t d) { return prices.Efficiency(cs.Gpu(d)); });
   const auto stream_of = [&](uint32_t src, uint32_t dst, uint8_t channel) {
     auto [it, inserted] = stream_ids.emplace(std::make_tuple(src, dst, channel), static_cast<uint32_t>(s->streams.size()));
     if (inserted) {

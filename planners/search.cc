@@ -109,9 +109,9 @@ MemoryModel::MemoryModel(const PlanningProblem& problem)
     most_.count = 1 + dims + (model_.spec().tied_embeddings() ? 1 : 0);
     most_.two_rank = n == 2 ? most_.count : (model_.spec().tied_embeddings() ? 1 : 0);
   }
-  double fraction = 0;
-  for (const auto& node : problem.cluster.nodes()) fraction = std::max(fraction, models::NcclChannelFraction(node));
-  runtime_gib_ = models::ContextGib(training_) + models::NcclGib(most_, training_, fraction);
+  for (const auto& node : problem.cluster.nodes()) {
+    widest_channels_ = std::max(widest_channels_, models::NcclChannelFraction(node));
+  }
   if (problem.profiles == nullptr || problem.profiles->empty()) return;
   std::vector<const models::GpuSpec*> types;
   for (const auto& node : problem.cluster.nodes()) {
@@ -274,7 +274,7 @@ double MemoryModel::RuntimeGib(const models::NcclCommunicators& comms, uint32_t 
 }
 
 double MemoryModel::WorkspaceGib() const {
-  return training_.workspace_gib() + runtime_gib_;
+  return training_.workspace_gib() + models::ContextGib(training_) + models::NcclGib(most_, training_, widest_channels_);
 }
 
 double MemoryModel::WorkspaceGib(const models::NodeInfo& node) const {

@@ -94,7 +94,7 @@ class MemoryModel {
   const proto::Training& training_;
   const models::Cluster& cluster_;
   models::NcclCommunicators most_;  // the most communicators a plan on the cluster can need
-  double runtime_gib_ = 0;
+  double widest_channels_ = 0;      // the largest models::NcclChannelFraction of the cluster's nodes
   // Profiled activation bytes per sequence, [kind * (kMaxProfiledTp + 1) + tp]; < 0 = none. Empty
   // without profiles.
   static constexpr uint32_t kMaxProfiledTp = 128;

@@ -113,6 +113,7 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
   MemoryCheck worst;
   double worst_gap = -std::numeric_limits<double>::infinity();
   std::map<uint32_t, double> host_need;  // node -> GiB of offloaded shards
+  const uint32_t plan_devices = models::PlanDevices(plan);
   for (int pi = 0; pi < plan.pipelines_size(); ++pi) {
     const auto& pipe = plan.pipelines(pi);
     const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
@@ -120,7 +121,7 @@ MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem,
       const auto& st = pipe.stages(static_cast<int>(s));
       const uint32_t tp = models::TpDegree(st);
       const models::NcclCommunicators comms =
-          models::StageNcclCommunicators(plan, model, pi, static_cast<int>(s), replicas);
+          models::StageNcclCommunicators(plan, model, pi, static_cast<int>(s), replicas, plan_devices);
       const uint32_t b0 = st.layer_begin(), e0 = std::min(st.layer_end(), L);
       double static_gib = 0;
       bool uniform = true;

@@ -31,11 +31,10 @@ OpKind PlayKind(models::OpKind k) {
 // look-up of the calibration takes a lock and builds a key).
 struct GpuCosts {
   double pass_overhead_s = 0;
-  double collective_efficiency = 1;
   std::unordered_map<uint32_t, double> collective_latency_s;  // by group size
 
   GpuCosts(const models::GpuSpec& gpu, const models::ComputeCost& cost)
-      : pass_overhead_s(cost.PassOverheadSeconds(gpu)), collective_efficiency(cost.CollectiveEfficiency(gpu)) {}
+      : pass_overhead_s(cost.PassOverheadSeconds(gpu)) {}
   double CollectiveLatency(const models::GpuSpec& gpu, const models::ComputeCost& cost, uint32_t group_size) {
     auto it = collective_latency_s.find(group_size);
     if (it == collective_latency_s.end()) {
@@ -65,7 +64,7 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
                              });
 }
 
-// `group_efficiency[g]`: the collective efficiency of group g (GroupEfficiencies).
+// `group_efficiency[g]`: the collective efficiency of group g (models::GroupCollectiveEfficiencies).
 void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
             const models::NodeInfo& node, const std::vector<std::vector<uint32_t>>& groups,
             const std::vector<double>& group_efficiency, const models::ComputeCost& cost, GpuCosts& consts,
@@ -334,7 +333,13 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   }
   out.programs.resize(out.devices.size());
   std::unordered_map<const models::GpuSpec*, GpuCosts> gpu_costs;
-  const std::vector<double> group_efficiency = models::GroupCollectiveEfficiencies(out.groups, ctx.cluster, cost);
+  std::unordered_map<const models::GpuSpec*, double> efficiency;  // by GPU type: one calibration look-up each
+  const std::vector<double> group_efficiency = models::GroupCollectiveEfficiencies(out.groups, [&](uint32_t d) {
+    const models::GpuSpec* gpu = ctx.cluster.device(d).gpu;
+    auto it = efficiency.find(gpu);
+    if (it == efficiency.end()) it = efficiency.emplace(gpu, cost.CollectiveEfficiency(*gpu)).first;
+    return it->second;
+  });
   for (size_t i = 0; i < out.devices.size(); ++i) {
     models::RankOps& r = lowering.ranks[i];
     DeviceProgram& prog = out.programs[i];

@@ -267,5 +267,18 @@ TEST(KernelModel, ComputeCostAddsAForwardForFullRecomputation) {
   EXPECT_DOUBLE_EQ(cost.ForwardSeconds(h100, 2, 2, 4), fwd);
 }
 
+// A collective's efficiency is its group's: the least of its members' (a ring runs at its slowest link),
+// so every rank of a ring mixing GPU types carries the same bytes. Devices 0-1 at 0.7, 2-3 at 0.9.
+TEST(CollectiveEfficiency, AGroupTakesTheLeastOfItsMembers) {
+  const auto eff = [](uint32_t d) { return d < 2 ? 0.7 : 0.9; };
+  const auto g = GroupCollectiveEfficiencies({{0, 1}, {2, 3}, {1, 2}, {3}, {}}, eff);
+  ASSERT_EQ(g.size(), 5u);
+  EXPECT_DOUBLE_EQ(g[0], 0.7);
+  EXPECT_DOUBLE_EQ(g[1], 0.9);
+  EXPECT_DOUBLE_EQ(g[2], 0.7);  // mixed: the slower member's
+  EXPECT_DOUBLE_EQ(g[3], 0.9);
+  EXPECT_DOUBLE_EQ(g[4], 1.0);  // no member: full bandwidth
+}
+
 }  // namespace
 }  // namespace hetsim::models
