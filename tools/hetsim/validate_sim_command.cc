@@ -11,7 +11,8 @@
 // A CSV whose first line names its columns (no '#') instead carries runs on several nodes: the columns
 // gpus, global_batch, micro_batch, hidden, heads, layers, seq_len, tp, dp, pp and iteration_ms, and
 // optionally gpus_per_node (default: all on one node), nic_gbps (one InfiniBand NIC of that bandwidth per
-// GPU; required with more than one node), virtual_stages (Megatron-LM's interleaved 1F1B; default 1), gpu
+// GPU; required with more than one node), nics_per_node (instead of one per GPU: that many NICs of nic_gbps
+// shared by the node's GPUs), virtual_stages (Megatron-LM's interleaved 1F1B; default 1), gpu
 // (default --gpu) and any other column (kept for provenance, ignored), e.g. Megatron-LM SC'21 Table 1
 // (experiments/validation/megatron_sc21_table1.csv).
 //
@@ -47,10 +48,13 @@ struct Run {
   uint32_t tp = 0, dp = 0, pp = 0;
   uint32_t gpus_per_node = 0;  // 0: one node of `gpus`
   double nic_gbps = 0;         // per GPU; 0: none (one node)
+  uint32_t nics_per_node = 0;  // 0: one NIC per GPU
   uint32_t virtual_stages = 1;
   std::string gpu;  // empty: --gpu
   double measured_ms = 0;
   double simulated_ms = 0;
+  // The first device's (pipeline 0, stage 0) compute and exposed communication, for reading residuals.
+  double compute_ms = 0, tp_ms = 0, pp_ms = 0, dp_ms = 0, idle_ms = 0;
   bool ok = false;
   std::string error;
   double rel() const { return (simulated_ms - measured_ms) / measured_ms; }
@@ -76,6 +80,9 @@ Status CheckRun(const Run& r, const std::string& where) {
   if (r.gpus_per_node > 0 && r.gpus_per_node < r.gpus && !(r.nic_gbps > 0)) {
     return Status::Invalid(where + ": the run spans " + std::to_string(r.gpus / r.gpus_per_node) +
                            " nodes; give nic_gbps (each GPU's NIC, Gb/s)");
+  }
+  if (r.nics_per_node > 64) {
+    return Status::Invalid(where + ": nics_per_node must be at most 64, found " + std::to_string(r.nics_per_node));
   }
   return Status::Ok();
 }
@@ -123,7 +130,8 @@ Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<s
       {"gpus", &r.gpus},       {"global_batch", &r.global_batch}, {"micro_batch", &r.micro_batch},
       {"hidden", &r.hidden},   {"heads", &r.heads},               {"layers", &r.layers},
       {"seq_len", &r.seq_len}, {"tp", &r.tp},                     {"dp", &r.dp},
-      {"pp", &r.pp},           {"gpus_per_node", &r.gpus_per_node}, {"virtual_stages", &r.virtual_stages}};
+      {"pp", &r.pp},           {"gpus_per_node", &r.gpus_per_node}, {"virtual_stages", &r.virtual_stages},
+      {"nics_per_node", &r.nics_per_node}};
   for (size_t i = 0; i < header.size(); ++i) {
     const std::string& name = header[i];
     const std::string cell = Trim(cells[i]);
@@ -224,10 +232,16 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   node->mutable_gpus()->set_type(r.gpu.empty() ? gpu : r.gpu);
   node->mutable_gpus()->set_count(per_node);
   if (r.nic_gbps > 0) {
-    // One NIC per GPU on a non-blocking fabric, as DGX SuperPODs (Selene) are built.
+    // One NIC per GPU on a non-blocking fabric, as DGX SuperPODs (Selene) are built, or the row's NICs
+    // shared by the node's GPUs.
     node->mutable_nic()->set_kind(proto::Nic::KIND_INFINIBAND);
     node->mutable_nic()->set_bandwidth_gbps(r.nic_gbps);
-    node->mutable_nic()->set_attachment(proto::Nic::ATTACHMENT_PER_GPU);
+    if (r.nics_per_node > 0) {
+      node->mutable_nic()->set_attachment(proto::Nic::ATTACHMENT_PER_NODE);
+      node->mutable_nic()->set_count(r.nics_per_node);
+    } else {
+      node->mutable_nic()->set_attachment(proto::Nic::ATTACHMENT_PER_GPU);
+    }
   }
   auto cluster = models::Cluster::Build(c, "run");
   if (!cluster.ok()) return fail(cluster.status().message());
@@ -263,6 +277,14 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   auto res = sim::SimulateIteration(plan, ctx, opt);
   if (!res.ok()) return fail(res.status().message());
   r.simulated_ms = res->report.iteration_time_s() * 1e3;
+  if (res->report.devices_size() > 0) {
+    const auto& d = res->report.devices(0);
+    r.compute_ms = d.compute_s() * 1e3;
+    r.tp_ms = d.tp_communication_s() * 1e3;
+    r.pp_ms = d.pp_communication_s() * 1e3;
+    r.dp_ms = d.dp_communication_s() * 1e3;
+    r.idle_ms = d.idle_s() * 1e3;
+  }
   r.ok = true;
 }
 
@@ -329,7 +351,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
   Errors dev, held, all;
   std::map<std::string, Errors> by;
   std::string csv = "line,gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,half,measured_ms,"
-                    "simulated_ms,error\n";
+                    "simulated_ms,error,nodes,compute_ms,tp_ms,pp_ms,dp_ms,idle_ms\n";
   size_t done = 0, failed = 0;
   for (size_t i = 0; i < runs->size() && i < limit; ++i) {
     Run& r = (*runs)[i];
@@ -348,10 +370,16 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     by["pp=" + std::to_string(r.pp)].Add(r.rel());
     by["micro_batch=" + std::to_string(r.micro_batch)].Add(r.rel());
     by["hidden=" + std::to_string(r.hidden)].Add(r.rel());
-    char row[256];
-    std::snprintf(row, sizeof(row), "%d,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%s,%.4f,%.4f,%.6f\n", r.line, r.gpus,
-                  r.global_batch, r.micro_batch, r.hidden, r.heads, r.layers, r.seq_len, r.tp, r.dp, r.pp,
-                  development ? "development" : "held_out", r.measured_ms, r.simulated_ms, r.rel());
+    const uint32_t nodes = r.gpus_per_node > 0 ? std::max(1u, r.gpus / r.gpus_per_node) : 1;
+    if (nodes > 1) {
+      by["dp=" + std::to_string(r.dp)].Add(r.rel());
+      by["nodes=" + std::to_string(nodes)].Add(r.rel());
+    }
+    char row[384];
+    std::snprintf(row, sizeof(row), "%d,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%s,%.4f,%.4f,%.6f,%u,%.3f,%.3f,%.3f,%.3f,%.3f\n",
+                  r.line, r.gpus, r.global_batch, r.micro_batch, r.hidden, r.heads, r.layers, r.seq_len, r.tp, r.dp,
+                  r.pp, development ? "development" : "held_out", r.measured_ms, r.simulated_ms, r.rel(), nodes,
+                  r.compute_ms, r.tp_ms, r.pp_ms, r.dp_ms, r.idle_ms);
     csv += row;
   }
   out << "simulated " << all.n << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
