@@ -185,4 +185,31 @@ std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<ui
   return out;
 }
 
+std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std::vector<uint32_t>>& groups,
+                                  const std::function<double(uint32_t device)>& efficiency, const ComputeCost& cost) {
+  const std::vector<double> eff = GroupCollectiveEfficiencies(groups, efficiency);
+  std::vector<GroupComm> out(groups.size());
+  const bool kernel = cost.options().model == ComputeModel::kKernel;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    out[g].efficiency = eff[g];
+    if (!kernel || groups[g].size() < 2) continue;
+    out[g].nccl = NcclGroupOf(cluster, groups[g]);
+    if (out[g].nccl.nodes >= 2 && out[g].nccl.node_bandwidth_bytes_s > 0) {
+      out[g].net = &NetworkParamsFor(out[g].nccl.nic, cost.options().calibration);
+    }
+  }
+  return out;
+}
+
+CollectivePrice PriceCollective(const Op& lo, const GroupComm& g, double intra_latency_s) {
+  const bool nccl_kind = lo.collective == CollectiveKind::kAllReduce || lo.collective == CollectiveKind::kReduceScatter ||
+                         lo.collective == CollectiveKind::kAllGather;
+  if (g.net != nullptr && nccl_kind && lo.algorithm == Algorithm::kRing && lo.bytes > 0) {
+    const uint32_t calls = std::max(1u, lo.calls);
+    const NcclCall c = ChooseNccl(lo.collective, lo.bytes / calls, g.nccl, *g.net);
+    return {calls * c.latency_s, lo.bytes / c.efficiency};
+  }
+  return {lo.calls * intra_latency_s, lo.bytes / g.efficiency};
+}
+
 }  // namespace hetsim::models

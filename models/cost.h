@@ -27,6 +27,7 @@
 
 #include "models/gpu_catalog.h"
 #include "models/kernels.h"
+#include "models/nccl.h"
 #include "models/profile_db.h"
 #include "models/proto/plan.pb.h"
 #include "models/proto/training.pb.h"
@@ -157,5 +158,27 @@ double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp,
 // `efficiency(device)`: the collective efficiency of the GPU type a device computes as.
 std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<uint32_t>>& groups,
                                                 const std::function<double(uint32_t device)>& efficiency);
+
+// How one communication group's collectives are priced, the same in the simulator (sim/program.cc) and the
+// played estimate (planners/lowering_programs.cc).
+struct GroupComm {
+  double efficiency = 1;  // the least of the members' GPU collective efficiencies (GroupCollectiveEfficiencies)
+  NcclGroup nccl;         // the group's shape; nodes ≥ 2: priced as NCCL runs it (models/nccl.h)
+  const NetworkParams* net = nullptr;  // the calibration's network values for its bottleneck NIC (nodes ≥ 2)
+};
+// Every group's GroupComm under `cost`'s calibration. NCCL's model applies under the kernel model only (the
+// token-efficiency model has no fixed costs).
+std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std::vector<uint32_t>>& groups,
+                                  const std::function<double(uint32_t device)>& efficiency, const ComputeCost& cost);
+// A lowered collective's fixed cost (all its calls) and the bytes its played transfers carry. Ring
+// all-reduces, reduce-scatters and all-gathers of a group spanning nodes: NCCL's choice for one call's bytes
+// (ChooseNccl); every other collective: `intra_latency_s` per call (ComputeCost::CollectiveLatencySeconds of
+// the rank's GPU) and the bytes over the group's efficiency. A plan's explicit tree or hierarchical
+// algorithm keeps its played algorithm.
+struct CollectivePrice {
+  double latency_s = 0;
+  double bytes = 0;
+};
+CollectivePrice PriceCollective(const Op& lo, const GroupComm& g, double intra_latency_s);
 
 }  // namespace hetsim::models

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "models/nccl.h"
 #include "models/spec_io.h"
 #include "models/suggest.h"
 
@@ -200,6 +201,40 @@ bool KernelParams::MeasuredFor(proto::DType dtype) const {
     if (e.dtype == dtype) return true;
   }
   return measured;
+}
+
+namespace {
+
+// The network layers of `calibration` for `kind`: built-in values, base, this file's entries.
+NetworkParams BuildNetwork(proto::Nic::Kind kind, const std::string& calibration, int depth) {
+  NetworkParams p;
+  p.source = "built-in defaults";
+  auto c = CachedCalibration(calibration);
+  HETSIM_CHECK(c.ok(), c.ok() ? "" : c.status().message());
+  const proto::Calibration& cal = *c.value();
+  if (!cal.base().empty() && depth < kMaxCalibrationDepth) p = BuildNetwork(kind, cal.base(), depth + 1);
+  for (const auto& e : cal.network()) {
+    if (e.nics_size() > 0 && std::find(e.nics().begin(), e.nics().end(), kind) == e.nics().end()) continue;
+    if (!e.source().empty()) p.source = e.source();
+    if (e.has_bus_efficiency()) p.bus_efficiency = e.bus_efficiency();
+    if (e.has_net_latency_us()) p.net_latency_s = e.net_latency_us() * 1e-6;
+    if (e.has_net_overhead_us()) p.net_overhead_s = e.net_overhead_us() * 1e-6;
+    if (e.has_ll128()) p.ll128 = e.ll128();
+  }
+  return p;
+}
+
+}  // namespace
+
+const NetworkParams& NetworkParamsFor(proto::Nic::Kind kind, const std::string& calibration) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<int, std::string>, NetworkParams>();
+  const std::string name = calibration.empty() ? "default" : calibration;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::pair<int, std::string> key{static_cast<int>(kind), name};
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  return (*cache)[key] = BuildNetwork(kind, name, 0);
 }
 
 const std::vector<std::string>& KernelCalibrations() {

@@ -366,10 +366,10 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
   s->programs.resize(lw.ranks.size());
   std::map<std::tuple<uint32_t, uint32_t, uint8_t>, uint32_t> stream_ids;
   ComputePrices prices(cs, cluster, lw.separate_recompute, recompute);
-  // One collective efficiency per group, the least of its members' (models::GroupCollectiveEfficiencies,
-  // as the simulator): every rank of a ring carries the same bytes.
-  const std::vector<double> group_efficiency =
-      models::GroupCollectiveEfficiencies(lw.groups, [&](uint32_t d) { return prices.Efficiency(cs.Gpu(d)); });
+  // Each group's collectives priced as the simulator prices them (models::GroupComms): every rank of a
+  // ring carries the same bytes; groups spanning nodes as NCCL runs them.
+  const std::vector<models::GroupComm> group_comm = models::GroupComms(
+      cluster, lw.groups, [&](uint32_t d) { return prices.Efficiency(cs.Gpu(d)); }, cs.cost());
   const auto stream_of = [&](uint32_t src, uint32_t dst, uint8_t channel) {
     auto [it, inserted] = stream_ids.emplace(std::make_tuple(src, dst, channel), static_cast<uint32_t>(s->streams.size()));
     if (inserted) {
@@ -443,10 +443,12 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
             op.ref = lo.group;
             op.rank = lo.rank;
             const uint32_t n = static_cast<uint32_t>(lw.groups[lo.group].size());
-            op.seconds = lo.calls * prices.CollectiveLatency(gpu, n);
+            const models::CollectivePrice price =
+                models::PriceCollective(lo, group_comm[lo.group], prices.CollectiveLatency(gpu, n));
+            op.seconds = price.latency_s;
             // The collective efficiency: the simulator's transfers carry the bytes that take as long at the
             // full bandwidth. The lower bound leaves it out (links at their full bandwidth).
-            if (pricing != Pricing::kLowerBound) op.bytes = lo.bytes / group_efficiency[lo.group];
+            if (pricing != Pricing::kLowerBound) op.bytes = price.bytes;
             break;
           }
           default:

@@ -695,12 +695,17 @@ class Runner {
       case OpKind::kTpAnalytic: {
         const auto& g = sh_->programs->groups[op.group];
         const double n = static_cast<double>(g.size());
-        const uint32_t next = g[(op.rank + 1) % g.size()];
-        auto [bw, lat] = RouteOf(next);
         const double steps = 2 * (n - 1);
-        const double t = op.seconds + (op.algorithm == Algorithm::kNvls
-                                           ? op.bytes / (models::kNvlsEfficiency * bw) + 2 * lat
-                                           : steps * (op.bytes / n) / bw + steps * lat);
+        double t = op.seconds;
+        if (op.algorithm == Algorithm::kNvls) {
+          auto [bw, lat] = RouteOf(g[(op.rank + 1) % g.size()]);
+          t += op.bytes / (models::kNvlsEfficiency * bw) + 2 * lat;
+        } else {
+          // Every member's ring step at once: the step lasts as long as its most loaded link (a hop between
+          // nodes striped over the members' NICs as the played rings do), the same for every member.
+          const auto [s_per_byte, lat] = RingStepCost(op.group);
+          t += steps * ((op.bytes / n) * s_per_byte + lat);
+        }
         Defer(t);
         const double exposed_from = std::clamp(HiddenUntil(), t0, t0 + t);
         AddComm(op.category, t0 + t - exposed_from);
@@ -743,6 +748,27 @@ class Runner {
   static uint64_t Bytes(double b) { return static_cast<uint64_t>(std::llround(std::max(0.0, b))); }
 
   // Bottleneck bandwidth (bytes/s) and latency (s) of the route to `peer`.
+  // One step of group g's ring with every member sending at once (rail-striped between nodes, as
+  // RunCollective plays it): the seconds per byte of a member's step on the most loaded link, and the
+  // longest route latency. Computed once per group.
+  std::pair<double, double> RingStepCost(uint32_t group) {
+    auto it = ring_steps_.find(group);
+    if (it != ring_steps_.end()) return it->second;
+    std::unordered_map<s4u::Link*, double> load;  // fraction of a member's step bytes, summed
+    double lat = 0;
+    std::vector<s4u::Link*> links;
+    for (const Flow& f : RingFlows(sh_->programs->groups[group], sh_->platform->gpu_node, true)) {
+      links.clear();
+      double l = 0;
+      HostOf(f.from)->route_to(HostOf(f.to), links, &l);
+      lat = std::max(lat, l);
+      for (auto* link : links) load[link] += f.fraction;
+    }
+    double s_per_byte = 1e-12;  // an empty route (one host): as RouteOf's 1e12 B/s
+    for (const auto& [link, fraction] : load) s_per_byte = std::max(s_per_byte, fraction / link->get_bandwidth());
+    return ring_steps_[group] = {s_per_byte, lat};
+  }
+
   std::pair<double, double> RouteOf(uint32_t peer) {
     auto it = routes_.find(peer);
     if (it != routes_.end()) return it->second;
@@ -916,6 +942,7 @@ class Runner {
   std::unordered_map<uint64_t, s4u::Mailbox*> boxes_;
   std::map<uint64_t, s4u::Mailbox*> stagers_;  // CPU-staged pipeline sends: the queue of each (peer, channel)
   std::unordered_map<uint32_t, std::pair<double, double>> routes_;
+  std::unordered_map<uint32_t, std::pair<double, double>> ring_steps_;  // by group (RingStepCost)
   // Posted sends not yet waited for (see Pending).
   std::deque<Pending> pending_;
   std::unordered_map<uint64_t, uint64_t> sent_;  // mailbox key -> pipeline sends posted on it

@@ -64,10 +64,10 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
                              });
 }
 
-// `group_efficiency[g]`: the collective efficiency of group g (models::GroupCollectiveEfficiencies).
+// `group_comm[g]`: how group g's collectives are priced (models::GroupComms).
 void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
             const models::NodeInfo& node, const std::vector<std::vector<uint32_t>>& groups,
-            const std::vector<double>& group_efficiency, const models::ComputeCost& cost, GpuCosts& consts,
+            const std::vector<models::GroupComm>& group_comm, const models::ComputeCost& cost, GpuCosts& consts,
             const Fidelity& fid, bool separate_recompute) {
   Op op;
   op.kind = PlayKind(lo.kind);
@@ -92,12 +92,14 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
     }
   }
   if (lo.kind == models::OpKind::kCollective) {
-    // The call's fixed cost α (NCCL launch and synchronisation), before its transfers.
-    op.seconds = lo.calls * consts.CollectiveLatency(gpu, cost, static_cast<uint32_t>(groups[op.group].size()));
-    // Rings reach a calibrated fraction of the links' bandwidth (NCCL's bus bandwidth): the transfers
-    // carry the bytes that take as long at the full bandwidth. One fraction per group, so that every rank
-    // of a ring carries the same bytes.
-    op.bytes = lo.bytes / group_efficiency[op.group];
+    // The call's fixed cost α (NCCL launch and synchronisation; between nodes NCCL's modelled latency of
+    // the algorithm and protocol it picks), before its transfers. Rings reach a fraction of the links'
+    // bandwidth (NCCL's bus bandwidth): the transfers carry the bytes that take as long at the full
+    // bandwidth, the same for every rank of a group (models::PriceCollective).
+    const models::CollectivePrice price = models::PriceCollective(
+        lo, group_comm[op.group], consts.CollectiveLatency(gpu, cost, static_cast<uint32_t>(groups[op.group].size())));
+    op.seconds = price.latency_s;
+    op.bytes = price.bytes;
     if (lo.category == Category::kTp && fid.tp == TpDetail::kAnalytic) op.kind = OpKind::kTpAnalytic;
   }
   out.push_back(op);
@@ -334,12 +336,15 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   out.programs.resize(out.devices.size());
   std::unordered_map<const models::GpuSpec*, GpuCosts> gpu_costs;
   std::unordered_map<const models::GpuSpec*, double> efficiency;  // by GPU type: one calibration look-up each
-  const std::vector<double> group_efficiency = models::GroupCollectiveEfficiencies(out.groups, [&](uint32_t d) {
-    const models::GpuSpec* gpu = ctx.cluster.device(d).gpu;
-    auto it = efficiency.find(gpu);
-    if (it == efficiency.end()) it = efficiency.emplace(gpu, cost.CollectiveEfficiency(*gpu)).first;
-    return it->second;
-  });
+  const std::vector<models::GroupComm> group_comm = models::GroupComms(
+      ctx.cluster, out.groups,
+      [&](uint32_t d) {
+        const models::GpuSpec* gpu = ctx.cluster.device(d).gpu;
+        auto it = efficiency.find(gpu);
+        if (it == efficiency.end()) it = efficiency.emplace(gpu, cost.CollectiveEfficiency(*gpu)).first;
+        return it->second;
+      },
+      cost);
   for (size_t i = 0; i < out.devices.size(); ++i) {
     models::RankOps& r = lowering.ranks[i];
     DeviceProgram& prog = out.programs[i];
@@ -359,11 +364,11 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
     prog.ops.reserve(r.ops.size());
     prog.dp_stream.reserve(r.dp_stream.size());
     for (const auto& lo : r.ops) {
-      Append(prog.ops, lo, r, gpu, node, out.groups, group_efficiency, cost, consts, options.fidelity,
+      Append(prog.ops, lo, r, gpu, node, out.groups, group_comm, cost, consts, options.fidelity,
              separate_recompute);
     }
     for (const auto& lo : r.dp_stream) {
-      Append(prog.dp_stream, lo, r, gpu, node, out.groups, group_efficiency, cost, consts, options.fidelity,
+      Append(prog.dp_stream, lo, r, gpu, node, out.groups, group_comm, cost, consts, options.fidelity,
              separate_recompute);
     }
     std::vector<models::Op>().swap(r.ops);

@@ -54,9 +54,12 @@ sim::OpKind PlayKind(models::OpKind k) {
 }
 
 // Every non-compute operation of `lowered` appears in `played` in the same order with the same peer,
-// group, size and micro-batch; compute operations appear as compute of the same pass in between.
+// group, size and micro-batch; compute operations appear as compute of the same pass in between. A
+// collective's played bytes are its lowered bytes as models::PriceCollective scales them (the group's
+// collective efficiency, or NCCL's choice between nodes).
 void ExpectSameStream(const models::Lowering& lowering, const std::vector<models::Op>& lowered,
-                      const sim::Programs& programs, const std::vector<sim::Op>& played, const std::string& where) {
+                      const sim::Programs& programs, const std::vector<sim::Op>& played,
+                      const std::vector<models::GroupComm>& comm, const std::string& where) {
   size_t j = 0;
   for (const models::Op& op : lowered) {
     if (op.kind == models::OpKind::kCompute) {
@@ -73,7 +76,9 @@ void ExpectSameStream(const models::Lowering& lowering, const std::vector<models
     ASSERT_EQ(p.kind, PlayKind(op.kind)) << where;
     ASSERT_EQ(p.category, op.category) << where;
     ASSERT_EQ(p.micro_batch, op.micro_batch) << where;
-    ASSERT_EQ(p.bytes, op.bytes) << where;
+    const double bytes =
+        op.kind == models::OpKind::kCollective ? models::PriceCollective(op, comm.at(op.group), 0).bytes : op.bytes;
+    ASSERT_EQ(p.bytes, bytes) << where;
     if (op.kind == models::OpKind::kSend || op.kind == models::OpKind::kRecv) {
       ASSERT_EQ(p.peer, op.peer) << where;
     }
@@ -102,10 +107,13 @@ TEST(Consumers, SimulatorPlaysTheLoweringOfEveryBundledPlan) {
     auto programs = sim::BuildPrograms(b.plan, ctx, cost, sim::ProgramOptions{fid, 0, 1});
     ASSERT_TRUE(programs.ok()) << b.name;
     ASSERT_EQ(programs->devices, lowering->devices) << b.name;
+    const auto comm = models::GroupComms(
+        b.cluster, lowering->groups,
+        [&](uint32_t d) { return cost.CollectiveEfficiency(*b.cluster.device(d).gpu); }, cost);
     for (size_t i = 0; i < lowering->ranks.size(); ++i) {
       const std::string where = b.name + " device " + std::to_string(lowering->devices[i]);
-      ExpectSameStream(*lowering, lowering->ranks[i].ops, *programs, programs->programs[i].ops, where + " main");
-      ExpectSameStream(*lowering, lowering->ranks[i].dp_stream, *programs, programs->programs[i].dp_stream, where + " dp");
+      ExpectSameStream(*lowering, lowering->ranks[i].ops, *programs, programs->programs[i].ops, comm, where + " main");
+      ExpectSameStream(*lowering, lowering->ranks[i].dp_stream, *programs, programs->programs[i].dp_stream, comm, where + " dp");
       if (testing::Test::HasFatalFailure()) return;
     }
   }
