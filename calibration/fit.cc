@@ -23,6 +23,32 @@ std::string Fmt(const char* f, double a, double b = 0, double c = 0, double d = 
   return buf;
 }
 
+// Four significant digits: what the measurements support, and a readable file.
+double Round(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  const double scale = std::pow(10.0, 3 - std::floor(std::log10(std::fabs(v))));
+  return std::round(v * scale) / scale;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// Seconds of `k` at unit efficiency without fixed costs: waves of tiles (or FLOPs) at peak for GEMMs,
+// bytes at the HBM bandwidth for memory kernels.
+double IdealSeconds(const models::Kernel& k, const models::GpuSpec& gpu, proto::DType dtype) {
+  models::KernelParams unit = models::KernelParamsFor(gpu);
+  unit.gemm_efficiency = 1, unit.memory_efficiency = 1, unit.kernel_latency_s = 0;
+  unit.by_dtype.clear();
+  if (k.type == models::Kernel::Type::kGemm) unit.memory_efficiency = 1e12;  // compute term only
+  return models::KernelGpuSeconds(k, gpu, unit, dtype);
+}
+
+}  // namespace
+
 // Reads a CSV with a header line (after '#' comment lines) into rows of named cells.
 Result<std::vector<std::map<std::string, std::string>>> ReadCsv(const std::string& path,
                                                                  const std::vector<std::string>& required) {
@@ -61,7 +87,7 @@ Result<std::vector<std::map<std::string, std::string>>> ReadCsv(const std::strin
   return rows;
 }
 
-Result<double> Number(const std::map<std::string, std::string>& row, const std::string& key, const std::string& path) {
+Result<double> CsvNumber(const std::map<std::string, std::string>& row, const std::string& key, const std::string& path) {
   const std::string& s = row.at(key);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -71,31 +97,6 @@ Result<double> Number(const std::map<std::string, std::string>& row, const std::
   return v;
 }
 
-// Four significant digits: what the measurements support, and a readable file.
-double Round(double v) {
-  if (v == 0 || !std::isfinite(v)) return v;
-  const double scale = std::pow(10.0, 3 - std::floor(std::log10(std::fabs(v))));
-  return std::round(v * scale) / scale;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
-}
-
-// Seconds of `k` at unit efficiency without fixed costs: waves of tiles (or FLOPs) at peak for GEMMs,
-// bytes at the HBM bandwidth for memory kernels.
-double IdealSeconds(const models::Kernel& k, const models::GpuSpec& gpu, proto::DType dtype) {
-  models::KernelParams unit = models::KernelParamsFor(gpu);
-  unit.gemm_efficiency = 1, unit.memory_efficiency = 1, unit.kernel_latency_s = 0;
-  unit.by_dtype.clear();
-  if (k.type == models::Kernel::Type::kGemm) unit.memory_efficiency = 1e12;  // compute term only
-  return models::KernelGpuSeconds(k, gpu, unit, dtype);
-}
-
-}  // namespace
 
 Result<std::vector<KernelRow>> ReadKernelBench(const std::string& path) {
   const std::vector<std::string> cols = {"kind", "name", "model", "tp", "micro_batch", "seq_len", "pass", "m", "n",
@@ -110,7 +111,7 @@ Result<std::vector<KernelRow>> ReadKernelBench(const std::string& path) {
     for (size_t i = 0; i < 12; ++i) {
       static const char* keys[] = {"tp", "micro_batch", "seq_len", "m", "n", "k", "batch", "bytes", "flops",
                                    "median_s", "min_s", "model_s"};
-      HETSIM_ASSIGN_OR_RETURN(*nums[i], Number(r, keys[i], path));
+      HETSIM_ASSIGN_OR_RETURN(*nums[i], CsvNumber(r, keys[i], path));
     }
     if (!(k.median_s > 0)) return Status::Invalid(path + ":" + r.at("#line") + ": median_s must be positive");
     out.push_back(std::move(k));
@@ -127,9 +128,9 @@ Result<std::vector<CommRow>> ReadCommBench(const std::string& path) {
     if (c.op != "allreduce" && c.op != "p2p") {
       return Status::Invalid(path + ":" + r.at("#line") + ": op '" + c.op + "' (expected allreduce or p2p)");
     }
-    HETSIM_ASSIGN_OR_RETURN(double g, Number(r, "group_size", path));
-    HETSIM_ASSIGN_OR_RETURN(c.bytes, Number(r, "bytes", path));
-    HETSIM_ASSIGN_OR_RETURN(c.median_s, Number(r, "median_s", path));
+    HETSIM_ASSIGN_OR_RETURN(double g, CsvNumber(r, "group_size", path));
+    HETSIM_ASSIGN_OR_RETURN(c.bytes, CsvNumber(r, "bytes", path));
+    HETSIM_ASSIGN_OR_RETURN(c.median_s, CsvNumber(r, "median_s", path));
     if (g < 2 || g != std::floor(g)) return Status::Invalid(path + ":" + r.at("#line") + ": group_size must be an integer >= 2");
     if (!(c.median_s > 0) || !(c.bytes > 0)) {
       return Status::Invalid(path + ":" + r.at("#line") + ": bytes and median_s must be positive");

@@ -14,6 +14,7 @@
 // memory fit's intercept; host_overhead is the measured issue time per kernel.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@ struct CommRow {
   int group_size = 0;
   double bytes = 0, median_s = 0;
 };
+
+// A CSV with a header line (after '#' comment lines) as rows of named cells (and "#line", the row's line);
+// an error names a `required` column the header lacks.
+Result<std::vector<std::map<std::string, std::string>>> ReadCsv(const std::string& path,
+                                                                 const std::vector<std::string>& required);
+// A row's cell `key` as a finite number; the error names the file, line and column.
+Result<double> CsvNumber(const std::map<std::string, std::string>& row, const std::string& key, const std::string& path);
 
 Result<std::vector<KernelRow>> ReadKernelBench(const std::string& path);
 Result<std::vector<CommRow>> ReadCommBench(const std::string& path);

@@ -407,7 +407,7 @@ TEST(Calibrate, BadInputIsAClearError) {
   EXPECT_TRUE(Has(a.err, "--backend: unknown backend 'tpu' (expected cpu or cuda)"));
   const auto b = RunCli({"calibrate", "--from-data", testing::TempDir() + "no-such-dir"});
   EXPECT_EQ(b.code, 1);
-  EXPECT_TRUE(Has(b.err, "neither kernels.csv nor collectives.csv is there"));
+  EXPECT_TRUE(Has(b.err, "none of kernels.csv, collectives.csv or network.csv is there"));
   const auto c = RunCli({"calibrate", "--gpu", "h1000"});
   EXPECT_EQ(c.code, 2);
   EXPECT_TRUE(Has(c.err, "--gpu:"));
@@ -417,6 +417,34 @@ TEST(Calibrate, BadInputIsAClearError) {
   const auto d = RunCli({"calibrate", "--from-data", dir});
   EXPECT_EQ(d.code, 1);
   EXPECT_TRUE(Has(d.err, dir + "/collectives.csv:2: column median_s: 'x' is not a number"));
+  const std::string net = testing::TempDir() + "bad-net-data";
+  ASSERT_EQ(std::system(("mkdir -p " + net).c_str()), 0);
+  { std::ofstream(net + "/network.csv") << "nodes,gpus_per_node,nic,nic_gbps,bytes,time_us\n4,8,omnipath,200,1024,50\n"; }
+  const auto e = RunCli({"calibrate", "--from-data", net});
+  EXPECT_EQ(e.code, 1);
+  EXPECT_TRUE(Has(e.err, net + "/network.csv:2: column nic: 'omnipath' (expected infiniband, roce or ethernet)")) << e.err;
+  { std::ofstream(net + "/network.csv") << "nodes,gpus_per_node,nic,nic_gbps,bytes,time_us\n1,8,roce,200,1024,50\n"; }
+  const auto f = RunCli({"calibrate", "--from-data", net});
+  EXPECT_EQ(f.code, 1);
+  EXPECT_TRUE(Has(f.err, net + "/network.csv:2: nodes must be a whole number >= 2")) << f.err;
+}
+
+TEST(Calibrate, RefitsANetworkFromCollectivesMeasuredAcrossNodes) {
+  // calibration/data/network/b200-p6-efa: 4 nodes of 8 B200 over EFA (modelled as RDMA, `roce`). Only
+  // network.csv there: the file written has a network entry for roce and no GPU entry, and loads.
+  const std::string out = testing::TempDir() + "efa.yaml";
+  const auto r = RunCli({"calibrate", "--from-data",
+                         std::string(HETSIM_SOURCE_DIR) + "/calibration/data/network/b200-p6-efa", "--name", "efa",
+                         "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "network: bus efficiency")) << r.out;
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(Has(text.str(), "nics: [roce]") || Has(text.str(), "- roce")) << text.str();
+  EXPECT_FALSE(Has(text.str(), "gpus:")) << text.str();
+  const auto v = RunCli({"validate", out});
+  EXPECT_EQ(v.code, 0) << v.err;
 }
 
 // The bundled GH200 TF32 entry of `default` is what `--from-profiles` gives on the two Sailor profiles

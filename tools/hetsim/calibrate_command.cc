@@ -7,7 +7,8 @@
 //   3. the robust fit, printed with its error, and the YAML with provenance (host, date, versions, command,
 //      data files).
 // `--from-data DIR` refits measurements taken before (DIR/kernels.csv, DIR/collectives.csv), e.g. on
-// another machine, without measuring.
+// another machine, without measuring; DIR/network.csv (collectives measured across nodes, e.g. nccl-tests
+// on a multi-node machine) refits the network's values under NCCL's model (calibration/network_fit.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -16,11 +17,13 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <thread>
 
 #include "calibration/fit.h"
+#include "calibration/network_fit.h"
 #include "models/gpu_catalog.h"
 #include "models/kernels.h"
 #include "models/spec_io.h"
@@ -282,6 +285,7 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
                                                  : (fs::path(output).parent_path() / (fs::path(output).stem().string() + "-data")).string();
   const std::string kernels_csv = (fs::path(data_dir) / "kernels.csv").string();
   const std::string comm_csv = (fs::path(data_dir) / "collectives.csv").string();
+  const std::string network_csv = (fs::path(data_dir) / "network.csv").string();
   const std::string profile_yaml = (fs::path(data_dir) / "profile.yaml").string();
   std::string command = "hetsim calibrate " + (vm.count("from-data") ? std::string() : "--backend " + backend + " ") +
                         "--gpu " + gpu.value()->name;
@@ -372,17 +376,37 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
     }
     comm = std::move(*c);
   }
-  if (kernels.empty() && comm.empty()) {
-    err << "hetsim calibrate: --from-data " << data_dir << ": neither kernels.csv nor collectives.csv is there\n";
+  std::vector<calibration::NetworkRow> network;
+  if (fs::exists(network_csv)) {
+    auto n = calibration::ReadNetworkBench(network_csv);
+    if (!n.ok()) {
+      err << "hetsim calibrate: " << n.status().message() << "\n";
+      return 1;
+    }
+    network = std::move(*n);
+  }
+  if (kernels.empty() && comm.empty() && network.empty()) {
+    err << "hetsim calibrate: --from-data " << data_dir
+        << ": none of kernels.csv, collectives.csv or network.csv is there\n";
     return 1;
   }
-  calibration::FitSummary summary;
-  auto fitted = calibration::FitCalibration(*gpu.value(), kernels, comm, &summary);
-  if (!fitted.ok()) {
-    err << "hetsim calibrate: " << fitted.status().message() << " (data: " << data_dir << ")\n";
-    return 1;
+  std::optional<proto::KernelCalibration> fitted;
+  if (!kernels.empty() || !comm.empty()) {
+    calibration::FitSummary summary;
+    auto f = calibration::FitCalibration(*gpu.value(), kernels, comm, &summary);
+    if (!f.ok()) {
+      err << "hetsim calibrate: " << f.status().message() << " (data: " << data_dir << ")\n";
+      return 1;
+    }
+    for (const auto& l : summary.lines) out << "      " << l << "\n";
+    fitted = *f;
   }
-  for (const auto& l : summary.lines) out << "      " << l << "\n";
+  const std::vector<calibration::NetworkFit> network_fits =
+      calibration::FitNetwork(network, vm["base"].as<std::string>());
+  for (const auto& f : network_fits) {
+    out << "      network: bus efficiency " << f.entry.bus_efficiency() << ", latency " << f.entry.net_latency_us()
+        << " us per inter-node step (" << f.entry.source() << ")\n";
+  }
 
   proto::Calibration cal;
   cal.set_kind("calibration");
@@ -397,17 +421,23 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
   prov->set_command(command);
   prov->set_versions(refit ? "hetsim 0.1.0 (fit only)"
                             : "hetsim 0.1.0; " + std::string(cuda ? "CUDA backend (cuBLAS, NCCL)" : "CPU backend (Eigen, Open MPI)"));
-  prov->set_data((fs::exists(kernels_csv) ? kernels_csv : "") +
-                 (fs::exists(comm_csv) ? std::string(fs::exists(kernels_csv) ? "; " : "") + comm_csv : ""));
-  *cal.add_gpus() = *fitted;
+  std::string data;
+  for (const auto& f : {kernels_csv, comm_csv, network_csv}) {
+    if (fs::exists(f)) data += (data.empty() ? "" : "; ") + f;
+  }
+  prov->set_data(data);
+  if (fitted) *cal.add_gpus() = *fitted;
+  for (const auto& f : network_fits) *cal.add_network() = f.entry;
   if (fs::exists(profile_yaml)) {
     // Relative to the calibration file, so the two move together.
     const fs::path base = fs::absolute(output).parent_path();
     cal.add_profiles(fs::relative(fs::absolute(profile_yaml), base).string());
     prov->set_data(prov->data() + "; " + profile_yaml);
   }
-  cal.mutable_gpus(0)->set_source("fitted by hetsim calibrate on " + Today() + " (" + std::to_string(kernels.size()) +
-                                  " kernel and " + std::to_string(comm.size()) + " communication measurements)");
+  if (fitted) {
+    cal.mutable_gpus(0)->set_source("fitted by hetsim calibrate on " + Today() + " (" + std::to_string(kernels.size()) +
+                                    " kernel and " + std::to_string(comm.size()) + " communication measurements)");
+  }
   return WriteCalibration(cal, command, output, out, err);
 }
 
@@ -431,7 +461,9 @@ std::vector<Command> CalibrationCommands() {
                 ("base", po::value<std::string>()->default_value("default"),
                  "bundled calibration the file layers over (what it does not measure)")
                 ("data-dir", po::value<std::string>(), "where the measurements go (default: beside the output, OUTPUT-data/)")
-                ("from-data", po::value<std::string>(), "fit DIR/kernels.csv and DIR/collectives.csv without measuring")
+                ("from-data", po::value<std::string>(),
+                 "fit DIR/kernels.csv, DIR/collectives.csv and DIR/network.csv (collectives measured across nodes, "
+                 "e.g. nccl-tests; calibration/network_fit.h) without measuring")
                 ("from-profiles", po::value<std::string>(),
                  "fit the GPU's GEMM efficiency (for --dtype) and memory efficiency to measured layer profiles "
                  "(bundled names or paths, comma-separated; their TP-1 transformer rows), without measuring")
