@@ -3,7 +3,9 @@
 the measured time, and by TP, micro-batch and model width, so that a trend (a missing effect) is seen at a
 glance rather than read from a table.
 
-Usage: tools/plot/residuals.py RUNS.csv OUT.png [--title TEXT]   (also writes OUT.pdf)
+Usage: tools/plot/residuals.py RUNS.csv OUT.png [--title TEXT]   (also writes OUT.pdf); runs over several
+           nodes (a `nodes` column above 1) add a row: the residual in ms against the simulated exposed
+           communication, and the error by DP width, PP depth and node count
        tools/plot/residuals.py RUNS.csv OUT.png --per-run [--compare OTHER.csv] [--labels A,B]
            one point per run against its GPU count, labelled TP·PP·DP, for small sets such as Megatron-LM's
            Table 1 (experiments/validation/megatron_sc21_table1.csv); --compare adds a second calibration's
@@ -38,7 +40,12 @@ def mape(values):
 
 
 def render(rows, out, title):
-    fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), gridspec_kw={"width_ratios": [2, 1, 1, 1]})
+    multi = any(int(r.get("nodes", "1") or 1) > 1 for r in rows)
+    if multi:
+        fig, grid = plt.subplots(2, 4, figsize=(16, 8.4), gridspec_kw={"width_ratios": [2, 1, 1, 1]})
+        axes = grid[0]
+    else:
+        fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), gridspec_kw={"width_ratios": [2, 1, 1, 1]})
     ax = axes[0]
     for half, colour in (("development", "#4C72B0"), ("held_out", "#DD8452")):
         part = [r for r in rows if r["half"] == half]
@@ -57,6 +64,27 @@ def render(rows, out, title):
         ax.set_xticks(range(1, len(groups) + 1), [str(g) for g in groups])
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xlabel(label)
+    if multi:
+        # Runs over several nodes: what the residual (in ms) does against the simulated exposed communication
+        # of the first device, and the error by DP width, PP depth and node count.
+        ax = grid[1][0]
+        comm = [sum(float(r.get(k, 0) or 0) for k in ("tp_ms", "pp_ms", "dp_ms")) for r in rows]
+        resid = [float(r["measured_ms"]) - float(r["simulated_ms"]) for r in rows]
+        tps = sorted({int(r["tp"]) for r in rows})
+        for tp in tps:
+            idx = [i for i, r in enumerate(rows) if int(r["tp"]) == tp]
+            ax.scatter([comm[i] for i in idx], [resid[i] for i in idx], s=10, alpha=0.7, label=f"TP {tp}")
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xlabel("simulated exposed TP + PP + DP communication (ms, first device)")
+        ax.set_ylabel("measured − simulated (ms)")
+        ax.legend(frameon=False, fontsize=8, ncol=2)
+        for ax, key, label in zip(grid[1][1:], ("dp", "pp", "nodes"), ("DP width", "PP depth", "nodes")):
+            groups = sorted({int(r[key]) for r in rows})
+            data = [[100 * float(r["error"]) for r in rows if int(r[key]) == g] for g in groups]
+            ax.boxplot(data, showfliers=False)
+            ax.set_xticks(range(1, len(groups) + 1), [str(g) for g in groups])
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_xlabel(label)
     fig.suptitle(title, fontweight="bold")
     fig.tight_layout()
     fig.savefig(out, dpi=120, metadata={"Software": "hetsim"})
