@@ -64,6 +64,11 @@ HETU = {
 # strategy for the same GPUs, DP2TP4PP5 bs2.
 MEGATRON = {"c1": (2, 4, 4, 2), "c3": (1, 4, 6, 1), "c4": (4, 4, 3, 2), "c5": (2, 4, 5, 2), "c7": (2, 4, 4, 2)}
 DEEPSPEED = {"c1": (16, 2), "c3": (12, 2), "c4": (24, 1), "c5": (20, 2), "c7": (16, 2)}
+# Oobleck's stand-in runs Megatron's pipelines with optimizer sharding off (§7.2), which does not fit C4's
+# DP4TP4PP3 (its H800 stage needs 87.5 of 80 GiB; Appendix A.3: "disabling ZeRO-1 increases memory overhead,
+# precluding the use of the optimal parallel strategy", Hetu itself drops to DP 2 there). There it runs
+# Megatron's uniform pipelines at DP 2: TP4PP6, bs2 (our choice).
+OOBLECK = {"c4": (2, 4, 6, 2)}
 
 
 def layers(i, n, l0, l1):
@@ -83,8 +88,8 @@ def hetu_plan(c):
     return lines
 
 
-def megatron_plan(c, zero=1):
-    dp, tp, pp, size = MEGATRON[c]
+def megatron_plan(c, zero=1, strategy=None):
+    dp, tp, pp, size = strategy or MEGATRON[c]
     per = BLOCKS // pp
     lines = ["zero_stage: %d" % zero, "pipelines:"]
     for r in range(dp):
@@ -94,6 +99,10 @@ def megatron_plan(c, zero=1):
             devs = ", ".join(str(s * dp * tp + r * tp + k) for k in range(tp))
             lines.append("      - {devices: [%s], tp_degree: %d, layer_begin: %d, layer_end: %d}" % (devs, tp, b, e))
     return lines
+
+
+def oobleck_plan(c):
+    return megatron_plan(c, zero=0, strategy=OOBLECK.get(c))
 
 
 def deepspeed_plan(c):
@@ -194,11 +203,11 @@ def main():
                 man += inline(body(c), system.lower() + "-" + c, 8)
         man += ["    - name: elastic", "      label: Oobleck", "      replan_plans:"]
         for c in sorted({MEGATRON_OF[c] for c in cs[1:]}):
-            man += inline(megatron_plan(c, zero=0), "oobleck-" + c, 8)
+            man += inline(oobleck_plan(c), "oobleck-" + c, 8)
         write(scen + ".yaml", man)
     for c in MEGATRON:
         write("oobleck-%s.yaml" % c, plan_file("Oobleck stand-in (Megatron's pipelines, ZeRO off)", c,
-                                               megatron_plan(c, zero=0), "hetu-elastic-" + c, "oobleck"))
+                                               oobleck_plan(c), "hetu-elastic-" + c, "oobleck"))
 
 
 if __name__ == "__main__":

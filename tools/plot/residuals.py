@@ -39,6 +39,17 @@ def mape(values):
     return 100 * sum(abs(v) for v in values) / len(values) if values else 0.0
 
 
+def boxes_by(axes, rows, keys, labels):
+    """One box plot of the error per value of each key, on its own axes."""
+    for ax, key, label in zip(axes, keys, labels):
+        groups = sorted({int(r[key]) for r in rows})
+        data = [[100 * float(r["error"]) for r in rows if int(r[key]) == g] for g in groups]
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(groups) + 1), [str(g) for g in groups])
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xlabel(label)
+
+
 def render(rows, out, title):
     multi = any(int(r.get("nodes", "1") or 1) > 1 for r in rows)
     if multi:
@@ -57,13 +68,7 @@ def render(rows, out, title):
     ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("simulated − measured (%)")
     ax.legend(frameon=False, fontsize=9)
-    for ax, key, label in zip(axes[1:], ("tp", "micro_batch", "hidden"), ("TP degree", "micro-batch", "hidden size")):
-        groups = sorted({int(r[key]) for r in rows})
-        data = [[100 * float(r["error"]) for r in rows if int(r[key]) == g] for g in groups]
-        ax.boxplot(data, showfliers=False)
-        ax.set_xticks(range(1, len(groups) + 1), [str(g) for g in groups])
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_xlabel(label)
+    boxes_by(axes[1:], rows, ("tp", "micro_batch", "hidden"), ("TP degree", "micro-batch", "hidden size"))
     if multi:
         # Runs over several nodes: what the residual (in ms) does against the simulated exposed communication
         # of the first device, and the error by DP width, PP depth and node count.
@@ -78,13 +83,7 @@ def render(rows, out, title):
         ax.set_xlabel("simulated exposed TP + PP + DP communication (ms, first device)")
         ax.set_ylabel("measured − simulated (ms)")
         ax.legend(frameon=False, fontsize=8, ncol=2)
-        for ax, key, label in zip(grid[1][1:], ("dp", "pp", "nodes"), ("DP width", "PP depth", "nodes")):
-            groups = sorted({int(r[key]) for r in rows})
-            data = [[100 * float(r["error"]) for r in rows if int(r[key]) == g] for g in groups]
-            ax.boxplot(data, showfliers=False)
-            ax.set_xticks(range(1, len(groups) + 1), [str(g) for g in groups])
-            ax.axhline(0, color="black", linewidth=0.8)
-            ax.set_xlabel(label)
+        boxes_by(grid[1][1:], rows, ("dp", "pp", "nodes"), ("DP width", "PP depth", "nodes"))
     fig.suptitle(title, fontweight="bold")
     fig.tight_layout()
     fig.savefig(out, dpi=120, metadata={"Software": "hetsim"})
