@@ -66,9 +66,12 @@ MEGATRON = {"c1": (2, 4, 4, 2), "c3": (1, 4, 6, 1), "c4": (4, 4, 3, 2), "c5": (2
 DEEPSPEED = {"c1": (16, 2), "c3": (12, 2), "c4": (24, 1), "c5": (20, 2), "c7": (16, 2)}
 # Oobleck's stand-in runs Megatron's pipelines with optimizer sharding off (§7.2), which does not fit C4's
 # DP4TP4PP3 (its H800 stage needs 87.5 of 80 GiB; Appendix A.3: "disabling ZeRO-1 increases memory overhead,
-# precluding the use of the optimal parallel strategy", Hetu itself drops to DP 2 there). There it runs
-# Megatron's uniform pipelines at DP 2: TP4PP6, bs2 (our choice).
-OOBLECK = {"c4": (2, 4, 6, 2)}
+# precluding the use of the optimal parallel strategy", Hetu itself drops to DP 2 there). There it runs two
+# pipelines of six TP-4 stages with Megatron's uniform 10 blocks a stage, each pipeline on its own nodes as
+# Oobleck instantiates its templates (so that a node's failure leaves the other pipeline whole): Table 8's
+# C4 device groups, bs2 (our choice).
+OOBLECK = {"c4": [(16, 2, [(16, 19), (20, 23), (24, 27), (28, 31), (0, 3), (4, 7)]),
+                  (16, 2, [(32, 35), (36, 39), (40, 43), (44, 47), (8, 11), (12, 15)])]}
 
 
 def layers(i, n, l0, l1):
@@ -88,8 +91,8 @@ def hetu_plan(c):
     return lines
 
 
-def megatron_plan(c, zero=1, strategy=None):
-    dp, tp, pp, size = strategy or MEGATRON[c]
+def megatron_plan(c, zero=1):
+    dp, tp, pp, size = MEGATRON[c]
     per = BLOCKS // pp
     lines = ["zero_stage: %d" % zero, "pipelines:"]
     for r in range(dp):
@@ -102,7 +105,18 @@ def megatron_plan(c, zero=1, strategy=None):
 
 
 def oobleck_plan(c):
-    return megatron_plan(c, zero=0, strategy=OOBLECK.get(c))
+    if c not in OOBLECK:
+        return megatron_plan(c, zero=0)
+    pos = {r: i for i, r in enumerate(LIVE[c])}
+    lines = ["zero_stage: 0", "pipelines:"]
+    for mbs, size, stages in OOBLECK[c]:
+        per = BLOCKS // len(stages)
+        lines += ["  - micro_batch_size: %d" % size, "    num_micro_batches: %d" % mbs, "    stages:"]
+        for i, (r0, r1) in enumerate(stages):
+            b, e = layers(i, len(stages), i * per, (i + 1) * per - 1)
+            devs = ", ".join(str(pos[r]) for r in range(r0, r1 + 1))
+            lines.append("      - {devices: [%s], tp_degree: %d, layer_begin: %d, layer_end: %d}" % (devs, r1 - r0 + 1, b, e))
+    return lines
 
 
 def deepspeed_plan(c):
