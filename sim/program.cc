@@ -1,8 +1,11 @@
 #include "sim/program.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <unordered_map>
 
 #include "models/communicator.h"
@@ -103,6 +106,41 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
     if (lo.category == Category::kTp && fid.tp == TpDetail::kAnalytic) op.kind = OpKind::kTpAnalytic;
   }
   out.push_back(op);
+}
+
+// The distinct collective calls between nodes of the lowering's ranks (category, kind, group, one call's
+// bytes), with NCCL's choice for each, largest first, at most 8 (Programs::nccl_calls).
+void NoteNcclCalls(const models::Lowering& lowering, const std::vector<models::GroupComm>& group_comm,
+                   std::vector<NcclCallNote>* out) {
+  std::map<std::tuple<int, int, uint32_t, uint32_t, double>, NcclCallNote> seen;
+  const auto note = [&](const models::Op& lo) {
+    if (lo.kind != models::OpKind::kCollective || lo.group == models::kNone || lo.bytes <= 0) return;
+    const models::GroupComm& g = group_comm[lo.group];
+    const bool kind = lo.collective == models::CollectiveKind::kAllReduce ||
+                      lo.collective == models::CollectiveKind::kReduceScatter ||
+                      lo.collective == models::CollectiveKind::kAllGather;
+    if (g.net == nullptr || !kind || lo.algorithm != models::Algorithm::kRing) return;
+    const double bytes = lo.bytes / std::max(1u, lo.calls);
+    const auto key = std::make_tuple(static_cast<int>(lo.category), static_cast<int>(lo.collective), g.nccl.ranks,
+                                     g.nccl.nodes, std::round(bytes));
+    if (seen.count(key)) return;
+    NcclCallNote n;
+    n.category = lo.category;
+    n.kind = lo.collective;
+    n.ranks = g.nccl.ranks;
+    n.nodes = g.nccl.nodes;
+    n.bytes = bytes;
+    n.call = models::ChooseNccl(lo.collective, bytes, g.nccl, *g.net);
+    n.nic = g.nccl.nic;
+    seen.emplace(key, n);
+  };
+  for (const auto& r : lowering.ranks) {
+    for (const auto& lo : r.ops) note(lo);
+    for (const auto& lo : r.dp_stream) note(lo);
+  }
+  for (auto& [k, n] : seen) out->push_back(n);
+  std::stable_sort(out->begin(), out->end(), [](const NcclCallNote& a, const NcclCallNote& b) { return a.bytes > b.bytes; });
+  if (out->size() > 8) out->resize(8);
 }
 
 bool IsTpComm(const Op& op) {
@@ -345,6 +383,7 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
         return it->second;
       },
       cost);
+  NoteNcclCalls(lowering, group_comm, &out.nccl_calls);
   for (size_t i = 0; i < out.devices.size(); ++i) {
     models::RankOps& r = lowering.ranks[i];
     DeviceProgram& prog = out.programs[i];

@@ -113,8 +113,21 @@ struct FoldMap {
   uint32_t played = 0;                         // representatives
 };
 
+// NCCL's choice for one kind of collective call between nodes (models/nccl.h), for the report.
+struct NcclCallNote {
+  models::Category category = models::Category::kDp;
+  models::CollectiveKind kind = models::CollectiveKind::kAllReduce;
+  uint32_t ranks = 0, nodes = 0;
+  double bytes = 0;  // one call's buffer
+  models::NcclCall call;
+  proto::Nic::Kind nic = proto::Nic::KIND_INFINIBAND;
+};
+
 struct Programs {
   std::vector<uint32_t> devices;               // devices the plan uses, in plan order
+  // The distinct collective calls between nodes the programs make, NCCL's choice for each, largest first
+  // (at most 8).
+  std::vector<NcclCallNote> nccl_calls;
   std::vector<DeviceProgram> programs;         // parallel to `devices`
   std::vector<std::vector<uint32_t>> groups;   // collective groups (device lists in rank order)
   std::vector<uint32_t> device_slot;           // device -> index into `devices` (or UINT32_MAX)

@@ -87,6 +87,23 @@ void AddCommPaths(const Programs& programs, const models::Cluster& cluster, cons
   }
 }
 
+// NCCL's choice for the collectives between nodes (Programs::nccl_calls).
+void AddNcclCalls(const Programs& programs, proto::IterationReport* report) {
+  for (const NcclCallNote& n : programs.nccl_calls) {
+    auto* c = report->add_nccl_calls();
+    c->set_category(models::CategoryName(n.category));
+    c->set_collective(models::CollectiveName(n.kind));
+    c->set_ranks(n.ranks);
+    c->set_nodes(n.nodes);
+    c->set_bytes(n.bytes);
+    c->set_algorithm(models::NcclAlgoName(n.call.algo));
+    c->set_protocol(models::NcclProtoName(n.call.proto));
+    c->set_latency_us(n.call.latency_s * 1e6);
+    c->set_algorithm_gbyte_s(n.call.bandwidth_bytes_s * 1e-9);
+    c->set_nic(n.nic == proto::Nic::KIND_ROCE ? "roce" : n.nic == proto::Nic::KIND_ETHERNET ? "ethernet" : "infiniband");
+  }
+}
+
 // One line per GPU type of the cluster: what its compute times rest on.
 void AddComputeBasis(const models::PlanContext& ctx, const SimOptions& options, proto::IterationReport* report) {
   std::set<std::string> seen;
@@ -437,6 +454,7 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             proto::IterationReport report = MakeReport(plan, ctx, *programs, er);
                             AddCommPaths(*programs, ctx.cluster, plan.comm(), &report);
                             AddComputeBasis(ctx, options, &report);
+                            AddNcclCalls(*programs, &report);
                             const std::string rep = report.SerializeAsString();
                             std::string out(1, '\0');
                             PutPod(out, static_cast<uint64_t>(rep.size()));

@@ -571,6 +571,19 @@ TEST(Simulate, OutOfMemoryPlansFailUnlessAllowed) {
   EXPECT_EQ(RunCli(allowed).code, 0);
 }
 
+TEST(Simulate, SaysWhatNcclRunsBetweenNodes) {
+  // HexiScale's case-study plan 3 syncs one stage's gradients between two machines over Ethernet: a DP
+  // all-reduce of 2 ranks on 2 nodes. NCCL's ring Simple there: base 8.4 us + 2 inter-node steps at the
+  // tree's NET latency (one rank per node) of 14 us, times the ring plateau 1.4 = 50.96 us a call.
+  const auto r = RunCli({"simulate", "--plan",
+                         std::string(HETSIM_SOURCE_DIR) + "/experiments/hexiscale/case_study/megatron-plan3.yaml",
+                         "--allow-oom", "--fidelity", "fast"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "between nodes   dp all_reduce of 2 ranks on 2 nodes")) << r.out;
+  EXPECT_TRUE(Has(r.out, "NCCL ring/Simple, 51 us")) << r.out;
+  EXPECT_TRUE(Has(r.out, "(ethernet)")) << r.out;
+}
+
 TEST(Simulate, UsesThePlansOwnCalibrationUnlessTheCommandLineNamesOne) {
   // Sailor's plans name their software stack's calibration (megatron-deepspeed): simulate uses it, says so
   // in the compute basis, and --calibration wins over it; a plan naming no bundled calibration and no file

@@ -56,6 +56,22 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
         << (c.path() == "cpu_staged" ? "CPU-staged (GPU -> host -> network -> host -> GPU)" : "GPU RDMA") << " — "
         << c.reason() << "\n";
   }
+  // NCCL's choice for the largest collective calls between nodes (models/nccl.h), at most four.
+  for (int i = 0; i < r.nccl_calls_size() && i < 4; ++i) {
+    const auto& c = r.nccl_calls(i);
+    char size[32], line[320];
+    if (c.bytes() >= 1e9) {
+      std::snprintf(size, sizeof size, "%.2f GB", c.bytes() / 1e9);
+    } else {
+      std::snprintf(size, sizeof size, "%.1f MB", c.bytes() / 1e6);
+    }
+    std::snprintf(line, sizeof line,
+                  "  between nodes   %s %s of %u ranks on %u nodes, %s a call: NCCL %s/%s, %.0f us + bytes at "
+                  "%.3g GB/s (%s)\n",
+                  c.category().c_str(), c.collective().c_str(), c.ranks(), c.nodes(), size, c.algorithm().c_str(),
+                  c.protocol().c_str(), c.latency_us(), c.algorithm_gbyte_s(), c.nic().c_str());
+    out << line;
+  }
   // What each GPU type's compute times rest on; a type without measurements is said to be a guess.
   for (const auto& b : r.compute_basis()) {
     out << "  compute basis   " << b.gpu() << ": "
