@@ -1,0 +1,304 @@
+// The exhaustive search's lower bounds (docs/planners.md, "exhaustive"): the batch allocation over the
+// pipelines' profiles, the DP gradient sync and optimizer step per stage (floors whatever the layer split,
+// and tightened once earlier pipelines' splits are known), and in the simulator-bound mode the gradient
+// sync and optimizer step bounded by the platform's routes (RingCap).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "models/topology.h"
+#include "planners/exhaustive/search_internal.h"
+
+namespace hetsim::planners::exhaustive {
+
+double Search::AllocationBound(const std::vector<Profile*>& profiles, double extra_rate) const {
+  double inv = extra_rate, weighted = 0, floor_t = 0;
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    const Profile& pr = *profiles[i];
+    if (!(pr.rho < kInf)) return kInf;  // a pipeline that can never run
+    if (pr.rho <= 0) return 0;
+    inv += 1.0 / pr.rho;
+    weighted += pr.beta / pr.rho;
+    floor_t = std::max(floor_t, pr.beta + pr.rho);  // every pipeline takes at least one sequence
+  }
+  if (inv <= 0) return kInf;
+  return std::max(floor_t, (G_ + weighted) / inv);
+}
+
+double Search::PartialBound(bool newest_profiled) {
+  if (!bounds_ || incumbent_ == kInf) return 0;
+  std::vector<Profile*> profiles;
+  double rate = 0;
+  for (size_t p = 0; p < pipes_.size(); ++p) {
+    if (p + 1 == pipes_.size() && !newest_profiled) {
+      if (!rate_bounds_) return 0;
+      for (const Stage& st : pipes_[p].stages) {
+        for (uint32_t d : st.devices) rate += device_rate_[d];
+      }
+    } else {
+      profiles.push_back(&ProfileOf(pipes_[p]));
+    }
+  }
+  if (free_total_ > 0) {
+    if (!rate_bounds_) return 0;
+    for (uint32_t n = 0; n < cluster_.nodes().size(); ++n) {
+      const uint32_t free = cluster_.nodes()[n].num_gpus - used_[n];
+      for (uint32_t i = 0; i < free; ++i) rate += device_rate_[cluster_.nodes()[n].first_device + used_[n] + i];
+    }
+  }
+  if (allow_unused_ && profiles.empty()) return 0;
+  const double pipelines_lb = AllocationBound(profiles, rate);
+  if (pipes_.empty() || sim_ != nullptr) return pipelines_lb;
+  // The closed pipelines' DP sync and optimizer floors (the pipelines still to come only add holders).
+  PrepareDpLinks(!allow_unused_ && free_total_ > 0 ? 1 : 0);
+  double floor = kInf;
+  for (uint32_t z : zeros_) {
+    zero_ = z;
+    SetShardBound(free_total_);
+    const Acc a = StructureFloor();
+    floor = std::min(floor, a.dp + a.opt);
+  }
+  return pipelines_lb + floor;
+}
+
+double Search::AllocationBoundFor(const std::vector<Profile*>& profiles, size_t first, uint32_t g) const {
+  double inv = 0, weighted = 0, floor_t = 0;
+  for (size_t i = first; i < profiles.size(); ++i) {
+    const Profile* pr = profiles[i];
+    if (!(pr->rho < kInf)) return kInf;
+    if (pr->rho <= 0) return 0;
+    inv += 1.0 / pr->rho;
+    weighted += pr->beta / pr->rho;
+    floor_t = std::max(floor_t, pr->beta + pr->rho);
+  }
+  if (inv <= 0) return g == 0 ? 0 : kInf;
+  return std::max(floor_t, (g + weighted) / inv);
+}
+
+void Search::SetShardBound(uint32_t free) {
+  shard_bound_.assign(pipes_.size(), 0);
+  uint32_t total_max = 0;
+  for (const auto& p : pipes_) total_max += p.max_replicas;
+  for (size_t p = 0; p < pipes_.size(); ++p) shard_bound_[p] = total_max - pipes_[p].max_replicas + free;
+}
+
+Search::Acc Search::StructureFloor() const {
+  Acc a;
+  if (sim_ != nullptr) return a;  // the simulator-bound mode charges them per stage (SimStageFloor)
+  const double factor = zero_ == 2 ? 2.0 : zero_ == 3 ? 3.0 : 1.0;  // one micro-batch
+  for (size_t p = 0; p < pipes_.size(); ++p) {
+    const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size());
+    for (uint32_t s = 0; s < S; ++s) {
+      const StageN c = ComputeStageN(p, s, LowBlocks(s, S));
+      a.dp = std::max(a.dp, factor * c.dp_base);
+      a.opt = std::max(a.opt, c.opt);
+    }
+  }
+  return a;
+}
+
+void Search::PrepareDpLinks(uint32_t extra_holders) {
+  const size_t P = pipes_.size();
+  const models::Topology& topo = cost_.topology();
+  dp_links_.assign(P, {});
+  for (size_t p = 0; p < P; ++p) {
+    dp_links_[p].resize(pipes_[p].stages.size());
+    for (size_t s = 0; s < pipes_[p].stages.size(); ++s) {
+      const Stage& st = pipes_[p].stages[s];
+      std::vector<uint32_t> rank0;
+      for (uint32_t r = 0; r < st.replicas; ++r) rank0.push_back(st.devices[size_t{r} * st.tp]);
+      const models::Link own = topo.Slowest(rank0);
+      dp_links_[p][s].assign(st.groups.size(), DpLink{});
+      for (uint32_t e = 0; e < st.groups.size(); ++e) {
+        uint32_t r = 0;
+        while (st.replica_entry[r] != e) ++r;
+        const uint32_t d = st.devices[size_t{r} * st.tp];
+        DpLink& l = dp_links_[p][s][e];
+        l.holders = st.replicas + static_cast<uint32_t>(P - 1) + extra_holders;
+        if (st.replicas >= 2) {
+          l.bandwidth = own.bandwidth_bytes_s;
+          l.latency = own.latency_s;
+          if (sim_ != nullptr) {
+            for (uint32_t e2 = 0; e2 < st.groups.size(); ++e2) {
+              if (e2 != e || st.groups[e].second >= 2) {
+                l.sim_bandwidth = std::max(l.sim_bandwidth, RingCap(st.groups[e].first, st.groups[e2].first));
+              }
+            }
+          }
+        }
+        for (size_t q = 0; q < P; ++q) {
+          if (q == p) continue;
+          double best_bw = 0, best_lat = kInf;
+          for (const auto& other : pipes_[q].stages) {
+            for (uint32_t dev : other.devices) {
+              const models::Link x = topo.Between(d, dev);
+              best_bw = std::max(best_bw, x.bandwidth_bytes_s);
+              best_lat = std::min(best_lat, x.latency_s);
+            }
+          }
+          l.bandwidth = std::min(l.bandwidth, best_bw);
+          l.latency = std::max(l.latency, best_lat);
+          if (sim_ != nullptr) {
+            for (const auto& other : pipes_[q].stages) {
+              for (const auto& [n2, g2] : other.groups) l.sim_bandwidth = std::max(l.sim_bandwidth, RingCap(st.groups[e].first, n2));
+            }
+          }
+          if (q > p) {
+            l.later_bandwidth = std::min(l.later_bandwidth, best_bw);
+            l.later_latency = std::max(l.later_latency, best_lat);
+          }
+        }
+      }
+    }
+  }
+}
+
+double Search::RankParams(uint32_t begin, uint32_t end, uint32_t tp) const {
+  const bool holds_embedding = begin == 0;
+  double n = 0;
+  uint32_t blocks = 0;
+  for (uint32_t l = std::max(begin, 1u); l < std::min(end, L_ - 1); ++l) ++blocks;
+  if (begin == 0) n += model_.ParamsPerRank(0, tp, !holds_embedding);
+  if (blocks > 0) n += blocks * model_.ParamsPerRank(1, tp, !holds_embedding);
+  if (end == L_) n += model_.ParamsPerRank(L_ - 1, tp, !holds_embedding);
+  return n;
+}
+
+void Search::ResetStageCache() {
+  stage_base_.assign(pipes_.size(), 0);
+  size_t total = 0;
+  for (size_t p = 0; p < pipes_.size(); ++p) {
+    stage_base_[p] = total;
+    total += pipes_[p].stages.size() * (blocks_ + 1);
+  }
+  stage_cache_.assign(total, StageN{});
+}
+
+Search::StageN Search::ComputeStageN(size_t p, uint32_t s, uint32_t n) const {
+  StageN c;
+  c.done = true;
+  const Stage& st = pipes_[p].stages[s];
+  const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size());
+  const auto [begin, end] = Range(s, S, n);
+  const double shard = st.replicas + shard_bound_[p];
+  const double params = RankParams(begin, end, st.tp) / (zero_ >= 1 ? shard : 1.0);
+  // Without a tied head's extra copy: a lower bound whoever leads the group.
+  const double bytes = cost_.GradientChunkBytes(begin, end, st.tp, /*holds_embedding=*/true);
+  for (uint32_t e = 0; e < st.groups.size(); ++e) {
+    uint32_t r = 0;
+    while (st.replica_entry[r] != e) ++r;
+    const uint32_t d = st.devices[size_t{r} * st.tp];
+    const double opt = cost_.OptimizerSeconds(d, params);
+    c.opt = std::max(c.opt, opt);
+    const DpLink& l = dp_links_[p][s][e];
+    if (sim_ != nullptr) {
+      // After its last backward pass a device reduce-scatters (ZeRO ≥ 2) or all-reduces (ZeRO 1) its
+      // gradients with at least `holders` members: its own ring flow carries at least (n − 1)/n of its
+      // bytes over the rails it stripes on, at no more than sim_bandwidth; then it steps.
+      double sync = 0;
+      if (l.holders >= 2 && bytes > 0 && l.sim_bandwidth > 0) {
+        sync = (l.holders - 1.0) / l.holders * bytes / l.sim_bandwidth;
+      }
+      c.sim_floor = e == 0 ? sync + opt : std::min(c.sim_floor, sync + opt);
+    }
+    if (l.holders < 2 || bytes <= 0) continue;
+    const models::Link link{models::LinkKind::kInterNode, l.bandwidth, l.latency};
+    c.dp_base = std::max(c.dp_base, zero_ >= 2 ? models::RingReduceScatterSeconds(bytes, l.holders, link)
+                                               : models::RingAllReduceSeconds(bytes, l.holders, link));
+  }
+  c.stat = memory_.StaticGib(begin, end, st.tp, zero_, shard);
+  c.act = memory_.ActivationGibPerSequence(begin, end, st.tp, true, rc_);
+  c.peak = memory_.PeakLayerGibPerSequence(begin, end, st.tp, true, rc_);
+  return c;
+}
+
+double Search::RingCap(uint32_t a, uint32_t b) {
+  const size_t N = cluster_.nodes().size();
+  if (ring_cap_.empty()) ring_cap_.assign(N * N, -1);
+  double& cap = ring_cap_[a * N + b];
+  if (cap >= 0) return cap;
+  cap = 0;
+  const auto& na = cluster_.nodes()[a];
+  const auto& nb = cluster_.nodes()[b];
+  bool vendors_differ = false;
+  for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
+    vendors_differ = vendors_differ || cluster_.device(d).gpu->vendor != cluster_.device(0).gpu->vendor;
+  }
+  for (uint32_t i = 0; i < na.num_gpus; ++i) {
+    for (uint32_t j = 0; j < nb.num_gpus; ++j) {
+      const uint32_t x = na.first_device + i, y = nb.first_device + j;
+      if (x == y) continue;
+      cap = std::max({cap, routes_->GpuToGpu(x, y).bandwidth_bytes_s, routes_->GpuToGpu(y, x).bandwidth_bytes_s});
+      if (vendors_differ && a != b) {
+        cap = std::max({cap, routes_->GpuToHost(x).bandwidth_bytes_s, routes_->HostToGpu(x).bandwidth_bytes_s,
+                        routes_->HostToHost(a, b).bandwidth_bytes_s});
+      }
+    }
+  }
+  if (a != b) cap *= na.num_gpus;
+  return cap;
+}
+
+double Search::KnownDpBound(size_t p, uint32_t s, uint32_t begin, uint32_t end, uint32_t m) {
+  const Stage& st = pipes_[p].stages[s];
+  const size_t P = pipes_.size();
+  const uint32_t unknown = static_cast<uint32_t>(P - 1 - p);
+  // Segment boundaries: the earlier pipelines' stage boundaries inside [begin, end).
+  scratch_cuts_.assign(1, begin);
+  scratch_cuts_.push_back(end);
+  for (size_t q = 0; q < p; ++q) {
+    uint32_t at = 0;
+    const auto& blocks = choice_[q].blocks;
+    const uint32_t Sq = static_cast<uint32_t>(blocks.size());
+    for (uint32_t k = 0; k + 1 < Sq; ++k) {
+      at += blocks[k] + (k == 0 ? 1 : 0);
+      if (at > begin && at < end) scratch_cuts_.push_back(at);
+    }
+  }
+  std::sort(scratch_cuts_.begin(), scratch_cuts_.end());
+  scratch_cuts_.erase(std::unique(scratch_cuts_.begin(), scratch_cuts_.end()), scratch_cuts_.end());
+  double worst = 0;
+  std::vector<double> per_entry(st.groups.size(), 0);
+  for (size_t i = 0; i + 1 < scratch_cuts_.size(); ++i) {
+    const uint32_t a = scratch_cuts_[i], e = scratch_cuts_[i + 1];
+    scratch_devices_.clear();
+    for (uint32_t r = 0; r < st.replicas; ++r) scratch_devices_.push_back(st.devices[size_t{r} * st.tp]);
+    uint32_t holders = st.replicas + unknown, group_m = m;
+    for (size_t q = 0; q < p; ++q) {
+      // The stage of pipeline q that holds layer a.
+      const auto& blocks = choice_[q].blocks;
+      const uint32_t Sq = static_cast<uint32_t>(blocks.size());
+      uint32_t lo = 0;
+      for (uint32_t k = 0; k < Sq; ++k) {
+        const uint32_t hi = lo + blocks[k] + (k == 0 ? 1 : 0) + (k + 1 == Sq ? 1 : 0);
+        if (a >= lo && a < hi) {
+          const Stage& other = pipes_[q].stages[k];
+          holders += other.replicas;
+          for (uint32_t r = 0; r < other.replicas; ++r)
+            scratch_devices_.push_back(other.devices[size_t{r} * other.tp]);
+          break;
+        }
+        lo = hi;
+      }
+      group_m = std::max(group_m, choice_[q].m);
+    }
+    if (holders < 2) continue;
+    const models::Link known = cost_.topology().Slowest(scratch_devices_);
+    const double bytes = cost_.GradientChunkBytes(a, e, st.tp, /*holds_embedding=*/true);
+    const double factor = zero_ == 2 ? group_m + 1.0 : zero_ == 3 ? 3.0 * group_m : 1.0;
+    for (uint32_t en = 0; en < st.groups.size(); ++en) {
+      const DpLink& l = dp_links_[p][s][en];
+      models::Link link = known;
+      if (unknown > 0) {
+        link.bandwidth_bytes_s = std::min(link.bandwidth_bytes_s, l.later_bandwidth);
+        link.latency_s = std::max(link.latency_s, l.later_latency);
+      }
+      per_entry[en] += factor * (zero_ >= 2 ? models::RingReduceScatterSeconds(bytes, holders, link)
+                                            : models::RingAllReduceSeconds(bytes, holders, link));
+    }
+  }
+  for (double t : per_entry) worst = std::max(worst, t);
+  return worst;
+}
+
+}  // namespace hetsim::planners::exhaustive

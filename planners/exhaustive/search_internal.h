@@ -1,0 +1,333 @@
+// The exact search of `exhaustive` (internal to planners/exhaustive): the pieces of a structure under
+// construction (Stage, Pipe), a pipeline shape's time tables (Profile), the simulator-bound mode of the proof,
+// and the Search itself. The Search's methods live by concern:
+//   enumerate.cc — the enumeration: structures (pipelines × stages × device groups, with symmetry reduction),
+//                  then per structure the ZeRO stage, (b, m) per pipeline and the layer split, and the leaves;
+//   profiles.cc  — a pipeline shape's stage-time tables, the smallest largest stage time, the min-max split;
+//   bounds.cc    — the lower bounds that cut the enumeration (batch allocation, DP sync, optimizer step);
+//   exhaustive.cc — the planner: the search's runs, the re-ranking by the played estimate, the proof list.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "models/platform_routes.h"
+#include "planners/proto/exhaustive.pb.h"
+#include "planners/symmetric.h"
+
+namespace hetsim::planners::exhaustive {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// A bound prunes only when it exceeds the incumbent by more than rounding could explain.
+constexpr double kPruneSlack = 1e-9;
+
+// One stage of a pipeline under construction: TP groups of degree tp taken from nodes.
+struct Stage {
+  uint32_t tp = 1;
+  std::vector<std::pair<uint32_t, uint32_t>> groups;  // (node, TP groups on it), by node
+  std::vector<uint32_t> devices;                      // concrete devices, TP groups consecutive
+  std::vector<uint32_t> replica_entry;                // replica -> index into groups
+  uint32_t replicas = 0;
+};
+
+struct Pipe {
+  std::vector<Stage> stages;
+  std::vector<int> signature;  // invariant under relabelling identical nodes
+  std::string key;             // node-level description (costs depend on nodes only)
+  uint32_t devices = 0;
+  uint32_t max_replicas = 0;
+};
+
+// Time tables of one pipeline shape (by Pipe::key). Replica times are affine in the block count,
+// τ(n, x) = F(x) + n·C(x), per stage, per node entry, per sequences x (rows shared between shapes).
+// Without memory caps, t0(b, s, n) is the min-max split's stage time, non-decreasing in n.
+struct Profile {
+  uint32_t S = 0, X = 0;                         // stages, bmax + 1
+  std::vector<uint32_t> entry_base;              // per stage: its first entry's index
+  std::vector<const std::vector<double>*> rows;  // per entry: F at [x], C at [X + x]
+  // Blocks each stage can hold at most whatever the rest of the plan (one sequence, one micro-batch in
+  // flight, the most ZeRO sharding possible); the shape is infeasible when they cannot hold the model.
+  std::vector<uint32_t> max_blocks;
+  bool feasible = true;
+  std::vector<double> tstar;   // per b: a lower bound of the smallest possible largest stage time
+  std::vector<double> sum_lo;  // per b × (S + 1): Σ_{s ≥ k} t0 at the fewest blocks
+  double rho = kInf;           // min_b tstar/b: a lower bound on the pipeline's seconds per sequence
+  double beta = kInf;          // min_b max(0, sum_lo − tstar): fill-and-drain lower bound
+  // rest[b][k·N + B]: the smallest possible largest stage time of stages k.. holding B blocks (lazily).
+  std::vector<std::vector<double>> rest;
+
+  double F(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[x]; }
+  double C(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[X + x]; }
+  double SumLo(uint32_t b, uint32_t k) const { return sum_lo[size_t{b} * (S + 1) + k]; }
+};
+
+// The simulator-bound mode of the search (the proof of the simulator's optimum): every bound is a lower
+// bound of the simulated iteration, subtrees are cut against a fixed threshold, and every leaf that
+// survives is played at the lower-bound pricing (AnalyticCostModel::LowerBoundSeconds) and kept when that
+// is below the threshold.
+struct SimBoundMode {
+  double threshold_s = 0;   // plans that cannot simulate below this are cut
+  uint64_t max_leaves = 0;  // LowerBoundSeconds evaluations before the search stops (0: no limit)
+};
+
+// A plan kept by the simulator-bound mode, with its lower bound of the simulated iteration.
+struct BoundedPlan {
+  double lower_bound_s = 0;
+  proto::Plan plan;
+};
+
+class Search {
+ public:
+  // Keeps the exact top `keep_alternatives` + 1 plans under the closed form.
+  Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& options, SearchStats& stats,
+         uint32_t keep_alternatives, const SimBoundMode* sim = nullptr);
+
+  void Run();
+
+  bool found() const { return !kept_.empty(); }
+  bool stopped() const { return stopped_; }
+  std::vector<BoundedPlan>& bounded() { return bounded_; }
+  uint64_t bounded_leaves() const { return bounded_leaves_; }
+  uint64_t floor_above_bound() const { return floor_above_bound_; }
+  void MoveInto(PlannerResult* result) { kept_.MoveInto(result); }
+  InfeasibleTracker& misses() { return misses_; }
+
+ private:
+  // ---- what the bounds accumulate ----
+
+  // Lower bounds of the time that does not depend on the pipelines' schedule, accumulated over the
+  // devices placed so far: the iteration adds the largest DP sync and the largest optimizer step.
+  struct Acc {
+    double pipe_max = 0;  // the slowest pipeline so far
+    double dp = 0;        // a lower bound of the largest per-device DP sync time
+    double opt = 0;       // a lower bound of the largest optimizer step
+    double total() const { return pipe_max + dp + opt; }
+  };
+
+  // Per stage of the structure and node entry: an upper bound on the bandwidth and a lower bound on the
+  // latency of the DP groups its devices join (own stage's replicas and, for P > 1, one holder in each
+  // other pipeline).
+  struct DpLink {
+    double bandwidth = kInf;
+    double latency = 0;
+    uint32_t holders = 1;  // a lower bound on the group size
+    // The same bounds counting only the pipelines after this one (those not placed yet in Layers).
+    double later_bandwidth = kInf;
+    double later_latency = 0;
+    // Simulator-bound mode: the most bandwidth one ring step into or out of this entry's devices can have
+    // (route bottlenecks, rail striping counted), 0 without co-holders.
+    double sim_bandwidth = 0;
+  };
+
+  // Per (pipeline, stage, blocks) quantities of the current structure and ZeRO stage, computed once.
+  struct StageN {
+    bool done = false;
+    double dp_base = 0;                  // the largest per-device ring time (all-reduce; reduce-scatter for ZeRO 2/3)
+    double opt = 0;                      // the largest optimizer step
+    double stat = 0, act = 0, peak = 0;  // memory (GiB): static, per sequence in flight, re-materialised
+    double sim_floor = 0;                // simulator-bound mode: the least gradient sync + optimizer step
+  };
+
+  struct Choice {
+    uint32_t b = 0, m = 0;
+    std::vector<uint32_t> blocks;               // per stage
+    std::vector<std::vector<uint32_t>> splits;  // per stage
+  };
+
+  // ---- limits and the enumeration (enumerate.cc) ----
+
+  bool Stop();
+
+  void BuildPipelines();
+
+  void BuildStages();
+
+  uint32_t class_count() const {
+    return class_of_.empty() ? 0 : *std::max_element(class_of_.begin(), class_of_.end()) + 1;
+  }
+
+  // Chooses how many TP groups node n (and the nodes after it) give to the stage being built.
+  void ChooseGroups(uint32_t tp, uint32_t n, Stage& st, std::vector<uint32_t>& new_cap, std::vector<char>& skipped);
+
+  void AddStage(Stage st);
+
+  void EvaluateStructure();
+
+  bool Pruned(double lower_bound) const { return bounds_ && lower_bound >= incumbent_ * (1 + kPruneSlack); }
+
+  // Chooses (b, m, layer split) for pipeline p and the ones after it.
+  void Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile*>& profiles);
+
+  // Chooses the blocks of stage s of pipeline p (the stages before it hold the rest). `tied`: every
+  // earlier choice equals the identical previous pipeline's, whose blocks then bound this one's. `tsum`:
+  // the earlier stages' times per micro-batch summed; in the simulator-bound mode only those of stages with
+  // one replica — the pipeline fill: under 1F1B stage s cannot start before micro-batch 0's forward has
+  // crossed the stages before it, nor end before its last backward has crossed them back, so its m passes
+  // take at least Σ_{j<s} (F_j + B_j) more (a stage split over replicas adds nothing: which replica feeds
+  // which is not fixed here).
+  void Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsum, uint32_t g_after, Acc acc, bool tied,
+              const std::vector<Profile*>& profiles);
+
+  std::string Describe(size_t p, uint32_t s, uint32_t n) const;
+
+  void Leaf(const Acc& acc);
+
+  // ---- pipeline profiles (profiles.cc) ----
+
+  // The canonical layer range of stage s of S holding n blocks.
+  std::pair<uint32_t, uint32_t> Range(uint32_t s, uint32_t S, uint32_t n) const {
+    if (S == 1) return {0, L_};
+    if (s == 0) return {0, 1 + n};
+    if (s + 1 == S) return {L_ - 1 - n, L_};
+    return {1, 1 + n};
+  }
+  uint32_t LowBlocks(uint32_t s, uint32_t S) const { return S == 1 ? blocks_ : (s == 0 || s + 1 == S) ? 0 : 1; }
+
+  Profile& ProfileOf(const Pipe& pipe);
+
+  // Stage s's time with n blocks and b sequences split without memory caps.
+  double T0(const Profile& pr, const Pipe& pipe, uint32_t b, uint32_t s, uint32_t n) const {
+    const Stage& st = pipe.stages[s];
+    scratch_caps_.assign(st.replicas, b);
+    return SplitTime(pr, st, s, n, b, scratch_caps_, nullptr);
+  }
+
+  // The smallest largest stage time over layer splits respecting the memory caps (without caps on the
+  // micro-batch split), from the stage times t[s·(L+1) + n]: binary search over the times that occur.
+  double SmallestLargest(const Profile& pr, const std::vector<double>& t);
+
+  // rest(b, k, B) (see Profile), computed for b on first use: entries [0, (S+1)·N) hold the smallest
+  // largest stage time, entries [(S+1)·N, 2(S+1)·N) the smallest sum of stage times, of stages k.. holding
+  // B blocks; and entries [2(S+1)·N, …) this b's stage times t0(s, n).
+  const std::vector<double>& Rest(Profile& pr, const Pipe& pipe, uint32_t b) const;
+
+  // The min-max split of b sequences over the stage's replicas (caps[r] at most each) for n blocks; its
+  // time, and the split in *split when given. kInf when the caps make it impossible.
+  double SplitTime(const Profile& pr, const Stage& st, uint32_t s, uint32_t n, uint32_t b,
+                   const std::vector<uint32_t>& caps, std::vector<uint32_t>* split) const;
+
+  // ---- bounds (bounds.cc) ----
+
+  // The smallest T with Σ_p G_p = G and every pipeline p within G_p·ρ_p + β_p ≤ T (a relaxation of the
+  // batch allocation; see the derivation in docs/planners.md). `extra_rate` adds an optimistic pipeline
+  // of that many sequences per second (devices not yet placed).
+  double AllocationBound(const std::vector<Profile*>& profiles, double extra_rate) const;
+
+  // A lower bound of every structure extending the current one. The newest closed pipeline enters only
+  // by its devices' rates when `newest_profiled` is false (its profile is not computed yet).
+  double PartialBound(bool newest_profiled = true);
+
+  // AllocationBound for pipelines first.. sharing g sequences.
+  double AllocationBoundFor(const std::vector<Profile*>& profiles, size_t first, uint32_t g) const;
+
+  // The most DP replicas any layer of pipeline p can have (ZeRO's sharding factor), with `free` devices
+  // still to be placed.
+  void SetShardBound(uint32_t free);
+
+  // Lower bounds of the DP sync and optimizer time whatever the layer split: each stage with its fewest
+  // blocks (both grow with the blocks) and one micro-batch.
+  Acc StructureFloor() const;
+
+  // `extra_holders`: pipelines not built yet that will hold every layer too.
+  void PrepareDpLinks(uint32_t extra_holders);
+
+  // Parameters one rank of TP degree tp holds for layers [begin, end) (as models::EstimateMemory counts).
+  double RankParams(uint32_t begin, uint32_t end, uint32_t tp) const;
+
+  void ResetStageCache();
+
+  const StageN& StageAt(size_t p, uint32_t s, uint32_t n) {
+    StageN& c = stage_cache_[stage_base_[p] + size_t{s} * (blocks_ + 1) + n];
+    if (!c.done) c = ComputeStageN(p, s, n);
+    return c;
+  }
+
+  StageN ComputeStageN(size_t p, uint32_t s, uint32_t n) const;
+
+  // Simulator-bound mode: a lower bound of what every device of stage s of pipeline p (n blocks) does after
+  // its last backward pass (gradient sync and optimizer step).
+  double SimStageFloor(size_t p, uint32_t s, uint32_t n) { return StageAt(p, s, n).sim_floor; }
+
+  // The most bandwidth a ring step between a device of node a and one of node b can get (a == b: inside the
+  // node): the fastest route either way; across nodes times the node's GPUs (the engine stripes a step over
+  // the rails of the members on both nodes) and no slower than the host copies where transfers may be
+  // CPU-staged (GPUs of different vendors).
+  double RingCap(uint32_t a, uint32_t b);
+
+  // Lower bounds of the DP sync and optimizer time of stage s of pipeline p holding n blocks.
+  std::pair<double, double> StageBounds(size_t p, uint32_t s, uint32_t n, uint32_t m) {
+    const StageN& c = StageAt(p, s, n);
+    const double factor = zero_ == 2 ? m + 1.0 : zero_ == 3 ? 3.0 * m : 1.0;
+    return {factor * c.dp_base, c.opt};
+  }
+
+  // A lower bound of the DP sync time of stage s of pipeline p holding layers [begin, end), knowing the
+  // layer splits of pipelines 0..p−1 (choice_): layer segments with their exact known holders, plus one
+  // holder per pipeline still to place (over its best possible link).
+  double KnownDpBound(size_t p, uint32_t s, uint32_t begin, uint32_t end, uint32_t m);
+
+  const PlanningProblem& problem_;
+  AnalyticCostModel cost_;
+  MemoryModel memory_;
+  SearchStats& stats_;
+  const models::Cluster& cluster_;
+  const models::TransformerModel& model_;
+  const uint32_t L_, blocks_, G_;
+  const proto::Recompute rc_;
+  uint32_t bmax_ = 32;
+  std::vector<uint32_t> zeros_;
+  bool allow_unused_ = false;
+  bool bounds_ = true;
+  double time_limit_s_ = 300;
+  uint64_t max_evaluations_ = 0;
+  std::vector<uint32_t> tps_;
+  std::vector<uint32_t> class_of_;
+  bool rate_bounds_ = true;
+  std::vector<double> device_rate_;
+
+  // State of the enumeration.
+  std::vector<uint32_t> used_;
+  std::vector<char> opened_;
+  uint32_t free_total_ = 0;
+  std::vector<Pipe> pipes_;
+  Pipe current_;
+  std::unordered_map<std::string, Profile> profiles_;
+  std::unordered_map<std::string, std::vector<double>> rows_;  // F and C rows of one stage entry
+  mutable std::vector<uint32_t> scratch_caps_;
+  std::vector<double> scratch_times_, scratch_table_;
+  std::vector<std::vector<uint32_t>> scratch_caps_by_stage_, scratch_split_by_stage_;
+  std::vector<uint32_t> scratch_cuts_, scratch_devices_;
+  uint64_t out_of_memory_ = 0;  // layer choices that did not fit (counted, reported once)
+  uint64_t layer_nodes_ = 0;    // layer-split nodes explored
+  uint32_t zero_ = 1;
+  std::vector<uint32_t> shard_bound_;
+  std::vector<Choice> choice_;
+  std::vector<std::vector<std::vector<DpLink>>> dp_links_;  // [pipeline][stage][entry]
+  std::vector<StageN> stage_cache_;                         // [stage_base_[pipeline] + stage·(blocks + 1) + blocks]
+  std::vector<size_t> stage_base_;
+  mutable std::vector<uint32_t> scratch_split_;
+
+  double incumbent_ = kInf;
+  RankedPlans kept_;
+  const SimBoundMode* sim_ = nullptr;
+  std::optional<models::PlatformRoutes> routes_;  // simulator-bound mode
+  std::vector<double> ring_cap_;                  // RingCap by node pair (−1: not computed)
+  std::vector<BoundedPlan> bounded_;              // simulator-bound mode: the leaves kept
+  uint64_t bounded_leaves_ = 0;                   // leaves played at the lower-bound pricing
+  uint64_t floor_above_bound_ = 0;                // leaves whose cheap floor exceeded the played bound
+  InfeasibleTracker misses_;
+  uint64_t structures_ = 0;
+  uint64_t ticks_ = 0;
+  bool stopped_ = false;
+  std::string stop_reason_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace hetsim::planners::exhaustive
