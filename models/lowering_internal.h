@@ -1,0 +1,186 @@
+// The lowering's Lowerer (internal to models/lowering*.cc): turns one Plan into every rank's operations
+// (models/lowering.h says what is decided, once). Its methods live by concern:
+//   lowering.cc        — the ranks and their order, the schedules (1F1B, GPipe, interleaved 1F1B) that say
+//                        which pass of which micro-batch runs when; the formatting of a lowering;
+//   lowering_passes.cc — one pass of one micro-batch on one rank: the layers' compute, their TP collectives,
+//                        the CP ring exchanges and Ulysses all-to-alls, and the PP transfers between stages;
+//   lowering_sync.cc   — after the passes: gradient sync groups in buckets, ZeRO-3 gathers, CPU offload
+//                        copies, the optimizer step and the parameter all-gathers.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "models/lowering.h"
+
+namespace hetsim::models {
+
+class Lowerer {
+ public:
+  Lowerer(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options)
+      : plan_(plan), ctx_(ctx), options_(options), model_(ctx.model), tr_(ctx.training),
+        full_recompute_(EffectiveRecompute(plan, ctx.training) == proto::RECOMPUTE_FULL) {}
+
+  Result<Lowering> Lower();
+
+ private:
+  Status CheckSupported() const;
+
+  struct Segment {
+    uint32_t layer_begin = 0, layer_end = 0;
+    uint32_t group = kNone;  // index into out_.sync_groups; kNone: layers no other replica holds (offload)
+  };
+
+  // ---- the schedules (lowering.cc) ----
+
+  // The rank's operations (or its skeleton: LoweringOptions::skeletons).
+  void EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k, bool skeleton);
+
+  // Interleaved 1F1B (Narayanan et al. 2021 §2.2, Megatron-LM's virtual pipeline): each stage's layers are
+  // cut into v chunks, and chunk c of stage s is virtual stage c·S + s, so a micro-batch runs chunk 0 on
+  // stages 0..S−1, then chunk 1 on stages 0..S−1, and so on (stage S−1 hands chunk c to stage 0's chunk
+  // c + 1). Chunks split the stage's transformer blocks as evenly as possible (the first chunks take the
+  // remainder); the embedding goes with the first chunk and the head with the last. Since a plan names
+  // each stage's layers as one range, chunk c of stage s holds blocks of that range: with identical blocks
+  // this relabels layers without changing any time or byte.
+  //
+  // The order is Megatron-LM's (schedules.py, forward_backward_pipelining_with_interleaving): m·v
+  // forward micro-steps, step i running chunk (i mod S·v) / S on micro-batch (i / (S·v))·S + i mod S
+  // (backward: chunk v − 1 − that); stage s first runs min(m·v, 2(S − s − 1) + (v − 1)·S) forwards, then
+  // one forward and one backward alternately, then the remaining backwards. With free communication and
+  // equal chunks this takes (m·v + S − 1)·(f + b) for chunk times f and b (tests/sim).
+  //
+  // With comm.dp_overlap, a gradient group is handed to the DP stream after the last backward of the lowest
+  // chunk it touches (the chunk that finishes last).
+  void EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t device, std::pair<uint32_t, uint32_t> seqs,
+                       std::vector<Op>& ops, bool skeleton);
+
+  void Signal(std::vector<Op>& ops) {
+    Op sig;
+    sig.kind = OpKind::kSignal;
+    ops.push_back(sig);
+  }
+
+  // ---- one pass (lowering_passes.cc) ----
+
+  // One id per member list and stream: with comm.dp_overlap the gradient sync runs on each rank's second
+  // stream beside its passes, so its collectives get ids of their own even where their members are those of
+  // a pass's collective (ZeRO-3's gathers, a Ulysses group): consumers match a group's calls in order, and
+  // two streams' calls on one id would match by timing.
+  uint32_t GroupId(std::vector<uint32_t> members, bool dp_stream = false);
+
+  static uint32_t RankIn(const std::vector<uint32_t>& members, uint32_t device) {
+    return static_cast<uint32_t>(std::find(members.begin(), members.end(), device) - members.begin());
+  }
+
+  // The TP group of sequence shard j of replica r.
+  static std::vector<uint32_t> TpGroup(const proto::Stage& st, uint32_t r, uint32_t j) {
+    std::vector<uint32_t> out;
+    for (uint32_t k = 0; k < TpDegree(st); ++k) out.push_back(StageDevice(st, r, j, k));
+    return out;
+  }
+
+  // The CP ring (in CP-rank order) and the Ulysses group of the rank at (r, j, k).
+  static std::vector<uint32_t> CpGroup(const proto::Stage& st, uint32_t r, uint32_t j, uint32_t k) {
+    const SequenceSharding sh = StageSharding(st);
+    std::vector<uint32_t> out;
+    for (uint32_t c = 0; c < sh.cp; ++c) out.push_back(StageDevice(st, r, c * sh.ulysses + j % sh.ulysses, k));
+    return out;
+  }
+  static std::vector<uint32_t> UlyssesGroup(const proto::Stage& st, uint32_t r, uint32_t j, uint32_t k) {
+    const SequenceSharding sh = StageSharding(st);
+    std::vector<uint32_t> out;
+    for (uint32_t q = 0; q < sh.ulysses; ++q) out.push_back(StageDevice(st, r, (j / sh.ulysses) * sh.ulysses + q, k));
+    return out;
+  }
+
+  // Sequence ranges of each replica inside one micro-batch.
+  static std::vector<std::pair<uint32_t, uint32_t>> Ranges(const proto::Stage& st, uint32_t mbs) {
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    uint32_t at = 0;
+    for (uint32_t b : MicroBatchSplit(st, mbs)) {
+      out.emplace_back(at, at + b);
+      at += b;
+    }
+    return out;
+  }
+
+  Op& AddCollective(std::vector<Op>& ops, const std::vector<uint32_t>& members, uint32_t device, double bytes,
+                    CollectiveKind kind, Category cat, uint16_t mb, Algorithm algo = Algorithm::kRing);
+
+  // The plan's algorithm for TP all-reduces (validation keeps nvls to TP groups inside NVSwitch nodes).
+  Algorithm TpAlgorithm() const;
+
+  void AddCompute(std::vector<Op>& ops, uint32_t layer, double flops, Category cat, uint16_t mb,
+                  std::pair<uint32_t, uint32_t> seqs, bool recompute);
+
+  // One layer's TP collectives in one direction (or their bytes into the pass's fused all-reduce).
+  void AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
+                  double batch, uint32_t local_seq, bool forward, uint16_t mb, double* fused_bytes,
+                  uint32_t* fused_calls);
+
+  // Ring-attention point-to-point operations of one pass of one block (or of a fused pass). Before the
+  // compute (`sending`): `steps` sends of `bytes` each to the next CP rank and as many receives posted
+  // from the previous one, so the transfers run during the compute; after it: the receives completed.
+  void AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before, uint32_t steps,
+               double bytes, uint16_t mb, uint32_t a, uint32_t b, double batch);
+
+  // Compute of layers [a, b) in one direction (backward: b − 1 down to a), with the TP collectives, the
+  // CP ring exchanges and the Ulysses all-to-alls (see the header comment).
+  void AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a, uint32_t b,
+                 std::pair<uint32_t, uint32_t> seqs, bool forward, uint16_t mb);
+
+  // Point-to-point transfers of micro-batch `mb` between stage `from` and stage `to` of pipeline p
+  // (forward: to = from + 1; backward: to = from − 1), as seen by `device` at (stage, r, k).
+  void AddPp(std::vector<Op>& ops, int p, int from, int to, uint32_t device, bool sending, uint32_t r, uint32_t k,
+             bool forward, uint16_t mb);
+
+  // ---- gradient sync, ZeRO, offload and the optimizer step (lowering_sync.cc) ----
+
+  // After the rank's passes: the gradient sync of each of its segments (on the DP stream with
+  // comm.dp_overlap), the optimizer step over its shard, and under ZeRO ≥ 1 the parameter all-gathers; under
+  // CPU offload the copies to and from host memory around the step.
+  void EmitSyncAndStep(uint32_t device, const proto::Stage& st, RankOps& rank, std::vector<Op>& ops, bool overlap,
+                       bool skeleton);
+
+  // The pieces of each rank's parameters that its gradient sync and CPU offload handle, in backward order
+  // (later layers first, then by chunk): the sync groups it belongs to and, under CPU offload, each layer
+  // of the rank that no other replica holds (copied to and from host memory one layer at a time).
+  void MakeSegments();
+
+  // Bytes of a segment's parameters (or gradients) on rank `device` of TP degree `tp`: a sync group's
+  // share is its bytes over its holders (the rank's ZeRO shard); a layer no other replica holds is whole.
+  double SegmentShardBytes(const Segment& seg, uint32_t tp, bool holds_embedding) const;
+
+  void AddHostCopy(std::vector<Op>& ops, double bytes, bool to_host, Category cat, uint16_t mb, uint32_t a,
+                   uint32_t b, uint32_t sync_group = kNone);
+
+  // A DP all-reduce with the plan's algorithm; hierarchical expands into reduce-scatter inside each node,
+  // all-reduce across nodes among same-local-index peers, all-gather inside each node (needs the same
+  // number of members on every node; otherwise it falls back to a ring).
+  void AddAllReduce(std::vector<Op>& ops, const std::vector<uint32_t>& members, uint32_t device, const Op& proto_op);
+
+  double GroupBytes(const GradSyncGroup& g) const;
+
+  // ZeRO-3's gathers of the rank's layers before a pass. With the parameters offloaded each shard comes
+  // from host memory first, and the layers no other replica holds are copied whole.
+  void AddZeroGathers(std::vector<Op>& ops, uint32_t device, uint16_t mb);
+
+  const proto::Plan& plan_;
+  const PlanContext& ctx_;
+  const LoweringOptions& options_;
+  const TransformerModel& model_;
+  const proto::Training& tr_;
+  const bool full_recompute_;
+  Lowering out_;
+  std::vector<std::vector<uint32_t>> device_groups_;
+  std::vector<std::vector<Segment>> segments_;  // per device (MakeSegments)
+  std::vector<uint32_t> node_ranks_;            // per node: the plan's ranks on it
+  std::map<std::vector<uint32_t>, uint32_t> group_ids_, dp_group_ids_;
+  size_t last_rank_ops_ = 0;  // operations of the rank lowered last
+};
+
+}  // namespace hetsim::models

@@ -1,0 +1,293 @@
+// One pass of the lowering: a micro-batch's forward or backward over a rank's layers — each layer's compute
+// (fused per pass when asked), its Megatron-LM TP collectives, the ring-attention K/V exchanges of context
+// parallelism and the DeepSpeed-Ulysses all-to-alls — and the PP transfers between stages of different DP or
+// TP degrees (models/lowering.h says what each moves).
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "models/cost.h"
+#include "models/lowering_internal.h"
+
+namespace hetsim::models {
+
+std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
+                                             uint32_t seq_len, proto::DType dtype) {
+  const double activations = DTypeBytes(dtype) * batch * seq_len * model.spec().hidden_size();
+  switch (model.kind(layer)) {
+    case LayerKind::kEmbedding:
+      // Vocabulary-parallel lookup: partial embeddings summed; the input gradient is the token ids' (none).
+      if (forward) return {{activations, ReduceOp::kSum}};
+      return {};
+    case LayerKind::kTransformer:
+      // After the row-parallel attention output and MLP down projections (forward), after the
+      // column-parallel QKV and MLP up projections' input gradients (backward).
+      return {{activations, ReduceOp::kSum}, {activations, ReduceOp::kSum}};
+    case LayerKind::kHead: {
+      // Vocabulary-parallel cross-entropy: the row maxima (one fp32 per token), then the softmax
+      // denominators and the target logits (two fp32 per token); backward: the input gradient of the
+      // column-parallel output projection.
+      const double tokens = batch * seq_len;
+      if (forward) return {{4.0 * tokens, ReduceOp::kMax}, {8.0 * tokens, ReduceOp::kSum}};
+      return {{activations, ReduceOp::kSum}};
+    }
+  }
+  return {};
+}
+
+double RingKvBlockBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp, uint32_t cp,
+                        proto::DType dtype) {
+  const double kv_heads = std::max(1.0, static_cast<double>(model.kv_heads()) / tp);
+  return 2.0 * batch * (static_cast<double>(seq_len) / cp) * kv_heads * model.head_dim() * DTypeBytes(dtype);
+}
+
+std::vector<double> UlyssesAllToAllBytes(const TransformerModel& model, bool forward, double batch, uint32_t seq_len,
+                                         uint32_t tp, uint32_t ulysses, proto::DType dtype) {
+  // DeepSpeed-Ulysses §3.1: q, k, v go from [s/u, heads] to [s, heads/u] before attention and the
+  // output comes back after it; the backward moves the gradients the opposite way.
+  const double tokens = batch * static_cast<double>(seq_len) / ulysses;
+  const double e = DTypeBytes(dtype), d = model.head_dim();
+  const double q = tokens * model.spec().num_attention_heads() / tp * d * e;
+  const double kv = tokens * std::max(1.0, static_cast<double>(model.kv_heads()) / tp) * d * e;
+  if (forward) return {q, kv, kv, q};
+  return {q, q, kv, kv};
+}
+
+uint32_t Lowerer::GroupId(std::vector<uint32_t> members, bool dp_stream) {
+  auto& ids = dp_stream ? dp_group_ids_ : group_ids_;
+  auto [it, inserted] = ids.emplace(members, static_cast<uint32_t>(out_.groups.size()));
+  if (inserted) out_.groups.push_back(std::move(members));
+  return it->second;
+}
+
+Op& Lowerer::AddCollective(std::vector<Op>& ops, const std::vector<uint32_t>& members, uint32_t device, double bytes,
+                           CollectiveKind kind, Category cat, uint16_t mb, Algorithm algo) {
+  Op op;
+  op.kind = OpKind::kCollective;
+  op.category = cat;
+  op.collective = kind;
+  op.algorithm = algo;
+  op.group = GroupId(members, cat == Category::kDp && plan_.comm().dp_overlap());
+  op.rank = RankIn(members, device);
+  op.bytes = bytes;
+  op.micro_batch = mb;
+  ops.push_back(op);
+  return ops.back();
+}
+
+Algorithm Lowerer::TpAlgorithm() const {
+  return plan_.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS ? Algorithm::kNvls : Algorithm::kRing;
+}
+
+void Lowerer::AddCompute(std::vector<Op>& ops, uint32_t layer, double flops, Category cat, uint16_t mb,
+                         std::pair<uint32_t, uint32_t> seqs, bool recompute) {
+  if (options_.fuse_passes && !ops.empty() && ops.back().kind == OpKind::kCompute && ops.back().category == cat &&
+      ops.back().micro_batch == mb && ops.back().layer_begin <= layer + 1 && layer <= ops.back().layer_end) {
+    // Consecutive layers of one pass (forward: ascending, backward: descending, with recomputation)
+    // are one operation.
+    ops.back().layer_begin = std::min(ops.back().layer_begin, layer);
+    ops.back().layer_end = std::max(ops.back().layer_end, layer + 1);
+    ops.back().flops += flops;
+    return;
+  }
+  Op op;
+  op.kind = OpKind::kCompute;
+  op.category = cat;
+  op.micro_batch = mb;
+  op.layer_begin = layer;
+  op.layer_end = layer + 1;
+  op.seq_begin = seqs.first;
+  op.seq_end = seqs.second;
+  op.flops = flops;
+  op.recompute = recompute && !options_.fuse_passes;
+  ops.push_back(op);
+}
+
+void Lowerer::AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
+                         double batch, uint32_t local_seq, bool forward, uint16_t mb, double* fused_bytes,
+                         uint32_t* fused_calls) {
+  if (tp_group.size() < 2) return;
+  if (options_.tp_in_compute && options_.tp_in_compute(device, layer, static_cast<uint32_t>(tp_group.size()), batch)) {
+    return;
+  }
+  for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, local_seq, tr_.dtype())) {
+    if (options_.fuse_passes) {
+      *fused_bytes += c.bytes;
+      ++*fused_calls;
+      continue;
+    }
+    Op& op = AddCollective(ops, tp_group, device, c.bytes, CollectiveKind::kAllReduce, Category::kTp, mb, TpAlgorithm());
+    op.reduce = c.reduce;
+    op.in_pass = true;
+    op.layer_begin = layer;
+    op.layer_end = layer + 1;
+  }
+}
+
+void Lowerer::AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before,
+                      uint32_t steps, double bytes, uint16_t mb, uint32_t a, uint32_t b, double batch) {
+  const uint32_t n = static_cast<uint32_t>(ring.size()), c = RankIn(ring, device);
+  const auto add = [&](OpKind kind) {
+    for (uint32_t i = 0; i < steps; ++i) {
+      Op op;
+      op.kind = kind;
+      op.category = Category::kCp;
+      op.channel = kChanCp;
+      op.peer = kind == OpKind::kSend ? ring[(c + 1) % n] : ring[(c + n - 1) % n];
+      op.micro_batch = mb;
+      op.layer_begin = a;
+      op.layer_end = b;
+      op.seq_end = static_cast<uint32_t>(batch);
+      op.bytes = bytes;
+      ops.push_back(op);
+    }
+  };
+  if (before) {
+    add(OpKind::kSend);
+    add(OpKind::kPostRecv);
+  } else {
+    add(OpKind::kRecv);
+  }
+}
+
+void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a,
+                        uint32_t b, std::pair<uint32_t, uint32_t> seqs, bool forward, uint16_t mb) {
+  const RankOps& me = out_.ranks[out_.device_slot[device]];
+  const uint32_t t = TpDegree(st);
+  const SequenceSharding sh = StageSharding(st);
+  const double ways = sh.ways();
+  const uint32_t local_seq = tr_.seq_len() / sh.ways();
+  const double batch = seqs.second - seqs.first;
+  const Category cat = forward ? Category::kForward : Category::kBackward;
+  const auto tp_group = TpGroup(st, r, me.shard_rank);
+  const auto ring = CpGroup(st, r, me.shard_rank, me.tp_rank);
+  const auto uly_group = UlyssesGroup(st, r, me.shard_rank, me.tp_rank);
+  const uint32_t L = model_.num_layers();
+  const bool fuse = options_.fuse_passes;
+  // One K/V block per ring step in a forward (or recomputed forward), K/V and dK/dV in a backward.
+  const uint32_t steps = sh.cp - 1;
+  const double kv_block = sh.cp > 1 ? RingKvBlockBytes(model_, batch, tr_.seq_len(), t, sh.cp, tr_.dtype()) : 0;
+  const auto is_block = [&](uint32_t l) { return model_.kind(l) == LayerKind::kTransformer; };
+  const auto ring_bytes = [&](bool fwd_pass) { return fwd_pass ? kv_block : 2 * kv_block; };
+  double fused_ring = 0;
+  if (fuse && steps > 0) {
+    // The pass's ring traffic as one send before it and one receive after it (per ring step).
+    for (uint32_t l = a; l < b; ++l) {
+      if (!is_block(l)) continue;
+      fused_ring += ring_bytes(forward);
+      if (!forward && full_recompute_) fused_ring += ring_bytes(true);
+    }
+    if (fused_ring > 0) AddRing(ops, ring, device, true, steps, fused_ring, mb, a, b, batch);
+  }
+  double fused_bytes = 0, fused_a2a = 0;
+  uint32_t fused_calls = 0, fused_a2a_calls = 0;
+  // One block pass (forward, recomputed forward or backward): ring sends, compute, ring receives, TP
+  // collectives, Ulysses all-to-alls.
+  const auto pass = [&](uint32_t l, bool fwd_pass, bool recompute) {
+    const bool ring_here = !fuse && steps > 0 && is_block(l);
+    if (ring_here) AddRing(ops, ring, device, true, steps, ring_bytes(fwd_pass), mb, l, l + 1, batch);
+    const double flops = (fwd_pass ? model_.ForwardFlops(l, batch, tr_.seq_len())
+                                   : model_.BackwardFlops(l, batch, tr_.seq_len())) /
+                         (t * ways);
+    AddCompute(ops, l, flops, cat, mb, seqs, recompute);
+    if (ring_here) AddRing(ops, ring, device, false, steps, ring_bytes(fwd_pass), mb, l, l + 1, batch);
+    AddLayerTp(ops, device, tp_group, l, batch, local_seq, fwd_pass, mb, &fused_bytes, &fused_calls);
+    if (sh.ulysses > 1 && is_block(l)) {
+      for (double bytes : UlyssesAllToAllBytes(model_, fwd_pass, batch, tr_.seq_len(), t, sh.ulysses, tr_.dtype())) {
+        if (fuse) {
+          fused_a2a += bytes;
+          ++fused_a2a_calls;
+          continue;
+        }
+        Op& op = AddCollective(ops, uly_group, device, bytes, CollectiveKind::kAllToAll, Category::kCp, mb);
+        op.in_pass = true;
+        op.layer_begin = l;
+        op.layer_end = l + 1;
+      }
+    }
+  };
+  for (uint32_t i = 0; i < b - a; ++i) {
+    const uint32_t l = forward ? a + i : b - 1 - i;
+    if (forward) {
+      pass(l, true, false);
+      continue;
+    }
+    // Megatron-LM's full recomputation re-runs each transformer block's forward right before its backward.
+    if (full_recompute_ && l > 0 && l + 1 < L) pass(l, true, true);
+    pass(l, false, false);
+  }
+  if (fused_ring > 0) AddRing(ops, ring, device, false, steps, fused_ring, mb, a, b, batch);
+  if (fused_bytes > 0) {
+    Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb,
+                           TpAlgorithm());
+    op.in_pass = true;
+    op.calls = fused_calls;
+    op.layer_begin = a;
+    op.layer_end = b;
+  }
+  if (fused_a2a > 0) {
+    Op& op = AddCollective(ops, uly_group, device, fused_a2a, CollectiveKind::kAllToAll, Category::kCp, mb);
+    op.in_pass = true;
+    op.calls = fused_a2a_calls;
+    op.layer_begin = a;
+    op.layer_end = b;
+  }
+}
+
+void Lowerer::AddPp(std::vector<Op>& ops, int p, int from, int to, uint32_t device, bool sending, uint32_t r,
+                    uint32_t k, bool forward, uint16_t mb) {
+  const auto& pipe = plan_.pipelines(p);
+  const auto& sst = pipe.stages(from);
+  const auto& rst = pipe.stages(to);
+  const uint32_t ts = TpDegree(sst), trv = TpDegree(rst);
+  const auto srange = Ranges(sst, pipe.micro_batch_size());
+  const auto rrange = Ranges(rst, pipe.micro_batch_size());
+  // CP and Ulysses: sequence shard j of one stage hands its seq_len / ways tokens to shard j of the next
+  // (every stage of a pipeline shards alike).
+  const uint32_t j = out_.ranks[out_.device_slot[device]].shard_rank;
+  const double per_seq =
+      PipelineBoundaryBytes(model_, 1, tr_.seq_len(), tr_.dtype()) / StageSharding(rst).ways();
+  const bool leader = plan_.comm().pp_leader_broadcast();
+  // Scatter-gather: each TP rank moves 1/t of the tensor to its peer rank, then the receivers all-gather.
+  // Under sequence parallelism the boundary tensor is sequence-sharded anyway (Megatron-LM sends
+  // [s/t, b, h] per rank): 1/t each, nothing to gather.
+  const bool same_tp = !leader && ts == trv && ts > 1;
+  const bool sharded = same_tp && plan_.sequence_parallel();
+  const bool scatter = same_tp && (sharded || plan_.comm().pp_scatter_gather());
+  const uint8_t chan = forward ? kChanPpForward : kChanPpBackward;
+  for (uint32_t rr = sending ? 0 : r; rr < (sending ? rrange.size() : r + 1); ++rr) {
+    for (uint32_t kr = 0; kr < (leader ? 1u : trv); ++kr) {
+      for (uint32_t sr = sending ? r : 0; sr < (sending ? r + 1 : srange.size()); ++sr) {
+        const uint32_t lo = std::max(rrange[rr].first, srange[sr].first);
+        const uint32_t hi = std::min(rrange[rr].second, srange[sr].second);
+        if (lo >= hi) continue;
+        const uint32_t ks = leader ? 0 : kr % ts;
+        const bool mine = sending ? (sr == r && ks == k) : (rr == r && kr == k);
+        if (!mine) continue;
+        const uint32_t sender = StageDevice(sst, sr, j, ks);
+        const uint32_t receiver = StageDevice(rst, rr, j, kr);
+        const uint32_t base = sending ? srange[sr].first : rrange[rr].first;
+        Op op;
+        op.kind = sending ? OpKind::kSend : OpKind::kRecv;
+        op.category = Category::kPp;
+        op.channel = chan;
+        op.peer = sending ? receiver : sender;
+        op.seq_begin = lo - base;
+        op.seq_end = hi - base;
+        op.bytes = (hi - lo) * per_seq / (scatter ? ts : 1);
+        op.micro_batch = mb;
+        ops.push_back(op);
+      }
+    }
+  }
+  if (!sending && scatter && !sharded) {
+    const double bytes = (rrange[r].second - rrange[r].first) * per_seq;
+    AddCollective(ops, TpGroup(rst, r, j), device, bytes, CollectiveKind::kAllGather, Category::kPp, mb);
+  }
+  if (!sending && leader && trv > 1) {
+    const double bytes = (rrange[r].second - rrange[r].first) * per_seq;
+    AddCollective(ops, TpGroup(rst, r, j), device, bytes, CollectiveKind::kBroadcast, Category::kPp, mb);
+  }
+}
+
+}  // namespace hetsim::models
