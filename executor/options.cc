@@ -16,10 +16,7 @@ namespace {
 
 // A reference inside a plan (`cluster: ../c.yaml`) is resolved relative to the plan file.
 std::string RelativeTo(const std::string& ref, const std::string& plan_file) {
-  if (ref.empty() || std::filesystem::exists(ref)) return ref;
-  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;  // a bundled name
-  const auto candidate = std::filesystem::path(plan_file).parent_path() / ref;
-  return std::filesystem::exists(candidate) ? candidate.string() : ref;
+  return models::ResolveRelative(ref, plan_file);
 }
 
 }  // namespace

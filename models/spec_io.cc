@@ -1,6 +1,9 @@
 #include "models/spec_io.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <string_view>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -161,11 +164,24 @@ Result<proto::Profile> LoadProfile(const std::string& name_or_path) {
   return p;
 }
 
+namespace {
+
+bool HasFileExtension(const std::string& ref) {
+  static constexpr std::array<std::string_view, 9> kExt = {".yaml", ".yml", ".csv", ".json", ".jsonl",
+                                                           ".txt",  ".pb",  ".textproto", ".tsv"};
+  return std::any_of(kExt.begin(), kExt.end(), [&](std::string_view e) { return ref.ends_with(e); });
+}
+
+}  // namespace
+
 std::string ResolveRelative(const std::string& ref, const std::string& from_file) {
-  if (ref.empty() || std::filesystem::exists(ref)) return ref;
-  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;  // a bundled name
-  const auto candidate = std::filesystem::path(from_file).parent_path() / ref;
-  return std::filesystem::exists(candidate) ? candidate.string() : ref;
+  namespace fs = std::filesystem;
+  if (ref.empty() || from_file.empty() || fs::path(ref).is_absolute()) return ref;
+  std::error_code ec;
+  if (!fs::is_regular_file(from_file, ec)) return ref;
+  const fs::path candidate = fs::path(from_file).parent_path() / ref;
+  if (ref.find('/') != std::string::npos || HasFileExtension(ref)) return candidate.lexically_normal().string();
+  return fs::is_regular_file(candidate, ec) ? candidate.string() : ref;
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& text) {
@@ -173,13 +189,15 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
   if (std::filesystem::is_directory(path, ec)) {
     return Status::IoError(path + ": is a folder; give a file name (e.g. " + path + "/out.json)");
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // The temporary name is fresh (pid and a counter), and O_EXCL|O_NOFOLLOW refuse a file or link planted there.
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   auto fail = [&](const std::string& what, int err) {
     ::unlink(tmp.c_str());  // nothing half-written is left behind
     return Status::IoError(path + ": " + what + ": " + std::strerror(err) +
                            (err == ENOSPC ? " (free some space, or write elsewhere)" : ""));
   };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int err = errno;
     return Status::IoError(path + ": cannot write here: " + std::strerror(err));

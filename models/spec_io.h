@@ -45,11 +45,15 @@ Result<proto::Profile> LoadProfile(const std::string& name_or_path);
 template <typename Message>
 Status ParseSpec(const SpecText& src, SpecKind kind, Message* msg);
 
-// A spec's reference to another spec (a plan's `cluster:`, a trace's `cluster:`): a path as given when it
-// exists, else relative to the folder of `from_file`; a bare name (no '/', no .yaml) stays a bundled name.
+// A spec's reference to another file (a plan's `cluster:`, a manifest's `plan:`, a trace's `cluster:`),
+// resolved against the folder of `from_file` only, never the current folder: an absolute path stays; a
+// relative path (a '/' or a file extension such as .yaml/.csv) is taken beside `from_file`; a bare name is
+// the file of that name beside `from_file` when one exists, else a bundled name. When `from_file` is not a
+// file on disk (a bundled spec, an inline string) the reference is returned as written.
 std::string ResolveRelative(const std::string& ref, const std::string& from_file);
 
-// Writes `text` to `path` atomically (temporary file + rename).
+// Writes `text` to `path` atomically: a fresh temporary file beside it (created with O_EXCL|O_NOFOLLOW, so
+// a planted link is never followed), then rename. A link at `path` itself is replaced, not written through.
 Status WriteFileAtomically(const std::string& path, const std::string& text);
 // Whether `path` can be written (its folder exists and is writable, it is not a folder), checked before a
 // long computation whose result goes there; `flag` names it in the error ("--report-out").

@@ -478,6 +478,76 @@ std::vector<std::string> EnumYamlNames(const EnumDescriptor* e) {
   return names;
 }
 
+namespace {
+
+void CheckRangesInto(const Message& msg, const std::string& path, const std::string& where,
+                     const std::function<std::string(const std::string&)>& flag_of, ErrorList* errors) {
+  const Reflection* r = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const FieldDescriptor* fd : fields) {
+    const std::string key = path.empty() ? fd->name() : path + "." + fd->name();
+    const int n = fd->is_repeated() ? r->FieldSize(msg, fd) : 1;
+    for (int i = 0; i < n; ++i) {
+      const std::string at = fd->is_repeated() ? key + "[" + std::to_string(i) + "]" : key;
+      if (fd->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        CheckRangesInto(fd->is_repeated() ? r->GetRepeatedMessage(msg, fd, i) : r->GetMessage(msg, fd), at, where,
+                        flag_of, errors);
+        continue;
+      }
+      double v = 0;
+      switch (fd->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+          v = fd->is_repeated() ? r->GetRepeatedDouble(msg, fd, i) : r->GetDouble(msg, fd);
+          break;
+        case FieldDescriptor::CPPTYPE_FLOAT:
+          v = fd->is_repeated() ? r->GetRepeatedFloat(msg, fd, i) : r->GetFloat(msg, fd);
+          break;
+        case FieldDescriptor::CPPTYPE_INT32:
+          v = fd->is_repeated() ? r->GetRepeatedInt32(msg, fd, i) : r->GetInt32(msg, fd);
+          break;
+        case FieldDescriptor::CPPTYPE_INT64:
+          v = static_cast<double>(fd->is_repeated() ? r->GetRepeatedInt64(msg, fd, i) : r->GetInt64(msg, fd));
+          break;
+        case FieldDescriptor::CPPTYPE_UINT32:
+          v = fd->is_repeated() ? r->GetRepeatedUInt32(msg, fd, i) : r->GetUInt32(msg, fd);
+          break;
+        case FieldDescriptor::CPPTYPE_UINT64:
+          v = static_cast<double>(fd->is_repeated() ? r->GetRepeatedUInt64(msg, fd, i) : r->GetUInt64(msg, fd));
+          break;
+        default:
+          continue;
+      }
+      std::string flag = flag_of ? flag_of(key) : "";
+      const std::string name = flag.empty() ? where + "." + at : where + " " + flag;
+      const auto& opt = fd->options();
+      std::string rule;
+      if (!std::isfinite(v)) {
+        errors->Add(name + ": " + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") + " is not a finite number");
+        continue;
+      }
+      if (opt.HasExtension(proto::min)) {
+        const double lo = opt.GetExtension(proto::min);
+        const bool excl = opt.GetExtension(proto::min_exclusive);
+        if (excl ? !(v > lo) : !(v >= lo)) rule = std::string(excl ? "> " : ">= ") + FormatNumber(lo);
+      }
+      if (rule.empty() && opt.HasExtension(proto::max) && v > opt.GetExtension(proto::max)) {
+        rule = "<= " + FormatNumber(opt.GetExtension(proto::max));
+      }
+      if (!rule.empty()) errors->Add(name + ": " + FormatNumber(v) + " is out of range (must be " + rule + ")");
+    }
+  }
+}
+
+}  // namespace
+
+Status CheckRanges(const Message& msg, const std::string& where,
+                   const std::function<std::string(const std::string&)>& flag_of) {
+  ErrorList errors;
+  CheckRangesInto(msg, "", where, flag_of, &errors);
+  return errors.ToStatus();
+}
+
 Result<int> ParseEnumFlag(const std::string& flag, const std::string& value, const EnumDescriptor* e) {
   for (int i = 1; i < e->value_count(); ++i) {
     if (EnumValueYamlName(e->value(i)) == value) return e->value(i)->number();

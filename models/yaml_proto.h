@@ -12,6 +12,7 @@
 
 #include <string>
 #include <string_view>
+#include <functional>
 #include <vector>
 
 #include "models/status.h"
@@ -41,6 +42,13 @@ std::vector<std::string> EnumYamlNames(const google::protobuf::EnumDescriptor* e
 // The value of `e` whose YAML spelling is `value`, for command-line flags: an error names `--flag`, the
 // valid spellings and the nearest one.
 Result<int> ParseEnumFlag(const std::string& flag, const std::string& value, const google::protobuf::EnumDescriptor* e);
+
+// Checks every set numeric field of `msg` (recursively) against its schema range ((min), (max),
+// (min_exclusive)) and rejects NaN and infinity, for messages filled from command-line flags rather than
+// parsed from YAML. Errors name `where` and the field's YAML key path (`hetsim replay.restart_s`); `flag_of`
+// may map a key path to the flag that set it (`--restart-s`), which the error then names instead.
+Status CheckRanges(const google::protobuf::Message& msg, const std::string& where,
+                   const std::function<std::string(const std::string&)>& flag_of = nullptr);
 
 // `file:line:col` of a YAML node (or just `file` when the node has no position).
 std::string YamlLocation(const std::string& file, const YAML::Node& node);

@@ -301,7 +301,7 @@ class Game::Impl {
     std::vector<double> e = p;
     const auto& routes = *s_.routes;
     if (op.collective == CollectiveKind::kBroadcast) {
-      // The root sends the buffer to every member at once (sim/engine.cc RunCollective).
+      // The root sends the buffer to every member at once (sim/engine_collectives.cc RunCollective).
       for (uint32_t j = 1; j < n; ++j) {
         const Route& r = Keep(routes.GpuToGpu(m[0], m[j]));
         const double start = std::max(p[0], p[j]);

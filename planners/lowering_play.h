@@ -89,7 +89,7 @@ inline uint64_t CollKey(uint32_t group, uint32_t inst, uint32_t rank, uint32_t s
 inline uint64_t P2pSource(uint32_t stream, uint32_t leg) { return P2pKey(stream, 0, leg); }
 inline uint64_t CollSource(uint32_t group, uint32_t rank, uint32_t sub) { return CollKey(group, 0, rank, sub); }
 
-// A ring member's hop to its successor (sim/engine.cc Exchange and StripeOverRails).
+// A ring member's hop to its successor (sim/engine_collectives.cc Exchange and StripeOverRails).
 struct Hop {
   bool ready = false;
   uint32_t prev = 0, next = 0;  // ranks
@@ -185,7 +185,7 @@ struct Setup {
     if (h.staged_send) {
       h.g2h = routes->GpuToHost(self);
       h.h2h = routes->HostToHost(here, there);
-      h.notice = h.to_next;  // the zero-byte notice goes from the GPU's own actor (sim/engine.cc StagedSend)
+      h.notice = h.to_next;  // the zero-byte notice goes from the GPU's own actor (sim/engine_collectives.cc StagedSend)
     }
     if (h.staged_recv) h.h2g = routes->HostToGpu(self);
     if (stripe && here != there && !h.staged_send && !h.staged_recv) {

@@ -227,7 +227,7 @@ struct EngineResult {
   double iteration_s = 0;
   std::vector<DeviceTrace> devices;  // parallel to Programs::devices
   // Folded runs: links run at 1/n of their bandwidth instead of playing n − 1 copies of each pipeline
-  // transfer on them (sim/engine.cc ScaleTwinLinks).
+  // transfer on them (sim/engine_fold.cc ScaleTwinLinks).
   uint32_t scaled_links = 0;
 };
 

@@ -890,7 +890,11 @@ Result<std::shared_ptr<Config>> Engine::ElasticConfig() {
     HETSIM_ASSIGN_OR_RETURN(Replanned r, in_.replan(*cluster, in_.policy));
     it = plans.emplace(plan_key, std::move(r)).first;
   }
-  const double replan_s = in_.policy.has_replan_s() ? in_.policy.replan_s() : it->second.wall_s;
+  // No re-planning time unless the policy fixes one or asks for the planner's measured wall time, so that
+  // the same inputs give the same report.
+  const double replan_s = in_.policy.has_replan_s()       ? in_.policy.replan_s()
+                          : in_.policy.measured_replan() ? it->second.wall_s
+                                                         : 0;
   return MakeConfig(it->second.plan, cluster, live, replan_s);
 }
 
@@ -1257,6 +1261,7 @@ Result<proto::ReplayReport> Engine::Run() {
   r.set_plan(PlanLabel(in_.plan));
   r.set_trace(in_.trace_name);
   r.set_policy(in_.policy.label().empty() ? in_.policy.name() : in_.policy.label());
+  r.set_replan_time(in_.policy.has_replan_s() ? "fixed" : in_.policy.measured_replan() ? "measured" : "none");
   r.set_seed(in_.trace.seed());
   r.set_duration_s(duration_);
   r.set_checkpoint_interval_s(interval_s_);
@@ -1344,6 +1349,11 @@ Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::strin
   HETSIM_RETURN_IF_ERROR(refuse(!policy.planner().empty() && !elastic, "planner", re_planning));
   HETSIM_RETURN_IF_ERROR(refuse(!policy.planner_options().empty() && !elastic, "planner_options", re_planning));
   HETSIM_RETURN_IF_ERROR(refuse(policy.has_replan_s() && !elastic, "replan_s", re_planning));
+  HETSIM_RETURN_IF_ERROR(refuse(policy.has_measured_replan() && !elastic, "measured_replan", re_planning));
+  if (policy.has_replan_s() && policy.measured_replan()) {
+    return Status::Invalid(where + ": replan_s and measured_replan: choose one (a fixed re-planning time, or the "
+                                   "planner's measured wall time)");
+  }
   HETSIM_RETURN_IF_ERROR(refuse(policy.has_grow() && !elastic, "grow", re_planning));
   HETSIM_RETURN_IF_ERROR(refuse(policy.replan_plans_size() > 0 && !elastic, "replan_plans", re_planning));
   HETSIM_RETURN_IF_ERROR(refuse(policy.has_load_from_host_memory() && t.restore != RestoreFrom::kLayerBitmap,

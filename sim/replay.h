@@ -5,11 +5,12 @@
 // simulates iteration by iteration) with a checkpoint every k iterations; each checkpoint blocks training for
 // its save time, simulated as transfers on the cluster's SimGrid platform (SimulateTransfers). An event that
 // stops the job (a failure of one of its nodes, a software crash, a preemption) costs the work since the last
-// checkpoint the policy can restore, then detection, re-planning (the planner's measured wall time, or a fixed
-// one), waiting for nodes, restart, and state recovery — again transfers on the platform (the object store,
-// local NVMe, host memory of the node or of a peer, surviving replicas' GPUs). Which of those a run pays is
-// the recovery policy's choice (sim/replay.cc: checkpoint-restart, hot-spares, in-memory, varuna, elastic,
-// autohet; AutoHet's layer-wise recovery is sim/autohet_recovery.h).
+// checkpoint the policy can restore, then detection, re-planning (none by default, a fixed time, or the
+// planner's measured wall time when asked for), waiting for nodes, restart, and state recovery — again
+// transfers on the platform (the object store, local NVMe, host memory of the node or of a peer, surviving
+// replicas' GPUs). Which of those a run pays is the recovery policy's choice (sim/replay.cc:
+// checkpoint-restart, hot-spares, in-memory, varuna, elastic, autohet; AutoHet's layer-wise recovery is
+// sim/autohet_recovery.h).
 #pragma once
 
 #include <functional>
@@ -57,7 +58,7 @@ struct ReplayInputs {
 };
 
 // Replays the run. Deterministic: the same inputs give the same report, byte for byte, unless a policy
-// re-plans with the planner's measured wall time (set `replan_s` to fix it).
+// asks for the planner's measured wall time (`measured_replan`; the report then says replan_time: measured).
 Result<proto::ReplayReport> ReplayRun(const ReplayInputs& in);
 
 // The registered recovery policies: name and a line (with the paper it follows).

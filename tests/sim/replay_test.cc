@@ -224,6 +224,7 @@ TEST_F(ReplayTest, ElasticKeepsTheWorkWhileAReplicaSurvives) {
   };
   auto el = sim::ReplayRun(in);
   ASSERT_TRUE(el.ok()) << el.status().message();
+  EXPECT_EQ(el->replan_time(), "fixed");
   const double T = el->configurations(0).iteration_s(), C = el->configurations(0).checkpoint_save_s();
   EXPECT_LT(el->lost_work_s(), 2 * (T + C));  // the unit in progress (an iteration or a save) at each change
   EXPECT_EQ(el->configurations_size(), 2);    // dp4 and dp3
@@ -264,6 +265,52 @@ TEST(YoungDaly, MatchesYoungToFirstOrder) {
   EXPECT_NEAR(sim::YoungDalyInterval(1, 1e6) / std::sqrt(2e6), 1.0, 1e-3);
   EXPECT_DOUBLE_EQ(sim::YoungDalyInterval(300, 100), 100);
   EXPECT_DOUBLE_EQ(sim::YoungDalyInterval(0, 100), 0);
+}
+
+TEST_F(ReplayTest, ReplanningIsChargedOnlyWhenAskedSoReportsRepeat) {
+  // The planner's wall time differs from call to call (here 0.25 s, then 0.5 s, ...): by default no
+  // re-planning time is charged and two replays give the same report; with measured_replan the wall time is
+  // charged (shrink and grow back: two re-plans, each planned afresh since the caches are separate).
+  proto::Trace trace = Trace(20000);
+  auto* e = Add(trace, 7777, proto::TraceEvent::KIND_NODE_FAILURE);
+  e->add_nodes(1);
+  e->set_repair_s(3600);
+  double wall = 0;
+  auto replan = [this, &wall](const models::Cluster& live, const proto::RecoveryPolicy&) -> Result<sim::Replanned> {
+    proto::Plan p;
+    p.set_name("dp" + std::to_string(live.nodes().size()));
+    const auto replicas = static_cast<uint32_t>(live.nodes().size());
+    for (uint32_t n = 0; n < replicas; ++n) {
+      auto* pl = p.add_pipelines();
+      pl->set_micro_batch_size(1);
+      pl->set_num_micro_batches(32 / replicas + (n < 32 % replicas ? 1 : 0));
+      auto* s = pl->add_stages();
+      s->add_devices(2 * n);
+      s->add_devices(2 * n + 1);
+      s->set_tp_degree(2);
+      s->set_layer_end(model_->num_layers());
+    }
+    wall += 0.25;
+    return sim::Replanned{p, wall};
+  };
+  auto in = Inputs(trace, "elastic");
+  in.replan = replan;
+  auto a = sim::ReplayRun(in);
+  auto b = sim::ReplayRun(in);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(sim::ReplayReportJson(*a), sim::ReplayReportJson(*b));
+  EXPECT_EQ(a->replan_time(), "none");
+  EXPECT_EQ(Downtime(*a, "replan"), 0);
+  wall = 0;
+  in.policy.set_measured_replan(true);
+  auto m = sim::ReplayRun(in);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->replan_time(), "measured");
+  // The starting plan is the fixed one (no planner); the shrink re-plans (0.25 s) and growing back returns
+  // to the starting configuration (no planner run, no time).
+  EXPECT_NEAR(Downtime(*m, "replan"), 0.25, 1e-9);
+  in.policy.set_replan_s(5);
+  EXPECT_FALSE(sim::CheckRecoveryPolicy(in.policy, "replay.policies[0]").ok());
 }
 
 TEST_F(ReplayTest, SameInputsSameReportByteForByte) {

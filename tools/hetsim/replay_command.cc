@@ -2,6 +2,7 @@
 // (sim/replay.h, docs/replay.md).
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <ostream>
 
@@ -133,7 +134,23 @@ int RunReplay(const po::variables_map& vm, std::ostream& out, std::ostream& err)
     if (vm.count("replicas") && name == "in-memory") p->set_replicas(vm["replicas"].as<uint32_t>());
     if (vm.count("replan-planner") && elastic) p->set_planner(FlagString(vm, "replan-planner"));
     if (vm.count("replan-s") && elastic) p->set_replan_s(vm["replan-s"].as<double>());
+    if (vm.count("measured-replan") && elastic) p->set_measured_replan(true);
     if (vm.count("no-grow") && elastic) p->set_grow(false);
+  }
+  // The flags get the bounds the manifest's `replay:` section has (NaN, infinity and out-of-range values).
+  const auto flag_of = [](const std::string& key) -> std::string {
+    static const std::map<std::string, std::string> kFlags = {
+        {"trace_days", "--days"},           {"trace_rate_scale", "--rate-scale"},
+        {"detection_s", "--detection-s"},   {"restart_s", "--restart-s"},
+        {"usd_per_gpu_hour", "--usd-per-gpu-hour"}, {"spot_price_fraction", "--spot-fraction"},
+        {"spares", "--spares"},             {"replicas", "--replicas"},
+        {"replan_s", "--replan-s"},         {"checkpoint_interval_s", "--checkpoint-interval"}};
+    const auto it = kFlags.find(key.substr(key.rfind('.') + 1));
+    return it == kFlags.end() ? "" : it->second;
+  };
+  if (Status s = models::CheckRanges(spec, "hetsim replay", flag_of); !s.ok()) {
+    err << s.message() << "\n";
+    return 2;
   }
   if (Status s = CheckReplaySpec(spec, "hetsim replay"); !s.ok()) {
     err << s.message() << "\n";
@@ -222,7 +239,9 @@ std::vector<Command> ReplayCommands() {
                  ("replicas", po::value<uint32_t>(), "in-memory: copies of each checkpoint (default 2)")
                  ("replan-planner", po::value<std::string>(), "elastic, varuna, autohet, hetu: the planner that re-plans")
                  ("replan-s", po::value<double>(),
-                  "elastic, varuna, autohet: fixed re-planning time (default: measured)")
+                  "elastic, varuna, autohet, hetu: fixed re-planning time (default: none)")
+                 ("measured-replan", "elastic, varuna, autohet, hetu: charge the planner's measured wall time (the "
+                                     "report then differs from run to run)")
                  ("no-grow", "elastic, varuna, autohet: do not grow back when nodes return")
                  ("usd-per-gpu-hour", po::value<double>(), "price of a GPU-hour (default: the GPU's on-demand price)")
                  ("spot-fraction", po::value<double>(), "spot traces: spot price / on-demand price (default 0.35)")

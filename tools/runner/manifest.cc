@@ -25,12 +25,9 @@
 namespace hetsim::runner {
 namespace {
 
-// Resolves a reference written in a manifest: bundled names stay, paths are relative to the manifest.
+// Resolves a reference written in a manifest: against the manifest's folder, never the current one.
 std::string Relative(const std::string& ref, const std::string& manifest) {
-  if (ref.empty() || std::filesystem::exists(ref)) return ref;
-  if (ref.find('/') == std::string::npos && !ref.ends_with(".yaml")) return ref;
-  const auto p = std::filesystem::path(manifest).parent_path() / ref;
-  return std::filesystem::exists(p) ? p.string() : ref;
+  return models::ResolveRelative(ref, manifest);
 }
 
 bool ParsePositive(const std::string& s, double* v) {

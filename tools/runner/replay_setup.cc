@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include "models/child_process.h"
 #include "models/spec_io.h"
+#include "models/suggest.h"
 #include "planners/planner.h"
 #include "traces/llama3.h"
 #include "traces/trace.h"
@@ -33,9 +35,16 @@ Status CheckReplaySpec(const proto::Replay& spec, const std::string& where) {
     errors.Add(where + ".trace_rate_scale: must be a positive factor (at most 1000)");
   }
   for (int i = 0; i < spec.policies_size(); ++i) {
-    if (Status s = sim::CheckRecoveryPolicy(spec.policies(i), where + ".policies[" + std::to_string(i) + "]");
-        !s.ok()) {
-      errors.Add(s.message());
+    const std::string at = where + ".policies[" + std::to_string(i) + "]";
+    if (Status s = sim::CheckRecoveryPolicy(spec.policies(i), at); !s.ok()) errors.Add(s.message());
+    // A re-planner that is not registered would turn every re-plan into waiting for the starting nodes.
+    const std::string& planner = spec.policies(i).planner();
+    if (!planner.empty()) {
+      const auto names = planners::PlannerNames();
+      if (std::find(names.begin(), names.end(), planner) == names.end()) {
+        errors.Add(at + ".planner: no planner named '" + planner + "'" + DidYouMean(planner, names) +
+                   " (`hetsim list planners`)");
+      }
     }
   }
   return errors.ToStatus();
@@ -55,11 +64,7 @@ Result<LoadedTrace> LoadReplayTrace(const proto::Replay& spec, const models::Clu
     out.name = buf;
     return out;
   }
-  std::string ref = spec.trace();
-  if (!relative_to.empty() && !fs::path(ref).is_absolute()) {
-    const fs::path candidate = fs::path(relative_to).parent_path() / ref;
-    if (fs::exists(candidate)) ref = candidate.string();
-  }
+  const std::string ref = models::ResolveRelative(spec.trace(), relative_to);
   HETSIM_ASSIGN_OR_RETURN(out.trace, traces::LoadTrace(ref));
   out.name = out.trace.name().empty() ? spec.trace() : out.trace.name();
   if (!out.trace.cluster().empty()) {
