@@ -59,11 +59,21 @@ std::vector<std::string> BundledNames(SpecKind kind) {
 Result<SpecText> ReadSpec(SpecKind kind, const std::string& name_or_path) {
   std::error_code ec;
   if (std::filesystem::is_regular_file(name_or_path, ec)) {
+    // A spec is text written by people or by hetsim; past this size YAML parsing takes minutes and gigabytes.
+    const auto bytes = std::filesystem::file_size(name_or_path, ec);
+    if (!ec && bytes > kMaxSpecBytes) {
+      return Status::Invalid(name_or_path + ": " + std::to_string(bytes >> 20) + " MiB is more than a YAML spec may " +
+                             "hold (" + std::to_string(kMaxSpecBytes >> 20) + " MiB)" +
+                             (kind == SpecKind::kTrace ? "; write a large trace as binary protobuf (-o T.pb)" : ""));
+    }
     std::ifstream in(name_or_path, std::ios::binary);
     if (!in) return Status::IoError(name_or_path + ": cannot open for reading");
     std::ostringstream ss;
     ss << in.rdbuf();
     return SpecText{name_or_path, ss.str(), false};
+  }
+  if (std::filesystem::exists(name_or_path, ec)) {
+    return Status::Invalid(name_or_path + ": not a regular file (a folder or a device); give a spec file");
   }
   if (LooksLikePath(name_or_path)) {
     return Status::NotFound(name_or_path + ": no such file");

@@ -5,6 +5,7 @@
 // kind, an unknown name or a malformed file gives one clear error naming the file.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,12 @@ struct SpecText {
   bool bundled = false;
 };
 
-// Reads `name_or_path`: an existing file, else a bundled spec of `kind` with that name.
+// The largest spec file read (YAML parsing runs at a few MB/s and holds ~50x the text in memory; a large
+// trace belongs in binary protobuf, traces/trace.h).
+constexpr uintmax_t kMaxSpecBytes = 64ull << 20;
+
+// Reads `name_or_path`: an existing file (at most kMaxSpecBytes; not a folder or a device), else a bundled
+// spec of `kind` with that name.
 Result<SpecText> ReadSpec(SpecKind kind, const std::string& name_or_path);
 // The kind a YAML text declares with its `kind:` key.
 Result<SpecKind> DetectKind(const std::string& text, const std::string& file);

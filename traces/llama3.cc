@@ -1,5 +1,7 @@
 #include "traces/llama3.h"
 
+#include "traces/trace.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,6 +33,38 @@ const std::vector<InterruptionRow>& Llama3Table5() {
       {"System Memory", "Host", 2},
   };
   return rows;
+}
+
+double ExpectedFailureEvents(const models::Cluster& cluster, const FailureTraceOptions& options) {
+  double per_gpu_day = 0;
+  for (const auto& row : Llama3Table5()) per_gpu_day += row.count / (kLlama3Gpus * kLlama3Days);
+  return options.rate_scale * per_gpu_day * cluster.num_devices() * options.days;
+}
+
+Status CheckFailureTraceOptions(const models::Cluster& cluster, const FailureTraceOptions& options,
+                                const std::string& days_field, const std::string& rate_field) {
+  char buf[400];
+  if (!(options.days > 0 && options.days <= 3650)) {
+    std::snprintf(buf, sizeof buf, "%s: %g is not a length in days (0 < days <= 3650)", days_field.c_str(),
+                  options.days);
+    return Status::Invalid(buf);
+  }
+  if (!(options.rate_scale >= 0 && options.rate_scale <= 1000)) {
+    std::snprintf(buf, sizeof buf, "%s: %g is not a factor between 0 and 1000", rate_field.c_str(),
+                  options.rate_scale);
+    return Status::Invalid(buf);
+  }
+  // Mean plus six standard deviations of the Poisson count stays within the limit.
+  const double mean = ExpectedFailureEvents(cluster, options);
+  if (mean + 6 * std::sqrt(mean) > kMaxTraceEvents) {
+    std::snprintf(buf, sizeof buf,
+                  "%s / %s: about %.3g events on %u GPUs, more than a trace may hold (%u); draw fewer days or a "
+                  "lower rate (at most %.3g days at this rate)",
+                  days_field.c_str(), rate_field.c_str(), mean, cluster.num_devices(), kMaxTraceEvents,
+                  options.days * 0.99 * kMaxTraceEvents / mean);
+    return Status::Invalid(buf);
+  }
+  return Status::Ok();
 }
 
 proto::Trace GenerateLlama3Failures(const models::Cluster& cluster, const std::string& cluster_ref,

@@ -10,6 +10,7 @@
 
 #include "models/cluster.h"
 #include "models/proto/trace.pb.h"
+#include "models/status.h"
 
 namespace hetsim::traces {
 
@@ -40,6 +41,14 @@ struct FailureTraceOptions {
   double rate_scale = 1;  // multiplies every rate (sensitivity studies)
   RepairHours repair;
 };
+
+// Checks `options` before drawing: days in (0, 3650], rate_scale in [0, 1000], and an expected event count
+// (every Table 5 rate scaled to the cluster) within kMaxTraceEvents with room for the Poisson spread. The
+// error names `where`'s fields (`--days`, `--rate-scale` or a manifest's trace_days / trace_rate_scale).
+Status CheckFailureTraceOptions(const models::Cluster& cluster, const FailureTraceOptions& options,
+                                const std::string& days_field, const std::string& rate_field);
+// The mean number of events a trace drawn with `options` on `cluster` holds.
+double ExpectedFailureEvents(const models::Cluster& cluster, const FailureTraceOptions& options);
 
 // Draws the trace: for each component, arrivals of a Poisson process at count / (16,384 GPUs × 54 days)
 // per GPU-day times the cluster's GPUs; each arrival hits a uniformly drawn GPU (GPU components) or node

@@ -1,6 +1,8 @@
 #include "traces/trace.h"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -11,11 +13,58 @@ namespace hetsim::traces {
 
 using Event = proto::TraceEvent;
 
+bool IsBinaryTrace(const std::string& path) { return path.ends_with(".pb"); }
+
+namespace {
+
+Status CheckEventCount(const proto::Trace& t, const std::string& file) {
+  if (t.events_size() > static_cast<int>(kMaxTraceEvents)) {
+    return Status::Invalid(file + ": events: " + std::to_string(t.events_size()) + " events, more than a trace may " +
+                           "hold (" + std::to_string(kMaxTraceEvents) + "); split the run or thin the trace");
+  }
+  return Status::Ok();
+}
+
+Result<proto::Trace> LoadBinaryTrace(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return Status::NotFound(path + ": no such file");
+  const auto bytes = fs::file_size(path, ec);
+  if (ec) return Status::IoError(path + ": cannot read its size: " + ec.message());
+  if (bytes > kMaxBinaryTraceBytes) {
+    return Status::Invalid(path + ": " + std::to_string(bytes >> 20) + " MiB is more than a binary trace may hold (" +
+                           std::to_string(kMaxBinaryTraceBytes >> 20) + " MiB, about " +
+                           std::to_string(kMaxTraceEvents) + " events)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  proto::Trace t;
+  if (!in || !t.ParseFromIstream(&in)) {
+    return Status::Invalid(path + ": not a binary trace (models/proto/trace.proto serialised); a YAML trace ends in "
+                                  ".yaml");
+  }
+  if (t.kind() != "trace") {
+    return Status::Invalid(path + ": kind: expected 'trace', found '" + t.kind() + "'");
+  }
+  HETSIM_RETURN_IF_ERROR(CheckEventCount(t, path));
+  return t;
+}
+
+}  // namespace
+
 Result<proto::Trace> LoadTrace(const std::string& name_or_path) {
+  if (IsBinaryTrace(name_or_path)) return LoadBinaryTrace(name_or_path);
   HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kTrace, name_or_path));
   proto::Trace t;
   HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kTrace, &t));
+  HETSIM_RETURN_IF_ERROR(CheckEventCount(t, src.file));
   return t;
+}
+
+Status SaveTrace(const proto::Trace& trace, const std::string& path) {
+  HETSIM_RETURN_IF_ERROR(CheckEventCount(trace, path));
+  if (IsBinaryTrace(path)) return models::WriteFileAtomically(path, trace.SerializeAsString());
+  return models::WriteFileAtomically(
+      path, "# Written by `hetsim trace`; models/proto/trace.proto, docs/traces.md.\n" + models::MessageToYaml(trace));
 }
 
 std::string EventKindName(Event::Kind kind) {

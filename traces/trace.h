@@ -2,6 +2,7 @@
 // against a cluster, and summarising them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "models/cluster.h"
@@ -10,8 +11,22 @@
 
 namespace hetsim::traces {
 
-// A trace file (or bundled name), parsed; not yet checked against a cluster.
+// Limits on a trace: events (a 54-day Llama 3 run on 16,384 GPUs has 419; a 10-year, 1000x-rate sensitivity
+// study of a small cluster stays well under), and a binary file's size. YAML traces also stop at
+// models::kMaxSpecBytes (64 MiB, about 600,000 events; YAML parses at a few MB/s): larger ones belong in
+// binary protobuf, written by `hetsim trace generate|convert -o T.pb`.
+constexpr uint32_t kMaxTraceEvents = 1'000'000;
+constexpr uintmax_t kMaxBinaryTraceBytes = 128ull << 20;
+
+// Whether `path` names a binary trace (models/proto/trace.proto serialised; the file name ends in .pb).
+bool IsBinaryTrace(const std::string& path);
+
+// A trace file (YAML, or binary when it ends in .pb) or bundled name, parsed; not yet checked against a
+// cluster. More than kMaxTraceEvents events is an error naming the file.
 Result<proto::Trace> LoadTrace(const std::string& name_or_path);
+
+// Writes `trace` to `path`: binary protobuf when it ends in .pb, else YAML.
+Status SaveTrace(const proto::Trace& trace, const std::string& path);
 
 // Checks `trace` against `cluster`: events in time order and within duration_s, every kind with what it
 // needs (devices, nodes, notice, slowdown), device and node indices that exist. Every error names `file`,

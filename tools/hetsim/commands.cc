@@ -129,6 +129,15 @@ int RunList(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
 
 // Validates one file; prints "FILE: OK (…)" or its errors. Returns true when valid.
 bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (path.ends_with(".pb")) {  // a binary trace (traces/trace.h)
+    auto desc = ValidateTraceFile(path);
+    if (!desc.ok()) {
+      err << desc.status().message() << "\n";
+      return false;
+    }
+    out << path << ": OK (" << *desc << ")\n";
+    return true;
+  }
   auto text = models::ReadSpec(SpecKind::kPlan, path);
   // ReadSpec with any kind reads files; a bare name is looked up among every kind of bundled spec.
   if (!text.ok()) {

@@ -20,8 +20,7 @@ int Write(const proto::Trace& t, const models::Cluster& cluster, const po::varia
   }
   out << traces::DescribeTrace(t, cluster);
   if (vm.count("output")) {
-    const std::string yaml = "# Written by `hetsim trace`; models/proto/trace.proto, docs/traces.md.\n" + models::MessageToYaml(t);
-    if (Status s = models::WriteFileAtomically(FlagString(vm, "output"), yaml); !s.ok()) {
+    if (Status s = traces::SaveTrace(t, FlagString(vm, "output")); !s.ok()) {
       err << s.message() << "\n";
       return 1;
     }
@@ -78,8 +77,9 @@ int RunTrace(const po::variables_map& vm, std::ostream& out, std::ostream& err) 
     o.days = vm["days"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
     o.rate_scale = vm["rate-scale"].as<double>();
-    if (!(o.days > 0) || !(o.rate_scale >= 0)) {
-      err << "hetsim trace generate: --days must be positive and --rate-scale non-negative\n";
+    if (Status s = traces::CheckFailureTraceOptions(*cluster, o, "hetsim trace generate --days", "--rate-scale");
+        !s.ok()) {
+      err << s.message() << "\n";
       return 2;
     }
     return Write(traces::GenerateLlama3Failures(*cluster, cref, o), *cluster, vm, out, err);
@@ -119,7 +119,7 @@ std::vector<Command> TraceCommands() {
                  ("input,i", po::value<std::string>(), "convert: the published trace file")
                  ("format", po::value<std::string>(), "convert: its format (docs/traces.md)")
                  ("notice-s", po::value<double>()->default_value(120), "convert: preemption notice (AWS 120 s, GCP 30 s)")
-                 ("output,o", po::value<std::string>(), "write the trace (YAML)");
+                 ("output,o", po::value<std::string>(), "write the trace (YAML; binary protobuf when the name ends in .pb)");
              pos.add("action", 1);
            },
            RunTrace}};

@@ -58,6 +58,7 @@ Result<LoadedTrace> LoadReplayTrace(const proto::Replay& spec, const models::Clu
     o.days = spec.trace_days() > 0 ? spec.trace_days() : 54;
     o.rate_scale = spec.trace_rate_scale() > 0 ? spec.trace_rate_scale() : 1;
     o.seed = seed;
+    HETSIM_RETURN_IF_ERROR(traces::CheckFailureTraceOptions(cluster, o, "replay.trace_days", "trace_rate_scale"));
     out.trace = traces::GenerateLlama3Failures(cluster, cluster_ref, o);
     char buf[96];
     std::snprintf(buf, sizeof(buf), "llama3 (%g days, seed %llu)", o.days, static_cast<unsigned long long>(seed));
