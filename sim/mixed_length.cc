@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -20,7 +22,24 @@ constexpr uint32_t kDefaultGrid = 1024;
 constexpr double kDefaultIntraStepBytes = 6;   // BF16 weights + FP32 accumulated gradients
 constexpr double kDefaultAcrossStepBytes = 2;  // BF16 weights
 
+// A lengths file holds at most this much text (about 30 million lengths).
+constexpr uintmax_t kMaxLengthsFileBytes = 256ull << 20;
+// The sequences drawn over every step: each is packed, bucketed or assigned once per system and step.
+constexpr uint64_t kMaxSequences = 20'000'000;
+
 std::string ReadText(const std::string& path, Status* st) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    *st = std::filesystem::exists(path, ec)
+              ? Status::Invalid(path + ": not a regular file (a folder or a device); give a text file of lengths")
+              : Status::IoError(path + ": no such file (check the path; it is relative to the config's folder)");
+    return "";
+  }
+  if (const auto bytes = std::filesystem::file_size(path, ec); !ec && bytes > kMaxLengthsFileBytes) {
+    *st = Status::Invalid(path + ": " + std::to_string(bytes >> 20) + " MiB, more than a lengths file may hold (" +
+                          std::to_string(kMaxLengthsFileBytes >> 20) + " MiB); sample it down");
+    return "";
+  }
   std::ifstream in(path);
   if (!in) {
     *st = Status::IoError(path + ": cannot read the file (check the path)");
@@ -154,10 +173,10 @@ uint32_t LengthSampler::Draw() {
   return static_cast<uint32_t>(std::clamp(len, 1.0, 4294967295.0));
 }
 
-std::vector<uint32_t> LengthSampler::NextStep() {
+std::vector<uint32_t> LengthSampler::NextStep(uint64_t max_sequences) {
   std::vector<uint32_t> out;
   uint64_t left = data_.tokens_per_step();
-  while (left > 0) {
+  while (left > 0 && out.size() <= max_sequences) {
     const uint32_t l = static_cast<uint32_t>(std::min<uint64_t>(Draw(), left));
     out.push_back(l);
     left -= l;
@@ -602,7 +621,25 @@ Result<RunResult> RunMixedLength(const proto::MixedLengthConfig& config, const s
   }
   LengthSampler sampler(config.data(), std::move(file_lengths), config.context_tokens());
   RunResult result;
-  for (uint32_t s = 0; s < config.data().steps(); ++s) result.step_lengths.push_back(sampler.NextStep());
+  // Each sequence is at most the context long, so a step has at least tokens_per_step / context of them.
+  const auto& data = config.data();
+  const double at_least = static_cast<double>(data.steps()) *
+                          std::ceil(static_cast<double>(data.tokens_per_step()) / config.context_tokens());
+  const auto too_many = [&](double n, const char* how) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "%s: data.steps x data.tokens_per_step: %s %.3g sequences to draw, over the limit of %.3g; "
+                  "fewer steps or tokens per step",
+                  file.c_str(), how, n, static_cast<double>(kMaxSequences));
+    return Status::Invalid(buf);
+  };
+  if (at_least > static_cast<double>(kMaxSequences)) return too_many(at_least, "at least");
+  uint64_t drawn = 0;
+  for (uint32_t s = 0; s < data.steps(); ++s) {
+    result.step_lengths.push_back(sampler.NextStep(kMaxSequences - drawn));
+    drawn += result.step_lengths.back().size();
+    if (drawn > kMaxSequences) return too_many(static_cast<double>(drawn), "more than");
+  }
 
   // Progress: a line at most every 3 s.
   auto t0 = std::chrono::steady_clock::now();
@@ -623,6 +660,7 @@ Result<RunResult> RunMixedLength(const proto::MixedLengthConfig& config, const s
     int prev_plan = -1;  // the layout the previous step ended in
     for (uint32_t step = 0; step < result.step_lengths.size(); ++step) {
       where = sys.name() + " step " + std::to_string(step + 1) + "/" + std::to_string(result.step_lengths.size());
+      sims.on_simulation(where);  // a progress line at most every 3 s, simulated or not
       const auto& lengths = result.step_lengths[step];
       StepRow row;
       row.step = static_cast<int>(step);

@@ -50,8 +50,9 @@ class LengthSampler {
   // Lengths above `max_tokens` (the context; 0 = no limit) are truncated to it.
   LengthSampler(const proto::MixedLengthData& data, std::vector<uint32_t> file_lengths, uint32_t max_tokens);
   // One step: lengths drawn until their sum reaches data.tokens_per_step; the last one is cut so that the
-  // sum equals the budget exactly. Deterministic per (data.seed, how many steps were drawn before).
-  std::vector<uint32_t> NextStep();
+  // sum equals the budget exactly. Deterministic per (data.seed, how many steps were drawn before). Stops
+  // after `max_sequences` + 1 lengths (the caller's limit was passed: the step is not whole).
+  std::vector<uint32_t> NextStep(uint64_t max_sequences = UINT64_MAX);
 
  private:
   uint32_t Draw();

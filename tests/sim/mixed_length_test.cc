@@ -59,6 +59,9 @@ TEST(MixedLength, LengthsFileSamplingAndCut) {
   // A cap of 256 truncates each draw: 256 × 3 = 768, then 232 are left.
   LengthSampler capped(d, {300}, 256);
   EXPECT_EQ(capped.NextStep(), (std::vector<uint32_t>{256, 256, 256, 232}));
+  // A limit of 2 sequences stops after the third draw (the step is not whole: the caller refuses the run).
+  LengthSampler limited(d, {300}, 0);
+  EXPECT_EQ(limited.NextStep(2), (std::vector<uint32_t>{300, 300, 300}));
 }
 
 TEST(MixedLength, PackingAndIntervals) {

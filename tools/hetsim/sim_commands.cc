@@ -126,25 +126,68 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
   if (r.any_oom()) out << "\nwarning: some devices run out of memory under this plan (see the memory column)\n";
 }
 
+// The plan's devices: which ids it uses, how many, and the lowest and highest.
+struct UsedDevices {
+  std::vector<char> used;
+  uint32_t count = 0, lo = UINT32_MAX, hi = 0;
+};
+
+UsedDevices PlanDevices(const proto::Plan& plan, const models::Cluster& cluster) {
+  UsedDevices u;
+  u.used.assign(cluster.num_devices(), 0);
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      for (uint32_t d : st.devices()) {
+        if (d >= u.used.size() || u.used[d]) continue;
+        u.used[d] = 1;
+        ++u.count;
+        u.lo = std::min(u.lo, d);
+        u.hi = std::max(u.hi, d);
+      }
+    }
+  }
+  return u;
+}
+
+// Device ids such as 0,8,16-23, each used by the plan; `flag` and `expected` go into the errors.
+Result<std::vector<uint32_t>> ParseDeviceIds(const std::string& spec, const UsedDevices& u, const std::string& flag,
+                                             const std::string& expected) {
+  std::vector<uint32_t> ids;
+  std::stringstream ss(spec);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    const size_t dash = tok.find('-');
+    char* end = nullptr;
+    const unsigned long a = std::strtoul(tok.c_str(), &end, 10);
+    bool ok = !tok.empty() && std::isdigit(static_cast<unsigned char>(tok[0])) &&
+              end == tok.c_str() + (dash == std::string::npos ? tok.size() : dash);
+    unsigned long b = a;
+    if (ok && dash != std::string::npos) {
+      const std::string rest = tok.substr(dash + 1);
+      b = std::strtoul(rest.c_str(), &end, 10);
+      ok = !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0])) && *end == '\0' && b >= a;
+    }
+    if (!ok) return Status::Invalid(flag + ": '" + tok + "' is not a device id or range" + expected);
+    for (unsigned long d = a; d <= b; ++d) {
+      if (d >= u.used.size() || !u.used[d]) {
+        return Status::Invalid(flag + ": device " + std::to_string(d) + " is not used by the plan (it uses " +
+                               std::to_string(u.count) + " devices, ids " + std::to_string(u.lo) + " to " +
+                               std::to_string(u.hi) + "; `hetsim describe --plan P` lists them)");
+      }
+      ids.push_back(static_cast<uint32_t>(d));
+    }
+  }
+  if (ids.empty()) return Status::Invalid(flag + ": no device given" + expected);
+  return ids;
+}
+
 // --timeline-devices: the device ids whose slices the timeline keeps (empty: all) and a note for the
 // summary line when that is not every device.
 Result<std::pair<std::vector<uint32_t>, std::string>> TimelineDevices(const std::string& spec, const proto::Plan& plan,
                                                                       const models::Cluster& cluster) {
-  std::vector<char> used(cluster.num_devices(), 0);
-  uint32_t n_used = 0, lo = UINT32_MAX, hi = 0;
-  for (const auto& pipe : plan.pipelines()) {
-    for (const auto& st : pipe.stages()) {
-      for (uint32_t d : st.devices()) {
-        if (d >= used.size() || used[d]) continue;
-        used[d] = 1;
-        ++n_used;
-        lo = std::min(lo, d);
-        hi = std::max(hi, d);
-      }
-    }
-  }
+  const UsedDevices u = PlanDevices(plan, cluster);
   auto note = [&](const std::vector<uint32_t>& ids, const std::string& which) {
-    return std::to_string(ids.size()) + " of " + std::to_string(n_used) + " devices (" + which +
+    return std::to_string(ids.size()) + " of " + std::to_string(u.count) + " devices (" + which +
            "; --timeline-devices all for every one)";
   };
   if (spec == "all") return std::pair<std::vector<uint32_t>, std::string>{};
@@ -158,33 +201,9 @@ Result<std::pair<std::vector<uint32_t>, std::string>> TimelineDevices(const std:
     std::string why = note(ids, "the first device of every stage");
     return std::pair{std::move(ids), std::move(why)};
   }
-  std::vector<uint32_t> ids;
-  std::stringstream ss(spec);
-  std::string tok;
-  const std::string expected = " (expected auto, all, stages, or device ids such as 0,8,16-23)";
-  while (std::getline(ss, tok, ',')) {
-    const size_t dash = tok.find('-');
-    char* end = nullptr;
-    const unsigned long a = std::strtoul(tok.c_str(), &end, 10);
-    bool ok = !tok.empty() && std::isdigit(static_cast<unsigned char>(tok[0])) &&
-              end == tok.c_str() + (dash == std::string::npos ? tok.size() : dash);
-    unsigned long b = a;
-    if (ok && dash != std::string::npos) {
-      const std::string rest = tok.substr(dash + 1);
-      b = std::strtoul(rest.c_str(), &end, 10);
-      ok = !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0])) && *end == '\0' && b >= a;
-    }
-    if (!ok) return Status::Invalid("--timeline-devices: '" + tok + "' is not a device id or range" + expected);
-    for (unsigned long d = a; d <= b; ++d) {
-      if (d >= used.size() || !used[d]) {
-        return Status::Invalid("--timeline-devices: device " + std::to_string(d) + " is not used by the plan (it uses " +
-                               std::to_string(n_used) + " devices, ids " + std::to_string(lo) + " to " +
-                               std::to_string(hi) + "; `hetsim describe --plan P` lists them)");
-      }
-      ids.push_back(static_cast<uint32_t>(d));
-    }
-  }
-  if (ids.empty()) return Status::Invalid("--timeline-devices: no device given" + expected);
+  HETSIM_ASSIGN_OR_RETURN(
+      std::vector<uint32_t> ids,
+      ParseDeviceIds(spec, u, "--timeline-devices", " (expected auto, all, stages, or device ids such as 0,8,16-23)"));
   std::string why = note(ids, "those asked for");
   return std::pair{std::move(ids), std::move(why)};
 }
@@ -292,6 +311,9 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   return 0;
 }
 
+// `lower` prints every operation; past this many the text alone is gigabytes.
+constexpr double kMaxLoweredOps = 8e6;
+
 int RunLower(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   auto specs = LoadSpecs(vm, true, true);
   if (!specs.ok()) {
@@ -310,6 +332,35 @@ int RunLower(const po::variables_map& vm, std::ostream& out, std::ostream& err) 
   }
   models::LoweringOptions lo;
   lo.fuse_passes = vm.count("fused") > 0;
+  const UsedDevices used = PlanDevices(*specs->plan, *specs->cluster);
+  if (vm.count("devices")) {
+    auto ids = ParseDeviceIds(FlagString(vm, "devices"), used, "--devices", " (expected device ids such as 0,8,16-23)");
+    if (!ids.ok()) {
+      err << ids.status().message() << "\n";
+      return 2;
+    }
+    lo.lower_devices.assign(used.used.size(), false);
+    for (uint32_t d : *ids) lo.lower_devices[d] = true;
+  } else {
+    // Every rank's list in memory and as text: estimated from the first device's before lowering them all.
+    models::LoweringOptions one = lo;
+    one.lower_devices.assign(used.used.size(), false);
+    one.lower_devices[used.lo] = true;
+    auto first = models::LowerPlan(*specs->plan, ctx, one);
+    if (first.ok()) {
+      size_t ops = 0;
+      for (const auto& r : first->ranks) ops += r.ops.size() + r.dp_stream.size();
+      const double total = static_cast<double>(ops) * used.count;
+      if (total > kMaxLoweredOps) {
+        err << "hetsim lower: " << specs->plan_file << ": every rank's operations would be about "
+            << Fmt("%.3g", total) << " (" << ops << " on device " << used.lo << " times " << used.count
+            << " devices), more than `lower` writes at once (" << Fmt("%.3g", kMaxLoweredOps)
+            << "); choose devices with --devices (e.g. --devices " << used.lo << "-" << std::min(used.hi, used.lo + 7)
+            << ")" << (lo.fuse_passes ? "" : " or use --fused") << "\n";
+        return 1;
+      }
+    }
+  }
   auto lowering = models::LowerPlan(*specs->plan, ctx, lo);
   if (!lowering.ok()) {
     err << specs->plan_file << ": " << lowering.status().message() << "\n";
@@ -325,7 +376,10 @@ int RunLower(const po::variables_map& vm, std::ostream& out, std::ostream& err) 
     size_t ops = 0;
     for (const auto& r : lowering->ranks) ops += r.ops.size() + r.dp_stream.size();
     const auto totals = models::TotalOps(*lowering);
-    out << "lowered " << specs->plan_file << ": " << lowering->ranks.size() << " ranks, " << ops << " operations, "
+    size_t lowered = 0;
+    for (const auto& r : lowering->ranks) lowered += !r.ops.empty() || !r.dp_stream.empty();
+    out << "lowered " << specs->plan_file << ": " << (lowering->partial ? std::to_string(lowered) + " of " : "")
+        << lowering->ranks.size() << " ranks, " << ops << " operations, "
         << Fmt("%.4g", totals.flops) << " FLOPs, " << Fmt("%.4g", totals.send_bytes) << " bytes sent point-to-point -> "
         << FlagString(vm, "output") << "\n";
   } else {
@@ -366,11 +420,13 @@ std::vector<Command> SimCommands() {
            RunSimulate},
           {"lower", "print the plan's lowering: every rank's operations in order (what the simulator plays and "
                     "hetsim-exec runs)",
-           "hetsim lower --plan P [--cluster C --model M --training T] [--fused] [-o ops.txt]",
+           "hetsim lower --plan P [--cluster C --model M --training T] [--fused] [--devices 0-7] [-o ops.txt]",
            [](po::options_description& d, po::positional_options_description&) {
              AddSpecFlags(d, true);
              d.add_options()("fused", "one operation per pass and micro-batch, as the simulator's balanced and fast "
                                       "fidelities play it (default: per layer, as hetsim-exec runs it)")
+                 ("devices", po::value<std::string>(), "only these devices' operations, e.g. 0,8,16-23 (default: every "
+                                                       "device, up to 8 million operations)")
                  ("output,o", po::value<std::string>(), "write the operations here instead of standard output");
            },
            RunLower}};
