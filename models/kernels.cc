@@ -138,6 +138,18 @@ Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path
       }() + ")");
     }
   }
+  // Its measured profiles must be there and read (a path beside the calibration file, or a bundled name).
+  if (!src.bundled) {
+    const auto dir = std::filesystem::path(src.file).parent_path();
+    for (int i = 0; i < c.profiles_size(); ++i) {
+      const std::string& p = c.profiles(i);
+      const bool path = p.find('/') != std::string::npos || p.ends_with(".yaml") || p.ends_with(".yml");
+      const std::string ref = path && !std::filesystem::path(p).is_absolute() ? (dir / p).string() : p;
+      if (auto prof = LoadProfile(ref); !prof.ok()) {
+        errors.Add(at + "profiles[" + std::to_string(i) + "]: " + prof.status().message());
+      }
+    }
+  }
   if (!errors.empty()) return errors.ToStatus();
   return c;
 }

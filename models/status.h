@@ -17,7 +17,7 @@ namespace hetsim {
 
 class Status {
  public:
-  enum class Code { kOk, kInvalidArgument, kNotFound, kIoError, kInfeasible, kInternal };
+  enum class Code { kOk, kInvalidArgument, kNotFound, kIoError, kInfeasible, kInternal, kAborted };
 
   Status() = default;
   static Status Ok() { return Status(); }
@@ -26,6 +26,9 @@ class Status {
   static Status IoError(std::string msg) { return Status(Code::kIoError, std::move(msg)); }
   static Status Infeasible(std::string msg) { return Status(Code::kInfeasible, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
+  // Stopped from outside (a child process killed by a signal, e.g. the out-of-memory killer): not a verdict
+  // on the input; the same work may succeed when retried.
+  static Status Aborted(std::string msg) { return Status(Code::kAborted, std::move(msg)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

@@ -45,4 +45,10 @@ std::string DidYouMean(std::string_view word, const std::vector<std::string>& ca
   return n.empty() ? std::string() : "; did you mean '" + n + "'?";
 }
 
+bool IsPlainName(std::string_view n) {
+  return !n.empty() && n != "." && n != ".." && std::all_of(n.begin(), n.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+  });
+}
+
 }  // namespace hetsim

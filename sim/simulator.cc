@@ -9,6 +9,8 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -215,6 +217,8 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work,
     ::close(fds[0]);
     if (pfds[0] >= 0) ::close(pfds[0]);
     g_progress_fd = pfds[1];
+    // For the runner's tests (tests/tools/run_e2e.sh): the child dies as the out-of-memory killer would end it.
+    if (std::getenv("HETSIM_TEST_KILL_SIMULATIONS") != nullptr) ::raise(SIGKILL);
     std::string payload;
     try {
       payload = work();
@@ -263,6 +267,11 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work,
   if (pfds[0] >= 0) ::close(pfds[0]);
   int wstatus = 0;
   ::waitpid(pid, &wstatus, 0);
+  if (data.empty() && WIFSIGNALED(wstatus)) {
+    const int sig = WTERMSIG(wstatus);
+    return Status::Aborted("simulator: the simulation process was killed by signal " + std::to_string(sig) + " (" +
+                           strsignal(sig) + (sig == SIGKILL ? "; the out-of-memory killer?" : "") + ")");
+  }
   if (data.empty()) {
     return Status::Internal("simulator: the simulation process ended without a result (" +
                             (WIFSIGNALED(wstatus) ? "signal " + std::to_string(WTERMSIG(wstatus))

@@ -26,7 +26,9 @@
 #include "calibration/network_fit.h"
 #include "models/gpu_catalog.h"
 #include "models/kernels.h"
+#include "models/profile_db.h"
 #include "models/spec_io.h"
+#include "models/suggest.h"
 #include "models/yaml_proto.h"
 #include "tools/hetsim/cli.h"
 #include "tools/hetsim/process.h"
@@ -230,6 +232,11 @@ int RunFromProfiles(const po::variables_map& vm, std::ostream& out, std::ostream
     }
   }
   const std::string name = vm.count("name") ? FlagString(vm, "name") : gpu.value()->name + "-profiles";
+  if (!IsPlainName(name)) {
+    err << "hetsim calibrate: --name: '" << name << "' is not a plain name: use letters, digits, '-', '_' and '.' "
+           "(it names the calibration and, without -o, its file NAME.yaml), e.g. my-h100\n";
+    return 2;
+  }
   const std::string output = vm.count("output") ? FlagString(vm, "output") : name + ".yaml";
   std::string joined;
   for (const auto& n : names) joined += (joined.empty() ? "" : ",") + n;
@@ -267,6 +274,11 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
     return 2;
   }
   const std::string name = vm.count("name") ? FlagString(vm, "name") : gpu.value()->name + "-measured";
+  if (!IsPlainName(name)) {
+    err << "hetsim calibrate: --name: '" << name << "' is not a plain name: use letters, digits, '-', '_' and '.' "
+           "(it names the calibration and, without -o, its file NAME.yaml), e.g. my-h100\n";
+    return 2;
+  }
   const std::string output = vm.count("output") ? FlagString(vm, "output") : name + ".yaml";
   const bool quick = vm["quick"].as<bool>();
   int ranks = vm["ranks"].as<int>();
@@ -429,6 +441,11 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
   if (fitted) *cal.add_gpus() = *fitted;
   for (const auto& f : network_fits) *cal.add_network() = f.entry;
   if (fs::exists(profile_yaml)) {
+    // The profile is checked as every simulation will read it, so a bad one fails here, not later.
+    if (auto db = models::ProfileDb::Load({profile_yaml}); !db.ok()) {
+      err << "hetsim calibrate: " << db.status().message() << " (fix or remove " << profile_yaml << ")\n";
+      return 1;
+    }
     // Relative to the calibration file, so the two move together.
     const fs::path base = fs::absolute(output).parent_path();
     cal.add_profiles(fs::relative(fs::absolute(profile_yaml), base).string());

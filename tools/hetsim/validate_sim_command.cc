@@ -93,9 +93,11 @@ Result<Run> PositionalRun(const std::vector<std::string>& cells, const std::stri
   for (const auto& cell : cells) {
     char* end = nullptr;
     const double x = std::strtod(cell.c_str(), &end);
-    if (end == cell.c_str()) {
+    while (*end == ' ' || *end == '\t' || *end == '\r') ++end;
+    if (end == cell.c_str() || *end != '\0' || !std::isfinite(x) || !(x > 0)) {
+      // A unit ("0.37 s") is refused rather than read as milliseconds.
       return Status::Invalid(where + ": '" + cell +
-                             "' is not a number (columns: #GPUs, global batch, micro batch, hidden size, attention "
+                             "' is not a positive number (columns: #GPUs, global batch, micro batch, hidden size, attention "
                              "heads, #layers, sequence length, TP, DP, PP, iteration time ms; or name the columns "
                              "in a first line: experiments/validation/README.md)");
     }

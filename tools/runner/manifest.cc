@@ -21,6 +21,7 @@
 #include "sim/simulator.h"
 #include "tools/runner/refine.h"
 #include "tools/runner/replay_setup.h"
+#include "traces/trace.h"
 
 namespace hetsim::runner {
 namespace {
@@ -139,11 +140,7 @@ Result<Manifest> LoadManifest(const std::string& path) {
   // The name becomes a folder (out/NAME): one plain component.
   {
     const std::string& n = e.name();
-    const bool plain = !n.empty() && n != "." && n != ".." &&
-                       std::all_of(n.begin(), n.end(), [](char ch) {
-                         return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
-                       });
-    if (!plain) {
+    if (!IsPlainName(n)) {
       errors.Add(at + "name: '" + n + "' is not a plain name: use letters, digits, '-', '_' and '.' (it names the "
                  "results folder out/NAME), e.g. my-experiment");
     }
@@ -277,6 +274,12 @@ Result<Manifest> LoadManifest(const std::string& path) {
     if (Status st = CheckReplaySpec(*rp, "replay"); !st.ok()) {
       for (const auto& line : SplitLines(st.message())) errors.Add(at + line);
     }
+    // The trace file must exist and parse now, not fail every point later.
+    if (!rp->trace().empty() && rp->trace() != "llama3") {
+      if (auto t = traces::LoadTrace(Relative(rp->trace(), m.file)); !t.ok()) {
+        errors.Add(at + "replay.trace: " + t.status().message());
+      }
+    }
     for (const auto& pol : rp->policies()) {
       const std::string label = pol.label().empty() ? pol.name() : pol.label();
       if (std::find(m.policy_labels.begin(), m.policy_labels.end(), label) != m.policy_labels.end()) {
@@ -335,6 +338,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
       } else if (ax.name() == "policy" &&
                  std::find(m.policy_labels.begin(), m.policy_labels.end(), val) == m.policy_labels.end()) {
         errors.Add(vpath + "policy '" + val + "' is not one of replay.policies' labels" + DidYouMean(val, m.policy_labels));
+      } else if (ax.name() == "trace" && val != "llama3" && !traces::LoadTrace(Relative(val, m.file)).ok()) {
+        errors.Add(vpath + traces::LoadTrace(Relative(val, m.file)).status().message());
       } else if (ax.name() == "checkpoint_interval" && val != "young-daly" && !ParsePositive(val, &num)) {
         errors.Add(vpath + "expected seconds (e.g. 1800) or young-daly, found '" + val + "'");
       } else if ((ax.name() == "spares" || ax.name() == "detection_s" || ax.name() == "restart_s") &&

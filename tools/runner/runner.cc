@@ -131,7 +131,8 @@ proto::PointResult ReplayPoint(const Manifest& m, const Point& p, const std::str
   auto rep = sim::ReplayRun(in);
   r.set_sim_wall_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (!rep.ok()) {
-    r.set_status("failed");
+    // A simulation killed from outside is no result: the point is left for --resume to retry.
+    r.set_status(rep.status().code() == Status::Code::kAborted ? "killed" : "failed");
     r.set_reason("replay failed: " + rep.status().message());
     return r;
   }
@@ -241,7 +242,12 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
   if (want_timeline) opt.timeline_devices = sim::DefaultTimelineDevices(plan, cluster);
   if (setup->replay) return ReplayPoint(m, p, dir, *setup, plan, opt, std::move(r));
   auto sim = sim::SimulateIteration(plan, ctx, opt);
-  if (!sim.ok()) return fail("simulation failed: " + sim.status().message());
+  if (!sim.ok()) {
+    fail("simulation failed: " + sim.status().message());
+    // A simulation killed from outside is no result: the point is left for --resume to retry.
+    if (sim.status().code() == Status::Code::kAborted) r.set_status("killed");
+    return r;
+  }
   const auto& rep = sim->report;
   r.set_sim_wall_s(rep.wall_time_s());
   double n = std::max(1, rep.devices_size());
@@ -393,6 +399,13 @@ void RunShard(const Manifest& m, const std::string& dir, int shard, int shards, 
     if (static_cast<int>(p.index % static_cast<uint32_t>(shards)) != shard) continue;
     if (resume && PointDone(dir, p)) continue;
     const proto::PointResult r = RunPoint(m, p, dir, timelines.count(p.index) > 0);
+    if (r.status() == "killed") {
+      // Not written: the run ends with this point missing (non-zero exit) and --resume retries it.
+      std::fprintf(stderr, "\nhetsim run: point %zu: %s; it has no result (rerun with --resume to retry it)\n",
+                   static_cast<size_t>(p.index), r.reason().c_str());
+      if (after_each) after_each();
+      continue;
+    }
     (void)models::WriteFileAtomically(PointFile(dir, p.index), r.SerializeAsString());
     if (after_each) after_each();
   }
