@@ -90,6 +90,24 @@ class ReplayTest : public ::testing::Test {
     return e;
   }
 
+  // The elastic re-plan of these tests: one TP-2 replica per live node, 32 micro-batches dealt out (11 + 11 + 10
+  // on three nodes).
+  proto::Plan ReplicaPerNode(const models::Cluster& live) const {
+    proto::Plan p;
+    p.set_name("dp" + std::to_string(live.nodes().size()));
+    const auto replicas = static_cast<uint32_t>(live.nodes().size());
+    for (uint32_t n = 0; n < replicas; ++n) {
+      auto* pl = p.add_pipelines();
+      pl->set_micro_batch_size(1);
+      pl->set_num_micro_batches(32 / replicas + (n < 32 % replicas ? 1 : 0));
+      auto* s = pl->add_stages();
+      s->add_devices(2 * n);
+      s->add_devices(2 * n + 1);
+      s->set_tp_degree(2);
+      s->set_layer_end(model_->num_layers());
+    }
+    return p;
+  }
   static double Downtime(const proto::ReplayReport& r, const std::string& cause) {
     for (const auto& d : r.downtime()) {
       if (d.cause() == cause) return d.seconds();
@@ -206,21 +224,7 @@ TEST_F(ReplayTest, ElasticKeepsTheWorkWhileAReplicaSurvives) {
   auto in = Inputs(trace, "elastic");
   in.policy.set_replan_s(5);
   in.replan = [this](const models::Cluster& live, const proto::RecoveryPolicy&) -> Result<sim::Replanned> {
-    // One TP-2 replica per live node.
-    proto::Plan p;
-    p.set_name("dp" + std::to_string(live.nodes().size()));
-    const auto replicas = static_cast<uint32_t>(live.nodes().size());
-    for (uint32_t n = 0; n < replicas; ++n) {
-      auto* pl = p.add_pipelines();
-      pl->set_micro_batch_size(1);
-      pl->set_num_micro_batches(32 / replicas + (n < 32 % replicas ? 1 : 0));  // 11 + 11 + 10 on three
-      auto* s = pl->add_stages();
-      s->add_devices(2 * n);
-      s->add_devices(2 * n + 1);
-      s->set_tp_degree(2);
-      s->set_layer_end(model_->num_layers());
-    }
-    return sim::Replanned{p, 0.25};
+    return sim::Replanned{ReplicaPerNode(live), 0.25};
   };
   auto el = sim::ReplayRun(in);
   ASSERT_TRUE(el.ok()) << el.status().message();
@@ -277,21 +281,8 @@ TEST_F(ReplayTest, ReplanningIsChargedOnlyWhenAskedSoReportsRepeat) {
   e->set_repair_s(3600);
   double wall = 0;
   auto replan = [this, &wall](const models::Cluster& live, const proto::RecoveryPolicy&) -> Result<sim::Replanned> {
-    proto::Plan p;
-    p.set_name("dp" + std::to_string(live.nodes().size()));
-    const auto replicas = static_cast<uint32_t>(live.nodes().size());
-    for (uint32_t n = 0; n < replicas; ++n) {
-      auto* pl = p.add_pipelines();
-      pl->set_micro_batch_size(1);
-      pl->set_num_micro_batches(32 / replicas + (n < 32 % replicas ? 1 : 0));
-      auto* s = pl->add_stages();
-      s->add_devices(2 * n);
-      s->add_devices(2 * n + 1);
-      s->set_tp_degree(2);
-      s->set_layer_end(model_->num_layers());
-    }
     wall += 0.25;
-    return sim::Replanned{p, wall};
+    return sim::Replanned{ReplicaPerNode(live), wall};
   };
   auto in = Inputs(trace, "elastic");
   in.replan = replan;
