@@ -1,8 +1,9 @@
 // Hetu v2's graph switching (papers/003 §6, §8; docs/hspmd.md): moving every weight from one plan's sharding
 // to another's with BSR (models/hspmd.h), fused into one global plan with one send per GPU pair, or per
 // tensor one after another, or without the sender heuristics, played as transfers on the cluster's SimGrid
-// platform so that NVLink and InfiniBand show. The replay engine's `hetu` policy (sim/replay.cc) charges
-// graph specialisation (a fixed time) plus this switch instead of a restart.
+// platform so that NVLink and InfiniBand show. A cost helper: the recovery policy `hetu`
+// (sim/recovery/hetu.cc) decides when to switch and charges graph specialisation (a fixed time) plus this
+// switch instead of a restart.
 #pragma once
 
 #include <cstdint>

@@ -8,9 +8,9 @@
 // checkpoint the policy can restore, then detection, re-planning (none by default, a fixed time, or the
 // planner's measured wall time when asked for), waiting for nodes, restart, and state recovery — again
 // transfers on the platform (the object store, local NVMe, host memory of the node or of a peer, surviving
-// replicas' GPUs). Which of those a run pays is the recovery policy's choice (sim/replay.cc:
-// checkpoint-restart, hot-spares, in-memory, varuna, elastic, autohet; AutoHet's layer-wise recovery is
-// sim/autohet_recovery.h).
+// replicas' GPUs). Which of those a run pays is the recovery policy's choice: one file per policy in
+// sim/recovery/ behind a registry (sim/recovery/policy.h: checkpoint-restart, hot-spares, in-memory,
+// varuna, elastic, autohet, hetu); the engine (sim/replay_engine.h) is the event loop.
 #pragma once
 
 #include <functional>
@@ -59,9 +59,12 @@ struct ReplayInputs {
 
 // Replays the run. Deterministic: the same inputs give the same report, byte for byte, unless a policy
 // asks for the planner's measured wall time (`measured_replan`; the report then says replan_time: measured).
+// Errors: the policy's options (CheckRecoveryPolicy), a trace with no duration, a fixed checkpoint interval
+// that would checkpoint more than ten million times (the error names replay.checkpoint_interval_s and the
+// least interval that fits), and what the simulations report (a cluster without the storage a policy needs).
 Result<proto::ReplayReport> ReplayRun(const ReplayInputs& in);
 
-// The registered recovery policies: name and a line (with the paper it follows).
+// The registered recovery policies (sim/recovery/registry.cc): name and a line (with the paper it follows).
 struct PolicyInfo {
   std::string name;
   std::string summary;

@@ -1,6 +1,6 @@
-// AutoHet's elastic recovery (sim/autohet_recovery.h, policy `autohet` in sim/replay.cc) against hand-derived
-// numbers: which bytes a re-partitioned plan reads (AutoHet §IV-B2), where they come from (§IV-C), and how long
-// the recovery takes against Varuna's download of everything from the object store.
+// AutoHet's elastic recovery (sim/recovery/autohet_layers.h, the policy `autohet` in sim/recovery/autohet.cc)
+// against hand-derived numbers: which bytes a re-partitioned plan reads (AutoHet §IV-B2), where they come from
+// (§IV-C), and how long the recovery takes against Varuna's download of everything from the object store.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -9,7 +9,7 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
-#include "sim/autohet_recovery.h"
+#include "sim/recovery/autohet_layers.h"
 #include "sim/replay.h"
 #include "tests/sim/tiny_replay_fixture.h"
 
@@ -17,8 +17,9 @@ namespace hetsim {
 namespace {
 
 using sim::Endpoint;
-using sim::LayerPiece;
-using sim::StatePart;
+namespace recovery = sim::recovery;
+using recovery::LayerPiece;
+using recovery::StatePart;
 
 // 3 nodes × 4 A100s: node 0 = devices 0-3, node 1 = 4-7, node 2 = 8-11. NVMe reads at 1 GB/s per node, the
 // object store at 0.25 GB/s; PCIe (32 GB/s) and the NIC (12.5 GB/s) are far faster than both.
@@ -71,15 +72,15 @@ class AutohetRecoveryTest : public testing::TinyReplayFixture {
   }
   uint32_t L() const { return model_->num_layers(); }  // embedding + 4 blocks + head = 6
 
-  std::vector<LayerPiece> Pieces(const proto::Plan& plan, const std::vector<sim::DevicePlace>& places) {
+  std::vector<LayerPiece> Pieces(const proto::Plan& plan, const std::vector<recovery::DevicePlace>& places) {
     models::PlanContext ctx{*cluster_, *model_, training_};
     EXPECT_TRUE(models::ValidatePlanStructure(plan, ctx, plan.name()).ok()) << plan.name();
-    return sim::LayerPieces(plan, ctx, places);
+    return recovery::LayerPieces(plan, ctx, places);
   }
-  std::vector<LayerPiece> Pieces(const proto::Plan& plan) { return Pieces(plan, sim::PlacesOn(*cluster_)); }
+  std::vector<LayerPiece> Pieces(const proto::Plan& plan) { return Pieces(plan, recovery::PlacesOn(*cluster_)); }
 
   // Bytes per destination device, per source (kind, index).
-  static std::map<uint32_t, std::map<std::pair<int, uint32_t>, double>> ByDevice(const sim::RecoveryLoad& load) {
+  static std::map<uint32_t, std::map<std::pair<int, uint32_t>, double>> ByDevice(const recovery::RecoveryLoad& load) {
     std::map<uint32_t, std::map<std::pair<int, uint32_t>, double>> out;
     for (const auto& t : load.transfers) out[t.to.index][{t.from.kind, t.from.index}] += t.bytes;
     return out;
@@ -131,7 +132,7 @@ TEST_F(AutohetRecoveryTest, LargerTpSplitsEachOldShardInHalves) {
   // §IV-B2 ii): TP 2 → 4. Old rank 0's pieces on node 0, old rank 1's on node 1 (placed by hand); the new TP-4
   // group on node 2 reads [k/4, (k+1)/4): ranks 0 and 1 each exactly half of old shard 0 (from node 0), ranks
   // 2 and 3 half of old shard 1 (from node 1). Nothing is local, nothing comes from the cloud.
-  auto places = sim::PlacesOn(*cluster_);
+  auto places = recovery::PlacesOn(*cluster_);
   places[1] = {4, 1};  // old TP rank 1 sits on node 1
   const auto old_pieces = Pieces(Plan("tp2", {{{{0, 1}, 2, 0, L()}}}), places);
   double shard[2] = {0, 0};
@@ -139,7 +140,7 @@ TEST_F(AutohetRecoveryTest, LargerTpSplitsEachOldShardInHalves) {
   ASSERT_GT(shard[0], 0);
   EXPECT_NEAR(shard[0], shard[1], 1e-6 * shard[0]);
   const auto new_pieces = Pieces(Plan("tp4", {{{{8, 9, 10, 11}, 4, 0, L()}}}));
-  const auto load = sim::PlanRecoveryLoad(sim::LayerBitmap(old_pieces), new_pieces, Endpoint::kNvme);
+  const auto load = recovery::PlanRecoveryLoad(recovery::LayerBitmap(old_pieces), new_pieces, Endpoint::kNvme);
   EXPECT_DOUBLE_EQ(load.local_bytes, 0);
   EXPECT_DOUBLE_EQ(load.cloud_bytes, 0);
   EXPECT_NEAR(load.peer_bytes, shard[0] + shard[1], 1e-6 * shard[0]);
@@ -156,11 +157,12 @@ TEST_F(AutohetRecoveryTest, LargerTpSplitsEachOldShardInHalves) {
 
 TEST_F(AutohetRecoveryTest, SmallerTpConcatenatesOldShards) {
   // §IV-B2 iii): TP 2 → 1. The single new rank on node 2 reads both old shards whole, one from each node.
-  auto places = sim::PlacesOn(*cluster_);
+  auto places = recovery::PlacesOn(*cluster_);
   places[1] = {4, 1};
   const auto old_pieces = Pieces(Plan("tp2", {{{{0, 1}, 2, 0, L()}}}), places);
-  const auto load = sim::PlanRecoveryLoad(sim::LayerBitmap(old_pieces), Pieces(Plan("tp1", {{{{8}, 1, 0, L()}}})),
-                                          Endpoint::kNvme);
+  const auto load =
+      recovery::PlanRecoveryLoad(recovery::LayerBitmap(old_pieces), Pieces(Plan("tp1", {{{{8}, 1, 0, L()}}})),
+                                 Endpoint::kNvme);
   const auto by = ByDevice(load);
   ASSERT_EQ(by.size(), 1u);
   ASSERT_EQ(by.at(8).size(), 2u);
@@ -175,8 +177,8 @@ TEST_F(AutohetRecoveryTest, UnchangedShardsAreReadLocallyAndLostOnesFromTheCloud
   // everything from each device's own node; after node 0 left, a plan on node 1 alone reads stage 1's layers
   // locally and exactly stage 0's bytes from the object store.
   const auto before = Pieces(Plan("pp2", {{{{0, 1}, 2, 0, 3}, {{4, 5}, 2, 3, L()}}}));
-  sim::LayerBitmap bitmap(before);
-  const auto same = sim::PlanRecoveryLoad(bitmap, before, Endpoint::kNvme);
+  recovery::LayerBitmap bitmap(before);
+  const auto same = recovery::PlanRecoveryLoad(bitmap, before, Endpoint::kNvme);
   EXPECT_NEAR(same.local_bytes, Total(before), 1e-9 * Total(before));
   EXPECT_DOUBLE_EQ(same.peer_bytes + same.cloud_bytes, 0);
   for (const auto& t : same.transfers) EXPECT_EQ(t.from.index, t.to.index / 4);  // NVMe of the device's node
@@ -185,7 +187,7 @@ TEST_F(AutohetRecoveryTest, UnchangedShardsAreReadLocallyAndLostOnesFromTheCloud
   const auto after = Pieces(Plan("tp2-node1", {{{{4, 5}, 2, 0, L()}}}));
   double stage0 = 0, stage1 = 0;
   for (const auto& p : after) (p.layer < 3 ? stage0 : stage1) += p.bytes();
-  const auto load = sim::PlanRecoveryLoad(bitmap, after, Endpoint::kNvme);
+  const auto load = recovery::PlanRecoveryLoad(bitmap, after, Endpoint::kNvme);
   EXPECT_DOUBLE_EQ(load.peer_bytes, 0);
   EXPECT_NEAR(load.cloud_bytes, stage0, 1e-9 * stage0);
   EXPECT_NEAR(load.local_bytes, stage1, 1e-9 * stage1);

@@ -1,4 +1,4 @@
-// Hetu v2's graph switching (sim/hetu_switching.h) and the replay policy `hetu` (sim/replay.cc) against
+// Hetu v2's graph switching (sim/hetu_switching.h) and the replay policy `hetu` (sim/recovery/hetu.cc) against
 // hand-derived numbers: §8 Table 2's shape for C1 -> C2 on 32 H20s, and a policy timeline on a small trace.
 #include "sim/hetu_switching.h"
 

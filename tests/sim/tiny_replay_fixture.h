@@ -1,5 +1,6 @@
-// The setting of the recovery-policy tests (autohet_recovery_test, hetu_switching_test): a tiny GPT on a
-// small cluster given as YAML, trained in fp16 on 8 sequences of 128 tokens.
+// The setting of the recovery-policy tests (autohet_recovery_test, hetu_switching_test,
+// recovery_policies_test, replay_scale_test): a tiny GPT on a small cluster given as YAML, trained in fp16 on 8
+// sequences of 128 tokens.
 #pragma once
 
 #include <gtest/gtest.h>

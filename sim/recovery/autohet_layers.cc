@@ -1,9 +1,9 @@
-#include "sim/autohet_recovery.h"
+#include "sim/recovery/autohet_layers.h"
 
 #include <algorithm>
 #include <tuple>
 
-namespace hetsim::sim {
+namespace hetsim::sim::recovery {
 namespace {
 
 constexpr double kTiny = 1e-12;  // ranges are fractions of a layer part; shorter pieces are rounding
@@ -193,4 +193,4 @@ RecoveryLoad PlanRecoveryLoad(const LayerBitmap& bitmap, const std::vector<Layer
   return load;
 }
 
-}  // namespace hetsim::sim
+}  // namespace hetsim::sim::recovery

@@ -1,8 +1,8 @@
 // AutoHet's elastic recovery (AutoHet §IV "Elastic Training Recovery"): layer-wise checkpoints, the layer
 // bitmap that records where every piece of them lives, and adaptive, local-first loading after a re-plan.
 //
-// This is bookkeeping over plans and bytes, with no SimGrid: the replay engine (sim/replay.cc, policy
-// `autohet`) turns a RecoveryLoad's transfers into time on the cluster's platform (SimulateTransfers).
+// This is bookkeeping over plans and bytes, with no SimGrid: the policy `autohet` (sim/recovery/autohet.cc)
+// keeps the bitmap and has a RecoveryLoad's transfers played on the cluster's platform (SimulateTransfers).
 //
 // The unit is a *layer part*: the weights or the optimizer state of one layer of the plan (embedding, a
 // transformer block, the head). A device holds a fraction [begin, end) of each layer part it runs: TP rank k
@@ -22,7 +22,7 @@
 #include "models/proto/plan.pb.h"
 #include "sim/simulator.h"
 
-namespace hetsim::sim {
+namespace hetsim::sim::recovery {
 
 // AutoHet §IV-B1 saves a layer_dict (parameters) and an optimizer_dict (momentum, variance) per layer.
 enum class StatePart : uint8_t { kWeights, kOptimizer };
@@ -95,4 +95,4 @@ struct RecoveryLoad {
 RecoveryLoad PlanRecoveryLoad(const LayerBitmap& bitmap, const std::vector<LayerPiece>& needed,
                               Endpoint::Kind local_tier);
 
-}  // namespace hetsim::sim
+}  // namespace hetsim::sim::recovery
