@@ -52,7 +52,7 @@ struct ReplayInputs {
   proto::Replay spec;
   proto::RecoveryPolicy policy;
   SimOptions sim;     // how iterations are simulated (fidelity, calibration, profiles)
-  Replanner replan;   // needed by elastic and varuna
+  Replanner replan;   // needed by the re-planning policies (varuna, elastic, autohet, hetu) unless replan_plans fit
   ReplayCache* cache = nullptr;
   std::function<void(const std::string&)> progress;  // a line per simulated configuration or transfer set
 };

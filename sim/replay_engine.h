@@ -3,7 +3,7 @@
 // keeps the world (which node is in the job, free, down or absent), the training timeline and the report.
 //
 //   replay_engine.cc    the event loop: trace events to node roles, interruptions, repairs; the report
-//   replay_training.cc  training segments: iterations and checkpoints in closed form, rollbacks, segments
+//   replay_training.cc  training segments: iterations in closed form, a step per checkpoint; rollbacks
 //   replay_recovery.cc  after a loss: detection, the nodes to restart on (same plan or re-plan), the down
 //                       phases; growing back
 //   replay_configs.cc   configurations (a plan on a set of nodes) and their simulated costs, cached
