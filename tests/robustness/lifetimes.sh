@@ -13,11 +13,13 @@ fail=0
 timeout 120 mpirun --oversubscribe -np 2 "$build/hetsim-exec" --plan cpu-4-pp2 --backend cpu --iterations 100000 \
   --timeout-s 3 > "$tmp/exec.log" 2>&1 &
 job=$!
+# This job's ranks only (another build's hetsim-exec may run on a shared machine).
+mine="^$build/hetsim-exec --plan cpu-4-pp2 --backend cpu --iterations 100000"
 for _ in $(seq 1 100); do
-  [ "$(pgrep -x hetsim-exec | wc -l)" -ge 2 ] && grep -q "^step" "$tmp/exec.log" && break
+  [ "$(pgrep -f "$mine" | wc -l)" -ge 2 ] && grep -q "^step" "$tmp/exec.log" && break
   sleep 0.2
 done
-victim=$(pgrep -x hetsim-exec | tail -1)
+victim=$(pgrep -f "$mine" | tail -1)
 kill -STOP "$victim"
 start=$(date +%s)
 wait "$job"
