@@ -338,8 +338,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
       } else if (ax.name() == "policy" &&
                  std::find(m.policy_labels.begin(), m.policy_labels.end(), val) == m.policy_labels.end()) {
         errors.Add(vpath + "policy '" + val + "' is not one of replay.policies' labels" + DidYouMean(val, m.policy_labels));
-      } else if (ax.name() == "trace" && val != "llama3" && !traces::LoadTrace(Relative(val, m.file)).ok()) {
-        errors.Add(vpath + traces::LoadTrace(Relative(val, m.file)).status().message());
+      } else if (ax.name() == "trace" && val != "llama3") {
+        if (auto t = traces::LoadTrace(Relative(val, m.file)); !t.ok()) errors.Add(vpath + t.status().message());
       } else if (ax.name() == "checkpoint_interval" && val != "young-daly" && !ParsePositive(val, &num)) {
         errors.Add(vpath + "expected seconds (e.g. 1800) or young-daly, found '" + val + "'");
       } else if ((ax.name() == "spares" || ax.name() == "detection_s" || ax.name() == "restart_s") &&
