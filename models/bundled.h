@@ -8,7 +8,7 @@
 
 namespace hetsim::models {
 
-enum class SpecKind { kCluster, kModel, kTraining, kPlan, kProfile, kExperiment, kCalibration, kTrace };
+enum class SpecKind { kCluster, kModel, kTraining, kPlan, kProfile, kExperiment, kCalibration, kTrace, kAdvise };
 
 struct BundledFile {
   SpecKind kind;

@@ -17,6 +17,7 @@
 
 #include "models/proto/calibration.pb.h"
 #include "models/proto/trace.pb.h"
+#include "models/proto/advise.pb.h"
 #include "models/proto/cluster.pb.h"
 #include "models/proto/experiment.pb.h"
 #include "models/proto/model.pb.h"
@@ -30,7 +31,8 @@ const std::vector<std::pair<SpecKind, std::string>>& KindNames() {
   static const std::vector<std::pair<SpecKind, std::string>> names = {
       {SpecKind::kCluster, "cluster"}, {SpecKind::kModel, "model"}, {SpecKind::kTraining, "training"},
       {SpecKind::kPlan, "plan"},       {SpecKind::kProfile, "profile"},   {SpecKind::kExperiment, "experiment"},
-      {SpecKind::kCalibration, "calibration"}, {SpecKind::kTrace, "trace"}};
+      {SpecKind::kCalibration, "calibration"}, {SpecKind::kTrace, "trace"},
+      {SpecKind::kAdvise, "advise"}};
   return names;
 }
 
@@ -138,6 +140,7 @@ template Status ParseSpec(const SpecText&, SpecKind, proto::Profile*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Experiment*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Calibration*);
 template Status ParseSpec(const SpecText&, SpecKind, proto::Trace*);
+template Status ParseSpec(const SpecText&, SpecKind, proto::AdviseConfig*);
 
 Result<Cluster> LoadCluster(const std::string& name_or_path) {
   HETSIM_ASSIGN_OR_RETURN(SpecText src, ReadSpec(SpecKind::kCluster, name_or_path));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <set>
 
@@ -563,6 +564,38 @@ std::string YamlLocation(const std::string& file, const YAML::Node& node) {
   const YAML::Mark m = node.Mark();
   if (m.is_null() || m.line < 0) return file;
   return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+std::string YamlLocationOf(const std::string& file, const YAML::Node& root, const std::string& key_path) {
+  // A trail of handles, never one reassigned: assigning to a yaml-cpp node writes into the tree.
+  std::vector<YAML::Node> trail = {root};
+  size_t i = 0;
+  while (i < key_path.size()) {
+    const YAML::Node& cur = trail.back();
+    if (key_path[i] == '.') {
+      ++i;
+      continue;
+    }
+    if (key_path[i] == '[') {
+      const size_t close = key_path.find(']', i);
+      if (close == std::string::npos) break;
+      const std::string idx = key_path.substr(i + 1, close - i - 1);
+      i = close + 1;
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(idx.c_str(), &end, 10);
+      if (idx.empty() || *end != '\0' || !cur.IsSequence() || n >= cur.size()) break;
+      trail.push_back(cur[n]);
+      continue;
+    }
+    const size_t stop = key_path.find_first_of(".[", i);
+    const std::string key = key_path.substr(i, stop == std::string::npos ? std::string::npos : stop - i);
+    i = stop == std::string::npos ? key_path.size() : stop;
+    if (!cur.IsMap()) break;
+    const YAML::Node child = cur[key];
+    if (!child) break;
+    trail.push_back(child);
+  }
+  return YamlLocation(file, trail.back());
 }
 
 Status YamlToMessage(const YAML::Node& node, const std::string& file, const std::string& path,

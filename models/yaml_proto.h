@@ -53,4 +53,9 @@ Status CheckRanges(const google::protobuf::Message& msg, const std::string& wher
 // `file:line:col` of a YAML node (or just `file` when the node has no position).
 std::string YamlLocation(const std::string& file, const YAML::Node& node);
 
+// `file:line:col` of the value at `key_path` ("gpus[1].spot_nodes[0]") in the YAML `root`; where the path
+// runs out (a key the file does not have), the deepest node it reached. For checks made after parsing, so that
+// every error still names the line.
+std::string YamlLocationOf(const std::string& file, const YAML::Node& root, const std::string& key_path);
+
 }  // namespace hetsim::models

@@ -46,11 +46,12 @@ double YoungDalyInterval(double delta, double m) {
 // AWS on-demand list prices (us-east-1) per instance-hour divided by the instance's GPUs: p5.48xlarge
 // (8×H100, $98.32), p4de.24xlarge (8×A100 80 GB, $40.97), p4d.24xlarge (8×A100 40 GB, $32.77), p3.16xlarge
 // (8×V100, $24.48), p3dn.24xlarge (8×V100 32 GB, $31.21), g4dn.12xlarge (4×T4, $3.91), g5.48xlarge (8×A10G,
-// $16.29). Other types: 0 (set replay.usd_per_gpu_hour).
+// $16.29), g6e.xlarge (1×L40S, $1.861). Other types (consumer GPUs, parts no cloud rents by the hour): 0 (set
+// replay.usd_per_gpu_hour, or an advise config's usd_per_gpu_hour). List prices change: check them.
 double OnDemandUsdPerGpuHour(const std::string& gpu) {
   static const std::map<std::string, double> price = {
       {"h100", 98.32 / 8},     {"a100-80gb", 40.97 / 8}, {"a100-40gb", 32.77 / 8}, {"v100", 24.48 / 8},
-      {"v100-32gb", 31.21 / 8}, {"t4", 3.912 / 4},        {"a10", 16.29 / 8},
+      {"v100-32gb", 31.21 / 8}, {"t4", 3.912 / 4},        {"a10", 16.29 / 8},       {"l40s", 1.861},
   };
   auto it = price.find(gpu);
   return it == price.end() ? 0 : it->second;

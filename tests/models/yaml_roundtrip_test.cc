@@ -28,6 +28,7 @@
 #include "models/proto/calibration.pb.h"
 #include "models/proto/experiment.pb.h"
 #include "models/proto/trace.pb.h"
+#include "models/proto/advise.pb.h"
 #include "models/yaml_proto.h"
 
 namespace hetsim::models {
@@ -46,6 +47,7 @@ std::unique_ptr<Message> NewMessage(SpecKind kind) {
     case SpecKind::kExperiment: return std::make_unique<proto::Experiment>();
     case SpecKind::kCalibration: return std::make_unique<proto::Calibration>();
     case SpecKind::kTrace: return std::make_unique<proto::Trace>();
+    case SpecKind::kAdvise: return std::make_unique<proto::AdviseConfig>();
   }
   return nullptr;
 }

@@ -40,7 +40,10 @@ Command ValidateSimCommand();             // validate-sim (validate_sim_command.
 std::vector<Command> CalibrationCommands();  // calibrate (calibrate_command.cc; needs the calibration room)
 std::vector<Command> TraceCommands();  // trace (trace_commands.cc; needs the traces room)
 std::vector<Command> ReplayCommands();  // replay (replay_command.cc; needs the traces and planners rooms)
-std::vector<Command> MixedLengthCommands();  // mixed-length (mixed_length_command.cc)
+std::vector<Command> MixedLengthCommands();
+std::vector<Command> AdviseCommands();  // advise (advise_command.cc; needs the traces and planners rooms)
+// An advise config checked in full (`hetsim validate`); a one-line description.
+Result<std::string> ValidateAdviseConfig(const std::string& path);  // mixed-length (mixed_length_command.cc)
 // A trace file checked against the cluster it names (`hetsim validate`); a one-line description.
 Result<std::string> ValidateTraceFile(const std::string& path);
 // validate-sim --executor (validate_exec.cc; without the calibration room: an error).

@@ -224,6 +224,12 @@ bool ValidateOne(const std::string& path, const po::variables_map& vm, std::ostr
       if (desc.ok()) what = *desc;
       break;
     }
+    case SpecKind::kAdvise: {
+      auto desc = ValidateAdviseConfig(text->file);
+      st = desc.status();
+      if (desc.ok()) what = *desc;
+      break;
+    }
     case SpecKind::kExperiment: {
       auto desc = ValidateExperiment(text->file);
       st = desc.status();
@@ -322,6 +328,7 @@ const std::vector<Command>& Commands() {
     for (auto&& c : TraceCommands()) all.push_back(std::move(c));
     for (auto&& c : ReplayCommands()) all.push_back(std::move(c));
     for (auto&& c : MixedLengthCommands()) all.push_back(std::move(c));
+    for (auto&& c : AdviseCommands()) all.push_back(std::move(c));
     return all;
   }();
   return commands;
