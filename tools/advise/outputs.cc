@@ -14,7 +14,7 @@ namespace hetsim::advise::internal {
 namespace {
 
 std::string Fmt(const char* f, double v) {
-  char buf[64];
+  char buf[256];
   std::snprintf(buf, sizeof(buf), f, v);
   return buf;
 }
@@ -51,6 +51,7 @@ std::string Json(const std::string& s) {
 
 std::string Usd(double v) {
   if (!std::isfinite(v)) return "never";
+  if (v >= 1e9) return Fmt("$%.2fB", v / 1e9);
   if (v >= 1e6) return Fmt("$%.2fM", v / 1e6);
   if (v >= 1e4) return Fmt("$%.0fk", v / 1e3);
   return Fmt("$%.0f", v);
@@ -171,9 +172,14 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
         where += (i ? ", " : " ") + lost[i].second + Fmt(" (%.1f%%)", 100 * lost[i].first / window_h);
       }
     }
-    where += Fmt("; %.0f interruptions per window.", m("interruptions"));
+    where += Fmt("; %.0f interruptions per window", m("interruptions"));
+    if (c.intervals[r.slot->interval].text == "young-daly") {
+      where += Fmt(", a checkpoint every %.0f min (Young/Daly for its mean time between interruptions)",
+                   m("checkpoint_interval_s") / 60);
+    }
+    where += ".";
     md += "## Recommendation\n\n" + summary + "\n\n" + why + where + "\n\n";
-    summary += " " + why;
+    summary += " " + why + where;
   } else {
     // The nearest miss.
     const ConfigRow* near = nullptr;

@@ -33,6 +33,7 @@ import csv
 import difflib
 import json
 import math
+import re
 import os
 import sys
 import textwrap
@@ -553,6 +554,11 @@ def _place(fig, ax, obstacles, make, candidates):
     return artist
 
 
+def natural_key(text):
+    """Sorts "hot-spares (2 spares)" before "hot-spares (16 spares)": digit runs compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
+
+
 def draw(rows, advice, out_path):
     """Draws the figure of checked rows and advice into out_path (.png at 150 dpi, .pdf with TrueType fonts and
     no creation date), written atomically. Returns counts(rows)."""
@@ -565,8 +571,8 @@ def draw(rows, advice, out_path):
     xs += [deadline] if limit_in_view(deadline, xs) else []
     ys += [budget] if limit_in_view(budget, ys) else []
     logx, logy = _use_log(xs), _use_log(ys)
-    policies = sorted({r["policy"] for r in drawn})
-    planners = sorted({r["planner"] for r in drawn})
+    policies = sorted({r["policy"] for r in drawn}, key=natural_key)
+    planners = sorted({r["planner"] for r in drawn}, key=natural_key)
     colours, markers = _policy_colours(policies), _planner_markers(planners)
     size, bar_alpha = _sizes(len(drawn))
 
