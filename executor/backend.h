@@ -163,6 +163,11 @@ class Comm {
   virtual int rank() const = 0;
   // In place over f32 or act-dtype tensors.
   virtual void AllReduce(Tensor t, ReduceOp op) = 0;
+  // ZeRO (f32): `in` holds size() equal segments; this rank's segment of their sum goes to `out`
+  // (out.numel() · size() == in.numel()).
+  virtual void ReduceScatter(Tensor in, Tensor out) = 0;
+  // ZeRO (f32): every rank's `in` segment, in rank order, into `out` (in.numel() · size() == out.numel()).
+  virtual void AllGather(Tensor in, Tensor out) = 0;
 };
 
 // Pipeline transfers between ranks (world ranks). Messages between two ranks with the same tag are

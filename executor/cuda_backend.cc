@@ -304,6 +304,16 @@ class NcclComm final : public Comm {
     HETSIM_NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype),
                                     op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, stream_));
   }
+  void ReduceScatter(Tensor in, Tensor out) override {
+    HETSIM_CHECK(out.numel() * size_ == in.numel(), "NCCL reduce-scatter: bad segment");
+    HETSIM_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), NcclType(in.dtype),
+                                        ncclSum, comm_, stream_));
+  }
+  void AllGather(Tensor in, Tensor out) override {
+    HETSIM_CHECK(in.numel() * size_ == out.numel(), "NCCL all-gather: bad segment");
+    HETSIM_NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), NcclType(in.dtype), comm_,
+                                    stream_));
+  }
 
  private:
   ncclComm_t comm_;

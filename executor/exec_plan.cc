@@ -74,11 +74,7 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   }
   // The form the executor runs (each simplification says how).
   proto::Plan exec = plan;
-  if (plan.zero_stage() > 0) {
-    ep.warnings.push_back("zero_stage: " + std::to_string(plan.zero_stage()) +
-                          " is run as ZeRO-0 (gradients all-reduced, optimizer states replicated)");
-    exec.set_zero_stage(0);
-  }
+  ep.zero_stage = plan.zero_stage();
   if (plan.sequence_parallel()) {
     ep.warnings.push_back("sequence_parallel: run as plain tensor parallelism (all-reduces instead of "
                           "reduce-scatter/all-gather pairs; the same bytes; whole activations between stages)");

@@ -9,8 +9,9 @@
 // (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
 // DeriveGradSyncGroups) as world ranks.
 //
-// Plan features the executor runs in a simpler form are lowered in that form (ZeRO as ZeRO-0, no DP
-// overlap, flat all-reduces instead of hierarchical ones, no PP leader broadcast), each with a warning.
+// Plan features the executor runs in a simpler form are lowered in that form (no DP overlap, flat
+// all-reduces instead of hierarchical ones, no PP leader broadcast), each with a warning. ZeRO 1-3 runs as
+// lowered: reduce-scatters, the optimizer on the rank's shard, all-gathers (executor/grad_sync.h).
 #pragma once
 
 #include <array>
@@ -86,6 +87,7 @@ struct ExecPlan {
   uint32_t seq_len = 0;
   proto::Plan::Schedule schedule = proto::Plan::SCHEDULE_1F1B;
   bool full_recompute = false;
+  uint32_t zero_stage = 0;  // ZeRO as the lowering orders it (executor/grad_sync.h)
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.
   std::vector<std::string> warnings;
   // What the ranks run: the lowering of the plan in the executor's form.

@@ -40,9 +40,119 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
     if (spec.replication == Replication::kPartial) partial_params_.push_back(i);
     if (spec.replication != Replication::kSharded && synced_layers.count(spec.layer)) complete_params_.push_back(i);
   }
+  zero_ = plan.zero_stage > 0;
+  if (!zero_) return;
+  // ZeRO: each group's buckets as the lowering cuts them (its reduce-scatters say how many), this rank's
+  // segments of the initial parameters, and Adam's moments for those segments only.
+  zero_layers_ = synced_layers;
+  std::map<size_t, uint32_t> buckets_of;
+  for (const models::Op& op : plan.Ops(rank)) {
+    if (op.kind == models::OpKind::kCollective && op.collective == models::CollectiveKind::kReduceScatter &&
+        op.sync_group != models::kNone) {
+      buckets_of[plan.SyncGroupOfLowering(op.sync_group)] = std::max<uint32_t>(1, op.num_buckets);
+    }
+  }
+  for (auto& [index, g] : groups_) {
+    const int64_t n = g.comm->size(), r = g.comm->rank();
+    const uint32_t nb = buckets_of.count(index) ? buckets_of[index] : 1;
+    for (uint32_t b = 0; b < nb; ++b) {
+      Group::Bucket bk;
+      bk.begin = g.numel * b / nb;
+      bk.end = g.numel * (b + 1) / nb;
+      bk.seg = (bk.end - bk.begin + n - 1) / n;
+      bk.at = g.seg_total;
+      g.seg_total += bk.seg;
+      g.buckets.push_back(bk);
+    }
+    if (g.seg_total == 0) continue;
+    g.grad_seg = Buffer(be_, g.seg_total, 1, DType::kF32);
+    g.param_seg = Buffer(be_, g.seg_total, 1, DType::kF32);
+    g.m_seg = Buffer(be_, g.seg_total, 1, DType::kF32);
+    g.v_seg = Buffer(be_, g.seg_total, 1, DType::kF32);
+    for (Buffer* b : {&g.grad_seg, &g.param_seg, &g.m_seg, &g.v_seg}) be_->Fill(b->t(), 0);
+    Buffer packed(be_, g.numel, 1, DType::kF32);
+    Pack(g, packed.t(), true);
+    for (const auto& bk : g.buckets) {
+      const int64_t from = bk.begin + r * bk.seg, len = std::min(bk.seg, bk.end - from);
+      if (len > 0) be_->Copy(g.param_seg.t().Flat(bk.at, len), packed.t().Flat(from, len));
+    }
+  }
+  for (auto& p : params) {
+    if (zero_layers_.count(p.spec.layer)) p.adam_m = Buffer(), p.adam_v = Buffer();
+  }
 }
 
-void GradSync::TpGlobalExchange(const std::vector<size_t>& idx, bool owned_only) {
+void GradSync::Pack(const Group& g, Tensor packed, bool masters) {
+  auto& params = model_->params();
+  for (const auto& pc : g.pieces) {
+    const Param& p = params[pc.param];
+    const Tensor src = (masters ? p.master : p.grad).t().Rows(pc.rows.begin, pc.rows.end);
+    be_->Copy(packed.Flat(pc.offset, src.numel()), src);
+  }
+}
+
+void GradSync::Unpack(const Group& g, Tensor packed, bool masters) {
+  auto& params = model_->params();
+  for (const auto& pc : g.pieces) {
+    Param& p = params[pc.param];
+    const Tensor dst = (masters ? p.master : p.grad).t().Rows(pc.rows.begin, pc.rows.end);
+    be_->Copy(dst, packed.Flat(pc.offset, dst.numel()));
+    if (masters && !p.weight.empty()) be_->Copy(p.weight.t().Rows(pc.rows.begin, pc.rows.end), dst);
+  }
+}
+
+void GradSync::GatherSegments(Group& g, Tensor segments, Tensor packed) {
+  const int64_t n = g.comm->size();
+  for (int64_t q = 0; q < n; ++q) {
+    for (const auto& bk : g.buckets) {
+      const int64_t from = bk.begin + q * bk.seg, len = std::min(bk.seg, bk.end - from);
+      if (len > 0) be_->Copy(packed.Flat(from, len), segments.Flat(q * g.seg_total + bk.at, len));
+    }
+  }
+}
+
+double GradSync::AllGatherGroup(size_t index) {
+  auto it = groups_.find(index);
+  HETSIM_CHECK(zero_ && it != groups_.end(), "GradSync: an all-gather of sync group " + std::to_string(index) +
+                                                 " this rank does not shard");
+  Group& g = it->second;
+  if (g.numel == 0) return 0;
+  SliceRecorder::Scope scope(recorder_, Category::kZero, -1);
+  Buffer segments(be_, g.seg_total * g.comm->size(), 1, DType::kF32);
+  g.comm->AllGather(g.param_seg.t(), segments.t());
+  Buffer packed(be_, g.numel, 1, DType::kF32);
+  GatherSegments(g, segments.t(), packed.t());
+  Unpack(g, packed.t(), true);
+  return static_cast<double>(g.numel) * static_cast<double>(DTypeSize(DType::kF32));
+}
+
+void GradSync::ZeroStep(const AdamParams& adam) {
+  for (auto& [index, g] : groups_) {
+    if (g.seg_total > 0) be_->Adam(g.param_seg.t(), g.grad_seg.t(), g.m_seg.t(), g.v_seg.t(), Tensor{}, adam);
+  }
+}
+
+void GradSync::FinishStep() {
+  if (!zero_ || complete_params_.empty()) return;
+  // 3. on the parameters: the rows a rank holds beyond its shard, from their owners' updated rows.
+  SliceRecorder::Scope scope(recorder_, Category::kZero, -1);
+  TpGlobalExchange(complete_params_, true, true);
+}
+
+void GradSync::GatherGradientsForCheck() {
+  if (!zero_) return;
+  for (auto& [index, g] : groups_) {
+    if (g.numel == 0) continue;
+    Buffer segments(be_, g.seg_total * g.comm->size(), 1, DType::kF32);
+    g.comm->AllGather(g.grad_seg.t(), segments.t());
+    Buffer packed(be_, g.numel, 1, DType::kF32);
+    GatherSegments(g, segments.t(), packed.t());
+    Unpack(g, packed.t(), false);
+  }
+  TpGlobalExchange(complete_params_, true);
+}
+
+void GradSync::TpGlobalExchange(const std::vector<size_t>& idx, bool owned_only, bool masters) {
   if (idx.empty() || tp_comm_ == nullptr) return;
   auto& params = model_->params();
   int64_t numel = 0;
@@ -56,14 +166,15 @@ void GradSync::TpGlobalExchange(const std::vector<size_t>& idx, bool owned_only)
   for (size_t n = 0; n < idx.size(); ++n) {
     const Param& p = params[idx[n]];
     const RowRange src = owned_only ? p.spec.owned : p.spec.held;
-    const Tensor from = p.grad.t().Rows(src.begin - p.spec.held.begin, src.end - p.spec.held.begin);
+    const Tensor from = (masters ? p.master : p.grad).t().Rows(src.begin - p.spec.held.begin, src.end - p.spec.held.begin);
     be_->Copy(buf.t().Flat(offsets[n] + src.begin * p.spec.cols, from.numel()), from);
   }
   tp_comm_->AllReduce(buf.t(), ReduceOp::kSum);
   for (size_t n = 0; n < idx.size(); ++n) {
     const Param& p = params[idx[n]];
-    const Tensor to = p.grad.t();
+    const Tensor to = (masters ? p.master : p.grad).t();
     be_->Copy(to, buf.t().Flat(offsets[n] + p.spec.held.begin * p.spec.cols, to.numel()));
+    if (masters && !p.weight.empty()) be_->Copy(p.weight.t(), to);
   }
 }
 
@@ -83,6 +194,21 @@ double GradSync::RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets) {
   if (g.numel == 0) return 0;
   SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
   auto& params = model_->params();
+  if (zero_) {
+    // ZeRO: this bucket reduce-scattered; the rank keeps the sum of its segment.
+    HETSIM_CHECK(num_buckets == g.buckets.size(), "GradSync: the reduce-scatter's buckets changed");
+    if (bucket == 0) {
+      g.buffer = Buffer(be_, g.numel, 1, DType::kF32);
+      Pack(g, g.buffer.t(), false);
+    }
+    const auto& bk = g.buckets[bucket];
+    Buffer in(be_, bk.seg * g.comm->size(), 1, DType::kF32);
+    be_->Fill(in.t(), 0);
+    if (bk.end > bk.begin) be_->Copy(in.t().Flat(0, bk.end - bk.begin), g.buffer.t().Flat(bk.begin, bk.end - bk.begin));
+    if (bk.seg > 0) g.comm->ReduceScatter(in.t(), g.grad_seg.t().Flat(bk.at, bk.seg));
+    if (bucket + 1 == num_buckets) g.buffer = Buffer();
+    return static_cast<double>(bk.end - bk.begin) * static_cast<double>(DTypeSize(DType::kF32));
+  }
   if (bucket == 0) {
     g.buffer = Buffer(be_, g.numel, 1, DType::kF32);
     for (const auto& pc : g.pieces) {
@@ -103,7 +229,8 @@ double GradSync::RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets) {
 }
 
 void GradSync::End() {
-  if (complete_params_.empty()) return;
+  // ZeRO completes the parameters after the gathers instead (FinishStep).
+  if (complete_params_.empty() || zero_) return;
   // 3. Complete the rows this rank holds but other TP ranks synchronised.
   SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
   TpGlobalExchange(complete_params_, true);

@@ -10,9 +10,18 @@
 //     rows of every parameter of the group's layers are packed into one buffer and all-reduced (sum).
 //  3. In each TP group, tensors a rank holds beyond its own shard (replicated norms, shared key/value
 //     heads) are completed from the owners' synchronised chunks.
+//
+// ZeRO (plan zero_stage 1-3, as the lowering orders it; docs/executor.md "ZeRO"): step 2 reduce-scatters
+// instead: each bucket of a group's packed buffer is cut into one equal segment per member (the last padded
+// with zeros), and a member keeps the sum of its segments only. The optimizer (ZeroStep) runs Adam on the
+// rank's segments of the packed parameters — its optimizer state is those segments', the per-tensor state of
+// the synchronised layers is freed — and AllGatherGroup gathers every member's updated segments back into
+// the parameters (ZeRO-3 also before every pass). Step 3 then completes the parameters a rank holds beyond
+// its shard from their owners (FinishStep), instead of their gradients.
 #pragma once
 
 #include <map>
+#include <set>
 #include <vector>
 
 #include "executor/backend.h"
@@ -35,6 +44,18 @@ class GradSync {
   void Begin();
   double RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets);
   void End();
+  // ZeRO: the parameters of sync group `index` from every member's segments (returns the bytes gathered,
+  // the group's packed size); Adam on this rank's segments; the end of a step's operations (step 3 on the
+  // parameters).
+  bool zero() const { return zero_; }
+  double AllGatherGroup(size_t index);
+  void ZeroStep(const AdamParams& adam);
+  void FinishStep();
+  // Layers whose parameters ZeroStep updates (the model's own step skips them).
+  const std::set<uint32_t>& zero_layers() const { return zero_layers_; }
+  // Checks only (--dump-gradients / --compare-gradients): every member's reduced gradient segments gathered
+  // back into the gradients, and step 3 on them, so that every rank holds the synchronised gradient.
+  void GatherGradientsForCheck();
   // All three steps, groups in plan order (tests).
   void Run();
   // Number of sync groups this rank belongs to.
@@ -51,10 +72,23 @@ class GradSync {
     std::vector<Piece> pieces;
     int64_t numel = 0;
     Buffer buffer;  // packed gradients while a bucketed sync is under way
+    // ZeRO: buckets [begin, end) of the packed buffer, each cut into `seg` elements per member; this rank's
+    // segments of every bucket, concatenated (offset `at`), of gradients, parameters and Adam's moments.
+    struct Bucket {
+      int64_t begin = 0, end = 0, seg = 0, at = 0;
+    };
+    std::vector<Bucket> buckets;
+    int64_t seg_total = 0;
+    Buffer grad_seg, param_seg, m_seg, v_seg;
   };
+  // Packs `params` rows (masters or gradients) of the group's pieces into `packed`, or unpacks from it.
+  void Pack(const Group& g, Tensor packed, bool masters);
+  void Unpack(const Group& g, Tensor packed, bool masters);
+  // Every member's segments of the group into `packed` (the group's full packed layout).
+  void GatherSegments(Group& g, Tensor segments, Tensor packed);
   // All-reduces over the TP group a buffer holding the listed parameters' gradients in their global
   // layout: each rank contributes its held rows (or only its owned shard) and reads back its held rows.
-  void TpGlobalExchange(const std::vector<size_t>& params, bool owned_only);
+  void TpGlobalExchange(const std::vector<size_t>& params, bool owned_only, bool masters = false);
 
   Backend* be_;
   const ExecPlan& plan_;
@@ -65,6 +99,8 @@ class GradSync {
   std::map<size_t, Group> groups_;  // by index into ExecPlan::sync_groups
   std::vector<size_t> partial_params_;   // step 1
   std::vector<size_t> complete_params_;  // step 3
+  bool zero_ = false;
+  std::set<uint32_t> zero_layers_;
 };
 
 }  // namespace hetsim::executor

@@ -62,6 +62,16 @@ class MpiComm final : public Comm {
     HETSIM_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, static_cast<int>(t.numel()), MpiType(t),
                                    op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_));
   }
+  void ReduceScatter(Tensor in, Tensor out) override {
+    HETSIM_CHECK(out.numel() * size_ == in.numel() && out.numel() <= INT32_MAX, "MPI reduce-scatter: bad segment");
+    HETSIM_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()), MpiType(in), MPI_SUM,
+                                              comm_));
+  }
+  void AllGather(Tensor in, Tensor out) override {
+    HETSIM_CHECK(in.numel() * size_ == out.numel() && in.numel() <= INT32_MAX, "MPI all-gather: bad segment");
+    HETSIM_MPI_CHECK(MPI_Allgather(in.data, static_cast<int>(in.numel()), MpiType(in), out.data,
+                                   static_cast<int>(in.numel()), MpiType(out), comm_));
+  }
 
  private:
   MPI_Comm comm_;

@@ -321,7 +321,9 @@ void Runner::RunOps() {
           AdamParams adam;
           adam.lr = static_cast<float>(o_.lr);
           adam.step = static_cast<int>(step_) + 1;
-          model_->OptimizerStep(adam);
+          // ZeRO: the synchronised layers' shards here, the others (no replica to shard with) as usual.
+          sync_->ZeroStep(adam);
+          model_->OptimizerStep(adam, sync_->zero_layers());
         }
         log_.Add(op);
         ++i;
@@ -335,12 +337,13 @@ void Runner::RunOps() {
         ++i;
         break;
       case models::OpKind::kCollective: {
-        HETSIM_CHECK(op.category == Category::kDp && op.sync_group != models::kNone,
+        HETSIM_CHECK((op.category == Category::kDp || op.category == Category::kZero) && op.sync_group != models::kNone,
                      "hetsim-exec: the executor's lowering has a collective outside a pass that is not a gradient "
-                     "sync");
+                     "sync or a ZeRO gather");
         const size_t index = plan_.SyncGroupOfLowering(op.sync_group);
         models::Op done = op;
-        done.bytes = sync_->RunGroup(index, op.bucket, op.num_buckets);
+        done.bytes = op.category == Category::kZero ? sync_->AllGatherGroup(index)
+                                                    : sync_->RunGroup(index, op.bucket, op.num_buckets);
         done.group = log_.GroupOf(plan_.sync_groups[index].ranks);
         log_.Add(done);
         ++i;
@@ -363,6 +366,7 @@ double Runner::Step(uint32_t step, bool timed, DeviceTiming* timing) {
   step_ = step;
   log_.active = step == 0 && !o_.ops_out.empty();
   RunOps();
+  sync_->FinishStep();
   log_.active = false;
   const Backend::Mark end = be_->Record();
   watchdog_.Beat("the end of a step (device work or loss all-reduce)", -1, -1, step);
@@ -475,6 +479,7 @@ GradientDump Runner::CollectGradients(double loss, double* disagreement, int* di
 }
 
 int Runner::CheckGradients(double loss) {
+  sync_->GatherGradientsForCheck();
   double disagreement = 0;
   int disagreeing_rank = 0;
   GradientDump dump = CollectGradients(loss, &disagreement, &disagreeing_rank);

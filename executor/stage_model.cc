@@ -72,8 +72,9 @@ void StageModel::ZeroGrads() {
   for (auto& p : params_) be_->Fill(p.grad.t(), 0);
 }
 
-void StageModel::OptimizerStep(const AdamParams& adam) {
+void StageModel::OptimizerStep(const AdamParams& adam, const std::set<uint32_t>& skip) {
   for (uint32_t l = layer_begin_; l < layer_end_; ++l) {
+    if (skip.count(l)) continue;
     SliceRecorder::Scope scope(layer_recorder_, Category::kOptimizer, -1, static_cast<int32_t>(l));
     for (size_t i = layer_first_param_[l - layer_begin_]; i < params_.size() && params_[i].spec.layer == l; ++i) {
       Param& p = params_[i];

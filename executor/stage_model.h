@@ -15,6 +15,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "executor/backend.h"
@@ -79,8 +80,8 @@ class StageModel {
   Tensor loss() const { return loss_.t(); }
   void ZeroLoss();
   void ZeroGrads();
-  // Adam over every parameter (`step` is 1-based).
-  void OptimizerStep(const AdamParams& adam);
+  // Adam over every parameter (`step` is 1-based), but those of the `skip` layers (ZeRO updates them).
+  void OptimizerStep(const AdamParams& adam, const std::set<uint32_t>& skip = {});
 
   // Per-layer timing (profiles): when set, every layer's forward, backward (with its recomputation) and
   // optimizer step is recorded as a slice with its layer, and the bytes each layer keeps for the backward

@@ -3,7 +3,7 @@
 # with --ops-out (every operation each rank executed, in order, as it executed it: layer passes and TP
 # collectives as the model issued them, transfer and collective sizes from the real buffers) and compares
 # it line by line with `hetsim lower` (the lists the simulator plays). Lines must be identical, except that
-# a gradient-sync collective's bytes may differ by 0.1%: under mixed TP degrees the executor syncs its
+# a gradient-sync or ZeRO collective's bytes may differ by 0.1%: under mixed TP degrees the executor syncs its
 # chunk of the replicated norm weights, the lowering all of them (docs/lowering.md).
 # Usage: check_ops.sh MPIEXEC HETSIM_EXEC HETSIM NP OUT_DIR PLAN [EXTRA FLAGS...]
 set -euo pipefail
@@ -23,7 +23,7 @@ awk -v lowered="$lowered" '
     if ((getline want < lowered) <= 0) { print "FAIL: the executor ran more operations than the lowering has: " $0; bad = 1; exit }
     n++
     if ($0 == want) next
-    if ($0 ~ / collective dp / && without_bytes($0) == without_bytes(want)) {
+    if ($0 ~ / collective (dp|zero) / && without_bytes($0) == without_bytes(want)) {
       a = bytes_of($0); b = bytes_of(want)
       if (a - b < 1e-3 * b && b - a < 1e-3 * b) next
     }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "models/cluster.h"
+#include "tools/advise/advise_internal.h"
 #include "tools/advise/availability.h"
 #include "tools/advise/config.h"
 #include "traces/trace.h"
@@ -209,6 +210,29 @@ TEST(AdviseConfig, SchemaErrorsAndSizeLimits) {
                                               counts + "}\n"));
   ASSERT_FALSE(big.ok());
   EXPECT_NE(big.status().message().find("64000 compositions"), std::string::npos) << big.status().message();
+}
+
+TEST(AdviseConfig, DefaultsAreEveryPlannerAndPolicyThatApplies) {
+  auto c = LoadConfig(Write("defaults.yaml", "kind: advise\nname: d\nmodel: gpt3-1.3b\ntokens: 1e9\n"
+                                             "gpus: [{type: v100, nodes: [1, 2]}]\n"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  std::vector<std::string> planners;
+  for (const auto& p : c->planners) planners.push_back(p.name);
+  EXPECT_EQ(planners, (std::vector<std::string>{"metis", "hexiscale", "autohet", "hethub", "hetu", "megatron"}));
+  EXPECT_EQ(c->objective, "cheapest");
+  EXPECT_EQ(c->seeds, 3u);
+  EXPECT_EQ(c->window_s, 14 * 86400.0);
+  // Per pair: checkpoint-restart, hot-spares, in-memory, elastic, varuna (5) plus its planner's own recovery for
+  // autohet and hetu, each at the three default intervals.
+  const internal::Space space = internal::Enumerate(*c);
+  ASSERT_EQ(space.groups.size(), 2u * 6);
+  std::map<std::string, size_t> configs_of;
+  for (const auto& g : space.groups) configs_of[c->planners[g.planner].name] = g.configs.size();
+  EXPECT_EQ(configs_of["megatron"], 15u);
+  EXPECT_EQ(configs_of["metis"], 15u);
+  EXPECT_EQ(configs_of["autohet"], 18u);
+  EXPECT_EQ(configs_of["hetu"], 18u);
+  EXPECT_EQ(space.points, (4u * 15 + 2 * 18) * 2 * 3);
 }
 
 // The small space: two GPU types (a V100 node always, 0 or 1 more V100 nodes, 0 or 1 spot T4 node on a hand

@@ -162,11 +162,13 @@ Result<Config> LoadConfig(const std::string& path) {
     fixed.push_back(std::make_shared<const models::Cluster>(std::move(cl).value()));
   }
 
-  // Planners (default: hetu and megatron), each checked now.
+  // Planners (default: the five papers' heterogeneous planners and Megatron-LM as the baseline), each
+  // checked now.
   proto::AdviseConfig with_defaults = s;
   if (with_defaults.planners_size() == 0) {
-    with_defaults.add_planners()->set_name("hetu");
-    with_defaults.add_planners()->set_name("megatron");
+    for (const char* n : {"metis", "hexiscale", "autohet", "hethub", "hetu", "megatron"}) {
+      with_defaults.add_planners()->set_name(n);
+    }
   }
   std::set<std::string> labels;
   for (int i = 0; i < with_defaults.planners_size(); ++i) {
@@ -193,11 +195,16 @@ Result<Config> LoadConfig(const std::string& path) {
     c.planners.push_back(std::move(choice));
   }
 
-  // Policies (default: checkpoint-restart, hot-spares, elastic).
+  // Policies (default: every one that applies: checkpoint-restart, hot-spares, in-memory, elastic and varuna to
+  // every plan, AutoHet's and Hetu's recovery to their own planners' plans).
   if (s.policies_size() == 0) {
-    for (const char* n : {"checkpoint-restart", "hot-spares", "elastic"}) c.policies.emplace_back().set_name(n);
+    for (const char* n : {"checkpoint-restart", "hot-spares", "in-memory", "elastic", "varuna", "autohet", "hetu"}) {
+      c.policies.emplace_back().set_name(n);
+      c.policy_planner.push_back(n == std::string("autohet") || n == std::string("hetu") ? n : "");
+    }
   } else {
     c.policies.assign(s.policies().begin(), s.policies().end());
+    c.policy_planner.assign(c.policies.size(), "");
   }
   std::set<std::string> policy_labels;
   for (size_t i = 0; i < c.policies.size(); ++i) {
@@ -342,6 +349,11 @@ Result<Config> LoadConfig(const std::string& path) {
       nvme->set_read_bandwidth_gbyte_s(2);
       nvme->set_write_bandwidth_gbyte_s(1);
       nvme->set_latency_ms(0.1);
+      auto* host = cs.add_storage();
+      host->set_name("host-memory");
+      host->set_kind(proto::StorageEndpoint::KIND_HOST_MEMORY);
+      host->set_read_bandwidth_gbyte_s(20);  // a pinned host-to-device copy
+      host->set_latency_ms(0.01);
     }
     auto built = models::Cluster::Build(cs, c.file + " (composition " + cand.label + ")");
     if (!built.ok()) {
@@ -401,7 +413,10 @@ Result<Config> LoadConfig(const std::string& path) {
     c.planners[i].plan->set_cluster(want);
   }
   double per_candidate = 0;
-  for (const auto& p : c.policies) per_candidate += TakesSpares(p.name()) ? static_cast<double>(c.spares.size()) : 1.0;
+  for (size_t i = 0; i < c.policies.size(); ++i) {
+    if (!c.policy_planner[i].empty()) continue;
+    per_candidate += TakesSpares(c.policies[i].name()) ? static_cast<double>(c.spares.size()) : 1.0;
+  }
   const double replays = static_cast<double>(c.candidates.size()) * c.planners.size() * per_candidate *
                          c.intervals.size() * c.seeds;
   if (replays > kMaxReplays) {

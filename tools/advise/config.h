@@ -42,6 +42,9 @@ struct Config {
   std::string objective;     // "cheapest" or "soonest"
   std::vector<runner::PlannerChoice> planners;
   std::vector<proto::RecoveryPolicy> policies;
+  // Per policy: the planner whose plans it applies to ("" = every plan). The default list adds AutoHet's and
+  // Hetu's recovery for the plans of their own planners.
+  std::vector<std::string> policy_planner;
   std::vector<Interval> intervals;
   std::vector<int64_t> spares;  // -1: the policy's default
   uint32_t seeds = 3;

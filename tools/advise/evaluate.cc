@@ -77,6 +77,7 @@ Space Enumerate(const Config& c) {
       if (pl.plan) key += "|" + pl.plan->SerializeAsString();
       g.id = Hex(Fnv(key));
       for (size_t p = 0; p < c.policies.size(); ++p) {
+        if (!c.policy_planner[p].empty() && (pl.plan || c.policy_planner[p] != pl.name)) continue;
         const bool spares = TakesSpares(c.policies[p].name());
         const size_t n_spares = spares ? c.spares.size() : 1;
         for (size_t sp = 0; sp < n_spares; ++sp) {

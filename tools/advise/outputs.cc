@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <ostream>
 
 #include "models/spec_io.h"
@@ -132,9 +133,13 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
       if (x.feasible) feas.push_back(&x);
     }
     std::sort(feas.begin(), feas.end(), [&](const ConfigRow* a, const ConfigRow* b) {
-      return cheapest ? std::make_pair(a->cost_mean, a->time_mean) < std::make_pair(b->cost_mean, b->time_mean)
-                      : std::make_pair(a->time_mean, a->cost_mean) < std::make_pair(b->time_mean, b->cost_mean);
+      return cheapest ? std::make_tuple(a->cost_mean, a->time_mean, a->config) <
+                            std::make_tuple(b->cost_mean, b->time_mean, b->config)
+                      : std::make_tuple(a->time_mean, a->cost_mean, a->config) <
+                            std::make_tuple(b->time_mean, b->cost_mean, b->config);
     });
+    feas.erase(std::remove(feas.begin(), feas.end(), &r), feas.end());
+    feas.insert(feas.begin(), &r);
     std::string why = std::string(cheapest ? "The cheapest" : "The soonest") + " of " + std::to_string(feas.size()) +
                       " replayed configurations" + (limits.empty() ? "" : " that meet " + limits);
     if (feas.size() > 1) {

@@ -27,14 +27,14 @@ budget) are drawn as the CSV says, with a warning on stderr.
 As a module: load(out_dir) -> (rows, advice) (raises AdviseError), draw(rows, advice, out_path) -> counts,
 counts(rows) (what the caption and the printed line report), caption(rows, advice), warnings(rows, advice,
 csv_path).
+
+Split along its concerns: advise_input.py loads and checks the two files, advise_layout.py sets the axis ranges
+and places the labels, this module draws the figure; the names above stay importable from here.
 """
 import argparse
-import csv
-import difflib
-import json
 import math
-import re
 import os
+import re
 import sys
 import textwrap
 
@@ -44,280 +44,45 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Polygon  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
-from matplotlib.transforms import offset_copy  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import figures  # noqa: E402
 import replay  # noqa: E402
 import style  # noqa: E402
+from advise_input import (ADVICE_FIELDS, ADVICE_NAME, COLUMNS, CSV_NAME, OBJECTIVES, OK_REQUIRED,  # noqa: E402
+                          STATUSES, AdviseError, _bounded, _finite, check_consistent, days, load, load_advice,
+                          load_rows, usd, warnings)
+from advise_layout import (LABEL_MARGIN_PX, LIMIT_COLOUR, MAX_LABEL_SCORE, PLOT_HEIGHT_IN,  # noqa: E402
+                           STAR_SIZE_PT, _axis, _fix_height, _label_limits, _label_recommended, _limits,
+                           _obstacles, _plotted, _recommended_text, _use_log, limit_in_view, wrap_label)
 
-CSV_NAME = "configurations.csv"
-ADVICE_NAME = "advice.json"
 DEFAULT_FIGURE = "pareto.png"
 
-# The columns of configurations.csv, in the order `hetsim advise` writes them, and what each holds: "int",
-# "int?" (an integer or empty), "str", "status", "float?" (a number, "inf", or empty), "flag" (0 or 1).
-# Further columns are allowed and ignored.
-COLUMNS = (("config", "int"), ("label", "str"), ("composition", "str"), ("gpus", "int"), ("planner", "str"),
-           ("policy", "str"), ("checkpoint_interval", "str"), ("spares", "int?"), ("seeds", "int"),
-           ("status", "status"), ("reason", "str"),
-           ("time_days_mean", "float?"), ("time_days_min", "float?"), ("time_days_max", "float?"),
-           ("cost_usd_mean", "float?"), ("cost_usd_min", "float?"), ("cost_usd_max", "float?"),
-           ("time_lb_days", "float?"), ("cost_lb_usd", "float?"),
-           ("goodput_fraction_mean", "float?"), ("ettr_mean", "float?"),
-           ("pareto", "flag"), ("feasible", "flag"), ("recommended", "flag"))
-STATUSES = ("ok", "failed", "pruned")
-# An "ok" row must have these (they may be "inf": the run never finishes).
-OK_REQUIRED = ("time_days_mean", "cost_usd_mean")
-# The fields of advice.json: "str", "num", "num?" (a number or null), "id?" (an integer or null), "objective".
-ADVICE_FIELDS = (("name", "str"), ("model", "str"), ("tokens", "num"), ("objective", "objective"),
-                 ("deadline_days", "num?"), ("budget_usd", "num?"), ("recommended", "id?"), ("summary", "str"),
-                 ("caption", "str"))
-OBJECTIVES = ("cheapest", "soonest")
-
 WIDTH_IN = 7.4
-PLOT_HEIGHT_IN = 3.5  # the plotting area; the figure grows around it (title, caption)
 FRONT_COLOUR = "#222222"
 STAR_COLOUR = "#FFC20A"
-STAR_SIZE_PT = 19
 PRUNED_COLOUR = "#B4B4B4"
-LIMIT_COLOUR = "#555555"
 SHADE_COLOUR = "#9A9A9A"
 CAPTION_COLOUR = "#707070"
-# The recommended label goes into the legend when its best place in the plot scores above this: it would cover
-# a point (10) or a line (8), or its leader would pass two points (3 each); 0.02 per point of leader length.
-MAX_LABEL_SCORE = 6.0
-# Room kept around the recommended label's text when scoring a place (pixels at 150 dpi): its box's padding
-# and a little air.
-LABEL_MARGIN_PX = 10
 # Planner markers in this figure: a known planner keeps figures.py's marker unless it is one this figure uses
 # for something else (the star, the pruned crosses); others take the first free one of these.
 RESERVED_MARKERS = ("*", "x", "X", "+")
 PLANNER_MARKERS = ("o", "s", "^", "D", "v", "P", "<", ">", "h", "p", "d", "8", "H")
 
-
-class AdviseError(ValueError):
-    """Malformed `hetsim advise` output; the message names the file and the column or field."""
-
-
-# --- inputs ------------------------------------------------------------------------------------------------
-
-
-def _parse_float(s):
-    """float(s) for a number or "inf" (any case), None for an empty cell; raises ValueError otherwise (NaN too)."""
-    s = s.strip()
-    if s == "":
-        return None
-    v = float(s)
-    if math.isnan(v):
-        raise ValueError(s)
-    return v
-
-
-def _cell(raw, col, kind, where):
-    """The typed value of one CSV cell; where is "FILE:LINE"."""
-    s = raw.strip()
-    if kind == "str":
-        return raw
-    if kind == "status":
-        if s not in STATUSES:
-            near = difflib.get_close_matches(s, STATUSES, n=1)
-            hint = f" (did you mean \"{near[0]}\"?)" if near else ""
-            raise AdviseError(f"{where}: column \"{col}\" = \"{raw}\" is not one of {', '.join(STATUSES)}{hint}")
-        return s
-    if kind in ("int", "int?"):
-        if s == "" and kind == "int?":
-            return None
-        try:
-            return int(s)
-        except ValueError:
-            raise AdviseError(f"{where}: column \"{col}\" = \"{raw}\" is not an integer") from None
-    if kind == "flag":
-        if s not in ("0", "1"):
-            raise AdviseError(f"{where}: column \"{col}\" = \"{raw}\" is not 0 or 1")
-        return s == "1"
-    try:
-        v = _parse_float(s)
-    except ValueError:
-        raise AdviseError(f"{where}: column \"{col}\" = \"{raw}\" is not a number (expected a float, \"inf\" "
-                          "or empty)") from None
-    if v is not None and v < 0:
-        raise AdviseError(f"{where}: column \"{col}\" = \"{raw}\" is negative")
-    return v
-
-
-def load_rows(path):
-    """The rows of configurations.csv as dicts of typed values (None for an empty cell). Raises AdviseError."""
-    if not os.path.isfile(path):
-        raise AdviseError(f"{path}: missing (`hetsim advise` writes it)")
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                raise AdviseError(f"{path}: empty (expected a header line: {','.join(c for c, _ in COLUMNS)})")
-            header = [h.strip() for h in header]
-            dup = [h for i, h in enumerate(header) if h in header[:i]]
-            if dup:
-                raise AdviseError(f"{path}: column \"{dup[0]}\" appears twice in the header")
-            for col, _ in COLUMNS:
-                if col not in header:
-                    near = difflib.get_close_matches(col, [h for h in header if h not in dict(COLUMNS)], n=1)
-                    hint = f" (did you mean \"{near[0]}\"?)" if near else ""
-                    raise AdviseError(f"{path}: column \"{col}\" is missing from the header{hint}")
-            index = {h: i for i, h in enumerate(header)}
-            rows, seen = [], {}
-            for fields in reader:
-                where = f"{path}:{reader.line_num}"
-                if not fields or (len(fields) == 1 and not fields[0].strip()):
-                    continue  # a blank line
-                if len(fields) != len(header):
-                    raise AdviseError(f"{where}: {len(fields)} fields, but the header has {len(header)} columns")
-                row = {"line": reader.line_num}
-                for col, kind in COLUMNS:
-                    row[col] = _cell(fields[index[col]], col, kind, where)
-                if row["config"] in seen:
-                    raise AdviseError(f"{where}: column \"config\" = {row['config']} repeats the row of line "
-                                      f"{seen[row['config']]}")
-                seen[row["config"]] = reader.line_num
-                if row["status"] == "ok":
-                    for col in OK_REQUIRED:
-                        if row[col] is None:
-                            raise AdviseError(f"{where}: column \"{col}\" is empty, but status is \"ok\"")
-                rows.append(row)
-    except csv.Error as e:
-        raise AdviseError(f"{path}: invalid CSV ({e})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise AdviseError(f"{path}: cannot read ({e})") from None
-    if not rows:
-        raise AdviseError(f"{path}: no configurations (a header line only)")
-    flagged = [r for r in rows if r["recommended"]]
-    if len(flagged) > 1:
-        raise AdviseError(f"{path}:{flagged[1]['line']}: column \"recommended\" is 1 in more than one row "
-                          f"(configs {', '.join(str(r['config']) for r in flagged)})")
-    return rows
-
-
-def _advice_field(obj, name, kind, path):
-    if name not in obj:
-        raise AdviseError(f"{path}: field \"{name}\" is missing")
-    v = obj[name]
-    if kind == "str":
-        if not isinstance(v, str):
-            raise AdviseError(f"{path}: field \"{name}\" = {json.dumps(v)} is not a string")
-        return v
-    if kind == "objective":
-        if v not in OBJECTIVES:
-            raise AdviseError(f"{path}: field \"{name}\" = {json.dumps(v)} is not one of "
-                              f"{', '.join(json.dumps(o) for o in OBJECTIVES)}")
-        return v
-    if v is None and kind.endswith("?"):
-        return None
-    if kind == "id?":
-        f = replay.as_number(v)
-        if f is None or not math.isfinite(f) or f != int(f) or f < 0:
-            raise AdviseError(f"{path}: field \"{name}\" = {json.dumps(v)} is not a config id (an integer or "
-                              "null)")
-        return int(f)
-    f = replay.as_number(v)
-    if f is None or not math.isfinite(f):
-        raise AdviseError(f"{path}: field \"{name}\" = {json.dumps(v)} is not a number"
-                          + (" or null" if kind.endswith("?") else ""))
-    if f <= 0 and name != "tokens":
-        raise AdviseError(f"{path}: field \"{name}\" = {json.dumps(v)} must be positive")
-    return f
-
-
-def load_advice(path):
-    """advice.json checked, with its numbers as floats (recommended: an int or None). Raises AdviseError."""
-    if not os.path.isfile(path):
-        raise AdviseError(f"{path}: missing (`hetsim advise` writes it)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise AdviseError(f"{path}:{e.lineno}: invalid JSON ({e.msg}, column {e.colno})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise AdviseError(f"{path}: cannot read ({e})") from None
-    if not isinstance(data, dict):
-        raise AdviseError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    out = dict(data)
-    for name, kind in ADVICE_FIELDS:
-        out[name] = _advice_field(data, name, kind, path)
-    return out
-
-
-def _finite(row):
-    """Whether an "ok" row has a finite mean time and cost (is drawn as a point)."""
-    return (row["status"] == "ok" and row["time_days_mean"] is not None and row["cost_usd_mean"] is not None
-            and math.isfinite(row["time_days_mean"]) and math.isfinite(row["cost_usd_mean"]))
-
-
-def _bounded(row):
-    """Whether a "pruned" row has finite lower bounds (is drawn as a cross)."""
-    return (row["status"] == "pruned" and row["time_lb_days"] is not None and row["cost_lb_usd"] is not None
-            and math.isfinite(row["time_lb_days"]) and math.isfinite(row["cost_lb_usd"]))
-
-
-def warnings(rows, advice, csv_path):
-    """Messages about flags that disagree with the numbers (drawn anyway, as the CSV says): pareto = 1 on a row
-    that is not drawn; feasible differing from the deadline and budget (0.5% slack for rounding)."""
-    out = []
-    deadline, budget = advice["deadline_days"], advice["budget_usd"]
-    for r in rows:
-        where = f"{csv_path}:{r['line']}: config {r['config']}"
-        if r["pareto"] and not _finite(r):
-            out.append(f"{where}: column \"pareto\" is 1, but the row is not drawn (status \"{r['status']}\", "
-                       "or an infinite time or cost)")
-        if not _finite(r):
-            continue
-        t, c = r["time_days_mean"], r["cost_usd_mean"]
-        fits = [(not deadline or t <= deadline * (1 + s)) and (not budget or c <= budget * (1 + s))
-                for s in (-0.005, 0.005)]
-        if fits[0] == fits[1] and r["feasible"] != fits[0]:
-            out.append(f"{where}: column \"feasible\" is {int(r['feasible'])}, but {days(t)} days and {usd(c)} "
-                       f"{'meet' if fits[0] else 'miss'} the deadline and budget of {ADVICE_NAME}")
-    return out
-
-
-def check_consistent(rows, advice, csv_path, advice_path):
-    """The recommendation of advice.json against the CSV: its id is a row, that row (and only it) is marked
-    recommended, and it is drawable ("ok", finite). Raises AdviseError naming the field."""
-    rec = advice["recommended"]
-    flagged = [r for r in rows if r["recommended"]]
-    if rec is None:
-        if flagged:
-            raise AdviseError(f"{csv_path}:{flagged[0]['line']}: column \"recommended\" is 1 for config "
-                              f"{flagged[0]['config']}, but {advice_path} field \"recommended\" is null")
-        return
-    by_id = {r["config"]: r for r in rows}
-    if rec not in by_id:
-        ids = sorted(by_id)
-        shown = ", ".join(str(i) for i in ids[:12]) + (", …" if len(ids) > 12 else "")
-        raise AdviseError(f"{advice_path}: field \"recommended\" = {rec} is not a config of {csv_path} "
-                          f"(configs: {shown})")
-    row = by_id[rec]
-    if not row["recommended"]:
-        other = f"config {flagged[0]['config']}" if flagged else "no row"
-        raise AdviseError(f"{advice_path}: field \"recommended\" = {rec}, but {csv_path} column \"recommended\" "
-                          f"marks {other}")
-    if not _finite(row):
-        what = f"status \"{row['status']}\"" if row["status"] != "ok" else "an infinite time or cost"
-        raise AdviseError(f"{advice_path}: field \"recommended\" = {rec}: that config has {what} in {csv_path} "
-                          f"(line {row['line']})")
-
-
-def load(out_dir):
-    """(rows, advice) of a `hetsim advise` output folder, checked. Raises AdviseError."""
-    if not os.path.isdir(out_dir):
-        raise AdviseError(f"{out_dir}: no such folder (the OUT folder of `hetsim advise`)")
-    csv_path, advice_path = os.path.join(out_dir, CSV_NAME), os.path.join(out_dir, ADVICE_NAME)
-    rows = load_rows(csv_path)
-    advice = load_advice(advice_path)
-    check_consistent(rows, advice, csv_path, advice_path)
-    return rows, advice
+# The module's API: what advise_input.py and advise_layout.py hold, as it was before the split (test_advise.py
+# uses it), and this module's own.
+__all__ = [
+    # advise_input.py
+    "CSV_NAME", "ADVICE_NAME", "COLUMNS", "STATUSES", "OK_REQUIRED", "ADVICE_FIELDS", "OBJECTIVES", "AdviseError",
+    "load_rows", "load_advice", "warnings", "check_consistent", "load", "usd", "days",
+    # advise_layout.py
+    "PLOT_HEIGHT_IN", "STAR_SIZE_PT", "LIMIT_COLOUR", "MAX_LABEL_SCORE", "LABEL_MARGIN_PX", "limit_in_view",
+    "_use_log", "wrap_label",
+    # this module
+    "DEFAULT_FIGURE", "WIDTH_IN", "FRONT_COLOUR", "STAR_COLOUR", "PRUNED_COLOUR", "SHADE_COLOUR", "CAPTION_COLOUR",
+    "RESERVED_MARKERS", "PLANNER_MARKERS", "counts", "caption", "_failed_reasons", "natural_key",
+    "_planner_markers", "draw", "main",
+]
 
 
 # --- what the figure reports -------------------------------------------------------------------------------
@@ -334,31 +99,8 @@ def counts(rows):
             "never_finishes": sum(r["status"] == "ok" and not _finite(r) for r in rows)}
 
 
-def usd(v, _pos=None):
-    """$850, $12k, $12.5k, $1.2M (three significant digits at most)."""
-    a = abs(v)
-    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if a >= div * 0.9995:
-            return f"${v / div:.3g}{suffix}"
-    return f"${v:.3g}"
-
-
-def days(v, _pos=None):
-    return f"{v:.3g}"
-
-
 def _plural(n, word, many=None):
     return f"{n} {word if n == 1 else (many or word + 's')}"
-
-
-def _plotted(rows):
-    """(times, costs) the axes span: the finite means and seed ranges of the drawn rows, the bounds of the
-    pruned ones."""
-    drawn = [r for r in rows if _finite(r)]
-    bounded = [r for r in rows if _bounded(r)]
-    xs = [r[c] for r in drawn for c in ("time_days_mean", "time_days_min", "time_days_max")]
-    ys = [r[c] for r in drawn for c in ("cost_usd_mean", "cost_usd_min", "cost_usd_max")]
-    return xs + [r["time_lb_days"] for r in bounded], ys + [r["cost_lb_usd"] for r in bounded]
 
 
 def _reason_head(reason):
@@ -413,79 +155,6 @@ def caption(rows, advice):
 # --- drawing -----------------------------------------------------------------------------------------------
 
 
-def _pack(pieces, joiner, width, prefix=""):
-    """pieces joined by joiner on as few lines of about width characters as whole pieces allow; a line after the
-    first starts with prefix; a piece longer than width is wrapped at its spaces."""
-    out = []
-    for piece in pieces:
-        if out and len(out[-1]) + len(joiner) + len(piece) <= width:
-            out[-1] += joiner + piece
-        else:
-            out += textwrap.wrap((prefix if out else "") + piece, width, break_on_hyphens=False,
-                                 break_long_words=False) or [piece]
-    return out
-
-
-def wrap_label(label, width=32):
-    """A configuration label on a few lines: broken at " | " (the composition, then planner · policy ·
-    interval); a long composition between node groups (the next line starts with "+"), the rest between its
-    parts, anything longer at spaces."""
-    parts = [p.strip() for p in label.split("|")]
-    out = _pack(parts[0].split(" + "), " + ", width, "+ ")
-    if len(parts) > 1:
-        out += _pack(parts[1:], " · ", width)
-    return "\n".join(out)
-
-
-def limit_in_view(limit, values):
-    """Whether the deadline or budget `limit` joins the axis range of the data `values`: always when it is at or
-    below their largest; above it, while it stays within 2.5 spans of the data (1.5 decades' worth on data
-    spanning more than 10x), so that a far-off limit does not squeeze the points into a corner."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if limit is None:
-        return False
-    if not finite:
-        return True
-    lo, hi = min(finite), max(finite)
-    if limit <= hi:
-        return True
-    if lo > 0 and hi / lo > 10:
-        return math.log10(limit / lo) <= 1.5 * math.log10(hi / lo)
-    return limit - lo <= 2.5 * max(hi - lo, 0.25 * abs(hi))
-
-
-def _use_log(values):
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) > 10
-
-
-def _limits(values, log, margin=0.06):
-    finite = [v for v in values if v is not None and math.isfinite(v) and (v > 0 or not log)]
-    if not finite:
-        return (0.1, 10.0) if log else (0.0, 1.0)
-    lo, hi = min(finite), max(finite)
-    if log:
-        a, b = math.log10(lo), math.log10(hi)
-        pad = max(b - a, 0.3) * margin
-        return 10 ** (a - pad), 10 ** (b + pad)
-    pad = (hi - lo) * margin if hi > lo else max(abs(hi) * 0.1, 1.0)
-    return max(lo - pad, 0.0) if lo >= 0 else lo - pad, hi + pad
-
-
-def _axis(axis, log, formatter):
-    axis.set_major_formatter(FuncFormatter(formatter))
-    if not log:
-        return
-    lo, hi = axis.get_view_interval()
-    if lo > 0 and math.log10(hi / lo) < 2.2:  # too few powers of ten: label the 2x and 5x ticks too
-        def minor(v, _pos=None):
-            lead = v / 10 ** math.floor(math.log10(v) + 1e-9)
-            return formatter(v) if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
-        axis.set_minor_formatter(FuncFormatter(minor))
-    else:
-        axis.set_minor_formatter(NullFormatter())
-
-
 def _planner_markers(planners):
     """{planner: marker}: a known planner's usual marker (figures.MARKERS) where free and not reserved here,
     then the first free one of PLANNER_MARKERS for the others."""
@@ -515,43 +184,6 @@ def _sizes(n):
     if n <= 80:
         return 5.0, 0.4
     return 4.0, 0.28
-
-
-class _Obstacles:
-    """What a label should not cover, in display coordinates: points and segments."""
-
-    def __init__(self):
-        self.points, self.segments, self.boxes = [], [], []
-
-    def score(self, box, axes_box):
-        x0, y0, x1, y1 = box
-        s = sum(10 for (x, y) in self.points if x0 <= x <= x1 and y0 <= y <= y1)
-        s += sum(8 for (p, q) in self.segments if replay._segment_hits_box(p, q, box))
-        s += sum(60 for b in self.boxes if not (b[2] < x0 or x1 < b[0] or b[3] < y0 or y1 < b[1]))
-        ax0, ay0, ax1, ay1 = axes_box
-        outside = max(0, ax0 - x0) + max(0, x1 - ax1) + max(0, ay0 - y0) + max(0, y1 - ay1)
-        return s + (200 + outside if outside > 0 else 0)
-
-
-def _place(fig, ax, obstacles, make, candidates):
-    """Adds the text artist make(candidate) whose box covers the fewest obstacles (the first of the best);
-    records its box as an obstacle and returns it."""
-    renderer = fig.canvas.get_renderer()
-    ab = ax.get_window_extent(renderer)
-    axes_box = (ab.x0, ab.y0, ab.x1, ab.y1)
-    best = None
-    for k, cand in enumerate(candidates):
-        artist = make(cand)
-        bb = artist.get_window_extent(renderer)
-        box = (bb.x0 - 6, bb.y0 - 6, bb.x1 + 6, bb.y1 + 6)  # a marker's radius
-        score = obstacles.score(box, axes_box) + 0.01 * k
-        artist.remove()
-        if best is None or score < best[0]:
-            best = (score, cand, box)
-    artist = make(best[1])
-    artist.set_in_layout(False)  # inside the plotting area: no reason to move the layout
-    obstacles.boxes.append(best[2])
-    return artist
 
 
 def natural_key(text):
@@ -726,152 +358,6 @@ def _legend_handles(handles, front, rec, pruned, shade):
                         markeredgecolor="white", markeredgewidth=0.5), "\n".join(textwrap.wrap(p, 24)) or p)
                 for p, m in handles["planner"]]
     return out
-
-
-def _fix_height(fig, ax):
-    """Grows or shrinks the figure until the plotting area is PLOT_HEIGHT_IN tall."""
-    for _ in range(4):
-        fig.canvas.draw()
-        h = ax.get_position().height * fig.get_figheight()
-        if abs(h - PLOT_HEIGHT_IN) < 0.02:
-            return
-        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + PLOT_HEIGHT_IN - h)
-
-
-def _obstacles(ax, drawn, pruned, front, deadline, budget):
-    """The points, error bars, the front's steps and the deadline and budget lines, in display coordinates."""
-    to_px = ax.transData.transform
-    obs = _Obstacles()
-    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-    if deadline:
-        obs.segments.append((tuple(to_px((deadline, y0))), tuple(to_px((deadline, y1)))))
-    if budget:
-        obs.segments.append((tuple(to_px((x0, budget))), tuple(to_px((x1, budget)))))
-    for r in drawn:
-        obs.points.append(tuple(to_px((r["time_days_mean"], r["cost_usd_mean"]))))
-        for col, other, horizontal in (("time_days", "cost_usd_mean", True), ("cost_usd", "time_days_mean", False)):
-            lo, hi = r[col + "_min"], r[col + "_max"]
-            if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-                continue
-            a = (lo, r[other]) if horizontal else (r[other], lo)
-            b = (hi, r[other]) if horizontal else (r[other], hi)
-            obs.segments.append((tuple(to_px(a)), tuple(to_px(b))))
-    obs.points += [tuple(to_px((r["time_lb_days"], r["cost_lb_usd"]))) for r in pruned]
-    pts = [(r["time_days_mean"], r["cost_usd_mean"]) for r in front]
-    for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
-        obs.segments += [(tuple(to_px((xa, ya))), tuple(to_px((xb, ya)))),
-                         (tuple(to_px((xb, ya))), tuple(to_px((xb, yb))))]
-    return obs
-
-
-def _label_limits(fig, ax, obstacles, deadline, budget):
-    """"deadline 30 d" along its line (top or bottom, or beside the budget line), "budget $200k" along its (at
-    either end, or beside the deadline), each where it covers the fewest points and lines."""
-    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-    kw = dict(fontsize=8.5, color=LIMIT_COLOUR, zorder=5,
-              bbox=dict(boxstyle="square,pad=0.15", facecolor="white", edgecolor="none", alpha=0.8))
-    show_d, show_b = bool(deadline) and x0 < deadline < x1, bool(budget) and y0 < budget < y1
-    if show_d:
-        def make_d(c):
-            side, where = c
-            if where in ("top", "bottom"):
-                tr = offset_copy(ax.get_xaxis_transform(), fig, x=4 * side, units="points")
-                y, va = (0.98, "top") if where == "top" else (0.02, "bottom")
-            else:  # beside the budget line: just below or just above it
-                sign = -1 if where == "below budget" else 1
-                tr = offset_copy(ax.transData, fig, x=4 * side, y=4 * sign, units="points")
-                y, va = budget, "top" if sign < 0 else "bottom"
-            return ax.text(deadline, y, f"deadline {deadline:g} d", transform=tr, rotation=90,
-                           ha="left" if side > 0 else "right", va=va, **kw)
-        wheres = ["top", "bottom"] + (["below budget", "above budget"] if show_b else [])
-        _place(fig, ax, obstacles, make_d, [(side, w) for w in wheres for side in (1, -1)])
-    if show_b:
-        def make_b(c):
-            where, side = c
-            if where in ("right", "left"):
-                tr = offset_copy(ax.get_yaxis_transform(), fig, y=3 * side, units="points")
-                x, ha = (0.99, "right") if where == "right" else (0.01, "left")
-            else:  # beside the deadline line
-                sign = -1 if where == "left of deadline" else 1
-                tr = offset_copy(ax.transData, fig, x=4 * sign, y=3 * side, units="points")
-                x, ha = deadline, "right" if sign < 0 else "left"
-            return ax.text(x, budget, f"budget {usd(budget)}", transform=tr, ha=ha,
-                           va="bottom" if side > 0 else "top", **kw)
-        wheres = ["right", "left"] + (["left of deadline", "right of deadline"] if show_d else [])
-        _place(fig, ax, obstacles, make_b, [(w, side) for w in wheres for side in (1, -1)])
-
-
-def _leader_cost(obstacles, star, anchor, radius=7.0):
-    """3 per point the line from the star to its label passes within radius pixels of (the star itself and
-    the label's own corner left out)."""
-    (x0, y0), (x1, y1) = star, anchor
-    dx, dy = x1 - x0, y1 - y0
-    length2 = dx * dx + dy * dy
-    if length2 == 0:
-        return 0.0
-    cost = 0.0
-    for (px, py) in obstacles.points:
-        t = ((px - x0) * dx + (py - y0) * dy) / length2
-        if 0.0 <= t <= 1.0 and math.hypot(px - x0, py - y0) > 2 * radius and \
-                math.hypot(x0 + t * dx - px, y0 + t * dy - py) < radius:
-            cost += 3
-    return cost
-
-
-def _recommended_text(rec, width=32):
-    return (f"recommended: config {rec['config']}\n{wrap_label(rec['label'], width)}\n"
-            f"{days(rec['time_days_mean'])} days, {usd(rec['cost_usd_mean'])}")
-
-
-def _label_recommended(fig, ax, obstacles, rec):
-    """The recommended configuration's label in a box, joined to its star by a thin line. Of the places on a
-    10-pixel grid over the plotting area, the one whose box covers the fewest points and lines, whose line
-    passes the fewest points, and that is nearest the star. False, and nothing drawn, when every place covers
-    something (a crowded plot)."""
-    text = _recommended_text(rec)
-    xy = (rec["time_days_mean"], rec["cost_usd_mean"])
-    px = fig.dpi / 72.0
-    sx, sy = ax.transData.transform(xy)
-
-    def make(x, y):  # the text's lower left corner at display (x, y)
-        return ax.annotate(text, xy, xytext=((x - sx) / px, (y - sy) / px), textcoords="offset points",
-                           fontsize=8.5, zorder=7, ha="left", va="bottom", annotation_clip=False,
-                           bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="#999999",
-                                     linewidth=0.6, alpha=0.92),
-                           arrowprops=dict(arrowstyle="-", color="#444444", linewidth=0.8, shrinkA=0, shrinkB=8))
-    # The box's size does not depend on where it goes: measure it once, then score every place by arithmetic.
-    renderer = fig.canvas.get_renderer()
-    probe = make(sx, sy)
-    probe.update_positions(renderer)
-    bb = Text.get_window_extent(probe, renderer)
-    probe.remove()
-    m = LABEL_MARGIN_PX
-    w, h = bb.width + 2 * m, bb.height + 2 * m
-    ab = ax.get_window_extent(renderer)
-    axes_box = (ab.x0 + 4, ab.y0 + 4, ab.x1 - 4, ab.y1 - 4)  # off the spines a little
-    star_px = STAR_SIZE_PT * px / 2 + 4  # the star's radius and some air
-    best = None
-    x0 = axes_box[0]
-    while x0 + w <= axes_box[2]:
-        y0 = axes_box[1]
-        while y0 + h <= axes_box[3]:
-            # where the line from the star meets the box (its nearest point), and how far that is
-            nx, ny = min(max(sx, x0), x0 + w), min(max(sy, y0), y0 + h)
-            dist = math.hypot(nx - sx, ny - sy)
-            if dist >= star_px:
-                box = (x0, y0, x0 + w, y0 + h)
-                score = obstacles.score(box, axes_box) + 0.02 * dist / px + \
-                    _leader_cost(obstacles, (sx, sy), (nx, ny))
-                if best is None or score < best[0]:
-                    best = (score, box)
-            y0 += 10
-        x0 += 10
-    if best is None or best[0] > MAX_LABEL_SCORE:
-        return False
-    ann = make(best[1][0] + m, best[1][1] + m)
-    ann.set_in_layout(False)
-    obstacles.boxes.append(best[1])
-    return True
 
 
 def _save(fig, out_path):
