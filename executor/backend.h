@@ -168,6 +168,8 @@ class Comm {
   virtual void ReduceScatter(Tensor in, Tensor out) = 0;
   // ZeRO (f32): every rank's `in` segment, in rank order, into `out` (in.numel() · size() == out.numel()).
   virtual void AllGather(Tensor in, Tensor out) = 0;
+  // `t` of group rank `root` to every member, in place (PP leader broadcast).
+  virtual void Broadcast(Tensor t, int root) = 0;
 };
 
 // Pipeline transfers between ranks (world ranks). Messages between two ranks with the same tag are

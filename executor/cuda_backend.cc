@@ -309,6 +309,10 @@ class NcclComm final : public Comm {
     HETSIM_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), NcclType(in.dtype),
                                         ncclSum, comm_, stream_));
   }
+  void Broadcast(Tensor t, int root) override {
+    HETSIM_NCCL_CHECK(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype), root, comm_,
+                                    stream_));
+  }
   void AllGather(Tensor in, Tensor out) override {
     HETSIM_CHECK(in.numel() * size_ == out.numel(), "NCCL all-gather: bad segment");
     HETSIM_NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), NcclType(in.dtype), comm_,

@@ -84,11 +84,6 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     ep.warnings.push_back("comm.dp_overlap: the gradient sync runs after the last backward pass (no overlap)");
     exec.mutable_comm()->set_dp_overlap(false);
   }
-  if (plan.comm().dp_algorithm() == proto::CommOptions::ALGORITHM_HIERARCHICAL) {
-    ep.warnings.push_back("comm.dp_algorithm: hierarchical is run as one all-reduce per gradient group (the "
-                          "communication library picks its algorithm)");
-    exec.mutable_comm()->set_dp_algorithm(proto::CommOptions::ALGORITHM_RING);
-  }
   if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {
     ep.warnings.push_back("comm.tp_algorithm: nvls is left to the communication library (NCCL picks NVLS on "
                           "NVSwitch systems by itself; the CPU backend runs rings)");
@@ -98,10 +93,6 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     ep.warnings.push_back("comm.tp_overlap: TP collectives run after the layer code that issues them (no "
                           "userbuffers overlap)");
     exec.mutable_comm()->set_tp_overlap(false);
-  }
-  if (plan.comm().pp_leader_broadcast()) {
-    ep.warnings.push_back("comm.pp_leader_broadcast: every TP rank receives the activations itself");
-    exec.mutable_comm()->set_pp_leader_broadcast(false);
   }
   if (plan.comm().pp_scatter_gather()) {
     ep.warnings.push_back("comm.pp_scatter_gather: every TP rank receives the whole activation tensor (no all-gather)");

@@ -9,9 +9,10 @@
 // (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
 // DeriveGradSyncGroups) as world ranks.
 //
-// Plan features the executor runs in a simpler form are lowered in that form (no DP overlap, flat
-// all-reduces instead of hierarchical ones, no PP leader broadcast), each with a warning. ZeRO 1-3 runs as
-// lowered: reduce-scatters, the optimizer on the rank's shard, all-gathers (executor/grad_sync.h).
+// Plan features the executor runs in a simpler form are lowered in that form (no DP overlap, direct
+// transfers), each with a warning. ZeRO 1-3 (reduce-scatters, the optimizer on the rank's shard,
+// all-gathers), hierarchical all-reduces and the PP leader broadcast run as lowered (executor/grad_sync.h,
+// executor/runner.cc).
 #pragma once
 
 #include <array>

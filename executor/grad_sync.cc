@@ -185,6 +185,62 @@ void GradSync::Begin() {
   TpGlobalExchange(partial_params_, false);
 }
 
+std::pair<int64_t, int64_t> GradSync::BucketRange(Group& g, uint32_t bucket, uint32_t num_buckets) {
+  HETSIM_CHECK(bucket < num_buckets, "GradSync: bucket out of range");
+  if (g.buffer.empty()) {
+    g.buffer = Buffer(be_, g.numel, 1, DType::kF32);
+    Pack(g, g.buffer.t(), false);
+  }
+  return {g.numel * bucket / num_buckets, g.numel * (bucket + 1) / num_buckets};
+}
+
+void GradSync::FinishBuckets(Group& g) {
+  Unpack(g, g.buffer.t(), false);
+  g.buffer = Buffer();
+}
+
+double GradSync::RunHierarchical(size_t index, uint32_t bucket, uint32_t num_buckets, models::CollectiveKind kind,
+                                 Comm* comm) {
+  auto it = groups_.find(index);
+  HETSIM_CHECK(it != groups_.end() && !zero_, "GradSync: a hierarchical all-reduce of sync group " +
+                                                  std::to_string(index) + " this rank cannot run");
+  Group& g = it->second;
+  if (g.numel == 0) return 0;
+  SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
+  const auto [begin, end] = BucketRange(g, bucket, num_buckets);
+  const int64_t len = end - begin;
+  switch (kind) {
+    case models::CollectiveKind::kReduceScatter: {
+      // Equal segments per member of the node (the last padded with zeros).
+      const int64_t seg = (len + comm->size() - 1) / comm->size();
+      Buffer in(be_, seg * comm->size(), 1, DType::kF32);
+      be_->Fill(in.t(), 0);
+      if (len > 0) be_->Copy(in.t().Flat(0, len), g.buffer.t().Flat(begin, len));
+      g.node_seg = Buffer(be_, seg, 1, DType::kF32);
+      if (seg > 0) comm->ReduceScatter(in.t(), g.node_seg.t());
+      return static_cast<double>(len) * static_cast<double>(DTypeSize(DType::kF32));
+    }
+    case models::CollectiveKind::kAllReduce: {
+      HETSIM_CHECK(!g.node_seg.empty(), "GradSync: the cross-node all-reduce before the node's reduce-scatter");
+      if (g.node_seg.t().numel() > 0) comm->AllReduce(g.node_seg.t(), ReduceOp::kSum);
+      return static_cast<double>(g.node_seg.t().numel()) * static_cast<double>(DTypeSize(DType::kF32));
+    }
+    case models::CollectiveKind::kAllGather: {
+      HETSIM_CHECK(!g.node_seg.empty(), "GradSync: the node's all-gather before its reduce-scatter");
+      const int64_t seg = g.node_seg.t().numel();
+      Buffer out(be_, seg * comm->size(), 1, DType::kF32);
+      if (seg > 0) comm->AllGather(g.node_seg.t(), out.t());
+      if (len > 0) be_->Copy(g.buffer.t().Flat(begin, len), out.t().Flat(0, len));
+      g.node_seg = Buffer();
+      if (bucket + 1 == num_buckets) FinishBuckets(g);
+      return static_cast<double>(len) * static_cast<double>(DTypeSize(DType::kF32));
+    }
+    default:
+      HETSIM_CHECK(false, "GradSync: a hierarchical all-reduce has no " + std::string(models::CollectiveName(kind)));
+  }
+  return 0;
+}
+
 double GradSync::RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets) {
   // 2. One bucket of one group's chunks across replicas.
   auto it = groups_.find(index);

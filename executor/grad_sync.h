@@ -43,6 +43,11 @@ class GradSync {
   // End() (step 3) before the optimizer step.
   void Begin();
   double RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets);
+  // Hierarchical all-reduce (comm.dp_algorithm: hierarchical, across nodes with equal members each), one of
+  // its three collectives on bucket `bucket` of sync group `index`: a reduce-scatter among the node's
+  // members (`comm`), an all-reduce of the rank's segment among the members of its position on the other
+  // nodes, an all-gather among the node's members; returns the bytes the collective carried.
+  double RunHierarchical(size_t index, uint32_t bucket, uint32_t num_buckets, models::CollectiveKind kind, Comm* comm);
   void End();
   // ZeRO: the parameters of sync group `index` from every member's segments (returns the bytes gathered,
   // the group's packed size); Adam on this rank's segments; the end of a step's operations (step 3 on the
@@ -80,7 +85,12 @@ class GradSync {
     std::vector<Bucket> buckets;
     int64_t seg_total = 0;
     Buffer grad_seg, param_seg, m_seg, v_seg;
+    Buffer node_seg;  // hierarchical: this rank's reduced segment of the bucket under way
   };
+  // Packs the group's gradients at a sync's first bucket and returns the bucket's range; at the last
+  // bucket `finish` unpacks them.
+  std::pair<int64_t, int64_t> BucketRange(Group& g, uint32_t bucket, uint32_t num_buckets);
+  void FinishBuckets(Group& g);
   // Packs `params` rows (masters or gradients) of the group's pieces into `packed`, or unpacks from it.
   void Pack(const Group& g, Tensor packed, bool masters);
   void Unpack(const Group& g, Tensor packed, bool masters);

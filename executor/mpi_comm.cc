@@ -67,6 +67,10 @@ class MpiComm final : public Comm {
     HETSIM_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()), MpiType(in), MPI_SUM,
                                               comm_));
   }
+  void Broadcast(Tensor t, int root) override {
+    HETSIM_CHECK(t.numel() <= INT32_MAX, "MPI broadcast of more than 2^31 elements");
+    HETSIM_MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.numel()), MpiType(t), root, comm_));
+  }
   void AllGather(Tensor in, Tensor out) override {
     HETSIM_CHECK(in.numel() * size_ == out.numel() && in.numel() <= INT32_MAX, "MPI all-gather: bad segment");
     HETSIM_MPI_CHECK(MPI_Allgather(in.data, static_cast<int>(in.numel()), MpiType(in), out.data,

@@ -122,6 +122,11 @@ class Runner {
   void Forward(uint32_t mb);
   void Backward(uint32_t mb);
   void Recv(const models::Op& op);
+  // PP leader broadcast: the TP group's leader received the micro-batch's boundary tensor; every member
+  // gets it from the leader (the pass that follows says which direction).
+  void Broadcast(const std::vector<models::Op>& ops, size_t i);
+  // The communicator of the lowering's collective group `g` (this rank's groups only).
+  Comm* CommOf(uint32_t g);
   void Send(const models::Op& op);
   // Token ids of this rank's share of micro-batch `mb` of step `step` (inputs, or labels = inputs
   // shifted by one).
@@ -174,6 +179,16 @@ void Runner::SetupComms() {
   };
   for (const auto& g : plan_.tp_groups) add(g);
   for (const auto& sg : plan_.sync_groups) add(sg.ranks);
+  // Hierarchical all-reduces: the node's members and the members of one position across nodes (every
+  // rank scans every rank's operations, so that all create them in one order).
+  for (const auto& r : plan_.lowering.ranks) {
+    for (const auto& op : r.ops) {
+      if (op.kind != models::OpKind::kCollective || op.category != Category::kDp || op.group == models::kNone) continue;
+      std::vector<int> ranks;
+      for (uint32_t d : plan_.lowering.groups.at(op.group)) ranks.push_back(plan_.RankOfDevice(d));
+      add(ranks);
+    }
+  }
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& g = groups[i];
     if (std::find(g.begin(), g.end(), rank_) == g.end()) continue;
@@ -223,6 +238,37 @@ void Runner::Recv(const models::Op& op) {
   }
   models::Op done = op;
   done.bytes = static_cast<double>(rows.bytes());
+  log_.Add(done);
+}
+
+Comm* Runner::CommOf(uint32_t g) {
+  std::vector<int> ranks;
+  for (uint32_t d : plan_.lowering.groups.at(g)) ranks.push_back(plan_.RankOfDevice(d));
+  const auto it = comms_.find(ranks);
+  HETSIM_CHECK(it != comms_.end(), "hetsim-exec: no communicator for the lowering's group " + std::to_string(g));
+  return it->second.get();
+}
+
+void Runner::Broadcast(const std::vector<models::Op>& ops, size_t i) {
+  const models::Op& op = ops[i];
+  bool backward = false;
+  for (size_t j = i + 1; j < ops.size(); ++j) {
+    const auto& next = ops[j];
+    if (next.kind == models::OpKind::kCompute &&
+        (next.category == Category::kForward || next.category == Category::kBackward)) {
+      backward = next.category == Category::kBackward;
+      break;
+    }
+  }
+  const int64_t T = role_.share.size() * seq(), h = specs_.model.spec().hidden_size();
+  Buffer& buf = (backward ? recv_backward_ : recv_forward_)[op.micro_batch];
+  if (buf.empty()) buf = Buffer(be_, T, h, be_->act_dtype());
+  {
+    SliceRecorder::Scope pp(&recorder_, Category::kPp, static_cast<int32_t>(op.micro_batch));
+    CommOf(op.group)->Broadcast(buf.t(), 0);  // the leader is TP rank 0 of the receiving stage
+  }
+  models::Op done = op;
+  done.bytes = static_cast<double>(buf.t().bytes());
   log_.Add(done);
 }
 
@@ -337,14 +383,26 @@ void Runner::RunOps() {
         ++i;
         break;
       case models::OpKind::kCollective: {
+        if (op.category == Category::kPp && op.collective == models::CollectiveKind::kBroadcast) {
+          Broadcast(ops, i);
+          ++i;
+          break;
+        }
         HETSIM_CHECK((op.category == Category::kDp || op.category == Category::kZero) && op.sync_group != models::kNone,
                      "hetsim-exec: the executor's lowering has a collective outside a pass that is not a gradient "
                      "sync or a ZeRO gather");
         const size_t index = plan_.SyncGroupOfLowering(op.sync_group);
         models::Op done = op;
-        done.bytes = op.category == Category::kZero ? sync_->AllGatherGroup(index)
-                                                    : sync_->RunGroup(index, op.bucket, op.num_buckets);
-        done.group = log_.GroupOf(plan_.sync_groups[index].ranks);
+        const uint32_t own = log_.GroupOf(plan_.sync_groups[index].ranks);
+        if (op.category == Category::kZero) {
+          done.bytes = sync_->AllGatherGroup(index);
+        } else if (op.group != own) {
+          // One of a hierarchical all-reduce's three collectives (over the node, or across nodes).
+          done.bytes = sync_->RunHierarchical(index, op.bucket, op.num_buckets, op.collective, CommOf(op.group));
+        } else {
+          done.bytes = sync_->RunGroup(index, op.bucket, op.num_buckets);
+        }
+        done.group = op.category == Category::kDp && op.group != own ? op.group : own;
         log_.Add(done);
         ++i;
         break;

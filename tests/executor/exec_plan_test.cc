@@ -208,11 +208,29 @@ TEST(ExecPlanTest, RefusesCpuOffload) {
 
 TEST(ExecPlanTest, WarnsAboutFeaturesRunInSimplerForm) {
   Loaded l = Load("cpu-4-dp4");
-  l.plan.set_zero_stage(1);
   l.plan.set_sequence_parallel(true);
+  l.plan.mutable_comm()->set_dp_overlap(true);
   auto ep = Build(l);
   ASSERT_TRUE(ep.ok());
-  EXPECT_EQ(ep->warnings.size(), 2u);
+  ASSERT_EQ(ep->warnings.size(), 2u);
+  EXPECT_NE(ep->warnings[0].find("sequence_parallel"), std::string::npos);
+  EXPECT_NE(ep->warnings[1].find("dp_overlap"), std::string::npos);
+}
+
+// ZeRO, hierarchical all-reduces and the PP leader broadcast run as lowered: no warning, and the lowering the
+// ranks run keeps them (reduce-scatters, the broadcast).
+TEST(ExecPlanTest, RunsZeroHierarchicalAndLeaderBroadcastAsLowered) {
+  Loaded l = Load("cpu-4-dp4");
+  l.plan.set_zero_stage(2);
+  l.plan.mutable_comm()->set_dp_algorithm(proto::CommOptions::ALGORITHM_HIERARCHICAL);
+  l.plan.mutable_comm()->set_pp_leader_broadcast(true);
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_TRUE(ep->warnings.empty()) << ep->warnings.front();
+  EXPECT_EQ(ep->zero_stage, 2u);
+  bool reduce_scatter = false;
+  for (const auto& op : ep->Ops(0)) reduce_scatter |= op.collective == models::CollectiveKind::kReduceScatter;
+  EXPECT_TRUE(reduce_scatter);
 }
 
 }  // namespace
