@@ -14,7 +14,6 @@ import math
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,30 +24,13 @@ ADVISE = os.path.join(HERE, "advise.py")
 SAMPLE = os.path.join(HERE, "testdata", "advise")
 sys.path.insert(0, HERE)
 import advise  # noqa: E402
+from test_figures import png_info  # noqa: E402  (one PNG reader for both self-tests)
 
 KEEP = None  # --keep DIR
 
 
 def run_tool(*args):
     return subprocess.run([sys.executable, ADVISE, *args], capture_output=True, text=True)
-
-
-def png_info(path):
-    """(width, height, dpi or None) from a PNG's IHDR and pHYs chunks."""
-    with open(path, "rb") as f:
-        data = f.read()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
-    pos, dpi, size = 8, None, None
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        if kind == b"IHDR":
-            size = struct.unpack(">II", body[:8])
-        elif kind == b"pHYs":
-            ppm_x, _, unit = struct.unpack(">IIB", body)
-            dpi = ppm_x * 0.0254 if unit == 1 else None
-        pos += 12 + n
-    return size[0], size[1], dpi
 
 
 def read_sample():
