@@ -18,6 +18,7 @@
 #include "executor/init.h"
 #include "executor/mpi_comm.h"
 #include "executor/mpi_util.h"
+#include "executor/op_log.h"
 #include "executor/options.h"
 #include "executor/stage_model.h"
 #include "executor/trace.h"
@@ -30,67 +31,6 @@
 
 namespace hetsim::executor {
 namespace {
-
-// What this rank executed in the first step, one models::FormatOp line per operation, in the order it
-// ran them (layer passes and TP collectives as the model reports them): hetsim-exec --ops-out writes it
-// for comparison with the plan's lowering.
-class OpLog : public OpObserver {
- public:
-  OpLog(const ExecPlan& plan, const RankRole& role, const models::TransformerModel& model, uint32_t seq_len)
-      : plan_(plan), role_(role), model_(model), seq_len_(seq_len) {}
-
-  bool active = false;
-  std::string text;
-
-  void LayerPass(bool forward, bool recompute, uint32_t mb, uint32_t layer, int64_t sequences) override {
-    models::Op op;
-    op.kind = models::OpKind::kCompute;
-    op.category = forward ? models::Category::kForward : models::Category::kBackward;
-    op.micro_batch = static_cast<uint16_t>(mb);
-    op.layer_begin = layer;
-    op.layer_end = layer + 1;
-    op.seq_begin = role_.share.begin;
-    op.seq_end = role_.share.begin + static_cast<uint32_t>(sequences);
-    op.recompute = recompute;
-    const double n = static_cast<double>(sequences);
-    op.flops = (forward || recompute ? model_.ForwardFlops(layer, n, seq_len_) : model_.BackwardFlops(layer, n, seq_len_)) /
-               role_.tp;
-    Add(op);
-  }
-  void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) override {
-    models::Op op;
-    op.kind = models::OpKind::kCollective;
-    op.category = models::Category::kTp;
-    op.reduce = max ? models::ReduceOp::kMax : models::ReduceOp::kSum;
-    op.micro_batch = static_cast<uint16_t>(mb);
-    op.group = GroupOf(role_.tp_group);
-    op.rank = role_.tp_rank;
-    op.layer_begin = layer;
-    op.layer_end = layer + 1;
-    op.bytes = bytes;
-    Add(op);
-  }
-  // A point-to-point transfer, a wait, a gradient-sync collective or the optimizer step, as executed.
-  void Add(models::Op op) {
-    if (!active) return;
-    text += models::FormatOp(plan_.lowering, role_.device, "main", index_++, op) + "\n";
-  }
-  // The lowering's index of the group of these world ranks (or kNone when it has none).
-  uint32_t GroupOf(const std::vector<int>& ranks) const {
-    std::vector<uint32_t> devices;
-    for (int r : ranks) devices.push_back(plan_.devices.at(static_cast<size_t>(r)));
-    const auto& gs = plan_.lowering.groups;
-    const auto it = std::find(gs.begin(), gs.end(), devices);
-    return it == gs.end() ? models::kNone : static_cast<uint32_t>(it - gs.begin());
-  }
-
- private:
-  const ExecPlan& plan_;
-  const RankRole& role_;
-  const models::TransformerModel& model_;
-  uint32_t seq_len_;
-  size_t index_ = 0;
-};
 
 // Everything rank `rank` runs.
 class Runner {
