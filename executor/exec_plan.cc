@@ -98,10 +98,7 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     ep.warnings.push_back("comm.pp_scatter_gather: every TP rank receives the whole activation tensor (no all-gather)");
     exec.mutable_comm()->set_pp_scatter_gather(false);
   }
-  if (plan.comm().cpu_staged()) {
-    ep.warnings.push_back("comm.cpu_staged: transfers go directly (the communication library routes them)");
-    exec.mutable_comm()->set_cpu_staged(false);
-  }
+  ep.cpu_staged = plan.comm().cpu_staged();
   HETSIM_ASSIGN_OR_RETURN(ep.lowering, models::LowerPlan(exec, ctx));
 
   // Rank <-> device.

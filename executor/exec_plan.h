@@ -9,10 +9,10 @@
 // (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
 // DeriveGradSyncGroups) as world ranks.
 //
-// Plan features the executor runs in a simpler form are lowered in that form (no DP overlap, direct
-// transfers), each with a warning. ZeRO 1-3 (reduce-scatters, the optimizer on the rank's shard,
-// all-gathers), hierarchical all-reduces and the PP leader broadcast run as lowered (executor/grad_sync.h,
-// executor/runner.cc).
+// Plan features the executor runs in a simpler form are lowered in that form (no DP overlap), with a
+// warning. ZeRO 1-3 (reduce-scatters, the optimizer on the rank's shard, all-gathers), hierarchical
+// all-reduces, the PP leader broadcast and CPU-staged transfers run as lowered (executor/grad_sync.h,
+// executor/runner.cc, executor/mpi_comm.h).
 #pragma once
 
 #include <array>
@@ -89,6 +89,7 @@ struct ExecPlan {
   proto::Plan::Schedule schedule = proto::Plan::SCHEDULE_1F1B;
   bool full_recompute = false;
   uint32_t zero_stage = 0;  // ZeRO as the lowering orders it (executor/grad_sync.h)
+  bool cpu_staged = false;  // pipeline transfers staged through host memory (executor/mpi_comm.h)
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.
   std::vector<std::string> warnings;
   // What the ranks run: the lowering of the plan in the executor's form.

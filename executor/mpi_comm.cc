@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <vector>
 
 #include "executor/mpi_util.h"
@@ -122,6 +123,56 @@ class MpiPeerToPeer final : public PeerToPeer {
   std::vector<MPI_Request> pending_;
 };
 
+class StagedPeerToPeer final : public PeerToPeer {
+ public:
+  explicit StagedPeerToPeer(Backend* be) : be_(be) { HETSIM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_)); }
+  ~StagedPeerToPeer() override {
+    WaitSends();
+    MPI_Comm_free(&comm_);
+  }
+  void Send(int peer, Tensor t, int tag) override {
+    HETSIM_CHECK(t.bytes() <= INT32_MAX, "a CPU-staged message of more than 2 GiB");
+    staged_.emplace_back(t.bytes());
+    be_->Download(staged_.back().data(), t);  // device -> host (waits for the producing pass)
+    MPI_Request req;
+    HETSIM_MPI_CHECK(MPI_Isend(staged_.back().data(), static_cast<int>(t.bytes()), MPI_BYTE, peer, tag, comm_, &req));
+    pending_.push_back(req);
+  }
+  void WaitForMessage(int peer, int tag) override {
+    HETSIM_MPI_CHECK(MPI_Probe(peer, tag, comm_, MPI_STATUS_IGNORE));
+  }
+  void Recv(int peer, Tensor t, int tag) override {
+    std::vector<char> host(t.bytes());
+    MPI_Status status;
+    HETSIM_MPI_CHECK(MPI_Recv(host.data(), static_cast<int>(host.size()), MPI_BYTE, peer, tag, comm_, &status));
+    int count = 0;
+    HETSIM_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count));
+    HETSIM_CHECK(static_cast<size_t>(count) == host.size(),
+                 "CPU-staged message from rank " + std::to_string(peer) + " has " + std::to_string(count) +
+                     " bytes, expected " + std::to_string(host.size()));
+    be_->Upload(t, host.data());  // host -> device
+  }
+  void Progress() override {
+    if (pending_.empty()) return;
+    int done = 0;
+    HETSIM_MPI_CHECK(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) pending_.clear(), staged_.clear();
+  }
+  void WaitSends() override {
+    if (!pending_.empty()) {
+      HETSIM_MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+    }
+    pending_.clear();
+    staged_.clear();
+  }
+
+ private:
+  Backend* be_;
+  MPI_Comm comm_;
+  std::vector<MPI_Request> pending_;
+  std::deque<std::vector<char>> staged_;  // host copies of the messages in flight (stable addresses)
+};
+
 class MpiCommFactory final : public CommFactory {
  public:
   std::unique_ptr<Comm> CreateGroup(const std::vector<int>& ranks, int index) override {
@@ -140,6 +191,10 @@ class MpiCommFactory final : public CommFactory {
 };
 
 }  // namespace
+
+std::unique_ptr<PeerToPeer> MakeStagedPeerToPeer(Backend* backend) {
+  return std::make_unique<StagedPeerToPeer>(backend);
+}
 
 std::unique_ptr<CommFactory> MakeMpiCommFactory() { return std::make_unique<MpiCommFactory>(); }
 

@@ -12,4 +12,9 @@ namespace hetsim::executor {
 // Communicators over f32 host tensors.
 std::unique_ptr<CommFactory> MakeMpiCommFactory();
 
+// CPU-staged pipeline transfers (comm.cpu_staged, HetHub §3.1's CPU path): every message is copied from the
+// device to a host buffer (Backend::Download), sent by MPI from host memory, received into host memory and
+// copied up to the device (Backend::Upload), whatever the backend; any dtype (bytes on the wire).
+std::unique_ptr<PeerToPeer> MakeStagedPeerToPeer(Backend* backend);
+
 }  // namespace hetsim::executor

@@ -135,7 +135,8 @@ void Runner::SetupComms() {
     comms_[g] = factory_->CreateGroup(g, static_cast<int>(i));
   }
   if (role_.tp > 1) tp_comm_ = comms_.at(role_.tp_group).get();
-  p2p_ = factory_->CreatePeerToPeer(plan_.channels);
+  // CPU-staged transfers go through host memory and MPI on every backend; otherwise the backend's own.
+  p2p_ = plan_.cpu_staged ? MakeStagedPeerToPeer(be_) : factory_->CreatePeerToPeer(plan_.channels);
   be_->SetProgressHook([this] { p2p_->Progress(); });
 }
 
