@@ -207,7 +207,10 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
   }
   std::sort(front.begin(), front.end(), [](const ConfigRow* a, const ConfigRow* b) { return a->time_mean < b->time_mean; });
   for (const auto* x : front) {
-    md += "| " + ConfigLabel(c, *x->group, *x->slot) + (x->recommended ? " **(recommended)**" : "") + " | " +
+    // A label's " | " separators would split the Markdown row: escaped.
+    std::string label = ConfigLabel(c, *x->group, *x->slot);
+    for (size_t at = label.find('|'); at != std::string::npos; at = label.find('|', at + 2)) label.replace(at, 1, "\\|");
+    md += "| " + label + (x->recommended ? " **(recommended)**" : "") + " | " +
           Days(x->time_mean) + " | " + Usd(x->cost_mean) + " | " + Fmt("%.0f%%", 100 * x->goodput_fraction) + " |\n";
   }
   md += "\nEvery configuration: configurations.csv; every replay: results.csv / results.jsonl; figures: pareto.png, "
