@@ -3,6 +3,8 @@
 #include "sim/replay.h"
 
 #include <cmath>
+#include <map>
+#include <memory>
 
 #include "models/iteration_report.h"
 #include "sim/recovery/policy.h"
@@ -29,6 +31,31 @@ const std::vector<PolicyInfo>& RecoveryPolicies() {
 
 Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::string& where) {
   return recovery::CheckOptions(policy, where);
+}
+
+namespace {
+const recovery::Traits* TraitsOf(const std::string& policy) {
+  // Policies are built from their defaults once per name (traits do not depend on the options).
+  static std::map<std::string, std::unique_ptr<recovery::Policy>> made;
+  auto it = made.find(policy);
+  if (it == made.end()) {
+    proto::RecoveryPolicy o;
+    o.set_name(policy);
+    auto p = recovery::NewPolicy(o);
+    it = made.emplace(policy, p.ok() ? std::move(p).value() : nullptr).first;
+  }
+  return it->second ? &it->second->traits() : nullptr;
+}
+}  // namespace
+
+bool PolicyTakesSpares(const std::string& policy) {
+  const auto* t = TraitsOf(policy);
+  return t != nullptr && t->spares;
+}
+
+bool PolicyReplans(const std::string& policy) {
+  const auto* t = TraitsOf(policy);
+  return t != nullptr && t->placement == recovery::Placement::kReplan;
 }
 
 std::pair<std::string, std::string> DefaultReplanner(const proto::RecoveryPolicy& policy) {

@@ -73,6 +73,12 @@ const std::vector<PolicyInfo>& RecoveryPolicies();
 // Checks a policy's name and the options it takes; the error names `where` (e.g. "replay.policies[1]").
 Status CheckRecoveryPolicy(const proto::RecoveryPolicy& policy, const std::string& where);
 
+// What a registered policy takes, from its traits (sim/recovery/policy.h): hot spares (`spares`), and the
+// re-planning fields (`planner`, `replan_s`, `measured_replan`, `grow`) of the policies that re-plan on the
+// live nodes. False for an unknown policy.
+bool PolicyTakesSpares(const std::string& policy);
+bool PolicyReplans(const std::string& policy);
+
 // The planner (and its options) an elastic policy re-plans with: the policy's, or its default (megatron;
 // varuna: megatron with TP 1, Varuna's pipeline × data parallelism; autohet: autohet; hetu: hetu with ZeRO off).
 std::pair<std::string, std::string> DefaultReplanner(const proto::RecoveryPolicy& policy);

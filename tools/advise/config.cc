@@ -47,7 +47,7 @@ struct TypeInfo {
 
 }  // namespace
 
-bool TakesSpares(const std::string& policy) { return policy == "hot-spares" || policy == "in-memory"; }
+bool TakesSpares(const std::string& policy) { return sim::PolicyTakesSpares(policy); }
 
 Result<Config> LoadConfig(const std::string& path) {
   HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kAdvise, path));

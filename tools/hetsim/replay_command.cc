@@ -128,8 +128,9 @@ int RunReplay(const po::variables_map& vm, std::ostream& out, std::ostream& err)
   for (const auto& name : names) {
     proto::RecoveryPolicy* p = spec.add_policies();
     p->set_name(name);
-    const bool spares = name == "hot-spares" || name == "in-memory";
-    const bool elastic = name == "elastic" || name == "varuna" || name == "autohet" || name == "hetu";
+    // Which flags a policy takes comes from its traits (sim/recovery/policy.h), not from its name.
+    const bool spares = sim::PolicyTakesSpares(name);
+    const bool elastic = sim::PolicyReplans(name);
     if (vm.count("spares") && spares) p->set_spares(vm["spares"].as<uint32_t>());
     if (vm.count("replicas") && name == "in-memory") p->set_replicas(vm["replicas"].as<uint32_t>());
     if (vm.count("replan-planner") && elastic) p->set_planner(FlagString(vm, "replan-planner"));
