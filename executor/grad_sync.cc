@@ -213,11 +213,8 @@ double GradSync::RunHierarchical(size_t index, uint32_t bucket, uint32_t num_buc
     case models::CollectiveKind::kReduceScatter: {
       // Equal segments per member of the node (the last padded with zeros).
       const int64_t seg = (len + comm->size() - 1) / comm->size();
-      Buffer in(be_, seg * comm->size(), 1, DType::kF32);
-      be_->Fill(in.t(), 0);
-      if (len > 0) be_->Copy(in.t().Flat(0, len), g.buffer.t().Flat(begin, len));
       g.node_seg = Buffer(be_, seg, 1, DType::kF32);
-      if (seg > 0) comm->ReduceScatter(in.t(), g.node_seg.t());
+      ReduceScatterPadded(comm, g.buffer.t().Flat(begin, len), g.node_seg.t());
       return static_cast<double>(len) * static_cast<double>(DTypeSize(DType::kF32));
     }
     case models::CollectiveKind::kAllReduce: {
@@ -249,39 +246,26 @@ double GradSync::RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets) {
   HETSIM_CHECK(bucket < num_buckets, "GradSync: bucket out of range");
   if (g.numel == 0) return 0;
   SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
-  auto& params = model_->params();
+  const auto [begin, end] = BucketRange(g, bucket, num_buckets);
   if (zero_) {
     // ZeRO: this bucket reduce-scattered; the rank keeps the sum of its segment.
     HETSIM_CHECK(num_buckets == g.buckets.size(), "GradSync: the reduce-scatter's buckets changed");
-    if (bucket == 0) {
-      g.buffer = Buffer(be_, g.numel, 1, DType::kF32);
-      Pack(g, g.buffer.t(), false);
-    }
     const auto& bk = g.buckets[bucket];
-    Buffer in(be_, bk.seg * g.comm->size(), 1, DType::kF32);
-    be_->Fill(in.t(), 0);
-    if (bk.end > bk.begin) be_->Copy(in.t().Flat(0, bk.end - bk.begin), g.buffer.t().Flat(bk.begin, bk.end - bk.begin));
-    if (bk.seg > 0) g.comm->ReduceScatter(in.t(), g.grad_seg.t().Flat(bk.at, bk.seg));
+    ReduceScatterPadded(g.comm, g.buffer.t().Flat(begin, end - begin), g.grad_seg.t().Flat(bk.at, bk.seg));
     if (bucket + 1 == num_buckets) g.buffer = Buffer();
-    return static_cast<double>(bk.end - bk.begin) * static_cast<double>(DTypeSize(DType::kF32));
-  }
-  if (bucket == 0) {
-    g.buffer = Buffer(be_, g.numel, 1, DType::kF32);
-    for (const auto& pc : g.pieces) {
-      const Tensor src = params[pc.param].grad.t().Rows(pc.rows.begin, pc.rows.end);
-      be_->Copy(g.buffer.t().Flat(pc.offset, src.numel()), src);
-    }
-  }
-  const int64_t begin = g.numel * bucket / num_buckets, end = g.numel * (bucket + 1) / num_buckets;
-  if (end > begin) g.comm->AllReduce(g.buffer.t().Flat(begin, end - begin), ReduceOp::kSum);
-  if (bucket + 1 == num_buckets) {
-    for (const auto& pc : g.pieces) {
-      const Tensor dst = params[pc.param].grad.t().Rows(pc.rows.begin, pc.rows.end);
-      be_->Copy(dst, g.buffer.t().Flat(pc.offset, dst.numel()));
-    }
-    g.buffer = Buffer();
+  } else {
+    if (end > begin) g.comm->AllReduce(g.buffer.t().Flat(begin, end - begin), ReduceOp::kSum);
+    if (bucket + 1 == num_buckets) FinishBuckets(g);
   }
   return static_cast<double>(end - begin) * static_cast<double>(DTypeSize(DType::kF32));
+}
+
+void GradSync::ReduceScatterPadded(Comm* comm, Tensor src, Tensor out) {
+  if (out.numel() == 0) return;
+  Buffer in(be_, out.numel() * comm->size(), 1, DType::kF32);
+  be_->Fill(in.t(), 0);
+  if (src.numel() > 0) be_->Copy(in.t().Flat(0, src.numel()), src);
+  comm->ReduceScatter(in.t(), out);
 }
 
 void GradSync::End() {

@@ -96,6 +96,9 @@ class GradSync {
   void Unpack(const Group& g, Tensor packed, bool masters);
   // Every member's segments of the group into `packed` (the group's full packed layout).
   void GatherSegments(Group& g, Tensor segments, Tensor packed);
+  // `src` reduce-scattered over `comm` into `out` (this rank's segment; every member's is out.numel()
+  // elements, the tail of the last padded with zeros).
+  void ReduceScatterPadded(Comm* comm, Tensor src, Tensor out);
   // All-reduces over the TP group a buffer holding the listed parameters' gradients in their global
   // layout: each rank contributes its held rows (or only its owned shard) and reads back its held rows.
   void TpGlobalExchange(const std::vector<size_t>& params, bool owned_only, bool masters = false);

@@ -17,14 +17,6 @@
 namespace hetsim::advise::internal {
 namespace {
 
-uint64_t Fnv(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string Hex(uint64_t v) {
   char buf[20];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -75,7 +67,7 @@ Space Enumerate(const Config& c) {
       std::string key = common + "|" + cand.cluster->spec().SerializeAsString() + "|" + pl.name + "|" + pl.options +
                         "|" + std::to_string(pl.refine);
       if (pl.plan) key += "|" + pl.plan->SerializeAsString();
-      g.id = Hex(Fnv(key));
+      g.id = Hex(runner::Fnv(key));
       for (size_t p = 0; p < c.policies.size(); ++p) {
         if (!c.policy_planner[p].empty() && (pl.plan || c.policy_planner[p] != pl.name)) continue;
         const bool spares = TakesSpares(c.policies[p].name());
@@ -123,7 +115,7 @@ std::string PointId(const Config& c, const Group& g, const ConfigSlot& slot, uin
     key += "|" + std::to_string(grp.usd_per_gpu_hour) + "," + std::to_string(grp.on_demand_usd_per_gpu_hour) + "," +
            std::to_string(grp.failure_rate_scale) + "," + (grp.spot ? grp.spot->source : std::string("-"));
   }
-  return Hex(Fnv(key));
+  return Hex(runner::Fnv(key));
 }
 
 PlannedGroup PlanGroup(const Config& c, const Group& g) {
@@ -175,13 +167,29 @@ PlannedGroup PlanGroup(const Config& c, const Group& g) {
   return out;
 }
 
+namespace {
+// A candidate's composed trace for a seed and its mean rent, composed once per process (the bounds need the
+// rent, the replays both; workers forked later inherit what the parent composed).
+struct Composed {
+  Result<proto::Trace> trace = Status::Internal("not composed");
+  double rent_usd_per_h = 0;
+};
+const Composed& TraceOf(const Config& c, size_t cand, uint64_t seed) {
+  static std::map<std::pair<size_t, uint64_t>, Composed> cache;
+  auto [it, fresh] = cache.try_emplace({cand, seed});
+  if (fresh) {
+    const Candidate& k = c.candidates[cand];
+    it->second.trace = ComposeTrace(*k.cluster, k.name, k.groups, seed, c.window_s, &it->second.rent_usd_per_h);
+  }
+  return it->second;
+}
+}  // namespace
+
 std::vector<double> RentPerSeed(const Config& c, size_t cand) {
   std::vector<double> rent;
-  const Candidate& k = c.candidates[cand];
   for (uint32_t i = 0; i < c.seeds; ++i) {
-    double r = k.on_demand_usd_per_h;
-    (void)ComposeTrace(*k.cluster, k.name, k.groups, SeedOf(c, i), c.window_s, &r);
-    rent.push_back(r);
+    const Composed& t = TraceOf(c, cand, SeedOf(c, i));
+    rent.push_back(t.trace.ok() ? t.rent_usd_per_h : c.candidates[cand].on_demand_usd_per_h);
   }
   return rent;
 }
@@ -190,7 +198,6 @@ proto::PointResult ReplayPoint(const Config& c, const Group& g, const PlannedGro
                                uint32_t seed_index, proto::ReplayReport* report) {
   // Iteration times and transfer costs are shared by the points a process replays; traces by candidate and seed.
   static sim::ReplayCache cache;
-  static std::map<std::pair<size_t, uint64_t>, std::pair<proto::Trace, double>> traces;
   const Candidate& cand = c.candidates[g.candidate];
   const auto& pl = c.planners[g.planner];
   const uint64_t seed = SeedOf(c, seed_index);
@@ -204,24 +211,18 @@ proto::PointResult ReplayPoint(const Config& c, const Group& g, const PlannedGro
   Input(r, "policy", PolicyLabel(c, slot));
   Input(r, "checkpoint_interval", c.intervals[slot.interval].text);
   Input(r, "seed", std::to_string(seed), true);
-  auto key = std::make_pair(g.candidate, seed);
-  auto it = traces.find(key);
-  if (it == traces.end()) {
-    double rent = 0;
-    auto t = ComposeTrace(*cand.cluster, cand.name, cand.groups, seed, c.window_s, &rent);
-    if (!t.ok()) {
-      r.set_status("failed");
-      r.set_reason(t.status().message());
-      return r;
-    }
-    it = traces.emplace(key, std::make_pair(std::move(t).value(), rent)).first;
+  const Composed& composed = TraceOf(c, g.candidate, seed);
+  if (!composed.trace.ok()) {
+    r.set_status("failed");
+    r.set_reason(composed.trace.status().message());
+    return r;
   }
   sim::ReplayInputs in;
   in.cluster = cand.cluster.get();
   in.model = &*c.model;
   in.training = c.training;
   in.plan = planned.plan;
-  in.trace = it->second.first;
+  in.trace = *composed.trace;
   in.trace_name = in.trace.name();
   in.spec.set_trace(in.trace.name());
   in.spec.set_checkpoint_interval_s(c.intervals[slot.interval].seconds);
@@ -256,7 +257,7 @@ proto::PointResult ReplayPoint(const Config& c, const Group& g, const PlannedGro
       node -= grp.nodes;
     }
   }
-  const double rent = it->second.second + rep->spares_gpus() * spare_price;
+  const double rent = composed.rent_usd_per_h + rep->spares_gpus() * spare_price;
   const double goodput = rep->goodput_tokens_per_s();
   const double time_s = goodput > 0 ? c.spec.tokens() / goodput : std::numeric_limits<double>::infinity();
   r.set_status("ok");

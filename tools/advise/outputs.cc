@@ -10,6 +10,7 @@
 
 #include "models/spec_io.h"
 #include "tools/advise/advise_internal.h"
+#include "tools/runner/runner.h"
 
 namespace hetsim::advise::internal {
 namespace {
@@ -24,30 +25,6 @@ std::string Num(double v) {
   if (std::isinf(v)) return "inf";
   if (std::isnan(v)) return "";
   return Fmt("%.6g", v);
-}
-
-std::string Csv(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return out + "\"";
-}
-
-std::string Json(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch == '\n') {
-      out += "\\n";
-    } else if (ch < 0x20) {
-      out += Fmt("\\u%04x", ch);
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
 }
 
 std::string Usd(double v) {
@@ -98,11 +75,11 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
     on_front += r.pareto;
     feasible += r.feasible;
     auto val = [&](double v, double scale) { return good ? Num(v / scale) : std::string(); };
-    csv += std::to_string(r.config) + "," + Csv(ConfigLabel(c, g, *r.slot)) + "," + Csv(cand.label) + "," +
-           std::to_string(cand.cluster->num_devices()) + "," + Csv(c.planners[g.planner].label) + "," +
-           Csv(PolicyLabel(c, *r.slot)) + "," + Csv(c.intervals[r.slot->interval].text) + "," +
+    csv += std::to_string(r.config) + "," + runner::CsvCell(ConfigLabel(c, g, *r.slot)) + "," + runner::CsvCell(cand.label) + "," +
+           std::to_string(cand.cluster->num_devices()) + "," + runner::CsvCell(c.planners[g.planner].label) + "," +
+           runner::CsvCell(PolicyLabel(c, *r.slot)) + "," + runner::CsvCell(c.intervals[r.slot->interval].text) + "," +
            (r.slot->spares >= 0 ? std::to_string(r.slot->spares) : "") + "," + std::to_string(r.seeds_ok) + "," +
-           r.status + "," + Csv(r.reason) + "," + val(r.time_mean, 86400) + "," + val(r.time_min, 86400) + "," +
+           r.status + "," + runner::CsvCell(r.reason) + "," + val(r.time_mean, 86400) + "," + val(r.time_min, 86400) + "," +
            val(r.time_max, 86400) + "," + val(r.cost_mean, 1) + "," + val(r.cost_min, 1) + "," + val(r.cost_max, 1) +
            "," + (r.time_lb >= 0 ? Num(r.time_lb / 86400) : "") + "," + (r.cost_lb >= 0 ? Num(r.cost_lb) : "") + "," +
            (good ? Num(r.goodput_fraction) : "") + "," + (good ? Num(r.ettr) : "") + "," + (r.pareto ? "1" : "0") +
@@ -221,12 +198,12 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
                               " tokens; " + std::to_string(rows.size()) + " configurations (" + std::to_string(pruned) +
                               " pruned), " + std::to_string(c.seeds) + " seeds, " +
                               Fmt("%.0f-day windows", c.window_s / 86400);
-  std::string json = "{\"name\": " + Json(c.spec.name()) + ", \"model\": " + Json(c.model->name()) +
-                     ", \"tokens\": " + Num(c.spec.tokens()) + ", \"objective\": " + Json(c.objective) +
+  std::string json = "{\"name\": " + runner::JsonString(c.spec.name()) + ", \"model\": " + runner::JsonString(c.model->name()) +
+                     ", \"tokens\": " + Num(c.spec.tokens()) + ", \"objective\": " + runner::JsonString(c.objective) +
                      ", \"deadline_days\": " + (c.spec.has_deadline_days() ? Num(c.spec.deadline_days()) : "null") +
                      ", \"budget_usd\": " + (c.spec.has_budget_usd() ? Num(c.spec.budget_usd()) : "null") +
                      ", \"recommended\": " + (rec >= 0 ? std::to_string(rows[static_cast<size_t>(rec)].config) : "null") +
-                     ", \"summary\": " + Json(summary) + ", \"caption\": " + Json(caption) + "}\n";
+                     ", \"summary\": " + runner::JsonString(summary) + ", \"caption\": " + runner::JsonString(caption) + "}\n";
   HETSIM_RETURN_IF_ERROR(models::WriteFileAtomically(dir + "/advice.json", json));
 
   // stdout: the front, then the recommendation.

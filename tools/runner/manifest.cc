@@ -57,14 +57,6 @@ std::string FileText(const std::string& path) {
   return text.str();
 }
 
-uint64_t Fnv(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 const std::vector<std::string>& MetricNames() {
   static const std::vector<std::string> names = {
@@ -116,6 +108,15 @@ std::vector<std::string> SplitLines(const std::string& text) {
 }
 
 }  // namespace
+
+uint64_t Fnv(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
 
 const std::vector<std::string>& SweepAxisNames() {
   static const std::vector<std::string> names = {"cluster",         "model",        "planner",

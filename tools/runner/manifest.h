@@ -56,6 +56,9 @@ constexpr double kMaxPoints = 100000;
 // Axis names a sweep may use besides cluster, model and planner (docs/manifest.md).
 const std::vector<std::string>& SweepAxisNames();
 
+// 64-bit FNV-1a of `s`: the stable hash of a point's inputs (its id), shared with `hetsim advise`.
+uint64_t Fnv(const std::string& s);
+
 // Loads and checks `path`, every cluster, model, planner (and its options), axis and figure it names,
 // and expands the sweep. All problems are reported at once, each naming the file and key path.
 Result<Manifest> LoadManifest(const std::string& path);

@@ -22,6 +22,11 @@ struct RunOptions {
 // (a failing point is recorded, not fatal).
 Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream& out, std::ostream& err);
 
+// A string as a JSON string literal (quotes, backslashes and control characters escaped), and as a CSV
+// cell (quoted when it holds a comma, a quote or a newline): the results files' writers share them.
+std::string JsonString(const std::string& s);
+std::string CsvCell(const std::string& s);
+
 // Merges the point files of `dir` into results.jsonl and results.csv (atomically). Deterministic: the
 // same points give byte-identical files.
 Status MergeResults(const std::string& dir, size_t expected_points);
