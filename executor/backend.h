@@ -122,6 +122,16 @@ class Backend {
   // sends progress while the rank computes, as NCCL's do on a GPU (MPI moves a large message only inside
   // MPI calls of both ranks). GPU backends ignore it.
   virtual void SetProgressHook(std::function<void()> hook) { (void)hook; }
+
+  // ---- the side stream (comm.dp_overlap: the lowering's DP stream) ----
+  // SideSubmit runs `work` after everything issued so far on the compute stream and concurrently with what
+  // is issued after it; SideJoin makes the compute stream wait until every submitted work has run. Work runs
+  // in submission order. The CPU backend runs it on one worker thread (its communicators must be the
+  // worker's own, and MPI must provide MPI_THREAD_MULTIPLE); the CUDA backend issues it on a second stream,
+  // after an event of the compute stream (its kernels and NCCL calls go to that stream while `work` runs).
+  // Marks recorded inside `work` time the side stream.
+  virtual void SideSubmit(std::function<void()> work) = 0;
+  virtual void SideJoin() = 0;
 };
 
 // A Backend allocation, freed when it goes out of scope.

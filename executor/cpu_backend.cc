@@ -6,8 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <new>
+#include <thread>
 #include <unordered_map>
 
 #include "executor/init.h"
@@ -34,6 +38,14 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend() : origin_(std::chrono::steady_clock::now()) {}
   ~CpuBackend() override {
+    if (side_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      side_wake_.notify_all();
+      side_.join();
+    }
     for (auto& [p, n] : sizes_) ::operator delete(p, std::align_val_t(64));
   }
 
@@ -45,21 +57,32 @@ class CpuBackend final : public Backend {
     Tensor t{nullptr, rows, cols, dtype};
     const size_t n = std::max<size_t>(t.bytes(), 64);
     t.data = ::operator new(n, std::align_val_t(64));
+    std::lock_guard<std::mutex> lock(mu_);
     sizes_[t.data] = n;
     in_use_ += n;
     peak_ = std::max(peak_, in_use_);
     return t;
   }
   void Free(Tensor t) override {
+    std::lock_guard<std::mutex> lock(mu_);
     auto it = sizes_.find(t.data);
     HETSIM_CHECK(it != sizes_.end(), "cpu backend: Free of memory it did not allocate");
     in_use_ -= it->second;
     ::operator delete(t.data, std::align_val_t(64));
     sizes_.erase(it);
   }
-  size_t bytes_in_use() const override { return in_use_; }
-  size_t peak_bytes() const override { return peak_; }
-  void ResetPeak() override { peak_ = in_use_; }
+  size_t bytes_in_use() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_use_;
+  }
+  size_t peak_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
+  }
+  void ResetPeak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_ = in_use_;
+  }
 
   void Upload(Tensor dst, const void* host) override { std::memcpy(dst.data, host, dst.bytes()); }
   void Download(void* host, Tensor src) override { std::memcpy(host, src.data, src.bytes()); }
@@ -107,7 +130,7 @@ class CpuBackend final : public Backend {
     else if (ta && !tb) run(A.transpose(), B);
     else if (!ta && tb) run(A, B.transpose());
     else run(A.transpose(), B.transpose());
-    if (progress_) progress_();
+    Progress();
   }
 
   void Embedding(Tensor out, Tensor tokens, Tensor table, int64_t vocab_begin) override {
@@ -195,7 +218,7 @@ class CpuBackend final : public Backend {
   void SetProgressHook(std::function<void()> hook) override { progress_ = std::move(hook); }
 
   void Attention(Tensor out, Tensor probs, Tensor q, Tensor k, Tensor v, const AttentionShape& s) override {
-    if (progress_) progress_();
+    Progress();
     const int64_t group = s.q_heads / s.kv_heads, S = s.seq, hd = s.head_dim;
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t h = 0; h < s.q_heads; ++h) {
@@ -318,19 +341,72 @@ class CpuBackend final : public Backend {
 
   void Synchronize() override {}
   Mark Record() override {
-    marks_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count());
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    marks_.push_back(now);
     return static_cast<Mark>(marks_.size() - 1);
   }
-  double Elapsed(Mark from, Mark to) override { return marks_.at(to) - marks_.at(from); }
-  void ClearMarks() override { marks_.clear(); }
+  double Elapsed(Mark from, Mark to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return marks_.at(to) - marks_.at(from);
+  }
+  void ClearMarks() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    marks_.clear();
+  }
+
+  // One worker thread runs the side stream's work in order; the compute thread goes on meanwhile.
+  void SideSubmit(std::function<void()> work) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!side_.joinable()) side_ = std::thread([this] { SideLoop(); });
+      side_queue_.push_back(std::move(work));
+      ++side_pending_;
+    }
+    side_wake_.notify_all();
+  }
+  void SideJoin() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    side_idle_.wait(lock, [this] { return side_pending_ == 0; });
+  }
 
  private:
+  // The pipeline's MPI requests belong to the compute thread: the worker never progresses them.
+  void Progress() {
+    if (progress_ && !on_side_thread_) progress_();
+  }
+  void SideLoop() {
+    on_side_thread_ = true;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      side_wake_.wait(lock, [this] { return stop_ || !side_queue_.empty(); });
+      if (side_queue_.empty()) return;  // stop_
+      std::function<void()> work = std::move(side_queue_.front());
+      side_queue_.pop_front();
+      lock.unlock();
+      work();
+      lock.lock();
+      if (--side_pending_ == 0) side_idle_.notify_all();
+    }
+  }
+
   std::function<void()> progress_;  // SetProgressHook
+  // Guards the allocation table, the marks and the side queue (the side stream's worker allocates and
+  // records too).
+  mutable std::mutex mu_;
+  std::thread side_;
+  std::deque<std::function<void()>> side_queue_;
+  size_t side_pending_ = 0;  // submitted work not yet finished
+  bool stop_ = false;
+  std::condition_variable side_wake_, side_idle_;
+  static thread_local bool on_side_thread_;
   std::unordered_map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
   std::chrono::steady_clock::time_point origin_;
   std::vector<double> marks_;
 };
+
+thread_local bool CpuBackend::on_side_thread_ = false;
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "executor/cuda_kernels.h"
@@ -56,6 +57,9 @@ class CudaBackend final : public Backend {
     HETSIM_CUDA_CHECK(cudaSetDevice(device_));
     HETSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     HETSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
+    HETSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    HETSIM_CUDA_CHECK(cudaEventCreateWithFlags(&side_ready_, cudaEventDisableTiming));
+    HETSIM_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
     HETSIM_CUBLAS_CHECK(cublasCreate(&cublas_));
     HETSIM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // Keep freed memory in the stream-ordered pool instead of returning it to the driver every step.
@@ -67,13 +71,18 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(send_stream_);
+    cudaStreamSynchronize(side_stream_);
     for (auto& [p, n] : sizes_) cudaFree(p);
     for (auto ev : events_) cudaEventDestroy(ev);
+    cudaEventDestroy(side_ready_);
+    cudaEventDestroy(side_done_);
     cublasDestroy(cublas_);
+    cudaStreamDestroy(side_stream_);
     cudaStreamDestroy(send_stream_);
     cudaStreamDestroy(stream_);
   }
 
+  // The stream work is issued on: the compute stream, or the side stream while SideSubmit's work runs.
   cudaStream_t stream() const { return stream_; }
   cudaStream_t send_stream() const { return send_stream_; }
 
@@ -244,6 +253,22 @@ class CudaBackend final : public Backend {
   }
 
   void Synchronize() override { HETSIM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // The side stream waits for the compute stream's work so far; `work` then issues its kernels and NCCL
+  // calls (NcclComm reads stream() at each call) on the side stream, from this thread, without blocking.
+  void SideSubmit(std::function<void()> work) override {
+    HETSIM_CUDA_CHECK(cudaEventRecord(side_ready_, stream_));
+    HETSIM_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, side_ready_, 0));
+    std::swap(stream_, side_stream_);
+    HETSIM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    work();
+    std::swap(stream_, side_stream_);
+    HETSIM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  }
+  void SideJoin() override {
+    HETSIM_CUDA_CHECK(cudaEventRecord(side_done_, side_stream_));
+    HETSIM_CUDA_CHECK(cudaStreamWaitEvent(stream_, side_done_, 0));
+  }
   Mark Record() override {
     if (next_mark_ == events_.size()) {
       cudaEvent_t ev;
@@ -284,7 +309,8 @@ class CudaBackend final : public Backend {
 
   DType act_;
   int device_ = 0;
-  cudaStream_t stream_ = nullptr, send_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr, send_stream_ = nullptr, side_stream_ = nullptr;
+  cudaEvent_t side_ready_ = nullptr, side_done_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::unordered_map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
@@ -296,33 +322,34 @@ class CudaBackend final : public Backend {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(ncclComm_t comm, int size, int rank, cudaStream_t stream) : comm_(comm), size_(size), rank_(rank), stream_(stream) {}
+  // Collectives go to the backend's current stream (the side stream inside SideSubmit's work).
+  NcclComm(ncclComm_t comm, int size, int rank, const CudaBackend* be) : comm_(comm), size_(size), rank_(rank), be_(be) {}
   ~NcclComm() override { ncclCommDestroy(comm_); }
   int size() const override { return size_; }
   int rank() const override { return rank_; }
   void AllReduce(Tensor t, ReduceOp op) override {
     HETSIM_NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype),
-                                    op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, stream_));
+                                    op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, be_->stream()));
   }
   void ReduceScatter(Tensor in, Tensor out) override {
     HETSIM_CHECK(out.numel() * size_ == in.numel(), "NCCL reduce-scatter: bad segment");
     HETSIM_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), NcclType(in.dtype),
-                                        ncclSum, comm_, stream_));
+                                        ncclSum, comm_, be_->stream()));
   }
   void Broadcast(Tensor t, int root) override {
     HETSIM_NCCL_CHECK(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype), root, comm_,
-                                    stream_));
+                                    be_->stream()));
   }
   void AllGather(Tensor in, Tensor out) override {
     HETSIM_CHECK(in.numel() * size_ == out.numel(), "NCCL all-gather: bad segment");
     HETSIM_NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), NcclType(in.dtype), comm_,
-                                    stream_));
+                                    be_->stream()));
   }
 
  private:
   ncclComm_t comm_;
   int size_, rank_;
-  cudaStream_t stream_;
+  const CudaBackend* be_;
 };
 
 // Creates an NCCL communicator over `ranks` (world ranks, in group order; the caller is one of them).
@@ -394,7 +421,7 @@ class NcclCommFactory final : public CommFactory {
   std::unique_ptr<Comm> CreateGroup(const std::vector<int>& ranks, int index) override {
     int my_rank = 0;
     ncclComm_t comm = InitNcclGroup(ranks, index, &my_rank);
-    return std::make_unique<NcclComm>(comm, static_cast<int>(ranks.size()), my_rank, be_->stream());
+    return std::make_unique<NcclComm>(comm, static_cast<int>(ranks.size()), my_rank, be_);
   }
   std::unique_ptr<PeerToPeer> CreatePeerToPeer(const std::vector<std::pair<int, int>>& channels) override {
     int me = 0;

@@ -41,9 +41,6 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   HETSIM_RETURN_IF_ERROR(CheckExecutableModel(ctx.model));
   ExecPlan ep;
   ep.schedule = models::EffectiveSchedule(plan);
-  if (ep.schedule != proto::Plan::SCHEDULE_1F1B && ep.schedule != proto::Plan::SCHEDULE_GPIPE) {
-    return Status::Invalid(file + ": schedule: the executor runs 1f1b and gpipe; interleaved_1f1b is not supported");
-  }
   // Ring attention and Ulysses' all-to-alls have no kernels or communicators here: refuse rather than run
   // a different plan.
   for (int p = 0; p < plan.pipelines_size(); ++p) {
@@ -81,8 +78,18 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     exec.set_sequence_parallel(false);
   }
   if (plan.comm().dp_overlap()) {
-    ep.warnings.push_back("comm.dp_overlap: the gradient sync runs after the last backward pass (no overlap)");
-    exec.mutable_comm()->set_dp_overlap(false);
+    // Shared key/value heads (TP > kv heads) sum their partial gradients over the TP group before the DP
+    // sync, for every layer at once (GradSync::Begin): that step has no place on the DP stream.
+    for (const auto& pipe : plan.pipelines()) {
+      for (const auto& st : pipe.stages()) {
+        if (models::TpDegree(st) > ctx.model.kv_heads()) {
+          return Status::Invalid(file + ": comm.dp_overlap: a stage with TP " + std::to_string(models::TpDegree(st)) +
+                                 " > " + std::to_string(ctx.model.kv_heads()) +
+                                 " key/value heads sums shared heads' gradients before the whole sync, which the "
+                                 "executor cannot overlap; set comm.dp_overlap: false or TP <= kv heads");
+        }
+      }
+    }
   }
   if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {
     ep.warnings.push_back("comm.tp_algorithm: nvls is left to the communication library (NCCL picks NVLS on "
@@ -128,8 +135,11 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     for (uint32_t s = 0; s < S; ++s) {
       const auto& st = pipe.stages(static_cast<int>(s));
       const uint32_t tp = models::TpDegree(st), dp = models::DpDegree(st);
-      for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) {
-        if (ep.canonical_holder[l][0] == UINT32_MAX) ep.canonical_holder[l] = {static_cast<uint32_t>(p), s, 0};
+      const std::vector<models::LayerRange> chunks = models::StageChunks(plan, pipe, static_cast<int>(s), ctx.model);
+      for (const models::LayerRange& c : chunks) {
+        for (uint32_t l = c.begin; l < c.end; ++l) {
+          if (ep.canonical_holder[l][0] == UINT32_MAX) ep.canonical_holder[l] = {static_cast<uint32_t>(p), s, 0};
+        }
       }
       for (uint32_t r = 0; r < dp; ++r) {
         std::vector<int> group;
@@ -144,6 +154,8 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
           role.num_stages = S;
           role.layer_begin = st.layer_begin();
           role.layer_end = st.layer_end();
+          role.chunks = chunks;
+          role.num_chunks = static_cast<uint32_t>(chunks.size());
           role.tp = tp;
           role.tp_rank = k;
           role.dp = dp;

@@ -9,8 +9,10 @@
 // (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
 // DeriveGradSyncGroups) as world ranks.
 //
-// Plan features the executor runs in a simpler form are lowered in that form (no DP overlap), with a
-// warning. ZeRO 1-3 (reduce-scatters, the optimizer on the rank's shard, all-gathers), hierarchical
+// Plan features the executor runs in a simpler form are lowered in that form, with a warning. With
+// comm.dp_overlap the lowering's DP stream runs on the backend's side stream (Backend::SideSubmit) on
+// communicators of its own, each segment started at the main stream's signal. Interleaved 1F1B runs each stage's model chunks where Megatron-LM places them
+// (models::StageChunks), in the lowering's order. ZeRO 1-3 (reduce-scatters, the optimizer on the rank's shard, all-gathers), hierarchical
 // all-reduces, the PP leader broadcast and CPU-staged transfers run as lowered (executor/grad_sync.h,
 // executor/runner.cc, executor/mpi_comm.h).
 #pragma once
@@ -49,8 +51,12 @@ struct RankRole {
   uint32_t pipeline = 0;
   uint32_t stage = 0;
   uint32_t num_stages = 1;
-  uint32_t layer_begin = 0;  // plan layers: 0 embedding, 1..L blocks, L+1 head
+  uint32_t layer_begin = 0;  // the stage's plan range (plan layers: 0 embedding, 1..L blocks, L+1 head)
   uint32_t layer_end = 0;
+  // The layers the rank computes, one range per model chunk (models::StageChunks: the stage's range, or
+  // under interleaved 1F1B Megatron-LM's placement of its v chunks).
+  std::vector<models::LayerRange> chunks;
+  uint32_t num_chunks = 1;  // v: model chunks per stage of the pipeline
   uint32_t tp = 1;
   uint32_t tp_rank = 0;
   uint32_t dp = 1;
@@ -65,6 +71,8 @@ struct RankRole {
 
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage + 1 == num_stages; }
+  bool holds_embedding(uint32_t chunk) const { return chunks.at(chunk).begin == 0; }
+  bool holds_head(uint32_t chunk, uint32_t num_layers) const { return chunks.at(chunk).end == num_layers; }
   // Global-batch index of the first sequence this rank processes in micro-batch `mb`.
   uint64_t FirstSequence(uint32_t mb) const {
     return first_sequence + uint64_t{mb} * micro_batch_size + share.begin;
@@ -100,6 +108,10 @@ struct ExecPlan {
   int RankOfDevice(uint32_t device) const;
   // The operations of world rank `rank` (main stream).
   const std::vector<models::Op>& Ops(int rank) const { return lowering.ranks.at(roles.at(static_cast<size_t>(rank)).slot).ops; }
+  // Its DP stream (comm.dp_overlap: the gradient sync the side stream runs; empty otherwise).
+  const std::vector<models::Op>& DpOps(int rank) const {
+    return lowering.ranks.at(roles.at(static_cast<size_t>(rank)).slot).dp_stream;
+  }
   // Index into sync_groups of the lowering's sync group `g` (models::Lowering::sync_groups).
   size_t SyncGroupOfLowering(uint32_t g) const;
 };
@@ -112,7 +124,11 @@ Status CheckExecutableModel(const models::TransformerModel& model);
 // model) name `file`.
 Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContext& ctx, const std::string& file);
 
-// MPI tag of the pipeline message of micro-batch `mb` (forward activations or backward gradients).
-inline int PipelineTag(uint32_t mb, bool backward) { return static_cast<int>(mb * 2 + (backward ? 1 : 0)); }
+// MPI tag of the pipeline message of micro-batch `mb` (forward activations or backward gradients) across
+// the boundary after virtual stage `boundary` (chunk c of stage s of S is virtual stage c·S + s; without
+// interleaving, the stage) of a pipeline of `virtual_stages` = S·v.
+inline int PipelineTag(uint32_t mb, uint32_t boundary, uint32_t virtual_stages, bool backward) {
+  return static_cast<int>((uint64_t{mb} * virtual_stages + boundary) * 2 + (backward ? 1 : 0));
+}
 
 }  // namespace hetsim::executor

@@ -21,6 +21,7 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
     const auto& g = sg.group;
     Group grp;
     grp.comm = group_comms.at(sg.ranks);
+    grp.sync_comm = grp.comm;
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamSpec& spec = params[i].spec;
       if (spec.layer < g.layer_begin || spec.layer >= g.layer_end) continue;
@@ -46,7 +47,9 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
   // segments of the initial parameters, and Adam's moments for those segments only.
   zero_layers_ = synced_layers;
   std::map<size_t, uint32_t> buckets_of;
-  for (const models::Op& op : plan.Ops(rank)) {
+  std::vector<models::Op> ops = plan.Ops(rank);
+  ops.insert(ops.end(), plan.DpOps(rank).begin(), plan.DpOps(rank).end());
+  for (const models::Op& op : ops) {
     if (op.kind == models::OpKind::kCollective && op.collective == models::CollectiveKind::kReduceScatter &&
         op.sync_group != models::kNone) {
       buckets_of[plan.SyncGroupOfLowering(op.sync_group)] = std::max<uint32_t>(1, op.num_buckets);
@@ -178,6 +181,10 @@ void GradSync::TpGlobalExchange(const std::vector<size_t>& idx, bool owned_only,
   }
 }
 
+void GradSync::UseSideComms(const std::map<std::vector<int>, Comm*>& side_comms) {
+  for (auto& [index, g] : groups_) g.sync_comm = side_comms.at(plan_.sync_groups[index].ranks);
+}
+
 void GradSync::Begin() {
   if (partial_params_.empty()) return;
   // 1. Shared key/value heads: every sharer computed part of the gradient.
@@ -251,10 +258,10 @@ double GradSync::RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets) {
     // ZeRO: this bucket reduce-scattered; the rank keeps the sum of its segment.
     HETSIM_CHECK(num_buckets == g.buckets.size(), "GradSync: the reduce-scatter's buckets changed");
     const auto& bk = g.buckets[bucket];
-    ReduceScatterPadded(g.comm, g.buffer.t().Flat(begin, end - begin), g.grad_seg.t().Flat(bk.at, bk.seg));
+    ReduceScatterPadded(g.sync_comm, g.buffer.t().Flat(begin, end - begin), g.grad_seg.t().Flat(bk.at, bk.seg));
     if (bucket + 1 == num_buckets) g.buffer = Buffer();
   } else {
-    if (end > begin) g.comm->AllReduce(g.buffer.t().Flat(begin, end - begin), ReduceOp::kSum);
+    if (end > begin) g.sync_comm->AllReduce(g.buffer.t().Flat(begin, end - begin), ReduceOp::kSum);
     if (bucket + 1 == num_buckets) FinishBuckets(g);
   }
   return static_cast<double>(end - begin) * static_cast<double>(DTypeSize(DType::kF32));

@@ -49,6 +49,9 @@ class GradSync {
   // nodes, an all-gather among the node's members; returns the bytes the collective carried.
   double RunHierarchical(size_t index, uint32_t bucket, uint32_t num_buckets, models::CollectiveKind kind, Comm* comm);
   void End();
+  // comm.dp_overlap: RunGroup's collectives go to these communicators (the side stream's own, one per
+  // group's rank list) instead of the ones ZeRO's parameter all-gathers use on the main stream.
+  void UseSideComms(const std::map<std::vector<int>, Comm*>& side_comms);
   // ZeRO: the parameters of sync group `index` from every member's segments (returns the bytes gathered,
   // the group's packed size); Adam on this rank's segments; the end of a step's operations (step 3 on the
   // parameters).
@@ -73,7 +76,8 @@ class GradSync {
     int64_t offset;    // element offset in the packed buffer
   };
   struct Group {
-    Comm* comm;
+    Comm* comm;       // the main stream's
+    Comm* sync_comm;  // RunGroup's: `comm`, or the side stream's (UseSideComms)
     std::vector<Piece> pieces;
     int64_t numel = 0;
     Buffer buffer;  // packed gradients while a bucketed sync is under way

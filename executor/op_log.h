@@ -22,7 +22,8 @@ class OpLog : public OpObserver {
       : plan_(plan), role_(role), model_(model), seq_len_(seq_len) {}
 
   bool active = false;
-  std::string text;
+  std::string text;     // the main stream's lines
+  std::string dp_text;  // the DP stream's (comm.dp_overlap), written by the side stream only
 
   void LayerPass(bool forward, bool recompute, uint32_t mb, uint32_t layer, int64_t sequences) override {
     models::Op op;
@@ -57,6 +58,19 @@ class OpLog : public OpObserver {
     if (!active) return;
     text += models::FormatOp(plan_.lowering, role_.device, "main", index_++, op) + "\n";
   }
+  // An operation of the DP stream, as the side stream executed it.
+  void AddDp(const models::Op& op) {
+    if (!active) return;
+    dp_text += models::FormatOp(plan_.lowering, role_.device, "dp", dp_index_++, op) + "\n";
+  }
+  // Both streams' lines, as `hetsim lower` prints a rank (main, then DP); clears them.
+  std::string Take() {
+    std::string all = std::move(text) + std::move(dp_text);
+    text.clear();
+    dp_text.clear();
+    index_ = dp_index_ = 0;
+    return all;
+  }
   // The lowering's index of the group of these world ranks (or kNone when it has none).
   uint32_t GroupOf(const std::vector<int>& ranks) const {
     std::vector<uint32_t> devices;
@@ -71,7 +85,7 @@ class OpLog : public OpObserver {
   const RankRole& role_;
   const models::TransformerModel& model_;
   uint32_t seq_len_;
-  size_t index_ = 0;
+  size_t index_ = 0, dp_index_ = 0;
 };
 
 

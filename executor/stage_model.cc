@@ -1,29 +1,39 @@
 #include "executor/stage_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace hetsim::executor {
 
-StageModel::StageModel(Backend* backend, const models::TransformerModel& model, uint32_t layer_begin,
-                       uint32_t layer_end, uint32_t tp, uint32_t tp_rank, Comm* tp_comm, const ModelOptions& options,
-                       SliceRecorder* recorder)
+StageModel::StageModel(Backend* backend, const models::TransformerModel& model,
+                       std::vector<models::LayerRange> chunks, uint32_t tp, uint32_t tp_rank, Comm* tp_comm,
+                       const ModelOptions& options, SliceRecorder* recorder)
     : be_(backend),
       model_(model),
-      layer_begin_(layer_begin),
-      layer_end_(layer_end),
+      chunks_(std::move(chunks)),
       tp_(tp),
       tp_rank_(tp_rank),
       tp_comm_(tp_comm),
       options_(options),
       recorder_(recorder) {
-  HETSIM_CHECK(layer_begin < layer_end && layer_end <= model.num_layers(), "StageModel: bad layer range");
+  HETSIM_CHECK(!chunks_.empty(), "StageModel: no layers");
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    HETSIM_CHECK(chunks_[c].begin < chunks_[c].end && chunks_[c].end <= model.num_layers() &&
+                     (c == 0 || chunks_[c - 1].end <= chunks_[c].begin),
+                 "StageModel: bad layer ranges");
+  }
   HETSIM_CHECK(tp == 1 || (tp_comm != nullptr && tp_comm->size() == static_cast<int>(tp)),
                "StageModel: a TP degree above 1 needs a TP communicator of that size");
   heads_ = AttentionHeads(model, tp, tp_rank);
   ffn_local_ = SplitRows(model.spec().ffn_hidden_size(), tp_rank, tp).size();
   vocab_begin_ = SplitRows(model.spec().vocab_size(), tp_rank, tp).begin;
-  for (uint32_t l = layer_begin; l < layer_end; ++l) {
-    layer_first_param_.push_back(params_.size());
+  layer_first_param_.assign(model.num_layers(), SIZE_MAX);
+  for (uint32_t l = 0; l < model.num_layers(); ++l) {
+    if (std::none_of(chunks_.begin(), chunks_.end(), [&](const models::LayerRange& c) { return c.contains(l); })) {
+      continue;
+    }
+    layer_first_param_[l] = params_.size();
     for (const ParamSpec& spec : LayerParams(model, l, tp, tp_rank)) {
       Param p;
       p.spec = spec;
@@ -46,8 +56,15 @@ StageModel::StageModel(Backend* backend, const models::TransformerModel& model, 
   be_->Fill(loss_.t(), 0);
 }
 
+int StageModel::ChunkOf(uint32_t begin, uint32_t end) const {
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    if (chunks_[c].begin == begin && chunks_[c].end == end) return static_cast<int>(c);
+  }
+  return -1;
+}
+
 Param& StageModel::P(uint32_t layer, ParamKind kind) {
-  const size_t first = layer_first_param_.at(layer - layer_begin_);
+  const size_t first = layer_first_param_.at(layer);
   for (size_t i = first; i < params_.size() && params_[i].spec.layer == layer; ++i) {
     if (params_[i].spec.kind == kind) return params_[i];
   }
@@ -73,10 +90,10 @@ void StageModel::ZeroGrads() {
 }
 
 void StageModel::OptimizerStep(const AdamParams& adam, const std::set<uint32_t>& skip) {
-  for (uint32_t l = layer_begin_; l < layer_end_; ++l) {
-    if (skip.count(l)) continue;
+  for (uint32_t l = 0; l < model_.num_layers(); ++l) {
+    if (layer_first_param_[l] == SIZE_MAX || skip.count(l)) continue;
     SliceRecorder::Scope scope(layer_recorder_, Category::kOptimizer, -1, static_cast<int32_t>(l));
-    for (size_t i = layer_first_param_[l - layer_begin_]; i < params_.size() && params_[i].spec.layer == l; ++i) {
+    for (size_t i = layer_first_param_[l]; i < params_.size() && params_[i].spec.layer == l; ++i) {
       Param& p = params_[i];
       be_->Adam(p.master.t(), p.grad.t(), p.adam_m.t(), p.adam_v.t(), p.weight.empty() ? Tensor{} : p.weight.t(),
                 adam);
@@ -85,9 +102,12 @@ void StageModel::OptimizerStep(const AdamParams& adam, const std::set<uint32_t>&
 }
 
 Buffer StageModel::Forward(uint32_t mb, int64_t batch, int64_t seq, Buffer input, Buffer labels, float grad_scale,
-                           bool recompute) {
-  MicroBatch& st = micro_batches_[mb];
+                           bool recompute, uint32_t chunk) {
+  HETSIM_CHECK(chunk < chunks_.size(), "StageModel::Forward: no chunk " + std::to_string(chunk));
+  MicroBatch& st = micro_batches_[{mb, chunk}];
   st = MicroBatch{};
+  st.range = chunks_[chunk];
+  st.backward_end = st.range.end;
   st.batch = batch;
   st.seq = seq;
   st.grad_scale = grad_scale;
@@ -99,17 +119,18 @@ Buffer StageModel::Forward(uint32_t mb, int64_t batch, int64_t seq, Buffer input
 Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool checkpoint) {
   const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
   const auto imb = static_cast<int32_t>(mb);
+  const uint32_t first = st.range.begin;
   st.blocks.clear();
-  st.blocks.resize(layer_end_ - layer_begin_);
+  st.blocks.resize(st.range.size());
   Buffer x;
-  if (layer_recorder_ != nullptr) activation_bytes_.resize(layer_end_ - layer_begin_, 0.0);
-  for (uint32_t l = layer_begin_; l < layer_end_; ++l) {
+  if (layer_recorder_ != nullptr) activation_bytes_.assign(st.range.size(), 0.0);
+  for (uint32_t l = first; l < st.range.end; ++l) {
     SliceRecorder::Scope layer_scope(layer_recorder_, Category::kForward, imb, static_cast<int32_t>(l));
     current_layer_ = l;
     if (observer_ != nullptr) observer_->LayerPass(true, false, mb, l, st.batch);
     const double bytes_before = static_cast<double>(be_->bytes_in_use());
     auto kept = [&]() {
-      if (layer_recorder_ != nullptr) activation_bytes_[l - layer_begin_] = static_cast<double>(be_->bytes_in_use()) - bytes_before;
+      if (layer_recorder_ != nullptr) activation_bytes_[l - first] = static_cast<double>(be_->bytes_in_use()) - bytes_before;
     };
     switch (model_.kind(l)) {
       case models::LayerKind::kEmbedding: {
@@ -121,8 +142,8 @@ Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool ch
         break;
       }
       case models::LayerKind::kTransformer: {
-        BlockSaved& s = st.blocks[l - layer_begin_];
-        Buffer in = l == layer_begin_ ? std::move(input) : std::move(x);
+        BlockSaved& s = st.blocks[l - first];
+        Buffer in = l == first ? std::move(input) : std::move(x);
         if (!checkpoint) {
           x = BlockForward(l, mb, st, s, std::move(in));
         } else {
@@ -137,7 +158,7 @@ Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool ch
         break;
       }
       case models::LayerKind::kHead: {
-        HeadForward(mb, st, st.head, l == layer_begin_ ? std::move(input) : std::move(x), true);
+        HeadForward(mb, st, st.head, l == first ? std::move(input) : std::move(x), true);
         kept();
         return Buffer();
       }
@@ -211,19 +232,23 @@ void StageModel::HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x
   s.dlogits = std::move(logits);
 }
 
-Buffer StageModel::Backward(uint32_t mb, Buffer dout) {
-  auto it = micro_batches_.find(mb);
-  HETSIM_CHECK(it != micro_batches_.end(), "StageModel::Backward before Forward of micro-batch " + std::to_string(mb));
+Buffer StageModel::Backward(uint32_t mb, Buffer dout, uint32_t chunk, uint32_t down_to) {
+  auto it = micro_batches_.find({mb, chunk});
+  HETSIM_CHECK(it != micro_batches_.end(), "StageModel::Backward before Forward of micro-batch " + std::to_string(mb) +
+                                               " (chunk " + std::to_string(chunk) + ")");
   MicroBatch& st = it->second;
+  const uint32_t first = st.range.begin, stop = std::max(first, down_to);
+  HETSIM_CHECK(stop < st.backward_end, "StageModel::Backward of layers down to " + std::to_string(stop) +
+                                           " whose backward already ran (micro-batch " + std::to_string(mb) + ")");
   Buffer d = std::move(dout);
-  for (uint32_t l = layer_end_; l-- > layer_begin_;) {
+  for (uint32_t l = st.backward_end; l-- > stop;) {
     SliceRecorder::Scope layer_scope(layer_recorder_, Category::kBackward, static_cast<int32_t>(mb),
                                      static_cast<int32_t>(l));
     current_layer_ = l;
     if (!st.saved && model_.kind(l) == models::LayerKind::kTransformer) {
       // Full recomputation: the block's forward again from its checkpointed input, right before its backward.
       if (observer_ != nullptr) observer_->LayerPass(false, true, mb, l, st.batch);
-      BlockSaved& s = st.blocks[l - layer_begin_];
+      BlockSaved& s = st.blocks[l - first];
       Buffer in = std::move(s.x);
       s = BlockSaved{};
       (void)BlockForward(l, mb, st, s, std::move(in));
@@ -234,7 +259,7 @@ Buffer StageModel::Backward(uint32_t mb, Buffer dout) {
         d = HeadBackward(mb, st.head);
         break;
       case models::LayerKind::kTransformer:
-        d = BlockBackward(l, mb, st, st.blocks[l - layer_begin_], std::move(d));
+        d = BlockBackward(l, mb, st, st.blocks[l - first], std::move(d));
         break;
       case models::LayerKind::kEmbedding:
         be_->EmbeddingBackward(P(l, ParamKind::kEmbedding).grad.t(), st.tokens.t(), d.t(), vocab_begin_);
@@ -242,7 +267,8 @@ Buffer StageModel::Backward(uint32_t mb, Buffer dout) {
         break;
     }
   }
-  micro_batches_.erase(it);
+  st.backward_end = stop;
+  if (stop == first) micro_batches_.erase(it);
   return d;
 }
 

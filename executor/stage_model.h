@@ -1,6 +1,7 @@
-// The part of a Llama-style decoder one rank holds: the plan layers [layer_begin, layer_end) of its
-// stage, sharded for its TP rank (executor/sharding.h), with forward and backward passes per
-// micro-batch written against the Backend interface.
+// The part of a Llama-style decoder one rank holds: the plan layers of its stage — one range, or under
+// interleaved 1F1B one range per model chunk (models::StageChunks) — sharded for its TP rank
+// (executor/sharding.h), with forward and backward passes per micro-batch and chunk written against the
+// Backend interface.
 //
 // Layers: 0 = embedding (vocabulary-parallel; partial lookups all-reduced over the TP group), 1..L =
 // blocks (pre-RMSNorm, grouped-query attention with RoPE, SwiGLU MLP; Megatron-LM column/row-parallel
@@ -16,11 +17,13 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "executor/backend.h"
 #include "executor/sharding.h"
 #include "executor/trace.h"
+#include "models/plan.h"
 #include "models/transformer.h"
 
 namespace hetsim::executor {
@@ -52,28 +55,36 @@ class OpObserver {
 
 class StageModel {
  public:
-  // `tp` may be null when tp == 1; `recorder` may be null (no timing).
-  StageModel(Backend* backend, const models::TransformerModel& model, uint32_t layer_begin, uint32_t layer_end,
+  // `chunks`: the layer ranges the rank holds, in chunk order (one without interleaving); `tp_comm` may be
+  // null when tp == 1; `recorder` may be null (no timing).
+  StageModel(Backend* backend, const models::TransformerModel& model, std::vector<models::LayerRange> chunks,
              uint32_t tp, uint32_t tp_rank, Comm* tp_comm, const ModelOptions& options, SliceRecorder* recorder);
+  StageModel(Backend* backend, const models::TransformerModel& model, uint32_t layer_begin, uint32_t layer_end,
+             uint32_t tp, uint32_t tp_rank, Comm* tp_comm, const ModelOptions& options, SliceRecorder* recorder)
+      : StageModel(backend, model, {{layer_begin, layer_end}}, tp, tp_rank, tp_comm, options, recorder) {}
 
-  bool holds_embedding() const { return layer_begin_ == 0; }
-  bool holds_head() const { return layer_end_ == model_.num_layers(); }
-  uint32_t layer_begin() const { return layer_begin_; }
-  uint32_t layer_end() const { return layer_end_; }
+  bool holds_embedding() const { return chunks_.front().begin == 0; }
+  bool holds_head() const { return chunks_.back().end == model_.num_layers(); }
+  const std::vector<models::LayerRange>& chunks() const { return chunks_; }
+  // The chunk whose range is [begin, end), or −1.
+  int ChunkOf(uint32_t begin, uint32_t end) const;
   std::vector<Param>& params() { return params_; }
 
-  // Forward pass of micro-batch `mb`: `batch` sequences of `seq` tokens. `input` is the token ids
-  // [T, 1] i32 when the stage holds the embedding, else the hidden states [T, hidden]; `labels` [T, 1]
-  // i32 when it holds the head. Returns the output hidden states (an empty Buffer when the stage holds
-  // the head). Keeps what the backward pass needs or, when `recompute` (full activation
+  // Forward pass of micro-batch `mb` over model chunk `chunk`: `batch` sequences of `seq` tokens. `input`
+  // is the token ids [T, 1] i32 when the chunk holds the embedding, else the hidden states [T, hidden];
+  // `labels` [T, 1] i32 when it holds the head. Returns the output hidden states (an empty Buffer when the
+  // chunk holds the head). Keeps what the backward pass needs or, when `recompute` (full activation
   // recomputation, Megatron-LM style: each block keeps only its input and runs its forward again right
   // before its backward).
   Buffer Forward(uint32_t mb, int64_t batch, int64_t seq, Buffer input, Buffer labels, float grad_scale,
-                 bool recompute);
-  // Backward pass of `mb`; `dout` is the gradient of the output (empty when the stage holds the head).
-  // Accumulates parameter gradients; returns the gradient of the input (empty when the stage holds the
-  // embedding).
-  Buffer Backward(uint32_t mb, Buffer dout);
+                 bool recompute, uint32_t chunk = 0);
+  // Backward pass of `mb` over `chunk`; `dout` is the gradient of the output (empty when the chunk holds
+  // the head). Accumulates parameter gradients; returns the gradient of the input (empty when the chunk
+  // holds the embedding). With `down_to` above the chunk's first layer, runs only the layers from where the
+  // micro-batch's backward stands (the chunk's end at first) down to `down_to` and returns the gradient of
+  // layer `down_to`'s input, to be passed back in as `dout` of the next part (comm.dp_overlap signals
+  // between them).
+  Buffer Backward(uint32_t mb, Buffer dout, uint32_t chunk = 0, uint32_t down_to = 0);
 
   // Σ of the token cross-entropies of every forward pass since the last ZeroLoss ([1,1] f32; zero unless
   // the stage holds the head).
@@ -88,8 +99,8 @@ class StageModel {
   // pass are measured.
   void SetLayerRecorder(SliceRecorder* recorder) { layer_recorder_ = recorder; }
   void SetOpObserver(OpObserver* observer) { observer_ = observer; }
-  // Bytes kept by each layer of the stage (index: layer − layer_begin) in the last forward pass that kept
-  // activations, when a layer recorder is set.
+  // Bytes kept by each layer of the last chunk that ran a forward pass keeping activations (index: layer
+  // − the chunk's first layer), when a layer recorder is set.
   const std::vector<double>& activation_bytes() const { return activation_bytes_; }
 
  private:
@@ -100,6 +111,8 @@ class StageModel {
     Buffer x, inv, n, dlogits;
   };
   struct MicroBatch {
+    models::LayerRange range;  // the chunk's layers
+    uint32_t backward_end = 0;  // layers [range.begin, backward_end) still wait for their backward
     int64_t batch = 0, seq = 0;
     float grad_scale = 0;
     Buffer tokens;  // the embedding's input
@@ -122,7 +135,8 @@ class StageModel {
 
   Backend* be_;
   const models::TransformerModel& model_;
-  uint32_t layer_begin_, layer_end_, tp_, tp_rank_;
+  std::vector<models::LayerRange> chunks_;
+  uint32_t tp_, tp_rank_;
   Comm* tp_comm_;
   ModelOptions options_;
   SliceRecorder* recorder_;
@@ -134,8 +148,8 @@ class StageModel {
   int64_t ffn_local_ = 0;
   int64_t vocab_begin_ = 0;
   std::vector<Param> params_;
-  std::vector<size_t> layer_first_param_;  // index of each layer's first parameter
-  std::map<uint32_t, MicroBatch> micro_batches_;
+  std::vector<size_t> layer_first_param_;  // by layer: index of its first parameter (SIZE_MAX: not held)
+  std::map<std::pair<uint32_t, uint32_t>, MicroBatch> micro_batches_;  // by (micro-batch, chunk)
   Buffer loss_;
 };
 

@@ -6,13 +6,20 @@
 namespace hetsim::executor {
 
 size_t SliceRecorder::Begin(Category c, int32_t micro_batch, int32_t layer) {
-  pending_.push_back({c, micro_batch, layer, backend_->Record(), 0});
+  const Backend::Mark begin = backend_->Record();
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.push_back({c, micro_batch, layer, begin, 0});
   return pending_.size() - 1;
 }
 
-void SliceRecorder::End(size_t index) { pending_.at(index).end = backend_->Record(); }
+void SliceRecorder::End(size_t index) {
+  const Backend::Mark end = backend_->Record();
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.at(index).end = end;
+}
 
 std::vector<TimedSlice> SliceRecorder::Resolve(Backend::Mark origin) {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<TimedSlice> out;
   out.reserve(pending_.size());
   for (const auto& p : pending_) {

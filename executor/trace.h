@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct TimedSlice {
   int32_t layer = -1;        // plan layer, for per-layer timing (profiles); −1 otherwise
 };
 
+// Thread-safe: the compute thread and the CPU backend's side-stream worker record into one recorder.
 class SliceRecorder {
  public:
   explicit SliceRecorder(Backend* backend) : backend_(backend) {}
@@ -67,6 +69,7 @@ class SliceRecorder {
     Backend::Mark begin, end;
   };
   Backend* backend_;
+  std::mutex mu_;  // the side stream's worker (comm.dp_overlap, CPU backend) records too
   std::vector<Pending> pending_;
 };
 

@@ -54,7 +54,7 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-std::string LayerRange(const TransformerModel& m, uint32_t begin, uint32_t end) {
+std::string LayerRangeText(const TransformerModel& m, uint32_t begin, uint32_t end) {
   const bool emb = begin == 0, head = end == m.num_layers();
   const uint32_t blocks = end - begin - (emb ? 1 : 0) - (head ? 1 : 0);
   std::string s = std::to_string(begin) + "-" + std::to_string(end - 1) + " (";
@@ -229,7 +229,12 @@ std::string DescribePlan(const proto::Plan& plan, const PlanContext& ctx) {
         oom |= dm->oom();
       }
       any_oom |= oom;
-      t.Add({std::to_string(s), LayerRange(ctx.model, st.layer_begin(), st.layer_end()), FormatDeviceList(devs), gpus,
+      // Interleaved 1F1B: the stage's model chunks, where Megatron-LM places them (StageChunks).
+      std::string layers;
+      for (const LayerRange& c : StageChunks(plan, pipe, s, ctx.model)) {
+        layers += (layers.empty() ? "" : ", ") + LayerRangeText(ctx.model, c.begin, c.end);
+      }
+      t.Add({std::to_string(s), layers, FormatDeviceList(devs), gpus,
              std::to_string(TpDegree(st)) + "×" + std::to_string(DpDegree(st)) +
                  (CpDegree(st) > 1 ? " cp" + std::to_string(CpDegree(st)) : "") +
                  (UlyssesDegree(st) > 1 ? " ulysses" + std::to_string(UlyssesDegree(st)) : ""),

@@ -206,31 +206,25 @@ void Lowerer::EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t dev
   const uint32_t S = static_cast<uint32_t>(pipe.stages_size());
   const uint32_t m = pipe.num_micro_batches();
   const uint32_t v = std::max<uint32_t>(1, plan_.virtual_stages());
-  const uint32_t L = model_.num_layers();
-  // Chunk boundaries over the stage's blocks [first, last).
-  const uint32_t first = std::max<uint32_t>(st.layer_begin(), 1), last = std::min<uint32_t>(st.layer_end(), L - 1);
-  const uint32_t blocks = last > first ? last - first : 0;
-  std::vector<uint32_t> cut(v + 1);
-  for (uint32_t c = 0; c <= v; ++c) cut[c] = first + c * (blocks / v) + std::min(c, blocks % v);
-  cut[0] = st.layer_begin();
-  cut[v] = st.layer_end();
+  // The stage's model chunks as Megatron-LM places them (StageChunks).
+  const std::vector<LayerRange> chunks = StageChunks(plan_, pipe, s, model_);
   const bool overlap = plan_.comm().dp_overlap() && !device_groups_[device].empty();
-  // The lowest chunk each of the device's gradient groups touches.
+  // The chunk holding each of the device's gradient groups (groups are cut at every chunk boundary).
   std::vector<uint32_t> done_chunk;
   for (uint32_t g : device_groups_[device]) {
     uint32_t c = 0;
-    while (c + 1 < v && cut[c + 1] <= out_.sync_groups[g].layer_begin) ++c;
+    while (c + 1 < v && !chunks[c].contains(out_.sync_groups[g].layer_begin)) ++c;
     done_chunk.push_back(c);
   }
   const int prev = s > 0 ? s - 1 : static_cast<int>(S) - 1, next = s + 1 < static_cast<int>(S) ? s + 1 : 0;
   auto forward = [&](uint32_t c, uint16_t j) {
     if (s > 0 || (c > 0 && S > 1)) AddPp(ops, p, prev, s, device, false, r, k, true, j);
-    AddLayers(ops, device, st, r, cut[c], cut[c + 1], seqs, true, j);
+    AddLayers(ops, device, st, r, chunks[c].begin, chunks[c].end, seqs, true, j);
     if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, s, next, device, true, r, k, true, j);
   };
   auto backward = [&](uint32_t c, uint16_t j) {
     if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, next, s, device, false, r, k, false, j);
-    AddLayers(ops, device, st, r, cut[c], cut[c + 1], seqs, false, j);
+    AddLayers(ops, device, st, r, chunks[c].begin, chunks[c].end, seqs, false, j);
     if (overlap && j + 1u == m) {
       for (size_t i = 0; i < done_chunk.size(); ++i) {
         if (done_chunk[i] == c) Signal(ops);
@@ -272,7 +266,9 @@ std::string Devices(const std::vector<uint32_t>& ds) {
   return s + "]";
 }
 
-const char* KindName(OpKind k) {
+}  // namespace
+
+const char* OpKindName(OpKind k) {
   switch (k) {
     case OpKind::kCompute: return "compute";
     case OpKind::kSend: return "send";
@@ -288,7 +284,6 @@ const char* KindName(OpKind k) {
   return "?";
 }
 
-}  // namespace
 
 Result<Lowering> LowerPlan(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options) {
   return Lowerer(plan, ctx, options).Lower();
@@ -296,7 +291,7 @@ Result<Lowering> LowerPlan(const proto::Plan& plan, const PlanContext& ctx, cons
 
 std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stream, size_t index, const Op& op) {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "device %u %s %zu %s %s mb %u", device, stream, index, KindName(op.kind),
+  std::snprintf(buf, sizeof(buf), "device %u %s %zu %s %s mb %u", device, stream, index, OpKindName(op.kind),
                 CategoryName(op.category), op.micro_batch);
   std::string s = buf;
   switch (op.kind) {

@@ -92,6 +92,7 @@ const char* CategoryName(Category c);
 // kAllToAll: every member sends S/n of its S-byte buffer to each other member (Ulysses).
 enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll };
 const char* CollectiveName(CollectiveKind k);
+const char* OpKindName(OpKind k);  // as `hetsim lower` prints it
 enum class Algorithm : uint8_t { kRing, kTree, kNvls };
 enum class ReduceOp : uint8_t { kSum, kMax };
 

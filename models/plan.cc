@@ -284,9 +284,12 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
       }
       for (int s = 0; s < pipe.stages_size(); ++s) {
         const auto& st = pipe.stages(s);
-        if (st.layer_end() > st.layer_begin() && (st.layer_end() - st.layer_begin()) < v) {
+        const uint32_t first = std::max<uint32_t>(st.layer_begin(), 1);
+        const uint32_t last = std::min<uint32_t>(st.layer_end(), model.num_layers() - 1);
+        if (st.layer_end() > st.layer_begin() && (last > first ? last - first : 0) < v) {
           errors.Add(at + StagePath(p, s) + ": interleaved 1F1B with " + std::to_string(v) +
-                     " virtual stages needs at least that many layers per stage");
+                     " virtual stages needs at least that many transformer blocks per stage (each model chunk "
+                     "holds one or more; StageChunks); give the stage more layers or lower virtual_stages");
         }
       }
     }
@@ -312,11 +315,46 @@ struct Holder {
 
 }  // namespace
 
+std::vector<LayerRange> StageChunks(const proto::Plan& plan, const proto::Pipeline& pipe, int s,
+                                    const TransformerModel& model) {
+  const auto& st = pipe.stages(s);
+  const uint32_t v = std::max<uint32_t>(1, plan.virtual_stages());
+  if (EffectiveSchedule(plan) != proto::Plan::SCHEDULE_INTERLEAVED_1F1B || v == 1) {
+    return {{st.layer_begin(), st.layer_end()}};
+  }
+  const uint32_t L = model.num_layers(), S = static_cast<uint32_t>(pipe.stages_size());
+  // Blocks of stage t (its range without the embedding and the head), and of its chunk c.
+  const auto blocks = [&](uint32_t t) {
+    const auto& x = pipe.stages(static_cast<int>(t));
+    const uint32_t first = std::max<uint32_t>(x.layer_begin(), 1), last = std::min<uint32_t>(x.layer_end(), L - 1);
+    return last > first ? last - first : 0;
+  };
+  const auto chunk_blocks = [&](uint32_t t, uint32_t c) { return blocks(t) / v + (c < blocks(t) % v ? 1 : 0); };
+  std::vector<LayerRange> out(v);
+  uint32_t next = 1;  // the first block not yet dealt
+  for (uint32_t c = 0; c < v; ++c) {
+    for (uint32_t t = 0; t < S; ++t) {
+      const uint32_t n = chunk_blocks(t, c);
+      if (t == static_cast<uint32_t>(s)) out[c] = {next, next + n};
+      next += n;
+    }
+  }
+  if (s == 0) out.front().begin = 0;                                 // the embedding
+  if (static_cast<uint32_t>(s) + 1 == S) out.back().end = L;  // the head
+  return out;
+}
+
 std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const TransformerModel& model) {
-  // Breakpoints: every stage boundary of every pipeline. Between two breakpoints the holders are fixed.
+  // Breakpoints: every chunk boundary (stage boundary without interleaving) of every pipeline. Between two
+  // breakpoints the holders are fixed.
   std::vector<uint32_t> cuts = {0, model.num_layers()};
-  for (const auto& pipe : plan.pipelines()) {
-    for (const auto& st : pipe.stages()) cuts.push_back(st.layer_begin());
+  std::vector<std::vector<std::vector<LayerRange>>> held_by(static_cast<size_t>(plan.pipelines_size()));
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    for (int s = 0; s < pipe.stages_size(); ++s) {
+      held_by[static_cast<size_t>(p)].push_back(StageChunks(plan, pipe, s, model));
+      for (const LayerRange& c : held_by[static_cast<size_t>(p)].back()) cuts.push_back(c.begin);
+    }
   }
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
@@ -329,7 +367,8 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
       const auto& pipe = plan.pipelines(p);
       for (int s = 0; s < pipe.stages_size(); ++s) {
         const auto& st = pipe.stages(s);
-        if (st.layer_begin() <= begin && begin < st.layer_end()) {
+        const auto& held = held_by[static_cast<size_t>(p)][static_cast<size_t>(s)];
+        if (std::any_of(held.begin(), held.end(), [&](const LayerRange& c) { return c.contains(begin); })) {
           // CP and Ulysses ranks hold the same weights: their gradients are summed with the DP replicas'.
           for (uint32_t r = 0; r < DpDegree(st); ++r) {
             for (uint32_t j = 0; j < StageSharding(st).ways(); ++j) {

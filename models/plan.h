@@ -61,6 +61,27 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
 // gives the per-device numbers.
 Status ValidatePlan(const proto::Plan& plan, const PlanContext& ctx, const std::string& file);
 
+// A half-open range of plan layers (0 embedding, 1..L blocks, L+1 head).
+struct LayerRange {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  uint32_t size() const { return end - begin; }
+  bool contains(uint32_t layer) const { return begin <= layer && layer < end; }
+};
+
+// The layers stage `s` of `pipe` holds, one range per model chunk, in chunk order. Without interleaving that
+// is the stage's [layer_begin, layer_end). Under interleaved 1F1B with v virtual stages the plan's range only
+// says how many transformer blocks the stage holds; the blocks themselves are placed as Megatron-LM places
+// them (Narayanan et al. 2021 §2.2: each device holds several non-contiguous subsets of layers; Megatron-LM's
+// layer offset of a virtual pipeline rank): model chunk c of stage s is virtual stage
+// c·S + s, the stage's block count is cut into v chunks as evenly as possible (the first chunks take the
+// remainder), and the model's blocks are dealt out in virtual-stage order — chunk 0 of stages 0..S−1, then
+// chunk 1, and so on — so that a micro-batch meets the blocks in model order. The embedding goes with stage
+// 0's chunk 0 and the head with stage S−1's last chunk. Every stage keeps its block count (and so its time
+// and memory); only which blocks it holds changes.
+std::vector<LayerRange> StageChunks(const proto::Plan& plan, const proto::Pipeline& pipe, int s,
+                                    const TransformerModel& model);
+
 // One gradient-synchronisation group (context-parallel and Ulysses ranks hold the same weights, so every
 // sequence shard of every replica is a holder: DP × CP as in Megatron-LM): the devices that hold the same shard (`chunk` of `num_chunks`)
 // of layers [layer_begin, layer_end) and all-reduce its gradients after the backward pass.

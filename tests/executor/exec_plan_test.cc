@@ -151,14 +151,36 @@ TEST(ExecPlanTest, RanksFollowSortedDevices) {
   EXPECT_EQ(ep->RankOfDevice(0), -1);
 }
 
-TEST(ExecPlanTest, RejectsInterleavedScheduleAndNonLlamaModels) {
+// Interleaved 1F1B runs each stage's model chunks where Megatron-LM places them: on cpu-4-pp2 (stage 0
+// [0,3), stage 1 [3,6)) with two virtual stages, rank 0 computes {embedding, block 1} and {block 3}, rank 1
+// {block 2} and {block 4, head}; block 3's canonical holder is then stage 0.
+TEST(ExecPlanTest, InterleavedRanksHoldMegatronsChunks) {
   Loaded l = Load("cpu-4-pp2");
   l.plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
-  l.plan.set_virtual_stages(1);
+  l.plan.set_virtual_stages(2);
   const models::PlanContext ctx{l.cluster, l.model, l.training};
   auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
-  ASSERT_FALSE(ep.ok());
-  EXPECT_NE(ep.status().message().find("interleaved_1f1b"), std::string::npos) << ep.status().message();
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto& r0 = ep->roles[0];
+  const auto& r1 = ep->roles[1];
+  ASSERT_EQ(r0.chunks.size(), 2u);
+  ASSERT_EQ(r1.chunks.size(), 2u);
+  EXPECT_EQ(r0.num_chunks, 2u);
+  EXPECT_EQ(r0.chunks[0].begin, 0u);
+  EXPECT_EQ(r0.chunks[0].end, 2u);
+  EXPECT_EQ(r0.chunks[1].begin, 3u);
+  EXPECT_EQ(r0.chunks[1].end, 4u);
+  EXPECT_EQ(r1.chunks[0].begin, 2u);
+  EXPECT_EQ(r1.chunks[0].end, 3u);
+  EXPECT_EQ(r1.chunks[1].begin, 4u);
+  EXPECT_EQ(r1.chunks[1].end, 6u);
+  EXPECT_EQ(ep->canonical_holder[3][1], 0u);
+  EXPECT_EQ(ep->canonical_holder[2][1], 1u);
+  EXPECT_TRUE(ep->warnings.empty());
+}
+
+TEST(ExecPlanTest, RejectsNonLlamaModels) {
+  Loaded l = Load("cpu-4-pp2");
   auto gpt = models::LoadModel("gpt3-350m");
   ASSERT_TRUE(gpt.ok());
   const Status s = CheckExecutableModel(*gpt);
@@ -209,12 +231,51 @@ TEST(ExecPlanTest, RefusesCpuOffload) {
 TEST(ExecPlanTest, WarnsAboutFeaturesRunInSimplerForm) {
   Loaded l = Load("cpu-4-dp4");
   l.plan.set_sequence_parallel(true);
-  l.plan.mutable_comm()->set_dp_overlap(true);
   auto ep = Build(l);
   ASSERT_TRUE(ep.ok());
-  ASSERT_EQ(ep->warnings.size(), 2u);
+  ASSERT_EQ(ep->warnings.size(), 1u);
   EXPECT_NE(ep->warnings[0].find("sequence_parallel"), std::string::npos);
-  EXPECT_NE(ep->warnings[1].find("dp_overlap"), std::string::npos);
+}
+
+// DP overlap runs as lowered: the ranks keep the DP stream (an await and an all-reduce per gradient group on
+// cpu-4-dp4's one group) and the main stream's signal and join.
+TEST(ExecPlanTest, KeepsTheDpStreamOfOverlappedPlans) {
+  Loaded l = Load("cpu-4-dp4");
+  l.plan.mutable_comm()->set_dp_overlap(true);
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_TRUE(ep->warnings.empty()) << ep->warnings.front();
+  for (int r = 0; r < 4; ++r) {
+    const auto& dp = ep->DpOps(r);
+    ASSERT_EQ(dp.size(), 2u);
+    EXPECT_EQ(dp[0].kind, models::OpKind::kAwait);
+    EXPECT_EQ(dp[1].collective, models::CollectiveKind::kAllReduce);
+    size_t signals = 0, joins = 0;
+    for (const auto& op : ep->Ops(r)) {
+      signals += op.kind == models::OpKind::kSignal;
+      joins += op.kind == models::OpKind::kJoin;
+    }
+    EXPECT_EQ(signals, 1u);
+    EXPECT_EQ(joins, 1u);
+  }
+}
+
+// Shared key/value heads (TP 2 over one kv head) sum their gradients over TP before the whole sync: the
+// executor cannot overlap that, and says so.
+TEST(ExecPlanTest, RefusesOverlapWithSharedKeyValueHeads) {
+  Loaded l = Load("cpu-4-tp2");
+  proto::Model spec = l.model.spec();
+  spec.set_num_kv_heads(1);
+  auto mqa = models::TransformerModel::Build(spec, "mqa.yaml");
+  ASSERT_TRUE(mqa.ok()) << mqa.status().message();
+  l.model = *mqa;
+  l.plan.mutable_comm()->set_dp_overlap(true);
+  const models::PlanContext ctx{l.cluster, l.model, l.training};
+  auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("p.yaml: comm.dp_overlap: a stage with TP 2 > 1 key/value heads"),
+            std::string::npos)
+      << ep.status().message();
 }
 
 // ZeRO, hierarchical all-reduces and the PP leader broadcast run as lowered: no warning, and the lowering the

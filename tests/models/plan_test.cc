@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
@@ -172,6 +174,63 @@ pipelines:
   EXPECT_EQ(groups[1].devices, (std::vector<uint32_t>{0, 3}));
   EXPECT_EQ(groups[2].layer_begin, 3u);
   EXPECT_EQ(groups[2].devices, (std::vector<uint32_t>{1, 3}));
+}
+
+// Megatron-LM's placement of model chunks under interleaved 1F1B (Narayanan et al. 2021 §2.2): virtual
+// stage c·S + s runs on stage s, blocks are dealt out in virtual-stage order. llama2-7b has 32 blocks
+// (plan layers 0..33). Stage 0 [0,12) holds 11 blocks, cut 6 + 5; stage 1 [12,34) holds 21, cut 11 + 10.
+// Dealt: (c0,s0) blocks 1-6 with the embedding = [0,7); (c0,s1) blocks 7-17 = [7,18); (c1,s0) blocks 18-22
+// = [18,23); (c1,s1) blocks 23-32 with the head = [23,34).
+TEST(StageChunks, InterleavedStagesHoldMegatronsChunksInModelOrder) {
+  auto m = LoadModel("llama2-7b");
+  ASSERT_TRUE(m.ok());
+  auto plan = PlanFrom(R"(
+schedule: interleaved_1f1b
+virtual_stages: 2
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 2, stages: [{devices: [0], layer_end: 12}, {devices: [1], layer_begin: 12, layer_end: 34}]}
+)");
+  const auto s0 = StageChunks(plan, plan.pipelines(0), 0, *m);
+  const auto s1 = StageChunks(plan, plan.pipelines(0), 1, *m);
+  ASSERT_EQ(s0.size(), 2u);
+  ASSERT_EQ(s1.size(), 2u);
+  EXPECT_EQ(s0[0].begin, 0u);
+  EXPECT_EQ(s0[0].end, 7u);
+  EXPECT_EQ(s1[0].begin, 7u);
+  EXPECT_EQ(s1[0].end, 18u);
+  EXPECT_EQ(s0[1].begin, 18u);
+  EXPECT_EQ(s0[1].end, 23u);
+  EXPECT_EQ(s1[1].begin, 23u);
+  EXPECT_EQ(s1[1].end, 34u);
+  // Without interleaving a stage holds its range.
+  plan.set_schedule(proto::Plan::SCHEDULE_1F1B);
+  plan.set_virtual_stages(1);
+  const auto plain = StageChunks(plan, plan.pipelines(0), 1, *m);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].begin, 12u);
+  EXPECT_EQ(plain[0].end, 34u);
+}
+
+// With DP under interleaving the sync groups are cut at every chunk boundary: llama-tiny on two stages of
+// two replicas, two chunks each (stage 0: [0,2) and [3,4); stage 1: [2,3) and [4,6)) gives four groups.
+TEST(GradSync, InterleavedChunksSyncOnTheirOwn) {
+  auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: fp32}");
+  const auto plan = PlanFrom(R"(
+schedule: interleaved_1f1b
+virtual_stages: 2
+pipelines:
+  - {micro_batch_size: 4, num_micro_batches: 2, stages: [{devices: [0, 1], layer_end: 3}, {devices: [2, 3], layer_begin: 3, layer_end: 6}]}
+)");
+  PlanContext ctx{f.cluster, f.model, f.training};
+  ASSERT_TRUE(ValidatePlanStructure(plan, ctx, "plan").ok()) << ValidatePlanStructure(plan, ctx, "plan").message();
+  const auto groups = DeriveGradSyncGroups(plan, f.model);
+  ASSERT_EQ(groups.size(), 4u);
+  const std::vector<std::array<uint32_t, 3>> want = {{0, 2, 0}, {2, 3, 2}, {3, 4, 0}, {4, 6, 2}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(groups[i].layer_begin, want[i][0]) << i;
+    EXPECT_EQ(groups[i].layer_end, want[i][1]) << i;
+    EXPECT_EQ(groups[i].devices, (std::vector<uint32_t>{want[i][2], want[i][2] + 1})) << i;
+  }
 }
 
 TEST(GradSync, IntraStageDataParallelReplicasSyncTogether) {
