@@ -70,6 +70,8 @@ class Backend {
   virtual void Copy(Tensor dst, Tensor src) = 0;            // equal numel; converts between f32 and bf16
   virtual void Add(Tensor y, Tensor x) = 0;                 // y += x (equal numel)
   virtual void Scale(Tensor t, float alpha) = 0;            // t *= alpha
+  // dst[:, dst_col, +cols) = src[:, src_col, +cols) (equal rows and dtype; Ulysses' head blocks).
+  virtual void CopyColumns(Tensor dst, int64_t dst_col, Tensor src, int64_t src_col, int64_t cols) = 0;
 
   // ---- dense math ----
   // c = alpha · op(a) · op(b) + beta · c, op = transpose when the flag is set. op(a) is [M, K], op(b) is
@@ -178,6 +180,9 @@ class Comm {
   virtual void ReduceScatter(Tensor in, Tensor out) = 0;
   // ZeRO (f32): every rank's `in` segment, in rank order, into `out` (in.numel() · size() == out.numel()).
   virtual void AllGather(Tensor in, Tensor out) = 0;
+  // Ulysses (f32 or act dtype): `in` holds size() equal blocks; block j goes to member j, and member j's
+  // block for this rank lands in block j of `out` (in.numel() == out.numel()).
+  virtual void AllToAll(Tensor in, Tensor out) = 0;
   // `t` of group rank `root` to every member, in place (PP leader broadcast).
   virtual void Broadcast(Tensor t, int root) = 0;
 };

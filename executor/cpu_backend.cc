@@ -94,6 +94,17 @@ class CpuBackend final : public Backend {
     HETSIM_CHECK(dst.numel() == src.numel() && dst.dtype == src.dtype, "cpu backend: Copy shape or dtype mismatch");
     if (dst.data != src.data) std::memmove(dst.data, src.data, dst.bytes());
   }
+  void CopyColumns(Tensor dst, int64_t dst_col, Tensor src, int64_t src_col, int64_t cols) override {
+    HETSIM_CHECK(dst.rows == src.rows && dst.dtype == src.dtype && dst_col + cols <= dst.cols &&
+                     src_col + cols <= src.cols,
+                 "cpu backend: CopyColumns shape mismatch");
+    const size_t e = DTypeSize(dst.dtype);
+    auto* d = static_cast<char*>(dst.data);
+    const auto* s = static_cast<const char*>(src.data);
+    for (int64_t r = 0; r < dst.rows; ++r) {
+      std::memcpy(d + (r * dst.cols + dst_col) * e, s + (r * src.cols + src_col) * e, static_cast<size_t>(cols) * e);
+    }
+  }
   void Add(Tensor y, Tensor x) override {
     CheckF32(y, "Add");
     HETSIM_CHECK(y.numel() == x.numel(), "cpu backend: Add size mismatch");

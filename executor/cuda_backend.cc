@@ -122,6 +122,16 @@ class CudaBackend final : public Backend {
     HETSIM_CHECK(dst.numel() == src.numel(), "cuda backend: Copy size mismatch");
     HETSIM_CUDA_CHECK(cuda::Convert(dst.data, dst.dtype, src.data, src.dtype, dst.numel(), stream_));
   }
+  void CopyColumns(Tensor dst, int64_t dst_col, Tensor src, int64_t src_col, int64_t cols) override {
+    HETSIM_CHECK(dst.rows == src.rows && dst.dtype == src.dtype && dst_col + cols <= dst.cols &&
+                     src_col + cols <= src.cols,
+                 "cuda backend: CopyColumns shape mismatch");
+    if (dst.rows == 0 || cols == 0) return;
+    const size_t e = DTypeSize(dst.dtype);
+    HETSIM_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.data) + dst_col * e, dst.cols * e,
+                                        static_cast<const char*>(src.data) + src_col * e, src.cols * e, cols * e,
+                                        dst.rows, cudaMemcpyDeviceToDevice, stream_));
+  }
   void Add(Tensor y, Tensor x) override {
     HETSIM_CHECK(y.numel() == x.numel() && y.dtype == x.dtype, "cuda backend: Add shape or dtype mismatch");
     HETSIM_CUDA_CHECK(cuda::Add(y.data, x.data, y.dtype, y.numel(), stream_));
@@ -339,6 +349,20 @@ class NcclComm final : public Comm {
   void Broadcast(Tensor t, int root) override {
     HETSIM_NCCL_CHECK(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype), root, comm_,
                                     be_->stream()));
+  }
+  // Grouped sends and receives of one block per member (NCCL has no all-to-all of its own).
+  void AllToAll(Tensor in, Tensor out) override {
+    HETSIM_CHECK(in.numel() == out.numel() && in.numel() % size_ == 0 && in.dtype == out.dtype,
+                 "NCCL all-to-all: bad blocks");
+    const size_t n = static_cast<size_t>(in.numel() / size_), e = DTypeSize(in.dtype);
+    HETSIM_NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < size_; ++j) {
+      HETSIM_NCCL_CHECK(ncclSend(static_cast<const char*>(in.data) + j * n * e, n, NcclType(in.dtype), j, comm_,
+                                 be_->stream()));
+      HETSIM_NCCL_CHECK(ncclRecv(static_cast<char*>(out.data) + j * n * e, n, NcclType(out.dtype), j, comm_,
+                                 be_->stream()));
+    }
+    HETSIM_NCCL_CHECK(ncclGroupEnd());
   }
   void AllGather(Tensor in, Tensor out) override {
     HETSIM_CHECK(in.numel() * size_ == out.numel(), "NCCL all-gather: bad segment");

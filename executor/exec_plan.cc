@@ -41,16 +41,24 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   HETSIM_RETURN_IF_ERROR(CheckExecutableModel(ctx.model));
   ExecPlan ep;
   ep.schedule = models::EffectiveSchedule(plan);
-  // Ring attention and Ulysses' all-to-alls have no kernels or communicators here: refuse rather than run
-  // a different plan.
+  // Ring attention has no kernels here: refuse rather than run a different plan. Ulysses needs the local
+  // heads to split evenly over its ranks.
   for (int p = 0; p < plan.pipelines_size(); ++p) {
     for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) {
       const auto& st = plan.pipelines(p).stages(s);
-      if (models::CpDegree(st) > 1 || models::UlyssesDegree(st) > 1) {
-        return Status::Invalid(file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]." +
-                               (models::CpDegree(st) > 1 ? "cp_degree" : "ulysses_degree") +
-                               ": the executor runs neither context parallelism nor DeepSpeed-Ulysses; simulate "
-                               "this plan (hetsim simulate) or set cp_degree and ulysses_degree to 1");
+      const std::string at = file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "].";
+      if (models::CpDegree(st) > 1) {
+        return Status::Invalid(at + "cp_degree: the executor does not run context parallelism (ring attention); "
+                               "simulate this plan (hetsim simulate) or set cp_degree to 1");
+      }
+      const uint32_t u = models::UlyssesDegree(st), tp = models::TpDegree(st);
+      const uint32_t q = ctx.model.spec().num_attention_heads() / tp;
+      const uint32_t kv = ctx.model.kv_heads() >= tp ? ctx.model.kv_heads() / tp : 1;
+      if (u > 1 && (q % u != 0 || kv % u != 0)) {
+        return Status::Invalid(at + "ulysses_degree: " + std::to_string(u) + " does not divide the " +
+                               std::to_string(q) + " query and " + std::to_string(kv) +
+                               " key/value heads each TP rank holds (Ulysses gives every rank 1/u of them); "
+                               "choose a degree that divides both");
       }
     }
   }
@@ -141,30 +149,42 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
           if (ep.canonical_holder[l][0] == UINT32_MAX) ep.canonical_holder[l] = {static_cast<uint32_t>(p), s, 0};
         }
       }
+      const uint32_t u = models::UlyssesDegree(st);
       for (uint32_t r = 0; r < dp; ++r) {
-        std::vector<int> group;
-        for (uint32_t k = 0; k < tp; ++k) group.push_back(rank_of(st.devices(static_cast<int>(r * tp + k))));
-        if (tp > 1) ep.tp_groups.push_back(group);
-        for (uint32_t k = 0; k < tp; ++k) {
-          RankRole& role = ep.roles[static_cast<size_t>(group[k])];
-          role.rank = group[k];
-          role.device = st.devices(static_cast<int>(r * tp + k));
-          role.pipeline = static_cast<uint32_t>(p);
-          role.stage = s;
-          role.num_stages = S;
-          role.layer_begin = st.layer_begin();
-          role.layer_end = st.layer_end();
-          role.chunks = chunks;
-          role.num_chunks = static_cast<uint32_t>(chunks.size());
-          role.tp = tp;
-          role.tp_rank = k;
-          role.dp = dp;
-          role.replica = r;
-          role.micro_batch_size = pipe.micro_batch_size();
-          role.num_micro_batches = pipe.num_micro_batches();
-          role.first_sequence = first_sequence;
-          role.share = shares[s][r];
-          role.tp_group = group;
+        // Devices: TP innermost, then the Ulysses shard, then the replica (models::StageDevice).
+        for (uint32_t k = 0; k < tp && u > 1; ++k) {
+          std::vector<int> uly;
+          for (uint32_t j = 0; j < u; ++j) uly.push_back(rank_of(models::StageDevice(st, r, j, k)));
+          ep.uly_groups.push_back(uly);
+        }
+        for (uint32_t j = 0; j < u; ++j) {
+          std::vector<int> group;
+          for (uint32_t k = 0; k < tp; ++k) group.push_back(rank_of(models::StageDevice(st, r, j, k)));
+          if (tp > 1) ep.tp_groups.push_back(group);
+          for (uint32_t k = 0; k < tp; ++k) {
+            RankRole& role = ep.roles[static_cast<size_t>(group[k])];
+            role.rank = group[k];
+            role.device = models::StageDevice(st, r, j, k);
+            role.ulysses = u;
+            role.shard = j;
+            if (u > 1) role.uly_group = ep.uly_groups[ep.uly_groups.size() - tp + k];
+            role.pipeline = static_cast<uint32_t>(p);
+            role.stage = s;
+            role.num_stages = S;
+            role.layer_begin = st.layer_begin();
+            role.layer_end = st.layer_end();
+            role.chunks = chunks;
+            role.num_chunks = static_cast<uint32_t>(chunks.size());
+            role.tp = tp;
+            role.tp_rank = k;
+            role.dp = dp;
+            role.replica = r;
+            role.micro_batch_size = pipe.micro_batch_size();
+            role.num_micro_batches = pipe.num_micro_batches();
+            role.first_sequence = first_sequence;
+            role.share = shares[s][r];
+            role.tp_group = group;
+          }
         }
       }
     }

@@ -61,6 +61,9 @@ struct RankRole {
   uint32_t tp_rank = 0;
   uint32_t dp = 1;
   uint32_t replica = 0;
+  uint32_t ulysses = 1;            // the stage's Ulysses degree u
+  uint32_t shard = 0;              // this rank's sequence shard: tokens [shard, shard + 1) · seq_len / u
+  std::vector<int> uly_group;      // world ranks of its Ulysses group, by shard (u > 1)
   uint32_t micro_batch_size = 1;   // of the pipeline
   uint32_t num_micro_batches = 1;  // of the pipeline
   uint64_t first_sequence = 0;     // index in the global batch of the pipeline's first sequence
@@ -88,10 +91,11 @@ struct ExecPlan {
   std::vector<uint32_t> devices;  // world rank -> device
   std::vector<RankRole> roles;    // by world rank
   std::vector<std::vector<int>> tp_groups;           // every TP group of more than one rank, plan order
+  std::vector<std::vector<int>> uly_groups;          // every Ulysses group, plan order
   std::vector<SyncGroupRanks> sync_groups;           // plan order (DeriveGradSyncGroups)
   std::vector<std::pair<int, int>> channels;         // directed (sender, receiver) pipeline pairs, sorted
   // Per layer: (pipeline, stage, replica) of its first holder, whose copy is the canonical one.
-  std::vector<std::array<uint32_t, 3>> canonical_holder;
+  std::vector<std::array<uint32_t, 3>> canonical_holder;  // its sequence shard 0
   uint32_t global_batch = 0;
   uint32_t seq_len = 0;
   proto::Plan::Schedule schedule = proto::Plan::SCHEDULE_1F1B;

@@ -72,6 +72,12 @@ class MpiComm final : public Comm {
     HETSIM_CHECK(t.numel() <= INT32_MAX, "MPI broadcast of more than 2^31 elements");
     HETSIM_MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.numel()), MpiType(t), root, comm_));
   }
+  void AllToAll(Tensor in, Tensor out) override {
+    HETSIM_CHECK(in.numel() == out.numel() && in.numel() % size_ == 0 && in.numel() / size_ <= INT32_MAX,
+                 "MPI all-to-all: bad blocks");
+    const int n = static_cast<int>(in.numel() / size_);
+    HETSIM_MPI_CHECK(MPI_Alltoall(in.data, n, MpiType(in), out.data, n, MpiType(out), comm_));
+  }
   void AllGather(Tensor in, Tensor out) override {
     HETSIM_CHECK(in.numel() * size_ == out.numel() && in.numel() <= INT32_MAX, "MPI all-gather: bad segment");
     HETSIM_MPI_CHECK(MPI_Allgather(in.data, static_cast<int>(in.numel()), MpiType(in), out.data,

@@ -36,8 +36,9 @@ class OpLog : public OpObserver {
     op.seq_end = role_.share.begin + static_cast<uint32_t>(sequences);
     op.recompute = recompute;
     const double n = static_cast<double>(sequences);
+    // Ulysses: the rank computes 1/u of the layer (its tokens, and 1/u of the heads for attention).
     op.flops = (forward || recompute ? model_.ForwardFlops(layer, n, seq_len_) : model_.BackwardFlops(layer, n, seq_len_)) /
-               role_.tp;
+               (double(role_.tp) * role_.ulysses);
     Add(op);
   }
   void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) override {
@@ -48,6 +49,19 @@ class OpLog : public OpObserver {
     op.micro_batch = static_cast<uint16_t>(mb);
     op.group = GroupOf(role_.tp_group);
     op.rank = role_.tp_rank;
+    op.layer_begin = layer;
+    op.layer_end = layer + 1;
+    op.bytes = bytes;
+    Add(op);
+  }
+  void UlyssesAllToAll(uint32_t mb, uint32_t layer, double bytes) override {
+    models::Op op;
+    op.kind = models::OpKind::kCollective;
+    op.category = models::Category::kCp;
+    op.collective = models::CollectiveKind::kAllToAll;
+    op.micro_batch = static_cast<uint16_t>(mb);
+    op.group = GroupOf(role_.uly_group);
+    op.rank = role_.shard;
     op.layer_begin = layer;
     op.layer_end = layer + 1;
     op.bytes = bytes;

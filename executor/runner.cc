@@ -5,12 +5,15 @@
 namespace hetsim::executor {
 
 void Runner::SetupComms() {
-  // One global order of groups on every rank: TP groups, then gradient-sync groups (deduplicated).
+  // One global order of groups on every rank: TP groups, Ulysses groups, then gradient-sync groups
+  // (deduplicated).
   std::vector<std::vector<int>> groups;
   auto add = [&](const std::vector<int>& g) {
     if (g.size() > 1 && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
   };
   for (const auto& g : plan_.tp_groups) add(g);
+  for (const auto& g : plan_.uly_groups) add(g);
+  const size_t layer_groups = groups.size();
   for (const auto& sg : plan_.sync_groups) add(sg.ranks);
   // Hierarchical all-reduces: the node's members and the members of one position across nodes (every
   // rank scans every rank's operations, so that all create them in one order).
@@ -26,16 +29,14 @@ void Runner::SetupComms() {
       }
     }
   }
-  const size_t tp_groups = std::count_if(plan_.tp_groups.begin(), plan_.tp_groups.end(),
-                                         [](const std::vector<int>& g) { return g.size() > 1; });
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& g = groups[i];
     if (std::find(g.begin(), g.end(), rank_) == g.end()) continue;
     comms_[g] = factory_->CreateGroup(g, static_cast<int>(i));
   }
   // comm.dp_overlap: the DP stream's collectives get communicators of their own (the lowering's DP groups:
-  // every group after the TP groups, again), so that they never interleave with the main stream's.
-  for (size_t i = tp_groups; overlap && i < groups.size(); ++i) {
+  // every group after the TP and Ulysses groups, again), so that they never interleave with the main stream's.
+  for (size_t i = layer_groups; overlap && i < groups.size(); ++i) {
     const auto& g = groups[i];
     if (std::find(g.begin(), g.end(), rank_) == g.end() || side_comms_.count(g)) continue;
     side_comms_[g] = factory_->CreateGroup(g, static_cast<int>(groups.size() + i));
@@ -47,13 +48,15 @@ void Runner::SetupComms() {
 }
 
 Buffer Runner::Tokens(uint32_t step, uint32_t mb, bool labels) {
-  const uint32_t n = role_.share.size(), s = plan_.seq_len;
-  std::vector<int32_t> host(static_cast<size_t>(n) * s), seqbuf(s + 1);
+  // Ulysses: this rank's tokens of each sequence (and their labels), from its shard's first position.
+  const uint32_t n = role_.share.size(), s = static_cast<uint32_t>(seq()), full = plan_.seq_len;
+  const uint32_t from = role_.shard * s + (labels ? 1 : 0);
+  std::vector<int32_t> host(static_cast<size_t>(n) * s), seqbuf(full + 1);
   const uint32_t vocab = specs_.model.spec().vocab_size();
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t id = uint64_t{step} * plan_.global_batch + role_.FirstSequence(mb) + i;
-    SyntheticSequence(o_.seed, id, s + 1, vocab, seqbuf.data());
-    std::copy_n(seqbuf.begin() + (labels ? 1 : 0), s, host.begin() + static_cast<ptrdiff_t>(i) * s);
+    SyntheticSequence(o_.seed, id, full + 1, vocab, seqbuf.data());
+    std::copy_n(seqbuf.begin() + from, s, host.begin() + static_cast<ptrdiff_t>(i) * s);
   }
   Buffer b(be_, static_cast<int64_t>(host.size()), 1, DType::kI32);
   be_->Upload(b.t(), host.data());
@@ -416,6 +419,7 @@ int Runner::Run() {
   mo.rope_theta = static_cast<float>(o_.rope_theta);
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.chunks, role_.tp, role_.tp_rank, tp_comm_, mo,
                                         &recorder_);
+  if (role_.ulysses > 1) model_->SetUlysses(comms_.at(role_.uly_group).get());
   MapChunks();
   model_->SetOpObserver(&log_);
   if (!o_.profile_out.empty()) {

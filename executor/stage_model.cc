@@ -182,13 +182,26 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   be_->Gemm(s.q.t(), s.n1.t(), false, P(layer, ParamKind::kWq).w(), true, 1, 0);
   be_->Gemm(s.k.t(), s.n1.t(), false, P(layer, ParamKind::kWk).w(), true, 1, 0);
   be_->Gemm(s.v.t(), s.n1.t(), false, P(layer, ParamKind::kWv).w(), true, 1, 0);
-  be_->Rope(s.q.t(), st.seq, heads_.q_heads, hd, options_.rope_theta, false);
-  be_->Rope(s.k.t(), st.seq, heads_.kv_heads, hd, options_.rope_theta, false);
-  const AttentionShape shape{st.batch, st.seq, heads_.q_heads, heads_.kv_heads, hd,
+  // Ulysses: the whole sequence for 1/u of the heads (RoPE then takes every token's own position).
+  const int64_t u = ulysses(), S = st.seq * u;
+  if (u > 1) {
+    s.q = ToHeads(s.q.t(), st.batch, st.seq, imb);
+    s.k = ToHeads(s.k.t(), st.batch, st.seq, imb);
+    s.v = ToHeads(s.v.t(), st.batch, st.seq, imb);
+  }
+  be_->Rope(s.q.t(), S, heads_.q_heads / u, hd, options_.rope_theta, false);
+  be_->Rope(s.k.t(), S, heads_.kv_heads / u, hd, options_.rope_theta, false);
+  const AttentionShape shape{st.batch, S, heads_.q_heads / u, heads_.kv_heads / u, hd,
                              1.0f / std::sqrt(static_cast<float>(hd))};
   s.probs = NewAct(shape.probs_numel(), 1);
-  s.attn = NewAct(T, qd);
-  be_->Attention(s.attn.t(), s.probs.t(), s.q.t(), s.k.t(), s.v.t(), shape);
+  if (u > 1) {
+    Buffer heads = NewAct(T * u, qd / u);
+    be_->Attention(heads.t(), s.probs.t(), s.q.t(), s.k.t(), s.v.t(), shape);
+    s.attn = ToTokens(heads.t(), st.batch, st.seq, imb);
+  } else {
+    s.attn = NewAct(T, qd);
+    be_->Attention(s.attn.t(), s.probs.t(), s.q.t(), s.k.t(), s.v.t(), shape);
+  }
   Buffer o = NewAct(T, h);
   be_->Gemm(o.t(), s.attn.t(), false, P(layer, ParamKind::kWoT).w(), false, 1, 0);
   TpAllReduce(o.t(), ReduceOp::kSum, imb);
@@ -208,6 +221,7 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   be_->Gemm(y.t(), s.act.t(), false, P(layer, ParamKind::kWdownT).w(), false, 1, 0);
   TpAllReduce(y.t(), ReduceOp::kSum, imb);
   be_->Add(y.t(), s.x2.t());
+  FlushAllToAll(mb, layer);
   return y;
 }
 
@@ -323,14 +337,22 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   be_->Gemm(dattn.t(), dx2.t(), false, wo.w(), true, 1, 0);
   be_->Gemm(wo.grad.t(), s.attn.t(), true, dx2.t(), false, 1, 1);
   s.attn.Reset();
-  const AttentionShape shape{st.batch, st.seq, heads_.q_heads, heads_.kv_heads, hd,
+  const int64_t u = ulysses(), S = st.seq * u;
+  const AttentionShape shape{st.batch, S, heads_.q_heads / u, heads_.kv_heads / u, hd,
                              1.0f / std::sqrt(static_cast<float>(hd))};
-  Buffer dq = NewAct(T, qd), dk = NewAct(T, kvd), dv = NewAct(T, kvd);
+  if (u > 1) dattn = ToHeads(dattn.t(), st.batch, st.seq, imb);
+  // With Ulysses the gradients are laid out like q, k and v after the all-to-all: [T·u, width / u].
+  Buffer dq = NewAct(T * u, qd / u), dk = NewAct(T * u, kvd / u), dv = NewAct(T * u, kvd / u);
   be_->AttentionBackward(dq.t(), dk.t(), dv.t(), dattn.t(), s.q.t(), s.k.t(), s.v.t(), s.probs.t(), shape);
   dattn.Reset();
   s.probs.Reset();
-  be_->Rope(dq.t(), st.seq, heads_.q_heads, hd, options_.rope_theta, true);
-  be_->Rope(dk.t(), st.seq, heads_.kv_heads, hd, options_.rope_theta, true);
+  be_->Rope(dq.t(), S, heads_.q_heads / u, hd, options_.rope_theta, true);
+  be_->Rope(dk.t(), S, heads_.kv_heads / u, hd, options_.rope_theta, true);
+  if (u > 1) {
+    dq = ToTokens(dq.t(), st.batch, st.seq, imb);
+    dk = ToTokens(dk.t(), st.batch, st.seq, imb);
+    dv = ToTokens(dv.t(), st.batch, st.seq, imb);
+  }
   Param& wq = P(layer, ParamKind::kWq);
   Param& wk = P(layer, ParamKind::kWk);
   Param& wv = P(layer, ParamKind::kWv);
@@ -349,7 +371,57 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   Buffer dx = std::move(dx2);
   be_->RmsNormBackward(dx.t(), norm1.grad.t(), s.x.t(), norm1.w(), s.inv1.t(), dn1.t(), true);
   s = BlockSaved{};
+  FlushAllToAll(mb, layer);
   return dx;
+}
+
+void StageModel::AllToAll(Tensor in, Tensor out) {
+  pending_a2a_.push_back(static_cast<double>(in.bytes()));
+  uly_comm_->AllToAll(in, out);
+}
+
+void StageModel::FlushAllToAll(uint32_t mb, uint32_t layer) {
+  if (observer_ != nullptr) {
+    for (double bytes : pending_a2a_) observer_->UlyssesAllToAll(mb, layer, bytes);
+  }
+  pending_a2a_.clear();
+}
+
+Buffer StageModel::ToHeads(Tensor x, int64_t batch, int64_t seq_local, int32_t mb) {
+  SliceRecorder::Scope scope(recorder_, Category::kCp, mb);
+  const int64_t u = ulysses(), rows = x.rows, w = x.cols / u;
+  HETSIM_CHECK(rows == batch * seq_local && x.cols % u == 0, "StageModel: Ulysses all-to-all of a bad tensor");
+  // Block j (member j's head group, this rank's tokens) goes to member j.
+  Buffer send = NewAct(u * rows, w), recv = NewAct(u * rows, w);
+  for (int64_t j = 0; j < u; ++j) be_->CopyColumns(send.t().Rows(j * rows, (j + 1) * rows), 0, x, j * w, w);
+  AllToAll(send.t(), recv.t());
+  // Member j's tokens are positions [j·seq_local, (j+1)·seq_local) of every sequence.
+  Buffer y = NewAct(u * rows, w);
+  for (int64_t j = 0; j < u; ++j) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t to = b * seq_local * u + j * seq_local, from = j * rows + b * seq_local;
+      be_->Copy(y.t().Rows(to, to + seq_local), recv.t().Rows(from, from + seq_local));
+    }
+  }
+  return y;
+}
+
+Buffer StageModel::ToTokens(Tensor y, int64_t batch, int64_t seq_local, int32_t mb) {
+  SliceRecorder::Scope scope(recorder_, Category::kCp, mb);
+  const int64_t u = ulysses(), rows = batch * seq_local, w = y.cols;
+  HETSIM_CHECK(y.rows == u * rows, "StageModel: Ulysses all-to-all of a bad tensor");
+  // Block j: member j's tokens of this rank's head group.
+  Buffer send = NewAct(u * rows, w), recv = NewAct(u * rows, w);
+  for (int64_t j = 0; j < u; ++j) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t from = b * seq_local * u + j * seq_local, to = j * rows + b * seq_local;
+      be_->Copy(send.t().Rows(to, to + seq_local), y.Rows(from, from + seq_local));
+    }
+  }
+  AllToAll(send.t(), recv.t());
+  Buffer x = NewAct(rows, w * u);
+  for (int64_t j = 0; j < u; ++j) be_->CopyColumns(x.t(), j * w, recv.t().Rows(j * rows, (j + 1) * rows), 0, w);
+  return x;
 }
 
 }  // namespace hetsim::executor

@@ -51,6 +51,11 @@ class OpObserver {
   // `recompute`: the forward recomputation of a block inside the backward pass.
   virtual void LayerPass(bool forward, bool recompute, uint32_t mb, uint32_t layer, int64_t sequences) = 0;
   virtual void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) = 0;
+  // A Ulysses all-to-all of `bytes` (this rank's whole tensor), reported after the block's TP collectives
+  // (the lowering's order within a pass).
+  virtual void UlyssesAllToAll(uint32_t mb, uint32_t layer, double bytes) {
+    (void)mb, (void)layer, (void)bytes;
+  }
 };
 
 class StageModel {
@@ -99,6 +104,13 @@ class StageModel {
   // pass are measured.
   void SetLayerRecorder(SliceRecorder* recorder) { layer_recorder_ = recorder; }
   void SetOpObserver(OpObserver* observer) { observer_ = observer; }
+  // DeepSpeed-Ulysses (Jacobs et al. 2023, §3.1) over `comm` (u members, this rank's sequence shard is its
+  // rank in it): every pass gets seq / u tokens of each sequence; each block's q, k and v go by all-to-all
+  // from [tokens / u, heads] to [tokens, heads / u], attention runs on the whole sequence for the rank's
+  // 1/u of the local heads, and its output comes back; the backward does the mirror image. The local
+  // query and key/value heads must divide by u.
+  void SetUlysses(Comm* comm) { uly_comm_ = comm; }
+  int64_t ulysses() const { return uly_comm_ != nullptr ? uly_comm_->size() : 1; }
   // Bytes kept by each layer of the last chunk that ran a forward pass keeping activations (index: layer
   // − the chunk's first layer), when a layer recorder is set.
   const std::vector<double>& activation_bytes() const { return activation_bytes_; }
@@ -132,6 +144,14 @@ class StageModel {
   Buffer BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer dy);
   void HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x, bool add_loss);
   Buffer HeadBackward(uint32_t mb, HeadSaved& s);
+  // Ulysses' layout changes for `batch` sequences of `seq_local` tokens per rank, `width` = local heads ×
+  // head dim: [batch·seq_local, width] (this rank's tokens) to [batch·seq_local·u, width / u] (every token of
+  // head group j = this rank's rank), and back.
+  Buffer ToHeads(Tensor x, int64_t batch, int64_t seq_local, int32_t mb);
+  Buffer ToTokens(Tensor y, int64_t batch, int64_t seq_local, int32_t mb);
+  // The all-to-all (its bytes wait in pending_a2a_ until the block's end, FlushAllToAll).
+  void AllToAll(Tensor in, Tensor out);
+  void FlushAllToAll(uint32_t mb, uint32_t layer);
 
   Backend* be_;
   const models::TransformerModel& model_;
@@ -142,6 +162,8 @@ class StageModel {
   SliceRecorder* recorder_;
   SliceRecorder* layer_recorder_ = nullptr;
   OpObserver* observer_ = nullptr;
+  Comm* uly_comm_ = nullptr;           // SetUlysses
+  std::vector<double> pending_a2a_;  // bytes of the block's all-to-alls not yet reported
   uint32_t current_layer_ = 0;
   std::vector<double> activation_bytes_;
   HeadShard heads_;

@@ -189,22 +189,57 @@ TEST(ExecPlanTest, RejectsNonLlamaModels) {
   EXPECT_TRUE(CheckExecutableModel(l.model).ok());
 }
 
-TEST(ExecPlanTest, RefusesContextParallelismAndUlysses) {
-  for (const char* field : {"cp_degree", "ulysses_degree"}) {
-    Loaded l = Load("cpu-4-dp4");
-    auto* st = l.plan.mutable_pipelines(0)->mutable_stages(0);
-    if (std::string(field) == "cp_degree") {
-      st->set_cp_degree(2);
-    } else {
-      st->set_ulysses_degree(2);
-    }
-    const models::PlanContext ctx{l.cluster, l.model, l.training};
-    auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
-    ASSERT_FALSE(ep.ok()) << field;
-    EXPECT_NE(ep.status().message().find(std::string("p.yaml: pipelines[0].stages[0].") + field), std::string::npos)
-        << ep.status().message();
-    EXPECT_NE(ep.status().message().find("set cp_degree and ulysses_degree to 1"), std::string::npos);
-  }
+TEST(ExecPlanTest, RefusesContextParallelism) {
+  Loaded l = Load("cpu-4-dp4");
+  l.plan.mutable_pipelines(0)->mutable_stages(0)->set_cp_degree(2);
+  const models::PlanContext ctx{l.cluster, l.model, l.training};
+  auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("p.yaml: pipelines[0].stages[0].cp_degree"), std::string::npos)
+      << ep.status().message();
+  EXPECT_NE(ep.status().message().find("set cp_degree to 1"), std::string::npos);
+}
+
+// Ulysses on cpu-4-tp2 widened to four devices: TP innermost, then the sequence shard (models::StageDevice),
+// so devices 0-1 are shard 0's TP group and 2-3 shard 1's; the Ulysses groups pair equal TP ranks.
+TEST(ExecPlanTest, UlyssesRanksHoldTheirShardAndGroups) {
+  Loaded l = Load("cpu-4-tp2");
+  auto* st = l.plan.mutable_pipelines(0)->mutable_stages(0);
+  st->add_devices(2);
+  st->add_devices(3);
+  st->set_ulysses_degree(2);
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  ASSERT_EQ(ep->world_size(), 4);
+  EXPECT_EQ(ep->tp_groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(ep->uly_groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(ep->roles[2].shard, 1u);
+  EXPECT_EQ(ep->roles[2].tp_rank, 0u);
+  EXPECT_EQ(ep->roles[3].uly_group, (std::vector<int>{1, 3}));
+  EXPECT_EQ(ep->roles[1].ulysses, 2u);
+  // Every shard holds the same weights: one sync group of the four ranks' TP rank 0 ... per TP chunk.
+  for (const auto& sg : ep->sync_groups) EXPECT_EQ(sg.ranks.size(), 2u);
+}
+
+// A key/value head cannot be split over Ulysses ranks: llama-tiny with one kv head and u = 2 is refused.
+TEST(ExecPlanTest, RefusesUlyssesThatSplitsAHead) {
+  Loaded l = Load("cpu-4-dp4");
+  proto::Model spec = l.model.spec();
+  spec.set_num_kv_heads(1);
+  auto mqa = models::TransformerModel::Build(spec, "mqa.yaml");
+  ASSERT_TRUE(mqa.ok());
+  l.model = *mqa;
+  auto* pipe = l.plan.mutable_pipelines(0);
+  pipe->mutable_stages(0)->add_devices(1);
+  pipe->mutable_stages(0)->set_ulysses_degree(2);
+  l.plan.mutable_pipelines()->DeleteSubrange(1, 3);
+  const models::PlanContext ctx{l.cluster, l.model, l.training};
+  auto ep = BuildExecPlan(l.plan, ctx, "p.yaml");
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("p.yaml: pipelines[0].stages[0].ulysses_degree: 2 does not divide the 8 "
+                                       "query and 1 key/value heads"),
+            std::string::npos)
+      << ep.status().message();
 }
 
 // CPU offload (ZeRO-Offload, ZeRO-Infinity, FSDP CPUOffload) has no host optimizer or host-resident shards
