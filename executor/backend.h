@@ -33,8 +33,19 @@ struct AttentionShape {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   float scale = 1.0f;  // applied to q·kᵀ (1/√head_dim)
+  // Context parallelism (load-balanced ring attention): the sequence is cut into 2·cp chunks and only the
+  // query rows of chunks cp_rank and 2·cp − 1 − cp_rank are this rank's; the other query rows are zero and
+  // their outputs unused (their gradients come out zero). A backend may skip them.
+  int64_t cp = 1;
+  int64_t cp_rank = 0;
   // Elements of the saved softmax probabilities: batch · q_heads · seq · seq.
   int64_t probs_numel() const { return batch * q_heads * seq * seq; }
+  // The live query rows of a sequence as (first row, rows) ranges: the whole sequence without CP.
+  std::vector<std::pair<int64_t, int64_t>> live_rows() const {
+    if (cp <= 1) return {{0, seq}};
+    const int64_t c = seq / (2 * cp);
+    return {{cp_rank * c, c}, {(2 * cp - 1 - cp_rank) * c, c}};
+  }
 };
 
 struct AdamParams {
@@ -185,6 +196,9 @@ class Comm {
   virtual void AllToAll(Tensor in, Tensor out) = 0;
   // `t` of group rank `root` to every member, in place (PP leader broadcast).
   virtual void Broadcast(Tensor t, int root) = 0;
+  // One step of a ring (context parallelism's K/V ring): `send` to group rank `dst` while `recv` arrives
+  // from group rank `src`; returns when both are done.
+  virtual void SendRecv(Tensor send, int dst, Tensor recv, int src) = 0;
 };
 
 // Pipeline transfers between ranks (world ranks). Messages between two ranks with the same tag are

@@ -228,58 +228,74 @@ class CpuBackend final : public Backend {
 
   void SetProgressHook(std::function<void()> hook) override { progress_ = std::move(hook); }
 
+  // Per sequence, query head and live row range [r0, r0 + n): the scores against the causal prefix of
+  // keys [0, r0 + n), the causal softmax, the output; rows outside the live ranges (context parallelism's
+  // other chunks) get a zero output and are left out of the probabilities.
   void Attention(Tensor out, Tensor probs, Tensor q, Tensor k, Tensor v, const AttentionShape& s) override {
     Progress();
     const int64_t group = s.q_heads / s.kv_heads, S = s.seq, hd = s.head_dim;
+    const auto live = s.live_rows();
+    if (s.cp > 1) M(out).setZero();
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t h = 0; h < s.q_heads; ++h) {
         const int64_t kvh = h / group;
-        auto Q = Block(q, b * S, S, h * hd, hd);
-        auto K = Block(k, b * S, S, kvh * hd, hd);
-        auto V = Block(v, b * S, S, kvh * hd, hd);
-        MapM P(probs.ptr<float>() + (b * s.q_heads + h) * S * S, S, S);
-        P.noalias() = s.scale * (Q * K.transpose());
-        for (int64_t i = 0; i < S; ++i) {
-          float* row = P.data() + i * S;
-          float mx = row[0];
-          for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-          double sum = 0;
-          for (int64_t j = 0; j <= i; ++j) {
-            row[j] = std::exp(row[j] - mx);
-            sum += row[j];
+        float* p = probs.ptr<float>() + (b * s.q_heads + h) * S * S;
+        for (const auto& [r0, n] : live) {
+          const int64_t keys = r0 + n;
+          auto Q = Block(q, b * S + r0, n, h * hd, hd);
+          auto K = Block(k, b * S, keys, kvh * hd, hd);
+          auto V = Block(v, b * S, keys, kvh * hd, hd);
+          StridedM P(p + r0 * S, n, keys, Eigen::OuterStride<>(S));
+          P.noalias() = s.scale * (Q * K.transpose());
+          for (int64_t i = 0; i < n; ++i) {
+            float* row = p + (r0 + i) * S;
+            const int64_t last = r0 + i;  // causal: keys 0..last
+            float mx = row[0];
+            for (int64_t j = 1; j <= last; ++j) mx = std::max(mx, row[j]);
+            double sum = 0;
+            for (int64_t j = 0; j <= last; ++j) {
+              row[j] = std::exp(row[j] - mx);
+              sum += row[j];
+            }
+            const float inv = static_cast<float>(1.0 / sum);
+            for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
+            for (int64_t j = last + 1; j < S; ++j) row[j] = 0.0f;
           }
-          const float inv = static_cast<float>(1.0 / sum);
-          for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-          for (int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
+          Block(out, b * S + r0, n, h * hd, hd).noalias() = P * V;
         }
-        auto O = Block(out, b * S, S, h * hd, hd);
-        O.noalias() = P * V;
       }
     }
   }
   void AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor probs,
                          const AttentionShape& s) override {
     const int64_t group = s.q_heads / s.kv_heads, S = s.seq, hd = s.head_dim;
+    const auto live = s.live_rows();
     M(dk).setZero();
     M(dv).setZero();
-    RowMat dP(S, S);
+    if (s.cp > 1) M(dq).setZero();
+    RowMat dP;
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t h = 0; h < s.q_heads; ++h) {
         const int64_t kvh = h / group;
-        auto Q = Block(q, b * S, S, h * hd, hd);
-        auto K = Block(k, b * S, S, kvh * hd, hd);
-        auto V = Block(v, b * S, S, kvh * hd, hd);
-        auto dO = Block(dout, b * S, S, h * hd, hd);
-        MapM P(probs.ptr<float>() + (b * s.q_heads + h) * S * S, S, S);
-        Block(dv, b * S, S, kvh * hd, hd).noalias() += P.transpose() * dO;
-        dP.noalias() = dO * V.transpose();
-        for (int64_t i = 0; i < S; ++i) {
-          double dot = 0;
-          for (int64_t j = 0; j <= i; ++j) dot += double(P(i, j)) * dP(i, j);
-          for (int64_t j = 0; j < S; ++j) dP(i, j) = j <= i ? P(i, j) * (dP(i, j) - static_cast<float>(dot)) : 0.0f;
+        const float* p = probs.ptr<float>() + (b * s.q_heads + h) * S * S;
+        for (const auto& [r0, n] : live) {
+          const int64_t keys = r0 + n;
+          auto Q = Block(q, b * S + r0, n, h * hd, hd);
+          auto K = Block(k, b * S, keys, kvh * hd, hd);
+          auto V = Block(v, b * S, keys, kvh * hd, hd);
+          auto dO = Block(dout, b * S + r0, n, h * hd, hd);
+          Eigen::Map<const RowMat, 0, Eigen::OuterStride<>> P(p + r0 * S, n, keys, Eigen::OuterStride<>(S));
+          Block(dv, b * S, keys, kvh * hd, hd).noalias() += P.transpose() * dO;
+          dP.noalias() = dO * V.transpose();
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t last = r0 + i;
+            double dot = 0;
+            for (int64_t j = 0; j <= last; ++j) dot += double(P(i, j)) * dP(i, j);
+            for (int64_t j = 0; j < keys; ++j) dP(i, j) = j <= last ? P(i, j) * (dP(i, j) - static_cast<float>(dot)) : 0.0f;
+          }
+          Block(dq, b * S + r0, n, h * hd, hd).noalias() = s.scale * (dP * K);
+          Block(dk, b * S, keys, kvh * hd, hd).noalias() += s.scale * (dP.transpose() * Q);
         }
-        Block(dq, b * S, S, h * hd, hd).noalias() = s.scale * (dP * K);
-        Block(dk, b * S, S, kvh * hd, hd).noalias() += s.scale * (dP.transpose() * Q);
       }
     }
   }

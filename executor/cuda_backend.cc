@@ -364,6 +364,16 @@ class NcclComm final : public Comm {
     }
     HETSIM_NCCL_CHECK(ncclGroupEnd());
   }
+  void SendRecv(Tensor send, int dst, Tensor recv, int src) override {
+    HETSIM_CHECK(send.dtype == recv.dtype && dst >= 0 && dst < size_ && src >= 0 && src < size_,
+                 "NCCL ring step: bad tensors or peers");
+    HETSIM_NCCL_CHECK(ncclGroupStart());
+    HETSIM_NCCL_CHECK(ncclSend(send.data, static_cast<size_t>(send.numel()), NcclType(send.dtype), dst, comm_,
+                               be_->stream()));
+    HETSIM_NCCL_CHECK(ncclRecv(recv.data, static_cast<size_t>(recv.numel()), NcclType(recv.dtype), src, comm_,
+                               be_->stream()));
+    HETSIM_NCCL_CHECK(ncclGroupEnd());
+  }
   void AllGather(Tensor in, Tensor out) override {
     HETSIM_CHECK(in.numel() * size_ == out.numel(), "NCCL all-gather: bad segment");
     HETSIM_NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), NcclType(in.dtype), comm_,

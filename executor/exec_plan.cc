@@ -41,16 +41,11 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   HETSIM_RETURN_IF_ERROR(CheckExecutableModel(ctx.model));
   ExecPlan ep;
   ep.schedule = models::EffectiveSchedule(plan);
-  // Ring attention has no kernels here: refuse rather than run a different plan. Ulysses needs the local
-  // heads to split evenly over its ranks.
+  // Ulysses needs the local heads to split evenly over its ranks.
   for (int p = 0; p < plan.pipelines_size(); ++p) {
     for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) {
       const auto& st = plan.pipelines(p).stages(s);
       const std::string at = file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "].";
-      if (models::CpDegree(st) > 1) {
-        return Status::Invalid(at + "cp_degree: the executor does not run context parallelism (ring attention); "
-                               "simulate this plan (hetsim simulate) or set cp_degree to 1");
-      }
       const uint32_t u = models::UlyssesDegree(st), tp = models::TpDegree(st);
       const uint32_t q = ctx.model.spec().num_attention_heads() / tp;
       const uint32_t kv = ctx.model.kv_heads() >= tp ? ctx.model.kv_heads() / tp : 1;
@@ -74,16 +69,41 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   ep.seq_len = ctx.training.seq_len();
   const auto recompute = models::EffectiveRecompute(plan, ctx.training);
   ep.full_recompute = recompute == proto::RECOMPUTE_FULL;
-  if (recompute == proto::RECOMPUTE_SELECTIVE) {
-    ep.warnings.push_back("recompute: selective recomputation is run as none (every activation is kept)");
-  }
-  // The form the executor runs (each simplification says how).
+  ep.selective_recompute = recompute == proto::RECOMPUTE_SELECTIVE;
+  // Features with no implementation here are refused (never run in another form): the lowering of the plan
+  // would not be what runs.
   proto::Plan exec = plan;
   ep.zero_stage = plan.zero_stage();
-  if (plan.sequence_parallel()) {
-    ep.warnings.push_back("sequence_parallel: run as plain tensor parallelism (all-reduces instead of "
-                          "reduce-scatter/all-gather pairs; the same bytes; whole activations between stages)");
-    exec.set_sequence_parallel(false);
+  const auto refuse = [&](const std::string& field, const std::string& why) {
+    return Status::Invalid(file + ": " + field + ": " + why + "; simulate this plan (hetsim simulate) or " +
+                           "turn the option off to run it here");
+  };
+  bool tp_stage = false, scatter_boundary = false;
+  for (const auto& pipe : plan.pipelines()) {
+    for (int s = 0; s < pipe.stages_size(); ++s) {
+      const uint32_t tp = models::TpDegree(pipe.stages(s));
+      tp_stage = tp_stage || tp > 1;
+      if (s + 1 < pipe.stages_size() && tp > 1 && tp == models::TpDegree(pipe.stages(s + 1))) {
+        scatter_boundary = true;
+      }
+    }
+  }
+  if (plan.sequence_parallel() && tp_stage) {
+    return refuse("sequence_parallel", "the executor does not shard the norms and residuals over the sequence "
+                                       "(Megatron-LM's reduce-scatter/all-gather pairs)");
+  }
+  if (plan.comm().tp_overlap() && tp_stage) {
+    return refuse("comm.tp_overlap", "the executor runs TP collectives after the GEMMs that produce them (no "
+                                     "userbuffers chunking)");
+  }
+  if (plan.comm().pp_scatter_gather() && !plan.comm().pp_leader_broadcast() && scatter_boundary) {
+    return refuse("comm.pp_scatter_gather", "the executor sends whole activations between stages of equal TP "
+                                            "(no split send and all-gather)");
+  }
+  // NVLS is NCCL's algorithm choice on NVSwitch nodes (NCCL takes it by itself there); the executor's
+  // collectives are the same all-reduces, so the lowering is that of the ring.
+  if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {
+    exec.mutable_comm()->set_tp_algorithm(proto::CommOptions::ALGORITHM_RING);
   }
   if (plan.comm().dp_overlap()) {
     // Shared key/value heads (TP > kv heads) sum their partial gradients over the TP group before the DP
@@ -98,20 +118,6 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
         }
       }
     }
-  }
-  if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {
-    ep.warnings.push_back("comm.tp_algorithm: nvls is left to the communication library (NCCL picks NVLS on "
-                          "NVSwitch systems by itself; the CPU backend runs rings)");
-    exec.mutable_comm()->set_tp_algorithm(proto::CommOptions::ALGORITHM_RING);
-  }
-  if (plan.comm().tp_overlap()) {
-    ep.warnings.push_back("comm.tp_overlap: TP collectives run after the layer code that issues them (no "
-                          "userbuffers overlap)");
-    exec.mutable_comm()->set_tp_overlap(false);
-  }
-  if (plan.comm().pp_scatter_gather()) {
-    ep.warnings.push_back("comm.pp_scatter_gather: every TP rank receives the whole activation tensor (no all-gather)");
-    exec.mutable_comm()->set_pp_scatter_gather(false);
   }
   ep.cpu_staged = plan.comm().cpu_staged();
   HETSIM_ASSIGN_OR_RETURN(ep.lowering, models::LowerPlan(exec, ctx));
@@ -149,15 +155,21 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
           if (ep.canonical_holder[l][0] == UINT32_MAX) ep.canonical_holder[l] = {static_cast<uint32_t>(p), s, 0};
         }
       }
-      const uint32_t u = models::UlyssesDegree(st);
+      const uint32_t u = models::UlyssesDegree(st), cp = models::CpDegree(st);
       for (uint32_t r = 0; r < dp; ++r) {
-        // Devices: TP innermost, then the Ulysses shard, then the replica (models::StageDevice).
+        // Devices: TP innermost, then the sequence shard (Ulysses or CP: the plan has at most one), then the
+        // replica (models::StageDevice).
         for (uint32_t k = 0; k < tp && u > 1; ++k) {
           std::vector<int> uly;
           for (uint32_t j = 0; j < u; ++j) uly.push_back(rank_of(models::StageDevice(st, r, j, k)));
           ep.uly_groups.push_back(uly);
         }
-        for (uint32_t j = 0; j < u; ++j) {
+        for (uint32_t k = 0; k < tp && cp > 1; ++k) {
+          std::vector<int> ring;
+          for (uint32_t c = 0; c < cp; ++c) ring.push_back(rank_of(models::StageDevice(st, r, c, k)));
+          ep.cp_groups.push_back(ring);
+        }
+        for (uint32_t j = 0; j < u * cp; ++j) {
           std::vector<int> group;
           for (uint32_t k = 0; k < tp; ++k) group.push_back(rank_of(models::StageDevice(st, r, j, k)));
           if (tp > 1) ep.tp_groups.push_back(group);
@@ -166,8 +178,10 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
             role.rank = group[k];
             role.device = models::StageDevice(st, r, j, k);
             role.ulysses = u;
+            role.cp = cp;
             role.shard = j;
             if (u > 1) role.uly_group = ep.uly_groups[ep.uly_groups.size() - tp + k];
+            if (cp > 1) role.cp_group = ep.cp_groups[ep.cp_groups.size() - tp + k];
             role.pipeline = static_cast<uint32_t>(p);
             role.stage = s;
             role.num_stages = S;
@@ -195,7 +209,10 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   for (auto& role : ep.roles) {
     role.slot = ep.lowering.device_slot.at(role.device);
     for (const models::Op& op : ep.lowering.ranks[role.slot].ops) {
-      if ((op.kind != models::OpKind::kSend && op.kind != models::OpKind::kRecv) || op.micro_batch != 0) continue;
+      if ((op.kind != models::OpKind::kSend && op.kind != models::OpKind::kRecv) || op.micro_batch != 0 ||
+          op.channel == models::kChanCp) {
+        continue;  // CP's ring runs inside the pass, on the ring's communicator
+      }
       const bool fwd = op.channel == models::kChanPpForward, send = op.kind == models::OpKind::kSend;
       const Transfer t{rank_of(op.peer), op.seq_begin, op.seq_end};
       (send ? (fwd ? role.send_forward : role.send_backward) : (fwd ? role.recv_forward : role.recv_backward)).push_back(t);

@@ -9,12 +9,14 @@
 // (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
 // DeriveGradSyncGroups) as world ranks.
 //
-// Plan features the executor runs in a simpler form are lowered in that form, with a warning. With
-// comm.dp_overlap the lowering's DP stream runs on the backend's side stream (Backend::SideSubmit) on
-// communicators of its own, each segment started at the main stream's signal. Interleaved 1F1B runs each stage's model chunks where Megatron-LM places them
-// (models::StageChunks), in the lowering's order. ZeRO 1-3 (reduce-scatters, the optimizer on the rank's shard, all-gathers), hierarchical
-// all-reduces, the PP leader broadcast and CPU-staged transfers run as lowered (executor/grad_sync.h,
-// executor/runner.cc, executor/mpi_comm.h).
+// Every plan feature runs as lowered, or the plan is refused with the field to change (sequence parallelism,
+// tp_overlap and pp_scatter_gather on stages that use them, CPU offload, Ulysses that would split a head).
+// With comm.dp_overlap the lowering's DP stream runs on the backend's side stream (Backend::SideSubmit) on
+// communicators of its own, each segment started at the main stream's signal. Interleaved 1F1B runs each
+// stage's model chunks where Megatron-LM places them (models::StageChunks), in the lowering's order. ZeRO
+// 1-3 (reduce-scatters, the optimizer on the rank's shard, all-gathers), hierarchical all-reduces, the PP
+// leader broadcast, CPU-staged transfers, context parallelism's ring and Ulysses' all-to-alls run as lowered
+// (executor/grad_sync.h, executor/runner.cc, executor/stage_model.h, executor/mpi_comm.h).
 #pragma once
 
 #include <array>
@@ -62,8 +64,11 @@ struct RankRole {
   uint32_t dp = 1;
   uint32_t replica = 0;
   uint32_t ulysses = 1;            // the stage's Ulysses degree u
-  uint32_t shard = 0;              // this rank's sequence shard: tokens [shard, shard + 1) · seq_len / u
+  uint32_t cp = 1;                 // the stage's context-parallel degree
+  uint32_t shard = 0;              // this rank's sequence shard (Ulysses: tokens [shard, shard + 1) · seq_len / u;
+                                   // CP: its CP rank c, chunks c and 2·cp − 1 − c of 2·cp)
   std::vector<int> uly_group;      // world ranks of its Ulysses group, by shard (u > 1)
+  std::vector<int> cp_group;       // world ranks of its CP ring, by CP rank (cp > 1)
   uint32_t micro_batch_size = 1;   // of the pipeline
   uint32_t num_micro_batches = 1;  // of the pipeline
   uint64_t first_sequence = 0;     // index in the global batch of the pipeline's first sequence
@@ -92,6 +97,7 @@ struct ExecPlan {
   std::vector<RankRole> roles;    // by world rank
   std::vector<std::vector<int>> tp_groups;           // every TP group of more than one rank, plan order
   std::vector<std::vector<int>> uly_groups;          // every Ulysses group, plan order
+  std::vector<std::vector<int>> cp_groups;           // every CP ring, plan order
   std::vector<SyncGroupRanks> sync_groups;           // plan order (DeriveGradSyncGroups)
   std::vector<std::pair<int, int>> channels;         // directed (sender, receiver) pipeline pairs, sorted
   // Per layer: (pipeline, stage, replica) of its first holder, whose copy is the canonical one.
@@ -100,10 +106,10 @@ struct ExecPlan {
   uint32_t seq_len = 0;
   proto::Plan::Schedule schedule = proto::Plan::SCHEDULE_1F1B;
   bool full_recompute = false;
+  bool selective_recompute = false;  // ModelOptions::selective_recompute
   uint32_t zero_stage = 0;  // ZeRO as the lowering orders it (executor/grad_sync.h)
   bool cpu_staged = false;  // pipeline transfers staged through host memory (executor/mpi_comm.h)
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.
-  std::vector<std::string> warnings;
   // What the ranks run: the lowering of the plan in the executor's form.
   models::Lowering lowering;
 

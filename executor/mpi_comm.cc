@@ -78,6 +78,13 @@ class MpiComm final : public Comm {
     const int n = static_cast<int>(in.numel() / size_);
     HETSIM_MPI_CHECK(MPI_Alltoall(in.data, n, MpiType(in), out.data, n, MpiType(out), comm_));
   }
+  void SendRecv(Tensor send, int dst, Tensor recv, int src) override {
+    HETSIM_CHECK(send.numel() <= INT32_MAX && recv.numel() <= INT32_MAX && dst >= 0 && dst < size_ && src >= 0 &&
+                     src < size_,
+                 "MPI ring step: bad tensors or peers");
+    HETSIM_MPI_CHECK(MPI_Sendrecv(send.data, static_cast<int>(send.numel()), MpiType(send), dst, 0, recv.data,
+                                  static_cast<int>(recv.numel()), MpiType(recv), src, 0, comm_, MPI_STATUS_IGNORE));
+  }
   void AllGather(Tensor in, Tensor out) override {
     HETSIM_CHECK(in.numel() * size_ == out.numel() && in.numel() <= INT32_MAX, "MPI all-gather: bad segment");
     HETSIM_MPI_CHECK(MPI_Allgather(in.data, static_cast<int>(in.numel()), MpiType(in), out.data,

@@ -36,9 +36,10 @@ class OpLog : public OpObserver {
     op.seq_end = role_.share.begin + static_cast<uint32_t>(sequences);
     op.recompute = recompute;
     const double n = static_cast<double>(sequences);
-    // Ulysses: the rank computes 1/u of the layer (its tokens, and 1/u of the heads for attention).
+    // Ulysses and CP: the rank computes 1/(u·cp) of the layer (its tokens; Ulysses 1/u of the heads for
+    // attention, CP's load-balanced chunks 1/cp of the causal attention).
     op.flops = (forward || recompute ? model_.ForwardFlops(layer, n, seq_len_) : model_.BackwardFlops(layer, n, seq_len_)) /
-               (double(role_.tp) * role_.ulysses);
+               (double(role_.tp) * role_.ulysses * role_.cp);
     Add(op);
   }
   void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) override {
@@ -66,6 +67,29 @@ class OpLog : public OpObserver {
     op.layer_end = layer + 1;
     op.bytes = bytes;
     Add(op);
+  }
+  void CpRing(uint32_t mb, uint32_t layer, const std::vector<double>& bytes, bool before) override {
+    const size_t n = role_.cp_group.size(), me = role_.shard;
+    const auto ring_op = [&](models::OpKind kind, double b) {
+      models::Op op;
+      op.kind = kind;
+      op.category = models::Category::kCp;
+      op.channel = models::kChanCp;
+      op.peer = plan_.devices.at(static_cast<size_t>(
+          role_.cp_group[kind == models::OpKind::kSend ? (me + 1) % n : (me + n - 1) % n]));
+      op.micro_batch = static_cast<uint16_t>(mb);
+      op.layer_begin = layer;
+      op.layer_end = layer + 1;
+      op.seq_end = role_.share.size();
+      op.bytes = b;
+      Add(op);
+    };
+    if (before) {
+      for (double b : bytes) ring_op(models::OpKind::kSend, b);
+      for (double b : bytes) ring_op(models::OpKind::kPostRecv, b);
+    } else {
+      for (double b : bytes) ring_op(models::OpKind::kRecv, b);
+    }
   }
   // A point-to-point transfer, a wait, a gradient-sync collective or the optimizer step, as executed.
   void Add(models::Op op) {

@@ -13,6 +13,7 @@ void Runner::SetupComms() {
   };
   for (const auto& g : plan_.tp_groups) add(g);
   for (const auto& g : plan_.uly_groups) add(g);
+  for (const auto& g : plan_.cp_groups) add(g);
   const size_t layer_groups = groups.size();
   for (const auto& sg : plan_.sync_groups) add(sg.ranks);
   // Hierarchical all-reduces: the node's members and the members of one position across nodes (every
@@ -35,7 +36,7 @@ void Runner::SetupComms() {
     comms_[g] = factory_->CreateGroup(g, static_cast<int>(i));
   }
   // comm.dp_overlap: the DP stream's collectives get communicators of their own (the lowering's DP groups:
-  // every group after the TP and Ulysses groups, again), so that they never interleave with the main stream's.
+  // every group after the TP, Ulysses and CP groups, again), so that they never interleave with the main stream's.
   for (size_t i = layer_groups; overlap && i < groups.size(); ++i) {
     const auto& g = groups[i];
     if (std::find(g.begin(), g.end(), rank_) == g.end() || side_comms_.count(g)) continue;
@@ -48,15 +49,24 @@ void Runner::SetupComms() {
 }
 
 Buffer Runner::Tokens(uint32_t step, uint32_t mb, bool labels) {
-  // Ulysses: this rank's tokens of each sequence (and their labels), from its shard's first position.
+  // This rank's tokens of each sequence (and their labels): Ulysses' shard is one run of seq / u tokens;
+  // CP rank c holds chunks c and 2·cp − 1 − c of the 2·cp chunks (the load-balanced causal split).
   const uint32_t n = role_.share.size(), s = static_cast<uint32_t>(seq()), full = plan_.seq_len;
-  const uint32_t from = role_.shard * s + (labels ? 1 : 0);
+  const uint32_t shift = labels ? 1 : 0;
+  std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first position, tokens)
+  if (role_.cp > 1) {
+    const uint32_t c = s / 2;
+    runs = {{role_.shard * c, c}, {(2 * role_.cp - 1 - role_.shard) * c, c}};
+  } else {
+    runs = {{role_.shard * s, s}};
+  }
   std::vector<int32_t> host(static_cast<size_t>(n) * s), seqbuf(full + 1);
   const uint32_t vocab = specs_.model.spec().vocab_size();
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t id = uint64_t{step} * plan_.global_batch + role_.FirstSequence(mb) + i;
     SyntheticSequence(o_.seed, id, full + 1, vocab, seqbuf.data());
-    std::copy_n(seqbuf.begin() + from, s, host.begin() + static_cast<ptrdiff_t>(i) * s);
+    auto to = host.begin() + static_cast<ptrdiff_t>(i) * s;
+    for (const auto& [from, count] : runs) to = std::copy_n(seqbuf.begin() + from + shift, count, to);
   }
   Buffer b(be_, static_cast<int64_t>(host.size()), 1, DType::kI32);
   be_->Upload(b.t(), host.data());
@@ -96,7 +106,7 @@ void Runner::MapChunks() {
     const models::Op& op = ops[i];
     const bool recv = op.kind == models::OpKind::kRecv ||
                       (op.kind == models::OpKind::kCollective && op.category == Category::kPp);
-    if (!recv && op.kind != models::OpKind::kSend) continue;
+    if ((!recv && op.kind != models::OpKind::kSend) || op.channel == models::kChanCp) continue;
     // A receive's pass follows it (a broadcast's, whatever its direction), a send's precedes it.
     const Category dir = op.channel == models::kChanPpBackward ? Category::kBackward : Category::kForward;
     const bool any_dir = op.kind == models::OpKind::kCollective;
@@ -219,14 +229,24 @@ void Runner::Backward(uint32_t mb, uint32_t chunk, uint32_t down_to) {
 }
 
 size_t Runner::RunPass(const std::vector<models::Op>& ops, size_t i) {
-  const models::Op& first = ops[i];
+  // The pass: its layers' compute, their in-pass collectives (TP, Ulysses) and CP's ring operations (sends
+  // and posted receives before a block's compute, receives after it), which the model runs and reports.
+  const auto ring = [&](size_t k) { return ops[k].channel == models::kChanCp && ops[k].kind != models::OpKind::kCompute; };
+  const auto compute_after = [&](size_t k) {
+    while (k < ops.size() && ops[k].kind != models::OpKind::kCompute) ++k;
+    HETSIM_CHECK(k < ops.size(), "hetsim-exec: ring operations without their pass");
+    return k;
+  };
+  const models::Op& first = ops[compute_after(i)];
   uint32_t lo = first.layer_begin, hi = first.layer_end;
   size_t j = i;
   for (; j < ops.size(); ++j) {
     const models::Op& op = ops[j];
     const bool layer = op.kind == models::OpKind::kCompute && op.category == first.category;
     const bool tp = op.kind == models::OpKind::kCollective && op.in_pass;
-    if (!(layer || tp) || op.micro_batch != first.micro_batch) break;
+    // A ring receive ends its block's pass; ring sends open the next block's, which may be another pass.
+    const bool cp = ring(j) && (op.kind == models::OpKind::kRecv || ops[compute_after(j)].category == first.category);
+    if (!(layer || tp || cp) || op.micro_batch != first.micro_batch) break;
     if (layer) lo = std::min(lo, op.layer_begin), hi = std::max(hi, op.layer_end);
   }
   // A forward pass covers a whole model chunk; a backward pass may run in parts (comm.dp_overlap signals
@@ -261,11 +281,19 @@ void Runner::RunOps() {
     }
     switch (op.kind) {
       case models::OpKind::kRecv:
-        Recv(op, op_chunk_[i]);
-        ++i;
-        break;
       case models::OpKind::kSend:
-        Send(op, op_chunk_[i]);
+      case models::OpKind::kPostRecv:
+        if (op.channel == models::kChanCp) {
+          i = RunPass(ops, i);  // CP's ring: part of a block's pass
+          break;
+        }
+        HETSIM_CHECK(op.kind != models::OpKind::kPostRecv,
+                     "hetsim-exec: a posted receive outside context parallelism's ring");
+        if (op.kind == models::OpKind::kRecv) {
+          Recv(op, op_chunk_[i]);
+        } else {
+          Send(op, op_chunk_[i]);
+        }
         ++i;
         break;
       case models::OpKind::kCompute:
@@ -417,9 +445,11 @@ int Runner::Run() {
   ModelOptions mo;
   mo.seed = o_.seed;
   mo.rope_theta = static_cast<float>(o_.rope_theta);
+  mo.selective_recompute = plan_.selective_recompute;
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.chunks, role_.tp, role_.tp_rank, tp_comm_, mo,
                                         &recorder_);
   if (role_.ulysses > 1) model_->SetUlysses(comms_.at(role_.uly_group).get());
+  if (role_.cp > 1) model_->SetContextParallel(comms_.at(role_.cp_group).get());
   MapChunks();
   model_->SetOpObserver(&log_);
   if (!o_.profile_out.empty()) {
@@ -556,7 +586,6 @@ int Run(int rank, int world, int argc, char** argv) {
                 plan->schedule == proto::Plan::SCHEDULE_GPIPE                ? "gpipe"
                 : plan->schedule == proto::Plan::SCHEDULE_INTERLEAVED_1F1B ? "interleaved 1f1b"
                                                                              : "1f1b");
-    for (const auto& w : plan->warnings) std::printf("warning: %s\n", w.c_str());
     std::fflush(stdout);
   }
   std::string command_line = "hetsim-exec";

@@ -101,8 +101,8 @@ class Runner {
   // Gathers every rank's timing on rank 0, which prints the summary and writes the report and timeline.
   void Report(const DeviceTiming& mine, double wall_s);
   bool root() const { return rank_ == 0; }
-  // Tokens of each sequence this rank processes (its Ulysses shard's).
-  int64_t seq() const { return plan_.seq_len / role_.ulysses; }
+  // Tokens of each sequence this rank processes (its Ulysses or CP shard's).
+  int64_t seq() const { return plan_.seq_len / (role_.ulysses * role_.cp); }
 
   std::string command_line_;
   const ExecOptions& o_;

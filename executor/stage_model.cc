@@ -127,7 +127,9 @@ Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool ch
   for (uint32_t l = first; l < st.range.end; ++l) {
     SliceRecorder::Scope layer_scope(layer_recorder_, Category::kForward, imb, static_cast<int32_t>(l));
     current_layer_ = l;
+    ReportRing(mb, l, st, true, true);
     if (observer_ != nullptr) observer_->LayerPass(true, false, mb, l, st.batch);
+    ReportRing(mb, l, st, true, false);
     const double bytes_before = static_cast<double>(be_->bytes_in_use());
     auto kept = [&]() {
       if (layer_recorder_ != nullptr) activation_bytes_[l - first] = static_cast<double>(be_->bytes_in_use()) - bytes_before;
@@ -182,26 +184,41 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   be_->Gemm(s.q.t(), s.n1.t(), false, P(layer, ParamKind::kWq).w(), true, 1, 0);
   be_->Gemm(s.k.t(), s.n1.t(), false, P(layer, ParamKind::kWk).w(), true, 1, 0);
   be_->Gemm(s.v.t(), s.n1.t(), false, P(layer, ParamKind::kWv).w(), true, 1, 0);
-  // Ulysses: the whole sequence for 1/u of the heads (RoPE then takes every token's own position).
-  const int64_t u = ulysses(), S = st.seq * u;
+  // Ulysses: the whole sequence for 1/u of the heads (RoPE then takes every token's own position). CP: the
+  // rank's queries at their positions in the whole sequence, against every rank's keys (the ring); its own
+  // k and v stay as they are, for the backward's ring.
+  const int64_t u = ulysses(), cp_ways = cp(), S = st.seq * u * cp_ways;
   if (u > 1) {
     s.q = ToHeads(s.q.t(), st.batch, st.seq, imb);
     s.k = ToHeads(s.k.t(), st.batch, st.seq, imb);
     s.v = ToHeads(s.v.t(), st.batch, st.seq, imb);
   }
+  Buffer kf, vf;
+  if (cp_ways > 1) {
+    CpGatherKv(s.k.t(), s.v.t(), st.batch, st.seq, imb, &kf, &vf);
+    s.q = CpScatter(s.q.t(), st.batch, st.seq);
+  }
+  const Tensor k = cp_ways > 1 ? kf.t() : s.k.t(), v = cp_ways > 1 ? vf.t() : s.v.t();
   be_->Rope(s.q.t(), S, heads_.q_heads / u, hd, options_.rope_theta, false);
-  be_->Rope(s.k.t(), S, heads_.kv_heads / u, hd, options_.rope_theta, false);
-  const AttentionShape shape{st.batch, S, heads_.q_heads / u, heads_.kv_heads / u, hd,
-                             1.0f / std::sqrt(static_cast<float>(hd))};
+  be_->Rope(k, S, heads_.kv_heads / u, hd, options_.rope_theta, false);
+  AttentionShape shape{st.batch, S, heads_.q_heads / u, heads_.kv_heads / u, hd,
+                       1.0f / std::sqrt(static_cast<float>(hd))};
+  shape.cp = cp_ways;
+  shape.cp_rank = cp_ways > 1 ? cp_comm_->rank() : 0;
   s.probs = NewAct(shape.probs_numel(), 1);
   if (u > 1) {
     Buffer heads = NewAct(T * u, qd / u);
     be_->Attention(heads.t(), s.probs.t(), s.q.t(), s.k.t(), s.v.t(), shape);
     s.attn = ToTokens(heads.t(), st.batch, st.seq, imb);
+  } else if (cp_ways > 1) {
+    Buffer full = NewAct(st.batch * S, qd);
+    be_->Attention(full.t(), s.probs.t(), s.q.t(), k, v, shape);
+    s.attn = CpExtract(full.t(), st.batch, st.seq);
   } else {
     s.attn = NewAct(T, qd);
     be_->Attention(s.attn.t(), s.probs.t(), s.q.t(), s.k.t(), s.v.t(), shape);
   }
+  if (options_.selective_recompute) s.probs.Reset();  // recomputed in the backward
   Buffer o = NewAct(T, h);
   be_->Gemm(o.t(), s.attn.t(), false, P(layer, ParamKind::kWoT).w(), false, 1, 0);
   TpAllReduce(o.t(), ReduceOp::kSum, imb);
@@ -261,13 +278,17 @@ Buffer StageModel::Backward(uint32_t mb, Buffer dout, uint32_t chunk, uint32_t d
     current_layer_ = l;
     if (!st.saved && model_.kind(l) == models::LayerKind::kTransformer) {
       // Full recomputation: the block's forward again from its checkpointed input, right before its backward.
+      ReportRing(mb, l, st, true, true);
       if (observer_ != nullptr) observer_->LayerPass(false, true, mb, l, st.batch);
+      ReportRing(mb, l, st, true, false);
       BlockSaved& s = st.blocks[l - first];
       Buffer in = std::move(s.x);
       s = BlockSaved{};
       (void)BlockForward(l, mb, st, s, std::move(in));
     }
+    ReportRing(mb, l, st, false, true);
     if (observer_ != nullptr) observer_->LayerPass(false, false, mb, l, st.batch);
+    ReportRing(mb, l, st, false, false);
     switch (model_.kind(l)) {
       case models::LayerKind::kHead:
         d = HeadBackward(mb, st.head);
@@ -337,21 +358,45 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   be_->Gemm(dattn.t(), dx2.t(), false, wo.w(), true, 1, 0);
   be_->Gemm(wo.grad.t(), s.attn.t(), true, dx2.t(), false, 1, 1);
   s.attn.Reset();
-  const int64_t u = ulysses(), S = st.seq * u;
-  const AttentionShape shape{st.batch, S, heads_.q_heads / u, heads_.kv_heads / u, hd,
-                             1.0f / std::sqrt(static_cast<float>(hd))};
+  const int64_t u = ulysses(), cp_ways = cp(), S = st.seq * u * cp_ways;
+  AttentionShape shape{st.batch, S, heads_.q_heads / u, heads_.kv_heads / u, hd,
+                       1.0f / std::sqrt(static_cast<float>(hd))};
+  shape.cp = cp_ways;
+  shape.cp_rank = cp_ways > 1 ? cp_comm_->rank() : 0;
   if (u > 1) dattn = ToHeads(dattn.t(), st.batch, st.seq, imb);
-  // With Ulysses the gradients are laid out like q, k and v after the all-to-all: [T·u, width / u].
-  Buffer dq = NewAct(T * u, qd / u), dk = NewAct(T * u, kvd / u), dv = NewAct(T * u, kvd / u);
-  be_->AttentionBackward(dq.t(), dk.t(), dv.t(), dattn.t(), s.q.t(), s.k.t(), s.v.t(), s.probs.t(), shape);
+  // CP: the K/V round of the ring again (the forward kept only this rank's k and v).
+  Buffer kf, vf;
+  if (cp_ways > 1) {
+    dattn = CpScatter(dattn.t(), st.batch, st.seq);
+    CpGatherKv(s.k.t(), s.v.t(), st.batch, st.seq, imb, &kf, &vf);
+    be_->Rope(kf.t(), S, heads_.kv_heads, hd, options_.rope_theta, false);
+  }
+  const Tensor k = cp_ways > 1 ? kf.t() : s.k.t(), v = cp_ways > 1 ? vf.t() : s.v.t();
+  // With Ulysses the gradients are laid out like q, k and v after the all-to-all: [T·u, width / u]; with CP
+  // over the whole sequence: [T·cp, width].
+  const int64_t rows = T * u * cp_ways;
+  if (s.probs.empty()) {
+    // Selective recomputation: the attention core again, for its probabilities (its output is not needed).
+    s.probs = NewAct(shape.probs_numel(), 1);
+    Buffer out = NewAct(rows, qd / u);
+    be_->Attention(out.t(), s.probs.t(), s.q.t(), k, v, shape);
+  }
+  Buffer dq = NewAct(rows, qd / u), dk = NewAct(rows, kvd / u), dv = NewAct(rows, kvd / u);
+  be_->AttentionBackward(dq.t(), dk.t(), dv.t(), dattn.t(), s.q.t(), k, v, s.probs.t(), shape);
   dattn.Reset();
   s.probs.Reset();
+  kf.Reset();
+  vf.Reset();
   be_->Rope(dq.t(), S, heads_.q_heads / u, hd, options_.rope_theta, true);
   be_->Rope(dk.t(), S, heads_.kv_heads / u, hd, options_.rope_theta, true);
   if (u > 1) {
     dq = ToTokens(dq.t(), st.batch, st.seq, imb);
     dk = ToTokens(dk.t(), st.batch, st.seq, imb);
     dv = ToTokens(dv.t(), st.batch, st.seq, imb);
+  }
+  if (cp_ways > 1) {
+    dq = CpExtract(dq.t(), st.batch, st.seq);
+    CpReduceScatterKv(&dk, &dv, st.batch, st.seq, imb);
   }
   Param& wq = P(layer, ParamKind::kWq);
   Param& wk = P(layer, ParamKind::kWk);
@@ -422,6 +467,104 @@ Buffer StageModel::ToTokens(Tensor y, int64_t batch, int64_t seq_local, int32_t 
   Buffer x = NewAct(rows, w * u);
   for (int64_t j = 0; j < u; ++j) be_->CopyColumns(x.t(), j * w, recv.t().Rows(j * rows, (j + 1) * rows), 0, w);
   return x;
+}
+
+int64_t StageModel::CpPosition(int64_t r, int half, int64_t seq_local) const {
+  const int64_t chunk = seq_local / 2;
+  return (half == 0 ? r : 2 * cp() - 1 - r) * chunk;
+}
+
+Buffer StageModel::CpScatter(Tensor local, int64_t batch, int64_t seq_local) {
+  const int64_t S = seq_local * cp(), m = seq_local / 2, c = cp_comm_->rank();
+  Buffer full = NewAct(batch * S, local.cols);
+  be_->Fill(full.t(), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t from = b * seq_local + half * m, to = b * S + CpPosition(c, half, seq_local);
+      be_->Copy(full.t().Rows(to, to + m), local.Rows(from, from + m));
+    }
+  }
+  return full;
+}
+
+Buffer StageModel::CpExtract(Tensor full, int64_t batch, int64_t seq_local) {
+  const int64_t S = seq_local * cp(), m = seq_local / 2, c = cp_comm_->rank();
+  Buffer local = NewAct(batch * seq_local, full.cols);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t to = b * seq_local + half * m, from = b * S + CpPosition(c, half, seq_local);
+      be_->Copy(local.t().Rows(to, to + m), full.Rows(from, from + m));
+    }
+  }
+  return local;
+}
+
+void StageModel::CpGatherKv(Tensor k, Tensor v, int64_t batch, int64_t seq_local, int32_t mb, Buffer* kf,
+                            Buffer* vf) {
+  SliceRecorder::Scope scope(recorder_, Category::kCp, mb);
+  const int64_t n = cp(), c = cp_comm_->rank(), T = k.rows, w = k.cols, S = seq_local * n, m = seq_local / 2;
+  // Block r: CP rank r's k and v side by side ([T, 2w], one message); step i passes on the block that
+  // arrived at step i − 1 (this rank's own first) and receives the one from i + 1 ranks back.
+  std::vector<Buffer> blocks;
+  for (int64_t r = 0; r < n; ++r) blocks.push_back(NewAct(T, 2 * w));
+  be_->CopyColumns(blocks[c].t(), 0, k, 0, w);
+  be_->CopyColumns(blocks[c].t(), w, v, 0, w);
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    cp_comm_->SendRecv(blocks[(c - i + n) % n].t(), static_cast<int>((c + 1) % n), blocks[(c - i - 1 + n) % n].t(),
+                       static_cast<int>((c - 1 + n) % n));
+  }
+  *kf = NewAct(batch * S, w);
+  *vf = NewAct(batch * S, w);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int half = 0; half < 2; ++half) {
+        const int64_t from = b * seq_local + half * m, to = b * S + CpPosition(r, half, seq_local);
+        const Tensor src = blocks[r].t().Rows(from, from + m);
+        be_->CopyColumns(kf->t().Rows(to, to + m), 0, src, 0, w);
+        be_->CopyColumns(vf->t().Rows(to, to + m), 0, src, w, w);
+      }
+    }
+  }
+}
+
+void StageModel::CpReduceScatterKv(Buffer* dk, Buffer* dv, int64_t batch, int64_t seq_local, int32_t mb) {
+  SliceRecorder::Scope scope(recorder_, Category::kCp, mb);
+  const int64_t n = cp(), c = cp_comm_->rank(), w = dk->t().cols, S = seq_local * n, m = seq_local / 2;
+  const int64_t T = batch * seq_local;
+  // Block r: this rank's contributions to CP rank r's dK and dV, side by side in r's row order.
+  std::vector<Buffer> blocks;
+  for (int64_t r = 0; r < n; ++r) {
+    blocks.push_back(NewAct(T, 2 * w));
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int half = 0; half < 2; ++half) {
+        const int64_t to = b * seq_local + half * m, from = b * S + CpPosition(r, half, seq_local);
+        const Tensor dst = blocks[r].t().Rows(to, to + m);
+        be_->CopyColumns(dst, 0, dk->t().Rows(from, from + m), 0, w);
+        be_->CopyColumns(dst, w, dv->t().Rows(from, from + m), 0, w);
+      }
+    }
+  }
+  dk->Reset();
+  dv->Reset();
+  // Step i sends the partial sum for rank c − i − 1 and adds this rank's contribution to the one that
+  // arrives (for rank c − i − 2); after cp − 1 steps block c holds every rank's contribution to rank c.
+  Buffer in = NewAct(T, 2 * w);
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    cp_comm_->SendRecv(blocks[(c - i - 1 + 2 * n) % n].t(), static_cast<int>((c + 1) % n), in.t(),
+                       static_cast<int>((c - 1 + n) % n));
+    be_->Add(blocks[(c - i - 2 + 2 * n) % n].t(), in.t());
+  }
+  *dk = NewAct(T, w);
+  *dv = NewAct(T, w);
+  be_->CopyColumns(dk->t(), 0, blocks[c].t(), 0, w);
+  be_->CopyColumns(dv->t(), 0, blocks[c].t(), w, w);
+}
+
+void StageModel::ReportRing(uint32_t mb, uint32_t layer, const MicroBatch& st, bool forward, bool before) {
+  if (observer_ == nullptr || cp() == 1 || model_.kind(layer) != models::LayerKind::kTransformer) return;
+  const double block = static_cast<double>(st.batch * st.seq) * 2.0 * static_cast<double>(heads_.kv_heads) *
+                       static_cast<double>(model_.head_dim()) * static_cast<double>(DTypeSize(be_->act_dtype()));
+  observer_->CpRing(mb, layer, std::vector<double>(static_cast<size_t>((forward ? 1 : 2) * (cp() - 1)), block), before);
 }
 
 }  // namespace hetsim::executor

@@ -32,6 +32,11 @@ struct ModelOptions {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   uint64_t seed = 1234;
+  // Selective activation recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  // Transformer Models", §4.2; Megatron-LM's --recompute-granularity selective): a block's forward does not
+  // keep the attention core's softmax probabilities (the s × s scores per head); its backward recomputes
+  // them from the q, k and v it kept.
+  bool selective_recompute = false;
 };
 
 struct Param {
@@ -55,6 +60,12 @@ class OpObserver {
   // (the lowering's order within a pass).
   virtual void UlyssesAllToAll(uint32_t mb, uint32_t layer, double bytes) {
     (void)mb, (void)layer, (void)bytes;
+  }
+  // Context parallelism's ring messages of one block pass (`bytes`, one per message), reported before the
+  // pass's compute (`before`: the sends to the next CP rank and the receives posted from the previous one)
+  // and after it (the receives completed), the lowering's form.
+  virtual void CpRing(uint32_t mb, uint32_t layer, const std::vector<double>& bytes, bool before) {
+    (void)mb, (void)layer, (void)bytes, (void)before;
   }
 };
 
@@ -111,6 +122,16 @@ class StageModel {
   // query and key/value heads must divide by u.
   void SetUlysses(Comm* comm) { uly_comm_ = comm; }
   int64_t ulysses() const { return uly_comm_ != nullptr ? uly_comm_->size() : 1; }
+  // Context parallelism over the ring `comm` (cp members; this rank's CP rank c is its rank in it), the
+  // load-balanced causal split of ring attention (Liu et al. 2023; Megatron-LM/TransformerEngine): every
+  // pass gets chunks c and 2·cp − 1 − c of each sequence's 2·cp chunks. Each block's forward circulates
+  // the ranks' K/V blocks around the ring (cp − 1 steps) and runs causal attention for the rank's queries
+  // against the whole sequence's keys; it keeps only its own K/V, so the backward circulates them again,
+  // computes its queries' contributions to every block's dK/dV and sends them home around the ring (a ring
+  // reduce-scatter, cp − 1 steps). docs/executor.md says how this differs from TransformerEngine's
+  // blockwise kernels.
+  void SetContextParallel(Comm* comm) { cp_comm_ = comm; }
+  int64_t cp() const { return cp_comm_ != nullptr ? cp_comm_->size() : 1; }
   // Bytes kept by each layer of the last chunk that ran a forward pass keeping activations (index: layer
   // − the chunk's first layer), when a layer recorder is set.
   const std::vector<double>& activation_bytes() const { return activation_bytes_; }
@@ -152,6 +173,20 @@ class StageModel {
   // The all-to-all (its bytes wait in pending_a2a_ until the block's end, FlushAllToAll).
   void AllToAll(Tensor in, Tensor out);
   void FlushAllToAll(uint32_t mb, uint32_t layer);
+  // CP: the first row of half `half` (0: chunk r, 1: chunk 2·cp − 1 − r) of CP rank r's tokens in a
+  // sequence of S tokens.
+  int64_t CpPosition(int64_t r, int half, int64_t seq_local) const;
+  // This rank's rows [batch·seq_local, w] at their positions in [batch·S, w] (zeros elsewhere), and back.
+  Buffer CpScatter(Tensor local, int64_t batch, int64_t seq_local);
+  Buffer CpExtract(Tensor full, int64_t batch, int64_t seq_local);
+  // The ring's K/V round: every rank's k and v ([batch·seq_local, kv width]) at their positions in *kf, *vf.
+  void CpGatherKv(Tensor k, Tensor v, int64_t batch, int64_t seq_local, int32_t mb, Buffer* kf, Buffer* vf);
+  // The ring's dK/dV round: the sums over the ring of every rank's full-sequence *dk, *dv at this rank's
+  // positions, in place of them.
+  void CpReduceScatterKv(Buffer* dk, Buffer* dv, int64_t batch, int64_t seq_local, int32_t mb);
+  // The ring messages of one block pass (the lowering's: cp − 1 K/V blocks, and in a backward as many of
+  // dK/dV), reported to the observer.
+  void ReportRing(uint32_t mb, uint32_t layer, const MicroBatch& st, bool forward, bool before);
 
   Backend* be_;
   const models::TransformerModel& model_;
@@ -163,6 +198,7 @@ class StageModel {
   SliceRecorder* layer_recorder_ = nullptr;
   OpObserver* observer_ = nullptr;
   Comm* uly_comm_ = nullptr;           // SetUlysses
+  Comm* cp_comm_ = nullptr;            // SetContextParallel
   std::vector<double> pending_a2a_;  // bytes of the block's all-to-alls not yet reported
   uint32_t current_layer_ = 0;
   std::vector<double> activation_bytes_;

@@ -123,10 +123,11 @@ class Lowerer {
                   uint32_t* fused_calls);
 
   // Ring-attention point-to-point operations of one pass of one block (or of a fused pass). Before the
-  // compute (`sending`): `steps` sends of `bytes` each to the next CP rank and as many receives posted
-  // from the previous one, so the transfers run during the compute; after it: the receives completed.
-  void AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before, uint32_t steps,
-               double bytes, uint16_t mb, uint32_t a, uint32_t b, double batch);
+  // compute (`before`): one send per ring step (`bytes[i]` at step i) to the next CP rank and as many
+  // receives posted from the previous one, so the transfers run during the compute; after it: the receives
+  // completed.
+  void AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before,
+               const std::vector<double>& bytes, uint16_t mb, uint32_t a, uint32_t b, double batch);
 
   // Compute of layers [a, b) in one direction (backward: b − 1 down to a), with the TP collectives, the
   // CP ring exchanges and the Ulysses all-to-alls (see the header comment).

@@ -125,10 +125,10 @@ void Lowerer::AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vecto
 }
 
 void Lowerer::AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before,
-                      uint32_t steps, double bytes, uint16_t mb, uint32_t a, uint32_t b, double batch) {
+                      const std::vector<double>& bytes, uint16_t mb, uint32_t a, uint32_t b, double batch) {
   const uint32_t n = static_cast<uint32_t>(ring.size()), c = RankIn(ring, device);
   const auto add = [&](OpKind kind) {
-    for (uint32_t i = 0; i < steps; ++i) {
+    for (double step_bytes : bytes) {
       Op op;
       op.kind = kind;
       op.category = Category::kCp;
@@ -138,7 +138,7 @@ void Lowerer::AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, u
       op.layer_begin = a;
       op.layer_end = b;
       op.seq_end = static_cast<uint32_t>(batch);
-      op.bytes = bytes;
+      op.bytes = step_bytes;
       ops.push_back(op);
     }
   };
@@ -164,20 +164,26 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
   const auto uly_group = UlyssesGroup(st, r, me.shard_rank, me.tp_rank);
   const uint32_t L = model_.num_layers();
   const bool fuse = options_.fuse_passes;
-  // One K/V block per ring step in a forward (or recomputed forward), K/V and dK/dV in a backward.
+  // The ring (docs/lowering.md "Context parallelism and Ulysses"): a forward (or recomputed forward) sends
+  // one K/V block in each of its cp − 1 steps; a backward circulates the K/V blocks again (cp − 1 steps)
+  // and then sends every block's dK/dV contributions home (cp − 1 steps of one block each), the bytes of
+  // TransformerEngine's backward, which packs the two rounds' middle steps in pairs.
   const uint32_t steps = sh.cp - 1;
   const double kv_block = sh.cp > 1 ? RingKvBlockBytes(model_, batch, tr_.seq_len(), t, sh.cp, tr_.dtype()) : 0;
   const auto is_block = [&](uint32_t l) { return model_.kind(l) == LayerKind::kTransformer; };
-  const auto ring_bytes = [&](bool fwd_pass) { return fwd_pass ? kv_block : 2 * kv_block; };
+  const auto ring_bytes = [&](bool fwd_pass) { return std::vector<double>((fwd_pass ? 1 : 2) * steps, kv_block); };
+  const auto pass_total = [&](bool fwd_pass) { return (fwd_pass ? 1 : 2) * steps * kv_block; };
   double fused_ring = 0;
   if (fuse && steps > 0) {
-    // The pass's ring traffic as one send before it and one receive after it (per ring step).
+    // The pass's ring traffic (the same bytes) as cp − 1 equal sends before it and receives after it.
     for (uint32_t l = a; l < b; ++l) {
       if (!is_block(l)) continue;
-      fused_ring += ring_bytes(forward);
-      if (!forward && full_recompute_) fused_ring += ring_bytes(true);
+      fused_ring += pass_total(forward);
+      if (!forward && full_recompute_) fused_ring += pass_total(true);
     }
-    if (fused_ring > 0) AddRing(ops, ring, device, true, steps, fused_ring, mb, a, b, batch);
+    if (fused_ring > 0) {
+      AddRing(ops, ring, device, true, std::vector<double>(steps, fused_ring / steps), mb, a, b, batch);
+    }
   }
   double fused_bytes = 0, fused_a2a = 0;
   uint32_t fused_calls = 0, fused_a2a_calls = 0;
@@ -185,12 +191,12 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
   // collectives, Ulysses all-to-alls.
   const auto pass = [&](uint32_t l, bool fwd_pass, bool recompute) {
     const bool ring_here = !fuse && steps > 0 && is_block(l);
-    if (ring_here) AddRing(ops, ring, device, true, steps, ring_bytes(fwd_pass), mb, l, l + 1, batch);
+    if (ring_here) AddRing(ops, ring, device, true, ring_bytes(fwd_pass), mb, l, l + 1, batch);
     const double flops = (fwd_pass ? model_.ForwardFlops(l, batch, tr_.seq_len())
                                    : model_.BackwardFlops(l, batch, tr_.seq_len())) /
                          (t * ways);
     AddCompute(ops, l, flops, cat, mb, seqs, recompute);
-    if (ring_here) AddRing(ops, ring, device, false, steps, ring_bytes(fwd_pass), mb, l, l + 1, batch);
+    if (ring_here) AddRing(ops, ring, device, false, ring_bytes(fwd_pass), mb, l, l + 1, batch);
     AddLayerTp(ops, device, tp_group, l, batch, local_seq, fwd_pass, mb, &fused_bytes, &fused_calls);
     if (sh.ulysses > 1 && is_block(l)) {
       for (double bytes : UlyssesAllToAllBytes(model_, fwd_pass, batch, tr_.seq_len(), t, sh.ulysses, tr_.dtype())) {
@@ -216,7 +222,9 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     if (full_recompute_ && l > 0 && l + 1 < L) pass(l, true, true);
     pass(l, false, false);
   }
-  if (fused_ring > 0) AddRing(ops, ring, device, false, steps, fused_ring, mb, a, b, batch);
+  if (fused_ring > 0) {
+    AddRing(ops, ring, device, false, std::vector<double>(steps, fused_ring / steps), mb, a, b, batch);
+  }
   if (fused_bytes > 0) {
     Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb,
                            TpAlgorithm());

@@ -105,25 +105,26 @@ Ring RingOf(const RankOps& r) {
 TEST(ContextParallelLowering, RingSendsPerBlockPassAtCp2AndCp4) {
   // seq 16, b = 2. A K/V block is K and V of b·(s/cp) tokens, 4 kv heads of 32, 2 bytes:
   //   cp = 2: 2 · 2 · 8 · 4 · 32 · 2 = 8,192 bytes;  cp = 4: 2 · 2 · 4 · 4 · 32 · 2 = 4,096 bytes.
-  // Each block's forward sends cp − 1 blocks to the next CP rank, its backward cp − 1 of K/V + dK/dV
-  // (twice the bytes); the embedding and head have no attention. 4 blocks per rank:
-  //   cp = 2: forward 4 × 1 sends of 8,192, backward 4 × 1 of 16,384;
-  //   cp = 4: forward 4 × 3 sends of 4,096, backward 4 × 3 of 8,192.
+  // Each block's forward sends cp − 1 blocks to the next CP rank; its backward cp − 1 K/V blocks and then
+  // cp − 1 blocks of dK/dV contributions (2 · (cp − 1) blocks, TransformerEngine's bytes). The embedding
+  // and head have no attention. 4 blocks per rank:
+  //   cp = 2: forward 4 × 1 sends of 8,192, backward 4 × 2;
+  //   cp = 4: forward 4 × 3 sends of 4,096, backward 4 × 6.
   for (const auto& [cp, block] : std::vector<std::pair<uint32_t, double>>{{2, 8192}, {4, 4096}}) {
     const auto plan = OneStage(cp, 1, cp, 1);
     const Lowering l = Lower(plan, Training(plan, 16));
     for (uint32_t c = 0; c < cp; ++c) {
       const Ring ring = RingOf(RankOf(l, c));
       EXPECT_EQ(ring.fwd_sends, std::vector<double>(4 * (cp - 1), block)) << "cp " << cp << " rank " << c;
-      EXPECT_EQ(ring.bwd_sends, std::vector<double>(4 * (cp - 1), 2 * block)) << "cp " << cp << " rank " << c;
-      EXPECT_EQ(ring.recvs.size(), 8u * (cp - 1));
+      EXPECT_EQ(ring.bwd_sends, std::vector<double>(8 * (cp - 1), block)) << "cp " << cp << " rank " << c;
+      EXPECT_EQ(ring.recvs.size(), 12u * (cp - 1));
       EXPECT_EQ(ring.posted, ring.recvs.size());
       // Devices 0..cp-1 are CP ranks 0..cp-1 (TP 1): send to c + 1, receive from c − 1, around the ring.
       for (uint32_t p : ring.send_peers) EXPECT_EQ(p, (c + 1) % cp);
       for (uint32_t p : ring.recv_peers) EXPECT_EQ(p, (c + cp - 1) % cp);
     }
     const OpTotals totals = TotalOps(l);
-    EXPECT_EQ(totals.cp_sends, uint64_t{cp} * 8 * (cp - 1));
+    EXPECT_EQ(totals.cp_sends, uint64_t{cp} * 12 * (cp - 1));
     EXPECT_DOUBLE_EQ(totals.cp_send_bytes, cp * 4.0 * (cp - 1) * 3 * block);
     EXPECT_DOUBLE_EQ(totals.send_bytes, totals.recv_bytes);
   }
@@ -131,12 +132,12 @@ TEST(ContextParallelLowering, RingSendsPerBlockPassAtCp2AndCp4) {
 
 TEST(ContextParallelLowering, FullRecomputationRunsTheForwardRingAgain) {
   // cp = 2, seq 16: the backward of each block first re-runs its forward (one more 8,192-byte send), so
-  // per rank: 4 forward + 4 recomputed forward sends of 8,192 and 4 backward sends of 16,384.
+  // per rank: 4 forward + 4 recomputed forward sends of 8,192 and 4 backward pairs of 8,192 (K/V, then dK/dV).
   const auto plan = OneStage(2, 1, 2, 1);
   const Lowering l = Lower(plan, Training(plan, 16, proto::RECOMPUTE_FULL));
   const Ring ring = RingOf(RankOf(l, 0));
   EXPECT_EQ(ring.fwd_sends, std::vector<double>(8, 8192));
-  EXPECT_EQ(ring.bwd_sends, std::vector<double>(4, 16384));
+  EXPECT_EQ(ring.bwd_sends, std::vector<double>(8, 8192));
 }
 
 TEST(ContextParallelLowering, FusedPassesSendTheSameBytes) {

@@ -397,9 +397,16 @@ GeneratedPlan RandomPlan(std::mt19937& rng, uint32_t num_devices, uint32_t num_l
     pipe->set_micro_batch_size(mbs);
     pipe->set_num_micro_batches(nmb);
     g.global_batch += mbs * nmb;
-    // Interleaved 1F1B with v virtual stages needs at least v layers per stage.
-    const uint32_t min_layers = interleaved ? std::max<uint32_t>(1, virtual_stages) : 1;
-    const auto lengths = RandomComposition(rng, num_layers, S, min_layers);
+    // Interleaved 1F1B with v virtual stages needs at least v transformer blocks per stage: deal out the
+    // blocks, then give the first stage the embedding and the last the head.
+    std::vector<uint32_t> lengths;
+    if (interleaved) {
+      lengths = RandomComposition(rng, num_layers - 2, S, std::max<uint32_t>(1, virtual_stages));
+      ++lengths.front();
+      ++lengths.back();
+    } else {
+      lengths = RandomComposition(rng, num_layers, S, 1);
+    }
     uint32_t begin = 0;
     for (uint32_t s = 0; s < S; ++s) {
       auto* st = pipe->add_stages();
