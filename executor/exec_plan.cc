@@ -78,15 +78,9 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     return Status::Invalid(file + ": " + field + ": " + why + "; simulate this plan (hetsim simulate) or " +
                            "turn the option off to run it here");
   };
-  bool tp_stage = false, scatter_boundary = false;
+  bool tp_stage = false;
   for (const auto& pipe : plan.pipelines()) {
-    for (int s = 0; s < pipe.stages_size(); ++s) {
-      const uint32_t tp = models::TpDegree(pipe.stages(s));
-      tp_stage = tp_stage || tp > 1;
-      if (s + 1 < pipe.stages_size() && tp > 1 && tp == models::TpDegree(pipe.stages(s + 1))) {
-        scatter_boundary = true;
-      }
-    }
+    for (const auto& st : pipe.stages()) tp_stage = tp_stage || models::TpDegree(st) > 1;
   }
   if (plan.sequence_parallel() && tp_stage) {
     return refuse("sequence_parallel", "the executor does not shard the norms and residuals over the sequence "
@@ -96,10 +90,7 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     return refuse("comm.tp_overlap", "the executor runs TP collectives after the GEMMs that produce them (no "
                                      "userbuffers chunking)");
   }
-  if (plan.comm().pp_scatter_gather() && !plan.comm().pp_leader_broadcast() && scatter_boundary) {
-    return refuse("comm.pp_scatter_gather", "the executor sends whole activations between stages of equal TP "
-                                            "(no split send and all-gather)");
-  }
+  ep.pp_scatter_gather = plan.comm().pp_scatter_gather() && !plan.comm().pp_leader_broadcast();
   // NVLS is NCCL's algorithm choice on NVSwitch nodes (NCCL takes it by itself there); the executor's
   // collectives are the same all-reduces, so the lowering is that of the ring.
   if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {

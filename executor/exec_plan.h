@@ -9,13 +9,14 @@
 // (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
 // DeriveGradSyncGroups) as world ranks.
 //
-// Every plan feature runs as lowered, or the plan is refused with the field to change (sequence parallelism,
-// tp_overlap and pp_scatter_gather on stages that use them, CPU offload, Ulysses that would split a head).
+// Every plan feature runs as lowered, or the plan is refused with the field to change (sequence parallelism
+// and tp_overlap on stages that use them, CPU offload, Ulysses that would split a head).
 // With comm.dp_overlap the lowering's DP stream runs on the backend's side stream (Backend::SideSubmit) on
 // communicators of its own, each segment started at the main stream's signal. Interleaved 1F1B runs each
 // stage's model chunks where Megatron-LM places them (models::StageChunks), in the lowering's order. ZeRO
 // 1-3 (reduce-scatters, the optimizer on the rank's shard, all-gathers), hierarchical all-reduces, the PP
-// leader broadcast, CPU-staged transfers, context parallelism's ring and Ulysses' all-to-alls run as lowered
+// leader broadcast and scatter-gather, CPU-staged transfers, context parallelism's ring and Ulysses'
+// all-to-alls run as lowered
 // (executor/grad_sync.h, executor/runner.cc, executor/stage_model.h, executor/mpi_comm.h).
 #pragma once
 
@@ -107,6 +108,7 @@ struct ExecPlan {
   proto::Plan::Schedule schedule = proto::Plan::SCHEDULE_1F1B;
   bool full_recompute = false;
   bool selective_recompute = false;  // ModelOptions::selective_recompute
+  bool pp_scatter_gather = false;    // comm.pp_scatter_gather without the leader broadcast (Runner::Scattered)
   uint32_t zero_stage = 0;  // ZeRO as the lowering orders it (executor/grad_sync.h)
   bool cpu_staged = false;  // pipeline transfers staged through host memory (executor/mpi_comm.h)
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.

@@ -137,12 +137,49 @@ void Runner::Recv(const models::Op& op, uint32_t chunk) {
   const int peer = plan_.RankOfDevice(op.peer), tag = Tag(op, chunk);
   p2p_->WaitForMessage(peer, tag);  // waiting for the other stage is idle time, not transfer
   const Tensor rows = buf.t().Rows(op.seq_begin * seq(), op.seq_end * seq());
+  const bool piece = Scattered(op);
+  const Tensor message = piece ? Piece(rows) : rows;
   {
     SliceRecorder::Scope pp(&recorder_, Category::kPp, static_cast<int32_t>(op.micro_batch));
-    p2p_->Recv(peer, rows, tag);
+    p2p_->Recv(peer, message, tag);
   }
+  if (piece) pieces_[Key(op.micro_batch, chunk)].push_back(rows);
   models::Op done = op;
-  done.bytes = static_cast<double>(rows.bytes());
+  done.bytes = static_cast<double>(message.bytes());
+  log_.Add(done);
+}
+
+bool Runner::Scattered(const models::Op& op) const {
+  if (!plan_.pp_scatter_gather || role_.tp < 2) return false;
+  return plan_.roles.at(static_cast<size_t>(plan_.RankOfDevice(op.peer))).tp == role_.tp;
+}
+
+Tensor Runner::Piece(Tensor message) const {
+  HETSIM_CHECK(message.numel() % role_.tp == 0,
+               "hetsim-exec: a pipeline message of " + std::to_string(message.numel()) +
+                   " elements does not split into " + std::to_string(role_.tp) + " equal pieces");
+  const int64_t n = message.numel() / role_.tp;
+  return message.Flat(role_.tp_rank * n, n);
+}
+
+void Runner::GatherPieces(const models::Op& op, uint32_t chunk) {
+  const auto it = pieces_.find(Key(op.micro_batch, chunk));
+  HETSIM_CHECK(it != pieces_.end(), "hetsim-exec: an all-gather of pipeline pieces without their receives");
+  Comm* tp = CommOf(op.group);
+  double bytes = 0;
+  {
+    SliceRecorder::Scope pp(&recorder_, Category::kPp, static_cast<int32_t>(op.micro_batch));
+    for (const Tensor& rows : it->second) {
+      // The members' pieces in TP-rank order are the message's elements in order.
+      Buffer whole(be_, rows.rows, rows.cols, rows.dtype);
+      tp->AllGather(Piece(rows), whole.t().Flat(0, rows.numel()));
+      be_->Copy(rows, whole.t());
+      bytes += static_cast<double>(rows.bytes());
+    }
+  }
+  pieces_.erase(it);
+  models::Op done = op;
+  done.bytes = bytes;
   log_.Add(done);
 }
 
@@ -185,9 +222,10 @@ void Runner::Send(const models::Op& op, uint32_t chunk) {
   HETSIM_CHECK(it != outs.end() && !it->second.empty(),
                "hetsim-exec: send of micro-batch " + std::to_string(op.micro_batch) + " before its pass");
   const Tensor rows = it->second.t().Rows(op.seq_begin * seq(), op.seq_end * seq());
-  p2p_->Send(plan_.RankOfDevice(op.peer), rows, Tag(op, chunk));
+  const Tensor message = Scattered(op) ? Piece(rows) : rows;
+  p2p_->Send(plan_.RankOfDevice(op.peer), message, Tag(op, chunk));
   models::Op done = op;
-  done.bytes = static_cast<double>(rows.bytes());
+  done.bytes = static_cast<double>(message.bytes());
   log_.Add(done);
 }
 
@@ -325,6 +363,11 @@ void Runner::RunOps() {
       case models::OpKind::kCollective: {
         if (op.category == Category::kPp && op.collective == models::CollectiveKind::kBroadcast) {
           Broadcast(ops, i, op_chunk_[i]);
+          ++i;
+          break;
+        }
+        if (op.category == Category::kPp && op.collective == models::CollectiveKind::kAllGather) {
+          GatherPieces(op, op_chunk_[i]);
           ++i;
           break;
         }

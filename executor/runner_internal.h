@@ -75,6 +75,13 @@ class Runner {
   // PP leader broadcast: the TP group's leader received the micro-batch's boundary tensor; every member
   // gets it from the leader (the pass that follows says which direction).
   void Broadcast(const std::vector<models::Op>& ops, size_t i, uint32_t chunk);
+  // comm.pp_scatter_gather (Megatron-LM's scatter-gather of pipeline messages): between stages of equal TP,
+  // TP rank k moves only the k-th 1/t of each message (flattened), and the receiving TP group all-gathers
+  // the pieces. Scattered: whether `op` (a send or receive) moves a piece; Piece: this rank's piece of a
+  // message; GatherPieces: the lowering's all-gather after the receives of micro-batch `op`'s pass.
+  bool Scattered(const models::Op& op) const;
+  Tensor Piece(Tensor message) const;
+  void GatherPieces(const models::Op& op, uint32_t chunk);
   // The communicator of the lowering's collective group `g` (this rank's groups only; `side`: the DP
   // stream's).
   Comm* CommOf(uint32_t g, bool side = false);
@@ -124,6 +131,7 @@ class Runner {
   // outputs that sends read (kept until the sends complete).
   std::map<uint32_t, Buffer> recv_forward_, recv_backward_, out_forward_, out_backward_;
   std::map<uint32_t, Buffer> partial_backward_;  // a backward run in parts: the gradient where it stopped
+  std::map<uint32_t, std::vector<Tensor>> pieces_;  // received messages of which only this rank's piece is there
   std::vector<uint32_t> op_chunk_;  // MapChunks
   OpLog log_;
   std::vector<Buffer> inputs_, labels_;  // per micro-batch, for the current step

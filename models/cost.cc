@@ -14,8 +14,13 @@ double ComputeCost::Efficiency(double tokens) const {
 
 std::optional<LayerCost> ComputeCost::Profiled(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
                                                double micro_batch, SequenceSharding shard) const {
-  if (profiles_ == nullptr || profiles_->empty() || shard.ways() > 1) return std::nullopt;
-  return profiles_->Lookup(gpu.name, model_.name(), model_.kind(layer), tp, micro_batch, training_.seq_len());
+  if (profiles_ == nullptr || profiles_->empty()) return std::nullopt;
+  // A pass sharded over w = cp · u ranks does, per rank, the work of micro_batch / w whole sequences: its
+  // GEMMs see b·s/w tokens, Ulysses' attention runs b sequences with 1/u of the heads, and CP's
+  // load-balanced chunks give every rank 1/cp of the causal attention's FLOPs. So the profile, measured at
+  // the whole sequence, is read at micro_batch / w (its composition of measured sizes, docs/profiles.md).
+  return profiles_->Lookup(gpu.name, model_.name(), model_.kind(layer), tp, micro_batch / shard.ways(),
+                           training_.seq_len());
 }
 
 bool ComputeCost::TpIncludedInProfile(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch) const {
@@ -67,10 +72,11 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
 
 double ComputeCost::OverheadSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
                                     bool backward, SequenceSharding shard) const {
-  if (profiles_ == nullptr || profiles_->empty() || shard.ways() > 1 || micro_batch <= 0) return 0;
+  if (profiles_ == nullptr || profiles_->empty() || micro_batch <= 0) return 0;
   const LayerKind kind = model_.kind(layer);
   if (kind != (backward ? LayerKind::kHead : LayerKind::kEmbedding)) return 0;
-  auto o = profiles_->Overhead(gpu.name, model_.name(), tp, micro_batch, training_.seq_len());
+  // Sequence-sharded passes: the overheads of the tokens the rank holds (as Profiled reads the layers).
+  auto o = profiles_->Overhead(gpu.name, model_.name(), tp, micro_batch / shard.ways(), training_.seq_len());
   if (!o) return 0;
   return backward ? o->fb_sync_s : o->batch_generation_s;
 }

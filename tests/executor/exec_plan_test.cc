@@ -289,21 +289,31 @@ TEST(ExecPlanTest, RefusesFeaturesItDoesNotRun) {
   Loaded overlap = Load("cpu-4-tp2");
   overlap.plan.mutable_comm()->set_tp_overlap(true);
   refused(overlap, "comm.tp_overlap");
-  // Two TP-2 stages: the boundary Megatron-LM's scatter-gather would split.
+  Loaded tp1 = Load("cpu-4-dp4");
+  tp1.plan.set_sequence_parallel(true);
+  tp1.plan.mutable_comm()->set_tp_overlap(true);
+  EXPECT_TRUE(Build(tp1).ok());
+}
+
+// Megatron-LM's scatter-gather between two TP-2 stages runs: each TP rank sends half of every message and
+// the receiving TP group all-gathers it (the lowering's sends of half the bytes and its all-gather).
+TEST(ExecPlanTest, RunsPipelineScatterGatherBetweenStagesOfEqualTp) {
   Loaded sg = Load("cpu-4-pp2");
   auto* stages = sg.plan.mutable_pipelines(0)->mutable_stages();
   stages->Mutable(0)->add_devices(2);
   stages->Mutable(0)->set_tp_degree(2);
   stages->Mutable(1)->add_devices(3);
   stages->Mutable(1)->set_tp_degree(2);
-  ASSERT_TRUE(Build(sg).ok());
   sg.plan.mutable_comm()->set_pp_scatter_gather(true);
-  refused(sg, "comm.pp_scatter_gather");
-  Loaded tp1 = Load("cpu-4-dp4");
-  tp1.plan.set_sequence_parallel(true);
-  tp1.plan.mutable_comm()->set_tp_overlap(true);
-  tp1.plan.mutable_comm()->set_pp_scatter_gather(true);
-  EXPECT_TRUE(Build(tp1).ok());
+  auto ep = Build(sg);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_TRUE(ep->pp_scatter_gather);
+  size_t gathers = 0;
+  for (const auto& op : ep->Ops(3)) {
+    gathers += op.kind == models::OpKind::kCollective && op.category == models::Category::kPp &&
+               op.collective == models::CollectiveKind::kAllGather;
+  }
+  EXPECT_EQ(gathers, 8u);  // rank 3 (stage 1, TP rank 1): one per forward receive of the 8 micro-batches
 }
 
 // Selective recomputation runs (the attention probabilities recomputed in the backward).

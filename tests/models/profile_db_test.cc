@@ -576,6 +576,22 @@ TEST(ComputeCostProfiles, OverheadsRideWithTheEmbeddingForwardAndTheHeadBackward
   EXPECT_NEAR(cost.OverheadSeconds(*t.gpu, head, 1, 2, /*backward=*/true), 0.0004, kEps);
 }
 
+// A pass sharded over w ranks (CP or Ulysses) does per rank the work of micro_batch / w whole sequences:
+// the profile is read there. Micro-batch 2 at cp 2 or Ulysses 2 is micro-batch 1's 1 ms / 2 ms per block;
+// micro-batch 1 at w = 2 is half a sequence: the single measured size scales in proportion, 0.5 ms / 1 ms,
+// and the head's fb_sync 0.1 ms.
+TEST(ComputeCostProfiles, ShardedPassesReadTheProfileAtTheirShareOfTheMicroBatch) {
+  TinyCost t;
+  const ComputeCost cost(*t.model, t.training, &t.db);
+  const uint32_t head = t.model->num_layers() - 1;
+  for (const SequenceSharding shard : {SequenceSharding{2, 1}, SequenceSharding{1, 2}}) {
+    EXPECT_NEAR(cost.ForwardSeconds(*t.gpu, 1, 1, 2, shard), 0.001, kEps);
+    EXPECT_NEAR(cost.BackwardSeconds(*t.gpu, 1, 1, 2, proto::RECOMPUTE_NONE, shard), 0.002, kEps);
+    EXPECT_NEAR(cost.ForwardSeconds(*t.gpu, 1, 1, 1, shard), 0.0005, kEps);
+    EXPECT_NEAR(cost.BackwardSeconds(*t.gpu, head, 1, 1, proto::RECOMPUTE_NONE, shard), 0.0005 + 0.0001, kEps);
+  }
+}
+
 TEST(ComputeCostProfiles, OptimizerStepAtTheProfiledSecondsPerParameter) {
   TinyCost t;
   const ComputeCost profiled(*t.model, t.training, &t.db);
