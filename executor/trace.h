@@ -81,7 +81,7 @@ struct DeviceTiming {
   double peak_memory_bytes = 0;
 };
 
-// Seconds of each category in `slices`; the TP slices are also subtracted from the forward/backward
+// Seconds of each category in `slices`; the TP and CP slices are also subtracted from the forward/backward
 // slices they nest in when `exclusive` is set.
 std::vector<double> CategorySeconds(const std::vector<TimedSlice>& slices, bool exclusive);
 
@@ -95,8 +95,8 @@ struct ReportContext {
 };
 
 // What the ranks measured, in the form the shared writers (models/iteration_report.h) take. Per device
-// (by rank), averaged over the timed iterations: compute = forward + backward + optimizer − nested TP;
-// TP, PP (receives; sends are asynchronous) and DP communication; the end of the last forward/backward
+// (by rank), averaged over the timed iterations: compute = forward + backward + optimizer − nested TP and
+// CP; TP, PP (receives; sends are asynchronous), DP and CP (ring, all-to-alls) communication; the end of the last forward/backward
 // slice. The iteration time is the slowest rank's, averaged over the timed iterations; the timeline lays
 // the timed iterations end to end (each as long as its slowest rank).
 models::IterationMeasure MeasureIteration(const ReportContext& ctx, const std::vector<DeviceTiming>& devices);

@@ -1,6 +1,6 @@
 // `hetsim validate-sim --executor --plans P1,P2,...`: runs each plan on hetsim-exec (under mpirun, one rank
 // per device) and in the simulator with the same calibration, and reports per plan the iteration time of
-// both, the executor's run-to-run noise, and the error per operation class (compute, TP, PP, DP
+// both, the executor's run-to-run noise, and the error per operation class (compute, TP, PP, CP, DP
 // communication, idle; mean over the plan's devices, as a share of the measured iteration). Writes a CSV
 // and, with --figure, a bar chart (tools/plot/exec_vs_sim.py).
 #include <google/protobuf/util/json_util.h>
@@ -27,16 +27,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Mean over the report's devices of each class: compute, TP, PP, DP, idle.
-constexpr int kClasses = 5;
-const char* const kClassNames[kClasses] = {"compute", "tp", "pp", "dp", "idle"};
+// Mean over the report's devices of each class: compute, TP, PP, CP (ring, all-to-alls), DP, idle.
+constexpr int kClasses = 6;
+const char* const kClassNames[kClasses] = {"compute", "tp", "pp", "cp", "dp", "idle"};
 
 std::vector<double> ClassSeconds(const proto::IterationReport& r) {
   std::vector<double> s(kClasses, 0);
   if (r.devices_size() == 0) return s;
   for (const auto& d : r.devices()) {
     s[0] += d.compute_s(), s[1] += d.tp_communication_s(), s[2] += d.pp_communication_s();
-    s[3] += d.dp_communication_s(), s[4] += d.idle_s();
+    s[3] += d.cp_communication_s(), s[4] += d.dp_communication_s(), s[5] += d.idle_s();
   }
   for (double& x : s) x /= r.devices_size();
   return s;

@@ -4,7 +4,7 @@
 Usage: /usr/bin/python3 tools/plot/exec_vs_sim.py exec_vs_sim.csv out.png
 
 For each plan two stacked bars (left: hetsim-exec, right: the simulator) of the mean time per device in
-compute, TP, PP and DP communication and idle; the simulator's error on the iteration time above them.
+compute, TP, PP, CP (ring, all-to-alls) and DP communication and idle; the simulator's error on the iteration time above them.
 """
 import csv
 import sys
@@ -14,7 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CLASSES = [("compute", "#4c72b0"), ("tp", "#dd8452"), ("pp", "#55a868"), ("dp", "#c44e52"), ("idle", "#bbbbbb")]
+CLASSES = [("compute", "#4c72b0"), ("tp", "#dd8452"), ("pp", "#55a868"), ("cp", "#8172b3"), ("dp", "#c44e52"),
+           ("idle", "#bbbbbb")]
 
 
 def main():
@@ -38,9 +39,9 @@ def main():
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([r["plan"] for r in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("time per iteration, mean over devices (ms)")
-    ax.set_title("hetsim-exec (left, plain) vs simulator (right, hatched); error of the simulated iteration")
+    ax.set_title("hetsim-exec (left, plain) vs simulator (right, hatched)\nerror of the simulated iteration above")
     ax.title.set_fontsize(10)
-    ax.legend(fontsize=8, ncol=5, loc="lower center", bbox_to_anchor=(0.5, -0.42))
+    ax.legend(fontsize=8, ncol=len(CLASSES), loc="lower center", bbox_to_anchor=(0.5, -0.42))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=130, metadata={"Software": "hetsim"})
