@@ -291,7 +291,9 @@ class CpuBackend final : public Backend {
             const int64_t last = r0 + i;
             double dot = 0;
             for (int64_t j = 0; j <= last; ++j) dot += double(P(i, j)) * dP(i, j);
-            for (int64_t j = 0; j < keys; ++j) dP(i, j) = j <= last ? P(i, j) * (dP(i, j) - static_cast<float>(dot)) : 0.0f;
+            for (int64_t j = 0; j < keys; ++j) {
+              dP(i, j) = j <= last ? P(i, j) * (dP(i, j) - static_cast<float>(dot)) : 0.0f;
+            }
           }
           Block(dq, b * S + r0, n, h * hd, hd).noalias() = s.scale * (dP * K);
           Block(dk, b * S, keys, kvh * hd, hd).noalias() += s.scale * (dP.transpose() * Q);

@@ -78,13 +78,31 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     return Status::Invalid(file + ": " + field + ": " + why + "; simulate this plan (hetsim simulate) or " +
                            "turn the option off to run it here");
   };
-  bool tp_stage = false;
+  bool tp_stage = false, tp_changes = false, sharded = false;
   for (const auto& pipe : plan.pipelines()) {
-    for (const auto& st : pipe.stages()) tp_stage = tp_stage || models::TpDegree(st) > 1;
+    for (int s = 0; s < pipe.stages_size(); ++s) {
+      const auto& st = pipe.stages(s);
+      tp_stage = tp_stage || models::TpDegree(st) > 1;
+      sharded = sharded || models::StageSharding(st).ways() > 1;
+      if (s + 1 < pipe.stages_size() && models::TpDegree(st) != models::TpDegree(pipe.stages(s + 1))) {
+        tp_changes = true;
+      }
+    }
   }
-  if (plan.sequence_parallel() && tp_stage) {
-    return refuse("sequence_parallel", "the executor does not shard the norms and residuals over the sequence "
-                                       "(Megatron-LM's reduce-scatter/all-gather pairs)");
+  ep.sequence_parallel = plan.sequence_parallel() && tp_stage;
+  if (ep.sequence_parallel) {
+    // Megatron-LM's sequence parallelism sends each TP rank's shard to its peer of the next stage, so the
+    // stages of a pipeline share one TP degree; the rest is not implemented here.
+    const char* why = tp_changes ? "a pipeline changes its TP degree between stages (each TP rank holds a "
+                                   "sequence shard, sent to the same TP rank of the next stage)"
+                      : sharded ? "with context parallelism or Ulysses, which the executor does not combine "
+                                  "with it"
+                      : plan.comm().pp_leader_broadcast() ? "with comm.pp_leader_broadcast (every TP rank holds "
+                                                            "a different shard)"
+                      : plan.comm().dp_overlap() ? "with comm.dp_overlap (the norms' gradients are summed over TP "
+                                                   "before the gradient sync starts)"
+                                                 : nullptr;
+    if (why != nullptr) return refuse("sequence_parallel", why);
   }
   if (plan.comm().tp_overlap() && tp_stage) {
     return refuse("comm.tp_overlap", "the executor runs TP collectives after the GEMMs that produce them (no "

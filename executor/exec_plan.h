@@ -9,8 +9,9 @@
 // (summarised per direction); and the layer-wise gradient-sync groups (models/plan.h
 // DeriveGradSyncGroups) as world ranks.
 //
-// Every plan feature runs as lowered, or the plan is refused with the field to change (sequence parallelism
-// and tp_overlap on stages that use them, CPU offload, Ulysses that would split a head).
+// Every plan feature runs as lowered, or the plan is refused with the field to change (tp_overlap on TP
+// stages; sequence parallelism with CP, Ulysses, DP overlap, the leader broadcast or a change of TP degree
+// between stages; CPU offload; Ulysses that would split a head).
 // With comm.dp_overlap the lowering's DP stream runs on the backend's side stream (Backend::SideSubmit) on
 // communicators of its own, each segment started at the main stream's signal. Interleaved 1F1B runs each
 // stage's model chunks where Megatron-LM places them (models::StageChunks), in the lowering's order. ZeRO
@@ -109,6 +110,7 @@ struct ExecPlan {
   bool full_recompute = false;
   bool selective_recompute = false;  // ModelOptions::selective_recompute
   bool pp_scatter_gather = false;    // comm.pp_scatter_gather without the leader broadcast (Runner::Scattered)
+  bool sequence_parallel = false;    // ModelOptions::sequence_parallel (applies to stages with TP > 1)
   uint32_t zero_stage = 0;  // ZeRO as the lowering orders it (executor/grad_sync.h)
   bool cpu_staged = false;  // pipeline transfers staged through host memory (executor/mpi_comm.h)
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.

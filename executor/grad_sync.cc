@@ -185,6 +185,21 @@ void GradSync::UseSideComms(const std::map<std::vector<int>, Comm*>& side_comms)
   for (auto& [index, g] : groups_) g.sync_comm = side_comms.at(plan_.sync_groups[index].ranks);
 }
 
+double GradSync::SumSequenceParallel() {
+  std::vector<size_t> norms;
+  double bytes = 0;
+  const auto& params = model_->params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamKind kind = params[i].spec.kind;
+    if (kind != ParamKind::kAttnNorm && kind != ParamKind::kMlpNorm && kind != ParamKind::kFinalNorm) continue;
+    norms.push_back(i);
+    bytes += static_cast<double>(params[i].spec.global_rows * params[i].spec.cols) * sizeof(float);
+  }
+  SliceRecorder::Scope scope(recorder_, Category::kTp, -1);
+  TpGlobalExchange(norms, false);
+  return bytes;
+}
+
 void GradSync::Begin() {
   if (partial_params_.empty()) return;
   // 1. Shared key/value heads: every sharer computed part of the gradient.

@@ -42,30 +42,15 @@ class OpLog : public OpObserver {
                (double(role_.tp) * role_.ulysses * role_.cp);
     Add(op);
   }
-  void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) override {
-    models::Op op;
-    op.kind = models::OpKind::kCollective;
-    op.category = models::Category::kTp;
+  void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max, models::CollectiveKind kind) override {
+    models::Op op = InPass(models::Category::kTp, role_.tp_group, role_.tp_rank, mb, layer, bytes);
     op.reduce = max ? models::ReduceOp::kMax : models::ReduceOp::kSum;
-    op.micro_batch = static_cast<uint16_t>(mb);
-    op.group = GroupOf(role_.tp_group);
-    op.rank = role_.tp_rank;
-    op.layer_begin = layer;
-    op.layer_end = layer + 1;
-    op.bytes = bytes;
+    op.collective = kind;
     Add(op);
   }
   void UlyssesAllToAll(uint32_t mb, uint32_t layer, double bytes) override {
-    models::Op op;
-    op.kind = models::OpKind::kCollective;
-    op.category = models::Category::kCp;
+    models::Op op = InPass(models::Category::kCp, role_.uly_group, role_.shard, mb, layer, bytes);
     op.collective = models::CollectiveKind::kAllToAll;
-    op.micro_batch = static_cast<uint16_t>(mb);
-    op.group = GroupOf(role_.uly_group);
-    op.rank = role_.shard;
-    op.layer_begin = layer;
-    op.layer_end = layer + 1;
-    op.bytes = bytes;
     Add(op);
   }
   void CpRing(uint32_t mb, uint32_t layer, const std::vector<double>& bytes, bool before) override {
@@ -90,6 +75,20 @@ class OpLog : public OpObserver {
     } else {
       for (double b : bytes) ring_op(models::OpKind::kRecv, b);
     }
+  }
+  // A collective of layer `layer`'s pass over the world ranks `group`, in which this rank is `rank`.
+  models::Op InPass(models::Category category, const std::vector<int>& group, uint32_t rank, uint32_t mb,
+                    uint32_t layer, double bytes) const {
+    models::Op op;
+    op.kind = models::OpKind::kCollective;
+    op.category = category;
+    op.micro_batch = static_cast<uint16_t>(mb);
+    op.group = GroupOf(group);
+    op.rank = rank;
+    op.layer_begin = layer;
+    op.layer_end = layer + 1;
+    op.bytes = bytes;
+    return op;
   }
   // A point-to-point transfer, a wait, a gradient-sync collective or the optimizer step, as executed.
   void Add(models::Op op) {

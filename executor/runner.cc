@@ -130,13 +130,13 @@ int Runner::Tag(const models::Op& op, uint32_t chunk) const {
 }
 
 void Runner::Recv(const models::Op& op, uint32_t chunk) {
-  const int64_t T = role_.share.size() * seq(), h = specs_.model.spec().hidden_size();
+  const int64_t T = role_.share.size() * hidden_seq(), h = specs_.model.spec().hidden_size();
   const bool backward = op.channel == models::kChanPpBackward;
   Buffer& buf = (backward ? recv_backward_ : recv_forward_)[Key(op.micro_batch, chunk)];
   if (buf.empty()) buf = Buffer(be_, T, h, be_->act_dtype());
   const int peer = plan_.RankOfDevice(op.peer), tag = Tag(op, chunk);
   p2p_->WaitForMessage(peer, tag);  // waiting for the other stage is idle time, not transfer
-  const Tensor rows = buf.t().Rows(op.seq_begin * seq(), op.seq_end * seq());
+  const Tensor rows = buf.t().Rows(op.seq_begin * hidden_seq(), op.seq_end * hidden_seq());
   const bool piece = Scattered(op);
   const Tensor message = piece ? Piece(rows) : rows;
   {
@@ -150,7 +150,8 @@ void Runner::Recv(const models::Op& op, uint32_t chunk) {
 }
 
 bool Runner::Scattered(const models::Op& op) const {
-  if (!plan_.pp_scatter_gather || role_.tp < 2) return false;
+  // Under sequence parallelism the message is the rank's shard already (nothing to gather).
+  if (!plan_.pp_scatter_gather || role_.tp < 2 || sp()) return false;
   return plan_.roles.at(static_cast<size_t>(plan_.RankOfDevice(op.peer))).tp == role_.tp;
 }
 
@@ -203,7 +204,7 @@ void Runner::Broadcast(const std::vector<models::Op>& ops, size_t i, uint32_t ch
       break;
     }
   }
-  const int64_t T = role_.share.size() * seq(), h = specs_.model.spec().hidden_size();
+  const int64_t T = role_.share.size() * hidden_seq(), h = specs_.model.spec().hidden_size();
   Buffer& buf = (backward ? recv_backward_ : recv_forward_)[Key(op.micro_batch, chunk)];
   if (buf.empty()) buf = Buffer(be_, T, h, be_->act_dtype());
   {
@@ -221,7 +222,7 @@ void Runner::Send(const models::Op& op, uint32_t chunk) {
   const auto it = outs.find(Key(op.micro_batch, chunk));
   HETSIM_CHECK(it != outs.end() && !it->second.empty(),
                "hetsim-exec: send of micro-batch " + std::to_string(op.micro_batch) + " before its pass");
-  const Tensor rows = it->second.t().Rows(op.seq_begin * seq(), op.seq_end * seq());
+  const Tensor rows = it->second.t().Rows(op.seq_begin * hidden_seq(), op.seq_end * hidden_seq());
   const Tensor message = Scattered(op) ? Piece(rows) : rows;
   p2p_->Send(plan_.RankOfDevice(op.peer), message, Tag(op, chunk));
   models::Op done = op;
@@ -371,6 +372,14 @@ void Runner::RunOps() {
           ++i;
           break;
         }
+        if (op.category == Category::kTp) {
+          // Sequence parallelism: the norms' partial gradients summed over the TP group.
+          models::Op done = op;
+          done.bytes = sync_->SumSequenceParallel();
+          log_.Add(done);
+          ++i;
+          break;
+        }
         log_.Add(SyncOp(op, false));
         ++i;
         break;
@@ -489,6 +498,7 @@ int Runner::Run() {
   mo.seed = o_.seed;
   mo.rope_theta = static_cast<float>(o_.rope_theta);
   mo.selective_recompute = plan_.selective_recompute;
+  mo.sequence_parallel = plan_.sequence_parallel;
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.chunks, role_.tp, role_.tp_rank, tp_comm_, mo,
                                         &recorder_);
   if (role_.ulysses > 1) model_->SetUlysses(comms_.at(role_.uly_group).get());

@@ -110,6 +110,10 @@ class Runner {
   bool root() const { return rank_ == 0; }
   // Tokens of each sequence this rank processes (its Ulysses or CP shard's).
   int64_t seq() const { return plan_.seq_len / (role_.ulysses * role_.cp); }
+  // Rows of each sequence in the hidden states a stage receives and sends: under sequence parallelism
+  // (TP > 1) the rank's 1/t of the positions (StageModel's layout).
+  bool sp() const { return plan_.sequence_parallel && role_.tp > 1; }
+  int64_t hidden_seq() const { return sp() ? seq() / role_.tp : seq(); }
 
   std::string command_line_;
   const ExecOptions& o_;

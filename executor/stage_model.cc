@@ -83,6 +83,55 @@ void StageModel::TpAllReduce(Tensor t, ReduceOp op, int32_t mb) {
   tp_comm_->AllReduce(t, op);
 }
 
+Buffer StageModel::SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb) {
+  if (!sp()) return shard;
+  const int64_t t = tp_, part = seq / t, rows = batch * part, w = shard.t().cols;
+  HETSIM_CHECK(shard.t().rows == rows, "StageModel: sequence-parallel all-gather of a bad shard");
+  Buffer full = NewAct(batch * seq, w);
+  if (observer_ != nullptr) {
+    observer_->TpCollective(static_cast<uint32_t>(mb), current_layer_, static_cast<double>(full.t().bytes()), false,
+                            models::CollectiveKind::kAllGather);
+  }
+  SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
+  // The members' shards arrive in TP-rank order; member j's rows of sequence b go to positions
+  // [j·s/t, (j+1)·s/t) of that sequence.
+  Buffer ranks = NewAct(t * rows, w);
+  tp_comm_->AllGather(shard.t(), ranks.t());
+  for (int64_t j = 0; j < t; ++j) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t from = j * rows + b * part, to = b * seq + j * part;
+      be_->Copy(full.t().Rows(to, to + part), ranks.t().Rows(from, from + part));
+    }
+  }
+  return full;
+}
+
+Buffer StageModel::SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb) {
+  if (!sp()) {
+    TpAllReduce(full.t(), ReduceOp::kSum, mb);
+    return full;
+  }
+  const int64_t t = tp_, part = seq / t, rows = batch * part, w = full.t().cols;
+  HETSIM_CHECK(full.t().rows == batch * seq, "StageModel: sequence-parallel reduce-scatter of a bad tensor");
+  if (observer_ != nullptr) {
+    observer_->TpCollective(static_cast<uint32_t>(mb), current_layer_, static_cast<double>(full.t().bytes()), false,
+                            models::CollectiveKind::kReduceScatter);
+  }
+  SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
+  // Member j's segment: positions [j·s/t, (j+1)·s/t) of every sequence.
+  Buffer ranks = NewAct(t * rows, w);
+  for (int64_t j = 0; j < t; ++j) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t to = j * rows + b * part, from = b * seq + j * part;
+      be_->Copy(ranks.t().Rows(to, to + part), full.t().Rows(from, from + part));
+    }
+  }
+  full.Reset();
+  Buffer shard = NewAct(rows, w);
+  tp_comm_->ReduceScatter(ranks.t(), shard.t());
+  return shard;
+}
+
 void StageModel::ZeroLoss() { be_->Fill(loss_.t(), 0); }
 
 void StageModel::ZeroGrads() {
@@ -138,7 +187,7 @@ Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool ch
       case models::LayerKind::kEmbedding: {
         x = NewAct(T, h);
         be_->Embedding(x.t(), input.t(), P(l, ParamKind::kEmbedding).w(), vocab_begin_);
-        TpAllReduce(x.t(), ReduceOp::kSum, imb);
+        x = SpReduce(std::move(x), st.batch, st.seq, imb);
         st.tokens = std::move(input);
         kept();
         break;
@@ -173,11 +222,13 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size(), hd = model_.head_dim();
   const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd, f = ffn_local_;
   const auto imb = static_cast<int32_t>(mb);
+  const int64_t Ts = ShardRows(T);  // the residual stream's rows (sequence-sharded under SP)
   s.x = std::move(x);
   // Attention.
-  s.inv1 = New(T, 1, DType::kF32);
-  s.n1 = NewAct(T, h);
+  s.inv1 = New(Ts, 1, DType::kF32);
+  s.n1 = NewAct(Ts, h);
   be_->RmsNorm(s.n1.t(), s.inv1.t(), s.x.t(), P(layer, ParamKind::kAttnNorm).w(), options_.norm_eps);
+  s.n1 = SpGather(std::move(s.n1), st.batch, st.seq, imb);
   s.q = NewAct(T, qd);
   s.k = NewAct(T, kvd);
   s.v = NewAct(T, kvd);
@@ -221,13 +272,14 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   if (options_.selective_recompute) s.probs.Reset();  // recomputed in the backward
   Buffer o = NewAct(T, h);
   be_->Gemm(o.t(), s.attn.t(), false, P(layer, ParamKind::kWoT).w(), false, 1, 0);
-  TpAllReduce(o.t(), ReduceOp::kSum, imb);
+  o = SpReduce(std::move(o), st.batch, st.seq, imb);
   be_->Add(o.t(), s.x.t());
   s.x2 = std::move(o);
   // MLP.
-  s.inv2 = New(T, 1, DType::kF32);
-  s.n2 = NewAct(T, h);
+  s.inv2 = New(Ts, 1, DType::kF32);
+  s.n2 = NewAct(Ts, h);
   be_->RmsNorm(s.n2.t(), s.inv2.t(), s.x2.t(), P(layer, ParamKind::kMlpNorm).w(), options_.norm_eps);
+  s.n2 = SpGather(std::move(s.n2), st.batch, st.seq, imb);
   s.gate = NewAct(T, f);
   s.up = NewAct(T, f);
   be_->Gemm(s.gate.t(), s.n2.t(), false, P(layer, ParamKind::kWgate).w(), true, 1, 0);
@@ -236,7 +288,7 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   be_->SwiGlu(s.act.t(), s.gate.t(), s.up.t());
   Buffer y = NewAct(T, h);
   be_->Gemm(y.t(), s.act.t(), false, P(layer, ParamKind::kWdownT).w(), false, 1, 0);
-  TpAllReduce(y.t(), ReduceOp::kSum, imb);
+  y = SpReduce(std::move(y), st.batch, st.seq, imb);
   be_->Add(y.t(), s.x2.t());
   FlushAllToAll(mb, layer);
   return y;
@@ -247,10 +299,12 @@ void StageModel::HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x
   const auto imb = static_cast<int32_t>(mb);
   const uint32_t layer = model_.num_layers() - 1;
   Param& head = P(layer, ParamKind::kHead);
+  const int64_t Ts = ShardRows(T);
   s.x = std::move(x);
-  s.inv = New(T, 1, DType::kF32);
-  s.n = NewAct(T, h);
+  s.inv = New(Ts, 1, DType::kF32);
+  s.n = NewAct(Ts, h);
   be_->RmsNorm(s.n.t(), s.inv.t(), s.x.t(), P(layer, ParamKind::kFinalNorm).w(), options_.norm_eps);
+  s.n = SpGather(std::move(s.n), st.batch, st.seq, imb);
   Buffer logits = NewAct(T, head.spec.held.size());
   be_->Gemm(logits.t(), s.n.t(), false, head.w(), true, 1, 0);
   Buffer row_max = New(T, 1, DType::kF32), sums = New(T, 2, DType::kF32);
@@ -291,12 +345,13 @@ Buffer StageModel::Backward(uint32_t mb, Buffer dout, uint32_t chunk, uint32_t d
     ReportRing(mb, l, st, false, false);
     switch (model_.kind(l)) {
       case models::LayerKind::kHead:
-        d = HeadBackward(mb, st.head);
+        d = HeadBackward(mb, st, st.head);
         break;
       case models::LayerKind::kTransformer:
         d = BlockBackward(l, mb, st, st.blocks[l - first], std::move(d));
         break;
       case models::LayerKind::kEmbedding:
+        d = SpGather(std::move(d), st.batch, st.seq, static_cast<int32_t>(mb));
         be_->EmbeddingBackward(P(l, ParamKind::kEmbedding).grad.t(), st.tokens.t(), d.t(), vocab_begin_);
         d.Reset();
         break;
@@ -307,17 +362,17 @@ Buffer StageModel::Backward(uint32_t mb, Buffer dout, uint32_t chunk, uint32_t d
   return d;
 }
 
-Buffer StageModel::HeadBackward(uint32_t mb, HeadSaved& s) {
+Buffer StageModel::HeadBackward(uint32_t mb, MicroBatch& st, HeadSaved& s) {
   const uint32_t layer = model_.num_layers() - 1;
-  const int64_t T = s.x.t().rows, h = model_.spec().hidden_size();
+  const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
   Param& head = P(layer, ParamKind::kHead);
   Param& norm = P(layer, ParamKind::kFinalNorm);
   Buffer dn = NewAct(T, h);
   be_->Gemm(dn.t(), s.dlogits.t(), false, head.w(), false, 1, 0);
   be_->Gemm(head.grad.t(), s.dlogits.t(), true, s.n.t(), false, 1, 1);
   s.dlogits.Reset();
-  TpAllReduce(dn.t(), ReduceOp::kSum, static_cast<int32_t>(mb));
-  Buffer dx = NewAct(T, h);
+  dn = SpReduce(std::move(dn), st.batch, st.seq, static_cast<int32_t>(mb));
+  Buffer dx = NewAct(ShardRows(T), h);
   be_->RmsNormBackward(dx.t(), norm.grad.t(), s.x.t(), norm.w(), s.inv.t(), dn.t(), false);
   s = HeadSaved{};
   return dx;
@@ -327,13 +382,22 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size(), hd = model_.head_dim();
   const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd, f = ffn_local_;
   const auto imb = static_cast<int32_t>(mb);
-  // MLP: y = x2 + down(silu(gate) ⊙ up).
+  // MLP: y = x2 + down(silu(gate) ⊙ up). Under SP the incoming gradient is sequence-sharded: the MLP's
+  // GEMMs take it gathered, the residual keeps the shard.
   Param& wdown = P(layer, ParamKind::kWdownT);
   Param& wgate = P(layer, ParamKind::kWgate);
   Param& wup = P(layer, ParamKind::kWup);
+  Buffer dy_full;
+  if (sp()) {
+    dy_full = NewAct(dy.t().rows, h);
+    be_->Copy(dy_full.t(), dy.t());
+    dy_full = SpGather(std::move(dy_full), st.batch, st.seq, imb);
+  }
+  const Tensor dyt = sp() ? dy_full.t() : dy.t();
   Buffer dact = NewAct(T, f);
-  be_->Gemm(dact.t(), dy.t(), false, wdown.w(), true, 1, 0);
-  be_->Gemm(wdown.grad.t(), s.act.t(), true, dy.t(), false, 1, 1);
+  be_->Gemm(dact.t(), dyt, false, wdown.w(), true, 1, 0);
+  be_->Gemm(wdown.grad.t(), s.act.t(), true, dyt, false, 1, 1);
+  dy_full.Reset();
   s.act.Reset();
   Buffer dgate = NewAct(T, f), dup = NewAct(T, f);
   be_->SwiGluBackward(dgate.t(), dup.t(), s.gate.t(), s.up.t(), dact.t());
@@ -347,16 +411,24 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   be_->Gemm(wup.grad.t(), dup.t(), true, s.n2.t(), false, 1, 1);
   dgate.Reset();
   dup.Reset();
-  TpAllReduce(dn2.t(), ReduceOp::kSum, imb);
+  dn2 = SpReduce(std::move(dn2), st.batch, st.seq, imb);
   Param& norm2 = P(layer, ParamKind::kMlpNorm);
   Buffer dx2 = std::move(dy);  // the residual passes dy through; the norm's gradient is added to it
   be_->RmsNormBackward(dx2.t(), norm2.grad.t(), s.x2.t(), norm2.w(), s.inv2.t(), dn2.t(), true);
   dn2.Reset();
   // Attention: x2 = x + o(attention(rope(q), rope(k), v)).
   Param& wo = P(layer, ParamKind::kWoT);
+  Buffer dx2_full;
+  if (sp()) {
+    dx2_full = NewAct(dx2.t().rows, h);
+    be_->Copy(dx2_full.t(), dx2.t());
+    dx2_full = SpGather(std::move(dx2_full), st.batch, st.seq, imb);
+  }
+  const Tensor dx2t = sp() ? dx2_full.t() : dx2.t();
   Buffer dattn = NewAct(T, qd);
-  be_->Gemm(dattn.t(), dx2.t(), false, wo.w(), true, 1, 0);
-  be_->Gemm(wo.grad.t(), s.attn.t(), true, dx2.t(), false, 1, 1);
+  be_->Gemm(dattn.t(), dx2t, false, wo.w(), true, 1, 0);
+  be_->Gemm(wo.grad.t(), s.attn.t(), true, dx2t, false, 1, 1);
+  dx2_full.Reset();
   s.attn.Reset();
   const int64_t u = ulysses(), cp_ways = cp(), S = st.seq * u * cp_ways;
   AttentionShape shape{st.batch, S, heads_.q_heads / u, heads_.kv_heads / u, hd,
@@ -411,7 +483,7 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   dq.Reset();
   dk.Reset();
   dv.Reset();
-  TpAllReduce(dn1.t(), ReduceOp::kSum, imb);
+  dn1 = SpReduce(std::move(dn1), st.batch, st.seq, imb);
   Param& norm1 = P(layer, ParamKind::kAttnNorm);
   Buffer dx = std::move(dx2);
   be_->RmsNormBackward(dx.t(), norm1.grad.t(), s.x.t(), norm1.w(), s.inv1.t(), dn1.t(), true);

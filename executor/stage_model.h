@@ -23,6 +23,7 @@
 #include "executor/backend.h"
 #include "executor/sharding.h"
 #include "executor/trace.h"
+#include "models/lowering.h"
 #include "models/plan.h"
 #include "models/transformer.h"
 
@@ -37,6 +38,13 @@ struct ModelOptions {
   // keep the attention core's softmax probabilities (the s × s scores per head); its backward recomputes
   // them from the q, k and v it kept.
   bool selective_recompute = false;
+  // Sequence parallelism (Korthikanti et al. 2022 §4.2.2, Megatron-LM's --sequence-parallel; with TP > 1):
+  // between the TP regions the residual stream, the norms and the stage's input and output are
+  // sequence-sharded — TP rank k holds positions [k·s/t, (k+1)·s/t) of every sequence — and each TP
+  // all-reduce becomes an all-gather before the column-parallel GEMMs and a reduce-scatter after the
+  // row-parallel ones (backward: the mirror image). The gathered norm outputs are kept for the backward (no
+  // second all-gather there). The norms' gradients are partial per TP rank (GradSync sums them).
+  bool sequence_parallel = false;
 };
 
 struct Param {
@@ -55,7 +63,10 @@ class OpObserver {
   virtual ~OpObserver() = default;
   // `recompute`: the forward recomputation of a block inside the backward pass.
   virtual void LayerPass(bool forward, bool recompute, uint32_t mb, uint32_t layer, int64_t sequences) = 0;
-  virtual void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max) = 0;
+  // `kind`: all-reduce (`max`: of maxima), or under sequence parallelism all-gather / reduce-scatter; `bytes`:
+  // the whole tensor's.
+  virtual void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max,
+                            models::CollectiveKind kind = models::CollectiveKind::kAllReduce) = 0;
   // A Ulysses all-to-all of `bytes` (this rank's whole tensor), reported after the block's TP collectives
   // (the lowering's order within a pass).
   virtual void UlyssesAllToAll(uint32_t mb, uint32_t layer, double bytes) {
@@ -157,6 +168,13 @@ class StageModel {
 
   Param& P(uint32_t layer, ParamKind kind);
   void TpAllReduce(Tensor t, ReduceOp op, int32_t mb);
+  // Sequence parallelism: rows of the residual stream per micro-batch of `rows` tokens; the all-gather of a
+  // sequence-sharded tensor ([batch·seq/t, w] → [batch·seq, w]); the reduce-scatter of a partial one
+  // (the reverse). Without it: the tensor itself, and the all-reduce.
+  bool sp() const { return options_.sequence_parallel && tp_ > 1; }
+  int64_t ShardRows(int64_t rows) const { return sp() ? rows / tp_ : rows; }
+  Buffer SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb);
+  Buffer SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb);
   Buffer New(int64_t rows, int64_t cols, DType dtype) { return Buffer(be_, rows, cols, dtype); }
   Buffer NewAct(int64_t rows, int64_t cols) { return Buffer(be_, rows, cols, be_->act_dtype()); }
   // checkpoint: blocks keep only their inputs (full recomputation).
@@ -164,7 +182,7 @@ class StageModel {
   Buffer BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer x);
   Buffer BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer dy);
   void HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x, bool add_loss);
-  Buffer HeadBackward(uint32_t mb, HeadSaved& s);
+  Buffer HeadBackward(uint32_t mb, MicroBatch& st, HeadSaved& s);
   // Ulysses' layout changes for `batch` sequences of `seq_local` tokens per rank, `width` = local heads ×
   // head dim: [batch·seq_local, width] (this rank's tokens) to [batch·seq_local·u, width / u] (every token of
   // head group j = this rank's rank), and back.

@@ -197,17 +197,25 @@ struct LoweringOptions {
 // (interleaved 1F1B with ZeRO-3 or CPU offload; ZeRO-3 across pipelines of different micro-batch counts).
 Result<Lowering> LowerPlan(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options = {});
 
-// TP collectives of one layer's forward or backward pass for `batch` sequences (see the header comment).
+// TP collectives of one layer's forward or backward pass for `batch` sequences (see the header comment),
+// in the order Megatron-LM issues them. `bytes` is the whole tensor's (an all-gather's output, a
+// reduce-scatter's input). Under sequence parallelism (Korthikanti et al. 2022, §4.2.2) each all-reduce
+// around a column-/row-parallel pair becomes an all-gather before the column-parallel GEMM and a
+// reduce-scatter after the row-parallel one: the embedding reduce-scatters its output (all-gathers its
+// gradient), a block all-gathers before QKV and the MLP and reduce-scatters after the attention output and
+// the MLP (backward: all-gather of the incoming gradient, reduce-scatter of the norm's input gradient, twice),
+// the head all-gathers before its GEMM (backward: reduce-scatter).
 struct TpCollective {
   double bytes = 0;
   ReduceOp reduce = ReduceOp::kSum;
+  CollectiveKind kind = CollectiveKind::kAllReduce;
 };
 std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
-                                             uint32_t seq_len, proto::DType dtype);
+                                             uint32_t seq_len, proto::DType dtype, bool sequence_parallel = false);
 
 // Bytes of one K/V block a ring-attention rank sends per ring step in the forward pass: K and V of
 // `batch` sequences of seq_len / cp tokens, kv heads / tp (at least one) per rank. The backward sends
-// twice this per step (the block and its gradient).
+// 2 · (cp − 1) such blocks (the K/V round and the dK/dV round).
 double RingKvBlockBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp, uint32_t cp,
                         proto::DType dtype);
 // Ulysses all-to-alls of one transformer block's forward (q, k, v, output) or backward (d(output), dq, dk,

@@ -12,24 +12,38 @@
 namespace hetsim::models {
 
 std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
-                                             uint32_t seq_len, proto::DType dtype) {
+                                             uint32_t seq_len, proto::DType dtype, bool sequence_parallel) {
   const double activations = DTypeBytes(dtype) * batch * seq_len * model.spec().hidden_size();
+  const TpCollective reduce{activations, ReduceOp::kSum,
+                            sequence_parallel ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce};
+  const TpCollective gather{activations, ReduceOp::kSum, CollectiveKind::kAllGather};
   switch (model.kind(layer)) {
     case LayerKind::kEmbedding:
-      // Vocabulary-parallel lookup: partial embeddings summed; the input gradient is the token ids' (none).
-      if (forward) return {{activations, ReduceOp::kSum}};
+      // Vocabulary-parallel lookup: partial embeddings summed; the input gradient is the token ids' (none),
+      // but under SP the output's gradient arrives sequence-sharded and is gathered.
+      if (forward) return {reduce};
+      if (sequence_parallel) return {gather};
       return {};
     case LayerKind::kTransformer:
       // After the row-parallel attention output and MLP down projections (forward), after the
-      // column-parallel QKV and MLP up projections' input gradients (backward).
-      return {{activations, ReduceOp::kSum}, {activations, ReduceOp::kSum}};
+      // column-parallel QKV and MLP up projections' input gradients (backward); under SP each preceded by
+      // the all-gather of the sequence-sharded tensor the column-parallel GEMM (forward) or the
+      // row-parallel one's gradient (backward) needs.
+      if (sequence_parallel) return {gather, reduce, gather, reduce};
+      return {reduce, reduce};
     case LayerKind::kHead: {
       // Vocabulary-parallel cross-entropy: the row maxima (one fp32 per token), then the softmax
       // denominators and the target logits (two fp32 per token); backward: the input gradient of the
-      // column-parallel output projection.
+      // column-parallel output projection. Under SP the final norm's output is gathered first.
       const double tokens = batch * seq_len;
-      if (forward) return {{4.0 * tokens, ReduceOp::kMax}, {8.0 * tokens, ReduceOp::kSum}};
-      return {{activations, ReduceOp::kSum}};
+      if (forward) {
+        std::vector<TpCollective> out;
+        if (sequence_parallel) out.push_back(gather);
+        out.push_back({4.0 * tokens, ReduceOp::kMax});
+        out.push_back({8.0 * tokens, ReduceOp::kSum});
+        return out;
+      }
+      return {reduce};
     }
   }
   return {};
@@ -110,13 +124,17 @@ void Lowerer::AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vecto
   if (options_.tp_in_compute && options_.tp_in_compute(device, layer, static_cast<uint32_t>(tp_group.size()), batch)) {
     return;
   }
-  for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, local_seq, tr_.dtype())) {
+  const bool sp = plan_.sequence_parallel();
+  for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, local_seq, tr_.dtype(), sp)) {
     if (options_.fuse_passes) {
-      *fused_bytes += c.bytes;
-      ++*fused_calls;
+      // A pass's TP traffic as one all-reduce: an all-gather and a reduce-scatter of a tensor move what
+      // an all-reduce of it does.
+      *fused_bytes += c.kind == CollectiveKind::kAllReduce ? c.bytes : c.bytes / 2;
+      if (c.kind != CollectiveKind::kAllGather) ++*fused_calls;
       continue;
     }
-    Op& op = AddCollective(ops, tp_group, device, c.bytes, CollectiveKind::kAllReduce, Category::kTp, mb, TpAlgorithm());
+    Op& op = AddCollective(ops, tp_group, device, c.bytes, c.kind, Category::kTp, mb,
+                           c.kind == CollectiveKind::kAllReduce ? TpAlgorithm() : Algorithm::kRing);
     op.reduce = c.reduce;
     op.in_pass = true;
     op.layer_begin = layer;

@@ -16,6 +16,17 @@ void Lowerer::EmitSyncAndStep(uint32_t device, const proto::Stage& st, RankOps& 
                               bool overlap, bool skeleton) {
   const auto& segments = segments_[device];
   const bool offload = OffloadsOptimizer(plan_);
+  // Sequence parallelism: the norms (and row-parallel biases) ran on the rank's sequence shard, so their
+  // gradients are summed over the TP group (one all-reduce of the stage's such parameters, Megatron-LM's
+  // finalize_model_grads), here before the data-parallel sync (the sums commute).
+  if (plan_.sequence_parallel() && rank.tp > 1) {
+    double params = 0;
+    for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) params += model_.SequenceParallelParams(l);
+    if (params > 0) {
+      AddCollective(ops, TpGroup(st, rank.replica, rank.shard_rank), device, params * DTypeBytes(tr_.dtype()),
+                    CollectiveKind::kAllReduce, Category::kTp, 0);
+    }
+  }
   // Gradient synchronisation (ZeRO ≥ 1 reduce-scatters instead of all-reducing); under CPU offload each
   // bucket's shard then goes to host memory.
   std::vector<Op>& dp_ops = overlap && !skeleton ? rank.dp_stream : ops;

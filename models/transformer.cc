@@ -46,6 +46,16 @@ uint32_t TransformerModel::kv_heads() const {
   return spec_.num_kv_heads() == 0 ? spec_.num_attention_heads() : spec_.num_kv_heads();
 }
 
+double TransformerModel::SequenceParallelParams(uint32_t layer) const {
+  switch (kind(layer)) {
+    case LayerKind::kEmbedding: return 0;
+    case LayerKind::kTransformer:
+      return 2 * NormParams() + (spec_.linear_bias() ? 2.0 * spec_.hidden_size() : 0.0);
+    case LayerKind::kHead: return NormParams();
+  }
+  return 0;
+}
+
 double TransformerModel::NormParams() const {
   const double h = spec_.hidden_size();
   return spec_.norm() == proto::Model::NORM_RMSNORM ? h : 2 * h;

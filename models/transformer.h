@@ -58,6 +58,10 @@ class TransformerModel {
   // Parameters of `layer` that one rank of a TP group of `tp` holds (norms and row-parallel biases are
   // replicated; a tied head that lives apart from the embedding holds its own copy of the matrix).
   double ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy) const;
+  // Parameters of `layer` that sequence parallelism applies to on sequence shards (the norms and the
+  // row-parallel biases, replicated over TP): their gradients are partial per TP rank and summed over the
+  // TP group after the backward passes (Megatron-LM's finalize_model_grads).
+  double SequenceParallelParams(uint32_t layer) const;
 
   // Forward FLOPs of `layer` for a micro-batch of `batch` sequences of `seq_len` tokens (whole layer,
   // not divided by TP).

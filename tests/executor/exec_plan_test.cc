@@ -283,16 +283,26 @@ TEST(ExecPlanTest, RefusesFeaturesItDoesNotRun) {
     EXPECT_NE(ep.status().message().find(": " + field + ": "), std::string::npos) << ep.status().message();
     EXPECT_NE(ep.status().message().find("simulate this plan"), std::string::npos) << ep.status().message();
   };
+  // Sequence parallelism runs where every pipeline keeps one TP degree (cpu-4-tp2), not where it changes.
   Loaded sp = Load("cpu-4-tp2");
   sp.plan.set_sequence_parallel(true);
-  refused(sp, "sequence_parallel");
+  auto runs = Build(sp);
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  EXPECT_TRUE(runs->sequence_parallel);
+  Loaded mixed = Load("cpu-4-pp2");
+  mixed.plan.set_sequence_parallel(true);
+  mixed.plan.mutable_pipelines(0)->mutable_stages(0)->add_devices(2);
+  mixed.plan.mutable_pipelines(0)->mutable_stages(0)->set_tp_degree(2);
+  refused(mixed, "sequence_parallel");
   Loaded overlap = Load("cpu-4-tp2");
   overlap.plan.mutable_comm()->set_tp_overlap(true);
   refused(overlap, "comm.tp_overlap");
   Loaded tp1 = Load("cpu-4-dp4");
   tp1.plan.set_sequence_parallel(true);
   tp1.plan.mutable_comm()->set_tp_overlap(true);
-  EXPECT_TRUE(Build(tp1).ok());
+  auto plain = Build(tp1);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_FALSE(plain->sequence_parallel);  // no TP stage: nothing to shard
 }
 
 // Megatron-LM's scatter-gather between two TP-2 stages runs: each TP rank sends half of every message and

@@ -162,6 +162,48 @@ TEST(LoweringTp, EachLayerKindIssuesMegatronsCollectives) {
   }
 }
 
+TEST(LoweringTp, SequenceParallelismSplitsEachAllReduceIntoAGatherAndAScatter) {
+  // The plan above with sequence parallelism (A = 16,384 bytes, llama-tiny's hidden 256, bf16). Forward:
+  // embedding reduce-scatter; per block all-gather, reduce-scatter, all-gather, reduce-scatter; head
+  // all-gather, then the max (128 bytes) and sum (256) all-reduces. Backward: head reduce-scatter; per block
+  // all-gather, reduce-scatter twice; embedding all-gather. Then one all-reduce of the norms' gradients:
+  // 4 blocks × 2 norms × 256 + the final norm's 256 = 2,304 parameters × 2 bytes = 4,608 bytes.
+  proto::Plan plan;
+  plan.set_sequence_parallel(true);
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(2);
+  pipe->set_num_micro_batches(1);
+  auto* st = pipe->add_stages();
+  st->add_devices(0);
+  st->add_devices(1);
+  st->set_tp_degree(2);
+  st->set_layer_end(6);
+  const Lowering l = Lower(plan, TrainingFor(plan));
+  using K = CollectiveKind;
+  std::vector<std::pair<K, double>> fwd, bwd, after;
+  bool forward = true, passes_done = false;
+  for (const Op& op : l.ranks[0].ops) {
+    if (op.kind == OpKind::kCompute) forward = op.category == Category::kForward;
+    if (op.kind == OpKind::kWaitSends) passes_done = true;
+    if (op.kind != OpKind::kCollective || op.category != Category::kTp) continue;
+    EXPECT_EQ(op.in_pass, !passes_done);
+    (passes_done ? after : forward ? fwd : bwd).push_back({op.collective, op.bytes});
+  }
+  const double A = 16384;
+  std::vector<std::pair<K, double>> want_fwd = {{K::kReduceScatter, A}};
+  std::vector<std::pair<K, double>> want_bwd = {{K::kReduceScatter, A}};
+  for (int b = 0; b < 4; ++b) {
+    for (auto* want : {&want_fwd, &want_bwd}) {
+      want->insert(want->end(), {{K::kAllGather, A}, {K::kReduceScatter, A}, {K::kAllGather, A}, {K::kReduceScatter, A}});
+    }
+  }
+  want_fwd.insert(want_fwd.end(), {{K::kAllGather, A}, {K::kAllReduce, 128}, {K::kAllReduce, 256}});
+  want_bwd.push_back({K::kAllGather, A});
+  EXPECT_EQ(fwd, want_fwd);
+  EXPECT_EQ(bwd, want_bwd);
+  EXPECT_EQ(after, (std::vector<std::pair<K, double>>{{K::kAllReduce, 4608}}));
+}
+
 TEST(LoweringTp, FusedPassesMoveTheSameBytesInOneCollective) {
   proto::Plan plan;
   auto* pipe = plan.add_pipelines();
