@@ -15,11 +15,26 @@
 # Up to three rounds: a passing round passes the test; two failing rounds on a steady, idle machine fail it
 # (a real error repeats; a noisy run does not); if fewer than two rounds had a steady, idle machine and none
 # passed, the test is skipped (exit 77) and says so.
-# Usage: cpu_twin.sh HETSIM SOURCE_DIR WORK_DIR
+# Mode `shared` (4th argument): the features that need four ranks (hierarchical all-reduce over two "nodes"
+# of two, the PP leader broadcast between TP-2 stages, plus plain and ZeRO-1 DP 4 as controls) run as four
+# ranks time-sharing the two cores, against a calibration measured with four ranks (`calibrate --ranks 4`:
+# its layer profiles are taken with four busy ranks, so each layer costs what it costs while sharing). Only
+# plans whose ranks are all busy all the time qualify (an idle rank gives its core to the others, which the
+# simulator's one device per rank does not model: cpu-4-hetero comes out +45%). Time sharing adds scheduler
+# noise (2-12% per plan against 0.3-3% with a core each), so a round passes at MAPE <= 10% (measured: 6.5%,
+# worst 7.3%, docs/calibration.md).
+# Usage: cpu_twin.sh HETSIM SOURCE_DIR WORK_DIR [shared]
 set -uo pipefail
-hetsim=$1 src=$2 work=$3
+hetsim=$1 src=$2 work=$3 mode=${4:-}
 bench="$(dirname "$hetsim")/hetsim-kernel-bench"
 p="$src/experiments/cpu_twin"
+d="$src/tests/executor/data"
+ranks=2 mape_limit=6
+plans="cpu-4-single,cpu-4-pp2,cpu-4-tp2,$p/dp2.yaml,$p/dp2-split.yaml,$p/pp2-gpipe.yaml,$p/pp2-uneven.yaml,$p/dp2-zero2.yaml,$p/dp2-zero3.yaml,$p/pp2-interleaved.yaml,$p/dp2-overlap.yaml,$p/ulysses2.yaml,$p/cp2.yaml,$p/pp2-staged.yaml"
+if [ "$mode" = shared ]; then
+  ranks=4 mape_limit=10
+  plans="cpu-4-dp4,$d/zero1-dp4.yaml,$d/hier-dp4.yaml,$d/leader-tp2-pp2.yaml"
+fi
 probe() {
   "$bench" --backend cpu --quick --models llama-tiny --seq-len 64 --tp 1 --micro-batch 4 --reps 5 2>/dev/null |
     awk -F, '$1=="gemm"{s+=$14} END{printf "%.6f\n", s}'
@@ -41,11 +56,10 @@ steady_failures=0
 for round in 1 2 3; do
   rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
   p0=$(probe)
-  "$hetsim" calibrate --backend cpu --quick -o cpu.yaml || exit 1
+  "$hetsim" calibrate --backend cpu --quick --ranks "$ranks" -o cpu.yaml || exit 1
   grep -q "link_bandwidth_gbyte_s" cpu.yaml && grep -q "profiles:" cpu.yaml || { echo "cpu.yaml lacks the link or the profile"; exit 1; }
   p1=$(probe)
-  "$hetsim" validate-sim --executor --calibration cpu.yaml --fidelity balanced --tolerance 0.25 \
-    --plans "cpu-4-single,cpu-4-pp2,cpu-4-tp2,$p/dp2.yaml,$p/dp2-split.yaml,$p/pp2-gpipe.yaml,$p/pp2-uneven.yaml,$p/dp2-zero2.yaml,$p/dp2-zero3.yaml,$p/pp2-interleaved.yaml,$p/dp2-overlap.yaml,$p/ulysses2.yaml,$p/cp2.yaml,$p/pp2-staged.yaml" \
+  "$hetsim" validate-sim --executor --calibration cpu.yaml --fidelity balanced --tolerance 0.25 --plans "$plans" \
     > >(tee validate.out) 2>&1
   rc=$?
   wait
@@ -59,14 +73,14 @@ for round in 1 2 3; do
     echo "cpu_twin.sh: validate-sim did not compare every plan (see above): a real failure"
     exit 1
   fi
-  if [ "$rc" -eq 0 ] && awk -v m="$mape" 'BEGIN{exit !(m <= 6)}'; then exit 0; fi
+  if [ "$rc" -eq 0 ] && awk -v m="$mape" -v l="$mape_limit" 'BEGIN{exit !(m <= l)}'; then exit 0; fi
   if steady "$p0" "$p1" "$p2" > /dev/null && idle "$p2" "$pp" > /dev/null; then
     steady_failures=$((steady_failures + 1))
     if [ "$steady_failures" -ge 2 ]; then
-      echo "cpu_twin.sh: twice the machine ran at one speed with both cores free and the twin is off (MAPE above 6% or a plan beyond 25%): a real failure"
+      echo "cpu_twin.sh: twice the machine ran at one speed with both cores free and the twin is off (MAPE above $mape_limit% or a plan beyond 25%): a real failure"
       exit 1
     fi
-    echo "cpu_twin.sh: off on a steady machine (MAPE above 6% or a plan beyond 25%); once more, as a real error repeats and a noisy run does not"
+    echo "cpu_twin.sh: off on a steady machine (MAPE above $mape_limit% or a plan beyond 25%); once more, as a real error repeats and a noisy run does not"
     continue
   fi
   echo "cpu_twin.sh: the machine's speed changed or another process held a core during round $round; measuring again from scratch"
