@@ -84,9 +84,12 @@ void StageModel::TpAllReduce(Tensor t, ReduceOp op, int32_t mb) {
 }
 
 Buffer StageModel::SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb) {
-  if (!sp()) return shard;
-  const int64_t t = tp_, part = seq / t, rows = batch * part, w = shard.t().cols;
-  HETSIM_CHECK(shard.t().rows == rows, "StageModel: sequence-parallel all-gather of a bad shard");
+  return sp() ? GatherShard(shard.t(), batch, seq, mb) : std::move(shard);
+}
+
+Buffer StageModel::GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t mb) {
+  const int64_t t = tp_, part = seq / t, rows = batch * part, w = shard.cols;
+  HETSIM_CHECK(shard.rows == rows, "StageModel: sequence-parallel all-gather of a bad shard");
   Buffer full = NewAct(batch * seq, w);
   if (observer_ != nullptr) {
     observer_->TpCollective(static_cast<uint32_t>(mb), current_layer_, static_cast<double>(full.t().bytes()), false,
@@ -96,7 +99,7 @@ Buffer StageModel::SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb
   // The members' shards arrive in TP-rank order; member j's rows of sequence b go to positions
   // [j·s/t, (j+1)·s/t) of that sequence.
   Buffer ranks = NewAct(t * rows, w);
-  tp_comm_->AllGather(shard.t(), ranks.t());
+  tp_comm_->AllGather(shard, ranks.t());
   for (int64_t j = 0; j < t; ++j) {
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t from = j * rows + b * part, to = b * seq + j * part;
@@ -387,12 +390,7 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   Param& wdown = P(layer, ParamKind::kWdownT);
   Param& wgate = P(layer, ParamKind::kWgate);
   Param& wup = P(layer, ParamKind::kWup);
-  Buffer dy_full;
-  if (sp()) {
-    dy_full = NewAct(dy.t().rows, h);
-    be_->Copy(dy_full.t(), dy.t());
-    dy_full = SpGather(std::move(dy_full), st.batch, st.seq, imb);
-  }
+  Buffer dy_full = sp() ? GatherShard(dy.t(), st.batch, st.seq, imb) : Buffer();
   const Tensor dyt = sp() ? dy_full.t() : dy.t();
   Buffer dact = NewAct(T, f);
   be_->Gemm(dact.t(), dyt, false, wdown.w(), true, 1, 0);
@@ -418,12 +416,7 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   dn2.Reset();
   // Attention: x2 = x + o(attention(rope(q), rope(k), v)).
   Param& wo = P(layer, ParamKind::kWoT);
-  Buffer dx2_full;
-  if (sp()) {
-    dx2_full = NewAct(dx2.t().rows, h);
-    be_->Copy(dx2_full.t(), dx2.t());
-    dx2_full = SpGather(std::move(dx2_full), st.batch, st.seq, imb);
-  }
+  Buffer dx2_full = sp() ? GatherShard(dx2.t(), st.batch, st.seq, imb) : Buffer();
   const Tensor dx2t = sp() ? dx2_full.t() : dx2.t();
   Buffer dattn = NewAct(T, qd);
   be_->Gemm(dattn.t(), dx2t, false, wo.w(), true, 1, 0);

@@ -174,6 +174,7 @@ class StageModel {
   bool sp() const { return options_.sequence_parallel && tp_ > 1; }
   int64_t ShardRows(int64_t rows) const { return sp() ? rows / tp_ : rows; }
   Buffer SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb);
+  Buffer GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t mb);  // SpGather's all-gather
   Buffer SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb);
   Buffer New(int64_t rows, int64_t cols, DType dtype) { return Buffer(be_, rows, cols, dtype); }
   Buffer NewAct(int64_t rows, int64_t cols) { return Buffer(be_, rows, cols, be_->act_dtype()); }

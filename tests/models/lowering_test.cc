@@ -125,19 +125,25 @@ TEST(LoweringSchedule, EveryMicroBatchRunsForwardThenBackwardOnce) {
   }
 }
 
-TEST(LoweringTp, EachLayerKindIssuesMegatronsCollectives) {
-  // One stage of TP 2 over all of llama-tiny, one micro-batch of 2 sequences of 16 tokens, bf16:
-  // activations A = 2·16·256·2 bytes = 16,384. Forward: embedding 1 × A, 4 blocks × 2 × A, head a max of
-  // 2·16·4 = 128 bytes and a sum of 256 bytes. Backward: head 1 × A, blocks 2 × A each, embedding none.
+// One stage of TP 2 over all of llama-tiny, `m` micro-batches of 2 sequences.
+proto::Plan OneTp2Stage(uint32_t m) {
   proto::Plan plan;
   auto* pipe = plan.add_pipelines();
   pipe->set_micro_batch_size(2);
-  pipe->set_num_micro_batches(1);
+  pipe->set_num_micro_batches(m);
   auto* st = pipe->add_stages();
   st->add_devices(0);
   st->add_devices(1);
   st->set_tp_degree(2);
   st->set_layer_end(6);
+  return plan;
+}
+
+TEST(LoweringTp, EachLayerKindIssuesMegatronsCollectives) {
+  // One stage of TP 2 over all of llama-tiny, one micro-batch of 2 sequences of 16 tokens, bf16:
+  // activations A = 2·16·256·2 bytes = 16,384. Forward: embedding 1 × A, 4 blocks × 2 × A, head a max of
+  // 2·16·4 = 128 bytes and a sum of 256 bytes. Backward: head 1 × A, blocks 2 × A each, embedding none.
+  const proto::Plan plan = OneTp2Stage(1);
   for (bool recompute : {false, true}) {
     const auto tr = TrainingFor(plan, recompute ? proto::RECOMPUTE_FULL : proto::RECOMPUTE_NONE);
     const Lowering l = Lower(plan, tr);
@@ -168,16 +174,8 @@ TEST(LoweringTp, SequenceParallelismSplitsEachAllReduceIntoAGatherAndAScatter) {
   // all-gather, then the max (128 bytes) and sum (256) all-reduces. Backward: head reduce-scatter; per block
   // all-gather, reduce-scatter twice; embedding all-gather. Then one all-reduce of the norms' gradients:
   // 4 blocks × 2 norms × 256 + the final norm's 256 = 2,304 parameters × 2 bytes = 4,608 bytes.
-  proto::Plan plan;
+  proto::Plan plan = OneTp2Stage(1);
   plan.set_sequence_parallel(true);
-  auto* pipe = plan.add_pipelines();
-  pipe->set_micro_batch_size(2);
-  pipe->set_num_micro_batches(1);
-  auto* st = pipe->add_stages();
-  st->add_devices(0);
-  st->add_devices(1);
-  st->set_tp_degree(2);
-  st->set_layer_end(6);
   const Lowering l = Lower(plan, TrainingFor(plan));
   using K = CollectiveKind;
   std::vector<std::pair<K, double>> fwd, bwd, after;
@@ -205,15 +203,7 @@ TEST(LoweringTp, SequenceParallelismSplitsEachAllReduceIntoAGatherAndAScatter) {
 }
 
 TEST(LoweringTp, FusedPassesMoveTheSameBytesInOneCollective) {
-  proto::Plan plan;
-  auto* pipe = plan.add_pipelines();
-  pipe->set_micro_batch_size(2);
-  pipe->set_num_micro_batches(3);
-  auto* st = pipe->add_stages();
-  st->add_devices(0);
-  st->add_devices(1);
-  st->set_tp_degree(2);
-  st->set_layer_end(6);
+  const proto::Plan plan = OneTp2Stage(3);
   const auto tr = TrainingFor(plan);
   LoweringOptions fused;
   fused.fuse_passes = true;
