@@ -13,8 +13,9 @@
 //   (BF16 on CUDA when training in bf16, the master itself otherwise). Activations have act_dtype().
 #pragma once
 
-#include <functional>
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,12 +42,21 @@ struct AttentionShape {
   // Elements of the saved softmax probabilities: batch · q_heads · seq · seq.
   int64_t probs_numel() const { return batch * q_heads * seq * seq; }
   // The live query rows of a sequence as (first row, rows) ranges: the whole sequence without CP.
-  std::vector<std::pair<int64_t, int64_t>> live_rows() const {
-    if (cp <= 1) return {{0, seq}};
-    const int64_t c = seq / (2 * cp);
-    return {{cp_rank * c, c}, {(2 * cp - 1 - cp_rank) * c, c}};
-  }
+  std::vector<std::pair<int64_t, int64_t>> live_rows() const;
 };
+
+// Context parallelism's load-balanced causal split: of a sequence of `seq` tokens cut into 2·cp chunks,
+// CP rank `rank` holds chunks rank and 2·cp − 1 − rank, as (first position, tokens) runs in that order.
+inline std::array<std::pair<int64_t, int64_t>, 2> CpRuns(int64_t cp, int64_t rank, int64_t seq) {
+  const int64_t c = seq / (2 * cp);
+  return {{{rank * c, c}, {(2 * cp - 1 - rank) * c, c}}};
+}
+
+inline std::vector<std::pair<int64_t, int64_t>> AttentionShape::live_rows() const {
+  if (cp <= 1) return {{0, seq}};
+  const auto runs = CpRuns(cp, cp_rank, seq);
+  return {runs.begin(), runs.end()};
+}
 
 struct AdamParams {
   float lr = 1e-3f;

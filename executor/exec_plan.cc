@@ -46,9 +46,8 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) {
       const auto& st = plan.pipelines(p).stages(s);
       const std::string at = file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "].";
-      const uint32_t u = models::UlyssesDegree(st), tp = models::TpDegree(st);
-      const uint32_t q = ctx.model.spec().num_attention_heads() / tp;
-      const uint32_t kv = ctx.model.kv_heads() >= tp ? ctx.model.kv_heads() / tp : 1;
+      const uint32_t u = models::UlyssesDegree(st);
+      const auto [q, kv] = models::HeadsPerTpRank(ctx.model, models::TpDegree(st));
       if (u > 1 && (q % u != 0 || kv % u != 0)) {
         return Status::Invalid(at + "ulysses_degree: " + std::to_string(u) + " does not divide the " +
                                std::to_string(q) + " query and " + std::to_string(kv) +

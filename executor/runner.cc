@@ -53,12 +53,10 @@ Buffer Runner::Tokens(uint32_t step, uint32_t mb, bool labels) {
   // CP rank c holds chunks c and 2·cp − 1 − c of the 2·cp chunks (the load-balanced causal split).
   const uint32_t n = role_.share.size(), s = static_cast<uint32_t>(seq()), full = plan_.seq_len;
   const uint32_t shift = labels ? 1 : 0;
-  std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first position, tokens)
+  std::vector<std::pair<int64_t, int64_t>> runs = {{int64_t{role_.shard} * s, s}};  // (first position, tokens)
   if (role_.cp > 1) {
-    const uint32_t c = s / 2;
-    runs = {{role_.shard * c, c}, {(2 * role_.cp - 1 - role_.shard) * c, c}};
-  } else {
-    runs = {{role_.shard * s, s}};
+    const auto cp = CpRuns(role_.cp, role_.shard, full);
+    runs.assign(cp.begin(), cp.end());
   }
   std::vector<int32_t> host(static_cast<size_t>(n) * s), seqbuf(full + 1);
   const uint32_t vocab = specs_.model.spec().vocab_size();
@@ -270,7 +268,9 @@ void Runner::Backward(uint32_t mb, uint32_t chunk, uint32_t down_to) {
 size_t Runner::RunPass(const std::vector<models::Op>& ops, size_t i) {
   // The pass: its layers' compute, their in-pass collectives (TP, Ulysses) and CP's ring operations (sends
   // and posted receives before a block's compute, receives after it), which the model runs and reports.
-  const auto ring = [&](size_t k) { return ops[k].channel == models::kChanCp && ops[k].kind != models::OpKind::kCompute; };
+  const auto ring = [&](size_t k) {
+    return ops[k].channel == models::kChanCp && ops[k].kind != models::OpKind::kCompute;
+  };
   const auto compute_after = [&](size_t k) {
     while (k < ops.size() && ops[k].kind != models::OpKind::kCompute) ++k;
     HETSIM_CHECK(k < ops.size(), "hetsim-exec: ring operations without their pass");

@@ -1,23 +1,35 @@
 #include "executor/runner_internal.h"
 
 namespace hetsim::executor {
+namespace {
+
+// Every rank's `n` elements of `data` on rank 0 (MPI_Gatherv), ranks one after another; `offsets` gets where
+// each rank's elements start there. Other ranks get nothing.
+template <class T>
+std::vector<T> GatherOnRoot(const T* data, int n, MPI_Datatype type, int world, bool root, std::vector<int>* offsets) {
+  std::vector<int> counts(root ? world : 0);
+  offsets->assign(root ? world : 0, 0);
+  HETSIM_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::vector<T> all;
+  if (root) {
+    int total = 0;
+    for (int r = 0; r < world; ++r) (*offsets)[static_cast<size_t>(r)] = total, total += counts[static_cast<size_t>(r)];
+    all.resize(static_cast<size_t>(total));
+  }
+  HETSIM_MPI_CHECK(MPI_Gatherv(data, n, type, all.data(), counts.data(), offsets->data(), type, 0, MPI_COMM_WORLD));
+  return all;
+}
+
+}  // namespace
 
 void Runner::WriteOps() {
   // Rank r runs the r-th smallest device: rank order is the device order `hetsim lower` prints.
   const std::string mine = log_.Take();
-  const int n = static_cast<int>(mine.size()), world = plan_.world_size();
-  std::vector<int> counts(root() ? world : 0), displs(root() ? world : 0);
-  HETSIM_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
-  std::string all;
-  if (root()) {
-    int total = 0;
-    for (int r = 0; r < world; ++r) displs[static_cast<size_t>(r)] = total, total += counts[static_cast<size_t>(r)];
-    all.resize(static_cast<size_t>(total));
-  }
-  HETSIM_MPI_CHECK(MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0,
-                               MPI_COMM_WORLD));
+  std::vector<int> offsets;
+  const std::vector<char> all =
+      GatherOnRoot(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, plan_.world_size(), root(), &offsets);
   if (!root()) return;
-  const Status s = models::WriteFileAtomically(o_.ops_out, all);
+  const Status s = models::WriteFileAtomically(o_.ops_out, std::string(all.begin(), all.end()));
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
   } else {
@@ -148,17 +160,10 @@ void Runner::Report(const DeviceTiming& mine, double wall_s) {
       buf.insert(buf.end(), {double(static_cast<int>(s.category)), double(s.micro_batch), s.begin_s, s.end_s});
     }
   }
-  int n = static_cast<int>(buf.size()), world = plan_.world_size();
-  std::vector<int> counts(root() ? world : 0), displs(root() ? world : 0);
-  HETSIM_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
-  std::vector<double> all;
-  if (root()) {
-    int total = 0;
-    for (int r = 0; r < world; ++r) displs[static_cast<size_t>(r)] = total, total += counts[static_cast<size_t>(r)];
-    all.resize(static_cast<size_t>(total));
-  }
-  HETSIM_MPI_CHECK(MPI_Gatherv(buf.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, 0,
-                               MPI_COMM_WORLD));
+  const int world = plan_.world_size();
+  std::vector<int> displs;
+  const std::vector<double> all =
+      GatherOnRoot(buf.data(), static_cast<int>(buf.size()), MPI_DOUBLE, world, root(), &displs);
   if (!root()) return;
   std::vector<DeviceTiming> devices(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {

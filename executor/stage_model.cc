@@ -83,6 +83,20 @@ void StageModel::TpAllReduce(Tensor t, ReduceOp op, int32_t mb) {
   tp_comm_->AllReduce(t, op);
 }
 
+void StageModel::Regroup(Tensor by_member, Tensor by_sequence, int64_t batch, int64_t members,
+                         bool to_sequences) {
+  const int64_t part = by_sequence.rows / (batch * members), rows = batch * part;
+  HETSIM_CHECK(by_member.rows == by_sequence.rows && part * batch * members == by_sequence.rows,
+               "StageModel: regrouping rows of mismatched tensors");
+  for (int64_t j = 0; j < members; ++j) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const Tensor m = by_member.Rows(j * rows + b * part, j * rows + (b + 1) * part);
+      const Tensor q = by_sequence.Rows((b * members + j) * part, (b * members + j + 1) * part);
+      be_->Copy(to_sequences ? q : m, to_sequences ? m : q);
+    }
+  }
+}
+
 Buffer StageModel::SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb) {
   return sp() ? GatherShard(shard.t(), batch, seq, mb) : std::move(shard);
 }
@@ -100,12 +114,7 @@ Buffer StageModel::GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t
   // [j·s/t, (j+1)·s/t) of that sequence.
   Buffer ranks = NewAct(t * rows, w);
   tp_comm_->AllGather(shard, ranks.t());
-  for (int64_t j = 0; j < t; ++j) {
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t from = j * rows + b * part, to = b * seq + j * part;
-      be_->Copy(full.t().Rows(to, to + part), ranks.t().Rows(from, from + part));
-    }
-  }
+  Regroup(ranks.t(), full.t(), batch, t, true);
   return full;
 }
 
@@ -123,12 +132,7 @@ Buffer StageModel::SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb)
   SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
   // Member j's segment: positions [j·s/t, (j+1)·s/t) of every sequence.
   Buffer ranks = NewAct(t * rows, w);
-  for (int64_t j = 0; j < t; ++j) {
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t to = j * rows + b * part, from = b * seq + j * part;
-      be_->Copy(ranks.t().Rows(to, to + part), full.t().Rows(from, from + part));
-    }
-  }
+  Regroup(ranks.t(), full.t(), batch, t, false);
   full.Reset();
   Buffer shard = NewAct(rows, w);
   tp_comm_->ReduceScatter(ranks.t(), shard.t());
@@ -507,12 +511,7 @@ Buffer StageModel::ToHeads(Tensor x, int64_t batch, int64_t seq_local, int32_t m
   AllToAll(send.t(), recv.t());
   // Member j's tokens are positions [j·seq_local, (j+1)·seq_local) of every sequence.
   Buffer y = NewAct(u * rows, w);
-  for (int64_t j = 0; j < u; ++j) {
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t to = b * seq_local * u + j * seq_local, from = j * rows + b * seq_local;
-      be_->Copy(y.t().Rows(to, to + seq_local), recv.t().Rows(from, from + seq_local));
-    }
-  }
+  Regroup(recv.t(), y.t(), batch, u, true);
   return y;
 }
 
@@ -522,12 +521,7 @@ Buffer StageModel::ToTokens(Tensor y, int64_t batch, int64_t seq_local, int32_t 
   HETSIM_CHECK(y.rows == u * rows, "StageModel: Ulysses all-to-all of a bad tensor");
   // Block j: member j's tokens of this rank's head group.
   Buffer send = NewAct(u * rows, w), recv = NewAct(u * rows, w);
-  for (int64_t j = 0; j < u; ++j) {
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t from = b * seq_local * u + j * seq_local, to = j * rows + b * seq_local;
-      be_->Copy(send.t().Rows(to, to + seq_local), y.Rows(from, from + seq_local));
-    }
-  }
+  Regroup(send.t(), y, batch, u, false);
   AllToAll(send.t(), recv.t());
   Buffer x = NewAct(rows, w * u);
   for (int64_t j = 0; j < u; ++j) be_->CopyColumns(x.t(), j * w, recv.t().Rows(j * rows, (j + 1) * rows), 0, w);
@@ -535,8 +529,7 @@ Buffer StageModel::ToTokens(Tensor y, int64_t batch, int64_t seq_local, int32_t 
 }
 
 int64_t StageModel::CpPosition(int64_t r, int half, int64_t seq_local) const {
-  const int64_t chunk = seq_local / 2;
-  return (half == 0 ? r : 2 * cp() - 1 - r) * chunk;
+  return CpRuns(cp(), r, seq_local * cp())[static_cast<size_t>(half)].first;
 }
 
 Buffer StageModel::CpScatter(Tensor local, int64_t batch, int64_t seq_local) {

@@ -173,6 +173,11 @@ class StageModel {
   // (the reverse). Without it: the tensor itself, and the all-reduce.
   bool sp() const { return options_.sequence_parallel && tp_ > 1; }
   int64_t ShardRows(int64_t rows) const { return sp() ? rows / tp_ : rows; }
+  // The row layouts the sequence-sharding collectives move between (SP's all-gather and reduce-scatter,
+  // Ulysses' all-to-alls): `by_member` holds each of `members` members' run of every sequence, member by
+  // member ([members][batch][part]); `by_sequence` the same runs in sequence order ([batch][members][part]).
+  // Copies one into the other.
+  void Regroup(Tensor by_member, Tensor by_sequence, int64_t batch, int64_t members, bool to_sequences);
   Buffer SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb);
   Buffer GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t mb);  // SpGather's all-gather
   Buffer SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb);

@@ -47,6 +47,11 @@ uint32_t StageDevice(const proto::Stage& stage, uint32_t r, uint32_t j, uint32_t
   return stage.devices(static_cast<int>(r * ReplicaWidth(stage) + j * TpDegree(stage) + k));
 }
 
+std::pair<uint32_t, uint32_t> HeadsPerTpRank(const TransformerModel& model, uint32_t tp) {
+  const uint32_t heads = model.spec().num_attention_heads(), kv = model.kv_heads();
+  return {heads % tp == 0 ? heads / tp : heads, kv % tp == 0 ? kv / tp : 1};
+}
+
 double ContextParallelBufferBytes(const TransformerModel& model, double batch, uint32_t seq_len, uint32_t tp,
                                   uint32_t cp, proto::DType dtype) {
   if (cp <= 1) return 0;
@@ -189,8 +194,7 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
           errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " does not divide seq_len " +
                      std::to_string(seq) + " (each rank holds seq_len / ulysses_degree tokens)");
         }
-        const uint32_t heads_per_tp = heads % tp == 0 ? heads / tp : heads;
-        const uint32_t kv_per_tp = kv % tp == 0 ? kv / tp : 1;
+        const auto [heads_per_tp, kv_per_tp] = HeadsPerTpRank(model, tp);
         if (heads_per_tp % uly != 0 || kv_per_tp % uly != 0) {
           errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " must divide the attention heads (" +
                      std::to_string(heads_per_tp) + ") and key/value heads (" + std::to_string(kv_per_tp) +

@@ -37,6 +37,9 @@ uint32_t DpDegree(const proto::Stage& stage);
 // The device of intra-stage DP replica r, sequence shard j (= cp_rank · ulysses + ulysses_rank) and TP rank
 // k (the rank order of plan.proto's Stage: TP innermost, then Ulysses, then CP, then DP).
 uint32_t StageDevice(const proto::Stage& stage, uint32_t r, uint32_t j, uint32_t k);
+// Query and key/value heads one TP rank of a stage of degree `tp` holds (heads TP does not divide stay
+// whole; a key/value head shared by several TP ranks counts once): what Ulysses splits over its ranks.
+std::pair<uint32_t, uint32_t> HeadsPerTpRank(const TransformerModel& model, uint32_t tp);
 proto::Plan::Schedule EffectiveSchedule(const proto::Plan& plan);
 proto::Recompute EffectiveRecompute(const proto::Plan& plan, const proto::Training& training);
 // CPU offload (Plan.offload; unspecified = none): whether the optimizer states and step, and also the
