@@ -3,9 +3,12 @@
 // and tightened once earlier pipelines' splits are known), and in the simulator-bound mode the gradient
 // sync and optimizer step bounded by the platform's routes (RingCap).
 #include <algorithm>
+#include <iterator>
+#include <numeric>
 #include <string>
 #include <vector>
 
+#include "models/cost.h"
 #include "models/topology.h"
 #include "planners/exhaustive/search_internal.h"
 
@@ -239,6 +242,213 @@ double Search::RingCap(uint32_t a, uint32_t b) {
   return cap;
 }
 
+double Search::NicBytesPerSecond(uint32_t node) const {
+  const auto& n = cluster_.nodes()[node];
+  return n.has_nic ? n.nic.bandwidth_gbps() * 1e9 / 8 * std::max(1u, n.nic.count()) : 0;
+}
+
+double Search::CrossNodeSyncFloor() {
+  cross_tp_ = 0;
+  cross_cap_ = 0;
+  if (zero_ == 0) return 0;
+  const size_t P = pipes_.size();
+  uint32_t cuts = 0, tp = 1;
+  std::vector<std::vector<uint32_t>> nodes(P);
+  later_cuts_.assign(P, 0);
+  for (size_t p = P; p-- > 0;) {
+    if (p + 1 < P) later_cuts_[p] = later_cuts_[p + 1] + static_cast<uint32_t>(pipes_[p + 1].stages.size()) - 1;
+    cuts += static_cast<uint32_t>(pipes_[p].stages.size()) - 1;
+    for (const Stage& st : pipes_[p].stages) {
+      tp = std::lcm(tp, st.tp);
+      for (const auto& [node, count] : st.groups) {
+        nodes[p].push_back(node);
+        cross_cap_ = std::max(cross_cap_, NicBytesPerSecond(node));
+      }
+    }
+    std::sort(nodes[p].begin(), nodes[p].end());
+    nodes[p].erase(std::unique(nodes[p].begin(), nodes[p].end()), nodes[p].end());
+  }
+  if (!(cross_cap_ > 0)) return 0;
+  cross_tp_ = tp;
+  double floor = 0;
+  for (size_t p = 0; p < P; ++p) {
+    const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size());
+    for (uint32_t s = 0; s < S; ++s) {
+      const Stage& st = pipes_[p].stages[s];
+      if (st.groups.size() < 2) continue;  // groups are by node: one entry, one node
+      const auto [begin, end] = Range(s, S, LowBlocks(s, S));
+      floor = std::max(floor, CrossSeconds(begin, end, 1 + cuts - (S - 1), st.replicas + static_cast<uint32_t>(P) - 1,
+                                           cross_cap_));
+    }
+  }
+  for (size_t p = 0; p < P; ++p) {
+    for (size_t q = p + 1; q < P; ++q) {
+      std::vector<uint32_t> both;
+      std::set_intersection(nodes[p].begin(), nodes[p].end(), nodes[q].begin(), nodes[q].end(), std::back_inserter(both));
+      if (both.empty()) floor = std::max(floor, CrossSeconds(0, L_, 1 + cuts, static_cast<uint32_t>(P), cross_cap_));
+    }
+  }
+  return floor;
+}
+
+double Search::CrossSeconds(uint32_t begin, uint32_t end, uint32_t groups, uint32_t holders, double cap,
+                            uint32_t tp) const {
+  if (holders < 2 || cross_tp_ == 0 || !(cap > 0)) return 0;
+  const double bytes = cost_.GradientChunkBytes(begin, end, tp > 0 ? tp : cross_tp_, /*holds_embedding=*/true) / groups;
+  return 2 * (holders - 1.0) / holders * bytes / cap;
+}
+
+uint32_t Search::StageHolding(size_t q, uint32_t layer) const {
+  const auto& blocks = choice_[q].blocks;
+  const uint32_t S = static_cast<uint32_t>(blocks.size());
+  uint32_t end = 0;
+  for (uint32_t k = 0; k + 1 < S; ++k) {
+    end += blocks[k] + (k == 0 ? 1 : 0);
+    if (layer < end) return k;
+  }
+  return S - 1;
+}
+
+void Search::AppendCuts(size_t q, std::vector<uint32_t>& cuts) const {
+  uint32_t at = 0;
+  const auto& blocks = choice_[q].blocks;
+  for (size_t k = 0; k + 1 < blocks.size(); ++k) {
+    at += blocks[k] + (k == 0 ? 1 : 0);
+    cuts.push_back(at);
+  }
+}
+
+double Search::StageCrossNodeSyncFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end) {
+  const Stage& st = pipes_[p].stages[s];
+  if (cross_tp_ == 0 || st.groups.size() < 2) return 0;
+  scratch_cuts_.clear();
+  for (size_t q = 0; q < p; ++q) AppendCuts(q, scratch_cuts_);
+  std::sort(scratch_cuts_.begin(), scratch_cuts_.end());
+  scratch_cuts_.erase(std::unique(scratch_cuts_.begin(), scratch_cuts_.end()), scratch_cuts_.end());
+  uint32_t inside = 0;
+  for (uint32_t c : scratch_cuts_) inside += c > begin && c < end ? 1 : 0;
+  return CrossSeconds(begin, end, 1 + inside + later_cuts_[p], st.replicas + static_cast<uint32_t>(pipes_.size()) - 1,
+                      cross_cap_);
+}
+
+double Search::LeafNetworkFloor() {
+  const size_t P = pipes_.size(), N = cluster_.nodes().size();
+  net_in_.assign(N, 0);
+  net_out_.assign(N, 0);
+  const auto node_of = [&](const Stage& st, uint32_t r) { return cluster_.device(st.devices[size_t{r} * st.tp]).node; };
+  // Pipeline messages, as models/lowering_passes.cc (AddPp) sends them: sequence x of a micro-batch goes from
+  // the replica of stage j whose share holds it to the one of stage j + 1; between stages of one TP degree
+  // t > 1 each rank sends 1/t (the whole tensor in all), else every receiving rank takes the whole tensor.
+  const double per_seq =
+      models::PipelineBoundaryBytes(model_, 1, problem_.training.seq_len(), problem_.training.dtype());
+  for (size_t p = 0; p < P; ++p) {
+    const Choice& c = choice_[p];
+    const auto& stages = pipes_[p].stages;
+    for (size_t j = 0; j + 1 < stages.size(); ++j) {
+      const Stage& a = stages[j];
+      const Stage& z = stages[j + 1];
+      const bool scatter = a.tp == z.tp && a.tp > 1;
+      const double fwd = c.m * per_seq * (scatter ? 1 : z.tp), bwd = c.m * per_seq * (scatter ? 1 : a.tp);
+      uint32_t ra = 0, rz = 0, left_a = a.replicas > 1 ? c.splits[j][0] : c.b,
+               left_z = z.replicas > 1 ? c.splits[j + 1][0] : c.b;
+      for (uint32_t x = 0; x < c.b; ++x) {
+        while (left_a == 0) left_a = c.splits[j][++ra];
+        while (left_z == 0) left_z = c.splits[j + 1][++rz];
+        const uint32_t na = node_of(a, ra), nz = node_of(z, rz);
+        if (na != nz) {
+          net_out_[na] += fwd;
+          net_in_[nz] += fwd;
+          net_out_[nz] += bwd;
+          net_in_[na] += bwd;
+        }
+        --left_a;
+        --left_z;
+      }
+    }
+  }
+  // Gradient syncs (ZeRO ≥ 1: reduce-scatter and all-gather over one ring per group): a ring over several
+  // nodes enters and leaves each of them at least once, each time with (n − 1)/n of the group's bytes per
+  // collective. Groups: the model's segments between all pipelines' stage boundaries, one per TP rank (or
+  // per chunk when the holders' TP degrees differ, then counted as one chunk: a lower bound).
+  if (zero_ >= 1) {
+    scratch_cuts_.assign({0, L_});
+    for (size_t q = 0; q < P; ++q) AppendCuts(q, scratch_cuts_);
+    std::sort(scratch_cuts_.begin(), scratch_cuts_.end());
+    scratch_cuts_.erase(std::unique(scratch_cuts_.begin(), scratch_cuts_.end()), scratch_cuts_.end());
+    for (size_t i = 0; i + 1 < scratch_cuts_.size(); ++i) {
+      const uint32_t a = scratch_cuts_[i];
+      uint32_t holders = 0, tp = 0;
+      bool uniform = true;
+      scratch_devices_.clear();  // the segment's nodes
+      for (size_t q = 0; q < P; ++q) {
+        const Stage& st = pipes_[q].stages[StageHolding(q, a)];
+        holders += st.replicas;
+        uniform = uniform && (tp == 0 || tp == st.tp);
+        tp = tp == 0 ? st.tp : std::lcm(tp, st.tp);
+        for (const auto& [node, count] : st.groups) scratch_devices_.push_back(node);
+      }
+      std::sort(scratch_devices_.begin(), scratch_devices_.end());
+      scratch_devices_.erase(std::unique(scratch_devices_.begin(), scratch_devices_.end()), scratch_devices_.end());
+      if (scratch_devices_.size() < 2 || holders < 2) continue;
+      const double bytes = cost_.GradientChunkBytes(a, scratch_cuts_[i + 1], tp, /*holds_embedding=*/true) *
+                           (uniform ? tp : 1);
+      const double load = 2 * (holders - 1.0) / holders * bytes;
+      for (uint32_t node : scratch_devices_) {
+        net_in_[node] += load;
+        net_out_[node] += load;
+      }
+    }
+  }
+  double floor = 0;
+  for (uint32_t n = 0; n < N; ++n) {
+    const double cap = NicBytesPerSecond(static_cast<uint32_t>(n));
+    if (cap > 0) floor = std::max(floor, std::max(net_in_[n], net_out_[n]) / cap);
+  }
+  return floor;
+}
+
+double Search::MessageFloor(const Stage& from, const Stage& to, double bytes) {
+  // As models/lowering_passes.cc (AddPp) sends it: between stages of one TP degree t > 1 each TP rank sends
+  // 1/t of the tensor to its peer (the search's plans are sequence parallel, so nothing is gathered after);
+  // otherwise receiver rank k takes the whole tensor from sender rank k mod t.
+  const bool scatter = from.tp == to.tp && from.tp > 1;
+  const double msg = bytes / (scatter ? from.tp : 1);
+  double best = kInf;
+  for (uint32_t kr = 0; kr < to.tp; ++kr) {
+    const uint32_t x = from.devices[kr % from.tp], y = to.devices[kr];
+    const uint32_t na = routes_->NodeOf(x), nb = routes_->NodeOf(y);
+    double t = 0;
+    if (comm_->Staged(na, nb)) {
+      // GPU -> host -> host -> GPU, each copy whole before the next: at least the slowest copy.
+      t = std::max({routes_->GpuToHost(x).Seconds(msg), routes_->HostToHost(na, nb).Seconds(msg),
+                    routes_->HostToGpu(y).Seconds(msg)});
+    } else {
+      t = routes_->GpuToGpu(x, y).Seconds(msg);
+    }
+    best = std::min(best, t);
+  }
+  return best < kInf ? best : 0;
+}
+
+void Search::PrepareHops(size_t p, uint32_t b) {
+  const auto& stages = pipes_[p].stages;
+  const uint32_t S = static_cast<uint32_t>(stages.size());
+  hop_.resize(pipes_.size());
+  hop_suffix_.resize(pipes_.size());
+  single_suffix_.resize(pipes_.size());
+  hop_[p].assign(S, 0);
+  hop_suffix_[p].assign(S + 1, 0);
+  single_suffix_[p].assign(S + 1, 1);
+  const double bytes = b * models::PipelineBoundaryBytes(model_, 1, problem_.training.seq_len(), problem_.training.dtype());
+  for (uint32_t j = S; j-- > 0;) {
+    single_suffix_[p][j] = single_suffix_[p][j + 1] && stages[j].replicas == 1;
+    if (j + 1 < S && stages[j].replicas == 1 && stages[j + 1].replicas == 1) {
+      hop_[p][j] = MessageFloor(stages[j], stages[j + 1], bytes) + MessageFloor(stages[j + 1], stages[j], bytes);
+    }
+    hop_suffix_[p][j] = hop_suffix_[p][j + 1] + hop_[p][j];
+  }
+}
+
 double Search::KnownDpBound(size_t p, uint32_t s, uint32_t begin, uint32_t end, uint32_t m) {
   const Stage& st = pipes_[p].stages[s];
   const size_t P = pipes_.size();
@@ -246,15 +456,8 @@ double Search::KnownDpBound(size_t p, uint32_t s, uint32_t begin, uint32_t end, 
   // Segment boundaries: the earlier pipelines' stage boundaries inside [begin, end).
   scratch_cuts_.assign(1, begin);
   scratch_cuts_.push_back(end);
-  for (size_t q = 0; q < p; ++q) {
-    uint32_t at = 0;
-    const auto& blocks = choice_[q].blocks;
-    const uint32_t Sq = static_cast<uint32_t>(blocks.size());
-    for (uint32_t k = 0; k + 1 < Sq; ++k) {
-      at += blocks[k] + (k == 0 ? 1 : 0);
-      if (at > begin && at < end) scratch_cuts_.push_back(at);
-    }
-  }
+  for (size_t q = 0; q < p; ++q) AppendCuts(q, scratch_cuts_);
+  std::erase_if(scratch_cuts_, [&](uint32_t c) { return c < begin || c > end; });
   std::sort(scratch_cuts_.begin(), scratch_cuts_.end());
   scratch_cuts_.erase(std::unique(scratch_cuts_.begin(), scratch_cuts_.end()), scratch_cuts_.end());
   double worst = 0;
@@ -265,21 +468,9 @@ double Search::KnownDpBound(size_t p, uint32_t s, uint32_t begin, uint32_t end, 
     for (uint32_t r = 0; r < st.replicas; ++r) scratch_devices_.push_back(st.devices[size_t{r} * st.tp]);
     uint32_t holders = st.replicas + unknown, group_m = m;
     for (size_t q = 0; q < p; ++q) {
-      // The stage of pipeline q that holds layer a.
-      const auto& blocks = choice_[q].blocks;
-      const uint32_t Sq = static_cast<uint32_t>(blocks.size());
-      uint32_t lo = 0;
-      for (uint32_t k = 0; k < Sq; ++k) {
-        const uint32_t hi = lo + blocks[k] + (k == 0 ? 1 : 0) + (k + 1 == Sq ? 1 : 0);
-        if (a >= lo && a < hi) {
-          const Stage& other = pipes_[q].stages[k];
-          holders += other.replicas;
-          for (uint32_t r = 0; r < other.replicas; ++r)
-            scratch_devices_.push_back(other.devices[size_t{r} * other.tp]);
-          break;
-        }
-        lo = hi;
-      }
+      const Stage& other = pipes_[q].stages[StageHolding(q, a)];
+      holders += other.replicas;
+      for (uint32_t r = 0; r < other.replicas; ++r) scratch_devices_.push_back(other.devices[size_t{r} * other.tp]);
       group_m = std::max(group_m, choice_[q].m);
     }
     if (holders < 2) continue;

@@ -33,6 +33,7 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   if (sim_ != nullptr) {
     incumbent_ = sim_->threshold_s;
     routes_.emplace(cluster_, problem.compute.calibration);
+    comm_.emplace(cluster_);
   }
   bmax_ = std::min<uint32_t>(G_, options.max_micro_batch_size() > 0 ? options.max_micro_batch_size() : 32);
   zeros_ = options.zero_stages().empty()
@@ -41,6 +42,7 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   allow_unused_ = options.allow_unused_devices();
   bounds_ = !options.disable_bounds();
   time_limit_s_ = options.time_limit_s() > 0 ? options.time_limit_s() : 300;
+  if (sim_ != nullptr) time_limit_s_ = options.proof_time_limit_s() > 0 ? options.proof_time_limit_s() : 30;
   max_evaluations_ = options.max_evaluations();
   const uint32_t max_node = [&] {
     uint32_t m = 1;
@@ -265,8 +267,9 @@ void Search::EvaluateStructure() {
     // The most DP replicas any layer can have: the ZeRO sharding bound used before the exact check.
     SetShardBound(0);
     ResetStageCache();
-    const Acc floor = StructureFloor();
-    if (Pruned(pipelines_lb + floor.dp + floor.opt)) {
+    Acc floor = StructureFloor();
+    if (sim_ != nullptr) floor.cross = CrossNodeSyncFloor();
+    if (Pruned(std::max(pipelines_lb + floor.dp + floor.opt, floor.cross))) {
       stats_.Reject("structure pruned: bound on its iteration time no better than the best plan");
       continue;
     }
@@ -300,6 +303,7 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
       m_lo = m_hi = g_left / b;
     }
     if (twin && b == prev->b) m_hi = std::min(m_hi, prev->m);
+    if (sim_ != nullptr) PrepareHops(p, b);
     for (uint32_t m = m_lo; m <= m_hi && m >= 1; ++m) {
       const double lb = sim_ != nullptr ? m * pr.tstar[b]
                                         : (m - 1) * pr.tstar[b] + std::max(pr.tstar[b], pr.SumLo(b, 0));
@@ -313,6 +317,12 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
       c.m = m;
       c.blocks.assign(pr.S, 0);
       c.splits.assign(pr.S, {});
+      if (sim_ != nullptr) {
+        stage_t_.resize(P);
+        stage_floor_.resize(P);
+        stage_t_[p].assign(pr.S, 0);
+        stage_floor_[p].assign(pr.S, 0);
+      }
       Layers(p, 0, blocks_, 0.0, 0.0, g_left - b * m, with_rest, twin && b == prev->b && m == prev->m, profiles);
       if (stopped_) return;
     }
@@ -331,6 +341,14 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
     const double t = sim_ != nullptr ? m * tmax : (m - 1) * tmax + tsum;
     Acc next = acc;
     next.pipe_max = std::max(acc.pipe_max, t);
+    if (sim_ != nullptr) {
+      // The round trips with every stage's time known (Layers bounded the later stages' by their least).
+      double later = 0;
+      for (uint32_t k = S; k-- > 0;) {
+        later += stage_t_[p][k];
+        next.pipe_max = std::max(next.pipe_max, RoundTrips(p, k, m, later) + stage_floor_[p][k]);
+      }
+    }
     if (Pruned(next.total())) return;
     Inner(p + 1, g_after, next, profiles);
     return;
@@ -360,7 +378,8 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       // After its last backward the stage syncs and steps while the earlier stages drain: the larger of
       // the two follows its m passes.
       stage_floor = std::max(SimStageFloor(p, s, n), tsum);
-      pipe_lb = std::max(m * std::max({tmax, t_free, rest_max}), m * t_free + stage_floor);
+      pipe_lb = std::max({m * std::max({tmax, t_free, rest_max}), m * t_free + stage_floor,
+                          RoundTrips(p, s, m, t_free + rest_sum) + stage_floor});
       grows = std::max(m * std::max(tmax, t_free), m * t_free + stage_floor);
     } else {
       const auto [dp_lb, opt_lb] = StageBounds(p, s, n, m);
@@ -424,11 +443,23 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
     }
     c.blocks[s] = n;
     c.splits[s].assign(split.begin(), split.end());
-    if (sim_ != nullptr) {
-      here.pipe_max = std::max(here.pipe_max, m * t + stage_floor);
+    if (sim_ != nullptr && st.groups.size() >= 2) {
+      const uint32_t first_layer = s == 0 ? 0 : 1 + (blocks_ - left);
+      const uint32_t count = n + (s == 0 ? 1 : 0) + (s + 1 == S ? 1 : 0);
+      here.cross = std::max(here.cross, StageCrossNodeSyncFloor(p, s, first_layer, first_layer + count));
       if (Pruned(here.total())) continue;
     }
-    const double fill = sim_ != nullptr && st.replicas > 1 ? tsum : tsum + t;
+    if (sim_ != nullptr) {
+      here.pipe_max = std::max({here.pipe_max, m * t + stage_floor, RoundTrips(p, s, m, t + rest_sum) + stage_floor});
+      if (Pruned(here.total())) continue;
+      stage_t_[p][s] = t;
+      stage_floor_[p][s] = stage_floor;
+    }
+    // The fill goes on through a stage of one replica and, when the next has one too, the hop between them;
+    // through a stage of several replicas when the next has one (it waits for every replica's share, and
+    // the last backward returns to every replica: the slowest replica's passes, t, lie on the path).
+    const bool chained = st.replicas == 1 || (s + 1 < S && pipe.stages[s + 1].replicas == 1);
+    const double fill = sim_ != nullptr && !chained ? tsum : tsum + t + (sim_ != nullptr ? hop_[p][s] : 0);
     Layers(p, s + 1, left - n, std::max(tmax, t), fill, g_after, here, tied && n == choice_[p - 1].blocks[s],
            profiles);
     if (stopped_) return;
@@ -477,6 +508,11 @@ void Search::Leaf(const Acc& acc) {
   if (sim_ != nullptr) {
     // acc.total() is below the threshold (else the subtree was cut): play the plan at the lower-bound
     // pricing, which bounds the simulated iteration far more tightly than the compute alone.
+    const double cross = std::max(acc.cross, LeafNetworkFloor());
+    if (Pruned(std::max(acc.played(), cross))) {
+      stats_.Reject("pruned: traffic through a node's NICs no faster than the best plan");
+      return;
+    }
     ++bounded_leaves_;
     const double lb = cost_.LowerBoundSeconds(plan);
     if (!(lb > 0)) {
@@ -485,11 +521,12 @@ void Search::Leaf(const Acc& acc) {
       stats_.Reject("the simulator refuses the plan (its lowering cannot be played)");
       return;
     }
-    if (lb < acc.total() * (1 - 1e-9)) {
+    if (lb < acc.played() * (1 - 1e-9)) {
       // Cannot happen if the stage floors are sound: say so loudly rather than prune on a wrong bound.
       ++floor_above_bound_;
     }
-    if (lb < incumbent_) bounded_.push_back({lb, std::move(plan)});
+    const double bound = std::max(lb, cross);
+    if (bound < incumbent_) bounded_.push_back({bound, std::move(plan)});
     if (sim_->max_leaves > 0 && bounded_leaves_ >= sim_->max_leaves && !stopped_) {
       stopped_ = true;
       stop_reason_ = "budget of " + std::to_string(sim_->max_leaves) +

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/communicator.h"
 #include "models/platform_routes.h"
 #include "planners/proto/exhaustive.pb.h"
 #include "planners/symmetric.h"
@@ -108,7 +109,11 @@ class Search {
     double pipe_max = 0;  // the slowest pipeline so far
     double dp = 0;        // a lower bound of the largest per-device DP sync time
     double opt = 0;       // a lower bound of the largest optimizer step
-    double total() const { return pipe_max + dp + opt; }
+    // Simulator-bound mode: CrossNodeSyncFloor, a bound of the simulated iteration that the lower-bound play
+    // need not reach (it prices striped flows as if alone on their routes), so Leaf does not check it there.
+    double cross = 0;
+    double played() const { return pipe_max + dp + opt; }
+    double total() const { return std::max(played(), cross); }
   };
 
   // Per stage of the structure and node entry: an upper bound on the bandwidth and a lower bound on the
@@ -261,6 +266,55 @@ class Search {
   // CPU-staged (GPUs of different vendors).
   double RingCap(uint32_t a, uint32_t b);
 
+  // Simulator-bound mode: a bound of the simulated iteration from the gradient syncs between nodes. With
+  // ZeRO ≥ 1 the lowering reduce-scatters every gradient group over a ring of its holders, steps, and
+  // all-gathers it over the same ring. A ring whose holders sit on two or more nodes has a member whose ring
+  // predecessor is on another node: its two exchanges bring (n − 1)/n of the group's bytes each across
+  // nodes, striped over rails but all into its node through that node's NICs, so they take at least
+  // 2 (n − 1)/n · bytes / (the node's NIC bandwidth, summed). Groups are the segments of the model cut at
+  // every pipeline's stage boundaries; which is largest depends on the split, so the bound takes the
+  // average. It applies where a stage's replicas span nodes (the stage's own fewest layers, cut by the other
+  // pipelines' boundaries) or where two pipelines share no node (every layer's group spans nodes); 0 under
+  // ZeRO 0 (the all-reduce may be a tree) and when TP degrees differ (the groups are then chunked further).
+  double CrossNodeSyncFloor();
+  // The same bound for stage s of pipeline p holding layers [begin, end) once its replicas span nodes, with
+  // the earlier pipelines' splits known (the later ones may cut its layers at most once per boundary).
+  double StageCrossNodeSyncFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end);
+  // With every split known (a leaf): every byte a node's NICs must carry each way — the pipeline messages
+  // between stages on different nodes and, under ZeRO ≥ 1, the gradient rings that span nodes (a ring enters
+  // and leaves each of its nodes) — over the node's NIC bandwidth; the largest over the nodes.
+  double LeafNetworkFloor();
+  std::vector<double> net_in_, net_out_;
+  double NicBytesPerSecond(uint32_t node) const;
+  // 2 (n − 1)/n of layers [begin, end)'s gradient bytes over `groups`, at `cap`; the bytes of one TP rank of
+  // degree `tp` (0: cross_tp_, the structure's; the sync is chunked at the lcm of the holders' degrees).
+  double CrossSeconds(uint32_t begin, uint32_t end, uint32_t groups, uint32_t holders, double cap,
+                      uint32_t tp = 0) const;
+  // The stage boundaries of pipeline q's chosen split (layer indices where a stage after the first begins).
+  void AppendCuts(size_t q, std::vector<uint32_t>& cuts) const;
+  // The stage of pipeline q's chosen split that holds `layer`.
+  uint32_t StageHolding(size_t q, uint32_t layer) const;
+  uint32_t cross_tp_ = 0;      // the gradient chunking of the structure: lcm of its TP degrees (0: no bound)
+  double cross_cap_ = 0;       // the most NIC bandwidth of a node the structure uses
+  std::vector<uint32_t> later_cuts_;  // per pipeline: the stage boundaries of the pipelines after it
+
+  // Simulator-bound mode, for pipeline p at micro-batch size b: hop_[p][j], the least time micro-batch
+  // messages take from stage j to j + 1 and back (the fastest message each way; zero unless both stages have
+  // one replica), hop_suffix_[p][s] = Σ_{j ≥ s} hop_[p][j], and single_suffix_[p][s]: stages s.. all have one
+  // replica (the round trip of PipelineRoundTrips is then a chain of fixed devices).
+  void PrepareHops(size_t p, uint32_t b);
+  // The least time one pipeline message of `bytes` (before the TP scatter) takes from stage `from` to `to`.
+  double MessageFloor(const Stage& from, const Stage& to, double bytes);
+  // Simulator-bound mode: 1F1B lets stage s of S run at most S − s micro-batches ahead of its backward
+  // passes (Megatron-LM's warm-up), so the forward of micro-batch i + S − s waits for micro-batch i's round
+  // trip through stages s.. and back: with `trip` a lower bound of that round trip (their compute and the
+  // hops), the stage's passes take at least ⌈m / (S − s)⌉ · trip. 0 when a stage from s on has replicas.
+  double RoundTrips(size_t p, uint32_t s, uint32_t m, double stage_times) const {
+    if (!single_suffix_[p][s]) return 0;
+    const uint32_t ahead = static_cast<uint32_t>(pipes_[p].stages.size()) - s;
+    return ((m + ahead - 1) / ahead) * (stage_times + hop_suffix_[p][s]);
+  }
+
   // Lower bounds of the DP sync and optimizer time of stage s of pipeline p holding n blocks.
   std::pair<double, double> StageBounds(size_t p, uint32_t s, uint32_t n, uint32_t m) {
     const StageN& c = StageAt(p, s, n);
@@ -319,6 +373,12 @@ class Search {
   const SimBoundMode* sim_ = nullptr;
   std::optional<models::PlatformRoutes> routes_;  // simulator-bound mode
   std::vector<double> ring_cap_;                  // RingCap by node pair (−1: not computed)
+  std::optional<models::Communicator> comm_;      // simulator-bound mode: which node pairs are CPU-staged
+  std::vector<std::vector<double>> hop_, hop_suffix_;  // simulator-bound mode (PrepareHops)
+  std::vector<std::vector<char>> single_suffix_;
+  // Simulator-bound mode, per pipeline and stage of the split being built: its time per micro-batch and what
+  // follows its passes at least (Layers' stage_floor).
+  std::vector<std::vector<double>> stage_t_, stage_floor_;
   std::vector<BoundedPlan> bounded_;              // simulator-bound mode: the leaves kept
   uint64_t bounded_leaves_ = 0;                   // leaves played at the lower-bound pricing
   uint64_t floor_above_bound_ = 0;                // leaves whose cheap floor exceeded the played bound
