@@ -407,6 +407,26 @@ double Search::LeafNetworkFloor() {
   return floor;
 }
 
+double Search::FirstRoundTrip(size_t p, const Profile& pr) const {
+  const Choice& c = choice_[p];
+  const auto& stages = pipes_[p].stages;
+  const uint32_t S = static_cast<uint32_t>(stages.size());
+  double bound = 0, later = 0;  // later: the least compute of one micro-batch in the stages after s
+  for (uint32_t s = S; s-- > 0;) {
+    const Stage& st = stages[s];
+    const uint32_t n = c.blocks[s];
+    bound = std::max(bound, ReplicaRoundTrip(p, pr, s, n, c.splits[s], later) + stage_floor_[p][s]);
+    double least = kInf;
+    for (uint32_t r = 0; r < st.replicas; ++r) {
+      const uint32_t x = st.replicas > 1 ? c.splits[s][r] : c.b;
+      const uint32_t e = st.replica_entry[r];
+      if (x > 0) least = std::min(least, pr.F(s, e, x) + n * pr.C(s, e, x));
+    }
+    if (least < kInf) later += least;
+  }
+  return bound;
+}
+
 double Search::MessageFloor(const Stage& from, const Stage& to, double bytes) {
   // As models/lowering_passes.cc (AddPp) sends it: between stages of one TP degree t > 1 each TP rank sends
   // 1/t of the tensor to its peer (the search's plans are sequence parallel, so nothing is gathered after);
@@ -430,7 +450,7 @@ double Search::MessageFloor(const Stage& from, const Stage& to, double bytes) {
   return best < kInf ? best : 0;
 }
 
-void Search::PrepareHops(size_t p, uint32_t b) {
+void Search::PrepareHops(size_t p, uint32_t b, const Profile& pr) {
   const auto& stages = pipes_[p].stages;
   const uint32_t S = static_cast<uint32_t>(stages.size());
   hop_.resize(pipes_.size());
@@ -447,6 +467,46 @@ void Search::PrepareHops(size_t p, uint32_t b) {
     }
     hop_suffix_[p][j] = hop_suffix_[p][j + 1] + hop_[p][j];
   }
+  // The least compute of one micro-batch in stages k.. (LeastLater): stage j takes at least
+  // F_j + n_j C_j with F and C its entries' least over the shares a replica can have (all b with one
+  // replica, one to b with several), n_j ≥ its fewest blocks; the blocks beyond the fewest go where C is
+  // least.
+  least_fixed_.resize(pipes_.size());
+  least_lo_.resize(pipes_.size());
+  least_c_.resize(pipes_.size());
+  least_fixed_[p].assign(S + 1, 0);
+  least_lo_[p].assign(S + 1, 0);
+  least_c_[p].assign(S + 1, kInf);
+  for (uint32_t j = S; j-- > 0;) {
+    const uint32_t lo = LowBlocks(j, S);
+    double f = kInf, c = kInf;
+    // Any share from one sequence to b (times need not grow with the share: measured profiles).
+    for (uint32_t x = stages[j].replicas == 1 ? b : 1; x <= b; ++x) {
+      for (uint32_t e = 0; e < stages[j].groups.size(); ++e) {
+        f = std::min(f, pr.F(j, e, x));
+        c = std::min(c, pr.C(j, e, x));
+      }
+    }
+    least_fixed_[p][j] = least_fixed_[p][j + 1] + f + lo * c;
+    least_lo_[p][j] = least_lo_[p][j + 1] + lo;
+    least_c_[p][j] = std::min(least_c_[p][j + 1], c);
+  }
+}
+
+double Search::ReplicaRoundTrip(size_t p, const Profile& pr, uint32_t s, uint32_t n,
+                                const std::vector<uint32_t>& split, double later) const {
+  const Stage& st = pipes_[p].stages[s];
+  const Choice& c = choice_[p];
+  const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size()), ahead = S - s, m = c.m;
+  double worst = 0;
+  for (uint32_t r = 0; r < st.replicas; ++r) {
+    const uint32_t x = st.replicas > 1 ? split[r] : c.b;
+    if (x == 0) continue;
+    const uint32_t e = st.replica_entry[r];
+    const double tau = pr.F(s, e, x) + n * pr.C(s, e, x), f = pr.Ff(s, e, x) + n * pr.Cf(s, e, x);
+    worst = std::max(worst, f + m * (tau - f) + (m > ahead ? m - ahead : 0) * f);
+  }
+  return worst + later + hop_suffix_[p][s];
 }
 
 double Search::KnownDpBound(size_t p, uint32_t s, uint32_t begin, uint32_t end, uint32_t m) {

@@ -303,7 +303,7 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
       m_lo = m_hi = g_left / b;
     }
     if (twin && b == prev->b) m_hi = std::min(m_hi, prev->m);
-    if (sim_ != nullptr) PrepareHops(p, b);
+    if (sim_ != nullptr) PrepareHops(p, b, pr);
     for (uint32_t m = m_lo; m <= m_hi && m >= 1; ++m) {
       const double lb = sim_ != nullptr ? m * pr.tstar[b]
                                         : (m - 1) * pr.tstar[b] + std::max(pr.tstar[b], pr.SumLo(b, 0));
@@ -348,6 +348,7 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
         later += stage_t_[p][k];
         next.pipe_max = std::max(next.pipe_max, RoundTrips(p, k, m, later) + stage_floor_[p][k]);
       }
+      next.pipe_max = std::max(next.pipe_max, FirstRoundTrip(p, pr));
     }
     if (Pruned(next.total())) return;
     Inner(p + 1, g_after, next, profiles);
@@ -450,7 +451,8 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       if (Pruned(here.total())) continue;
     }
     if (sim_ != nullptr) {
-      here.pipe_max = std::max({here.pipe_max, m * t + stage_floor, RoundTrips(p, s, m, t + rest_sum) + stage_floor});
+      here.pipe_max = std::max({here.pipe_max, m * t + stage_floor, RoundTrips(p, s, m, t + rest_sum) + stage_floor,
+                                ReplicaRoundTrip(p, pr, s, n, split, LeastLater(p, s + 1, left - n)) + stage_floor});
       if (Pruned(here.total())) continue;
       stage_t_[p][s] = t;
       stage_floor_[p][s] = stage_floor;

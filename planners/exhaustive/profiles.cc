@@ -48,7 +48,7 @@ Profile& Search::ProfileOf(const Pipe& pipe) {
         const models::GpuSpec& gpu = cost_.SlowestGpu(g);
         const ReplicaLinks hops = cost_.Links(g, next, prev);
         const ReplicaLinks local = cost_.Links(g, {}, {});
-        row->second.assign(2 * size_t{pr.X}, 0);
+        row->second.assign(4 * size_t{pr.X}, 0);
         for (uint32_t x = 1; x <= bmax_ && sim_ != nullptr; ++x) {
           // The simulator's compute alone (RangeCompute prices each pass as sim/program.cc does: its
           // layers plus one host overhead per pass); communication only adds to it.
@@ -57,11 +57,23 @@ Profile& Search::ProfileOf(const Pipe& pipe) {
             const auto [fw, bw] = cost_.RangeCompute(gpu, begin, end, st.tp, x, rc_);
             return fw + bw - overhead;
           };
-          double f = overhead;
-          if (s == 0) f += compute(0, 1);
-          if (s + 1 == S) f += compute(L_ - 1, L_);
+          // The forward pass alone (its layers and its one host overhead), for the round trips of Layers.
+          auto forward = [&](uint32_t begin, uint32_t end) {
+            return cost_.RangeCompute(gpu, begin, end, st.tp, x, rc_).first - overhead / 2;
+          };
+          double f = overhead, ff = overhead / 2;
+          if (s == 0) {
+            f += compute(0, 1);
+            ff += forward(0, 1);
+          }
+          if (s + 1 == S) {
+            f += compute(L_ - 1, L_);
+            ff += forward(L_ - 1, L_);
+          }
           row->second[x] = f;
           row->second[pr.X + x] = compute(1, 2);
+          row->second[2 * pr.X + x] = ff;
+          row->second[3 * pr.X + x] = forward(1, 2);
         }
         for (uint32_t x = 1; x <= bmax_ && sim_ == nullptr; ++x) {
           double f = cost_.Replica(gpu, st.tp, 1, 1, x, hops, rc_).total_s();  // PP hops only

@@ -52,7 +52,9 @@ struct Pipe {
 struct Profile {
   uint32_t S = 0, X = 0;                         // stages, bmax + 1
   std::vector<uint32_t> entry_base;              // per stage: its first entry's index
-  std::vector<const std::vector<double>*> rows;  // per entry: F at [x], C at [X + x]
+  // Per entry: F at [x], C at [X + x]; in the simulator-bound mode the forward pass's share of them at
+  // [2X + x] and [3X + x] (zero otherwise).
+  std::vector<const std::vector<double>*> rows;
   // Blocks each stage can hold at most whatever the rest of the plan (one sequence, one micro-batch in
   // flight, the most ZeRO sharding possible); the shape is infeasible when they cannot hold the model.
   std::vector<uint32_t> max_blocks;
@@ -66,6 +68,8 @@ struct Profile {
 
   double F(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[x]; }
   double C(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[X + x]; }
+  double Ff(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[2 * X + x]; }
+  double Cf(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[3 * X + x]; }
   double SumLo(uint32_t b, uint32_t k) const { return sum_lo[size_t{b} * (S + 1) + k]; }
 };
 
@@ -302,13 +306,30 @@ class Search {
   // messages take from stage j to j + 1 and back (the fastest message each way; zero unless both stages have
   // one replica), hop_suffix_[p][s] = Σ_{j ≥ s} hop_[p][j], and single_suffix_[p][s]: stages s.. all have one
   // replica (the round trip of PipelineRoundTrips is then a chain of fixed devices).
-  void PrepareHops(size_t p, uint32_t b);
+  void PrepareHops(size_t p, uint32_t b, const Profile& pr);
+  // The least compute of one micro-batch in stages k.. of pipeline p holding `blocks` blocks (PrepareHops).
+  double LeastLater(size_t p, uint32_t k, uint32_t blocks) const {
+    if (blocks < least_lo_[p][k]) return kInf;
+    return least_fixed_[p][k] + (least_c_[p][k] < kInf ? (blocks - least_lo_[p][k]) * least_c_[p][k] : 0);
+  }
+  // One replica's round trip bound (FirstRoundTrip's term) for stage s holding n blocks with `split`, the
+  // later stages' compute `later`, without what follows the passes.
+  double ReplicaRoundTrip(size_t p, const Profile& pr, uint32_t s, uint32_t n, const std::vector<uint32_t>& split,
+                          double later) const;
+  std::vector<std::vector<double>> least_fixed_, least_c_;
+  std::vector<std::vector<uint32_t>> least_lo_;
   // The least time one pipeline message of `bytes` (before the TP scatter) takes from stage `from` to `to`.
   double MessageFloor(const Stage& from, const Stage& to, double bytes);
   // Simulator-bound mode: 1F1B lets stage s of S run at most S − s micro-batches ahead of its backward
   // passes (Megatron-LM's warm-up), so the forward of micro-batch i + S − s waits for micro-batch i's round
   // trip through stages s.. and back: with `trip` a lower bound of that round trip (their compute and the
   // hops), the stage's passes take at least ⌈m / (S − s)⌉ · trip. 0 when a stage from s on has replicas.
+  // With every stage's split known (a leaf of pipeline p): each replica r of stage s does its forward of
+  // micro-batch 0 (f), waits for that micro-batch's round trip through the later stages (at least one
+  // replica of each, at its least time, and the hops between stages of one replica), does its backward
+  // (τ − f), then its m − 1 other backward passes and the max(0, m − (S − s)) forward passes 1F1B leaves
+  // after them: f + trip + m (τ − f) + max(0, m − (S − s)) f, before what follows its passes (stage_floor_).
+  double FirstRoundTrip(size_t p, const Profile& pr) const;
   double RoundTrips(size_t p, uint32_t s, uint32_t m, double stage_times) const {
     if (!single_suffix_[p][s]) return 0;
     const uint32_t ahead = static_cast<uint32_t>(pipes_[p].stages.size()) - s;
