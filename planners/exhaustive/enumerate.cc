@@ -42,7 +42,10 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   allow_unused_ = options.allow_unused_devices();
   bounds_ = !options.disable_bounds();
   time_limit_s_ = options.time_limit_s() > 0 ? options.time_limit_s() : 300;
-  if (sim_ != nullptr) time_limit_s_ = options.proof_time_limit_s() > 0 ? options.proof_time_limit_s() : 30;
+  if (sim_ != nullptr) {
+    time_limit_s_ = options.proof_time_limit_s() > 0 ? options.proof_time_limit_s() : 300;
+    max_nodes_ = options.max_proof_nodes() > 0 ? options.max_proof_nodes() : 20000000;
+  }
   max_evaluations_ = options.max_evaluations();
   const uint32_t max_node = [&] {
     uint32_t m = 1;
@@ -103,7 +106,8 @@ bool Search::Stop() {
   if (elapsed > time_limit_s_) {
     stopped_ = true;
     stop_reason_ =
-        "time limit of " + std::to_string(time_limit_s_) + " s reached: the best plan found is not proven optimal";
+        "time limit of " + std::to_string(time_limit_s_) + " s reached: the best plan found is not proven optimal" +
+        (sim_ != nullptr ? " (where time stops the search, another machine may return another plan)" : "");
   } else if (max_evaluations_ > 0 && stats_.candidates_evaluated >= max_evaluations_) {
     stopped_ = true;
     stop_reason_ = "evaluation budget reached: the best plan found is not proven optimal";
@@ -304,6 +308,7 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
     }
     if (twin && b == prev->b) m_hi = std::min(m_hi, prev->m);
     if (sim_ != nullptr) PrepareHops(p, b, pr);
+    ResetSplitCache(p, pr.S);
     for (uint32_t m = m_lo; m <= m_hi && m >= 1; ++m) {
       const double lb = sim_ != nullptr ? m * pr.tstar[b]
                                         : (m - 1) * pr.tstar[b] + std::max(pr.tstar[b], pr.SumLo(b, 0));
@@ -336,7 +341,11 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
   Choice& c = choice_[p];
   const uint32_t S = pr.S, b = c.b, m = c.m;
   const std::vector<double>& rest = Rest(pr, pipe, b);
-  ++layer_nodes_;
+  if (++layer_nodes_ > max_nodes_ && max_nodes_ > 0 && !stopped_) {
+    stopped_ = true;
+    stop_reason_ = "budget of " + std::to_string(max_nodes_) + " layer-split nodes reached: the space is not covered";
+  }
+  if (stopped_) return;
   if (s == S) {
     const double t = sim_ != nullptr ? m * tmax : (m - 1) * tmax + tsum;
     Acc next = acc;
@@ -437,7 +446,7 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       break;  // more blocks need more memory
     }
     std::vector<uint32_t>& split = scratch_split_by_stage_[s];
-    const double t = SplitTime(pr, st, s, n, b, caps, &split);
+    const double t = CachedSplitTime(p, pr, st, s, n, b, caps, split);
     if (!(t < kInf)) {
       ++out_of_memory_;
       break;

@@ -260,4 +260,30 @@ double Search::SplitTime(const Profile& pr, const Stage& st, uint32_t s, uint32_
   return t;
 }
 
+void Search::ResetSplitCache(size_t p, uint32_t S) {
+  split_cache_.resize(pipes_.size());
+  auto& memos = split_cache_[p];
+  memos.resize(size_t{S} * (blocks_ + 1));  // kept splits keep their storage
+  for (SplitMemo& m : memos) m.done = false;
+}
+
+double Search::CachedSplitTime(size_t p, const Profile& pr, const Stage& st, uint32_t s, uint32_t n, uint32_t b,
+                               const std::vector<uint32_t>& caps, std::vector<uint32_t>& split) {
+  if (st.replicas == 1 || st.groups.size() == 1) return SplitTime(pr, st, s, n, b, caps, &split);
+  // The greedy with caps takes the uncapped greedy's steps as long as that split is within the caps (each
+  // step's pick is below its cap then, and skipping replicas it did not pick changes nothing): the
+  // uncapped split, computed once per (stage, blocks) for this micro-batch size, answers most calls.
+  SplitMemo& memo = split_cache_[p][size_t{s} * (blocks_ + 1) + n];
+  if (!memo.done) {
+    scratch_caps_.assign(st.replicas, b);
+    memo.t = SplitTime(pr, st, s, n, b, scratch_caps_, &memo.split);
+    memo.done = true;
+  }
+  bool within = memo.t < kInf;
+  for (uint32_t r = 0; r < st.replicas && within; ++r) within = memo.split[r] <= caps[r];
+  if (!within) return SplitTime(pr, st, s, n, b, caps, &split);
+  split.assign(memo.split.begin(), memo.split.end());
+  return memo.t;
+}
+
 }  // namespace hetsim::planners::exhaustive

@@ -221,6 +221,17 @@ class Search {
   // time, and the split in *split when given. kInf when the caps make it impossible.
   double SplitTime(const Profile& pr, const Stage& st, uint32_t s, uint32_t n, uint32_t b,
                    const std::vector<uint32_t>& caps, std::vector<uint32_t>* split) const;
+  // SplitTime for pipeline p's stage s at the current micro-batch size (ResetSplitCache when it changes),
+  // answered from the uncapped split where that fits the caps.
+  double CachedSplitTime(size_t p, const Profile& pr, const Stage& st, uint32_t s, uint32_t n, uint32_t b,
+                         const std::vector<uint32_t>& caps, std::vector<uint32_t>& split);
+  void ResetSplitCache(size_t p, uint32_t S);
+  struct SplitMemo {
+    bool done = false;
+    double t = 0;
+    std::vector<uint32_t> split;
+  };
+  std::vector<std::vector<SplitMemo>> split_cache_;  // [pipeline][stage·(blocks + 1) + blocks]
 
   // ---- bounds (bounds.cc) ----
 
@@ -381,6 +392,7 @@ class Search {
   std::vector<uint32_t> scratch_cuts_, scratch_devices_;
   uint64_t out_of_memory_ = 0;  // layer choices that did not fit (counted, reported once)
   uint64_t layer_nodes_ = 0;    // layer-split nodes explored
+  uint64_t max_nodes_ = 0;      // simulator-bound mode: stop after this many (0: no limit)
   uint32_t zero_ = 1;
   std::vector<uint32_t> shard_bound_;
   std::vector<Choice> choice_;
