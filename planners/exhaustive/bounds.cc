@@ -203,6 +203,12 @@ Search::StageN Search::ComputeStageN(size_t p, uint32_t s, uint32_t n) const {
         sync = (l.holders - 1.0) / l.holders * bytes / l.sim_bandwidth;
       }
       c.sim_floor = e == 0 ? sync + opt : std::min(c.sim_floor, sync + opt);
+      // ZeRO-3 all-gathers the stage's parameters over the same ring before every pass (the lowering's
+      // AddZeroGathers): (n − 1)/n of the bytes into the device each time, at no more than sim_bandwidth.
+      const double gather = zero_ == 3 && l.holders >= 2 && bytes > 0 && l.sim_bandwidth > 0
+                                ? (l.holders - 1.0) / l.holders * bytes / l.sim_bandwidth
+                                : 0;
+      c.sim_gather = e == 0 ? gather : std::min(c.sim_gather, gather);
     }
     if (l.holders < 2 || bytes <= 0) continue;
     const models::Link link{models::LinkKind::kInterNode, l.bandwidth, l.latency};

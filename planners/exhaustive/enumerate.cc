@@ -382,15 +382,16 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
     const double rest_sum = rest[sums + size_t{s + 1} * N + left - n];
     if (!(rest_max < kInf)) continue;  // the later stages cannot hold the rest
     Acc here = acc;
-    double pipe_lb = 0, grows = 0, stage_floor = 0;
+    double pipe_lb = 0, grows = 0, stage_floor = 0, gathers = 0;
     if (sim_ != nullptr) {
       // The stage's slowest replica computes m micro-batches, then syncs its gradients and steps.
       // After its last backward the stage syncs and steps while the earlier stages drain: the larger of
       // the two follows its m passes.
       stage_floor = std::max(SimStageFloor(p, s, n), tsum);
-      pipe_lb = std::max({m * std::max({tmax, t_free, rest_max}), m * t_free + stage_floor,
+      gathers = 2.0 * m * StageAt(p, s, n).sim_gather;  // ZeRO-3: one before each of its 2m passes
+      pipe_lb = std::max({m * std::max({tmax, t_free, rest_max}), m * t_free + gathers + stage_floor,
                           RoundTrips(p, s, m, t_free + rest_sum) + stage_floor});
-      grows = std::max(m * std::max(tmax, t_free), m * t_free + stage_floor);
+      grows = std::max(m * std::max(tmax, t_free), m * t_free + gathers + stage_floor);
     } else {
       const auto [dp_lb, opt_lb] = StageBounds(p, s, n, m);
       here.dp = std::max(acc.dp, dp_lb);
@@ -460,7 +461,7 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       if (Pruned(here.total())) continue;
     }
     if (sim_ != nullptr) {
-      here.pipe_max = std::max({here.pipe_max, m * t + stage_floor, RoundTrips(p, s, m, t + rest_sum) + stage_floor,
+      here.pipe_max = std::max({here.pipe_max, m * t + gathers + stage_floor, RoundTrips(p, s, m, t + rest_sum) + stage_floor,
                                 ReplicaRoundTrip(p, pr, s, n, split, LeastLater(p, s + 1, left - n)) + stage_floor});
       if (Pruned(here.total())) continue;
       stage_t_[p][s] = t;

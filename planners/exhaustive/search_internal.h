@@ -142,6 +142,7 @@ class Search {
     double opt = 0;                      // the largest optimizer step
     double stat = 0, act = 0, peak = 0;  // memory (GiB): static, per sequence in flight, re-materialised
     double sim_floor = 0;                // simulator-bound mode: the least gradient sync + optimizer step
+    double sim_gather = 0;               // simulator-bound mode: the least ZeRO-3 gather before one pass
   };
 
   struct Choice {
