@@ -3,16 +3,23 @@
 // and tightened once earlier pipelines' splits are known), and in the simulator-bound mode the gradient
 // sync and optimizer step bounded by the platform's routes (RingCap).
 #include <algorithm>
-#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
 
-#include "models/cost.h"
 #include "models/topology.h"
 #include "planners/exhaustive/search_internal.h"
 
 namespace hetsim::planners::exhaustive {
+
+namespace {
+
+void SortUnique(std::vector<uint32_t>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+}  // namespace
 
 double Search::AllocationBound(const std::vector<Profile*>& profiles, double extra_rate) const {
   double inv = extra_rate, weighted = 0, floor_t = 0;
@@ -271,8 +278,7 @@ double Search::CrossNodeSyncFloor() {
         cross_cap_ = std::max(cross_cap_, NicBytesPerSecond(node));
       }
     }
-    std::sort(nodes[p].begin(), nodes[p].end());
-    nodes[p].erase(std::unique(nodes[p].begin(), nodes[p].end()), nodes[p].end());
+    SortUnique(nodes[p]);
   }
   if (!(cross_cap_ > 0)) return 0;
   cross_tp_ = tp;
@@ -289,9 +295,9 @@ double Search::CrossNodeSyncFloor() {
   }
   for (size_t p = 0; p < P; ++p) {
     for (size_t q = p + 1; q < P; ++q) {
-      std::vector<uint32_t> both;
-      std::set_intersection(nodes[p].begin(), nodes[p].end(), nodes[q].begin(), nodes[q].end(), std::back_inserter(both));
-      if (both.empty()) floor = std::max(floor, CrossSeconds(0, L_, 1 + cuts, static_cast<uint32_t>(P), cross_cap_));
+      const bool share = std::find_first_of(nodes[p].begin(), nodes[p].end(), nodes[q].begin(), nodes[q].end()) !=
+                         nodes[p].end();
+      if (!share) floor = std::max(floor, CrossSeconds(0, L_, 1 + cuts, static_cast<uint32_t>(P), cross_cap_));
     }
   }
   return floor;
@@ -315,25 +321,25 @@ uint32_t Search::StageHolding(size_t q, uint32_t layer) const {
   return S - 1;
 }
 
-void Search::AppendCuts(size_t q, std::vector<uint32_t>& cuts) const {
-  uint32_t at = 0;
-  const auto& blocks = choice_[q].blocks;
-  for (size_t k = 0; k + 1 < blocks.size(); ++k) {
-    at += blocks[k] + (k == 0 ? 1 : 0);
-    cuts.push_back(at);
+void Search::SegmentCuts(size_t pipelines, uint32_t begin, uint32_t end) {
+  scratch_cuts_.assign({begin, end});
+  for (size_t q = 0; q < pipelines; ++q) {
+    uint32_t at = 0;
+    const auto& blocks = choice_[q].blocks;
+    for (size_t k = 0; k + 1 < blocks.size(); ++k) {
+      at += blocks[k] + (k == 0 ? 1 : 0);
+      if (at > begin && at < end) scratch_cuts_.push_back(at);
+    }
   }
+  SortUnique(scratch_cuts_);
 }
 
 double Search::StageCrossNodeSyncFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end) {
   const Stage& st = pipes_[p].stages[s];
   if (cross_tp_ == 0 || st.groups.size() < 2) return 0;
-  scratch_cuts_.clear();
-  for (size_t q = 0; q < p; ++q) AppendCuts(q, scratch_cuts_);
-  std::sort(scratch_cuts_.begin(), scratch_cuts_.end());
-  scratch_cuts_.erase(std::unique(scratch_cuts_.begin(), scratch_cuts_.end()), scratch_cuts_.end());
-  uint32_t inside = 0;
-  for (uint32_t c : scratch_cuts_) inside += c > begin && c < end ? 1 : 0;
-  return CrossSeconds(begin, end, 1 + inside + later_cuts_[p], st.replicas + static_cast<uint32_t>(pipes_.size()) - 1,
+  SegmentCuts(p, begin, end);
+  const uint32_t known = static_cast<uint32_t>(scratch_cuts_.size()) - 1;
+  return CrossSeconds(begin, end, known + later_cuts_[p], st.replicas + static_cast<uint32_t>(pipes_.size()) - 1,
                       cross_cap_);
 }
 
@@ -345,8 +351,7 @@ double Search::LeafNetworkFloor() {
   // Pipeline messages, as models/lowering_passes.cc (AddPp) sends them: sequence x of a micro-batch goes from
   // the replica of stage j whose share holds it to the one of stage j + 1; between stages of one TP degree
   // t > 1 each rank sends 1/t (the whole tensor in all), else every receiving rank takes the whole tensor.
-  const double per_seq =
-      models::PipelineBoundaryBytes(model_, 1, problem_.training.seq_len(), problem_.training.dtype());
+  const double per_seq = boundary_bytes_;
   for (size_t p = 0; p < P; ++p) {
     const Choice& c = choice_[p];
     const auto& stages = pipes_[p].stages;
@@ -377,29 +382,25 @@ double Search::LeafNetworkFloor() {
   // collective. Groups: the model's segments between all pipelines' stage boundaries, one per TP rank (or
   // per chunk when the holders' TP degrees differ, then counted as one chunk: a lower bound).
   if (zero_ >= 1) {
-    scratch_cuts_.assign({0, L_});
-    for (size_t q = 0; q < P; ++q) AppendCuts(q, scratch_cuts_);
-    std::sort(scratch_cuts_.begin(), scratch_cuts_.end());
-    scratch_cuts_.erase(std::unique(scratch_cuts_.begin(), scratch_cuts_.end()), scratch_cuts_.end());
+    SegmentCuts(P, 0, L_);
     for (size_t i = 0; i + 1 < scratch_cuts_.size(); ++i) {
       const uint32_t a = scratch_cuts_[i];
       uint32_t holders = 0, tp = 0;
       bool uniform = true;
-      scratch_devices_.clear();  // the segment's nodes
+      scratch_nodes_.clear();  // the segment's nodes
       for (size_t q = 0; q < P; ++q) {
         const Stage& st = pipes_[q].stages[StageHolding(q, a)];
         holders += st.replicas;
         uniform = uniform && (tp == 0 || tp == st.tp);
         tp = tp == 0 ? st.tp : std::lcm(tp, st.tp);
-        for (const auto& [node, count] : st.groups) scratch_devices_.push_back(node);
+        for (const auto& [node, count] : st.groups) scratch_nodes_.push_back(node);
       }
-      std::sort(scratch_devices_.begin(), scratch_devices_.end());
-      scratch_devices_.erase(std::unique(scratch_devices_.begin(), scratch_devices_.end()), scratch_devices_.end());
-      if (scratch_devices_.size() < 2 || holders < 2) continue;
+      SortUnique(scratch_nodes_);
+      if (scratch_nodes_.size() < 2 || holders < 2) continue;
       const double bytes = cost_.GradientChunkBytes(a, scratch_cuts_[i + 1], tp, /*holds_embedding=*/true) *
                            (uniform ? tp : 1);
       const double load = 2 * (holders - 1.0) / holders * bytes;
-      for (uint32_t node : scratch_devices_) {
+      for (uint32_t node : scratch_nodes_) {
         net_in_[node] += load;
         net_out_[node] += load;
       }
@@ -415,19 +416,11 @@ double Search::LeafNetworkFloor() {
 
 double Search::FirstRoundTrip(size_t p, const Profile& pr) const {
   const Choice& c = choice_[p];
-  const auto& stages = pipes_[p].stages;
-  const uint32_t S = static_cast<uint32_t>(stages.size());
+  const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size());
   double bound = 0, later = 0;  // later: the least compute of one micro-batch in the stages after s
   for (uint32_t s = S; s-- > 0;) {
-    const Stage& st = stages[s];
-    const uint32_t n = c.blocks[s];
-    bound = std::max(bound, ReplicaRoundTrip(p, pr, s, n, c.splits[s], later) + stage_floor_[p][s]);
     double least = kInf;
-    for (uint32_t r = 0; r < st.replicas; ++r) {
-      const uint32_t x = st.replicas > 1 ? c.splits[s][r] : c.b;
-      const uint32_t e = st.replica_entry[r];
-      if (x > 0) least = std::min(least, pr.F(s, e, x) + n * pr.C(s, e, x));
-    }
+    bound = std::max(bound, ReplicaRoundTrip(p, pr, s, c.blocks[s], c.splits[s], later, &least) + stage_floor_[p][s]);
     if (least < kInf) later += least;
   }
   return bound;
@@ -456,7 +449,7 @@ double Search::MessageFloor(const Stage& from, const Stage& to, double bytes) {
   return best < kInf ? best : 0;
 }
 
-void Search::PrepareHops(size_t p, uint32_t b, const Profile& pr) {
+void Search::PreparePipeline(size_t p, uint32_t b, const Profile& pr) {
   const auto& stages = pipes_[p].stages;
   const uint32_t S = static_cast<uint32_t>(stages.size());
   hop_.resize(pipes_.size());
@@ -465,7 +458,7 @@ void Search::PrepareHops(size_t p, uint32_t b, const Profile& pr) {
   hop_[p].assign(S, 0);
   hop_suffix_[p].assign(S + 1, 0);
   single_suffix_[p].assign(S + 1, 1);
-  const double bytes = b * models::PipelineBoundaryBytes(model_, 1, problem_.training.seq_len(), problem_.training.dtype());
+  const double bytes = b * boundary_bytes_;
   for (uint32_t j = S; j-- > 0;) {
     single_suffix_[p][j] = single_suffix_[p][j + 1] && stages[j].replicas == 1;
     if (j + 1 < S && stages[j].replicas == 1 && stages[j + 1].replicas == 1) {
@@ -500,7 +493,7 @@ void Search::PrepareHops(size_t p, uint32_t b, const Profile& pr) {
 }
 
 double Search::ReplicaRoundTrip(size_t p, const Profile& pr, uint32_t s, uint32_t n,
-                                const std::vector<uint32_t>& split, double later) const {
+                                const std::vector<uint32_t>& split, double later, double* least) const {
   const Stage& st = pipes_[p].stages[s];
   const Choice& c = choice_[p];
   const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size()), ahead = S - s, m = c.m;
@@ -511,6 +504,7 @@ double Search::ReplicaRoundTrip(size_t p, const Profile& pr, uint32_t s, uint32_
     const uint32_t e = st.replica_entry[r];
     const double tau = pr.F(s, e, x) + n * pr.C(s, e, x), f = pr.Ff(s, e, x) + n * pr.Cf(s, e, x);
     worst = std::max(worst, f + m * (tau - f) + (m > ahead ? m - ahead : 0) * f);
+    if (least != nullptr) *least = std::min(*least, tau);
   }
   return worst + later + hop_suffix_[p][s];
 }
@@ -520,12 +514,7 @@ double Search::KnownDpBound(size_t p, uint32_t s, uint32_t begin, uint32_t end, 
   const size_t P = pipes_.size();
   const uint32_t unknown = static_cast<uint32_t>(P - 1 - p);
   // Segment boundaries: the earlier pipelines' stage boundaries inside [begin, end).
-  scratch_cuts_.assign(1, begin);
-  scratch_cuts_.push_back(end);
-  for (size_t q = 0; q < p; ++q) AppendCuts(q, scratch_cuts_);
-  std::erase_if(scratch_cuts_, [&](uint32_t c) { return c < begin || c > end; });
-  std::sort(scratch_cuts_.begin(), scratch_cuts_.end());
-  scratch_cuts_.erase(std::unique(scratch_cuts_.begin(), scratch_cuts_.end()), scratch_cuts_.end());
+  SegmentCuts(p, begin, end);
   double worst = 0;
   std::vector<double> per_entry(st.groups.size(), 0);
   for (size_t i = 0; i + 1 < scratch_cuts_.size(); ++i) {

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "models/cost.h"
 #include "models/plan.h"
 #include "planners/exhaustive/search_internal.h"
 
@@ -34,6 +35,7 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
     incumbent_ = sim_->threshold_s;
     routes_.emplace(cluster_, problem.compute.calibration);
     comm_.emplace(cluster_);
+    boundary_bytes_ = models::PipelineBoundaryBytes(model_, 1, problem.training.seq_len(), problem.training.dtype());
   }
   bmax_ = std::min<uint32_t>(G_, options.max_micro_batch_size() > 0 ? options.max_micro_batch_size() : 32);
   zeros_ = options.zero_stages().empty()
@@ -91,6 +93,9 @@ void Search::Run() {
   scratch_split_by_stage_.assign(L_ + 1, {});
   BuildPipelines();
   if (out_of_memory_ > 0) stats_.Reject("out of memory", out_of_memory_);
+  if (network_pruned_ > 0) {
+    stats_.Reject("pruned: traffic through a node's NICs no faster than the best plan", network_pruned_);
+  }
   stats_.claims_optimal = true;
   stats_.proven_optimal = !stopped_;
   if (stopped_) stats_.notes.push_back(stop_reason_);
@@ -307,7 +312,7 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
       m_lo = m_hi = g_left / b;
     }
     if (twin && b == prev->b) m_hi = std::min(m_hi, prev->m);
-    if (sim_ != nullptr) PrepareHops(p, b, pr);
+    if (sim_ != nullptr) PreparePipeline(p, b, pr);
     ResetSplitCache(p, pr.S);
     for (uint32_t m = m_lo; m <= m_hi && m >= 1; ++m) {
       const double lb = sim_ != nullptr ? m * pr.tstar[b]
@@ -461,7 +466,8 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       if (Pruned(here.total())) continue;
     }
     if (sim_ != nullptr) {
-      here.pipe_max = std::max({here.pipe_max, m * t + gathers + stage_floor, RoundTrips(p, s, m, t + rest_sum) + stage_floor,
+      here.pipe_max = std::max({here.pipe_max, m * t + gathers + stage_floor,
+                                RoundTrips(p, s, m, t + rest_sum) + stage_floor,
                                 ReplicaRoundTrip(p, pr, s, n, split, LeastLater(p, s + 1, left - n)) + stage_floor});
       if (Pruned(here.total())) continue;
       stage_t_[p][s] = t;
@@ -522,7 +528,7 @@ void Search::Leaf(const Acc& acc) {
     // pricing, which bounds the simulated iteration far more tightly than the compute alone.
     const double cross = std::max(acc.cross, LeafNetworkFloor());
     if (Pruned(std::max(acc.played(), cross))) {
-      stats_.Reject("pruned: traffic through a node's NICs no faster than the best plan");
+      ++network_pruned_;
       return;
     }
     ++bounded_leaves_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "planners/exhaustive/search_internal.h"
@@ -53,27 +55,23 @@ Profile& Search::ProfileOf(const Pipe& pipe) {
           // The simulator's compute alone (RangeCompute prices each pass as sim/program.cc does: its
           // layers plus one host overhead per pass); communication only adds to it.
           const double overhead = 2 * cost_.compute().PassOverheadSeconds(gpu);
+          // Both passes and the forward alone (for the round trips of Layers), each without its overhead.
           auto compute = [&](uint32_t begin, uint32_t end) {
             const auto [fw, bw] = cost_.RangeCompute(gpu, begin, end, st.tp, x, rc_);
-            return fw + bw - overhead;
-          };
-          // The forward pass alone (its layers and its one host overhead), for the round trips of Layers.
-          auto forward = [&](uint32_t begin, uint32_t end) {
-            return cost_.RangeCompute(gpu, begin, end, st.tp, x, rc_).first - overhead / 2;
+            return std::pair{fw + bw - overhead, fw - overhead / 2};
           };
           double f = overhead, ff = overhead / 2;
-          if (s == 0) {
-            f += compute(0, 1);
-            ff += forward(0, 1);
+          for (const auto& [begin, end, holds] : {std::tuple{0u, 1u, s == 0}, std::tuple{L_ - 1, L_, s + 1 == S}}) {
+            if (!holds) continue;
+            const auto [both, fwd] = compute(begin, end);
+            f += both;
+            ff += fwd;
           }
-          if (s + 1 == S) {
-            f += compute(L_ - 1, L_);
-            ff += forward(L_ - 1, L_);
-          }
+          const auto [block, block_fwd] = compute(1, 2);
           row->second[x] = f;
-          row->second[pr.X + x] = compute(1, 2);
+          row->second[pr.X + x] = block;
           row->second[2 * pr.X + x] = ff;
-          row->second[3 * pr.X + x] = forward(1, 2);
+          row->second[3 * pr.X + x] = block_fwd;
         }
         for (uint32_t x = 1; x <= bmax_ && sim_ == nullptr; ++x) {
           double f = cost_.Replica(gpu, st.tp, 1, 1, x, hops, rc_).total_s();  // PP hops only

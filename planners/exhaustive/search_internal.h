@@ -113,8 +113,9 @@ class Search {
     double pipe_max = 0;  // the slowest pipeline so far
     double dp = 0;        // a lower bound of the largest per-device DP sync time
     double opt = 0;       // a lower bound of the largest optimizer step
-    // Simulator-bound mode: CrossNodeSyncFloor, a bound of the simulated iteration that the lower-bound play
-    // need not reach (it prices striped flows as if alone on their routes), so Leaf does not check it there.
+    // Simulator-bound mode: the network floors (CrossNodeSyncFloor and its stage and leaf forms), bounds of
+    // the simulated iteration that the lower-bound play need not reach (it prices striped flows as if alone
+    // on their routes), so Leaf does not check them against it.
     double cross = 0;
     double played() const { return pipe_max + dp + opt; }
     double total() const { return std::max(played(), cross); }
@@ -291,7 +292,8 @@ class Search {
   // every pipeline's stage boundaries; which is largest depends on the split, so the bound takes the
   // average. It applies where a stage's replicas span nodes (the stage's own fewest layers, cut by the other
   // pipelines' boundaries) or where two pipelines share no node (every layer's group spans nodes); 0 under
-  // ZeRO 0 (the all-reduce may be a tree) and when TP degrees differ (the groups are then chunked further).
+  // ZeRO 0 (the all-reduce may be a tree). Bytes are one TP rank's at the lcm of the structure's TP degrees
+  // (where degrees differ the sync is chunked that finely). Also sets cross_tp_, cross_cap_, later_cuts_.
   double CrossNodeSyncFloor();
   // The same bound for stage s of pipeline p holding layers [begin, end) once its replicas span nodes, with
   // the earlier pipelines' splits known (the later ones may cut its layers at most once per boundary).
@@ -301,13 +303,15 @@ class Search {
   // and leaves each of its nodes) — over the node's NIC bandwidth; the largest over the nodes.
   double LeafNetworkFloor();
   std::vector<double> net_in_, net_out_;
+  std::vector<uint32_t> scratch_nodes_;
   double NicBytesPerSecond(uint32_t node) const;
   // 2 (n − 1)/n of layers [begin, end)'s gradient bytes over `groups`, at `cap`; the bytes of one TP rank of
   // degree `tp` (0: cross_tp_, the structure's; the sync is chunked at the lcm of the holders' degrees).
   double CrossSeconds(uint32_t begin, uint32_t end, uint32_t groups, uint32_t holders, double cap,
                       uint32_t tp = 0) const;
-  // The stage boundaries of pipeline q's chosen split (layer indices where a stage after the first begins).
-  void AppendCuts(size_t q, std::vector<uint32_t>& cuts) const;
+  // scratch_cuts_: begin, end and the stage boundaries of pipelines [0, pipelines)'s chosen splits strictly
+  // between them, sorted: the segments of [begin, end) whose holders do not change.
+  void SegmentCuts(size_t pipelines, uint32_t begin, uint32_t end);
   // The stage of pipeline q's chosen split that holds `layer`.
   uint32_t StageHolding(size_t q, uint32_t layer) const;
   uint32_t cross_tp_ = 0;      // the gradient chunking of the structure: lcm of its TP degrees (0: no bound)
@@ -316,32 +320,34 @@ class Search {
 
   // Simulator-bound mode, for pipeline p at micro-batch size b: hop_[p][j], the least time micro-batch
   // messages take from stage j to j + 1 and back (the fastest message each way; zero unless both stages have
-  // one replica), hop_suffix_[p][s] = Σ_{j ≥ s} hop_[p][j], and single_suffix_[p][s]: stages s.. all have one
-  // replica (the round trip of PipelineRoundTrips is then a chain of fixed devices).
-  void PrepareHops(size_t p, uint32_t b, const Profile& pr);
-  // The least compute of one micro-batch in stages k.. of pipeline p holding `blocks` blocks (PrepareHops).
+  // one replica), hop_suffix_[p][s] = Σ_{j ≥ s} hop_[p][j], single_suffix_[p][s]: stages s.. all have one
+  // replica (RoundTrips' round trip is then a chain of fixed devices), and LeastLater's tables.
+  void PreparePipeline(size_t p, uint32_t b, const Profile& pr);
+  // The least compute of one micro-batch in stages k.. of pipeline p holding `blocks` blocks (PreparePipeline).
   double LeastLater(size_t p, uint32_t k, uint32_t blocks) const {
     if (blocks < least_lo_[p][k]) return kInf;
     return least_fixed_[p][k] + (least_c_[p][k] < kInf ? (blocks - least_lo_[p][k]) * least_c_[p][k] : 0);
   }
-  // One replica's round trip bound (FirstRoundTrip's term) for stage s holding n blocks with `split`, the
-  // later stages' compute `later`, without what follows the passes.
-  double ReplicaRoundTrip(size_t p, const Profile& pr, uint32_t s, uint32_t n, const std::vector<uint32_t>& split,
-                          double later) const;
   std::vector<std::vector<double>> least_fixed_, least_c_;
   std::vector<std::vector<uint32_t>> least_lo_;
   // The least time one pipeline message of `bytes` (before the TP scatter) takes from stage `from` to `to`.
   double MessageFloor(const Stage& from, const Stage& to, double bytes);
+  // Simulator-bound mode: each replica r of stage s (n blocks, shares `split`) does its forward of
+  // micro-batch 0 (f), waits for that micro-batch's round trip through the later stages (at least one
+  // replica of each: `later`, and the hops between stages of one replica), does its backward (τ − f), then
+  // its m − 1 other backward passes and the max(0, m − (S − s)) forward passes 1F1B leaves after them:
+  // f + trip + m (τ − f) + max(0, m − (S − s)) f, the largest over the replicas, before what follows its
+  // passes. `least`, when given, takes the least τ of the stage's replicas.
+  double ReplicaRoundTrip(size_t p, const Profile& pr, uint32_t s, uint32_t n, const std::vector<uint32_t>& split,
+                          double later, double* least = nullptr) const;
+  // ReplicaRoundTrip of every stage with every split known (a leaf of pipeline p), the later stages at
+  // their replicas' least, plus what follows each stage's passes (stage_floor_).
+  double FirstRoundTrip(size_t p, const Profile& pr) const;
   // Simulator-bound mode: 1F1B lets stage s of S run at most S − s micro-batches ahead of its backward
   // passes (Megatron-LM's warm-up), so the forward of micro-batch i + S − s waits for micro-batch i's round
-  // trip through stages s.. and back: with `trip` a lower bound of that round trip (their compute and the
-  // hops), the stage's passes take at least ⌈m / (S − s)⌉ · trip. 0 when a stage from s on has replicas.
-  // With every stage's split known (a leaf of pipeline p): each replica r of stage s does its forward of
-  // micro-batch 0 (f), waits for that micro-batch's round trip through the later stages (at least one
-  // replica of each, at its least time, and the hops between stages of one replica), does its backward
-  // (τ − f), then its m − 1 other backward passes and the max(0, m − (S − s)) forward passes 1F1B leaves
-  // after them: f + trip + m (τ − f) + max(0, m − (S − s)) f, before what follows its passes (stage_floor_).
-  double FirstRoundTrip(size_t p, const Profile& pr) const;
+  // trip through stages s.. and back: with `stage_times` a lower bound of their compute per micro-batch,
+  // the stage's passes take at least ⌈m / (S − s)⌉ round trips (with the hops). 0 when a stage from s on
+  // has replicas.
   double RoundTrips(size_t p, uint32_t s, uint32_t m, double stage_times) const {
     if (!single_suffix_[p][s]) return 0;
     const uint32_t ahead = static_cast<uint32_t>(pipes_[p].stages.size()) - s;
@@ -392,6 +398,7 @@ class Search {
   std::vector<std::vector<uint32_t>> scratch_caps_by_stage_, scratch_split_by_stage_;
   std::vector<uint32_t> scratch_cuts_, scratch_devices_;
   uint64_t out_of_memory_ = 0;  // layer choices that did not fit (counted, reported once)
+  uint64_t network_pruned_ = 0;  // leaves cut by LeafNetworkFloor (counted, reported once)
   uint64_t layer_nodes_ = 0;    // layer-split nodes explored
   uint64_t max_nodes_ = 0;      // simulator-bound mode: stop after this many (0: no limit)
   uint32_t zero_ = 1;
@@ -408,7 +415,8 @@ class Search {
   std::optional<models::PlatformRoutes> routes_;  // simulator-bound mode
   std::vector<double> ring_cap_;                  // RingCap by node pair (−1: not computed)
   std::optional<models::Communicator> comm_;      // simulator-bound mode: which node pairs are CPU-staged
-  std::vector<std::vector<double>> hop_, hop_suffix_;  // simulator-bound mode (PrepareHops)
+  double boundary_bytes_ = 0;                     // one sequence's pipeline-boundary tensor
+  std::vector<std::vector<double>> hop_, hop_suffix_;  // simulator-bound mode (PreparePipeline)
   std::vector<std::vector<char>> single_suffix_;
   // Simulator-bound mode, per pipeline and stage of the split being built: its time per micro-batch and what
   // follows its passes at least (Layers' stage_floor).

@@ -201,7 +201,8 @@ network: {single_switch: {}}
 )";
 
 struct ProofProblem {
-  explicit ProofProblem(const char* yaml = kProofCluster) : cluster(Cluster(yaml)), model(Model()), training(Training(model)) {}
+  explicit ProofProblem(const char* yaml = kProofCluster)
+      : cluster(Cluster(yaml)), model(Model()), training(Training(model)) {}
   static models::Cluster Cluster(const char* yaml) {
     proto::Cluster spec;
     EXPECT_TRUE(models::ParseYaml(yaml, "proof.yaml", &spec).ok());
@@ -275,7 +276,9 @@ void CheckTheProofAgainstEveryPlan(const ProofProblem& p) {
   EXPECT_GT(out.ruled_out + static_cast<uint32_t>(all->alternatives.size()), out.simulated);
 }
 
-TEST(ExhaustiveProof, TheProvenPlanSimulatesNoSlowerThanEveryPlanOfTheSpace) { CheckTheProofAgainstEveryPlan(ProofProblem()); }
+TEST(ExhaustiveProof, TheProvenPlanSimulatesNoSlowerThanEveryPlanOfTheSpace) {
+  CheckTheProofAgainstEveryPlan(ProofProblem());
+}
 
 TEST(ExhaustiveProof, TheBoundsHoldWhereNodesShareOneSlowNic) {
   CheckTheProofAgainstEveryPlan(ProofProblem(kProofSharedNics));
