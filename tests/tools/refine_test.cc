@@ -321,6 +321,26 @@ TEST(ExhaustiveProof, ASeedFasterThanTheSpaceIsReturnedAndNamed) {
   EXPECT_NEAR(got, seeds, seeds * 1e-9);
 }
 
+// The proof search's work budget is counted, not timed: a tiny one stops it unproven, says so, and gives the
+// same plan on every run.
+TEST(ExhaustiveProof, ANodeBudgetStopsTheProofTheSameWayEveryTime) {
+  const ProofProblem p;
+  auto planner = planners::CreatePlanner("exhaustive", "max_proof_nodes: 10\n", "test options");
+  ASSERT_TRUE(planner.ok()) << planner.status().message();
+  std::string first;
+  for (int run = 0; run < 2; ++run) {
+    RefineOutcome out;
+    auto r = PlanOnTwin(**planner, p.get(), RefineOptions{}, &out);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    std::string notes;
+    for (const auto& n : r->stats.notes) notes += n + "\n";
+    EXPECT_FALSE(out.proven) << notes;
+    EXPECT_NE(notes.find("budget of 10 layer-split nodes reached"), std::string::npos) << notes;
+    if (run == 0) first = r->plan.SerializeAsString();
+    else EXPECT_EQ(r->plan.SerializeAsString(), first);
+  }
+}
+
 TEST(ExhaustiveProof, AnExplicitKKeepsTheTopListMeaning) {
   const ProofProblem p;
   auto planner = planners::CreatePlanner("exhaustive");
