@@ -53,6 +53,9 @@ struct PlanningProblem {
   // they are simulated beside the space's plans, so the answer is never slower in the simulator than any of
   // them (docs/planners.md, "exhaustive"). Each plan's `planner` field names where it came from.
   std::vector<proto::Plan> seeds = {};
+  // Long searches (exhaustive's proof) report their progress here, a line at a time, about every 10 s;
+  // `hetsim plan` prints them on stderr. Empty: no reports.
+  std::function<void(const std::string&)> progress = {};
 };
 
 // How a search went.

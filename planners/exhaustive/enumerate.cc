@@ -44,11 +44,12 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   allow_unused_ = options.allow_unused_devices();
   bounds_ = !options.disable_bounds();
   time_limit_s_ = options.time_limit_s() > 0 ? options.time_limit_s() : 300;
+  max_evaluations_ = options.max_evaluations();
   if (sim_ != nullptr) {
     time_limit_s_ = options.proof_time_limit_s() > 0 ? options.proof_time_limit_s() : 300;
     max_nodes_ = options.max_proof_nodes() > 0 ? options.max_proof_nodes() : 20000000;
+    max_evaluations_ = 0;  // the closed form's budget; the proof has its own counted ones
   }
-  max_evaluations_ = options.max_evaluations();
   const uint32_t max_node = [&] {
     uint32_t m = 1;
     for (const auto& n : cluster_.nodes()) m = std::max(m, n.num_gpus);
@@ -85,12 +86,12 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
     const auto [f, b] = cost_.RangeCompute(gpu, 0, L_, 1, bmax_, rc_);
     device_rate_.push_back(bmax_ / (f + b));  // sequences per second, an upper bound
   }
+  scratch_caps_by_stage_.assign(L_ + 1, {});
+  scratch_split_by_stage_.assign(L_ + 1, {});
   start_ = std::chrono::steady_clock::now();
 }
 
 void Search::Run() {
-  scratch_caps_by_stage_.assign(L_ + 1, {});
-  scratch_split_by_stage_.assign(L_ + 1, {});
   BuildPipelines();
   if (out_of_memory_ > 0) stats_.Reject("out of memory", out_of_memory_);
   if (network_pruned_ > 0) {
@@ -108,7 +109,10 @@ bool Search::Stop() {
   if (stopped_) return true;
   if ((++ticks_ & 255) != 0) return false;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (elapsed > time_limit_s_) {
+  if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+    stopped_ = true;
+    stop_reason_ = "cancelled";
+  } else if (elapsed > time_limit_s_) {
     stopped_ = true;
     stop_reason_ =
         "time limit of " + std::to_string(time_limit_s_) + " s reached: the best plan found is not proven optimal" +
@@ -127,7 +131,15 @@ void Search::BuildPipelines() {
     stats_.Reject("structure pruned: bound on its iteration time no better than the best plan");
     return;
   }
-  if (!pipes_.empty() && (free_total_ == 0 || allow_unused_)) EvaluateStructure();
+  if (!pipes_.empty() && (free_total_ == 0 || allow_unused_)) {
+    if (!sink_) {
+      EvaluateStructure();
+    } else if (!sink_(pipes_)) {
+      stopped_ = true;
+      stop_reason_ = "cancelled";
+      return;
+    }
+  }
   if (free_total_ == 0) return;
   if (Pruned(PartialBound())) {
     stats_.Reject("structure pruned: bound on its iteration time no better than the best plan");
@@ -532,6 +544,7 @@ void Search::Leaf(const Acc& acc) {
       return;
     }
     ++bounded_leaves_;
+    play_nodes_.push_back(layer_nodes_);
     const double lb = cost_.LowerBoundSeconds(plan);
     if (!(lb > 0)) {
       // The lowering refuses the plan (ZeRO-3 across pipelines of unlike micro-batch counts): so does the
@@ -544,7 +557,10 @@ void Search::Leaf(const Acc& acc) {
       ++floor_above_bound_;
     }
     const double bound = std::max(lb, cross);
-    if (bound < incumbent_) bounded_.push_back({bound, std::move(plan)});
+    if (bound < incumbent_) {
+      bounded_.push_back({bound, std::move(plan)});
+      kept_plays_.push_back(bounded_leaves_);
+    }
     if (sim_->max_leaves > 0 && bounded_leaves_ >= sim_->max_leaves && !stopped_) {
       stopped_ = true;
       stop_reason_ = "budget of " + std::to_string(sim_->max_leaves) +
@@ -557,6 +573,32 @@ void Search::Leaf(const Acc& acc) {
   // The bar a subtree must beat: the best plan's cost, or with runners-up asked for the worst kept one
   // (so that the kept list is the exact top of the space under the analytic model).
   if (kept_.Offer(t, plan)) incumbent_ = kept_.bar();
+}
+
+StructureOutcome Search::EvaluateOne(const std::vector<Pipe>& pipes) {
+  pipes_ = pipes;
+  layer_nodes_ = bounded_leaves_ = floor_above_bound_ = network_pruned_ = out_of_memory_ = 0;
+  bounded_.clear();
+  play_nodes_.clear();
+  kept_plays_.clear();
+  stopped_ = false;
+  stop_reason_.clear();
+  EvaluateStructure();
+  StructureOutcome o;
+  o.nodes = layer_nodes_;
+  o.complete = !stopped_;
+  o.stop_reason = stop_reason_;
+  o.play_nodes = std::move(play_nodes_);
+  o.kept_plays = std::move(kept_plays_);
+  o.kept = std::move(bounded_);
+  o.floor_above_bound = floor_above_bound_;
+  o.network_pruned = network_pruned_;
+  o.out_of_memory = out_of_memory_;
+  play_nodes_.clear();
+  kept_plays_.clear();
+  bounded_.clear();
+  pipes_.clear();
+  return o;
 }
 
 }  // namespace hetsim::planners::exhaustive

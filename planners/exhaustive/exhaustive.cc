@@ -137,14 +137,12 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     SimBoundMode mode;
     mode.threshold_s = threshold;
     mode.max_leaves = options_.max_bound_plays() > 0 ? options_.max_bound_plays() : 200000;
-    SearchStats stats;
-    Search search(problem, options_, stats, 0, &mode);
-    search.Run();
-    std::vector<BoundedPlan>& kept = search.bounded();
+    ProofOutcome search = RunProofSearch(problem, options_, mode);
+    std::vector<BoundedPlan>& kept = search.kept;
     std::stable_sort(kept.begin(), kept.end(),
                      [](const BoundedPlan& a, const BoundedPlan& b) { return a.lower_bound_s < b.lower_bound_s; });
     const std::string pick = result->plan.SerializeAsString();
-    const bool complete = !search.stopped() && search.floor_above_bound() == 0;
+    const bool complete = !search.stopped && search.floor_above_bound == 0;
     // Unproven, the top list's runners-up (by the played estimate) come first, as with an explicit K.
     std::vector<RankedPlan> top = std::move(result->alternatives);
     if (complete) top.clear();
@@ -167,13 +165,27 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     std::snprintf(line, sizeof line,
                   "proof search (bounds of the simulated iteration, cut at %.4g s): %llu plans played at the "
                   "lower-bound pricing, %zu below the cut (and %zu other planners' candidates)%s",
-                  threshold, static_cast<unsigned long long>(search.bounded_leaves()),
+                  threshold, static_cast<unsigned long long>(search.plays),
                   result->alternatives.size() - seeded, seeded,
                   complete ? "; every other plan of the space is ruled out" : "");
     result->stats.notes.push_back(line);
-    for (const std::string& note : stats.notes) result->stats.notes.push_back("proof search: " + note);
-    if (search.floor_above_bound() > 0) {
-      result->stats.notes.push_back("proof search: " + std::to_string(search.floor_above_bound()) +
+    if (search.stopped) result->stats.notes.push_back("proof search: " + search.stop_reason);
+    std::snprintf(line, sizeof line,
+                  "proof search: %llu structures (pipelines × stages × device groups) covered, %llu layer-split "
+                  "nodes explored (%u threads; the result does not depend on them)",
+                  static_cast<unsigned long long>(search.structures), static_cast<unsigned long long>(search.nodes),
+                  search.threads);
+    result->stats.notes.push_back(line);
+    if (search.out_of_memory > 0) {
+      result->stats.notes.push_back("proof search: " + std::to_string(search.out_of_memory) +
+                                    " layer choices out of memory");
+    }
+    if (search.network_pruned > 0) {
+      result->stats.notes.push_back("proof search: " + std::to_string(search.network_pruned) +
+                                    " plans cut by the traffic through a node's NICs");
+    }
+    if (search.floor_above_bound > 0) {
+      result->stats.notes.push_back("proof search: " + std::to_string(search.floor_above_bound) +
                                     " plans whose stage floor exceeds their played lower bound (a bug): not proven");
     }
   }

@@ -5,12 +5,15 @@
 //                  then per structure the ZeRO stage, (b, m) per pipeline and the layer split, and the leaves;
 //   profiles.cc  — a pipeline shape's stage-time tables, the smallest largest stage time, the min-max split;
 //   bounds.cc    — the lower bounds that cut the enumeration (batch allocation, DP sync, optimizer step);
-//   exhaustive.cc — the planner: the search's runs, the re-ranking by the played estimate, the proof list.
+//   exhaustive.cc — the planner: the search's runs, the re-ranking by the played estimate, the proof list;
+//   proof_search.cc — the proof search run over threads, one structure at a time, in the sequential order.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -88,6 +91,32 @@ struct BoundedPlan {
   proto::Plan plan;
 };
 
+// What the simulator-bound mode found in one structure (Search::EvaluateOne), with what the proof search
+// needs to take it in the sequential order under the counted budgets (proof_search.cc).
+struct StructureOutcome {
+  uint64_t nodes = 0;                 // layer-split nodes explored
+  bool complete = false;              // ran to its end (else stopped: a budget, the time limit, a cancel)
+  std::string stop_reason;
+  std::vector<uint64_t> play_nodes;   // per lower-bound play: the node count when it was played
+  std::vector<uint64_t> kept_plays;   // per kept plan: the play (1-based) that kept it
+  std::vector<BoundedPlan> kept;
+  uint64_t floor_above_bound = 0, network_pruned = 0, out_of_memory = 0;
+};
+
+// The proof search (proof_search.cc): every structure of the space evaluated in the simulator-bound mode on
+// `threads` threads and taken in the enumeration's order, with the budgets (max_proof_nodes,
+// max_bound_plays) counted over that order, so the result is the sequential search's whatever the threads.
+struct ProofOutcome {
+  std::vector<BoundedPlan> kept;
+  uint64_t plays = 0, nodes = 0, structures = 0;
+  uint64_t floor_above_bound = 0, network_pruned = 0, out_of_memory = 0;
+  bool stopped = false;
+  std::string stop_reason;
+  uint32_t threads = 1;
+};
+ProofOutcome RunProofSearch(const PlanningProblem& problem, const proto::ExhaustiveOptions& options,
+                            const SimBoundMode& mode);
+
 class Search {
  public:
   // Keeps the exact top `keep_alternatives` + 1 plans under the closed form.
@@ -103,6 +132,16 @@ class Search {
   uint64_t floor_above_bound() const { return floor_above_bound_; }
   void MoveInto(PlannerResult* result) { kept_.MoveInto(result); }
   InfeasibleTracker& misses() { return misses_; }
+
+  // The parallel proof search (proof_search.cc). With a sink, Run only enumerates: each structure goes to
+  // the sink instead of being evaluated (the sink returns false to stop the enumeration). EvaluateOne
+  // evaluates one such structure from a clean state (the caches kept). A set cancel flag stops the search.
+  using StructureSink = std::function<bool(const std::vector<Pipe>&)>;
+  void SetStructureSink(StructureSink sink) { sink_ = std::move(sink); }
+  void SetCancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
+  StructureOutcome EvaluateOne(const std::vector<Pipe>& pipes);
+  uint64_t structures() const { return structures_; }
+  const std::string& stop_reason() const { return stop_reason_; }
 
  private:
   // ---- what the bounds accumulate ----
@@ -422,6 +461,9 @@ class Search {
   // follows its passes at least (Layers' stage_floor).
   std::vector<std::vector<double>> stage_t_, stage_floor_;
   std::vector<BoundedPlan> bounded_;              // simulator-bound mode: the leaves kept
+  std::vector<uint64_t> play_nodes_, kept_plays_;  // simulator-bound mode: StructureOutcome's
+  StructureSink sink_;
+  const std::atomic<bool>* cancel_ = nullptr;
   uint64_t bounded_leaves_ = 0;                   // leaves played at the lower-bound pricing
   uint64_t floor_above_bound_ = 0;                // leaves whose cheap floor exceeded the played bound
   InfeasibleTracker misses_;

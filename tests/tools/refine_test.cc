@@ -8,6 +8,7 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include <cstdio>
 #include <limits>
 
 #include "planners/exhaustive/exhaustive.h"
@@ -338,6 +339,63 @@ TEST(ExhaustiveProof, ANodeBudgetStopsTheProofTheSameWayEveryTime) {
     EXPECT_NE(notes.find("budget of 10 layer-split nodes reached"), std::string::npos) << notes;
     if (run == 0) first = r->plan.SerializeAsString();
     else EXPECT_EQ(r->plan.SerializeAsString(), first);
+  }
+}
+
+// The proof search runs its structures on threads and takes them in the enumeration's order, budgets
+// included: the proof list (its plans, their order and bounds) and every count are the same for any thread
+// count, whether the proof completes or a node or play budget stops it part-way through a structure.
+std::string ProofList(const ProofProblem& p, const std::string& options, uint64_t* nodes = nullptr,
+                      uint64_t* plays = nullptr) {
+  auto planner = planners::CreatePlanner("exhaustive", options, "test options");
+  EXPECT_TRUE(planner.ok()) << planner.status().message();
+  if (!planner.ok()) return "";
+  planners::PlanningProblem problem = p.get();
+  problem.alternatives = planners::exhaustive::kEveryCandidate;
+  auto r = (*planner)->MakePlan(problem);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (!r.ok()) return "";
+  std::string list = r->plan.SerializeAsString() + "|" + std::to_string(r->complete_below_s) + "\n";
+  for (const auto& alt : r->alternatives) {
+    list += alt.plan.SerializeAsString() + "|" + std::to_string(alt.lower_bound_s) + "\n";
+  }
+  for (const auto& n : r->stats.notes) {
+    if (n.find("proof search") == std::string::npos) continue;
+    // "... 123 layer-split nodes explored (2 threads; ...)": the thread count is the one thing that differs.
+    const size_t threads = n.find(" threads;");
+    list += threads == std::string::npos ? n : n.substr(0, n.rfind('(', threads));
+    list += "\n";
+    unsigned long long v = 0;
+    const size_t covered = n.find("covered, ");
+    if (nodes && covered != std::string::npos && std::sscanf(n.c_str() + covered + 9, "%llu layer-split", &v) == 1) {
+      *nodes = v;
+    }
+    const size_t cut = n.find("s): ");
+    if (plays && cut != std::string::npos && std::sscanf(n.c_str() + cut + 4, "%llu plans played", &v) == 1) {
+      *plays = v;
+    }
+  }
+  return list;
+}
+
+TEST(ExhaustiveProof, TheResultIsTheSameOnEveryThreadCount) {
+  const ProofProblem p(kProofSharedNics);
+  uint64_t nodes = 0, plays = 0;
+  const std::string complete = ProofList(p, "proof_threads: 1\n", &nodes, &plays);
+  ASSERT_NE(complete.find("every other plan of the space is ruled out"), std::string::npos) << complete;
+  ASSERT_GT(nodes, 100u);
+  ASSERT_GT(plays, 10u);
+  for (const char* threads : {"2", "5"}) {
+    EXPECT_EQ(ProofList(p, std::string("proof_threads: ") + threads + "\n"), complete) << threads << " threads";
+  }
+  // Budgets that stop the search part-way: the same plans kept, the same counts, on every thread count.
+  for (const std::string& budget : {"max_proof_nodes: " + std::to_string(nodes / 2) + "\n",
+                                   "max_bound_plays: " + std::to_string(plays / 2) + "\n"}) {
+    const std::string one = ProofList(p, budget + "proof_threads: 1\n");
+    EXPECT_NE(one.find("reached: the space is not covered"), std::string::npos) << one;
+    for (const char* threads : {"2", "5"}) {
+      EXPECT_EQ(ProofList(p, budget + "proof_threads: " + threads + "\n"), one) << budget << threads << " threads";
+    }
   }
 }
 

@@ -89,8 +89,9 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     if (!db.ok()) return Fail(err, db.status());
     profiles = std::move(db).value();
   }
-  const planners::PlanningProblem problem{*specs->cluster, *specs->model, specs->training,
-                                          profiles ? &*profiles : nullptr, compute};
+  planners::PlanningProblem problem{*specs->cluster, *specs->model, specs->training,
+                                    profiles ? &*profiles : nullptr, compute};
+  problem.progress = [&err](const std::string& line) { err << line << std::endl; };
   runner::RefineOptions refine;
   const auto k = RefineFlag(vm);
   if (!k.ok()) {
