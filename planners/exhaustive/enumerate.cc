@@ -502,6 +502,16 @@ std::string Search::Describe(size_t p, uint32_t s, uint32_t n) const {
 }
 
 void Search::Leaf(const Acc& acc) {
+  // Simulator-bound mode: the NIC loads need only the choices, so they cut the leaf before the plan is built
+  // and its memory checked (most leaves of Ethernet clusters end here).
+  double cross = 0;
+  if (sim_ != nullptr) {
+    cross = std::max(acc.cross, LeafNetworkFloor());
+    if (Pruned(std::max(acc.played(), cross))) {
+      ++network_pruned_;
+      return;
+    }
+  }
   proto::Plan plan;
   plan.set_zero_stage(zero_);
   plan.set_sequence_parallel(true);
@@ -536,13 +546,8 @@ void Search::Leaf(const Acc& acc) {
   }
   ++stats_.candidates_evaluated;
   if (sim_ != nullptr) {
-    // acc.total() is below the threshold (else the subtree was cut): play the plan at the lower-bound
-    // pricing, which bounds the simulated iteration far more tightly than the compute alone.
-    const double cross = std::max(acc.cross, LeafNetworkFloor());
-    if (Pruned(std::max(acc.played(), cross))) {
-      ++network_pruned_;
-      return;
-    }
+    // acc.total() and the NIC loads are below the threshold (else the leaf was cut): play the plan at the
+    // lower-bound pricing, which bounds the simulated iteration far more tightly than the compute alone.
     ++bounded_leaves_;
     play_nodes_.push_back(layer_nodes_);
     const double lb = cost_.LowerBoundSeconds(plan);
