@@ -343,75 +343,101 @@ double Search::StageCrossNodeSyncFloor(size_t p, uint32_t s, uint32_t begin, uin
                       cross_cap_);
 }
 
-double Search::LeafNetworkFloor() {
-  const size_t P = pipes_.size(), N = cluster_.nodes().size();
-  net_in_.assign(N, 0);
-  net_out_.assign(N, 0);
+void Search::AddPipelineMessages(size_t p, uint32_t j, std::vector<double>& in, std::vector<double>& out) const {
+  // As models/lowering_passes.cc (AddPp) sends them: sequence x of a micro-batch goes from the replica of
+  // stage j whose share holds it to the one of stage j + 1; between stages of one TP degree t > 1 each rank
+  // sends 1/t (the whole tensor in all), else every receiving rank takes the whole tensor.
   const auto node_of = [&](const Stage& st, uint32_t r) { return cluster_.device(st.devices[size_t{r} * st.tp]).node; };
-  // Pipeline messages, as models/lowering_passes.cc (AddPp) sends them: sequence x of a micro-batch goes from
-  // the replica of stage j whose share holds it to the one of stage j + 1; between stages of one TP degree
-  // t > 1 each rank sends 1/t (the whole tensor in all), else every receiving rank takes the whole tensor.
-  const double per_seq = boundary_bytes_;
-  for (size_t p = 0; p < P; ++p) {
-    const Choice& c = choice_[p];
-    const auto& stages = pipes_[p].stages;
-    for (size_t j = 0; j + 1 < stages.size(); ++j) {
-      const Stage& a = stages[j];
-      const Stage& z = stages[j + 1];
-      const bool scatter = a.tp == z.tp && a.tp > 1;
-      const double fwd = c.m * per_seq * (scatter ? 1 : z.tp), bwd = c.m * per_seq * (scatter ? 1 : a.tp);
-      uint32_t ra = 0, rz = 0, left_a = a.replicas > 1 ? c.splits[j][0] : c.b,
-               left_z = z.replicas > 1 ? c.splits[j + 1][0] : c.b;
-      for (uint32_t x = 0; x < c.b; ++x) {
-        while (left_a == 0) left_a = c.splits[j][++ra];
-        while (left_z == 0) left_z = c.splits[j + 1][++rz];
-        const uint32_t na = node_of(a, ra), nz = node_of(z, rz);
-        if (na != nz) {
-          net_out_[na] += fwd;
-          net_in_[nz] += fwd;
-          net_out_[nz] += bwd;
-          net_in_[na] += bwd;
-        }
-        --left_a;
-        --left_z;
-      }
+  const Choice& c = choice_[p];
+  const Stage& a = pipes_[p].stages[j];
+  const Stage& z = pipes_[p].stages[j + 1];
+  const bool scatter = a.tp == z.tp && a.tp > 1;
+  const double fwd = c.m * boundary_bytes_ * (scatter ? 1 : z.tp), bwd = c.m * boundary_bytes_ * (scatter ? 1 : a.tp);
+  uint32_t ra = 0, rz = 0, left_a = a.replicas > 1 ? c.splits[j][0] : c.b,
+           left_z = z.replicas > 1 ? c.splits[j + 1][0] : c.b;
+  for (uint32_t x = 0; x < c.b; ++x) {
+    while (left_a == 0) left_a = c.splits[j][++ra];
+    while (left_z == 0) left_z = c.splits[j + 1][++rz];
+    const uint32_t na = node_of(a, ra), nz = node_of(z, rz);
+    if (na != nz) {
+      out[na] += fwd;
+      in[nz] += fwd;
+      out[nz] += bwd;
+      in[na] += bwd;
+    }
+    --left_a;
+    --left_z;
+  }
+}
+
+void Search::AddGradientLoads(size_t known, uint32_t begin, uint32_t end, std::vector<double>& in,
+                              std::vector<double>& out) {
+  // ZeRO ≥ 1: reduce-scatter and all-gather over one ring per group; a ring over several nodes enters and
+  // leaves each of them at least once, each time with (n − 1)/n of the group's bytes per collective. Groups:
+  // the model's segments between all pipelines' stage boundaries, one per TP rank (or per chunk when the
+  // holders' TP degrees differ, then counted as one chunk: a lower bound). With pipelines not placed yet, a
+  // segment of the known pipelines may be cut further (its pieces' rings span the same nodes and carry the
+  // same bytes in all), gains at least one holder per such pipeline, and is chunked at most at the
+  // structure's lcm of TP degrees.
+  if (zero_ == 0) return;
+  const uint32_t unknown = static_cast<uint32_t>(pipes_.size() - known);
+  if (unknown > 0 && cross_tp_ == 0) return;
+  SegmentCuts(known, begin, end);
+  for (size_t i = 0; i + 1 < scratch_cuts_.size(); ++i) {
+    const uint32_t a = scratch_cuts_[i];
+    uint32_t holders = unknown, tp = 0;
+    bool uniform = true;
+    scratch_nodes_.clear();  // the segment's nodes
+    for (size_t q = 0; q < known; ++q) {
+      const Stage& st = pipes_[q].stages[StageHolding(q, a)];
+      holders += st.replicas;
+      uniform = uniform && (tp == 0 || tp == st.tp);
+      tp = tp == 0 ? st.tp : std::lcm(tp, st.tp);
+      for (const auto& [node, count] : st.groups) scratch_nodes_.push_back(node);
+    }
+    SortUnique(scratch_nodes_);
+    if (scratch_nodes_.size() < 2 || holders < 2) continue;
+    const double bytes =
+        unknown > 0 ? cost_.GradientChunkBytes(a, scratch_cuts_[i + 1], cross_tp_, /*holds_embedding=*/true)
+                    : cost_.GradientChunkBytes(a, scratch_cuts_[i + 1], tp, /*holds_embedding=*/true) * (uniform ? tp : 1);
+    const double load = 2 * (holders - 1.0) / holders * bytes;
+    for (uint32_t node : scratch_nodes_) {
+      in[node] += load;
+      out[node] += load;
     }
   }
-  // Gradient syncs (ZeRO ≥ 1: reduce-scatter and all-gather over one ring per group): a ring over several
-  // nodes enters and leaves each of them at least once, each time with (n − 1)/n of the group's bytes per
-  // collective. Groups: the model's segments between all pipelines' stage boundaries, one per TP rank (or
-  // per chunk when the holders' TP degrees differ, then counted as one chunk: a lower bound).
-  if (zero_ >= 1) {
-    SegmentCuts(P, 0, L_);
-    for (size_t i = 0; i + 1 < scratch_cuts_.size(); ++i) {
-      const uint32_t a = scratch_cuts_[i];
-      uint32_t holders = 0, tp = 0;
-      bool uniform = true;
-      scratch_nodes_.clear();  // the segment's nodes
-      for (size_t q = 0; q < P; ++q) {
-        const Stage& st = pipes_[q].stages[StageHolding(q, a)];
-        holders += st.replicas;
-        uniform = uniform && (tp == 0 || tp == st.tp);
-        tp = tp == 0 ? st.tp : std::lcm(tp, st.tp);
-        for (const auto& [node, count] : st.groups) scratch_nodes_.push_back(node);
-      }
-      SortUnique(scratch_nodes_);
-      if (scratch_nodes_.size() < 2 || holders < 2) continue;
-      const double bytes = cost_.GradientChunkBytes(a, scratch_cuts_[i + 1], tp, /*holds_embedding=*/true) *
-                           (uniform ? tp : 1);
-      const double load = 2 * (holders - 1.0) / holders * bytes;
-      for (uint32_t node : scratch_nodes_) {
-        net_in_[node] += load;
-        net_out_[node] += load;
-      }
-    }
-  }
+}
+
+double Search::NicFloor(const std::vector<double>& in, const std::vector<double>& out) const {
   double floor = 0;
-  for (uint32_t n = 0; n < N; ++n) {
-    const double cap = NicBytesPerSecond(static_cast<uint32_t>(n));
-    if (cap > 0) floor = std::max(floor, std::max(net_in_[n], net_out_[n]) / cap);
+  for (uint32_t n = 0; n < in.size(); ++n) {
+    const double cap = NicBytesPerSecond(n);
+    if (cap > 0) floor = std::max(floor, std::max(in[n], out[n]) / cap);
   }
   return floor;
+}
+
+void Search::StartNicLoads(size_t p) {
+  const size_t N = cluster_.nodes().size(), S = pipes_[p].stages.size();
+  nic_in_.resize(pipes_.size());
+  nic_out_.resize(pipes_.size());
+  auto& in = nic_in_[p];
+  auto& out = nic_out_[p];
+  in.assign(S + 1, std::vector<double>(N, 0));
+  out.assign(S + 1, std::vector<double>(N, 0));
+  for (size_t q = 0; q < p; ++q) {
+    for (uint32_t j = 0; j + 1 < pipes_[q].stages.size(); ++j) AddPipelineMessages(q, j, in[0], out[0]);
+  }
+}
+
+double Search::StageNicFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end) {
+  auto& in = nic_in_[p];
+  auto& out = nic_out_[p];
+  in[s + 1] = in[s];
+  out[s + 1] = out[s];
+  if (s > 0) AddPipelineMessages(p, s - 1, in[s + 1], out[s + 1]);
+  AddGradientLoads(p + 1, begin, end, in[s + 1], out[s + 1]);
+  return NicFloor(in[s + 1], out[s + 1]);
 }
 
 double Search::FirstRoundTrip(size_t p, const Profile& pr) const {
@@ -426,7 +452,8 @@ double Search::FirstRoundTrip(size_t p, const Profile& pr) const {
   return bound;
 }
 
-double Search::MessageFloor(const Stage& from, const Stage& to, double bytes) {
+double Search::MessageFloor(const Stage& from, const Stage& to, double bytes, uint32_t from_replica,
+                            uint32_t to_replica) {
   // As models/lowering_passes.cc (AddPp) sends it: between stages of one TP degree t > 1 each TP rank sends
   // 1/t of the tensor to its peer (the search's plans are sequence parallel, so nothing is gathered after);
   // otherwise receiver rank k takes the whole tensor from sender rank k mod t.
@@ -434,7 +461,8 @@ double Search::MessageFloor(const Stage& from, const Stage& to, double bytes) {
   const double msg = bytes / (scatter ? from.tp : 1);
   double best = kInf;
   for (uint32_t kr = 0; kr < to.tp; ++kr) {
-    const uint32_t x = from.devices[kr % from.tp], y = to.devices[kr];
+    const uint32_t x = from.devices[size_t{from_replica} * from.tp + kr % from.tp];
+    const uint32_t y = to.devices[size_t{to_replica} * to.tp + kr];
     const uint32_t na = routes_->NodeOf(x), nb = routes_->NodeOf(y);
     double t = 0;
     if (comm_->Staged(na, nb)) {
@@ -463,6 +491,18 @@ void Search::PreparePipeline(size_t p, uint32_t b, const Profile& pr) {
     single_suffix_[p][j] = single_suffix_[p][j + 1] && stages[j].replicas == 1;
     if (j + 1 < S && stages[j].replicas == 1 && stages[j + 1].replicas == 1) {
       hop_[p][j] = MessageFloor(stages[j], stages[j + 1], bytes) + MessageFloor(stages[j + 1], stages[j], bytes);
+    } else if (j + 1 < S) {
+      // With several replicas on either side which replica feeds which is not fixed here, but a micro-batch
+      // crosses the boundary in at least one message of at least one sequence each way: the least over the
+      // replica pairs.
+      double there = kInf, back = kInf;
+      for (uint32_t a = 0; a < stages[j].replicas; ++a) {
+        for (uint32_t z = 0; z < stages[j + 1].replicas; ++z) {
+          there = std::min(there, MessageFloor(stages[j], stages[j + 1], boundary_bytes_, a, z));
+          back = std::min(back, MessageFloor(stages[j + 1], stages[j], boundary_bytes_, z, a));
+        }
+      }
+      hop_[p][j] = there + back;
     }
     hop_suffix_[p][j] = hop_suffix_[p][j + 1] + hop_[p][j];
   }

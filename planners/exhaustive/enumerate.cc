@@ -325,6 +325,7 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
     }
     if (twin && b == prev->b) m_hi = std::min(m_hi, prev->m);
     if (sim_ != nullptr) PreparePipeline(p, b, pr);
+    if (sim_ != nullptr) StartNicLoads(p);
     ResetSplitCache(p, pr.S);
     for (uint32_t m = m_lo; m <= m_hi && m >= 1; ++m) {
       const double lb = sim_ != nullptr ? m * pr.tstar[b]
@@ -478,6 +479,16 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       if (Pruned(here.total())) continue;
     }
     if (sim_ != nullptr) {
+      // The NIC loads so far (the earlier pipelines' splits known), the plan's own at the last stage.
+      const uint32_t first_layer = s == 0 ? 0 : 1 + (blocks_ - left);
+      const uint32_t count = n + (s == 0 ? 1 : 0) + (s + 1 == S ? 1 : 0);
+      here.cross = std::max(here.cross, StageNicFloor(p, s, first_layer, first_layer + count));
+      if (Pruned(here.total())) {
+        if (s + 1 == S && p + 1 == pipes_.size()) ++network_pruned_;
+        continue;
+      }
+    }
+    if (sim_ != nullptr) {
       here.pipe_max = std::max({here.pipe_max, m * t + gathers + stage_floor,
                                 RoundTrips(p, s, m, t + rest_sum) + stage_floor,
                                 ReplicaRoundTrip(p, pr, s, n, split, LeastLater(p, s + 1, left - n)) + stage_floor});
@@ -488,8 +499,25 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
     // The fill goes on through a stage of one replica and, when the next has one too, the hop between them;
     // through a stage of several replicas when the next has one (it waits for every replica's share, and
     // the last backward returns to every replica: the slowest replica's passes, t, lie on the path).
+    // Otherwise the sequences a later replica waits for passed at least one replica of this stage each way:
+    // its least forward and its least backward (not their sum on one replica: the two may differ).
     const bool chained = st.replicas == 1 || (s + 1 < S && pipe.stages[s + 1].replicas == 1);
-    const double fill = sim_ != nullptr && !chained ? tsum : tsum + t + (sim_ != nullptr ? hop_[p][s] : 0);
+    double fill = tsum + t;
+    if (sim_ != nullptr) {
+      double through = t;
+      if (!chained) {
+        double least_f = kInf, least_b = kInf;
+        for (uint32_t r = 0; r < st.replicas; ++r) {
+          const uint32_t e = st.replica_entry[r], x = split[r];
+          if (x == 0) continue;
+          const double f = pr.Ff(s, e, x) + n * pr.Cf(s, e, x);
+          least_f = std::min(least_f, f);
+          least_b = std::min(least_b, pr.F(s, e, x) + n * pr.C(s, e, x) - f);
+        }
+        through = least_f < kInf ? least_f + least_b : 0;
+      }
+      fill = tsum + through + hop_[p][s];
+    }
     Layers(p, s + 1, left - n, std::max(tmax, t), fill, g_after, here, tied && n == choice_[p - 1].blocks[s],
            profiles);
     if (stopped_) return;
@@ -502,16 +530,6 @@ std::string Search::Describe(size_t p, uint32_t s, uint32_t n) const {
 }
 
 void Search::Leaf(const Acc& acc) {
-  // Simulator-bound mode: the NIC loads need only the choices, so they cut the leaf before the plan is built
-  // and its memory checked (most leaves of Ethernet clusters end here).
-  double cross = 0;
-  if (sim_ != nullptr) {
-    cross = std::max(acc.cross, LeafNetworkFloor());
-    if (Pruned(std::max(acc.played(), cross))) {
-      ++network_pruned_;
-      return;
-    }
-  }
   proto::Plan plan;
   plan.set_zero_stage(zero_);
   plan.set_sequence_parallel(true);
@@ -546,8 +564,8 @@ void Search::Leaf(const Acc& acc) {
   }
   ++stats_.candidates_evaluated;
   if (sim_ != nullptr) {
-    // acc.total() and the NIC loads are below the threshold (else the leaf was cut): play the plan at the
-    // lower-bound pricing, which bounds the simulated iteration far more tightly than the compute alone.
+    // acc.total(), NIC loads included, is below the threshold (else the subtree was cut): play the plan at
+    // the lower-bound pricing, which bounds the simulated iteration far more tightly than the compute alone.
     ++bounded_leaves_;
     play_nodes_.push_back(layer_nodes_);
     const double lb = cost_.LowerBoundSeconds(plan);
@@ -561,7 +579,8 @@ void Search::Leaf(const Acc& acc) {
       // Cannot happen if the stage floors are sound: say so loudly rather than prune on a wrong bound.
       ++floor_above_bound_;
     }
-    const double bound = std::max(lb, cross);
+    // acc.cross holds the plan's NIC-load floor (StageNicFloor at its last stage).
+    const double bound = std::max(lb, acc.cross);
     if (bound < incumbent_) {
       bounded_.push_back({bound, std::move(plan)});
       kept_plays_.push_back(bounded_leaves_);

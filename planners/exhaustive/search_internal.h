@@ -217,11 +217,11 @@ class Search {
 
   // Chooses the blocks of stage s of pipeline p (the stages before it hold the rest). `tied`: every
   // earlier choice equals the identical previous pipeline's, whose blocks then bound this one's. `tsum`:
-  // the earlier stages' times per micro-batch summed; in the simulator-bound mode only those of stages with
-  // one replica — the pipeline fill: under 1F1B stage s cannot start before micro-batch 0's forward has
-  // crossed the stages before it, nor end before its last backward has crossed them back, so its m passes
-  // take at least Σ_{j<s} (F_j + B_j) more (a stage split over replicas adds nothing: which replica feeds
-  // which is not fixed here).
+  // the earlier stages' times per micro-batch summed; in the simulator-bound mode the pipeline fill: under
+  // 1F1B stage s cannot start before micro-batch 0's forward has crossed the stages before it, nor end
+  // before its last backward has crossed them back, so its m passes take at least Σ_{j<s} (F_j + B_j) more,
+  // with the hops between the stages; a stage split over replicas (which replica feeds which is not fixed
+  // here) adds its least replica forward and least replica backward.
   void Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsum, uint32_t g_after, Acc acc, bool tied,
               const std::vector<Profile*>& profiles);
 
@@ -337,11 +337,22 @@ class Search {
   // The same bound for stage s of pipeline p holding layers [begin, end) once its replicas span nodes, with
   // the earlier pipelines' splits known (the later ones may cut its layers at most once per boundary).
   double StageCrossNodeSyncFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end);
-  // With every split known (a leaf): every byte a node's NICs must carry each way — the pipeline messages
-  // between stages on different nodes and, under ZeRO ≥ 1, the gradient rings that span nodes (a ring enters
-  // and leaves each of its nodes) — over the node's NIC bandwidth; the largest over the nodes.
-  double LeafNetworkFloor();
-  std::vector<double> net_in_, net_out_;
+  // Every byte a node's NICs must carry each way — the pipeline messages between stages on different nodes
+  // and, under ZeRO ≥ 1, the gradient rings that span nodes (a ring enters and leaves each of its nodes) —
+  // over the node's NIC bandwidth, the largest over the nodes, accumulated stage by stage as pipeline p's
+  // stages are chosen (StartNicLoads when its (b, m) is: the earlier pipelines' messages; StageNicFloor
+  // for stage s holding layers [begin, end) with its split known; nic_in_/nic_out_[p][s] hold the loads before
+  // stage s of pipeline p): the gradient rings of the layers pipeline p holds so far, with the holders of pipelines 0..p
+  // (and at least one more per later pipeline). At the last pipeline's last stage it is the plan's floor.
+  void StartNicLoads(size_t p);
+  double StageNicFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end);
+  // Pipeline p's messages between stages j and j + 1, and the gradient rings of the segments of layers
+  // [begin, end) whose holding stages in pipelines [0, known) are chosen, added to the nodes' loads.
+  void AddPipelineMessages(size_t p, uint32_t j, std::vector<double>& in, std::vector<double>& out) const;
+  void AddGradientLoads(size_t known, uint32_t begin, uint32_t end, std::vector<double>& in,
+                        std::vector<double>& out);
+  double NicFloor(const std::vector<double>& in, const std::vector<double>& out) const;
+  std::vector<std::vector<std::vector<double>>> nic_in_, nic_out_;  // [pipeline][stage][node]
   std::vector<uint32_t> scratch_nodes_;
   double NicBytesPerSecond(uint32_t node) const;
   // 2 (n − 1)/n of layers [begin, end)'s gradient bytes over `groups`, at `cap`; the bytes of one TP rank of
@@ -358,8 +369,8 @@ class Search {
   std::vector<uint32_t> later_cuts_;  // per pipeline: the stage boundaries of the pipelines after it
 
   // Simulator-bound mode, for pipeline p at micro-batch size b: hop_[p][j], the least time micro-batch
-  // messages take from stage j to j + 1 and back (the fastest message each way; zero unless both stages have
-  // one replica), hop_suffix_[p][s] = Σ_{j ≥ s} hop_[p][j], single_suffix_[p][s]: stages s.. all have one
+  // messages take from stage j to j + 1 and back (between stages of one replica the micro-batch's message
+  // each way; else the least one-sequence message over the replica pairs), hop_suffix_[p][s] = Σ_{j ≥ s} hop_[p][j], single_suffix_[p][s]: stages s.. all have one
   // replica (RoundTrips' round trip is then a chain of fixed devices), and LeastLater's tables.
   void PreparePipeline(size_t p, uint32_t b, const Profile& pr);
   // The least compute of one micro-batch in stages k.. of pipeline p holding `blocks` blocks (PreparePipeline).
@@ -369,8 +380,10 @@ class Search {
   }
   std::vector<std::vector<double>> least_fixed_, least_c_;
   std::vector<std::vector<uint32_t>> least_lo_;
-  // The least time one pipeline message of `bytes` (before the TP scatter) takes from stage `from` to `to`.
-  double MessageFloor(const Stage& from, const Stage& to, double bytes);
+  // The least time one pipeline message of `bytes` (before the TP scatter) takes from stage `from` to `to`
+  // (from their replicas `from_replica` and `to_replica`).
+  double MessageFloor(const Stage& from, const Stage& to, double bytes, uint32_t from_replica = 0,
+                      uint32_t to_replica = 0);
   // Simulator-bound mode: each replica r of stage s (n blocks, shares `split`) does its forward of
   // micro-batch 0 (f), waits for that micro-batch's round trip through the later stages (at least one
   // replica of each: `later`, and the hops between stages of one replica), does its backward (τ − f), then
@@ -437,7 +450,7 @@ class Search {
   std::vector<std::vector<uint32_t>> scratch_caps_by_stage_, scratch_split_by_stage_;
   std::vector<uint32_t> scratch_cuts_, scratch_devices_;
   uint64_t out_of_memory_ = 0;  // layer choices that did not fit (counted, reported once)
-  uint64_t network_pruned_ = 0;  // leaves cut by LeafNetworkFloor (counted, reported once)
+  uint64_t network_pruned_ = 0;  // plans cut at their last stage by StageNicFloor (counted, reported once)
   uint64_t layer_nodes_ = 0;    // layer-split nodes explored
   uint64_t max_nodes_ = 0;      // simulator-bound mode: stop after this many (0: no limit)
   uint32_t zero_ = 1;
