@@ -440,6 +440,104 @@ double Search::StageNicFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end)
   return NicFloor(in[s + 1], out[s + 1]);
 }
 
+double Search::ScheduleFloor(size_t p, const Profile& pr) {
+  const Pipe& pipe = pipes_[p];
+  const Choice& c = choice_[p];
+  const uint32_t S = static_cast<uint32_t>(pipe.stages.size()), m = c.m;
+  ScheduleScratch& k = schedule_;
+  k.base.assign(S + 1, 0);
+  for (uint32_t s = 0; s < S; ++s) k.base[s + 1] = k.base[s] + pipe.stages[s].replicas;
+  const uint32_t R = k.base[S];
+  k.fwd.assign(R, 0);
+  k.bwd.assign(R, 0);
+  k.after.assign(R, 0);
+  k.stage.assign(R, 0);
+  for (uint32_t s = 0; s < S; ++s) {
+    const Stage& st = pipe.stages[s];
+    const uint32_t n = c.blocks[s];
+    const double gather = StageAt(p, s, n).sim_gather, after = SimStageFloor(p, s, n);
+    for (uint32_t r = 0; r < st.replicas; ++r) {
+      const uint32_t id = k.base[s] + r, e = st.replica_entry[r], x = st.replicas > 1 ? c.splits[s][r] : c.b;
+      k.stage[id] = s;
+      k.after[id] = after;
+      if (x == 0) continue;  // holds no sequence: its passes are empty
+      const double tau = pr.F(s, e, x) + n * pr.C(s, e, x), f = pr.Ff(s, e, x) + n * pr.Cf(s, e, x);
+      k.fwd[id] = f + gather;
+      k.bwd[id] = tau - f + gather;
+    }
+  }
+  // The messages between stages: sequence x goes from the replica of stage j whose share holds it to the one
+  // of stage j + 1 (models/lowering_passes.cc, AddPp), so the shares' contiguous runs make the pairs.
+  k.edges.clear();
+  for (uint32_t j = 0; j + 1 < S; ++j) {
+    const Stage& a = pipe.stages[j];
+    const Stage& z = pipe.stages[j + 1];
+    uint32_t ra = 0, rz = 0, left_a = a.replicas > 1 ? c.splits[j][0] : c.b,
+             left_z = z.replicas > 1 ? c.splits[j + 1][0] : c.b, run = 0;
+    for (uint32_t x = 0; x < c.b; ++x) {
+      while (left_a == 0) left_a = c.splits[j][++ra];
+      while (left_z == 0) left_z = c.splits[j + 1][++rz];
+      ++run;
+      --left_a;
+      --left_z;
+      if (x + 1 == c.b || left_a == 0 || left_z == 0) {
+        const double bytes = run * boundary_bytes_;
+        k.edges.push_back({k.base[j] + ra, k.base[j + 1] + rz, MessageFloor(a, z, bytes, ra, rz),
+                           MessageFloor(z, a, bytes, rz, ra)});
+        run = 0;
+      }
+    }
+  }
+  k.fend.assign(size_t{R} * m, -1);
+  k.bend.assign(size_t{R} * m, -1);
+  k.cursor.assign(R, 0);
+  k.clock.assign(R, 0);
+  // Each replica's passes in the lowering's 1F1B order: w = min(S − s − 1, m) forward passes, then one
+  // forward and one backward while forwards are left, then the backward passes. A pass starts once the
+  // replica is free and every message it receives has arrived (sends are asynchronous).
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (uint32_t id = 0; id < R; ++id) {
+      const uint32_t s = k.stage[id], w = std::min(S - s - 1, m);
+      while (k.cursor[id] < 2 * m) {
+        const uint32_t op = k.cursor[id];
+        bool forward = true;
+        uint32_t i = op;
+        if (op >= w) {
+          const uint32_t t = op - w;
+          forward = t < 2 * (m - w) && t % 2 == 0;
+          i = t < 2 * (m - w) ? (forward ? w + t / 2 : t / 2) : t - (m - w);
+        }
+        double ready = k.clock[id];
+        bool blocked = false;
+        for (const ScheduleEdge& edge : k.edges) {
+          if (forward && edge.to == id) {
+            const double end = k.fend[size_t{edge.from} * m + i];
+            if (end < 0) blocked = true;
+            ready = std::max(ready, end + edge.there);
+          } else if (!forward && edge.from == id) {
+            const double end = k.bend[size_t{edge.to} * m + i];
+            if (end < 0) blocked = true;
+            ready = std::max(ready, end + edge.back);
+          }
+        }
+        if (blocked) break;
+        const double end = ready + (forward ? k.fwd[id] : k.bwd[id]);
+        (forward ? k.fend : k.bend)[size_t{id} * m + i] = end;
+        k.clock[id] = end;
+        ++k.cursor[id];
+        progress = true;
+      }
+    }
+  }
+  double bound = 0;
+  for (uint32_t id = 0; id < R; ++id) {
+    if (k.cursor[id] < 2 * m) return 0;  // cannot happen (1F1B does not deadlock); no bound rather than a wrong one
+    bound = std::max(bound, k.clock[id] + k.after[id]);
+  }
+  return bound;
+}
+
 double Search::FirstRoundTrip(size_t p, const Profile& pr) const {
   const Choice& c = choice_[p];
   const uint32_t S = static_cast<uint32_t>(pipes_[p].stages.size());

@@ -283,6 +283,7 @@ void Search::EvaluateStructure() {
     return;
   }
   PrepareDpLinks(0);
+  structure_profiles_ = &profiles;
   for (uint32_t z : zeros_) {
     zero_ = z;
     // The most DP replicas any layer can have: the ZeRO sharding bound used before the exact check.
@@ -530,6 +531,18 @@ std::string Search::Describe(size_t p, uint32_t s, uint32_t n) const {
 }
 
 void Search::Leaf(const Acc& acc) {
+  // Simulator-bound mode: the stage-level 1F1B schedule of every pipeline, before the plan is built, its
+  // memory checked and the far dearer play.
+  double schedule = 0;
+  if (sim_ != nullptr) {
+    for (size_t p = 0; p < pipes_.size(); ++p) {
+      schedule = std::max(schedule, ScheduleFloor(p, *(*structure_profiles_)[p]));
+    }
+    if (Pruned(std::max(acc.total(), schedule))) {
+      ++schedule_pruned_;
+      return;
+    }
+  }
   proto::Plan plan;
   plan.set_zero_stage(zero_);
   plan.set_sequence_parallel(true);
@@ -575,7 +588,7 @@ void Search::Leaf(const Acc& acc) {
       stats_.Reject("the simulator refuses the plan (its lowering cannot be played)");
       return;
     }
-    if (lb < acc.played() * (1 - 1e-9)) {
+    if (lb < std::max(acc.played(), schedule) * (1 - 1e-9)) {
       // Cannot happen if the stage floors are sound: say so loudly rather than prune on a wrong bound.
       ++floor_above_bound_;
     }
@@ -601,7 +614,7 @@ void Search::Leaf(const Acc& acc) {
 
 StructureOutcome Search::EvaluateOne(const std::vector<Pipe>& pipes) {
   pipes_ = pipes;
-  layer_nodes_ = bounded_leaves_ = floor_above_bound_ = network_pruned_ = out_of_memory_ = 0;
+  layer_nodes_ = bounded_leaves_ = floor_above_bound_ = network_pruned_ = schedule_pruned_ = out_of_memory_ = 0;
   bounded_.clear();
   play_nodes_.clear();
   kept_plays_.clear();
@@ -617,6 +630,7 @@ StructureOutcome Search::EvaluateOne(const std::vector<Pipe>& pipes) {
   o.kept = std::move(bounded_);
   o.floor_above_bound = floor_above_bound_;
   o.network_pruned = network_pruned_;
+  o.schedule_pruned = schedule_pruned_;
   o.out_of_memory = out_of_memory_;
   play_nodes_.clear();
   kept_plays_.clear();

@@ -184,6 +184,10 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
       result->stats.notes.push_back("proof search: " + std::to_string(search.network_pruned) +
                                     " plans cut by the traffic through a node's NICs");
     }
+    if (search.schedule_pruned > 0) {
+      result->stats.notes.push_back("proof search: " + std::to_string(search.schedule_pruned) +
+                                    " plans cut by their pipelines' 1F1B schedule at the stage level");
+    }
     if (search.floor_above_bound > 0) {
       result->stats.notes.push_back("proof search: " + std::to_string(search.floor_above_bound) +
                                     " plans whose stage floor exceeds their played lower bound (a bug): not proven");

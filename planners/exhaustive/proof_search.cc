@@ -39,6 +39,7 @@ class InOrder {
     if (out.stopped) return false;
     out.floor_above_bound += o.floor_above_bound;
     out.network_pruned += o.network_pruned;
+    out.schedule_pruned += o.schedule_pruned;
     out.out_of_memory += o.out_of_memory;
     size_t next_kept = 0;
     for (size_t i = 0; i < o.play_nodes.size(); ++i) {

@@ -100,7 +100,7 @@ struct StructureOutcome {
   std::vector<uint64_t> play_nodes;   // per lower-bound play: the node count when it was played
   std::vector<uint64_t> kept_plays;   // per kept plan: the play (1-based) that kept it
   std::vector<BoundedPlan> kept;
-  uint64_t floor_above_bound = 0, network_pruned = 0, out_of_memory = 0;
+  uint64_t floor_above_bound = 0, network_pruned = 0, schedule_pruned = 0, out_of_memory = 0;
 };
 
 // The proof search (proof_search.cc): every structure of the space evaluated in the simulator-bound mode on
@@ -109,7 +109,7 @@ struct StructureOutcome {
 struct ProofOutcome {
   std::vector<BoundedPlan> kept;
   uint64_t plays = 0, nodes = 0, structures = 0;
-  uint64_t floor_above_bound = 0, network_pruned = 0, out_of_memory = 0;
+  uint64_t floor_above_bound = 0, network_pruned = 0, schedule_pruned = 0, out_of_memory = 0;
   bool stopped = false;
   std::string stop_reason;
   uint32_t threads = 1;
@@ -406,6 +406,24 @@ class Search {
     return ((m + ahead - 1) / ahead) * (stage_times + hop_suffix_[p][s]);
   }
 
+  // Simulator-bound mode, with every split of pipeline p known: its 1F1B schedule played at the stage level
+  // — every replica's passes in the lowering's order at their least prices (ZeRO-3's least gathers before
+  // each), every message between stages at its least time alone on its route, sends asynchronous — and the
+  // latest end of a replica's passes plus what follows them (SimStageFloor). A far cheaper bound than the
+  // lower-bound play, which it cannot exceed (checked as floor_above_bound_).
+  double ScheduleFloor(size_t p, const Profile& pr);
+  struct ScheduleEdge {
+    uint32_t from, to;   // replica slots (ScheduleScratch::base) of stages j and j + 1
+    double there, back;  // the least time of their forward message and of the backward one
+  };
+  struct ScheduleScratch {
+    std::vector<uint32_t> base, stage, cursor;
+    std::vector<double> fwd, bwd, after, fend, bend, clock;
+    std::vector<ScheduleEdge> edges;
+  };
+  ScheduleScratch schedule_;
+  const std::vector<Profile*>* structure_profiles_ = nullptr;  // EvaluateStructure's, for Leaf
+
   // Lower bounds of the DP sync and optimizer time of stage s of pipeline p holding n blocks.
   std::pair<double, double> StageBounds(size_t p, uint32_t s, uint32_t n, uint32_t m) {
     const StageN& c = StageAt(p, s, n);
@@ -450,6 +468,7 @@ class Search {
   std::vector<std::vector<uint32_t>> scratch_caps_by_stage_, scratch_split_by_stage_;
   std::vector<uint32_t> scratch_cuts_, scratch_devices_;
   uint64_t out_of_memory_ = 0;  // layer choices that did not fit (counted, reported once)
+  uint64_t schedule_pruned_ = 0;  // leaves cut by ScheduleFloor
   uint64_t network_pruned_ = 0;  // plans cut at their last stage by StageNicFloor (counted, reported once)
   uint64_t layer_nodes_ = 0;    // layer-split nodes explored
   uint64_t max_nodes_ = 0;      // simulator-bound mode: stop after this many (0: no limit)
