@@ -283,7 +283,6 @@ void Search::EvaluateStructure() {
     return;
   }
   PrepareDpLinks(0);
-  structure_profiles_ = &profiles;
   for (uint32_t z : zeros_) {
     zero_ = z;
     // The most DP replicas any layer can have: the ZeRO sharding bound used before the exact check.
@@ -379,6 +378,14 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       next.pipe_max = std::max(next.pipe_max, FirstRoundTrip(p, pr));
     }
     if (Pruned(next.total())) return;
+    if (sim_ != nullptr) {
+      // The pipeline's stage-level 1F1B schedule (before the later pipelines, and the far dearer play).
+      next.pipe_max = std::max(next.pipe_max, ScheduleFloor(p, pr));
+      if (Pruned(next.total())) {
+        ++schedule_pruned_;
+        return;
+      }
+    }
     Inner(p + 1, g_after, next, profiles);
     return;
   }
@@ -531,18 +538,6 @@ std::string Search::Describe(size_t p, uint32_t s, uint32_t n) const {
 }
 
 void Search::Leaf(const Acc& acc) {
-  // Simulator-bound mode: the stage-level 1F1B schedule of every pipeline, before the plan is built, its
-  // memory checked and the far dearer play.
-  double schedule = 0;
-  if (sim_ != nullptr) {
-    for (size_t p = 0; p < pipes_.size(); ++p) {
-      schedule = std::max(schedule, ScheduleFloor(p, *(*structure_profiles_)[p]));
-    }
-    if (Pruned(std::max(acc.total(), schedule))) {
-      ++schedule_pruned_;
-      return;
-    }
-  }
   proto::Plan plan;
   plan.set_zero_stage(zero_);
   plan.set_sequence_parallel(true);
@@ -588,7 +583,7 @@ void Search::Leaf(const Acc& acc) {
       stats_.Reject("the simulator refuses the plan (its lowering cannot be played)");
       return;
     }
-    if (lb < std::max(acc.played(), schedule) * (1 - 1e-9)) {
+    if (lb < acc.played() * (1 - 1e-9)) {
       // Cannot happen if the stage floors are sound: say so loudly rather than prune on a wrong bound.
       ++floor_above_bound_;
     }

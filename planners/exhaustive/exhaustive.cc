@@ -186,7 +186,7 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     }
     if (search.schedule_pruned > 0) {
       result->stats.notes.push_back("proof search: " + std::to_string(search.schedule_pruned) +
-                                    " plans cut by their pipelines' 1F1B schedule at the stage level");
+                                    " pipeline layer splits cut by their 1F1B schedule played at the stage level");
     }
     if (search.floor_above_bound > 0) {
       result->stats.notes.push_back("proof search: " + std::to_string(search.floor_above_bound) +

@@ -422,7 +422,6 @@ class Search {
     std::vector<ScheduleEdge> edges;
   };
   ScheduleScratch schedule_;
-  const std::vector<Profile*>* structure_profiles_ = nullptr;  // EvaluateStructure's, for Leaf
 
   // Lower bounds of the DP sync and optimizer time of stage s of pipeline p holding n blocks.
   std::pair<double, double> StageBounds(size_t p, uint32_t s, uint32_t n, uint32_t m) {
@@ -468,7 +467,7 @@ class Search {
   std::vector<std::vector<uint32_t>> scratch_caps_by_stage_, scratch_split_by_stage_;
   std::vector<uint32_t> scratch_cuts_, scratch_devices_;
   uint64_t out_of_memory_ = 0;  // layer choices that did not fit (counted, reported once)
-  uint64_t schedule_pruned_ = 0;  // leaves cut by ScheduleFloor
+  uint64_t schedule_pruned_ = 0;  // pipeline splits cut by ScheduleFloor
   uint64_t network_pruned_ = 0;  // plans cut at their last stage by StageNicFloor (counted, reported once)
   uint64_t layer_nodes_ = 0;    // layer-split nodes explored
   uint64_t max_nodes_ = 0;      // simulator-bound mode: stop after this many (0: no limit)
