@@ -176,22 +176,13 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
                   static_cast<unsigned long long>(search.structures), static_cast<unsigned long long>(search.nodes),
                   search.threads);
     result->stats.notes.push_back(line);
-    if (search.out_of_memory > 0) {
-      result->stats.notes.push_back("proof search: " + std::to_string(search.out_of_memory) +
-                                    " layer choices out of memory");
-    }
-    if (search.network_pruned > 0) {
-      result->stats.notes.push_back("proof search: " + std::to_string(search.network_pruned) +
-                                    " plans cut by the traffic through a node's NICs");
-    }
-    if (search.schedule_pruned > 0) {
-      result->stats.notes.push_back("proof search: " + std::to_string(search.schedule_pruned) +
-                                    " pipeline layer splits cut by their 1F1B schedule played at the stage level");
-    }
-    if (search.floor_above_bound > 0) {
-      result->stats.notes.push_back("proof search: " + std::to_string(search.floor_above_bound) +
-                                    " plans whose stage floor exceeds their played lower bound (a bug): not proven");
-    }
+    const auto count = [&](uint64_t n, const char* what) {
+      if (n > 0) result->stats.notes.push_back("proof search: " + std::to_string(n) + what);
+    };
+    count(search.out_of_memory, " layer choices out of memory");
+    count(search.network_pruned, " plans cut by the traffic through a node's NICs");
+    count(search.schedule_pruned, " pipeline layer splits cut by their 1F1B schedule played at the stage level");
+    count(search.floor_above_bound, " plans whose stage floor exceeds their played lower bound (a bug): not proven");
   }
 };
 
