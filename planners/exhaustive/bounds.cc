@@ -267,9 +267,7 @@ double Search::CrossNodeSyncFloor() {
   const size_t P = pipes_.size();
   uint32_t cuts = 0, tp = 1;
   std::vector<std::vector<uint32_t>> nodes(P);
-  later_cuts_.assign(P, 0);
   for (size_t p = P; p-- > 0;) {
-    if (p + 1 < P) later_cuts_[p] = later_cuts_[p + 1] + static_cast<uint32_t>(pipes_[p + 1].stages.size()) - 1;
     cuts += static_cast<uint32_t>(pipes_[p].stages.size()) - 1;
     for (const Stage& st : pipes_[p].stages) {
       tp = std::lcm(tp, st.tp);
@@ -334,15 +332,6 @@ void Search::SegmentCuts(size_t pipelines, uint32_t begin, uint32_t end) {
   SortUnique(scratch_cuts_);
 }
 
-double Search::StageCrossNodeSyncFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end) {
-  const Stage& st = pipes_[p].stages[s];
-  if (cross_tp_ == 0 || st.groups.size() < 2) return 0;
-  SegmentCuts(p, begin, end);
-  const uint32_t known = static_cast<uint32_t>(scratch_cuts_.size()) - 1;
-  return CrossSeconds(begin, end, known + later_cuts_[p], st.replicas + static_cast<uint32_t>(pipes_.size()) - 1,
-                      cross_cap_);
-}
-
 void Search::AddPipelineMessages(size_t p, uint32_t j, std::vector<double>& in, std::vector<double>& out) const {
   // As models/lowering_passes.cc (AddPp) sends them: sequence x of a micro-batch goes from the replica of
   // stage j whose share holds it to the one of stage j + 1; between stages of one TP degree t > 1 each rank
@@ -397,9 +386,9 @@ void Search::AddGradientLoads(size_t known, uint32_t begin, uint32_t end, std::v
     }
     SortUnique(scratch_nodes_);
     if (scratch_nodes_.size() < 2 || holders < 2) continue;
-    const double bytes =
-        unknown > 0 ? cost_.GradientChunkBytes(a, scratch_cuts_[i + 1], cross_tp_, /*holds_embedding=*/true)
-                    : cost_.GradientChunkBytes(a, scratch_cuts_[i + 1], tp, /*holds_embedding=*/true) * (uniform ? tp : 1);
+    const uint32_t e = scratch_cuts_[i + 1];
+    const double bytes = unknown > 0 ? cost_.GradientChunkBytes(a, e, cross_tp_, /*holds_embedding=*/true)
+                                     : cost_.GradientChunkBytes(a, e, tp, /*holds_embedding=*/true) * (uniform ? tp : 1);
     const double load = 2 * (holders - 1.0) / holders * bytes;
     for (uint32_t node : scratch_nodes_) {
       in[node] += load;
@@ -461,7 +450,7 @@ double Search::ScheduleFloor(size_t p, const Profile& pr) {
       k.stage[id] = s;
       k.after[id] = after;
       if (x == 0) continue;  // holds no sequence: its passes are empty
-      const double tau = pr.F(s, e, x) + n * pr.C(s, e, x), f = pr.Ff(s, e, x) + n * pr.Cf(s, e, x);
+      const double tau = pr.Passes(s, e, x, n), f = pr.Forward(s, e, x, n);
       k.fwd[id] = f + gather;
       k.bwd[id] = tau - f + gather;
     }
@@ -469,7 +458,9 @@ double Search::ScheduleFloor(size_t p, const Profile& pr) {
   // The messages between stages: sequence x goes from the replica of stage j whose share holds it to the one
   // of stage j + 1 (models/lowering_passes.cc, AddPp), so the shares' contiguous runs make the pairs.
   k.edges.clear();
+  k.edge_begin.assign(S, 0);
   for (uint32_t j = 0; j + 1 < S; ++j) {
+    k.edge_begin[j] = static_cast<uint32_t>(k.edges.size());
     const Stage& a = pipe.stages[j];
     const Stage& z = pipe.stages[j + 1];
     uint32_t ra = 0, rz = 0, left_a = a.replicas > 1 ? c.splits[j][0] : c.b,
@@ -488,6 +479,7 @@ double Search::ScheduleFloor(size_t p, const Profile& pr) {
       }
     }
   }
+  k.edge_begin[S - 1] = static_cast<uint32_t>(k.edges.size());
   k.fend.assign(size_t{R} * m, -1);
   k.bend.assign(size_t{R} * m, -1);
   k.cursor.assign(R, 0);
@@ -510,7 +502,11 @@ double Search::ScheduleFloor(size_t p, const Profile& pr) {
         }
         double ready = k.clock[id];
         bool blocked = false;
-        for (const ScheduleEdge& edge : k.edges) {
+        // A forward waits on the boundary before the stage, a backward on the one after it.
+        const uint32_t j = forward ? s - 1 : s;
+        const bool has = forward ? s > 0 : s + 1 < S;
+        for (uint32_t x = has ? k.edge_begin[j] : 0, last = has ? k.edge_begin[j + 1] : 0; x < last; ++x) {
+          const ScheduleEdge& edge = k.edges[x];
           if (forward && edge.to == id) {
             const double end = k.fend[size_t{edge.from} * m + i];
             if (end < 0) blocked = true;
@@ -640,7 +636,7 @@ double Search::ReplicaRoundTrip(size_t p, const Profile& pr, uint32_t s, uint32_
     const uint32_t x = st.replicas > 1 ? split[r] : c.b;
     if (x == 0) continue;
     const uint32_t e = st.replica_entry[r];
-    const double tau = pr.F(s, e, x) + n * pr.C(s, e, x), f = pr.Ff(s, e, x) + n * pr.Cf(s, e, x);
+    const double tau = pr.Passes(s, e, x, n), f = pr.Forward(s, e, x, n);
     worst = std::max(worst, f + m * (tau - f) + (m > ahead ? m - ahead : 0) * f);
     if (least != nullptr) *least = std::min(*least, tau);
   }

@@ -315,6 +315,7 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
   // Identical pipelines are interchangeable: their (b, m, blocks) choices are taken non-increasing.
   const bool twin = p > 0 && pipes_[p - 1].key == pipe.key;
   const Choice* prev = twin ? &choice_[p - 1] : nullptr;
+  if (sim_ != nullptr) StartNicLoads(p);  // the earlier pipelines' messages: fixed from here on
   const uint32_t b_hi = std::min({bmax_, g_left, twin ? prev->b : bmax_});
   for (uint32_t b = b_hi; b >= pipe.max_replicas && b >= 1; --b) {
     if (!(pr.tstar[b] < kInf)) continue;
@@ -325,7 +326,6 @@ void Search::Inner(size_t p, uint32_t g_left, Acc acc, const std::vector<Profile
     }
     if (twin && b == prev->b) m_hi = std::min(m_hi, prev->m);
     if (sim_ != nullptr) PreparePipeline(p, b, pr);
-    if (sim_ != nullptr) StartNicLoads(p);
     ResetSplitCache(p, pr.S);
     for (uint32_t m = m_lo; m <= m_hi && m >= 1; ++m) {
       const double lb = sim_ != nullptr ? m * pr.tstar[b]
@@ -398,7 +398,10 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
   if (tied) hi = std::min(hi, choice_[p - 1].blocks[s]);
   const uint32_t first = s + 1 == S ? left : lo;
   const double in_flight = MemoryModel::InFlight(proto::Plan::SCHEDULE_1F1B, s, S, m, 1);
+  // This stage's first layer: the stages before it hold the embedding and blocks_ − left blocks.
+  const uint32_t first_layer = s == 0 ? 0 : 1 + (blocks_ - left);
   for (uint32_t n = first; n <= hi; ++n) {
+    const uint32_t end_layer = first_layer + n + (s == 0 ? 1 : 0) + (s + 1 == S ? 1 : 0);
     // Bound: this stage's time without memory caps, the best the later stages can do, and the DP sync
     // and optimizer bounds of this stage's devices.
     const size_t N = blocks_ + 1, sums = size_t{S + 1} * N;
@@ -433,10 +436,7 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
     }
     if (p > 0 && sim_ == nullptr) {
       // With the earlier pipelines' splits known, the DP sync bound of this stage tightens.
-      // This stage's actual layers: the stages before it hold the embedding and blocks_ − left blocks.
-      const uint32_t first_layer = s == 0 ? 0 : 1 + (blocks_ - left);
-      const uint32_t count = n + (s == 0 ? 1 : 0) + (s + 1 == S ? 1 : 0);
-      here.dp = std::max(here.dp, KnownDpBound(p, s, first_layer, first_layer + count, m));
+      here.dp = std::max(here.dp, KnownDpBound(p, s, first_layer, end_layer, m));
       if (Pruned(std::max(acc.pipe_max, pipe_lb) + here.dp + here.opt)) continue;
     }
     // Memory caps per replica (ZeRO shards bounded by the most replicas any layer can have).
@@ -480,17 +480,9 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
     }
     c.blocks[s] = n;
     c.splits[s].assign(split.begin(), split.end());
-    if (sim_ != nullptr && st.groups.size() >= 2) {
-      const uint32_t first_layer = s == 0 ? 0 : 1 + (blocks_ - left);
-      const uint32_t count = n + (s == 0 ? 1 : 0) + (s + 1 == S ? 1 : 0);
-      here.cross = std::max(here.cross, StageCrossNodeSyncFloor(p, s, first_layer, first_layer + count));
-      if (Pruned(here.total())) continue;
-    }
     if (sim_ != nullptr) {
       // The NIC loads so far (the earlier pipelines' splits known), the plan's own at the last stage.
-      const uint32_t first_layer = s == 0 ? 0 : 1 + (blocks_ - left);
-      const uint32_t count = n + (s == 0 ? 1 : 0) + (s + 1 == S ? 1 : 0);
-      here.cross = std::max(here.cross, StageNicFloor(p, s, first_layer, first_layer + count));
+      here.cross = std::max(here.cross, StageNicFloor(p, s, first_layer, end_layer));
       if (Pruned(here.total())) {
         if (s + 1 == S && p + 1 == pipes_.size()) ++network_pruned_;
         continue;
@@ -518,9 +510,9 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
         for (uint32_t r = 0; r < st.replicas; ++r) {
           const uint32_t e = st.replica_entry[r], x = split[r];
           if (x == 0) continue;
-          const double f = pr.Ff(s, e, x) + n * pr.Cf(s, e, x);
+          const double f = pr.Forward(s, e, x, n);
           least_f = std::min(least_f, f);
-          least_b = std::min(least_b, pr.F(s, e, x) + n * pr.C(s, e, x) - f);
+          least_b = std::min(least_b, pr.Passes(s, e, x, n) - f);
         }
         through = least_f < kInf ? least_f + least_b : 0;
       }
@@ -627,10 +619,6 @@ StructureOutcome Search::EvaluateOne(const std::vector<Pipe>& pipes) {
   o.network_pruned = network_pruned_;
   o.schedule_pruned = schedule_pruned_;
   o.out_of_memory = out_of_memory_;
-  play_nodes_.clear();
-  kept_plays_.clear();
-  bounded_.clear();
-  pipes_.clear();
   return o;
 }
 

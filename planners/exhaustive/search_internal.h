@@ -73,6 +73,9 @@ struct Profile {
   double C(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[X + x]; }
   double Ff(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[2 * X + x]; }
   double Cf(uint32_t s, uint32_t e, uint32_t x) const { return (*rows[entry_base[s] + e])[3 * X + x]; }
+  // A replica's forward and backward passes of x sequences over n blocks, and the forward pass alone.
+  double Passes(uint32_t s, uint32_t e, uint32_t x, uint32_t n) const { return F(s, e, x) + n * C(s, e, x); }
+  double Forward(uint32_t s, uint32_t e, uint32_t x, uint32_t n) const { return Ff(s, e, x) + n * Cf(s, e, x); }
   double SumLo(uint32_t b, uint32_t k) const { return sum_lo[size_t{b} * (S + 1) + k]; }
 };
 
@@ -140,7 +143,6 @@ class Search {
   void SetStructureSink(StructureSink sink) { sink_ = std::move(sink); }
   void SetCancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
   StructureOutcome EvaluateOne(const std::vector<Pipe>& pipes);
-  uint64_t structures() const { return structures_; }
   const std::string& stop_reason() const { return stop_reason_; }
 
  private:
@@ -332,18 +334,16 @@ class Search {
   // average. It applies where a stage's replicas span nodes (the stage's own fewest layers, cut by the other
   // pipelines' boundaries) or where two pipelines share no node (every layer's group spans nodes); 0 under
   // ZeRO 0 (the all-reduce may be a tree). Bytes are one TP rank's at the lcm of the structure's TP degrees
-  // (where degrees differ the sync is chunked that finely). Also sets cross_tp_, cross_cap_, later_cuts_.
+  // (where degrees differ the sync is chunked that finely). Also sets cross_tp_ and cross_cap_.
   double CrossNodeSyncFloor();
-  // The same bound for stage s of pipeline p holding layers [begin, end) once its replicas span nodes, with
-  // the earlier pipelines' splits known (the later ones may cut its layers at most once per boundary).
-  double StageCrossNodeSyncFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end);
   // Every byte a node's NICs must carry each way — the pipeline messages between stages on different nodes
   // and, under ZeRO ≥ 1, the gradient rings that span nodes (a ring enters and leaves each of its nodes) —
   // over the node's NIC bandwidth, the largest over the nodes, accumulated stage by stage as pipeline p's
-  // stages are chosen (StartNicLoads when its (b, m) is: the earlier pipelines' messages; StageNicFloor
-  // for stage s holding layers [begin, end) with its split known; nic_in_/nic_out_[p][s] hold the loads before
-  // stage s of pipeline p): the gradient rings of the layers pipeline p holds so far, with the holders of pipelines 0..p
-  // (and at least one more per later pipeline). At the last pipeline's last stage it is the plan's floor.
+  // stages are chosen (StartNicLoads once the earlier pipelines are: their messages; StageNicFloor for
+  // stage s holding layers [begin, end) with its split known; nic_in_/nic_out_[p][s] hold the loads before
+  // stage s of pipeline p): the gradient rings of the layers pipeline p holds so far, with the holders of
+  // pipelines 0..p (and at least one more per later pipeline). At the last pipeline's last stage it is the
+  // plan's floor.
   void StartNicLoads(size_t p);
   double StageNicFloor(size_t p, uint32_t s, uint32_t begin, uint32_t end);
   // Pipeline p's messages between stages j and j + 1, and the gradient rings of the segments of layers
@@ -366,12 +366,12 @@ class Search {
   uint32_t StageHolding(size_t q, uint32_t layer) const;
   uint32_t cross_tp_ = 0;      // the gradient chunking of the structure: lcm of its TP degrees (0: no bound)
   double cross_cap_ = 0;       // the most NIC bandwidth of a node the structure uses
-  std::vector<uint32_t> later_cuts_;  // per pipeline: the stage boundaries of the pipelines after it
 
   // Simulator-bound mode, for pipeline p at micro-batch size b: hop_[p][j], the least time micro-batch
   // messages take from stage j to j + 1 and back (between stages of one replica the micro-batch's message
-  // each way; else the least one-sequence message over the replica pairs), hop_suffix_[p][s] = Σ_{j ≥ s} hop_[p][j], single_suffix_[p][s]: stages s.. all have one
-  // replica (RoundTrips' round trip is then a chain of fixed devices), and LeastLater's tables.
+  // each way; else the least one-sequence message over the replica pairs), hop_suffix_[p][s] =
+  // Σ_{j ≥ s} hop_[p][j], single_suffix_[p][s]: stages s.. all have one replica (RoundTrips' round trip is
+  // then a chain of fixed devices), and LeastLater's tables.
   void PreparePipeline(size_t p, uint32_t b, const Profile& pr);
   // The least compute of one micro-batch in stages k.. of pipeline p holding `blocks` blocks (PreparePipeline).
   double LeastLater(size_t p, uint32_t k, uint32_t blocks) const {
@@ -418,6 +418,7 @@ class Search {
   };
   struct ScheduleScratch {
     std::vector<uint32_t> base, stage, cursor;
+    std::vector<uint32_t> edge_begin;  // per boundary j (S − 1: the end): its first edge
     std::vector<double> fwd, bwd, after, fend, bend, clock;
     std::vector<ScheduleEdge> edges;
   };
