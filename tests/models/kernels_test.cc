@@ -132,7 +132,10 @@ TEST(KernelModel, NamedCalibrationsCoverTheirGpusOnly) {
   const KernelParams& a100 = KernelParamsFor(Gpu("a100-80gb"), "vtrain-a100");
   const KernelParams& a100_default = KernelParamsFor(Gpu("a100-80gb"));
   EXPECT_GT(a100.host_overhead_s, a100_default.host_overhead_s);
-  EXPECT_DOUBLE_EQ(a100.gemm_efficiency, a100_default.gemm_efficiency);  // the same chip
+  // The chip's values in `default` are the fit on one node and many together (`a100-80gb`); `vtrain-a100`
+  // keeps the single-node fit's own.
+  EXPECT_DOUBLE_EQ(KernelParamsFor(Gpu("a100-80gb"), "a100-80gb").gemm_efficiency, a100_default.gemm_efficiency);
+  EXPECT_DOUBLE_EQ(a100.gemm_efficiency, 0.9201);
   const KernelParams& h100 = KernelParamsFor(Gpu("h100"), "vtrain-a100");
   EXPECT_DOUBLE_EQ(h100.host_overhead_s, KernelParamsFor(Gpu("h100")).host_overhead_s);
   EXPECT_EQ(h100.sm_count, 132);
@@ -221,7 +224,7 @@ TEST(KernelModel, ACalibrationFileOverridesOnlyWhatItSets) {
   EXPECT_EQ(h100.source, "test");
   // α interpolates in log2 of the group size: 4 GPUs sit a third of the way from 2 to 16.
   EXPECT_NEAR(h100.CollectiveLatency(4), 7e-6 + (70e-6 - 7e-6) / 3, 1e-12);
-  EXPECT_DOUBLE_EQ(KernelParamsFor(Gpu("a100-80gb"), path).gemm_efficiency, 0.9201);
+  EXPECT_DOUBLE_EQ(KernelParamsFor(Gpu("a100-80gb"), path).gemm_efficiency, 0.7689);
 }
 
 TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {

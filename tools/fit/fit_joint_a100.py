@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""Fits the A100 kernel-model and stack values on the development halves of vTrain's single-node AND
+multi-node runs together, with the simulator itself as the model.
+
+Usage: /usr/bin/python3 tools/fit/fit_joint_a100.py [--hetsim build/hetsim] [--out fit.yaml] [--max-evals N]
+
+Why: tools/fit/fit_kernel_model.py fits vTrain's 1,440 single-node runs, whose models are at most hidden
+2,048 wide; there the GEMMs are small and the stack's fixed costs (about 61 us per kernel issued, 1.2 ms per
+micro-batch and pass) are most of the time, so the GEMM efficiency of wide layers is barely constrained
+(0.92 of the tensor-core peak fits as well as 0.80 does). vTrain's 109 multi-node runs (hidden 3,072 to
+12,288, 64 to 512 GPUs, the same Megatron-DeepSpeed stack and A100-SXM4-80GB nodes) are GEMM-bound and pin
+it down. Both sets are split the way `hetsim validate-sim` splits them (even data rows: development, odd:
+held out); only the development halves are fitted on, each set's residuals weighted by 1/sqrt(its runs) so
+the two sets count equally. The simulator plays every run (`hetsim validate-sim --runs`, fast fidelity),
+so the fit sees what the reports will show; each evaluation takes about 6 s on two cores.
+
+Fitted: GEMM efficiency per full wave, memory efficiency, per-kernel GPU latency, per-kernel issue cost,
+per-micro-batch-and-pass cost, NCCL's per-call latency inside a node at 2, 4 and 8 GPUs. Held fixed at
+measured values: NCCL's all-reduce at 0.7057 of NVLink (nccl-tests, calibration/data/a100-80gb) and the
+network between nodes (`default`'s per-NIC-kind values, docs/simulator.md "Collectives between nodes").
+Prints both halves' MAPE and bias for each set and writes the fitted calibration (base `default`).
+"""
+import argparse
+import csv
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+from scipy.optimize import least_squares
+
+SETS = {
+    "single": "experiments/validation/vtrain_a100_single_node.csv",
+    "multi": "experiments/validation/vtrain_a100_multi_node.csv",
+}
+NAMES = ["gemm_efficiency", "memory_efficiency", "kernel_latency_us", "host_overhead_us", "pass_overhead_ms",
+         "alpha2_us", "alpha4_us", "alpha8_us"]
+# Start at the single-node fit (models/catalog/calibrations/vtrain-a100.yaml).
+X0 = [0.9201, 0.7606, 22.63, 60.86, 1.194, 22.5, 1.0, 157.3]
+LO = [0.3, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+HI = [1.0, 1.0, 200.0, 200.0, 10.0, 500.0, 500.0, 500.0]
+NCCL_NVLINK_EFFICIENCY = 0.7057
+
+
+def calibration_yaml(x, name):
+    v = dict(zip(NAMES, x))
+    return f"""kind: calibration
+name: {name}
+description: >-
+  A100-SXM4 kernel-model and Megatron-DeepSpeed stack values fitted jointly on the development halves of
+  vTrain's single-node (1,440) and multi-node (109) measured runs; NCCL's all-reduce at 0.7057 of NVLink
+  (nccl-tests).
+provenance:
+  host: "vTrain's DGX A100-SXM4-80GB nodes (published measurements)"
+  date: 2026-11-25
+  command: "/usr/bin/python3 tools/fit/fit_joint_a100.py (scipy least squares, the simulator as the model)"
+  data: "experiments/validation/vtrain_a100_single_node.csv; experiments/validation/vtrain_a100_multi_node.csv"
+base: default
+gpus:
+  - gpus: [a100-40gb, a100-80gb, a800]
+    source: >-
+      fitted on the development halves of vTrain's single-node and multi-node A100 runs
+      (tools/fit/fit_joint_a100.py); NCCL's all-reduce efficiency measured with nccl-tests
+    gemm_efficiency: {v['gemm_efficiency']:.4f}
+    memory_efficiency: {v['memory_efficiency']:.4f}
+    kernel_latency_us: {v['kernel_latency_us']:.2f}
+    host_overhead_us: {v['host_overhead_us']:.2f}
+    pass_overhead_ms: {v['pass_overhead_ms']:.4f}
+    iteration_overhead_ms: 0
+    collective_efficiency: {NCCL_NVLINK_EFFICIENCY}
+    collective_latency:
+      - {{group_size: 2, latency_us: {v['alpha2_us']:.2f}}}
+      - {{group_size: 4, latency_us: {v['alpha4_us']:.2f}}}
+      - {{group_size: 8, latency_us: {v['alpha8_us']:.2f}}}
+"""
+
+
+class Evaluator:
+    def __init__(self, hetsim, work):
+        self.hetsim, self.work, self.calls = hetsim, work, 0
+
+    def run(self, x):
+        """Returns {set: [(half, relative error)]} for the calibration x."""
+        self.calls += 1
+        cal = os.path.join(self.work, "cal.yaml")
+        with open(cal, "w", encoding="utf-8") as f:
+            f.write(calibration_yaml(x, "joint-fit"))
+        procs = {}
+        for key, path in SETS.items():
+            out = os.path.join(self.work, key + ".csv")
+            procs[key] = (subprocess.Popen([self.hetsim, "validate-sim", "--runs", path, "--calibration", cal,
+                                            "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), out)
+        result = {}
+        for key, (p, out) in procs.items():
+            _, err = p.communicate()
+            if p.returncode != 0:
+                raise SystemExit(f"validate-sim failed on {SETS[key]}: {err.decode()[-2000:]}")
+            with open(out, encoding="utf-8") as f:
+                result[key] = [(r["half"], float(r["error"])) for r in csv.DictReader(f)]
+        return result
+
+    def residuals(self, x):
+        res = []
+        for key, rows in self.run(x).items():
+            dev = [e for half, e in rows if half == "development"]
+            res.extend(np.array(dev) / np.sqrt(len(dev)))
+        return np.array(res)
+
+
+def report(ev, x, label):
+    print(label)
+    for key, rows in ev.run(x).items():
+        for half in ("development", "held_out"):
+            e = np.array([err for h, err in rows if h == half])
+            print(f"  {key:6s} {half:11s} {len(e):4d} runs  MAPE {100 * np.mean(abs(e)):5.2f}%  "
+                  f"bias {100 * np.mean(e):+6.2f}%")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hetsim", default="build/hetsim")
+    ap.add_argument("--out", default="joint-fit.yaml")
+    ap.add_argument("--max-evals", type=int, default=400)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        ev = Evaluator(args.hetsim, work)
+        report(ev, X0, "start (the single-node fit's values):")
+        fit = least_squares(ev.residuals, X0, bounds=(LO, HI), x_scale=np.maximum(np.abs(X0), 1.0),
+                            diff_step=0.01, max_nfev=args.max_evals, verbose=1)
+        report(ev, fit.x, f"fitted ({ev.calls} simulations of both sets):")
+        for n, v in zip(NAMES, fit.x):
+            print(f"  {n} = {v:.6g}")
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(calibration_yaml(fit.x, "joint-fit"))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
