@@ -29,8 +29,13 @@ struct GpuSpec {
   double pcie_bandwidth_gbyte_s = 0;  // per GPU, one direction
   std::string source;
 
-  // Peak TFLOPS for `dtype`'s matmuls, or 0 when the GPU cannot compute in it.
+  // Peak TFLOPS for `dtype`'s matmuls, or 0 when the GPU cannot compute in it. TF32 training (FP32 tensors
+  // with PyTorch's allow_tf32) runs its matmuls in FP32 on parts without TF32 tensor cores (Volta, Turing,
+  // Pascal): the flag permits TF32, it does not require it, so a cluster of Ampere and Turing cards trains
+  // in one dtype with each card at its own rate.
   double PeakTflops(proto::DType dtype) const;
+  // The math `dtype` runs on this part: FP32 for TF32 where the part has no TF32 mode, else `dtype`.
+  proto::DType MathDType(proto::DType dtype) const;
 };
 
 // "bf16", "fp16", "fp32", "fp8", "tf32".

@@ -126,7 +126,7 @@ void AddComputeBasis(const models::PlanContext& ctx, const SimOptions& options, 
     if (options.compute.model == models::ComputeModel::kKernel) {
       const models::KernelParams& k = models::KernelParamsFor(gpu, options.compute.calibration);
       b->set_source(k.source);
-      b->set_measured(k.MeasuredFor(ctx.training.dtype()));
+      b->set_measured(k.MeasuredFor(gpu.MathDType(ctx.training.dtype())));
     } else {
       b->set_source("token-efficiency model (not measured)");
     }

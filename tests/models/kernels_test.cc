@@ -195,6 +195,27 @@ TEST(KernelModel, Fp8RunsOnlyTheBlocksLinearLayersAtTheFp8Peak) {
   EXPECT_DOUBLE_EQ(Gpu("a100-80gb").PeakTflops(proto::DTYPE_FP8), 0.0);
 }
 
+// TF32 training is FP32 tensors with TF32 math where the part has it: a Turing card (RTX 2080, no TF32 mode)
+// runs the same training's GEMMs in FP32 at its FP32 peak and its FP32 efficiency (the `default` entry fitted
+// on Sailor's RTX 2080 profile), not at the generic TF32 values, and the Ampere card beside it uses TF32.
+TEST(KernelModel, Tf32RunsInFp32OnPartsWithoutTf32) {
+  const GpuSpec& turing = Gpu("rtx2080");
+  const GpuSpec& ampere = Gpu("rtx3090");
+  EXPECT_EQ(turing.MathDType(proto::DTYPE_TF32), proto::DTYPE_FP32);
+  EXPECT_EQ(ampere.MathDType(proto::DTYPE_TF32), proto::DTYPE_TF32);
+  EXPECT_EQ(turing.MathDType(proto::DTYPE_FP16), proto::DTYPE_FP16);
+  EXPECT_DOUBLE_EQ(turing.PeakTflops(proto::DTYPE_TF32), 10.1);  // its FP32 peak
+  EXPECT_DOUBLE_EQ(ampere.PeakTflops(proto::DTYPE_TF32), 35.6);
+  const KernelParams& p = KernelParamsFor(turing);
+  // One full wave on the 2080's 46 SMs, k = 1024: 46 tiles x 2*128*128*1024 FLOPs at 1.194 x 10.1 TFLOPS
+  // (the operands, 2.2 MB at 4 bytes, are far below that at 448 GB/s).
+  const Kernel g = Gemm(46 * 128, 128, 1024);
+  const double flops = 46 * 2.0 * 128 * 128 * 1024;
+  EXPECT_NEAR(KernelGpuSeconds(g, turing, p, proto::DTYPE_TF32), flops / (10.1e12 * 1.194) + p.kernel_latency_s,
+              1e-9);
+  EXPECT_DOUBLE_EQ(KernelGpuSeconds(g, turing, p, proto::DTYPE_TF32), KernelGpuSeconds(g, turing, p, proto::DTYPE_FP32));
+}
+
 TEST(KernelModel, UnknownCalibrationNamesTheFlagAndTheBundledOnes) {
   EXPECT_TRUE(CheckKernelCalibration("").ok());
   EXPECT_TRUE(CheckKernelCalibration("vtrain-a100").ok());
