@@ -1,9 +1,25 @@
 #!/usr/bin/python3
-"""Converts Sailor's measured GH200 OPT-350M plans into hetsim plans, clusters and a runs CSV.
+"""Converts Sailor's measured plans into hetsim plans, clusters and a runs CSV for `hetsim validate-sim --runs`.
 
-Usage: /usr/bin/python3 tools/convert_sailor_plans.py [RAW_DIR] [OUT_DIR]
+Usage: /usr/bin/python3 tools/convert_sailor_plans.py [RAW_DIR] [OUT_DIR] [--model NAME] [--label TEXT]
+           [--model-label TEXT] [--source DIR] [--network SAILOR_REPO/sailor/providers]
   RAW_DIR  Sailor's plan_config_*.json files (default experiments/validation/sailor_gh200_opt350/raw)
   OUT_DIR  where plans/, clusters/ and runs.csv go (default experiments/validation/sailor_gh200_opt350)
+  --model  the hetsim model the plans train (default opt-350m; GPT-Neo-2.7B plans: gpt-neo-2.7b)
+  --label, --model-label  what the runs are and which model, for the files' headers (defaults "GH200
+           OPT-350M" and "OPT-350M")
+  --network  Sailor's measured bandwidths (intra_node_bandwidths.json, multizone_bandwidths_het.json in this
+           folder), needed for plans on GPU types other than the GH200
+
+Plans on Clariden's GH200 nodes (the bundled set, and Sailor's GPT-Neo-2.7B plans on the same machine) get
+the GH200 node below. Plans on other GPU types (Sailor's heterogeneous RTX 3090 / RTX 2080 / Titan RTX
+cluster) get one cluster per plan built from Sailor's own measurements of that cluster (--network): each
+GPU type's node holds Sailor's GPU count (8 for the RTX and Titan nodes), its GPUs talk at Sailor's measured
+intra-node bandwidth for the plan's TP degree, and each node has one Ethernet NIC at the standard rate just
+above Sailor's measured node-to-node rate between two nodes of that type (1 Gb/s where it measured 0.92,
+25 Gb/s where it measured 22.9; a pair of types meets at the slower NIC, as Sailor's pairwise table says
+for all but a few single-GPU entries). Stages of one pipeline may sit on different GPU types, and replicas
+of one stage too (each replica r of every stage forms pipeline r).
 
 Source: eth-easl/sailor @ cf2c8e3 (Sailor, SOSP'25 artifact), clariden/OPT-350 (raw/SOURCE.md says how the
 plans were run). Each JSON holds one plan: `pipeline_list` (one entry per pipeline shape: stages, Sailor's
@@ -25,6 +41,7 @@ What the conversion decides (Sailor's files are silent on it):
   (`is_pipe_partitioned = is_model_parallel`): each TP rank sends 1/4 of the tensor and the receivers
   all-gather it, hetsim's `comm.pp_scatter_gather`.
 """
+import argparse
 import csv
 import json
 import os
@@ -32,6 +49,12 @@ import sys
 
 NIC_GBPS = 200
 FABRIC_GBYTE_S = 250
+# Sailor's GPU names -> hetsim's, with the GPUs per node of Sailor's clusters
+# (sailor/Planner/simulations/configs/basic_cluster_config.json).
+SAILOR_GPUS = {"GH-96": ("gh200", 4), "RTX-3090": ("rtx3090", 8), "RTX-2080": ("rtx2080", 8),
+               "Titan-RTX": ("titan-rtx", 8), "A100-40": ("a100-40gb", 4), "A100-80": ("a100-80gb", 4),
+               "V100-16": ("v100", 4)}
+ETHERNET_GBPS = [1, 10, 25, 40, 50, 100, 200, 400, 800]
 
 
 def cluster_yaml(nodes):
@@ -52,19 +75,113 @@ network: {{single_switch: {{}}}}
 """
 
 
-def convert(path, name):
+class Network:
+    """Sailor's measured bandwidths of a cluster (its providers/ JSON files)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        with open(os.path.join(folder, "intra_node_bandwidths.json")) as f:
+            self.intra = json.load(f)
+        with open(os.path.join(folder, "multizone_bandwidths_het.json")) as f:
+            self.zones = json.load(f)
+        self.zone = None
+
+    def use_zone(self, zone):
+        if zone not in self.zones:
+            raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no zone '{zone}' "
+                             f"(has {', '.join(self.zones)})")
+        self.zone = zone
+
+    def fabric_gbyte_s(self, gpu, tp):
+        rows = self.intra.get(gpu)
+        if rows is None or str(tp) not in rows:
+            raise SystemExit(f"{self.folder}/intra_node_bandwidths.json: no {gpu} entry for {tp} GPUs")
+        return rows[str(tp)][1] / 1e9
+
+    def nic_gbps(self, gpu):
+        """The standard Ethernet rate at or above Sailor's node-to-node rate between two `gpu` nodes."""
+        rows = self.zones[self.zone].get(gpu)
+        if rows is None:
+            raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no {gpu} entry in {self.zone}")
+        rates = [v[1] for n in rows.values() for g, e in n.get(self.zone, {}).items() if g == gpu
+                 for v in e.values()]
+        if not rates:
+            raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no {gpu}-to-{gpu} entry")
+        measured = max(rates) * 8 / 1e9
+        return measured, next(r for r in ETHERNET_GBPS if r >= measured)
+
+
+def hetero_cluster_yaml(name, groups, network, source):
+    """groups: [(sailor gpu, node count, tp degree)] in device order."""
+    lines = [f"# The cluster of Sailor's measured plan {source}, from Sailor's own measurements of it",
+             f"# ({os.path.basename(network.folder)}/intra_node_bandwidths.json, multizone_bandwidths_het.json).",
+             "# Written by tools/convert_sailor_plans.py.",
+             "kind: cluster", f"name: {name}",
+             f"description: \"Sailor's {' + '.join(f'{n} x {SAILOR_GPUS[g][1]} {g}' for g, n, _ in groups)}\"",
+             "sources:", "  - \"eth-easl/sailor @ cf2c8e3 (Sailor, SOSP'25): sailor/providers/ bandwidth tables\"",
+             "nodes:"]
+    for g, count, tp in groups:
+        gpu, per_node = SAILOR_GPUS[g]
+        fabric = network.fabric_gbyte_s(g, tp)
+        measured, nic = network.nic_gbps(g)
+        lines += [f"  - name: {gpu}", f"    count: {count}", f"    gpus: {{type: {gpu}, count: {per_node}}}",
+                  f"    # Sailor measured {fabric:.2f} GB/s among {tp} of these GPUs and {measured:.2f} Gb/s "
+                  "between two such nodes",
+                  f"    fabric: {{kind: pcie, bandwidth_gbyte_s: {fabric:.2f}}}",
+                  f"    nic: {{kind: ethernet, bandwidth_gbps: {nic}}}"]
+    lines.append("network: {single_switch: {}}")
+    return "\n".join(lines) + "\n"
+
+
+def replicas(p, path):
+    """[(stage, replica, sailor gpu, tp)] of one pipeline_list entry, pipeline-major."""
+    stages, dps = p["num_stages"], p["dp"]
+    if any(x != dps[0] for x in dps):
+        raise SystemExit(f"{path}: stages with different DP degrees are not converted")
+    out = []
+    for r in range(dps[0]):
+        for s in range(stages):
+            entry = p["tmp_per_stage"][s][r]
+            gpu, tp = entry[0][0][0], entry[1]
+            if gpu not in SAILOR_GPUS:
+                raise SystemExit(f"{path}: GPU type '{gpu}' is not one of {', '.join(SAILOR_GPUS)}")
+            if tp > SAILOR_GPUS[gpu][1]:
+                raise SystemExit(f"{path}: TP {tp} on a {SAILOR_GPUS[gpu][1]}-GPU {gpu} node")
+            out.append((s, r, gpu, tp))
+    return out
+
+
+def layer_ranges(stage_layers, path):
+    """Each stage's [begin, end): contiguous layers, stage after stage. A stage whose list is not a run of
+    consecutive layers but starts where the previous stage ended and ends before the next one starts is a typo
+    in Sailor's file (clariden/GPT-NEO N4_D1 lists 16, 17, 18, 29, 20, ...): its range is taken from its first
+    and last entries, with a warning."""
+    out, expect = [], 0
+    for s, layers in enumerate(stage_layers):
+        begin, end = layers[0], layers[-1] + 1
+        if begin != expect or end <= begin:
+            raise SystemExit(f"{path}: stage {s} starts at layer {begin}, not {expect} where the previous one ended")
+        if layers != list(range(begin, end)):
+            print(f"warning: {path}: stage {s} lists layers {layers}; taking {begin}..{end - 1} (a typo: the list "
+                  "is not consecutive but starts and ends where the stages around it say)", file=sys.stderr)
+        out.append((begin, end))
+        expect = end
+    return out
+
+
+def convert(path, name, model, model_label, network):
     d = json.load(open(path))
     if len(d["pipeline_list"]) != 1:
         raise SystemExit(f"{path}: expected one pipeline shape, found {len(d['pipeline_list'])}")
     p = d["pipeline_list"][0]
     stages = p["num_stages"]
     dp = p["dp"][0]
-    if any(x != dp for x in p["dp"]):
-        raise SystemExit(f"{path}: stages with different DP degrees are not converted")
-    tps = {t[1] for st in p["tmp_per_stage"] for t in st}
-    gpus = {t[0][0][0] for st in p["tmp_per_stage"] for t in st}
-    if tps != {4} or gpus != {"GH-96"}:
-        raise SystemExit(f"{path}: expected TP 4 on GH-96 nodes, found TP {tps} on {gpus}")
+    placed = replicas(p, path)
+    tps = {tp for _, _, _, tp in placed}
+    gpus = {g for _, _, g, _ in placed}
+    if len(tps) != 1:
+        raise SystemExit(f"{path}: stages with different TP degrees ({sorted(tps)}) are not converted")
+    tp = tps.pop()
     nodes = d["N"]
     if nodes != stages * dp:
         raise SystemExit(f"{path}: {nodes} nodes for {stages} stages x {dp} replicas")
@@ -72,14 +189,46 @@ def convert(path, name):
     if gbs % (mbs * dp):
         raise SystemExit(f"{path}: global batch {gbs} not divisible by micro-batch {mbs} x DP {dp}")
     m = gbs // (mbs * dp)
+    bounds = layer_ranges(p["layers_per_stage"], path)
+    clariden = gpus == {"GH-96"} and tp == 4
+    device = {}
+    if clariden:  # the bundled layout: replica r of stage s on node r * S + s
+        for s, r, _, _ in placed:
+            device[(s, r)] = 4 * (r * stages + s)
+        cluster_ref, cluster = f"clariden-gh200-n{nodes}", None
+    else:
+        if network is None:
+            raise SystemExit(f"{path}: plans on {', '.join(sorted(gpus))} need Sailor's measured bandwidths: "
+                             "give --network SAILOR_REPO/sailor/providers")
+        order = [g for g in SAILOR_GPUS if g in gpus]
+        first, base = {}, 0
+        for g in order:
+            first[g] = base
+            base += sum(1 for _, _, x, _ in placed if x == g) * SAILOR_GPUS[g][1]
+        taken = {g: 0 for g in order}
+        for s, r, g, _ in placed:
+            device[(s, r)] = first[g] + taken[g] * SAILOR_GPUS[g][1]
+            taken[g] += 1
+        try:
+            network.use_zone(d.get("zone", "us-central1-a"))
+        except SystemExit as e:
+            raise SystemExit(f"{path}: {e}") from None
+        cluster_ref = f"sailor-{name}"
+        try:
+            cluster = hetero_cluster_yaml(cluster_ref, [(g, taken[g], tp) for g in order], network,
+                                          os.path.basename(path))
+        except SystemExit as e:
+            raise SystemExit(f"{path}: {e}") from None
+    gpu_text = "GH200" if clariden else " + ".join(SAILOR_GPUS[g][0] for g in SAILOR_GPUS if g in gpus)
     lines = [
-        f"# Sailor's measured plan {os.path.basename(path)} (GH200, OPT-350M): {stages} stage(s) x DP {dp} x TP 4",
+        f"# Sailor's measured plan {os.path.basename(path)} ({gpu_text}, {model_label}): "
+        f"{stages} stage(s) x DP {dp} x TP {tp}",
         f"# on {nodes} node(s); measured {d['real']} s per iteration, gradient all-reduce {d['red_grads']} s,",
         f"# peak {d['max_mem'] / 2**30:.2f} GiB. Written by tools/convert_sailor_plans.py.",
         "kind: plan",
         f"name: sailor-{name}",
-        f"cluster: ../clusters/clariden-gh200-n{nodes}.yaml",
-        "model: opt-350m",
+        f"cluster: ../clusters/{cluster_ref}.yaml",
+        f"model: {model}",
         # DeepSpeed's engine keeps 8 more bytes per parameter than weights + gradients + Adam: a flat fp32
         # gradient buffer for its all-reduce and the model copies it makes at the start of training (Sailor's
         # own memory model, sailor/Planner/simulations/runtime_simulator.py: `comm` and
@@ -91,7 +240,7 @@ def convert(path, name):
         "calibration: megatron-deepspeed  # the runs' software stack: its host costs (docs/calibration.md)",
         "schedule: 1f1b",
         "zero_stage: 0",
-        "comm: {pp_scatter_gather: true}  # DeepSpeed's partitioned pipeline sends (1/TP per rank)",
+        f"comm: {{pp_scatter_gather: true}}  # DeepSpeed's partitioned pipeline sends (1/TP per rank)",
         "pipelines:",
     ]
     for r in range(dp):
@@ -99,19 +248,15 @@ def convert(path, name):
         lines.append(f"    num_micro_batches: {m}")
         lines.append("    stages:")
         for s in range(stages):
-            layers = p["layers_per_stage"][s]
-            begin, end = layers[0], layers[-1] + 1
-            if layers != list(range(begin, end)):
-                raise SystemExit(f"{path}: stage {s} holds non-contiguous layers")
-            node = r * stages + s
-            devs = ", ".join(str(4 * node + k) for k in range(4))
-            lines.append(f"      - {{devices: [{devs}], tp_degree: 4, layer_begin: {begin}, layer_end: {end}}}")
+            begin, end = bounds[s]
+            devs = ", ".join(str(device[(s, r)] + k) for k in range(tp))
+            lines.append(f"      - {{devices: [{devs}], tp_degree: {tp}, layer_begin: {begin}, layer_end: {end}}}")
     row = {
         "plan": f"plans/{name}.yaml",
         "nodes": nodes,
         "dp": dp,
         "pp": stages,
-        "tp": 4,
+        "tp": tp,
         "micro_batch": mbs,
         "global_batch": gbs,
         "iteration_ms": round(d["real"] * 1e3, 3),
@@ -119,12 +264,21 @@ def convert(path, name):
         "peak_memory_gib": round(d["max_mem"] / 2**30, 4),
         "source": os.path.basename(path),
     }
-    return "\n".join(lines) + "\n", nodes, row
+    return "\n".join(lines) + "\n", nodes if clariden else None, cluster, cluster_ref, row
 
 
 def main():
-    raw = sys.argv[1] if len(sys.argv) > 1 else "experiments/validation/sailor_gh200_opt350/raw"
-    out = sys.argv[2] if len(sys.argv) > 2 else "experiments/validation/sailor_gh200_opt350"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("raw", nargs="?", default="experiments/validation/sailor_gh200_opt350/raw")
+    ap.add_argument("out", nargs="?", default="experiments/validation/sailor_gh200_opt350")
+    ap.add_argument("--model", default="opt-350m")
+    ap.add_argument("--label", default="GH200 OPT-350M")
+    ap.add_argument("--model-label", default="OPT-350M")
+    ap.add_argument("--source", default="clariden/OPT-350", help="where in Sailor's repository the plans are")
+    ap.add_argument("--network", default=None)
+    args = ap.parse_args()
+    raw, out = args.raw, args.out
+    network = Network(args.network) if args.network else None
     os.makedirs(os.path.join(out, "plans"), exist_ok=True)
     os.makedirs(os.path.join(out, "clusters"), exist_ok=True)
     files = sorted(f for f in os.listdir(raw) if f.startswith("plan_config_") and f.endswith(".json"))
@@ -135,26 +289,32 @@ def main():
         parts = f[len("plan_config_"):-len(".json")].split("_")
         return (int(parts[0][1:]), int(parts[1][1:]), f)
 
-    rows, node_counts = [], set()
+    rows, node_counts, own = [], set(), 0
     for f in sorted(files, key=key):
         name = f[len("plan_config_"):-len(".json")].lower().replace("_", "-")
-        text, nodes, row = convert(os.path.join(raw, f), name)
+        text, nodes, cluster, cluster_ref, row = convert(os.path.join(raw, f), name, args.model,
+                                                         args.model_label, network)
         with open(os.path.join(out, "plans", name + ".yaml"), "w") as fh:
             fh.write(text)
-        node_counts.add(nodes)
+        if cluster is None:
+            node_counts.add(nodes)
+        else:
+            with open(os.path.join(out, "clusters", cluster_ref + ".yaml"), "w") as fh:
+                fh.write(cluster)
+            own += 1
         rows.append(row)
     for n in sorted(node_counts):
         with open(os.path.join(out, "clusters", f"clariden-gh200-n{n}.yaml"), "w") as fh:
             fh.write(cluster_yaml(n))
     with open(os.path.join(out, "runs.csv"), "w", newline="") as fh:
-        fh.write("# Sailor's 15 measured GH200 OPT-350M plans (eth-easl/sailor @ cf2c8e3, clariden/OPT-350),\n")
+        fh.write(f"# Sailor's {len(rows)} measured {args.label} plans (eth-easl/sailor @ cf2c8e3, {args.source}),\n")
         fh.write("# converted by tools/convert_sailor_plans.py: one plan file per run; measured iteration time,\n")
         fh.write("# gradient all-reduce time and peak GPU memory (GiB) of the fullest GPU. Each plan names its\n")
         fh.write("# software stack's calibration (megatron-deepspeed), which validate-sim and simulate use.\n")
         w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {len(rows)} plans, {len(node_counts)} clusters and runs.csv under {out}")
+    print(f"wrote {len(rows)} plans, {len(node_counts) + own} clusters and runs.csv under {out}")
 
 
 if __name__ == "__main__":
