@@ -3,7 +3,8 @@
 
 Usage: /usr/bin/python3 tools/convert_sailor_plans.py [RAW_DIR] [OUT_DIR] [--model NAME] [--label TEXT]
            [--model-label TEXT] [--source DIR] [--network SAILOR_REPO/sailor/providers]
-  RAW_DIR  Sailor's plan_config_*.json files (default experiments/validation/sailor_gh200_opt350/raw)
+  RAW_DIR  Sailor's plan_config_*.json files, in it or its subfolders (default
+           experiments/validation/sailor_gh200_opt350/raw)
   OUT_DIR  where plans/, clusters/ and runs.csv go (default experiments/validation/sailor_gh200_opt350)
   --model  the hetsim model the plans train (default opt-350m; GPT-Neo-2.7B plans: gpt-neo-2.7b)
   --label, --model-label  what the runs are and which model, for the files' headers (defaults "GH200
@@ -281,7 +282,15 @@ def main():
     network = Network(args.network) if args.network else None
     os.makedirs(os.path.join(out, "plans"), exist_ok=True)
     os.makedirs(os.path.join(out, "clusters"), exist_ok=True)
-    files = sorted(f for f in os.listdir(raw) if f.startswith("plan_config_") and f.endswith(".json"))
+    # RAW_DIR itself or its subfolders (Sailor keeps one folder per node count: N2/, N4/, ...).
+    where = {}
+    for folder, _, names in os.walk(raw):
+        for f in names:
+            if f.startswith("plan_config_") and f.endswith(".json"):
+                if f in where:
+                    raise SystemExit(f"{raw}: {f} is in both {where[f]} and {folder}")
+                where[f] = folder
+    files = sorted(where)
     if not files:
         raise SystemExit(f"{raw}: no plan_config_*.json files")
 
@@ -292,7 +301,7 @@ def main():
     rows, node_counts, own = [], set(), 0
     for f in sorted(files, key=key):
         name = f[len("plan_config_"):-len(".json")].lower().replace("_", "-")
-        text, nodes, cluster, cluster_ref, row = convert(os.path.join(raw, f), name, args.model,
+        text, nodes, cluster, cluster_ref, row = convert(os.path.join(where[f], f), name, args.model,
                                                          args.model_label, network)
         with open(os.path.join(out, "plans", name + ".yaml"), "w") as fh:
             fh.write(text)
