@@ -228,8 +228,10 @@ TEST(ByDtype, AnEntryForOneDtypeLeavesTheOthers) {
 TEST(ByDtype, TheMegatronDeepSpeedStackChangesHostCostsOnly) {
   const models::KernelParams& base = models::KernelParamsFor(Gh200());
   const models::KernelParams& p = models::KernelParamsFor(Gh200(), "megatron-deepspeed");
-  EXPECT_NEAR(p.host_overhead_s, 60.86e-6, 1e-12);
-  EXPECT_NEAR(p.pass_overhead_s, 1.194e-3, 1e-12);
+  // On the GH200 the stack issues from a Grace host: its own fitted host costs (Sailor's development half);
+  // every other GPU type keeps the values fitted on vTrain's x86 hosts.
+  EXPECT_NEAR(p.host_overhead_s, 73.16e-6, 1e-12);
+  EXPECT_NEAR(p.pass_overhead_s, 1.3266e-3, 1e-12);
   EXPECT_NEAR(p.GemmEfficiency(proto::DTYPE_TF32), base.GemmEfficiency(proto::DTYPE_TF32), 1e-12);
   EXPECT_NEAR(p.kernel_latency_s, base.kernel_latency_s, 1e-15);
   EXPECT_EQ(p.MeasuredFor(proto::DTYPE_TF32), base.MeasuredFor(proto::DTYPE_TF32));
@@ -237,6 +239,7 @@ TEST(ByDtype, TheMegatronDeepSpeedStackChangesHostCostsOnly) {
   EXPECT_NE(p.source.find("host costs of Megatron-DeepSpeed"), std::string::npos) << p.source;
   const auto& t4 = *models::GpuCatalog::Bundled().Find("t4").value();
   EXPECT_NEAR(models::KernelParamsFor(t4, "megatron-deepspeed").host_overhead_s, 60.86e-6, 1e-12);
+  EXPECT_NEAR(models::KernelParamsFor(t4, "megatron-deepspeed").pass_overhead_s, 1.194e-3, 1e-12);
 }
 
 TEST(ReadBench, ErrorsNameTheFileLineAndColumn) {
