@@ -31,6 +31,8 @@ import tempfile
 import numpy as np
 from scipy.optimize import least_squares
 
+from halves import HALVES, half_line
+
 SETS = {
     "single": "experiments/validation/vtrain_a100_single_node.csv",
     "multi": "experiments/validation/vtrain_a100_multi_node.csv",
@@ -112,10 +114,8 @@ class Evaluator:
 def report(ev, x, label):
     print(label)
     for key, rows in ev.run(x).items():
-        for half in ("development", "held_out"):
-            e = np.array([err for h, err in rows if h == half])
-            print(f"  {key:6s} {half:11s} {len(e):4d} runs  MAPE {100 * np.mean(abs(e)):5.2f}%  "
-                  f"bias {100 * np.mean(e):+6.2f}%")
+        for half in HALVES:
+            print(half_line(rows, half, prefix=f"{key:6s} "))
 
 
 def main():

@@ -23,6 +23,8 @@ import tempfile
 import numpy as np
 from scipy.optimize import least_squares
 
+from halves import HALVES, half_line
+
 NAMES = ["host_overhead_us", "pass_overhead_ms"]
 
 
@@ -61,10 +63,8 @@ def simulate(hetsim, runs, cal, work):
 
 def report(rows, label):
     print(label)
-    for half in ("development", "held_out"):
-        e = np.array([err for h, err in rows if h == half])
-        print(f"  {half:11s} {len(e):3d} runs  MAPE {100 * np.mean(abs(e)):5.2f}%  bias {100 * np.mean(e):+6.2f}%"
-              f"  errors {' '.join(f'{100 * v:+.1f}' for v in e)}")
+    for half in HALVES:
+        print(half_line(rows, half, errors=True))
 
 
 def main():
