@@ -85,13 +85,6 @@ class Network:
             self.intra = json.load(f)
         with open(os.path.join(folder, "multizone_bandwidths_het.json")) as f:
             self.zones = json.load(f)
-        self.zone = None
-
-    def use_zone(self, zone):
-        if zone not in self.zones:
-            raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no zone '{zone}' "
-                             f"(has {', '.join(self.zones)})")
-        self.zone = zone
 
     def fabric_gbyte_s(self, gpu, tp):
         rows = self.intra.get(gpu)
@@ -99,12 +92,15 @@ class Network:
             raise SystemExit(f"{self.folder}/intra_node_bandwidths.json: no {gpu} entry for {tp} GPUs")
         return rows[str(tp)][1] / 1e9
 
-    def nic_gbps(self, gpu):
-        """The standard Ethernet rate at or above Sailor's node-to-node rate between two `gpu` nodes."""
-        rows = self.zones[self.zone].get(gpu)
+    def nic_gbps(self, gpu, zone):
+        """The standard Ethernet rate at or above Sailor's node-to-node rate between two `gpu` nodes in `zone`."""
+        if zone not in self.zones:
+            raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no zone '{zone}' "
+                             f"(has {', '.join(self.zones)})")
+        rows = self.zones[zone].get(gpu)
         if rows is None:
-            raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no {gpu} entry in {self.zone}")
-        rates = [v[1] for n in rows.values() for g, e in n.get(self.zone, {}).items() if g == gpu
+            raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no {gpu} entry in {zone}")
+        rates = [v[1] for n in rows.values() for g, e in n.get(zone, {}).items() if g == gpu
                  for v in e.values()]
         if not rates:
             raise SystemExit(f"{self.folder}/multizone_bandwidths_het.json: no {gpu}-to-{gpu} entry")
@@ -112,7 +108,7 @@ class Network:
         return measured, next(r for r in ETHERNET_GBPS if r >= measured)
 
 
-def hetero_cluster_yaml(name, groups, network, source):
+def hetero_cluster_yaml(name, groups, network, zone, source):
     """groups: [(sailor gpu, node count, tp degree)] in device order."""
     lines = [f"# The cluster of Sailor's measured plan {source}, from Sailor's own measurements of it",
              f"# ({os.path.basename(network.folder)}/intra_node_bandwidths.json, multizone_bandwidths_het.json).",
@@ -124,7 +120,7 @@ def hetero_cluster_yaml(name, groups, network, source):
     for g, count, tp in groups:
         gpu, per_node = SAILOR_GPUS[g]
         fabric = network.fabric_gbyte_s(g, tp)
-        measured, nic = network.nic_gbps(g)
+        measured, nic = network.nic_gbps(g, zone)
         lines += [f"  - name: {gpu}", f"    count: {count}", f"    gpus: {{type: {gpu}, count: {per_node}}}",
                   f"    # Sailor measured {fabric:.2f} GB/s among {tp} of these GPUs and {measured:.2f} Gb/s "
                   "between two such nodes",
@@ -201,26 +197,22 @@ def convert(path, name, model, model_label, network):
         if network is None:
             raise SystemExit(f"{path}: plans on {', '.join(sorted(gpus))} need Sailor's measured bandwidths: "
                              "give --network SAILOR_REPO/sailor/providers")
+        # Nodes grouped by GPU type in SAILOR_GPUS's order; within a type, replicas in pipeline-major order.
         order = [g for g in SAILOR_GPUS if g in gpus]
-        first, base = {}, 0
+        counts, next_device = {}, 0
         for g in order:
-            first[g] = base
-            base += sum(1 for _, _, x, _ in placed if x == g) * SAILOR_GPUS[g][1]
-        taken = {g: 0 for g in order}
-        for s, r, g, _ in placed:
-            device[(s, r)] = first[g] + taken[g] * SAILOR_GPUS[g][1]
-            taken[g] += 1
-        try:
-            network.use_zone(d.get("zone", "us-central1-a"))
-        except SystemExit as e:
-            raise SystemExit(f"{path}: {e}") from None
+            for s, r, x, _ in placed:
+                if x == g:
+                    device[(s, r)] = next_device
+                    next_device += SAILOR_GPUS[g][1]
+                    counts[g] = counts.get(g, 0) + 1
         cluster_ref = f"sailor-{name}"
         try:
-            cluster = hetero_cluster_yaml(cluster_ref, [(g, taken[g], tp) for g in order], network,
-                                          os.path.basename(path))
+            cluster = hetero_cluster_yaml(cluster_ref, [(g, counts[g], tp) for g in order], network,
+                                          d.get("zone", "us-central1-a"), os.path.basename(path))
         except SystemExit as e:
             raise SystemExit(f"{path}: {e}") from None
-    gpu_text = "GH200" if clariden else " + ".join(SAILOR_GPUS[g][0] for g in SAILOR_GPUS if g in gpus)
+    gpu_text = "GH200" if clariden else " + ".join(SAILOR_GPUS[g][0] for g in order)
     lines = [
         f"# Sailor's measured plan {os.path.basename(path)} ({gpu_text}, {model_label}): "
         f"{stages} stage(s) x DP {dp} x TP {tp}",
