@@ -48,10 +48,10 @@ std::vector<std::string> SplitCsv(const std::string& line) {
 
 
 double GpuSpec::PeakTflops(proto::DType dtype) const {
-  switch (dtype) {
+  switch (MathDType(dtype)) {
     case proto::DTYPE_FP16: return peak_fp16_tflops;
     case proto::DTYPE_FP32: return peak_fp32_tflops;
-    case proto::DTYPE_TF32: return peak_tf32_tflops > 0 ? peak_tf32_tflops : peak_fp32_tflops;
+    case proto::DTYPE_TF32: return peak_tf32_tflops;
     case proto::DTYPE_FP8: return peak_fp8_tflops;
     default: return peak_bf16_tflops;
   }

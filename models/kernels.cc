@@ -380,11 +380,11 @@ double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams&
   // FP8 training (Transformer Engine) runs only the blocks' linear layers in FP8: attention, the head and
   // the rest compute in bf16. The same efficiency applies at either peak: on the H100, PyTorch's BF16 and
   // FP8 GEMMs over the same shapes reach 68% and 66% of their peaks (calibration/data/gemm-dtypes-h100.csv).
-  // TF32 on a part without TF32 tensor cores computes in FP32, at that dtype's fitted efficiency.
-  const proto::DType math =
-      dtype == proto::DTYPE_FP8 && !k.block_linear ? proto::DTYPE_BF16 : gpu.MathDType(dtype);
+  // TF32 on a part without TF32 tensor cores computes in FP32, at that dtype's fitted efficiencies.
+  const proto::DType native = gpu.MathDType(dtype);
+  const proto::DType math = native == proto::DTYPE_FP8 && !k.block_linear ? proto::DTYPE_BF16 : native;
   const double peak = gpu.PeakTflops(math) * 1e12 * p.GemmEfficiency(math);
-  const double bw = gpu.hbm_bandwidth_gbyte_s * 1e9 * p.MemoryEfficiency(gpu.MathDType(dtype));
+  const double bw = gpu.hbm_bandwidth_gbyte_s * 1e9 * p.MemoryEfficiency(native);
   const double e = DTypeBytes(dtype);
   double t = 0;
   switch (k.type) {

@@ -543,7 +543,7 @@ models::GpuSpec AverageGpu(const models::Cluster& cluster) {
     avg.peak_bf16_tflops += g.peak_bf16_tflops / n;
     avg.peak_fp16_tflops += g.peak_fp16_tflops / n;
     avg.peak_fp32_tflops += g.peak_fp32_tflops / n;
-    avg.peak_tf32_tflops += g.peak_tf32_tflops / n;
+    avg.peak_tf32_tflops += g.PeakTflops(proto::DTYPE_TF32) / n;  // FP32 where a part has no TF32
     avg.peak_fp8_tflops += g.peak_fp8_tflops / n;
     avg.memory_gib += g.memory_gib / n;
     avg.hbm_bandwidth_gbyte_s += g.hbm_bandwidth_gbyte_s / n;
