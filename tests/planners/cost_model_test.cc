@@ -335,6 +335,15 @@ TEST(AnalyticCost, FirstGpuViewIgnoresHeterogeneityButNotMemory) {
   EXPECT_NEAR(avg.memory_gib, (3 * 80 + 5 * 24) / 8.0, 1e-9);
 }
 
+// TF32 on parts without TF32 tensor cores runs in FP32 (models/gpu_catalog.h MathDType), so the closed form's
+// average GPU of 4 T4 (FP32 8.1 TFLOPS) + 4 V100 (15.7) has a TF32 peak of (4 * 8.1 + 4 * 15.7) / 8 = 11.9,
+// not 0.
+TEST(AnalyticCost, TheAverageGpuTakesEachPartsEffectiveTf32Peak) {
+  const models::GpuSpec avg = AverageGpu(testing::BundledCluster("metis-uniform-t4-v100-8"));
+  EXPECT_NEAR(avg.peak_tf32_tflops, (4 * 8.1 + 4 * 15.7) / 8.0, 1e-9);
+  EXPECT_NEAR(avg.PeakTflops(proto::DTYPE_TF32), 11.9, 1e-9);
+}
+
 // ---- measured profiles -------------------------------------------------------------------------------
 
 // llama-tiny block times at TP 1 and 2, micro-batch 1, per GPU: forward f, backward 2f (embedding and

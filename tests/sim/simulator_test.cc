@@ -325,5 +325,26 @@ TEST(ComputeBasis, EachGpuTypeSaysWhetherAMeasurementIsBehindIt) {
   EXPECT_FALSE(by_gpu["mi250x"].profiled());
 }
 
+// A TF32 training on a Turing card runs in FP32, so its basis is the card's FP32 entry: the RTX 2080's FP32
+// GEMM efficiency fitted on Sailor's profile counts as measured, as does the RTX 3090's TF32 entry.
+TEST(ComputeBasis, Tf32OnATuringCardRestsOnItsFp32Entry) {
+  const std::string node = "fabric: {pcie_bandwidth_gbyte_s: 16}, nic: {kind: ethernet, bandwidth_gbps: 100}}\n";
+  const auto mixed = ClusterFrom("name: mixed\nnodes:\n  - {name: a, gpus: {type: rtx3090, count: 1}, " + node +
+                                 "  - {name: t, gpus: {type: rtx2080, count: 1}, " + node);
+  auto training = MakeSetting(kFreeNode, 4).training;
+  training.set_dtype(proto::DTYPE_TF32);
+  const Setting run{mixed, MakeSetting(kFreeNode, 4).model, training};
+  const auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: "
+                             "[{devices: [0], layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]}]\n");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  auto r = SimulateIteration(plan, ctx, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::map<std::string, proto::ComputeBasisReport> by_gpu;
+  for (const auto& b : r->report.compute_basis()) by_gpu[b.gpu()] = b;
+  ASSERT_TRUE(by_gpu.count("rtx3090") && by_gpu.count("rtx2080"));
+  EXPECT_TRUE(by_gpu["rtx2080"].measured());
+  EXPECT_TRUE(by_gpu["rtx3090"].measured());
+}
+
 }  // namespace
 }  // namespace hetsim::sim
