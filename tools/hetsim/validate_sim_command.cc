@@ -55,6 +55,7 @@ struct Run {
   double simulated_ms = 0;
   // The first device's (pipeline 0, stage 0) compute and exposed communication, for reading residuals.
   double compute_ms = 0, tp_ms = 0, pp_ms = 0, dp_ms = 0, idle_ms = 0;
+  double peak_memory_gib = 0;  // the fullest device's simulated peak
   bool ok = false;
   std::string error;
   double rel() const { return (simulated_ms - measured_ms) / measured_ms; }
@@ -287,6 +288,7 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
     r.dp_ms = d.dp_communication_s() * 1e3;
     r.idle_ms = d.idle_s() * 1e3;
   }
+  for (const auto& d : res->report.devices()) r.peak_memory_gib = std::max(r.peak_memory_gib, d.peak_memory_gib());
   r.ok = true;
 }
 
@@ -353,7 +355,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
   Errors dev, held, all;
   std::map<std::string, Errors> by;
   std::string csv = "line,gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,half,measured_ms,"
-                    "simulated_ms,error,nodes,compute_ms,tp_ms,pp_ms,dp_ms,idle_ms\n";
+                    "simulated_ms,error,nodes,compute_ms,tp_ms,pp_ms,dp_ms,idle_ms,peak_memory_gib\n";
   size_t done = 0, failed = 0;
   for (size_t i = 0; i < runs->size() && i < limit; ++i) {
     Run& r = (*runs)[i];
@@ -378,10 +380,10 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
       by["nodes=" + std::to_string(nodes)].Add(r.rel());
     }
     char row[384];
-    std::snprintf(row, sizeof(row), "%d,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%s,%.4f,%.4f,%.6f,%u,%.3f,%.3f,%.3f,%.3f,%.3f\n",
+    std::snprintf(row, sizeof(row), "%d,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%s,%.4f,%.4f,%.6f,%u,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f\n",
                   r.line, r.gpus, r.global_batch, r.micro_batch, r.hidden, r.heads, r.layers, r.seq_len, r.tp, r.dp,
                   r.pp, development ? "development" : "held_out", r.measured_ms, r.simulated_ms, r.rel(), nodes,
-                  r.compute_ms, r.tp_ms, r.pp_ms, r.dp_ms, r.idle_ms);
+                  r.compute_ms, r.tp_ms, r.pp_ms, r.dp_ms, r.idle_ms, r.peak_memory_gib);
     csv += row;
   }
   out << "simulated " << all.n << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
