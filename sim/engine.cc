@@ -44,20 +44,34 @@ void Runner::Execute(const Op& op) {
   if (op.kind != OpKind::kCompute && op.kind != OpKind::kTpAnalytic) Flush();
   const double t0 = Now();
   switch (op.kind) {
-    case OpKind::kCompute:
-      Defer(op.seconds);
-      trace_.compute_s += op.seconds;
+    case OpKind::kCompute: {
+      // Alone on its device, a compute of `seconds` takes that long; on cores shared with other devices
+      // (the CPU twin) it takes what the sharing leaves it.
+      double took = op.seconds;
+      if (sh_->platform->shared_cores) {
+        took = ComputeOnSharedCores(op.seconds);
+      } else {
+        Defer(op.seconds);
+      }
+      trace_.compute_s += took;
       if (op.category != Category::kOptimizer) {
-        trace_.fwd_bwd_s += op.seconds;
-        trace_.pipeline_end_s = t0 + op.seconds;
+        trace_.fwd_bwd_s += took;
+        trace_.pipeline_end_s = t0 + took;
         trace_.comm_in_phase_s =
             trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
       }
       Record(t0, op.category, op.micro_batch);
       break;
+    }
     case OpKind::kComputeAsync:
-      // The GPU host runs nothing else, so an execution of seconds × its speed takes `seconds`.
-      async_compute_ = s4u::this_actor::exec_async(op.seconds * s4u::this_actor::get_host()->get_speed());
+      // The GPU host runs nothing else, so an execution of seconds × its speed takes `seconds` (on shared
+      // cores, at least that long).
+      async_compute_ = sh_->platform->shared_cores
+                           ? s4u::Exec::init()
+                                 ->set_flops_amount(op.seconds * sh_->platform->shared_cores->get_speed())
+                                 ->set_host(sh_->platform->shared_cores)
+                                 ->start()
+                           : s4u::this_actor::exec_async(op.seconds * s4u::this_actor::get_host()->get_speed());
       async_end_s_ = t0 + op.seconds;
       trace_.compute_s += op.seconds;
       trace_.fwd_bwd_s += op.seconds;
@@ -234,6 +248,14 @@ bool Runner::Arrived(const Pending& p) const {
   if (p.key == kUntracked) return false;
   auto it = sh_->board.received.find(p.key);
   return it != sh_->board.received.end() && it->second > p.seq;
+}
+
+double Runner::ComputeOnSharedCores(double seconds) {
+  Flush();
+  const double t0 = s4u::Engine::get_clock();
+  s4u::Host* cores = sh_->platform->shared_cores;
+  s4u::Exec::init()->set_flops_amount(seconds * cores->get_speed())->set_host(cores)->start()->wait();
+  return s4u::Engine::get_clock() - t0;
 }
 
 void Runner::Flush() {

@@ -184,6 +184,8 @@ class Runner {
   // devices can observe.
   void Defer(double seconds) { deferred_s_ += seconds; }
   void Flush();
+  // Runs a compute of `seconds` (alone on one core) on the platform's shared cores; returns how long it took.
+  double ComputeOnSharedCores(double seconds);
 
   void WaitAllSends() {
     for (auto& p : pending_) p.comm->wait();
@@ -297,7 +299,8 @@ class Runner {
   std::deque<Pending> pending_;
   std::unordered_map<uint64_t, uint64_t> sent_;  // mailbox key -> pipeline sends posted on it
   std::deque<s4u::CommPtr> shadows_;  // folded runs: the folded devices' copies of this actor's transfers
-  s4u::ExecPtr async_compute_;  // kComputeAsync's compute, until kComputeJoin
+  s4u::ExecPtr async_compute_;
+  s4u::ExecPtr spin_;  // kComputeAsync's compute, until kComputeJoin
   double async_end_s_ = 0;
   double deferred_s_ = 0;  // compute and analytic TP time not yet slept (Defer)
   // Receives posted ahead by kPostRecv, per mailbox, in posting order.

@@ -32,11 +32,15 @@ struct Platform {
   std::vector<simgrid::s4u::Host*> cpus;   // by node index
   std::vector<simgrid::s4u::Host*> nvmes;  // by node index (empty without local NVMe storage)
   simgrid::s4u::Host* object_store = nullptr;
+  // BuildPlatform's shared_cores: one host of that many cores on which every device's compute runs
+  // (nullptr: each device computes on its own host).
+  simgrid::s4u::Host* shared_cores = nullptr;
 };
 
 // Builds the platform into the current SimGrid engine (which must exist and have no platform yet).
 // `calibration` (models/kernels.h): a GPU type's measured intra-node link (link_bandwidth_gbyte_s,
-// link_latency_us) replaces the fabric's of the nodes of that type.
-Platform BuildPlatform(const models::Cluster& cluster, const std::string& calibration = "");
+// link_latency_us) replaces the fabric's of the nodes of that type. `shared_cores` > 0: the devices' compute
+// time-shares that many cores of one machine (SimOptions::shared_cores).
+Platform BuildPlatform(const models::Cluster& cluster, const std::string& calibration = "", uint32_t shared_cores = 0);
 
 }  // namespace hetsim::sim

@@ -443,12 +443,14 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                             models::ComputeCost cost(ctx.model, training, options.profiles, options.compute);
                             auto programs = BuildPrograms(plan, ctx, cost,
                                                           ProgramOptions{options.fidelity, options.compute_jitter_cv,
-                                                                         options.seed, options.fold,
+                                                                         options.seed,
+                                                                         options.fold && options.shared_cores == 0,
                                                                          options.verify_fold});
                             if (!programs.ok()) return std::string(1, '\1') + programs.status().message();
                             SendProgress(SimProgress::kBuilt, 0, CountOperations(*programs), 0);
                             auto engine = MakeEngine();
-                            const Platform platform = BuildPlatform(ctx.cluster, options.compute.calibration);
+                            const Platform platform =
+                                BuildPlatform(ctx.cluster, options.compute.calibration, options.shared_cores);
                             const EngineResult er =
                                 RunEngine(*programs, platform, options.record_timeline, hook, options.timeline_devices);
                             // A device whose main stream never reached its end: SimGrid stopped on a deadlock

@@ -51,6 +51,11 @@ struct SimOptions {
   // Debugging (ProgramOptions::verify_fold): also lower every rank and check the fold decision operation
   // by operation; an error where the two disagree.
   bool verify_fold = false;
+  // The CPU twin with more ranks than cores: every device's compute time-shares this many cores of one
+  // machine, as the OS scheduler shares them among the executor's ranks (a device that waits gives its core
+  // to the others). 0: each device computes alone. Plans are not folded then (a folded replica would leave
+  // its share of the cores to the others).
+  uint32_t shared_cores = 0;
 };
 
 struct SimResult {

@@ -68,7 +68,9 @@ inline Setting MakeSetting(const std::string& cluster_yaml, uint32_t global_batc
   return {ClusterFrom(cluster_yaml), std::move(m).value(), std::move(tr).value()};
 }
 
-inline double Simulate(const Setting& run, const proto::Plan& plan, const models::ProfileDb& db, Fidelity fid = Fidelity::Balanced()) {
+// `shared_cores` > 0: every device's compute time-shares that many cores (SimOptions::shared_cores).
+inline double Simulate(const Setting& run, const proto::Plan& plan, const models::ProfileDb& db,
+                       Fidelity fid = Fidelity::Balanced(), uint32_t shared_cores = 0) {
   models::PlanContext ctx{run.cluster, run.model, run.training};
   const Status v = models::ValidatePlanStructure(plan, ctx, "plan");
   EXPECT_TRUE(v.ok()) << v.message();
@@ -77,6 +79,7 @@ inline double Simulate(const Setting& run, const proto::Plan& plan, const models
   opt.fidelity = fid;
   opt.profiles = &db;
   opt.compute.optimizer_bytes_per_param = 0;  // no optimizer step: the pipeline alone
+  opt.shared_cores = shared_cores;
   auto r = SimulateIteration(plan, ctx, opt);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? r->report.iteration_time_s() : -1;

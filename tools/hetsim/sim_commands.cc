@@ -272,6 +272,7 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     timeline_note = std::move(chosen->second);
   }
   opt.fold = vm.count("no-fold") == 0;
+  if (vm.count("shared-cores")) opt.shared_cores = vm["shared-cores"].as<uint32_t>();
   opt.profiles = &*profiles;
   opt.compute.calibration = calibration;
   opt.progress = [&err](const sim::SimProgress& p) {
@@ -405,6 +406,9 @@ std::vector<Command> SimCommands() {
                              "fast | balanced | full (docs/simulator.md)")
                  ("no-fold", "play every device even when pipelines and TP ranks are identical (docs/simulator.md, "
                              "\"Folding\")")
+                 ("shared-cores", po::value<uint32_t>(),
+                  "the CPU twin: every device's compute time-shares N cores of one machine, as the executor's "
+                  "ranks do under mpirun with more ranks than cores (docs/calibration.md)")
                  ("profile", po::value<std::vector<std::string>>()->composing(),
                   "measured layer profile (bundled name or path); repeatable")
                  ("calibration", po::value<std::string>()->default_value("default"),

@@ -13,6 +13,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "models/kernels.h"
 #include "models/profile_db.h"
@@ -119,6 +120,13 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
   const uint32_t iterations = vm["iterations"].as<uint32_t>(), warmup = vm["warmup"].as<uint32_t>();
   const int repeats = std::max(1, vm["repeats"].as<int>());
   const double tolerance = vm.count("tolerance") ? vm["tolerance"].as<double>() : 0;
+  // The CPU backend's ranks all run on this machine: with more ranks than cores they time-share the cores,
+  // and the simulator shares them alike (SimOptions::shared_cores).
+  const uint32_t cores = vm.count("cores") ? vm["cores"].as<uint32_t>() : std::max(1u, std::thread::hardware_concurrency());
+  if (cores == 0) {
+    err << "hetsim validate-sim: --cores: give at least 1\n";
+    return 2;
+  }
 
   const auto plans = SplitList(FlagString(vm, "plans"));
   std::vector<PlanResult> results;
@@ -151,6 +159,11 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
     opt.fidelity = *fid;
     opt.compute.calibration = calibration;
     opt.profiles = &*profiles;
+    if (backend == "cpu" && static_cast<uint32_t>(r.ranks) > cores) {
+      opt.shared_cores = cores;
+      out << r.plan << ": " << r.ranks << " ranks on " << cores << " core" << (cores == 1 ? "" : "s")
+          << ": simulated time-sharing them\n";
+    }
     auto sim = sim::SimulateIteration(*specs->plan, ctx, opt);
     if (!sim.ok()) {
       err << plan_ref << ": simulation failed: " << sim.status().message() << "\n";

@@ -437,7 +437,10 @@ Command ValidateSimCommand() {
                 ("tolerance", po::value<double>(), "--executor: exit 1 when a plan's error exceeds this fraction (e.g. 0.1)")
                 ("figure", po::value<std::string>(), "--executor: draw executed vs simulated time per operation (PNG)")
                 ("work-dir", po::value<std::string>(), "--executor: the executor's reports and logs (default validate-exec/)")
-                ("mpirun", po::value<std::string>()->default_value("mpirun"), "--executor: the MPI launcher");
+                ("mpirun", po::value<std::string>()->default_value("mpirun"), "--executor: the MPI launcher")
+                ("cores", po::value<uint32_t>(),
+                 "--executor --backend cpu: cores the ranks share on this machine (default: its hardware threads); a "
+                 "plan with more ranks than cores is simulated with its ranks time-sharing them");
           },
           RunValidateSim};
 }
