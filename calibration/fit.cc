@@ -486,7 +486,11 @@ Result<proto::KernelCalibration> FitFromProfiles(const models::GpuSpec& gpu, pro
     if (y.size() < 3) return Status::Invalid("profile fit: fewer than 3 blocks longer than their kernels' launch floor");
     fit = RobustFit(x, y);
     if (memory_fitted && (fit.coef.size() < 2 || !(fit.coef[1] > 0) || !(fit.coef[0] > 0))) {
-      memory_fitted = false;  // not identifiable: the GEMM efficiency alone, at base's memory efficiency
+      // Not identifiable: the GEMM efficiency alone, at base's memory efficiency — base's values again, not
+      // those of an earlier round of the two-coefficient fit.
+      memory_fitted = false;
+      ge = base.GemmEfficiency(dtype);
+      me = base.MemoryEfficiency(dtype);
       round = -1;
       continue;
     }

@@ -195,4 +195,18 @@ double TransformerModel::BoundaryBytes(double batch, uint32_t seq_len, proto::DT
   return DTypeBytes(dtype) * batch * seq_len * spec_.hidden_size();
 }
 
+std::optional<std::vector<std::pair<uint32_t, uint32_t>>> UniformBlocksSplit(const TransformerModel& model,
+                                                                             uint32_t pp) {
+  const uint32_t L = model.num_blocks();
+  if (pp == 0 || L % pp != 0) return std::nullopt;
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  const uint32_t k = L / pp;
+  for (uint32_t s = 0; s < pp; ++s) {
+    const uint32_t begin = s == 0 ? 0 : 1 + s * k;
+    const uint32_t end = s + 1 == pp ? model.num_layers() : 1 + (s + 1) * k;
+    out.emplace_back(begin, end);
+  }
+  return out;
+}
+
 }  // namespace hetsim::models

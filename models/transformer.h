@@ -12,7 +12,10 @@
 //   runs without dropout); with flash attention the s² terms are not stored.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "models/proto/model.pb.h"
 #include "models/proto/training.pb.h"
@@ -87,5 +90,11 @@ class TransformerModel {
   double BlockMatmulParams() const;  // the parameters that take part in matmuls
   proto::Model spec_;
 };
+
+// Megatron-LM's uniform pipeline split: the blocks evenly over `pp` stages, the embedding with the first
+// stage and the head with the last, as [begin, end) layer ranges; nullopt when pp does not divide the
+// block count.
+std::optional<std::vector<std::pair<uint32_t, uint32_t>>> UniformBlocksSplit(const TransformerModel& model,
+                                                                             uint32_t pp);
 
 }  // namespace hetsim::models

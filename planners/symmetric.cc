@@ -79,19 +79,6 @@ proto::Plan IntraStageLayout(const std::vector<uint32_t>& order, const std::vect
   return plan;
 }
 
-std::optional<LayerRanges> UniformBlocksSplit(const models::TransformerModel& model, uint32_t pp) {
-  const uint32_t L = model.num_blocks();
-  if (pp == 0 || L % pp != 0) return std::nullopt;
-  LayerRanges out;
-  const uint32_t k = L / pp;
-  for (uint32_t s = 0; s < pp; ++s) {
-    const uint32_t begin = s == 0 ? 0 : 1 + s * k;
-    const uint32_t end = s + 1 == pp ? model.num_layers() : 1 + (s + 1) * k;
-    out.emplace_back(begin, end);
-  }
-  return out;
-}
-
 std::optional<LayerRanges> UniformLayersSplit(const models::TransformerModel& model, uint32_t pp) {
   if (pp == 0 || model.num_layers() % pp != 0) return std::nullopt;
   return EvenLayerSplit(model.num_layers(), pp);

@@ -245,8 +245,6 @@ class Builder {
     return (f.kind() == proto::IntraNodeFabric::KIND_PCIE ? f.latency_us() : f.pcie_latency_us()) * 1e-6 / 2;
   }
 
-  // The object store hangs off the region's switch. A region of several network groups holds only zones
-  // (SimGrid's star zones do not route between a host and a sub-zone), so there the store gets its own zone.
   // A machine's cores shared by every device's compute: SimGrid splits a multi-core host's cores among
   // the executions running on it, as an OS scheduler does (each gets at most one core), and an actor that
   // waits runs nothing there. The host never communicates, so it sits alone in a zone without routes.
@@ -254,10 +252,13 @@ class Builder {
     if (shared_cores_ == 0) return;
     s4u::NetZone* cz = s4u::create_empty_zone("shared-cores-zone");
     cz->set_parent(z);
-    p_.shared_cores = cz->create_host("shared-cores", kGpuSpeed)->set_core_count(static_cast<int>(shared_cores_))->seal();
+    p_.shared_cores =
+        cz->create_host("shared-cores", kGpuSpeed)->set_core_count(static_cast<int>(shared_cores_))->seal();
     cz->seal();
   }
 
+  // The object store hangs off the region's switch. A region of several network groups holds only zones
+  // (SimGrid's star zones do not route between a host and a sub-zone), so there the store gets its own zone.
   void AddObjectStore(s4u::NetZone* z) {
     if (object_store_ == nullptr) return;
     if (!region_has_groups_) {

@@ -201,6 +201,33 @@ TEST(FitFromProfiles, AProfileOfAnotherGpuOrWithoutTp1RowsIsRefused) {
   EXPECT_NE(none.status().message().find("no transformer row at tp_degree 1"), std::string::npos);
 }
 
+TEST(FitFromProfiles, AnUnidentifiableMemorySideFallsBackToTheBasesValue) {
+  // Sailor's Titan RTX profile of OPT-350M (one shape, 4 micro-batch sizes): a first round of the
+  // two-efficiency fit lands on a memory efficiency of 0.17, and the next round finds the two sides not
+  // identifiable. The GEMM-only fit must then start again from the base's memory efficiency (0.84), not
+  // from the abandoned 0.17, at which the memory-bound kernels alone outlast the measured blocks and no
+  // GEMM efficiency fits (the fit failed so until session 25).
+  const models::GpuSpec& titan = *models::GpuCatalog::Bundled().Find("titan-rtx").value();
+  auto profile = models::LoadProfile("sailor-opt-350m-titan-rtx");
+  ASSERT_TRUE(profile.ok()) << profile.status().message();
+  auto obs = ProfileObservations(*profile, "titan", titan, proto::DTYPE_FP32, proto::ATTENTION_STANDARD);
+  ASSERT_TRUE(obs.ok()) << obs.status().message();
+  models::KernelParams base = models::KernelParamsFor(titan);
+  base.by_dtype = {{proto::DTYPE_FP32, 0.87, 0.84}};
+  FitSummary summary;
+  auto fit = FitFromProfiles(titan, proto::DTYPE_FP32, base, *obs, false, &summary);
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  EXPECT_FALSE(fit->by_dtype(0).has_memory_efficiency());
+  EXPECT_NE(summary.lines.front().find("memory efficiency kept at 0.8400"), std::string::npos)
+      << summary.lines.front();
+  // A block forward + backward at micro-batch 1 is 3 x 24 h^2 s + 3 x 4 s^2 h = 206 GFLOP of GEMMs (h 1,024,
+  // s 2,048), 28 ms measured: at least 206 / 0.028 / 16.3e3 = 45% of the FP32 peak, so a physical
+  // efficiency lies between that and 1.
+  const double ge = fit->by_dtype(0).gemm_efficiency();
+  EXPECT_GT(ge, 0.45);
+  EXPECT_LT(ge, 1.0);
+}
+
 // The bundled default's per-dtype entries change their dtype only.
 TEST(ByDtype, AnEntryForOneDtypeLeavesTheOthers) {
   const models::KernelParams& p = models::KernelParamsFor(Gh200());

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "models/spec_io.h"
+#include "models/transformer.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
 #include "sim/simulator.h"
@@ -25,8 +26,9 @@ namespace {
 
 using namespace hetsim;
 
-// Megatron-style uniform plan: TP innermost, then DP, then PP (device = (s·dp + p)·tp + k); layers split
-// as evenly as possible.
+// Megatron-style uniform plan: TP innermost, then DP, then PP (device = (s·dp + p)·tp + k); the blocks
+// evenly with the embedding and head at the ends where pp divides them (Megatron-LM's split, which the
+// interleaved schedule's chunks need), else every layer as evenly as possible.
 proto::Plan UniformPlan(const models::TransformerModel& m, uint32_t tp, uint32_t pp, uint32_t dp, uint32_t mbs,
                         uint32_t micro_batches, uint32_t zero) {
   proto::Plan plan;
@@ -34,6 +36,7 @@ proto::Plan UniformPlan(const models::TransformerModel& m, uint32_t tp, uint32_t
   plan.set_zero_stage(zero);
   plan.set_sequence_parallel(tp > 1);
   const uint32_t L = m.num_layers();
+  const auto blocks = models::UniformBlocksSplit(m, pp);
   for (uint32_t p = 0; p < dp; ++p) {
     auto* pipe = plan.add_pipelines();
     pipe->set_micro_batch_size(mbs);
@@ -41,8 +44,8 @@ proto::Plan UniformPlan(const models::TransformerModel& m, uint32_t tp, uint32_t
     for (uint32_t s = 0; s < pp; ++s) {
       auto* st = pipe->add_stages();
       st->set_tp_degree(tp);
-      st->set_layer_begin(L * s / pp);
-      st->set_layer_end(L * (s + 1) / pp);
+      st->set_layer_begin(blocks ? (*blocks)[s].first : L * s / pp);
+      st->set_layer_end(blocks ? (*blocks)[s].second : L * (s + 1) / pp);
       for (uint32_t k = 0; k < tp; ++k) st->add_devices((s * dp + p) * tp + k);
     }
   }

@@ -122,7 +122,8 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
   const double tolerance = vm.count("tolerance") ? vm["tolerance"].as<double>() : 0;
   // The CPU backend's ranks all run on this machine: with more ranks than cores they time-share the cores,
   // and the simulator shares them alike (SimOptions::shared_cores).
-  const uint32_t cores = vm.count("cores") ? vm["cores"].as<uint32_t>() : std::max(1u, std::thread::hardware_concurrency());
+  const uint32_t cores =
+      vm.count("cores") ? vm["cores"].as<uint32_t>() : std::max(1u, std::thread::hardware_concurrency());
   if (cores == 0) {
     err << "hetsim validate-sim: --cores: give at least 1\n";
     return 2;

@@ -260,7 +260,7 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   if (r.global_batch % (r.dp * r.micro_batch) != 0) return fail("global batch not divisible by DP × micro batch");
   std::vector<uint32_t> order(r.gpus);
   for (uint32_t i = 0; i < r.gpus; ++i) order[i] = i;
-  const auto split = planners::UniformBlocksSplit(*model, r.pp);
+  const auto split = models::UniformBlocksSplit(*model, r.pp);
   const auto layers = split ? *split : planners::EvenLayerSplit(model->num_layers(), r.pp);
   proto::Plan plan = planners::MegatronLayout(order, r.dp, r.tp, r.pp, layers, r.micro_batch,
                                               r.global_batch / (r.dp * r.micro_batch));
