@@ -23,9 +23,9 @@
 # the cores as the OS does (a rank that waits leaves its core to the others; SimOptions::shared_cores), so
 # the calibration's layer profiles are taken with a busy rank per core (`calibrate --ranks`, at most four).
 # Time sharing adds scheduler noise (2-12% per plan against 0.3-3% with a core each), so a round passes at
-# MAPE <= 10% (docs/calibration.md). cpu-4-hetero is not here: on two cores it came out -16% to -37% (its
-# executed time moved from 434 to 577 ms between runs), and charging waiting ranks part of a core (Open MPI's
-# polling) cannot fit it without moving the leader broadcast by as much (docs/calibration.md).
+# MAPE <= 10% (docs/calibration.md). cpu-4-hetero, cpu-4-dp-split and cpu-4-pp4-gpipe are not here: their
+# ranks mostly wait, polling, and their time on two cores depends on which ranks the OS puts on one core
+# (cpu-4-hetero: 475-649 ms pinned by hand, 456-587 ms unpinned; docs/calibration.md).
 # Usage: cpu_twin.sh HETSIM SOURCE_DIR WORK_DIR [shared]
 set -uo pipefail
 hetsim=$1 src=$2 work=$3 mode=${4:-}
