@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -405,6 +406,28 @@ TEST(ValidateSim, EachPlanRunUsesTheCalibrationItsRowNames) {
   const auto r = RunCli({"validate-sim", "--runs", bad});
   EXPECT_NE(r.code, 0);
   EXPECT_TRUE(Has(r.err, "row-bad.csv:2: calibration:")) << r.err;
+}
+
+TEST(ValidateSim, PlanRunsTakeTheMeasuredProfilesGiven) {
+  // Sailor's one-node GH200 plan of OPT-350M simulated with Sailor's measured GH200 profile of that model:
+  // its blocks take the profile's times instead of the kernel model's, so the simulated time moves. A
+  // profile that does not exist fails before any simulation; the column layouts, whose models no profile
+  // names, refuse --profile.
+  const std::string plan = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/plans/n1-d1-m4-g1.yaml";
+  const std::string csv = WriteTemp("profile-run.csv", "plan,iteration_ms\n" + plan + ",73.59\n");
+  const std::string plain = testing::TempDir() + "profile-plain.csv", measured = testing::TempDir() + "profile-m.csv";
+  const auto a = RunCli({"validate-sim", "--runs", csv, "-o", plain});
+  const auto b = RunCli({"validate-sim", "--runs", csv, "--profile", "sailor-opt-350m-gh200", "-o", measured});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_GT(std::fabs(SimulatedMs(measured) / SimulatedMs(plain) - 1), 0.001);
+  const auto c = RunCli({"validate-sim", "--runs", csv, "--profile", "no-such-profile"});
+  EXPECT_EQ(c.code, 1);
+  EXPECT_TRUE(Has(c.err, "--profile: no bundled profile named 'no-such-profile'")) << c.err;
+  const std::string table1 = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/megatron_sc21_table1.csv";
+  const auto d = RunCli({"validate-sim", "--runs", table1, "--profile", "sailor-opt-350m-gh200"});
+  EXPECT_EQ(d.code, 2);
+  EXPECT_TRUE(Has(d.err, "--profile applies to plan-file runs")) << d.err;
 }
 
 TEST(Calibrate, RefitsTheBundledA100CollectivesFromTheirData) {

@@ -17,10 +17,14 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 #include <ostream>
 
 #include "models/gpu_catalog.h"
 #include "models/kernels.h"
+#include "models/profile_db.h"
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "sim/simulator.h"
@@ -110,8 +114,28 @@ Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
   return runs;
 }
 
+// The measured layer profiles a run is simulated with: --profile's and the calibration's own, loaded once
+// per calibration.
+class Profiles {
+ public:
+  explicit Profiles(std::vector<std::string> refs) : refs_(std::move(refs)) {}
+  Result<const models::ProfileDb*> For(const std::string& calibration) {
+    auto it = dbs_.find(calibration);
+    if (it != dbs_.end()) return &it->second;
+    std::vector<std::string> refs = refs_;
+    for (auto& p : models::CalibrationProfiles(calibration)) refs.push_back(std::move(p));
+    HETSIM_ASSIGN_OR_RETURN(models::ProfileDb db, models::ProfileDb::Load(refs));
+    return &dbs_.emplace(calibration, std::move(db)).first->second;
+  }
+
+ private:
+  std::vector<std::string> refs_;
+  std::map<std::string, models::ProfileDb> dbs_;
+};
+
 // `calibration` empty: the plan's own (its `calibration`, relative to the plan), else `default`.
-void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibration, const sim::Fidelity& fidelity) {
+void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibration, const sim::Fidelity& fidelity,
+                     Profiles& profiles) {
   const std::string file = r.plan[0] == '/' ? r.plan : FolderOf(csv_path) + r.plan;
   auto fail = [&](const std::string& why) { r.error = why; };
   auto plan = models::LoadPlan(file);
@@ -131,9 +155,12 @@ void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibr
     if (Status c = models::CheckKernelCalibration(calibration, file + ": calibration"); !c.ok()) return fail(c.message());
   }
   r.calibration = calibration;
+  auto db = profiles.For(calibration);
+  if (!db.ok()) return fail(db.status().message());
   sim::SimOptions opt;
   opt.fidelity = fidelity;
   opt.compute.calibration = calibration;
+  opt.profiles = *db;
   auto res = sim::SimulateIteration(*plan, ctx, opt);
   if (!res.ok()) return fail(res.status().message());
   r.simulated_ms = res->report.iteration_time_s() * 1e3;
@@ -206,6 +233,11 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
     err << c.message() << "\n";
     return 2;
   }
+  Profiles profiles(vm.count("profile") ? vm["profile"].as<std::vector<std::string>>() : std::vector<std::string>{});
+  if (auto check = profiles.For(flag_given ? calibration : "default"); !check.ok()) {
+    err << "--profile: " << check.status().message() << "\n";
+    return 1;
+  }
   const size_t limit = vm.count("limit") ? std::min(vm["limit"].as<size_t>(), runs->size()) : runs->size();
   Tally dev, held, all, sync, memory;
   // Keyed (column, value) so that dp=2 comes before dp=16.
@@ -219,7 +251,7 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   for (size_t i = 0; i < limit; ++i) {
     PlanRun& r = (*runs)[i];
     const bool row_names_one = r.cells.count("calibration") > 0 && !r.cells["calibration"].empty();
-    SimulatePlanRun(r, path, !flag_given && row_names_one ? r.cells["calibration"] : calibration, *fid);
+    SimulatePlanRun(r, path, !flag_given && row_names_one ? r.cells["calibration"] : calibration, *fid, profiles);
     if (!r.calibration.empty()) used_calibrations.insert(r.calibration);
     if (!r.ok) {
       ++failed;

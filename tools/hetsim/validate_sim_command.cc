@@ -316,6 +316,11 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     return 2;
   }
   if (IsPlanRunsCsv(FlagString(vm, "runs"))) return RunValidatePlanRuns(vm, out, err);
+  if (vm.count("profile")) {
+    err << "hetsim validate-sim: --profile applies to plan-file runs (a `plan` column); these runs' models are "
+           "built from the CSV's columns, which no measured profile names\n";
+    return 2;
+  }
   auto runs = ReadRuns(FlagString(vm, "runs"));
   if (!runs.ok()) {
     err << runs.status().message() << "\n";
@@ -426,6 +431,8 @@ Command ValidateSimCommand() {
                 ("calibration", po::value<std::string>()->default_value("vtrain-a100"),
                  "kernel-model calibration: vtrain-a100 (fitted on the development half of vTrain's runs) or default")
                 ("limit", po::value<size_t>(), "simulate only the first N runs")
+                ("profile", po::value<std::vector<std::string>>()->composing(),
+                 "plan-file runs: a measured layer profile to simulate with (bundled name or path); repeatable")
                 ("output,o", po::value<std::string>(), "write every run's (or plan's) simulated time and error (CSV)")
                 ("executor", po::bool_switch()->default_value(false),
                  "compare with plans run on hetsim-exec (mpirun) instead of a CSV of measured runs")
