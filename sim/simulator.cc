@@ -419,6 +419,11 @@ Result<double> SimulateTransfers(const std::vector<Transfer>& transfers, const m
 }
 
 Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanContext& ctx, const SimOptions& options) {
+  if (options.shared_cores > kMaxSharedCores) {
+    return Status::Invalid("shared cores: " + std::to_string(options.shared_cores) +
+                           " is more than a machine has (at most " + std::to_string(kMaxSharedCores) +
+                           "; 0 = each device computes alone)");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   std::function<void(const ProgressRecord&)> relay;
   ProgressHook hook;

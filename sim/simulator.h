@@ -57,6 +57,7 @@ struct SimOptions {
   // its share of the cores to the others).
   uint32_t shared_cores = 0;
 };
+inline constexpr uint32_t kMaxSharedCores = 65536;
 
 struct SimResult {
   proto::IterationReport report;

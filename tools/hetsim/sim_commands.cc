@@ -272,7 +272,13 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
     timeline_note = std::move(chosen->second);
   }
   opt.fold = vm.count("no-fold") == 0;
-  if (vm.count("shared-cores")) opt.shared_cores = vm["shared-cores"].as<uint32_t>();
+  if (vm.count("shared-cores")) {
+    opt.shared_cores = vm["shared-cores"].as<uint32_t>();
+    if (opt.shared_cores == 0 || opt.shared_cores > sim::kMaxSharedCores) {
+      err << "hetsim simulate: --shared-cores: give the machine's core count, 1 to " << sim::kMaxSharedCores << "\n";
+      return 2;
+    }
+  }
   opt.profiles = &*profiles;
   opt.compute.calibration = calibration;
   opt.progress = [&err](const sim::SimProgress& p) {
