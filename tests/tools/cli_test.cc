@@ -644,6 +644,29 @@ TEST(Simulate, SaysWhetherThePlanWasFolded) {
   EXPECT_TRUE(Has(pp2.out, "not folded      no two devices do the same work")) << pp2.out;
 }
 
+TEST(Simulate, SharedCoresTimeShareTheComputeAndRefuseImpossibleCounts) {
+  // cpu-4-dp4's four busy replicas on two shared cores: each computes at half speed, so its compute takes
+  // about twice as long as alone (the gradient sync, a few percent, is not shared), and no device is folded.
+  // A count of 0 or one that wrapped from a negative number is refused with the flag named.
+  const auto alone = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32"});
+  const auto shared = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32", "--shared-cores", "2"});
+  ASSERT_EQ(alone.code, 0) << alone.err;
+  ASSERT_EQ(shared.code, 0) << shared.err;
+  EXPECT_TRUE(Has(shared.out, "not folded")) << shared.out;
+  const auto seconds = [](const std::string& out) {
+    const size_t at = out.find("iteration time");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 14));
+  };
+  const double ratio = seconds(shared.out) / seconds(alone.out);
+  EXPECT_GT(ratio, 1.8) << shared.out << alone.out;
+  EXPECT_LT(ratio, 2.05) << shared.out << alone.out;
+  for (const char* bad : {"0", "-1"}) {
+    const auto r = RunCli({"simulate", "--plan", "cpu-4-dp4", "--shared-cores", bad});
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_TRUE(Has(r.err, "--shared-cores")) << r.err;
+  }
+}
+
 TEST(Simulate, TimelineDevicesChoosesTheRowsAndNamesBadIds) {
   // cpu-4-dp4 uses devices 0-3. "1,3" keeps two of them (the note says so, the file names only those two);
   // "all" keeps all four without a note; ids outside the plan and malformed ranges are errors naming the flag.
