@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "models/transformer.h"
 #include "planners/search.h"
 
 namespace hetsim::planners {
@@ -46,8 +47,9 @@ std::vector<uint32_t> NodeOrder(const models::Cluster& cluster);
 // nodes when `devices` are whole nodes in node order).
 uint32_t NodeGcd(const models::Cluster& cluster, const std::vector<uint32_t>& devices);
 
-// Megatron-LM's uniform splits: the blocks evenly (models::UniformBlocksSplit, found by argument lookup), or
-// all L + 2 layers evenly ((L + 2) % pp == 0; nullopt when pp does not divide).
+// Megatron-LM's uniform splits: the blocks evenly (models/transformer.h), or all L + 2 layers evenly
+// ((L + 2) % pp == 0; nullopt when pp does not divide).
+using models::UniformBlocksSplit;
 std::optional<LayerRanges> UniformLayersSplit(const models::TransformerModel& model, uint32_t pp);
 
 // The worst device of a plan for memory (largest need − capacity), and under CPU offload the worst node

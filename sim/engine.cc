@@ -67,10 +67,7 @@ void Runner::Execute(const Op& op) {
       // The GPU host runs nothing else, so an execution of seconds × its speed takes `seconds` (on shared
       // cores, at least that long).
       async_compute_ = sh_->platform->shared_cores
-                           ? s4u::Exec::init()
-                                 ->set_flops_amount(op.seconds * sh_->platform->shared_cores->get_speed())
-                                 ->set_host(sh_->platform->shared_cores)
-                                 ->start()
+                           ? StartOnSharedCores(op.seconds)
                            : s4u::this_actor::exec_async(op.seconds * s4u::this_actor::get_host()->get_speed());
       async_end_s_ = t0 + op.seconds;
       trace_.compute_s += op.seconds;
@@ -250,11 +247,15 @@ bool Runner::Arrived(const Pending& p) const {
   return it != sh_->board.received.end() && it->second > p.seq;
 }
 
+s4u::ExecPtr Runner::StartOnSharedCores(double seconds) {
+  s4u::Host* cores = sh_->platform->shared_cores;
+  return s4u::Exec::init()->set_flops_amount(seconds * cores->get_speed())->set_host(cores)->start();
+}
+
 double Runner::ComputeOnSharedCores(double seconds) {
   Flush();
   const double t0 = s4u::Engine::get_clock();
-  s4u::Host* cores = sh_->platform->shared_cores;
-  s4u::Exec::init()->set_flops_amount(seconds * cores->get_speed())->set_host(cores)->start()->wait();
+  StartOnSharedCores(seconds)->wait();
   return s4u::Engine::get_clock() - t0;
 }
 

@@ -184,7 +184,9 @@ class Runner {
   // devices can observe.
   void Defer(double seconds) { deferred_s_ += seconds; }
   void Flush();
-  // Runs a compute of `seconds` (alone on one core) on the platform's shared cores; returns how long it took.
+  // A compute of `seconds` (alone on one core) started on the platform's shared cores; and one run there to
+  // its end, returning how long it took.
+  s4u::ExecPtr StartOnSharedCores(double seconds);
   double ComputeOnSharedCores(double seconds);
 
   void WaitAllSends() {

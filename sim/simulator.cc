@@ -418,12 +418,14 @@ Result<double> SimulateTransfers(const std::vector<Transfer>& transfers, const m
   return end;
 }
 
+Status CheckSharedCores(uint32_t cores, const std::string& what) {
+  if (cores >= 1 && cores <= kMaxSharedCores) return Status::Ok();
+  return Status::Invalid(what + ": " + std::to_string(cores) + " is not a machine's core count (give 1 to " +
+                         std::to_string(kMaxSharedCores) + ")");
+}
+
 Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanContext& ctx, const SimOptions& options) {
-  if (options.shared_cores > kMaxSharedCores) {
-    return Status::Invalid("shared cores: " + std::to_string(options.shared_cores) +
-                           " is more than a machine has (at most " + std::to_string(kMaxSharedCores) +
-                           "; 0 = each device computes alone)");
-  }
+  if (options.shared_cores > 0) HETSIM_RETURN_IF_ERROR(CheckSharedCores(options.shared_cores, "shared cores"));
   const auto t0 = std::chrono::steady_clock::now();
   std::function<void(const ProgressRecord&)> relay;
   ProgressHook hook;

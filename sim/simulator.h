@@ -58,6 +58,8 @@ struct SimOptions {
   uint32_t shared_cores = 0;
 };
 inline constexpr uint32_t kMaxSharedCores = 65536;
+// Whether `cores` is a machine's core count (1 to kMaxSharedCores); the error names `what`.
+Status CheckSharedCores(uint32_t cores, const std::string& what);
 
 struct SimResult {
   proto::IterationReport report;

@@ -274,8 +274,8 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   opt.fold = vm.count("no-fold") == 0;
   if (vm.count("shared-cores")) {
     opt.shared_cores = vm["shared-cores"].as<uint32_t>();
-    if (opt.shared_cores == 0 || opt.shared_cores > sim::kMaxSharedCores) {
-      err << "hetsim simulate: --shared-cores: give the machine's core count, 1 to " << sim::kMaxSharedCores << "\n";
+    if (Status c = sim::CheckSharedCores(opt.shared_cores, "hetsim simulate: --shared-cores"); !c.ok()) {
+      err << c.message() << "\n";
       return 2;
     }
   }

@@ -124,8 +124,8 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
   // and the simulator shares them alike (SimOptions::shared_cores).
   const uint32_t cores =
       vm.count("cores") ? vm["cores"].as<uint32_t>() : std::max(1u, std::thread::hardware_concurrency());
-  if (cores == 0 || cores > sim::kMaxSharedCores) {
-    err << "hetsim validate-sim: --cores: give this machine's core count, 1 to " << sim::kMaxSharedCores << "\n";
+  if (Status c = sim::CheckSharedCores(cores, "hetsim validate-sim: --cores"); !c.ok()) {
+    err << c.message() << "\n";
     return 2;
   }
 
