@@ -252,6 +252,18 @@ TEST(ByDtype, AnEntryForOneDtypeLeavesTheOthers) {
 
 // megatron-deepspeed: the software stack's host costs over the default's chip values, for every GPU type;
 // what the chips measured (GH200's TF32 fit, A100's efficiencies) stays, and so does whether it is measured.
+TEST(ByDtype, TheTitanRtxRestsOnItsProfileFitInFp32Only) {
+  // default's titan-rtx entry: the FP32 GEMM efficiency fitted on Sailor's profile
+  // (calibration/data/profile-fits/titan-rtx.txt), measured for fp32 and for tf32 (which runs in FP32 there),
+  // not for fp16.
+  const models::GpuSpec& titan = *models::GpuCatalog::Bundled().Find("titan-rtx").value();
+  const models::KernelParams& p = models::KernelParamsFor(titan);
+  EXPECT_NEAR(p.GemmEfficiency(proto::DTYPE_FP32), 0.7135, 1e-9);
+  EXPECT_TRUE(p.MeasuredFor(proto::DTYPE_FP32));
+  EXPECT_EQ(titan.MathDType(proto::DTYPE_TF32), proto::DTYPE_FP32);
+  EXPECT_FALSE(p.MeasuredFor(proto::DTYPE_FP16));
+}
+
 TEST(ByDtype, TheMegatronDeepSpeedStackChangesHostCostsOnly) {
   const models::KernelParams& base = models::KernelParamsFor(Gh200());
   const models::KernelParams& p = models::KernelParamsFor(Gh200(), "megatron-deepspeed");

@@ -193,6 +193,25 @@ TEST(ValidateSim, ReportsTheErrorOfEveryRunAndBothHalves) {
   EXPECT_FALSE(std::getline(in, extra));
 }
 
+TEST(ValidateSim, PerRunCsvGivesTheFullestDevicesPeakMemory) {
+  // A GPT of hidden 1024 and 24 blocks in two stages on 2 A100s: each stage holds at least 12 blocks of
+  // 12.6 M parameters (12 h^2 + 13 h), 151 M, whose fp16 weights and gradients and fp32 Adam state and
+  // master copy take 16 bytes each: at least 2.25 GiB; far below the 80 GiB of an A100.
+  const std::string runs = WriteTemp("mem-runs.csv",
+                                     "2,16,8,1024,16,24,1024,1,1,2,372.16\n");
+  const std::string out = testing::TempDir() + "mem-per-run.csv";
+  const auto r = RunCli({"validate-sim", "--runs", runs, "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(out);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  ASSERT_TRUE(Has(header, ",peak_memory_gib")) << header;
+  const double gib = std::stod(row.substr(row.rfind(',') + 1));
+  EXPECT_GT(gib, 2.25);
+  EXPECT_LT(gib, 40);
+}
+
 TEST(ValidateSim, BadRowsNameTheLineAndTheProblem) {
   const std::string shape = WriteTemp("bad-shape.csv", "4,16,4,1024,16,24,1024,2,1,1,300.0\n");
   const auto a = RunCli({"validate-sim", "--runs", shape});
