@@ -28,7 +28,7 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
       "Runs a plan for real, one MPI rank per device of the plan, and reports like the simulator.\n\nflags");
   uint64_t seed = o.seed;
   // Counts are read as signed numbers and checked: an unsigned flag would take "-1" as 4,294,967,295.
-  int64_t iterations = o.iterations, warmup = o.warmup, global_batch = 0, seq_len = 0;
+  int64_t iterations = o.iterations, warmup = o.warmup, global_batch = 0, seq_len = 0, cores = 0;
   desc.add_options()
       ("help,h", "print this help")
       ("plan,p", po::value<std::string>(&o.plan), "plan file (or bundled plan name)")
@@ -41,6 +41,10 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
       ("timeout-s", po::value<double>(&o.timeout_s)->default_value(o.timeout_s),
        "end the job when a rank makes no progress for this long (a peer stopped or hangs), naming the rank and "
        "the operation; 0: wait forever")
+      ("cores", po::value<int64_t>(&cores),
+       "CPU backend: ranks compute through a pool of this many cores, at most that many at once, the others "
+       "waiting without polling (0: no pool; default: all but one of this machine's cores when it runs more "
+       "ranks than it has cores)")
       ("seed", po::value<uint64_t>(&seed)->default_value(1234), "seed of the weights and the synthetic data")
       ("lr", po::value<double>(&o.lr)->default_value(1e-3), "Adam learning rate")
       ("rope-theta", po::value<double>(&o.rope_theta)->default_value(10000.0), "RoPE base")
@@ -109,6 +113,10 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
   if (o.backend != "cpu" && o.backend != "cuda") {
     return Status::Invalid("hetsim-exec: --backend: unknown backend '" + o.backend + "' (expected cpu or cuda)" +
                            DidYouMean(o.backend, {"cpu", "cuda"}));
+  }
+  if (vm.count("cores")) {
+    HETSIM_RETURN_IF_ERROR(count("cores", cores, 0, 65536));
+    o.cores = static_cast<uint32_t>(cores);
   }
   if (o.iterations + o.warmup == 0) return Status::Invalid("hetsim-exec: --iterations and --warmup are both 0");
   if (!(o.rtol > 0)) return Status::Invalid("hetsim-exec: --rtol must be positive");

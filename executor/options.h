@@ -35,6 +35,9 @@ struct ExecOptions {
   std::string compare_gradients;  // a reference dump to compare the first step's gradients with
   double rtol = 1e-4;             // tolerance of --compare-gradients
   double timeout_s = 600;         // --timeout-s: a rank with no progress for this long ends the job (0: never)
+  // --cores: the CPU backend's pool of cores (mpi_comm.h ShareCores; 0: none); default: all but one of this
+  // machine's cores when it runs more ranks than it has cores
+  std::optional<uint32_t> cores;
   std::string profile_out;        // per-layer timings of rank 0 merged into this profile YAML
   std::string profile_model;      // the profile's model name (default: the model's)
   std::optional<uint32_t> global_batch, seq_len;

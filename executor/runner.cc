@@ -2,6 +2,8 @@
 
 #include "executor/runner_internal.h"
 
+#include <unistd.h>
+
 namespace hetsim::executor {
 
 void Runner::SetupComms() {
@@ -133,11 +135,12 @@ void Runner::Recv(const models::Op& op, uint32_t chunk) {
   Buffer& buf = (backward ? recv_backward_ : recv_forward_)[Key(op.micro_batch, chunk)];
   if (buf.empty()) buf = Buffer(be_, T, h, be_->act_dtype());
   const int peer = plan_.RankOfDevice(op.peer), tag = Tag(op, chunk);
-  p2p_->WaitForMessage(peer, tag);  // waiting for the other stage is idle time, not transfer
   const Tensor rows = buf.t().Rows(op.seq_begin * hidden_seq(), op.seq_end * hidden_seq());
   const bool piece = Scattered(op);
   const Tensor message = piece ? Piece(rows) : rows;
   {
+    const OffCore off;  // a receive is a wait (ShareCores)
+    p2p_->WaitForMessage(peer, tag);  // waiting for the other stage is idle time, not transfer
     SliceRecorder::Scope pp(&recorder_, Category::kPp, static_cast<int32_t>(op.micro_batch));
     p2p_->Recv(peer, message, tag);
   }
@@ -308,6 +311,7 @@ size_t Runner::RunPass(const std::vector<models::Op>& ops, size_t i) {
 
 void Runner::RunOps() {
   const std::vector<models::Op>& ops = plan_.Ops(rank_);
+  TakeCoreInRankOrder();
   for (size_t i = 0; i < ops.size();) {
     const models::Op& op = ops[i];
     const auto at = static_cast<int64_t>(i);
@@ -354,7 +358,10 @@ void Runner::RunOps() {
         ++i;
         break;
       case models::OpKind::kWaitSends:
-        p2p_->WaitSends();
+        {
+          const OffCore off;
+          p2p_->WaitSends();
+        }
         out_forward_.clear();
         out_backward_.clear();
         log_.Add(op);
@@ -391,7 +398,10 @@ void Runner::RunOps() {
         ++i;
         break;
       case models::OpKind::kJoin:
-        be_->SideJoin();
+        {
+          const OffCore off;
+          be_->SideJoin();
+        }
         HETSIM_CHECK(dp_next_ == plan_.DpOps(rank_).size(),
                      "hetsim-exec: the main stream joined the DP stream before signalling all its segments");
         log_.Add(op);
@@ -402,6 +412,7 @@ void Runner::RunOps() {
                                 " operation the executor does not run");
     }
   }
+  LeaveCore();
 }
 
 models::Op Runner::SyncOp(const models::Op& op, bool side) {
@@ -554,6 +565,24 @@ namespace {
 
 int g_mpi_thread_level = MPI_THREAD_SINGLE;  // what MPI_Init_thread provided
 
+// How many of the job's ranks run on this machine.
+int LocalRanks(int rank) {
+  MPI_Comm local;
+  int local_size = 1;
+  HETSIM_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  HETSIM_MPI_CHECK(MPI_Comm_size(local, &local_size));
+  MPI_Comm_free(&local);
+  return local_size;
+}
+
+// --cores' default: when the whole job runs here with more ranks than this machine has cores, a pool of all
+// but one of them (at least one): the CPU backend's communication moves data with the CPU, so it keeps a core.
+uint32_t AutoCorePool(int rank, int world) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int local = LocalRanks(rank);
+  return cores > 0 && local == world && local > cores ? static_cast<uint32_t>(std::max(1L, cores - 1)) : 0;
+}
+
 int Fail(int rank, const Status& s, int code) {
   if (rank == 0) std::fprintf(stderr, "%s\n", s.message().c_str());
   return code;
@@ -607,6 +636,19 @@ int Run(int rank, int world, int argc, char** argv) {
     }
     backend = MakeCpuBackend();
     factory = MakeMpiCommFactory();
+    const uint32_t cores = options->cores ? *options->cores : AutoCorePool(rank, world);
+    if (cores > 0 && LocalRanks(rank) != world) {
+      return Fail(rank,
+                  Status::Invalid("hetsim-exec: --cores " + std::to_string(cores) +
+                                  ": a pool of cores is shared by ranks of one machine, and this job spans several; "
+                                  "pass --cores 0"),
+                  2);
+    }
+    ShareCores(cores);
+    if (rank == 0 && cores > 0) {
+      std::printf("hetsim-exec: %d ranks share a pool of %u cores: at most %u compute at once, the others wait "
+                  "(--cores)\n", world, cores, cores);
+    }
   } else {
 #ifdef HETSIM_EXECUTOR_CUDA
     if (dtype != proto::DTYPE_BF16 && dtype != proto::DTYPE_FP32) {
@@ -656,6 +698,7 @@ int ExecMain(int argc, char** argv) {
   HETSIM_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   HETSIM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   const int code = Run(rank, world, argc, argv);
+  ShareCores(0);  // the pool's shared window goes before MPI does
   MPI_Finalize();
   return code;
 }

@@ -23,11 +23,13 @@ char g_payload = 0;
 void Runner::Run() {
   const DeviceProgram& prog = sh_->programs->programs[slot_];
   const auto& ops = dp_stream_ ? prog.dp_stream : prog.ops;
+  if (pooled()) sh_->cores->acquire();
   for (const Op& op : ops) {
     Execute(op);
     sh_->Played();
   }
   Flush();
+  if (pooled()) sh_->cores->release();
   StopStagers();
   WaitAllSends();
   if (dp_stream_) {
@@ -41,22 +43,19 @@ void Runner::Run() {
 }
 
 void Runner::Execute(const Op& op) {
-  if (op.kind != OpKind::kCompute && op.kind != OpKind::kTpAnalytic) Flush();
+  // With a pool of cores (the CPU twin), a device gives its core up while it waits and queues for one after.
+  const bool waits = op.kind == OpKind::kRecv || op.kind == OpKind::kCollective || op.kind == OpKind::kWaitSends ||
+                     op.kind == OpKind::kJoin || op.kind == OpKind::kTpAnalytic;
+  if (op.kind != OpKind::kCompute && (op.kind != OpKind::kTpAnalytic || pooled())) Flush();
+  if (waits && pooled()) sh_->cores->release();
   const double t0 = Now();
   switch (op.kind) {
     case OpKind::kCompute: {
-      // Alone on its device, a compute of `seconds` takes that long; on cores shared with other devices
-      // (the CPU twin) it takes what the sharing leaves it.
-      double took = op.seconds;
-      if (sh_->platform->shared_cores) {
-        took = ComputeOnSharedCores(op.seconds);
-      } else {
-        Defer(op.seconds);
-      }
-      trace_.compute_s += took;
+      Defer(op.seconds);
+      trace_.compute_s += op.seconds;
       if (op.category != Category::kOptimizer) {
-        trace_.fwd_bwd_s += took;
-        trace_.pipeline_end_s = t0 + took;
+        trace_.fwd_bwd_s += op.seconds;
+        trace_.pipeline_end_s = t0 + op.seconds;
         trace_.comm_in_phase_s =
             trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
       }
@@ -64,11 +63,8 @@ void Runner::Execute(const Op& op) {
       break;
     }
     case OpKind::kComputeAsync:
-      // The GPU host runs nothing else, so an execution of seconds × its speed takes `seconds` (on shared
-      // cores, at least that long).
-      async_compute_ = sh_->platform->shared_cores
-                           ? StartOnSharedCores(op.seconds)
-                           : s4u::this_actor::exec_async(op.seconds * s4u::this_actor::get_host()->get_speed());
+      // The GPU host runs nothing else, so an execution of seconds × its speed takes `seconds`.
+      async_compute_ = s4u::this_actor::exec_async(op.seconds * s4u::this_actor::get_host()->get_speed());
       async_end_s_ = t0 + op.seconds;
       trace_.compute_s += op.seconds;
       trace_.fwd_bwd_s += op.seconds;
@@ -209,6 +205,10 @@ void Runner::Execute(const Op& op) {
       break;
     }
   }
+  if (waits && pooled()) {
+    Flush();
+    sh_->cores->acquire();
+  }
   Reap();
 }
 
@@ -247,18 +247,6 @@ bool Runner::Arrived(const Pending& p) const {
   return it != sh_->board.received.end() && it->second > p.seq;
 }
 
-s4u::ExecPtr Runner::StartOnSharedCores(double seconds) {
-  s4u::Host* cores = sh_->platform->shared_cores;
-  return s4u::Exec::init()->set_flops_amount(seconds * cores->get_speed())->set_host(cores)->start();
-}
-
-double Runner::ComputeOnSharedCores(double seconds) {
-  Flush();
-  const double t0 = s4u::Engine::get_clock();
-  StartOnSharedCores(seconds)->wait();
-  return s4u::Engine::get_clock() - t0;
-}
-
 void Runner::Flush() {
   if (deferred_s_ <= 0) return;
   const double s = deferred_s_;
@@ -278,7 +266,7 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
                        const ProgressHook& progress, const std::vector<uint32_t>& timeline_devices) {
   EngineResult result;
   result.devices.resize(programs.devices.size());
-  engine::Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}, {}, {}, {},
+  engine::Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}, {}, {}, {}, {},
                 &progress, 0, CountOperations(programs), std::chrono::steady_clock::now()};
   shared.counters.resize(programs.devices.size());
   const bool folded = programs.folded;
@@ -304,6 +292,7 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
     shared.group_played[g] = k;
   }
   if (folded) result.scaled_links = engine::ScaleTwinLinks(&shared);
+  if (platform.shared_cores > 0) shared.cores = s4u::Semaphore::create(platform.shared_cores);
   for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
     shared.ready.push_back(s4u::Semaphore::create(0));
     shared.done.push_back(s4u::Semaphore::create(0));

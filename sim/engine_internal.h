@@ -86,6 +86,10 @@ struct Shared {
   std::vector<char> record_slot;
   std::vector<s4u::SemaphorePtr> ready;  // per slot: DP groups handed to the DP stream
   std::vector<s4u::SemaphorePtr> done;   // per slot: the DP stream finished
+  // SimOptions::shared_cores: the pool of cores (null without one). A main actor holds a core from its start,
+  // gives it up while it waits (receives, collectives, its sends, the DP stream) and queues for one after;
+  // SimGrid hands a released core to the longest waiter, as the executor's ticket queue does.
+  s4u::SemaphorePtr cores;
   std::vector<Counters> counters;        // per slot
   Board board;
   std::vector<uint32_t> group_played;  // per group: members played by an actor (all unless folded)
@@ -186,8 +190,8 @@ class Runner {
   void Flush();
   // A compute of `seconds` (alone on one core) started on the platform's shared cores; and one run there to
   // its end, returning how long it took.
-  s4u::ExecPtr StartOnSharedCores(double seconds);
-  double ComputeOnSharedCores(double seconds);
+  // Whether this actor's compute queues for the pool of cores (SimOptions::shared_cores): the main actors.
+  bool pooled() const { return sh_->cores != nullptr && !dp_stream_; }
 
   void WaitAllSends() {
     for (auto& p : pending_) p.comm->wait();

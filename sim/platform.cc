@@ -57,7 +57,8 @@ double NicBytesPerS(const models::NodeInfo& n) { return n.has_nic ? n.nic.bandwi
 class Builder {
  public:
   Builder(const models::Cluster& c, const std::string& calibration, uint32_t shared_cores)
-      : c_(c), calibration_(calibration), shared_cores_(shared_cores) {
+      : c_(c), calibration_(calibration) {
+    p_.shared_cores = shared_cores;
     p_.gpus.resize(c.num_devices());
     for (uint32_t d = 0; d < c.num_devices(); ++d) p_.gpu_node.push_back(c.device(d).node);
     p_.cpus.resize(c.nodes().size());
@@ -75,9 +76,8 @@ class Builder {
     if (regions.size() == 1) {
       s4u::NetZone* z = BuildRegion(regions.begin()->second, "region", nullptr, nullptr);
       AddObjectStore(z);
-      AddSharedCores(z);
       z->seal();
-      return p_;
+        return p_;
     }
     s4u::NetZone* root = s4u::create_full_zone("world");
     std::map<std::string, std::pair<s4u::NetZone*, simgrid::kernel::routing::NetPoint*>> built;
@@ -86,7 +86,6 @@ class Builder {
       s4u::NetZone* z = BuildRegion(nodes, "zone-" + zone, root, &gw);
       if (built.empty()) {
         AddObjectStore(z);
-        AddSharedCores(z);
       }
       z->seal();
       built[zone] = {z, gw};
@@ -245,18 +244,6 @@ class Builder {
     return (f.kind() == proto::IntraNodeFabric::KIND_PCIE ? f.latency_us() : f.pcie_latency_us()) * 1e-6 / 2;
   }
 
-  // A machine's cores shared by every device's compute: SimGrid splits a multi-core host's cores among
-  // the executions running on it, as an OS scheduler does (each gets at most one core), and an actor that
-  // waits runs nothing there. The host never communicates, so it sits alone in a zone without routes.
-  void AddSharedCores(s4u::NetZone* z) {
-    if (shared_cores_ == 0) return;
-    s4u::NetZone* cz = s4u::create_empty_zone("shared-cores-zone");
-    cz->set_parent(z);
-    p_.shared_cores =
-        cz->create_host("shared-cores", kGpuSpeed)->set_core_count(static_cast<int>(shared_cores_))->seal();
-    cz->seal();
-  }
-
   // The object store hangs off the region's switch. A region of several network groups holds only zones
   // (SimGrid's star zones do not route between a host and a sub-zone), so there the store gets its own zone.
   void AddObjectStore(s4u::NetZone* z) {
@@ -279,7 +266,6 @@ class Builder {
 
   const models::Cluster& c_;
   const std::string& calibration_;
-  const uint32_t shared_cores_;
   Platform p_;
   const proto::StorageEndpoint* nvme_ = nullptr;
   const proto::StorageEndpoint* object_store_ = nullptr;

@@ -32,15 +32,15 @@ struct Platform {
   std::vector<simgrid::s4u::Host*> cpus;   // by node index
   std::vector<simgrid::s4u::Host*> nvmes;  // by node index (empty without local NVMe storage)
   simgrid::s4u::Host* object_store = nullptr;
-  // BuildPlatform's shared_cores: one host of that many cores on which every device's compute runs
-  // (nullptr: each device computes on its own host).
-  simgrid::s4u::Host* shared_cores = nullptr;
+  // BuildPlatform's shared_cores: the size of the pool of cores the devices' compute queues for (0: each
+  // device computes whenever it is ready; SimOptions::shared_cores).
+  uint32_t shared_cores = 0;
 };
 
 // Builds the platform into the current SimGrid engine (which must exist and have no platform yet).
 // `calibration` (models/kernels.h): a GPU type's measured intra-node link (link_bandwidth_gbyte_s,
 // link_latency_us) replaces the fabric's of the nodes of that type. `shared_cores` > 0: the devices' compute
-// time-shares that many cores of one machine (SimOptions::shared_cores).
+// queues for a pool of that many cores (SimOptions::shared_cores).
 Platform BuildPlatform(const models::Cluster& cluster, const std::string& calibration = "", uint32_t shared_cores = 0);
 
 }  // namespace hetsim::sim

@@ -51,10 +51,11 @@ struct SimOptions {
   // Debugging (ProgramOptions::verify_fold): also lower every rank and check the fold decision operation
   // by operation; an error where the two disagree.
   bool verify_fold = false;
-  // The CPU twin with more ranks than cores: every device's compute time-shares this many cores of one
-  // machine, as the OS scheduler shares them among the executor's ranks (a device that waits gives its core
-  // to the others). 0: each device computes alone. Plans are not folded then (a folded replica would leave
-  // its share of the cores to the others).
+  // The CPU twin with more ranks than cores: the devices compute through a pool of this many cores, as
+  // hetsim-exec --cores runs its ranks (executor/mpi_comm.h ShareCores): a device holds a core from its
+  // start, gives it up while it waits (a receive, a collective, its sends, its DP stream) and queues for one
+  // after, served in the order asked; at most this many compute at once, each at its own speed. 0: each
+  // device computes whenever it is ready. Plans are not folded then (a folded replica would hold no core).
   uint32_t shared_cores = 0;
 };
 inline constexpr uint32_t kMaxSharedCores = 65536;

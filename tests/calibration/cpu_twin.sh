@@ -17,15 +17,14 @@
 # calibration taken in a slow episode the probes missed (the one-rank plan +44%), then 2.6% on the same
 # build); if fewer than three rounds had a steady, idle machine and none passed, the test is skipped (exit 77)
 # and says so.
-# Mode `shared` (4th argument): the plans that need four ranks — the hierarchical all-reduce (two "nodes" of
-# two) and the PP leader broadcast (two TP-2 stages) — with plain and ZeRO-1 DP 4 as controls, run as four
-# ranks on this machine's cores. With fewer cores than ranks, validate-sim simulates the ranks time-sharing
-# the cores as the OS does (a rank that waits leaves its core to the others; SimOptions::shared_cores), so
-# the calibration's layer profiles are taken with a busy rank per core (`calibrate --ranks`, at most four).
-# Time sharing adds scheduler noise (2-12% per plan against 0.3-3% with a core each), so a round passes at
-# MAPE <= 10% (docs/calibration.md). cpu-4-hetero, cpu-4-dp-split and cpu-4-pp4-gpipe are not here: their
-# ranks mostly wait, polling, and their time on two cores depends on which ranks the OS puts on one core
-# (cpu-4-hetero: 475-649 ms pinned by hand, 456-587 ms unpinned; docs/calibration.md).
+# Mode `shared` (4th argument): the plans that need four ranks — the bundled four-rank plans (cpu-4-hetero,
+# cpu-4-dp-split, cpu-4-pp4-gpipe, cpu-4-dp4), the hierarchical all-reduce (two "nodes" of two), the PP
+# leader broadcast (two TP-2 stages) and ZeRO-1 over DP 4 — run as four ranks on this machine's cores. With
+# fewer cores than ranks, the ranks compute through a pool of all but one core (hetsim-exec --cores: at most
+# that many compute at once, a rank that waits gives its core to the next in line; collectives go through
+# shared memory) and validate-sim simulates the same pool (SimOptions::shared_cores). The calibration measures
+# the collectives with the four ranks and the layer profiles with a busy rank per core (`calibrate --ranks
+# 4`). A round passes at MAPE <= 10% (docs/calibration.md "Ranks through a pool of cores").
 # Usage: cpu_twin.sh HETSIM SOURCE_DIR WORK_DIR [shared]
 set -uo pipefail
 hetsim=$1 src=$2 work=$3 mode=${4:-}
@@ -35,9 +34,8 @@ d="$src/tests/executor/data"
 ranks=2 mape_limit=6
 plans="cpu-4-single,cpu-4-pp2,cpu-4-tp2,$p/dp2.yaml,$p/dp2-split.yaml,$p/pp2-gpipe.yaml,$p/pp2-uneven.yaml,$p/dp2-zero2.yaml,$p/dp2-zero3.yaml,$p/pp2-interleaved.yaml,$p/dp2-overlap.yaml,$p/ulysses2.yaml,$p/cp2.yaml,$p/pp2-staged.yaml"
 if [ "$mode" = shared ]; then
-  cores=$(nproc)
-  ranks=$((cores < 4 ? cores : 4)) mape_limit=10
-  plans="cpu-4-dp4,$d/zero1-dp4.yaml,$d/hier-dp4.yaml,$d/leader-tp2-pp2.yaml"
+  ranks=4 mape_limit=10
+  plans="cpu-4-hetero,cpu-4-dp-split,cpu-4-pp4-gpipe,cpu-4-dp4,$d/zero1-dp4.yaml,$d/hier-dp4.yaml,$d/leader-tp2-pp2.yaml"
 fi
 probe() {
   "$bench" --backend cpu --quick --models llama-tiny --seq-len 64 --tp 1 --micro-batch 4 --reps 5 2>/dev/null |

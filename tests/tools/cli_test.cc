@@ -663,9 +663,10 @@ TEST(Simulate, SaysWhetherThePlanWasFolded) {
   EXPECT_TRUE(Has(pp2.out, "not folded      no two devices do the same work")) << pp2.out;
 }
 
-TEST(Simulate, SharedCoresTimeShareTheComputeAndRefuseImpossibleCounts) {
-  // cpu-4-dp4's four busy replicas on two shared cores: each computes at half speed, so its compute takes
-  // about twice as long as alone (the gradient sync, a few percent, is not shared), and no device is folded.
+TEST(Simulate, SharedCoresPoolTheComputeAndRefuseImpossibleCounts) {
+  // cpu-4-dp4's four replicas through a pool of two cores: two compute, then the other two, so the iteration
+  // takes about twice as long as alone (the gradient sync, a few percent, is not doubled), and no device is
+  // folded.
   // A count of 0 or one that wrapped from a negative number is refused with the flag named.
   const auto alone = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32"});
   const auto shared = RunCli({"simulate", "--plan", "cpu-4-dp4", "--seq-len", "32", "--shared-cores", "2"});

@@ -125,10 +125,12 @@ int ProfileLayers(const po::variables_map& vm, const std::string& backend, const
     const std::string stem = "profile-tp" + std::to_string(tp) + "-mbs" + std::to_string(mbs);
     const std::string plan = (fs::path(data_dir) / (stem + ".yaml")).string();
     // CPU workers share the host's cores and memory system: a shape is timed with every rank of the
-    // calibration busy (data-parallel replicas of the TP group), as in the plans that use them all; on
-    // GPUs one TP group.
-    const int ranks = vm["ranks"].as<int>();
-    const uint32_t replicas = cuda ? 1 : std::max<uint32_t>(1, static_cast<uint32_t>(std::max(ranks, 1)) / tp);
+    // calibration busy (data-parallel replicas of the TP group), as in the plans that use them all, but no
+    // more ranks than cores — with more, plans run through a pool of the cores (hetsim-exec --cores), so at
+    // most a busy rank per core. On GPUs one TP group.
+    const uint32_t busy = std::min<uint32_t>(static_cast<uint32_t>(std::max(vm["ranks"].as<int>(), 1)),
+                                             std::max(1u, std::thread::hardware_concurrency()));
+    const uint32_t replicas = cuda ? 1 : std::max<uint32_t>(1, busy / tp);
     std::string devices;
     for (uint32_t d = 0; d < tp * replicas; ++d) devices += (d ? ", " : "") + std::to_string(d);
     const std::string text =

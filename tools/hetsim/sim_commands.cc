@@ -413,8 +413,9 @@ std::vector<Command> SimCommands() {
                  ("no-fold", "play every device even when pipelines and TP ranks are identical (docs/simulator.md, "
                              "\"Folding\")")
                  ("shared-cores", po::value<uint32_t>(),
-                  "the CPU twin: every device's compute time-shares N cores of one machine, as the executor's "
-                  "ranks do under mpirun with more ranks than cores (docs/calibration.md)")
+                  "the CPU twin: the devices compute through a pool of N cores (at most N at once; a device gives "
+                  "its core up while it waits and queues for one after), as hetsim-exec --cores N runs its ranks "
+                  "(docs/calibration.md)")
                  ("profile", po::value<std::vector<std::string>>()->composing(),
                   "measured layer profile (bundled name or path); repeatable")
                  ("calibration", po::value<std::string>()->default_value("default"),

@@ -120,8 +120,8 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
   const uint32_t iterations = vm["iterations"].as<uint32_t>(), warmup = vm["warmup"].as<uint32_t>();
   const int repeats = std::max(1, vm["repeats"].as<int>());
   const double tolerance = vm.count("tolerance") ? vm["tolerance"].as<double>() : 0;
-  // The CPU backend's ranks all run on this machine: with more ranks than cores they time-share the cores,
-  // and the simulator shares them alike (SimOptions::shared_cores).
+  // The CPU backend's ranks all run on this machine: with more ranks than cores they compute through a pool
+  // of the cores (hetsim-exec --cores), and the simulator plays the same pool (SimOptions::shared_cores).
   const uint32_t cores =
       vm.count("cores") ? vm["cores"].as<uint32_t>() : std::max(1u, std::thread::hardware_concurrency());
   if (Status c = sim::CheckSharedCores(cores, "hetsim validate-sim: --cores"); !c.ok()) {
@@ -160,10 +160,13 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
     opt.fidelity = *fid;
     opt.compute.calibration = calibration;
     opt.profiles = &*profiles;
-    if (backend == "cpu" && static_cast<uint32_t>(r.ranks) > cores) {
-      opt.shared_cores = cores;
+    // All but one core (at least one): the CPU backend's communication moves data with the CPU.
+    const uint32_t pool = backend == "cpu" && static_cast<uint32_t>(r.ranks) > cores ? std::max(1u, cores - 1) : 0;
+    if (pool > 0) {
+      opt.shared_cores = pool;
       out << r.plan << ": " << r.ranks << " ranks on " << cores << " core" << (cores == 1 ? "" : "s")
-          << ": simulated time-sharing them\n";
+          << ": executed and simulated computing through a pool of " << pool << " core" << (pool == 1 ? "" : "s")
+          << " (hetsim-exec --cores)\n";
     }
     auto sim = sim::SimulateIteration(*specs->plan, ctx, opt);
     if (!sim.ok()) {
@@ -184,6 +187,7 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
       argv.insert(argv.end(), {*exe, "--plan", plan_ref, "--backend", backend, "--iterations", std::to_string(iterations),
                                "--warmup", std::to_string(warmup), "--report-out", stem + ".json", "--loss-out",
                                stem + ".loss.csv"});
+      if (backend == "cpu") argv.insert(argv.end(), {"--cores", std::to_string(pool)});
       out << "[" << i + 1 << "/" << plans.size() << "] " << r.plan << ": run " << k + 1 << "/" << repeats << " ("
           << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << ")\n"
           << std::flush;

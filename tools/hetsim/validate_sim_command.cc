@@ -447,7 +447,8 @@ Command ValidateSimCommand() {
                 ("mpirun", po::value<std::string>()->default_value("mpirun"), "--executor: the MPI launcher")
                 ("cores", po::value<uint32_t>(),
                  "--executor --backend cpu: cores the ranks share on this machine (default: its hardware threads); a "
-                 "plan with more ranks than cores is simulated with its ranks time-sharing them");
+                 "plan with more ranks than cores is executed and simulated with its ranks computing through a pool "
+                 "of all but one of them (hetsim-exec --cores)");
           },
           RunValidateSim};
 }
