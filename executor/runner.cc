@@ -1,8 +1,8 @@
 #include "executor/runner.h"
 
-#include "executor/runner_internal.h"
-
 #include <unistd.h>
+
+#include "executor/runner_internal.h"
 
 namespace hetsim::executor {
 
