@@ -254,6 +254,11 @@ class SharedCollectives {
   }
   // After every member's Write and its copy in: all contributions are readable.
   void Meet() { arrivals_.Meet(); }
+  // Write and Meet for a member whose contribution is `n` floats at `data`.
+  void Post(const void* data, int64_t n) {
+    std::copy_n(static_cast<const float*>(data), n, Write(n));
+    Meet();
+  }
   const float* Read(int member) { return Half(member); }
   // The end of a call: the next uses the other half.
   void Done() { parity_ ^= 1; }
@@ -317,10 +322,8 @@ class MpiComm final : public Comm {
     }
     const OffCore off;
     const int64_t n = t.numel();
-    float* mine = shared_->Write(n);
     MpiType(t);
-    std::copy_n(static_cast<const float*>(t.data), n, mine);
-    shared_->Meet();
+    shared_->Post(t.data, n);
     float* out = static_cast<float*>(t.data);
     std::copy_n(shared_->Read(0), n, out);
     for (int m = 1; m < size_; ++m) {
@@ -343,8 +346,7 @@ class MpiComm final : public Comm {
     const OffCore off;
     const int64_t n = out.numel();
     MpiType(in);
-    std::copy_n(static_cast<const float*>(in.data), in.numel(), shared_->Write(in.numel()));
-    shared_->Meet();
+    shared_->Post(in.data, in.numel());
     float* o = static_cast<float*>(out.data);
     std::copy_n(shared_->Read(0) + rank_ * n, n, o);
     for (int m = 1; m < size_; ++m) {
@@ -377,8 +379,7 @@ class MpiComm final : public Comm {
     }
     const OffCore off;
     MpiType(in);
-    std::copy_n(static_cast<const float*>(in.data), in.numel(), shared_->Write(in.numel()));
-    shared_->Meet();
+    shared_->Post(in.data, in.numel());
     for (int m = 0; m < size_; ++m) {
       std::copy_n(shared_->Read(m) + static_cast<int64_t>(rank_) * n, n, static_cast<float*>(out.data) +
                   static_cast<int64_t>(m) * n);
@@ -399,8 +400,7 @@ class MpiComm final : public Comm {
     const OffCore off;
     MpiType(send);
     HETSIM_CHECK(send.numel() == recv.numel(), "a ring step through shared memory moves blocks of one size");
-    std::copy_n(static_cast<const float*>(send.data), send.numel(), shared_->Write(send.numel()));
-    shared_->Meet();
+    shared_->Post(send.data, send.numel());
     std::copy_n(shared_->Read(src), recv.numel(), static_cast<float*>(recv.data));
     shared_->Done();
     (void)dst;
@@ -414,8 +414,7 @@ class MpiComm final : public Comm {
     }
     const OffCore off;
     MpiType(in);
-    std::copy_n(static_cast<const float*>(in.data), in.numel(), shared_->Write(in.numel()));
-    shared_->Meet();
+    shared_->Post(in.data, in.numel());
     for (int m = 0; m < size_; ++m) {
       std::copy_n(shared_->Read(m), in.numel(), static_cast<float*>(out.data) + m * in.numel());
     }

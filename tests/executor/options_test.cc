@@ -32,6 +32,25 @@ TEST(OptionsTest, ParsesFlagsAndSuggestsNames) {
   EXPECT_NE(help.find("--dump-gradients"), std::string::npos);
 }
 
+TEST(OptionsTest, CoresIsAPoolSizeOrLeftToTheMachine) {
+  // Unset: decided at run time from the machine (no value here); 0 turns the pool off; a count is kept; a
+  // negative or absurd count is refused naming the flag.
+  auto unset = Parse({"--plan", "p"});
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->cores.has_value());
+  auto off = Parse({"--plan", "p", "--cores", "0"});
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_EQ(off->cores, 0u);
+  auto one = Parse({"--plan", "p", "--cores", "1"});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->cores, 1u);
+  for (const char* bad : {"-1", "70000"}) {
+    auto r = Parse({"--plan", "p", "--cores", bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--cores"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(OptionsTest, LoadsBundledPlanWithItsTrainingSpec) {
   auto o = Parse({"--plan", "cpu-4-hetero"});
   ASSERT_TRUE(o.ok());
