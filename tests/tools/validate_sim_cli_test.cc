@@ -1,0 +1,322 @@
+// hetsim validate-sim from the command line: measured runs (vTrain's layout, named columns, plan files),
+// per-run CSVs, bad rows, and the executor mode's errors (split from cli_test.cc).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/common/text_checks.h"
+#include "tests/tools/cli_run.h"
+
+namespace hetsim {
+namespace {
+
+using testing_cli::RunCli;
+using testing_cli::WriteTemp;
+using testing_util::BadFile;
+using testing_util::EveryLineNames;
+using testing_util::Has;
+using testing_util::Lines;
+
+TEST(ValidateSim, ReportsTheErrorOfEveryRunAndBothHalves) {
+  // Two runs of a GPT model of hidden 1024 on 2 and 4 A100s; the measured times are the simulator's
+  // order of magnitude, not its output: the test checks the report's shape, not a number.
+  const std::string runs = WriteTemp("runs.csv",
+                                     "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,"
+                                     "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
+                                     "iteration time (ms)\n"
+                                     "2,16,8,1024,16,24,1024,1,1,2,372.16\n"
+                                     "4,16,4,1024,16,24,1024,2,2,1,300.0\n");
+  const std::string out = testing::TempDir() + "per-run.csv";
+  const auto r = RunCli({"validate-sim", "--runs", runs, "-o", out});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 2 of 2 runs"));
+  EXPECT_TRUE(Has(r.out, "development half     1 runs"));
+  EXPECT_TRUE(Has(r.out, "held-out half        1 runs"));
+  EXPECT_TRUE(Has(r.out, "tp=2"));
+  std::ifstream in(out);
+  std::string header, row1, row2, extra;
+  std::getline(in, header);
+  std::getline(in, row1);
+  std::getline(in, row2);
+  EXPECT_TRUE(Has(header, "measured_ms,simulated_ms,error"));
+  EXPECT_TRUE(Has(row1, ",development,372.1600,"));
+  EXPECT_TRUE(Has(row2, ",held_out,300.0000,"));
+  EXPECT_FALSE(std::getline(in, extra));
+}
+
+TEST(ValidateSim, PerRunCsvGivesTheFullestDevicesPeakMemory) {
+  // A GPT of hidden 1024 and 24 blocks in two stages on 2 A100s: each stage holds at least 12 blocks of
+  // 12.6 M parameters (12 h^2 + 13 h), 151 M, whose fp16 weights and gradients and fp32 Adam state and
+  // master copy take 16 bytes each: at least 2.25 GiB; far below the 80 GiB of an A100.
+  const std::string runs = WriteTemp("mem-runs.csv",
+                                     "2,16,8,1024,16,24,1024,1,1,2,372.16\n");
+  const std::string out = testing::TempDir() + "mem-per-run.csv";
+  const auto r = RunCli({"validate-sim", "--runs", runs, "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(out);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  ASSERT_TRUE(Has(header, ",peak_memory_gib")) << header;
+  const double gib = std::stod(row.substr(row.rfind(',') + 1));
+  EXPECT_GT(gib, 2.25);
+  EXPECT_LT(gib, 40);
+}
+
+TEST(ValidateSim, BadRowsNameTheLineAndTheProblem) {
+  const std::string shape = WriteTemp("bad-shape.csv", "4,16,4,1024,16,24,1024,2,1,1,300.0\n");
+  const auto a = RunCli({"validate-sim", "--runs", shape});
+  EXPECT_EQ(a.code, 1);
+  EXPECT_TRUE(Has(a.err, shape + ":1: TP × DP × PP = 2 but #GPUs is 4"));
+  const std::string columns = WriteTemp("bad-columns.csv", "4,16,4,1024\n");
+  const auto b = RunCli({"validate-sim", "--runs", columns});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_TRUE(Has(b.err, columns + ":1: expected 11 columns, found 4"));
+  const auto c = RunCli({"validate-sim"});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_TRUE(Has(c.err, "give --runs FILE.csv"));
+}
+
+// The simulated time of the first run in a validate-sim -o file.
+double SimulatedMs(const std::string& per_run_csv) {
+  std::ifstream in(per_run_csv);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  // The first run's simulated_ms cell, by the header's column.
+  const auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+    return out;
+  };
+  const auto names = cells(header), values = cells(row);
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    if (names[i] == "simulated_ms") return std::stod(values[i]);
+  }
+  return -1;
+}
+
+TEST(ValidateSim, NamedColumnsInAnyOrderGiveTheSameRunAsVTrainsLayout) {
+  // The same run (4 A100s, TP 2, DP 2) in vTrain's positional layout and in named columns, reordered, with a
+  // provenance column the reader ignores: the same simulated time to the printed digits.
+  const std::string positional = WriteTemp("pos.csv", "4,16,4,1024,16,24,1024,2,2,1,300.0\n");
+  const std::string named = WriteTemp("named.csv",
+                                      "model,iteration_ms,pp,dp,tp,seq_len,layers,heads,hidden,micro_batch,"
+                                      "global_batch,gpus\n"
+                                      "\"gpt, 0.3B\",300.0,1,2,2,1024,24,16,1024,4,16,4\n");
+  const std::string a_out = testing::TempDir() + "pos-out.csv", b_out = testing::TempDir() + "named-out.csv";
+  const auto a = RunCli({"validate-sim", "--runs", positional, "-o", a_out});
+  const auto b = RunCli({"validate-sim", "--runs", named, "-o", b_out});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_GT(SimulatedMs(a_out), 0);
+  EXPECT_EQ(SimulatedMs(a_out), SimulatedMs(b_out));
+}
+
+TEST(ValidateSim, RunsOnSeveralNodesCrossTheirNics) {
+  // TP 8 × PP 2 on two nodes of 8: every pipeline hand-off crosses the NICs. Hidden 1024, sequence 1024,
+  // micro-batch 1, fp16: 2 MiB of activations a hand-off, scattered over the 8 TP ranks (Megatron's
+  // scatter-gather), 256 KiB per GPU's NIC. At 1 Gb/s that is 2.1 ms a hop; the first micro-batch's forward
+  // hop and the last one's backward hop lie on the critical path whatever overlaps, so the run takes at
+  // least 4.2 ms longer than with 400 Gb/s NICs (where a hop costs 5 µs).
+  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,gpus_per_node,nic_gbps,"
+                       "iteration_ms\n";
+  const std::string slow = WriteTemp("slow.csv", std::string(header) + "16,8,1,1024,16,24,1024,8,1,2,8,1,300\n");
+  const std::string fast = WriteTemp("fast.csv", std::string(header) + "16,8,1,1024,16,24,1024,8,1,2,8,400,300\n");
+  const std::string slow_out = testing::TempDir() + "slow-out.csv", fast_out = testing::TempDir() + "fast-out.csv";
+  const auto a = RunCli({"validate-sim", "--runs", slow, "-o", slow_out});
+  const auto b = RunCli({"validate-sim", "--runs", fast, "-o", fast_out});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_GE(SimulatedMs(slow_out) - SimulatedMs(fast_out), 4.2);
+}
+
+TEST(ValidateSim, TpAcrossNodesCostsTheSameAtEveryFidelity) {
+  // TP 16 over two nodes of 8 GPUs with four shared 200 Gb/s NICs a node: every TP all-reduce's ring crosses
+  // the NICs twice. The fast fidelity prices TP analytically; it must charge the ring's slowest hop (the
+  // NICs, striped over the members), as the played rings of full fidelity do, not each rank's own hop
+  // (which made it ~2x too fast). What remains is the played ring's step-by-step synchronisation, which the
+  // analytic price leaves out: 7.5% at these 16 MB calls, under 1% at 400 MB ones.
+  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,gpus_per_node,nic_gbps,"
+                       "nics_per_node,iteration_ms\n";
+  const std::string runs = WriteTemp("tp16.csv", std::string(header) + "16,4,4,2048,16,4,1024,16,1,1,8,200,4,300\n");
+  const std::string fast_out = testing::TempDir() + "tp16-fast.csv", full_out = testing::TempDir() + "tp16-full.csv";
+  const auto a = RunCli({"validate-sim", "--runs", runs, "--fidelity", "fast", "-o", fast_out});
+  const auto b = RunCli({"validate-sim", "--runs", runs, "--fidelity", "full", "-o", full_out});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_NEAR(SimulatedMs(fast_out) / SimulatedMs(full_out), 1.0, 0.1);
+}
+
+TEST(ValidateSim, PlanFileRunsReportTimeSyncAndMemoryErrors) {
+  // Two runs naming one plan file (relative to the CSV): the same simulated time, peak memory and gradient
+  // sync on both rows, and each row's errors are (simulated − measured) / measured of its own measurements.
+  WriteTemp("plan-runs-plan.yaml",
+            "kind: plan\nname: p\ncluster: cpu-4\nmodel: llama-tiny\n"
+            "training: {global_batch_size: 8, seq_len: 32, dtype: fp32}\nschedule: 1f1b\npipelines:\n"
+            "  - {micro_batch_size: 2, num_micro_batches: 2, stages: [{devices: [0], layer_begin: 0, layer_end: 6}]}\n"
+            "  - {micro_batch_size: 2, num_micro_batches: 2, stages: [{devices: [1], layer_begin: 0, layer_end: 6}]}\n");
+  const std::string runs = WriteTemp("plan-runs.csv",
+                                     "# two measurements of one plan\n"
+                                     "plan,dp,pp,nodes,iteration_ms,grad_sync_ms,peak_memory_gib\n"
+                                     "plan-runs-plan.yaml,2,1,1,100,1,1\n"
+                                     "plan-runs-plan.yaml,2,1,1,200,2,2\n");
+  const std::string out = testing::TempDir() + "plan-runs-out.csv";
+  const auto r = RunCli({"validate-sim", "--runs", runs, "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 2 of 2 plans")) << r.out;
+  EXPECT_TRUE(Has(r.out, "peak memory, all")) << r.out;
+  EXPECT_TRUE(Has(r.out, "dp=2")) << r.out;
+  std::ifstream in(out);
+  std::string header, a, b;
+  std::getline(in, header);
+  std::getline(in, a);
+  std::getline(in, b);
+  const auto cells = [](const std::string& line) {
+    std::vector<std::string> v;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) v.push_back(c);
+    return v;
+  };
+  const auto h = cells(header), x = cells(a), y = cells(b);
+  const auto col = [&](const std::vector<std::string>& row, const std::string& name) {
+    const size_t i = static_cast<size_t>(std::find(h.begin(), h.end(), name) - h.begin());
+    return i < row.size() ? std::stod(row[i]) : -1e300;
+  };
+  ASSERT_EQ(x.size(), h.size());
+  ASSERT_EQ(y.size(), h.size());
+  EXPECT_GT(col(x, "simulated_ms"), 0);
+  EXPECT_EQ(col(x, "simulated_ms"), col(y, "simulated_ms"));
+  EXPECT_GT(col(x, "simulated_peak_gib"), 0);
+  EXPECT_EQ(col(x, "simulated_peak_gib"), col(y, "simulated_peak_gib"));
+  EXPECT_GT(col(x, "simulated_grad_sync_ms"), 0);  // two pipelines all-reduce their gradients
+  EXPECT_NEAR(col(x, "error"), col(x, "simulated_ms") / 100 - 1, 1e-5);
+  EXPECT_NEAR(col(y, "error"), col(y, "simulated_ms") / 200 - 1, 1e-5);
+  EXPECT_NEAR(col(y, "memory_error"), col(y, "simulated_peak_gib") / 2 - 1, 1e-4);
+  EXPECT_NEAR(col(x, "grad_sync_error"), col(x, "simulated_grad_sync_ms") / 1 - 1, 1e-4);
+}
+
+TEST(ValidateSim, PlanFileRunsNameTheLineOfAMissingPlan) {
+  const std::string runs = WriteTemp("plan-runs-missing.csv", "plan,iteration_ms\nno-such-plan.yaml,100\n");
+  const auto r = RunCli({"validate-sim", "--runs", runs});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.err, runs + ":2: not simulated:")) << r.err;
+  EXPECT_TRUE(Has(r.err, "no-such-plan.yaml")) << r.err;
+  const std::string bad = WriteTemp("plan-runs-bad.csv", "plan,iteration_ms\nx.yaml,-3\n");
+  const auto b = RunCli({"validate-sim", "--runs", bad});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_TRUE(Has(b.err, bad + ":2: iteration_ms: '-3' is not a positive number")) << b.err;
+}
+
+TEST(ValidateSim, NamedColumnsBadInputNamesLineColumnAndFix) {
+  const std::string missing = WriteTemp("missing.csv", "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,"
+                                                       "dp,pp\n4,16,4,1024,16,24,1024,2,2,1\n");
+  const auto a = RunCli({"validate-sim", "--runs", missing});
+  EXPECT_EQ(a.code, 1);
+  EXPECT_TRUE(Has(a.err, missing + ":1: the header names no 'iteration_ms' column")) << a.err;
+  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,gpus_per_node,iteration_ms\n";
+  const std::string no_nic = WriteTemp("no-nic.csv", std::string(header) + "16,8,1,1024,16,24,1024,8,1,2,8,300\n");
+  const auto b = RunCli({"validate-sim", "--runs", no_nic});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_TRUE(Has(b.err, no_nic + ":2: the run spans 2 nodes; give nic_gbps")) << b.err;
+  const std::string uneven = WriteTemp("uneven.csv", std::string(header) + "12,8,1,1024,16,24,1024,4,1,3,8,300\n");
+  const auto c = RunCli({"validate-sim", "--runs", uneven});
+  EXPECT_EQ(c.code, 1);
+  EXPECT_TRUE(Has(c.err, uneven + ":2: gpus (12) is not a multiple of gpus_per_node (8)")) << c.err;
+  const std::string word = WriteTemp("word.csv", std::string(header) + "16,8,one,1024,16,24,1024,8,1,2,8,300\n");
+  const auto d = RunCli({"validate-sim", "--runs", word});
+  EXPECT_EQ(d.code, 1);
+  EXPECT_TRUE(Has(d.err, word + ":2: micro_batch: 'one' is not a number")) << d.err;
+  const std::string cells = WriteTemp("cells.csv", std::string(header) + "16,8,1\n");
+  const auto e = RunCli({"validate-sim", "--runs", cells});
+  EXPECT_EQ(e.code, 1);
+  EXPECT_TRUE(Has(e.err, cells + ":2: expected 12 cells (the header's columns), found 3")) << e.err;
+}
+
+TEST(ValidateSim, TheBundledMegatronTable1RunsSimulate) {
+  // experiments/validation/megatron_sc21_table1.csv: its first three rows (32-128 GPUs on 4-16 nodes).
+  const std::string out = testing::TempDir() + "table1.csv";
+  const auto r = RunCli({"validate-sim", "--runs",
+                         std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/megatron_sc21_table1.csv",
+                         "--limit", "3", "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 3 of 3 runs")) << r.out;
+  EXPECT_GT(SimulatedMs(out), 1000);  // 1.7B on 32 GPUs: seconds per iteration, as published (3.5 s)
+}
+
+TEST(ValidateSim, TheBundledSailorPlansSimulate) {
+  // experiments/validation/sailor_gh200_opt350/runs.csv: every one of the 15 plans (1-32 GH200 nodes) loads
+  // its plan, cluster and model relative to the CSV and simulates.
+  const auto r = RunCli({"validate-sim", "--runs",
+                         std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/runs.csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 15 of 15 plans")) << r.out;
+  EXPECT_TRUE(Has(r.out, "nodes=32")) << r.out;
+}
+
+TEST(ValidateSim, EachPlanRunUsesTheCalibrationItsRowNames) {
+  // The same Sailor plan (one GH200 node, TP 4, micro-batch 1: 24 blocks of small kernels) with the default
+  // calibration and with megatron-deepspeed (about 61 us of host time per kernel instead of 10): the second
+  // is slower; a row naming no bundled calibration is an error naming the file and line.
+  const std::string plan = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/plans/n1-d1-m4-g1.yaml";
+  const auto simulated = [&](const std::string& calibration) {
+    const std::string csv = WriteTemp("row-" + calibration + ".csv", "plan,iteration_ms,calibration\n" + plan +
+                                                                         ",73.59," + calibration + "\n");
+    const auto r = RunCli({"validate-sim", "--runs", csv});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(Has(r.out, "(calibration " + calibration)) << r.out;
+    const size_t at = r.out.find("iteration time, all");
+    const size_t bias = r.out.find("bias", at);
+    return std::stod(r.out.substr(bias + 4));
+  };
+  const double by_default = simulated("default"), by_stack = simulated("megatron-deepspeed");
+  EXPECT_GT(by_stack, by_default + 5) << "bias % with the stack's host costs vs without";
+  const std::string bad = WriteTemp("row-bad.csv", "plan,iteration_ms,calibration\n" + plan + ",73.59,megatron\n");
+  const auto r = RunCli({"validate-sim", "--runs", bad});
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(Has(r.err, "row-bad.csv:2: calibration:")) << r.err;
+}
+
+TEST(ValidateSim, PlanRunsTakeTheMeasuredProfilesGiven) {
+  // Sailor's one-node GH200 plan of OPT-350M simulated with Sailor's measured GH200 profile of that model:
+  // its blocks take the profile's times instead of the kernel model's, so the simulated time moves. A
+  // profile that does not exist fails before any simulation; the column layouts, whose models no profile
+  // names, refuse --profile.
+  const std::string plan = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/plans/n1-d1-m4-g1.yaml";
+  const std::string csv = WriteTemp("profile-run.csv", "plan,iteration_ms\n" + plan + ",73.59\n");
+  const std::string plain = testing::TempDir() + "profile-plain.csv", measured = testing::TempDir() + "profile-m.csv";
+  const auto a = RunCli({"validate-sim", "--runs", csv, "-o", plain});
+  const auto b = RunCli({"validate-sim", "--runs", csv, "--profile", "sailor-opt-350m-gh200", "-o", measured});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_GT(std::fabs(SimulatedMs(measured) / SimulatedMs(plain) - 1), 0.001);
+  const auto c = RunCli({"validate-sim", "--runs", csv, "--profile", "no-such-profile"});
+  EXPECT_EQ(c.code, 1);
+  EXPECT_TRUE(Has(c.err, "--profile: no bundled profile named 'no-such-profile'")) << c.err;
+  const std::string table1 = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/megatron_sc21_table1.csv";
+  const auto d = RunCli({"validate-sim", "--runs", table1, "--profile", "sailor-opt-350m-gh200"});
+  EXPECT_EQ(d.code, 2);
+  EXPECT_TRUE(Has(d.err, "--profile applies to plan-file runs")) << d.err;
+}
+
+TEST(ValidateSim, ExecutorModeNamesWhatIsMissingOrWrong) {
+  const auto a = RunCli({"validate-sim", "--executor"});
+  EXPECT_EQ(a.code, 2);
+  EXPECT_TRUE(Has(a.err, "give --plans P1,P2,..."));
+  const auto b = RunCli({"validate-sim", "--executor", "--plans", "cpu-4-single", "--backend", "tpu"});
+  EXPECT_EQ(b.code, 2);
+  EXPECT_TRUE(Has(b.err, "unknown backend 'tpu'"));
+  const auto c = RunCli({"validate-sim", "--executor", "--plans", "cpu-4-single", "--calibration", "nosuch"});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_TRUE(Has(c.err, "unknown calibration 'nosuch'"));
+}
+
+}  // namespace
+}  // namespace hetsim
