@@ -436,12 +436,12 @@ Result<std::vector<LayerObservation>> ProfileObservations(const proto::Profile& 
 Result<proto::KernelCalibration> FitFromProfiles(const models::GpuSpec& gpu, proto::DType dtype,
                                                  const models::KernelParams& base,
                                                  const std::vector<LayerObservation>& all,
-                                                 bool fit_tp_latency, FitSummary* summary) {
+                                                 bool fit_tp_latency, FitSummary* summary, bool fit_tp_bandwidth) {
   std::vector<LayerObservation> observations, tp_rows;
   for (const auto& o : all) {
     if (o.tp == 1) {
       observations.push_back(o);
-    } else if (fit_tp_latency) {
+    } else if (fit_tp_latency || fit_tp_bandwidth) {
       tp_rows.push_back(o);
     }
   }
@@ -518,6 +518,10 @@ Result<proto::KernelCalibration> FitFromProfiles(const models::GpuSpec& gpu, pro
   // The per-call all-reduce latency per TP degree, from what the TP rows spend beyond their compute.
   models::KernelParams fitted = base;
   fitted.by_dtype = {{dtype, ge, me}};
+  if (fit_tp_bandwidth) {
+    FitTpCollectives(gpu, dtype, fitted, tp_rows, &out, summary);
+    return out;
+  }
   std::map<uint32_t, std::vector<double>> alpha;
   const double bw = (gpu.scale_up_bandwidth_gbyte_s > 0 ? gpu.scale_up_bandwidth_gbyte_s : gpu.pcie_bandwidth_gbyte_s) *
                     1e9 * base.collective_efficiency;
@@ -536,6 +540,58 @@ Result<proto::KernelCalibration> FitFromProfiles(const models::GpuSpec& gpu, pro
             tp, a * 1e6, static_cast<double>(values.size()), bw / 1e9));
   }
   return out;
+}
+
+void FitTpCollectives(const models::GpuSpec& gpu, proto::DType dtype, const models::KernelParams& fitted,
+                      const std::vector<LayerObservation>& tp_rows, proto::KernelCalibration* out, FitSummary* summary) {
+  std::map<uint32_t, std::vector<const LayerObservation*>> by_tp;
+  for (const auto& o : tp_rows) by_tp[o.tp].push_back(&o);
+  for (const auto& [tp, rows] : by_tp) {
+    // What each row spends beyond its compute: its block's 4 all-reduces (2 forward, 2 backward), each
+    // α + 2(t−1)/t · bytes / bus bandwidth — linear in (α, 1 / bandwidth).
+    const double ring = 2.0 * (tp - 1) / tp;
+    std::vector<std::vector<double>> x, x_bw;
+    std::vector<double> y;
+    for (const auto* o : rows) {
+      const double rest = o->seconds - models::TimeKernels(o->kernels, gpu, fitted, dtype).gpu_s;
+      if (!(rest > 0) || !(o->tp_allreduce_bytes > 0)) continue;
+      x.push_back({4.0, 4 * ring * o->tp_allreduce_bytes});
+      x_bw.push_back({4 * ring * o->tp_allreduce_bytes});
+      y.push_back(rest);
+    }
+    if (y.size() < 2) {
+      if (summary != nullptr) {
+        summary->lines.push_back(Fmt("TP %.0f: fewer than 2 rows spend time beyond their compute; no collective fitted",
+                                     static_cast<double>(tp)));
+      }
+      continue;
+    }
+    LinearFit fit = RobustFit(x, y);
+    double alpha = fit.coef.size() == 2 ? fit.coef[0] : -1, inverse = fit.coef.size() == 2 ? fit.coef[1] : -1;
+    if (!(alpha >= 0)) {  // no fixed cost to speak of: the bandwidth alone
+      fit = RobustFit(x_bw, y);
+      alpha = 0;
+      inverse = fit.coef.empty() ? -1 : fit.coef[0];
+    }
+    if (!(inverse > 0)) {
+      if (summary != nullptr) {
+        summary->lines.push_back(Fmt("TP %.0f: the time beyond compute does not grow with the all-reduce's bytes; no "
+                                     "bandwidth fitted", static_cast<double>(tp)));
+      }
+      continue;
+    }
+    auto* c = out->add_collective_latency();
+    c->set_group_size(tp);
+    c->set_latency_us(Round(alpha * 1e6));
+    c->set_bus_bandwidth_gbyte_s(Round(1 / inverse / 1e9));
+    if (summary != nullptr) {
+      summary->lines.push_back(
+          Fmt("all-reduce among %.0f GPUs: latency %.1f us, bus bandwidth %.3f GB/s", static_cast<double>(tp),
+              alpha * 1e6, 1 / inverse / 1e9) +
+          Fmt(" (fitted on %.0f TP rows: what they spend beyond the fitted compute as 4 ring all-reduces; MAPE %.1f%% "
+              "of that time)", static_cast<double>(fit.n), 100 * fit.mape));
+    }
+  }
 }
 
 void CheckOnProfiles(const models::GpuSpec& gpu, proto::DType dtype, const models::KernelParams& base,

@@ -106,7 +106,16 @@ Result<std::vector<LayerObservation>> ProfileObservations(const proto::Profile& 
 Result<proto::KernelCalibration> FitFromProfiles(const models::GpuSpec& gpu, proto::DType dtype,
                                                  const models::KernelParams& base,
                                                  const std::vector<LayerObservation>& observations,
-                                                 bool fit_tp_latency, FitSummary* summary);
+                                                 bool fit_tp_latency, FitSummary* summary,
+                                                 bool fit_tp_bandwidth = false);
+// `fit_tp_bandwidth` (`--fit-tp-collectives`; replaces fit_tp_latency's median): per TP degree t, the
+// latency α and the bus bandwidth B of a t-GPU all-reduce inside the profiled node, fitted (robust, relative
+// to the time beyond compute) to what each row spends beyond `fitted`'s compute as its block's 4 ring
+// all-reduces, 4 (α + 2(t−1)/t · bytes / B); α is held at 0 where the two-parameter fit makes it negative.
+// Adds collective_latency entries with bus_bandwidth_gbyte_s to `out`; a degree with fewer than two such
+// rows, or whose time does not grow with the bytes, gets none (said in `summary`).
+void FitTpCollectives(const models::GpuSpec& gpu, proto::DType dtype, const models::KernelParams& fitted,
+                      const std::vector<LayerObservation>& tp_rows, proto::KernelCalibration* out, FitSummary* summary);
 
 // The fitted entry's error on other observations (held-out profiles): one line per observation and a
 // summary line (MAPE and bias of the compute model's block time with `fitted` layered over `base`).

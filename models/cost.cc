@@ -1,6 +1,8 @@
 #include "models/cost.h"
 
 #include <algorithm>
+#include <limits>
+#include <unordered_map>
 
 namespace hetsim::models {
 
@@ -196,6 +198,7 @@ std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std:
   const std::vector<double> eff = GroupCollectiveEfficiencies(groups, efficiency);
   std::vector<GroupComm> out(groups.size());
   const bool kernel = cost.options().model == ComputeModel::kKernel;
+  std::unordered_map<const GpuSpec*, const KernelParams*> params;  // one calibration look-up per type
   for (size_t g = 0; g < groups.size(); ++g) {
     out[g].efficiency = eff[g];
     if (!kernel || groups[g].size() < 2) continue;
@@ -203,8 +206,33 @@ std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std:
     if (out[g].nccl.nodes >= 2 && out[g].nccl.node_bandwidth_bytes_s > 0) {
       out[g].net = &NetworkParamsFor(out[g].nccl.nic, cost.options().calibration);
     }
+    if (out[g].nccl.nodes >= 2) continue;
+    // Inside one node: a member type's measured bus bandwidth at this size replaces its efficiency.
+    const auto n = static_cast<uint32_t>(groups[g].size());
+    double e = std::numeric_limits<double>::infinity();
+    bool measured = false;
+    for (uint32_t d : groups[g]) {
+      const DeviceInfo& dev = cluster.device(d);
+      auto it = params.find(dev.gpu);
+      if (it == params.end()) it = params.emplace(dev.gpu, &KernelParamsFor(*dev.gpu, cost.options().calibration)).first;
+      const double bus = it->second->CollectiveBusBandwidth(n);
+      if (bus > 0) {
+        measured = true;
+        e = std::min(e, bus / IntraNodeLinkBytesPerS(cluster.node(dev.node), *it->second));
+      } else {
+        e = std::min(e, efficiency(d));
+      }
+    }
+    if (measured) out[g].efficiency = e;
   }
   return out;
+}
+
+double IntraNodeLinkBytesPerS(const NodeInfo& node, const KernelParams& k) {
+  const bool pcie = node.fabric.kind() == proto::IntraNodeFabric::KIND_PCIE;
+  if (k.link_bandwidth_bytes_s > 0) return k.link_bandwidth_bytes_s;  // replaces port or PCIe link alike
+  const double fabric = node.fabric.bandwidth_gbyte_s() * 1e9;
+  return pcie ? std::min(fabric, node.fabric.pcie_bandwidth_gbyte_s() * 1e9) : fabric;
 }
 
 CollectivePrice PriceCollective(const Op& lo, const GroupComm& g, double intra_latency_s) {

@@ -162,10 +162,18 @@ std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<ui
 // How one communication group's collectives are priced, the same in the simulator (sim/program.cc) and the
 // played estimate (planners/lowering_programs.cc).
 struct GroupComm {
-  double efficiency = 1;  // the least of the members' GPU collective efficiencies (GroupCollectiveEfficiencies)
+  // The least of the members' GPU collective efficiencies (GroupCollectiveEfficiencies); for a group inside
+  // one node whose members' types have a measured bus bandwidth at its size (KernelParams::
+  // CollectiveBusBandwidth), that bandwidth over the node's GPU link (IntraNodeLinkBytesPerS), so that the
+  // played ring's steps run at the measured bus bandwidth.
+  double efficiency = 1;
   NcclGroup nccl;         // the group's shape; nodes ≥ 2: priced as NCCL runs it (models/nccl.h)
   const NetworkParams* net = nullptr;  // the calibration's network values for its bottleneck NIC (nodes ≥ 2)
 };
+// The bandwidth one GPU-to-GPU transfer inside `node` gets on the platform (sim/platform.cc's routes): the
+// fabric port's on NVLink-like fabrics; on a PCIe fabric the GPU's PCIe link capped by the fabric's
+// peer-to-peer bandwidth. `k`'s measured link (link_bandwidth_bytes_s) replaces the cluster's, as there.
+double IntraNodeLinkBytesPerS(const NodeInfo& node, const KernelParams& k);
 // Every group's GroupComm under `cost`'s calibration. NCCL's model applies under the kernel model only (the
 // token-efficiency model has no fixed costs).
 std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std::vector<uint32_t>>& groups,

@@ -64,7 +64,11 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
   }
   if (k.collective_latency_size() > 0) {
     p->collective_latency_s.clear();
-    for (const auto& c : k.collective_latency()) p->collective_latency_s.emplace_back(c.group_size(), c.latency_us() * 1e-6);
+    p->collective_bus_bandwidth.clear();
+    for (const auto& c : k.collective_latency()) {
+      p->collective_latency_s.emplace_back(c.group_size(), c.latency_us() * 1e-6);
+      if (c.has_bus_bandwidth_gbyte_s()) p->collective_bus_bandwidth.emplace_back(c.group_size(), c.bus_bandwidth_gbyte_s() * 1e9);
+    }
   }
 }
 
@@ -181,9 +185,10 @@ Status CheckKernelCalibration(const std::string& calibration, const std::string&
                          "; or the path of a calibration file)" + DidYouMean(calibration, known));
 }
 
-double KernelParams::CollectiveLatency(uint32_t group_size) const {
-  if (group_size <= 1 || collective_latency_s.empty()) return 0;
-  const auto& c = collective_latency_s;
+namespace {
+// A value by group size from entries sorted by size: linear in log2 of the size between entries, the
+// nearest entry's beyond them.
+double BySize(const std::vector<std::pair<uint32_t, double>>& c, uint32_t group_size) {
   if (group_size <= c.front().first) return c.front().second;
   for (size_t i = 1; i < c.size(); ++i) {
     if (group_size <= c[i].first) {
@@ -192,6 +197,17 @@ double KernelParams::CollectiveLatency(uint32_t group_size) const {
     }
   }
   return c.back().second;
+}
+}  // namespace
+
+double KernelParams::CollectiveLatency(uint32_t group_size) const {
+  if (group_size <= 1 || collective_latency_s.empty()) return 0;
+  return BySize(collective_latency_s, group_size);
+}
+
+double KernelParams::CollectiveBusBandwidth(uint32_t group_size) const {
+  if (group_size <= 1 || collective_bus_bandwidth.empty()) return 0;
+  return BySize(collective_bus_bandwidth, group_size);
 }
 
 double KernelParams::GemmEfficiency(proto::DType dtype) const {

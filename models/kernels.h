@@ -61,8 +61,14 @@ struct KernelParams {
   double link_bandwidth_bytes_s = 0;
   double link_latency_s = -1;
   double collective_efficiency = 1;
+  // Measured bus bandwidth of an all-reduce inside one node by group size (bytes/s; calibration.proto's
+  // collective_latency[].bus_bandwidth_gbyte_s); empty: the fabric's link × collective_efficiency applies.
+  std::vector<std::pair<uint32_t, double>> collective_bus_bandwidth;
 
   double CollectiveLatency(uint32_t group_size) const;
+  // The measured intra-node bus bandwidth for `group_size` GPUs (interpolated in log2 of the size, the
+  // nearest entry held beyond), or 0 when this type has none.
+  double CollectiveBusBandwidth(uint32_t group_size) const;
   // gemm_efficiency, or the dtype's own where the calibration gives one.
   double GemmEfficiency(proto::DType dtype) const;
   double MemoryEfficiency(proto::DType dtype) const;

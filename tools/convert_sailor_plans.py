@@ -2,7 +2,7 @@
 """Converts Sailor's measured plans into hetsim plans, clusters and a runs CSV for `hetsim validate-sim --runs`.
 
 Usage: /usr/bin/python3 tools/convert_sailor_plans.py [RAW_DIR] [OUT_DIR] [--model NAME] [--label TEXT]
-           [--model-label TEXT] [--source DIR] [--network SAILOR_REPO/sailor/providers]
+           [--model-label TEXT] [--source DIR] [--network SAILOR_REPO/sailor/providers] [--calibration NAME]
   RAW_DIR  Sailor's plan_config_*.json files, in it or its subfolders (default
            experiments/validation/sailor_gh200_opt350/raw)
   OUT_DIR  where plans/, clusters/ and runs.csv go (default experiments/validation/sailor_gh200_opt350)
@@ -11,6 +11,9 @@ Usage: /usr/bin/python3 tools/convert_sailor_plans.py [RAW_DIR] [OUT_DIR] [--mod
            OPT-350M" and "OPT-350M")
   --network  Sailor's measured bandwidths (intra_node_bandwidths.json, multizone_bandwidths_het.json in this
            folder), needed for plans on GPU types other than the GH200
+  --calibration  the calibration each plan names (default megatron-deepspeed, the runs' software stack;
+           Sailor's RTX 3090 / RTX 2080 / Titan RTX machines: sailor-mit, which adds their boxes' measured
+           intra-node all-reduces)
 
 Plans on Clariden's GH200 nodes (the bundled set, and Sailor's GPT-Neo-2.7B plans on the same machine) get
 the GH200 node below. Plans on other GPU types (Sailor's heterogeneous RTX 3090 / RTX 2080 / Titan RTX
@@ -56,6 +59,7 @@ SAILOR_GPUS = {"GH-96": ("gh200", 4), "RTX-3090": ("rtx3090", 8), "RTX-2080": ("
                "Titan-RTX": ("titan-rtx", 8), "A100-40": ("a100-40gb", 4), "A100-80": ("a100-80gb", 4),
                "V100-16": ("v100", 4)}
 ETHERNET_GBPS = [1, 10, 25, 40, 50, 100, 200, 400, 800]
+CALIBRATION = "megatron-deepspeed"  # what each plan names (--calibration)
 
 
 def cluster_yaml(nodes):
@@ -230,7 +234,8 @@ def convert(path, name, model, model_label, network):
         "# as Sailor's own memory model counts them).",
         f"training: {{global_batch_size: {gbs}, seq_len: 2048, dtype: tf32, recompute: none, attention: standard, "
         "optimizer_extra_bytes_per_param: 8}",
-        "calibration: megatron-deepspeed  # the runs' software stack: its host costs (docs/calibration.md)",
+        f"calibration: {CALIBRATION}  # the runs' software stack"
+        + (": its host costs" if CALIBRATION == "megatron-deepspeed" else " and machines") + " (docs/calibration.md)",
         "schedule: 1f1b",
         "zero_stage: 0",
         f"comm: {{pp_scatter_gather: true}}  # DeepSpeed's partitioned pipeline sends (1/TP per rank)",
@@ -269,7 +274,10 @@ def main():
     ap.add_argument("--model-label", default="OPT-350M")
     ap.add_argument("--source", default="clariden/OPT-350", help="where in Sailor's repository the plans are")
     ap.add_argument("--network", default=None)
+    ap.add_argument("--calibration", default="megatron-deepspeed")
     args = ap.parse_args()
+    global CALIBRATION
+    CALIBRATION = args.calibration
     raw, out = args.raw, args.out
     network = Network(args.network) if args.network else None
     os.makedirs(os.path.join(out, "plans"), exist_ok=True)
@@ -311,7 +319,7 @@ def main():
         fh.write(f"# Sailor's {len(rows)} measured {args.label} plans (eth-easl/sailor @ cf2c8e3, {args.source}),\n")
         fh.write("# converted by tools/convert_sailor_plans.py: one plan file per run; measured iteration time,\n")
         fh.write("# gradient all-reduce time and peak GPU memory (GiB) of the fullest GPU. Each plan names its\n")
-        fh.write("# software stack's calibration (megatron-deepspeed), which validate-sim and simulate use.\n")
+        fh.write(f"# software stack's calibration ({CALIBRATION}), which validate-sim and simulate use.\n")
         w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)

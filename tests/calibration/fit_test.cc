@@ -167,6 +167,49 @@ TEST(FitFromProfiles, RecoversTheEfficienciesThatMadeTheProfiles) {
   EXPECT_NEAR(with_tp->collective_latency(0).latency_us(), 0.25e6, 0.25e6 * 0.01);
 }
 
+// `--fit-tp-collectives`: rows whose time beyond compute is their block's 4 all-reduces, each
+// α + 2(t−1)/t · bytes / B, give back each TP degree's α and B. TP 4: α = 100 µs, B = 5 GB/s; TP 8: no fixed
+// cost, B = 1.5 GB/s (the two-parameter fit's α lands at or just below 0, so α is held at 0); TP 2 has one row
+// only and gets no entry. Bytes per all-reduce: micro-batch × 2048 × 1024 (opt-350m's width) × 4 (TF32).
+TEST(FitTpCollectives, RecoversEachDegreesLatencyAndBusBandwidth) {
+  auto model = models::LoadModel("opt-350m");
+  ASSERT_TRUE(model.ok());
+  const models::KernelParams& p = models::KernelParamsFor(Gh200());
+  std::vector<LayerObservation> rows;
+  const auto add = [&](uint32_t tp, uint32_t mb, double alpha, double bandwidth) {
+    models::KernelShape shape;
+    shape.micro_batch = mb, shape.seq_len = 2048, shape.tp = tp, shape.dtype = proto::DTYPE_TF32;
+    shape.attention = proto::ATTENTION_STANDARD;
+    LayerObservation o;
+    o.tp = tp;
+    o.kernels = models::LayerKernels(*model, 1, models::Pass::kForward, shape);
+    const auto back = models::LayerKernels(*model, 1, models::Pass::kBackward, shape);
+    o.kernels.insert(o.kernels.end(), back.begin(), back.end());
+    o.tp_allreduce_bytes = mb * 2048.0 * 1024 * 4;
+    const double compute = models::TimeKernels(o.kernels, Gh200(), p, proto::DTYPE_TF32).gpu_s;
+    o.seconds = compute + 4 * (alpha + 2.0 * (tp - 1) / tp * o.tp_allreduce_bytes / bandwidth);
+    rows.push_back(o);
+  };
+  for (uint32_t mb : {1u, 2u, 4u, 8u}) {
+    add(4, mb, 100e-6, 5e9);
+    add(8, mb, 0, 1.5e9);
+  }
+  add(2, 1, 0, 20e9);
+  proto::KernelCalibration out;
+  FitSummary summary;
+  FitTpCollectives(Gh200(), proto::DTYPE_TF32, p, rows, &out, &summary);
+  ASSERT_EQ(out.collective_latency_size(), 2);
+  EXPECT_EQ(out.collective_latency(0).group_size(), 4u);
+  EXPECT_NEAR(out.collective_latency(0).latency_us(), 100, 1);
+  EXPECT_NEAR(out.collective_latency(0).bus_bandwidth_gbyte_s(), 5, 0.01);
+  EXPECT_EQ(out.collective_latency(1).group_size(), 8u);
+  EXPECT_NEAR(out.collective_latency(1).latency_us(), 0, 1);
+  EXPECT_NEAR(out.collective_latency(1).bus_bandwidth_gbyte_s(), 1.5, 0.01);
+  std::string said;
+  for (const auto& l : summary.lines) said += l + "\n";
+  EXPECT_NE(said.find("TP 2: fewer than 2 rows"), std::string::npos) << said;
+}
+
 TEST(FitFromProfiles, OneModelFitsTheGemmEfficiencyAlone) {
   // One shape: the memory side is not identifiable; it stays at the base's value (made equal to the
   // truth here), and the GEMM efficiency is recovered.

@@ -222,7 +222,7 @@ TEST(KernelModel, UnknownCalibrationNamesTheFlagAndTheBundledOnes) {
   const Status s = CheckKernelCalibration("vtrain-h100", "--calibration");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--calibration: unknown calibration 'vtrain-h100'"), std::string::npos);
-  EXPECT_NE(s.message().find("a100-80gb, cpu, default, h100, megatron-deepspeed, vtrain-a100"), std::string::npos);
+  EXPECT_NE(s.message().find("a100-80gb, cpu, default, h100, megatron-deepspeed, sailor-mit, vtrain-a100"), std::string::npos);
 }
 
 // A calibration file layers over its base: the fields it sets for a GPU type change, the rest are the
@@ -263,7 +263,7 @@ TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {
   EXPECT_NE(m.find(path + ": gpus[0].collective_latency[1].group_size: the entries must go up in group size"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (a100-80gb, cpu, default, h100, megatron-deepspeed, vtrain-a100)"), std::string::npos)
+  EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (a100-80gb, cpu, default, h100, megatron-deepspeed, sailor-mit, vtrain-a100)"), std::string::npos)
       << m;
   // An efficiency above 10 breaks the schema's bounds (above 1 is allowed for nominal catalog rows).
   {
@@ -302,6 +302,18 @@ TEST(CollectiveEfficiency, AGroupTakesTheLeastOfItsMembers) {
   EXPECT_DOUBLE_EQ(g[2], 0.7);  // mixed: the slower member's
   EXPECT_DOUBLE_EQ(g[3], 0.9);
   EXPECT_DOUBLE_EQ(g[4], 1.0);  // no member: full bandwidth
+}
+
+// Measured intra-node bus bandwidth by group size: linear in log2 of the size between entries (2 → 10 GB/s,
+// 8 → 4 GB/s: 4 GPUs halfway, 7 GB/s), the nearest entry beyond them, 0 for a type without entries.
+TEST(CollectiveBusBandwidth, InterpolatesInLog2OfTheGroupSize) {
+  KernelParams k;
+  EXPECT_EQ(k.CollectiveBusBandwidth(4), 0);
+  k.collective_bus_bandwidth = {{2, 10e9}, {8, 4e9}};
+  EXPECT_DOUBLE_EQ(k.CollectiveBusBandwidth(2), 10e9);
+  EXPECT_NEAR(k.CollectiveBusBandwidth(4), 7e9, 1);
+  EXPECT_DOUBLE_EQ(k.CollectiveBusBandwidth(16), 4e9);
+  EXPECT_EQ(k.CollectiveBusBandwidth(1), 0);  // no collective
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ TEST(ContextParallelSim, SlowLinksExposeTheRingAndTheDpTimesCpGradientSync) {
     auto r = SimulateCp(run, OneStage("0, 1", "cp_degree: 2"), fid);
     ASSERT_TRUE(r.ok()) << r.status().message();
     const double t = r->report.iteration_time_s();
-    EXPECT_GE(t, comm);
+    EXPECT_GE(t, comm - 1e-9) << t - comm;  // rounding of the summed transfers
     EXPECT_LE(t, comm + 1e-3);
     // The ring's exposed time is booked as CP communication, the sync as DP.
     const auto& d = r->report.devices(0);

@@ -302,6 +302,60 @@ pipelines:
   EXPECT_NEAR(b / a, 2.0, 0.02);
 }
 
+// A measured bus bandwidth for the group's size (calibration collective_latency[].bus_bandwidth_gbyte_s)
+// replaces the fabric's link for collectives inside one node: four H100s whose peer-to-peer over PCIe runs at
+// 4 GB/s (fabric 4, PCIe links 16), DP over all four. Measured at 1 GB/s for groups of 4, the gradient
+// all-reduce takes 4/1 = 4 times as long; an entry for another size only (2 GPUs at 1 GB/s) is held beyond
+// it, so the same; across two nodes (2 + 2 GPUs) the entry does not apply: the NICs decide, unchanged.
+TEST(Simulator, AMeasuredBusBandwidthPacesCollectivesInsideANode) {
+  const auto db = ExactProfile();
+  const auto plan = PlanFrom(R"(
+comm: {dp_overlap: false}
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 2
+    stages: [{devices: [0, 1, 2, 3], layer_end: 6}]
+)");
+  const std::string link = WriteCalibration("bus-none", "gpus:\n  - gpus: [h100]\n    collective_latency: "
+                                                        "[{group_size: 2, latency_us: 0}]\n");
+  const std::string bus4 = WriteCalibration("bus-4", "gpus:\n  - gpus: [h100]\n    collective_latency: "
+                                                     "[{group_size: 4, latency_us: 0, bus_bandwidth_gbyte_s: 1}]\n");
+  const std::string bus2 = WriteCalibration("bus-2", "gpus:\n  - gpus: [h100]\n    collective_latency: "
+                                                     "[{group_size: 2, latency_us: 0, bus_bandwidth_gbyte_s: 1}]\n");
+  auto dp_seconds = [&](const Setting& run, const std::string& calibration) {
+    models::PlanContext ctx{run.cluster, run.model, run.training};
+    SimOptions opt;
+    opt.profiles = &db;
+    opt.compute.calibration = calibration;
+    auto r = SimulateIteration(plan, ctx, opt);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r->report.devices(0).dp_communication_s() : -1;
+  };
+  const Setting one = MakeSetting(R"(
+name: pcie-box
+nodes:
+  - name: n
+    gpus: {type: h100, count: 4}
+    fabric: {kind: pcie, bandwidth_gbyte_s: 4, pcie_bandwidth_gbyte_s: 16, latency_us: 0.000001}
+)", 4);
+  const double a = dp_seconds(one, link);
+  ASSERT_GT(a, 1e-3);
+  EXPECT_NEAR(dp_seconds(one, bus4) / a, 4.0, 0.04);
+  EXPECT_NEAR(dp_seconds(one, bus2) / a, 4.0, 0.04);
+  const Setting two = MakeSetting(R"(
+name: two-boxes
+nodes:
+  - name: n
+    count: 2
+    gpus: {type: h100, count: 2}
+    fabric: {kind: pcie, bandwidth_gbyte_s: 4, pcie_bandwidth_gbyte_s: 16, latency_us: 0.000001}
+    nic: {kind: ethernet, bandwidth_gbps: 8}
+)", 4);
+  const double across = dp_seconds(two, link);
+  ASSERT_GT(across, 1e-3);
+  EXPECT_NEAR(dp_seconds(two, bus4) / across, 1.0, 1e-6);
+}
+
 // Every report says what each GPU type's compute rests on: the H100's entry of the default calibration is
 // measured (hetsim-kernel-bench); the MI250X has only generic values.
 TEST(ComputeBasis, EachGpuTypeSaysWhetherAMeasurementIsBehindIt) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "models/gpu_catalog.h"
+#include "models/kernels.h"
 #include "tests/common/text_checks.h"
 #include "tests/tools/cli_run.h"
 #include "tools/hetsim/cli.h"
@@ -233,6 +235,33 @@ TEST(Calibrate, FromProfilesRefitsTheBundledGh200Entry) {
   const auto c = RunCli({"calibrate", "--from-profiles", "no-such-profile", "--gpu", "gh200", "--dtype", "tf32"});
   EXPECT_EQ(c.code, 2);
   EXPECT_TRUE(Has(c.err, "--from-profiles:")) << c.err;
+}
+
+// The bundled `sailor-mit` calibration's RTX 2080 collectives are what `--fit-tp-collectives` gives on
+// Sailor's RTX 2080 profile (calibration/data/profile-fits/rtx2080-collectives.txt): refitting reproduces
+// them, the file written loads, and the latency-only fit cannot be asked for at the same time.
+TEST(Calibrate, FitTpCollectivesRefitsTheBundledSailorMitEntry) {
+  const std::string out = testing::TempDir() + "rtx2080-collectives.yaml";
+  const std::vector<std::string> args = {"calibrate", "--from-profiles", "sailor-opt-350m-rtx2080", "--gpu", "rtx2080",
+                                         "--dtype", "fp32", "--attention", "standard", "--base", "megatron-deepspeed",
+                                         "--fit-tp-collectives", "-o", out};
+  const auto r = RunCli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "all-reduce among 8 GPUs: latency 0.0 us, bus bandwidth 5.375 GB/s")) << r.out;
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(Has(text.str(), "bus_bandwidth_gbyte_s: 5.375")) << text.str();
+  EXPECT_TRUE(Has(text.str(), "--fit-tp-collectives")) << text.str();  // the command, in the provenance
+  EXPECT_EQ(RunCli({"validate", out}).code, 0);
+  const models::KernelParams& bundled =
+      models::KernelParamsFor(*models::GpuCatalog::Bundled().Find("rtx2080").value(), "sailor-mit");
+  EXPECT_NEAR(bundled.CollectiveBusBandwidth(8), 5.375e9, 1e3);
+  std::vector<std::string> both = args;
+  both.push_back("--fit-tp-latency");
+  const auto refused = RunCli(both);
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_TRUE(Has(refused.err, "--fit-tp-latency and --fit-tp-collectives: name one")) << refused.err;
 }
 
 TEST(Replay, PrintsEveryPolicyAndWritesTheReport) {

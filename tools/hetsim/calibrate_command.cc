@@ -211,10 +211,14 @@ int RunFromProfiles(const po::variables_map& vm, std::ostream& out, std::ostream
     names.push_back(name);
   }
   if (names.empty()) return fail("--from-profiles: no profile named");
+  const bool tp_latency = vm["fit-tp-latency"].as<bool>(), tp_collectives = vm["fit-tp-collectives"].as<bool>();
+  if (tp_latency && tp_collectives) {
+    return fail("--fit-tp-latency and --fit-tp-collectives: name one (--fit-tp-collectives fits the latency too)");
+  }
   calibration::FitSummary summary;
   const models::KernelParams& base_params = models::KernelParamsFor(*gpu.value(), base);
   auto fitted = calibration::FitFromProfiles(*gpu.value(), static_cast<proto::DType>(*dtype), base_params, obs,
-                                             vm["fit-tp-latency"].as<bool>(), &summary);
+                                             tp_latency, &summary, tp_collectives);
   if (!fitted.ok()) return fail(fitted.status().message());
   for (const auto& l : summary.lines) out << "  " << l << "\n";
   // Held out: the fitted values on profiles not fitted on (another model, another size).
@@ -244,7 +248,8 @@ int RunFromProfiles(const po::variables_map& vm, std::ostream& out, std::ostream
   for (const auto& n : names) joined += (joined.empty() ? "" : ",") + n;
   const std::string command = "hetsim calibrate --from-profiles " + joined + " --gpu " + gpu.value()->name +
                               " --dtype " + FlagString(vm, "dtype") + " --attention " + FlagString(vm, "attention") +
-                              " --base " + base;
+                              " --base " + base + (tp_latency ? " --fit-tp-latency" : "") +
+                              (tp_collectives ? " --fit-tp-collectives" : "");
   proto::Calibration cal;
   cal.set_kind("calibration");
   cal.set_name(name);
@@ -491,6 +496,10 @@ std::vector<Command> CalibrationCommands() {
                  "with --from-profiles: also fit each TP degree's all-reduce latency from the rows at TP > 1 (their "
                  "time beyond the fitted compute); off by default: profiles that time TP layers in a framework "
                  "carry its overheads, which need not be the collective's")
+                ("fit-tp-collectives", po::bool_switch()->default_value(false),
+                 "with --from-profiles: also fit each TP degree's all-reduce latency and bus bandwidth inside the "
+                 "profiled node from the rows at TP > 1 (their time beyond the fitted compute, as it grows with the "
+                 "micro-batch): for boxes whose GPUs talk through host memory or across sockets")
                 ("check-profiles", po::value<std::string>(),
                  "with --from-profiles: profiles of the same GPU type to report the fitted values' error on "
                  "(held out: not fitted on)")
