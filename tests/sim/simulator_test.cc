@@ -266,6 +266,19 @@ nodes:
   }
 }
 
+// Device 0's exposed DP communication when `plan` is simulated on `run` with `db`'s layer costs under
+// `calibration` (-1 when the simulation fails, which the test is told).
+double DpSecondsUnder(const proto::Plan& plan, const Setting& run, const models::ProfileDb& db,
+                      const std::string& calibration) {
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  SimOptions opt;
+  opt.profiles = &db;
+  opt.compute.calibration = calibration;
+  auto r = SimulateIteration(plan, ctx, opt);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r->report.devices(0).dp_communication_s() : -1;
+}
+
 TEST(Simulator, CollectiveEfficiencyStretchesTheGradientAllReduce) {
   // Data parallelism over two H100s joined at 1 GB/s, layer costs from an exact profile: with a calibrated
   // collective efficiency of 0.5 (and no per-call latency) the gradient all-reduce moves its bytes at half
@@ -288,16 +301,7 @@ pipelines:
   const std::string full = WriteCalibration("eff-1", "gpus:\n  - gpus: [h100]\n    collective_latency: [{group_size: 2, latency_us: 0}]\n");
   const std::string half = WriteCalibration(
       "eff-half", "gpus:\n  - gpus: [h100]\n    collective_efficiency: 0.5\n    collective_latency: [{group_size: 2, latency_us: 0}]\n");
-  models::PlanContext ctx{run.cluster, run.model, run.training};
-  auto dp_seconds = [&](const std::string& calibration) {
-    SimOptions opt;
-    opt.profiles = &db;
-    opt.compute.calibration = calibration;
-    auto r = SimulateIteration(plan, ctx, opt);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? r->report.devices(0).dp_communication_s() : -1;
-  };
-  const double a = dp_seconds(full), b = dp_seconds(half);
+  const double a = DpSecondsUnder(plan, run, db, full), b = DpSecondsUnder(plan, run, db, half);
   ASSERT_GT(a, 1e-3);
   EXPECT_NEAR(b / a, 2.0, 0.02);
 }
@@ -323,13 +327,7 @@ pipelines:
   const std::string bus2 = WriteCalibration("bus-2", "gpus:\n  - gpus: [h100]\n    collective_latency: "
                                                      "[{group_size: 2, latency_us: 0, bus_bandwidth_gbyte_s: 1}]\n");
   auto dp_seconds = [&](const Setting& run, const std::string& calibration) {
-    models::PlanContext ctx{run.cluster, run.model, run.training};
-    SimOptions opt;
-    opt.profiles = &db;
-    opt.compute.calibration = calibration;
-    auto r = SimulateIteration(plan, ctx, opt);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? r->report.devices(0).dp_communication_s() : -1;
+    return DpSecondsUnder(plan, run, db, calibration);
   };
   const Setting one = MakeSetting(R"(
 name: pcie-box
