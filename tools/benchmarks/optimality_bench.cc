@@ -81,6 +81,7 @@ struct Row {
   bool ok = false;
   bool proven = false;
   double pick_s = 0, refined_s = 0, plan_s = 0, plan_refined_s = 0;
+  double polished_s = 0, plan_polished_s = 0;  // with --polish N (0: not run)
 };
 
 double Wall(std::chrono::steady_clock::time_point start) {
@@ -88,7 +89,7 @@ double Wall(std::chrono::steady_clock::time_point start) {
 }
 
 // The planner's pick and the simulator-checked choice, both simulated.
-Row Measure(const std::string& name, const planners::PlanningProblem& problem, uint32_t k) {
+Row Measure(const std::string& name, const planners::PlanningProblem& problem, uint32_t k, uint32_t polish) {
   Row row;
   auto planner = planners::CreatePlanner(name);
   if (!planner.ok()) return row;
@@ -109,6 +110,13 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
   row.refined_s = out.candidates[out.chosen].simulated_s;
   row.proven = out.proven;
   row.ok = true;
+  if (polish > 0) {
+    refine.polish = polish;
+    const auto t2 = std::chrono::steady_clock::now();
+    auto rp = runner::PlanOnTwin(**planner, problem, refine, &out);
+    row.plan_polished_s = Wall(t2);
+    if (rp.ok()) row.polished_s = out.polished ? out.polish.end_s : row.refined_s;
+  }
   return row;
 }
 
@@ -118,12 +126,15 @@ int main(int argc, char** argv) {
   std::string filter;
   bool table = false;
   uint32_t k = runner::kAutoRefine;
+  uint32_t polish = 0;  // --polish N: also the refined choice polished on the twin (tools/runner/polish.h)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--table") {
       table = true;
     } else if (a == "--k" && i + 1 < argc) {
       k = static_cast<uint32_t>(std::stoul(argv[++i]));
+    } else if (a == "--polish" && i + 1 < argc) {
+      polish = static_cast<uint32_t>(std::stoul(argv[++i]));
     } else {
       filter = a;
     }
@@ -171,7 +182,7 @@ int main(int argc, char** argv) {
     if (names_clusters && cluster.name().find(filter) == std::string::npos) continue;
     const bool cluster_wanted = filter.empty() || names_clusters;
     const planners::PlanningProblem problem{cluster, *model, *training};
-    const Row ref = Measure("exhaustive", problem, runner::kAutoRefine);
+    const Row ref = Measure("exhaustive", problem, runner::kAutoRefine, polish);
     if (!ref.ok) {
       std::cerr << cluster.name() << ": exhaustive found no plan; skipped\n";
       continue;
@@ -179,7 +190,7 @@ int main(int argc, char** argv) {
     order.push_back(cluster.name());
     for (const auto& p : names) {
       if (!cluster_wanted && p.find(filter) == std::string::npos) continue;
-      const Row row = p == "exhaustive" ? ref : Measure(p, problem, k);
+      const Row row = p == "exhaustive" ? ref : Measure(p, problem, k, polish);
       rows[cluster.name()][p] = row;
       const std::string key = "optimality." + p + "." + cluster.name();
       if (!row.ok) {
@@ -191,6 +202,10 @@ int main(int argc, char** argv) {
       bench::Print(key + ".plan_s", row.plan_s, "s");
       bench::Print(key + ".plan_refined_s", row.plan_refined_s, "s");
       if (p == "exhaustive") bench::Print(key + ".proven", row.proven ? 1 : 0, "bool");
+      if (polish > 0) {
+        bench::Print(key + ".polished", row.polished_s / ref.refined_s, "ratio");
+        bench::Print(key + ".plan_polished_s", row.plan_polished_s, "s");
+      }
     }
   }
   if (!table) return 0;
@@ -198,12 +213,13 @@ int main(int argc, char** argv) {
   // and the planning times (largest over clusters).
   std::printf("\n| planner |");
   for (const auto& c : order) std::printf(" %s |", c.c_str());
-  std::printf(" worst pick / refined | planning s (pick / refined, max) |\n|---|");
+  const char* cells = polish > 0 ? "pick / refined / polished" : "pick / refined";
+  std::printf(" worst %s | planning s (%s, max) |\n|---|", cells, cells);
   for (size_t i = 0; i < order.size(); ++i) std::printf("---|");
   std::printf("---|---|\n");
   for (const auto& p : names) {
     std::printf("| %s |", p.c_str());
-    double worst_pick = 0, worst_refined = 0, plan = 0, plan_refined = 0;
+    double worst_pick = 0, worst_refined = 0, worst_polished = 0, plan = 0, plan_refined = 0, plan_polished = 0;
     for (const auto& c : order) {
       auto it = rows[c].find(p);
       if (it == rows[c].end() || !it->second.ok) {
@@ -212,13 +228,24 @@ int main(int argc, char** argv) {
       }
       const Row& r = it->second;
       const double ref = rows[c]["exhaustive"].refined_s;
-      std::printf(" %.2f / %.2f |", r.pick_s / ref, r.refined_s / ref);
+      if (polish > 0) {
+        std::printf(" %.2f / %.2f / %.2f |", r.pick_s / ref, r.refined_s / ref, r.polished_s / ref);
+      } else {
+        std::printf(" %.2f / %.2f |", r.pick_s / ref, r.refined_s / ref);
+      }
       worst_pick = std::max(worst_pick, r.pick_s / ref);
       worst_refined = std::max(worst_refined, r.refined_s / ref);
+      worst_polished = std::max(worst_polished, r.polished_s / ref);
       plan = std::max(plan, r.plan_s);
       plan_refined = std::max(plan_refined, r.plan_refined_s);
+      plan_polished = std::max(plan_polished, r.plan_polished_s);
     }
-    std::printf(" %.2f / %.2f | %.2f / %.2f |\n", worst_pick, worst_refined, plan, plan_refined);
+    if (polish > 0) {
+      std::printf(" %.2f / %.2f / %.2f | %.2f / %.2f / %.2f |\n", worst_pick, worst_refined, worst_polished, plan,
+                  plan_refined, plan_polished);
+    } else {
+      std::printf(" %.2f / %.2f | %.2f / %.2f |\n", worst_pick, worst_refined, plan, plan_refined);
+    }
   }
   std::printf("\nexhaustive's reference proven the simulated optimum on:");
   for (const auto& c : order) {

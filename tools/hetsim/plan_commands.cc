@@ -99,6 +99,18 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     return 2;
   }
   if (*k >= 0) refine.k = static_cast<uint32_t>(*k);
+  if (vm.count("polish")) {
+    const int n = vm["polish"].as<int>();
+    if (n < 0 || n > 100000) {
+      err << "--polish: expected 0..100000 simulations for the local search, found " << n << "\n";
+      return 2;
+    }
+    if (refine.k == 0 && n > 0) {
+      err << "--polish needs the twin check: drop --refine 0 (the pick is simulated once before it is polished)\n";
+      return 2;
+    }
+    refine.polish = static_cast<uint32_t>(n);
+  }
   runner::RefineOutcome checked;
   auto result = runner::PlanOnTwin(**planner, problem, refine, &checked);
   if (!result.ok()) return Fail(err, result.status());
@@ -129,6 +141,11 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
                                           " simulated (the planner's pick: " +
                                           (pick.error.empty() ? secs(pick.simulated_s) : std::string("failed")) + ")"
                                     : "the planner's pick kept, " + secs(chosen.simulated_s) + " simulated");
+      if (checked.polished && !checked.polish.kept.empty()) {
+        comment += "\npolished on the twin (--polish, beyond the planner's paper): " + secs(checked.polish.start_s) +
+                   " -> " + secs(checked.polish.end_s) + " simulated, " + std::to_string(checked.polish.kept.size()) +
+                   " changes kept";
+      }
     }
     proto::Plan named = result->plan;
     if (named.name().empty()) named.set_name(name + "-" + specs->model->name() + "-" + specs->cluster->name());
@@ -160,7 +177,11 @@ std::vector<Command> PlannerCommands() {
              "refine", po::value<int>(),
              "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4 up to 256 GPUs, "
              "2 up to 1,024, 1 beyond; 0 = the "
-             "planner's own pick)");
+             "planner's own pick)")(
+             "polish", po::value<int>(),
+             "then improve the chosen plan on the twin with up to N simulations of small changes (layer boundaries, "
+             "device swaps, micro-batches, merged pipelines); goes beyond the planner's paper, says so in the notes "
+             "(default 0: off)");
          AddSpecFlags(d, /*with_plan=*/false);
        },
        RunPlan},

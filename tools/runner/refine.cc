@@ -231,6 +231,34 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
     result.estimate = planners::AnalyticCostModel(problem).Estimate(result.plan, /*with_memory=*/true);
   }
   result.alternatives.clear();
+  if (options.polish > 0 && best >= 0) {
+    const auto polish_start = std::chrono::steady_clock::now();
+    out.polished = true;
+    const double from = out.candidates[static_cast<size_t>(best)].simulated_s;
+    proto::Plan polished = PolishOnTwin(result.plan, from, problem, so, options.polish, &out.polish);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - polish_start).count();
+    out.sim_wall_s += wall;
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "polish (--polish %u, beyond the planner's paper): %u changes simulated, %u ruled out by their lower "
+                  "bound, %u refused (invalid or out of memory) in %s; %s",
+                  options.polish, out.polish.simulated, out.polish.ruled_out, out.polish.refused, Seconds(wall).c_str(),
+                  out.polish.local_optimum ? "no change left helps" : "the budget ran out");
+    notes.push_back(buf);
+    if (out.polish.kept.empty()) {
+      notes.push_back("  no change simulates faster than the checked choice (" + Seconds(from) + "): it is returned");
+    } else {
+      std::snprintf(buf, sizeof buf, "  %zu change%s kept: %s -> %s (%.1f%% faster than the checked choice)",
+                    out.polish.kept.size(), out.polish.kept.size() == 1 ? "" : "s", Seconds(from).c_str(),
+                    Seconds(out.polish.end_s).c_str(),
+                    100.0 * (from - out.polish.end_s) / from);
+      notes.push_back(buf);
+      for (const auto& change : out.polish.kept) notes.push_back("    " + change);
+      result.plan = std::move(polished);
+      result.cost_s = 0;  // the planner's own model did not price the polished plan
+      result.estimate = planners::AnalyticCostModel(problem).Estimate(result.plan, /*with_memory=*/true);
+    }
+  }
   return result;
 }
 

@@ -21,6 +21,7 @@
 
 #include "planners/planner.h"
 #include "sim/simulator.h"
+#include "tools/runner/polish.h"
 
 namespace hetsim::runner {
 
@@ -55,6 +56,9 @@ inline constexpr uint32_t kDefaultProofSimulations = 2000;
 struct RefineOptions {
   uint32_t k = kAutoRefine;
   uint32_t max_proof_simulations = 0;  // the proof's budget; 0 = kDefaultProofSimulations
+  // Opt-in: after the check, polish the chosen plan on the twin with at most this many simulations
+  // (tools/runner/polish.h; beyond the planner's paper). 0 = off.
+  uint32_t polish = 0;
   sim::SimOptions sim;  // how candidates are simulated (fidelity, calibration, profiles); no timeline
 };
 
@@ -79,6 +83,8 @@ struct RefineOutcome {
   bool proof = false;                        // exhaustive's proof over its space was run
   bool proven = false;                       // ... and proved the returned plan the simulated optimum
   uint32_t simulated = 0, ruled_out = 0;     // candidates simulated; ruled out by their lower bound
+  bool polished = false;                     // --polish ran (its outcome below)
+  PolishOutcome polish;
   bool changed() const { return chosen != 0; }
 };
 

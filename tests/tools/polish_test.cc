@@ -1,0 +1,188 @@
+// Polishing a plan on the twin (tools/runner/polish.h): the changes tried, and a search that keeps only
+// what the simulator says is faster.
+#include "tools/runner/polish.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "models/plan.h"
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "tools/runner/refine.h"
+
+namespace hetsim::runner {
+namespace {
+
+models::Cluster ClusterFrom(const char* yaml) {
+  proto::Cluster spec;
+  EXPECT_TRUE(models::ParseYaml(yaml, "c.yaml", &spec).ok());
+  auto c = models::Cluster::Build(spec, "c.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return std::move(c).value();
+}
+
+// Two machines: A (devices 0-1, A100) and B (devices 2-3, H100).
+const char* kTwoMachines = R"(kind: cluster
+name: a-and-b
+nodes:
+  - name: a
+    gpus: {type: a100-80gb, count: 2}
+    fabric: {kind: nvlink}
+    nic: {kind: infiniband, bandwidth_gbps: 200}
+  - name: b
+    gpus: {type: h100, count: 2}
+    fabric: {kind: nvlink}
+    nic: {kind: infiniband, bandwidth_gbps: 200}
+network: {single_switch: {}}
+)";
+
+// Two identical GPUs in one machine.
+const char* kOneMachine = R"(kind: cluster
+name: two-gpus
+nodes:
+  - name: n
+    gpus: {type: a100-80gb, count: 2}
+    fabric: {kind: nvlink}
+    nic: {kind: infiniband, bandwidth_gbps: 200}
+network: {single_switch: {}}
+)";
+
+proto::Stage StageOf(uint32_t device, uint32_t begin, uint32_t end) {
+  proto::Stage s;
+  s.add_devices(device);
+  s.set_layer_begin(begin);
+  s.set_layer_end(end);
+  return s;
+}
+
+// llama-tiny's 6 layers (embedding, 4 blocks, head) in two pipelines of two stages, A then B, 3 + 3 layers,
+// 4 micro-batches of one sequence each.
+proto::Plan TwoPipelines() {
+  proto::Plan p;
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto* pipe = p.add_pipelines();
+    pipe->set_micro_batch_size(1);
+    pipe->set_num_micro_batches(4);
+    *pipe->add_stages() = StageOf(r, 0, 3);      // machine A
+    *pipe->add_stages() = StageOf(2 + r, 3, 6);  // machine B
+  }
+  return p;
+}
+
+// Counted by hand for TwoPipelines on A and B:
+//   1. layer moves: per pipeline, a layer from stage 0 to 1 and from 1 to 0 (both hold 3)   4
+//   2. swaps of stages on different GPU types: (p0s0, p0s1), (p0s0, p1s1), (p0s1, p1s0), (p1s0, p1s1)
+//      — p0s0 and p1s0 are both A100s, p0s1 and p1s1 both H100s: not swapped               4
+//   3. a micro-batch from pipeline 0 to 1 and from 1 to 0                                    2
+//   4. micro-batches of 2 in each pipeline (4 is even; 1 cannot be halved)                  2
+//   5. merges (0, 1) and (1, 0), each concatenated and grouped by machine                   4
+//   6. each pipeline's two machine runs in the other order                                   2
+TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
+  const auto cluster = ClusterFrom(kTwoMachines);
+  const auto n = PlanNeighbours(TwoPipelines(), cluster, 6);
+  ASSERT_EQ(n.size(), 18u);
+  std::multiset<std::string> kinds;
+  for (const auto& [plan, change] : n) {
+    kinds.insert(change.substr(0, change.find(' ', change.find(' ') + 1)));
+    // Every neighbour still covers the model once per pipeline, each stage at least one layer.
+    for (const auto& pipe : plan.pipelines()) {
+      uint32_t next = 0;
+      for (const auto& st : pipe.stages()) {
+        EXPECT_EQ(st.layer_begin(), next) << change;
+        EXPECT_GT(st.layer_end(), st.layer_begin()) << change;
+        next = st.layer_end();
+      }
+      EXPECT_EQ(next, 6u) << change;
+    }
+  }
+  EXPECT_EQ(kinds.count("one layer"), 4u);
+  EXPECT_EQ(kinds.count("devices of"), 4u);
+  EXPECT_EQ(kinds.count("one micro-batch"), 2u);
+  EXPECT_EQ(kinds.count("pipeline 0's") + kinds.count("pipeline 1's"), 4u);  // micro-batch sizes + machine orders
+  EXPECT_EQ(kinds.count("pipelines 0") + kinds.count("pipelines 1"), 4u);
+  // The grouped merge of (0, 1): A's stages (devices 0, 1) then B's (2, 3); each held 3 of 12 layer-shares,
+  // so the boundaries fall at round(6 · 3/12) = 2, round(6 · 6/12) = 3, round(6 · 9/12) = 5; 8 micro-batches.
+  const proto::Plan* grouped = nullptr;
+  for (const auto& [plan, change] : n) {
+    if (change == "pipelines 0 and 1 merged into one of 4 stages, grouped by machine") grouped = &plan;
+  }
+  ASSERT_NE(grouped, nullptr);
+  ASSERT_EQ(grouped->pipelines_size(), 1);
+  const auto& m = grouped->pipelines(0);
+  EXPECT_EQ(m.num_micro_batches(), 8u);
+  ASSERT_EQ(m.stages_size(), 4);
+  const uint32_t devices[] = {0, 1, 2, 3}, ends[] = {2, 3, 5, 6};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(m.stages(k).devices(0), devices[k]);
+    EXPECT_EQ(m.stages(k).layer_end(), ends[k]);
+  }
+  // Interleaved plans are left alone.
+  proto::Plan interleaved = TwoPipelines();
+  interleaved.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+  EXPECT_TRUE(PlanNeighbours(interleaved, cluster, 6).empty());
+}
+
+struct OneMachineProblem {
+  OneMachineProblem() : cluster(ClusterFrom(kOneMachine)), model(*models::LoadModel("llama-tiny")) {
+    proto::Training t;
+    t.set_global_batch_size(8);
+    t.set_seq_len(128);
+    training = *models::ResolveTraining(t, model, "training");
+  }
+  planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
+  models::Cluster cluster;
+  models::TransformerModel model;
+  proto::Training training;
+};
+
+// A two-stage pipeline over two identical GPUs with 5 of llama-tiny's 6 layers on the first stage: its
+// first stage does about four blocks' work to the second's one. Polishing moves layers until no change is
+// faster: every change kept is faster than the one before, the result simulates at the time it reports,
+// and the stages end within one block of each other (the embedding and head are lighter than a block).
+TEST(Polish, KeepsOnlyFasterChangesAndBalancesAnUnevenPipeline) {
+  const OneMachineProblem p;
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(1);
+  pipe->set_num_micro_batches(8);
+  *pipe->add_stages() = StageOf(0, 0, 5);
+  *pipe->add_stages() = StageOf(1, 5, 6);
+  const models::PlanContext ctx{p.cluster, p.model, p.training};
+  ASSERT_TRUE(models::ValidatePlan(plan, ctx, "").ok());
+  sim::SimOptions so;
+  auto start = sim::SimulateIteration(plan, ctx, so);
+  ASSERT_TRUE(start.ok()) << start.status().message();
+  const double start_s = start->report.iteration_time_s();
+
+  PolishOutcome none;
+  const proto::Plan same = PolishOnTwin(plan, start_s, p.get(), so, 0, &none);
+  EXPECT_EQ(same.pipelines(0).stages(0).layer_end(), 5u);  // no budget: nothing tried
+  EXPECT_EQ(none.simulated, 0u);
+
+  PolishOutcome out;
+  const proto::Plan polished = PolishOnTwin(plan, start_s, p.get(), so, 50, &out);
+  ASSERT_FALSE(out.kept.empty());
+  EXPECT_LT(out.end_s, start_s);
+  EXPECT_TRUE(out.local_optimum);
+  double previous = start_s;
+  for (const auto& k : out.kept) {
+    const double t = std::stod(k.substr(k.rfind(": ") + 2));
+    EXPECT_LT(t, previous) << k;
+    previous = t;
+  }
+  auto again = sim::SimulateIteration(polished, ctx, so);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NEAR(again->report.iteration_time_s(), out.end_s, 1e-12);
+  ASSERT_EQ(polished.pipelines_size(), 1);
+  const auto& st = polished.pipelines(0).stages();
+  ASSERT_EQ(st.size(), 2);
+  const int first = static_cast<int>(st[0].layer_end() - st[0].layer_begin());
+  const int second = static_cast<int>(st[1].layer_end() - st[1].layer_begin());
+  EXPECT_LE(std::abs(first - second), 2) << first << " / " << second;
+}
+
+}  // namespace
+}  // namespace hetsim::runner

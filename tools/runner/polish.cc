@@ -1,0 +1,317 @@
+#include "tools/runner/polish.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include "models/plan.h"
+#include "planners/cost_model.h"
+
+namespace hetsim::runner {
+namespace {
+
+// A change is kept when it simulates faster by more than this fraction (so the search cannot cycle).
+constexpr double kGain = 1e-4;
+// Rounds of boundary moves on the played estimate after a structural change.
+constexpr uint32_t kRebalanceRounds = 64;
+// Pipelines over at most this many machine runs have their runs' orders tried (5! = 120 orders).
+constexpr size_t kMaxMachineRuns = 5;
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g s", s);
+  return buf;
+}
+
+std::string StageName(size_t p, size_t s) { return "pipeline " + std::to_string(p) + " stage " + std::to_string(s); }
+
+uint32_t Layers(const proto::Stage& s) { return s.layer_end() - s.layer_begin(); }
+
+// The GPU types of a stage's devices, in order (two stages with the same list swap to an equivalent plan).
+std::vector<const models::GpuSpec*> Types(const proto::Stage& s, const models::Cluster& cluster) {
+  std::vector<const models::GpuSpec*> t;
+  for (uint32_t d : s.devices()) t.push_back(d < cluster.num_devices() ? cluster.device(d).gpu : nullptr);
+  return t;
+}
+
+void ClearSplits(proto::Pipeline* p) {
+  for (auto& s : *p->mutable_stages()) s.clear_micro_batch_split();
+}
+
+// `a` followed by `b` as one pipeline: each stage keeps about half its share of the layers (its count over
+// both pipelines' 2·layers), every stage at least one. Empty when there are more stages than layers.
+std::optional<proto::Pipeline> Merged(const proto::Pipeline& a, const proto::Pipeline& b, uint32_t layers) {
+  const size_t n = static_cast<size_t>(a.stages_size() + b.stages_size());
+  if (n > layers || a.micro_batch_size() != b.micro_batch_size()) return std::nullopt;
+  proto::Pipeline m;
+  m.set_micro_batch_size(a.micro_batch_size());
+  m.set_num_micro_batches(a.num_micro_batches() + b.num_micro_batches());
+  for (const auto& s : a.stages()) *m.add_stages() = s;
+  for (const auto& s : b.stages()) *m.add_stages() = s;
+  double before = 0, total = 0;
+  for (const auto& s : m.stages()) total += Layers(s);
+  uint32_t begin = 0;
+  for (size_t k = 0; k < n; ++k) {
+    proto::Stage& s = *m.mutable_stages(static_cast<int>(k));
+    before += Layers(s);
+    auto end = static_cast<uint32_t>(std::lround(layers * before / total));
+    end = std::max(end, begin + 1);                                  // at least one layer
+    end = std::min<uint32_t>(end, layers - static_cast<uint32_t>(n - 1 - k));  // room for the rest
+    if (k + 1 == n) end = layers;
+    s.set_layer_begin(begin);
+    s.set_layer_end(end);
+    begin = end;
+  }
+  return m;
+}
+
+// The layer moves of `plan` (change 1 above), each with its description: one layer from a stage to another
+// of its pipeline, every boundary between them shifted by one.
+std::vector<std::pair<proto::Plan, std::string>> BoundaryMoves(const proto::Plan& plan) {
+  std::vector<std::pair<proto::Plan, std::string>> out;
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    const int n = pipe.stages_size();
+    for (int from = 0; from < n; ++from) {
+      if (Layers(pipe.stages(from)) < 2) continue;
+      for (int to = 0; to < n; ++to) {
+        if (to == from) continue;
+        proto::Plan next = plan;
+        auto* st = next.mutable_pipelines(p)->mutable_stages();
+        // The boundaries after stages min(from, to) .. max(from, to) − 1 move one layer towards `from`.
+        const int shift = from < to ? -1 : +1;
+        for (int b = std::min(from, to); b < std::max(from, to); ++b) {
+          const uint32_t edge = static_cast<uint32_t>(static_cast<int>(st->Get(b).layer_end()) + shift);
+          st->Mutable(b)->set_layer_end(edge);
+          st->Mutable(b + 1)->set_layer_begin(edge);
+        }
+        bool empty = false;
+        for (const auto& stage : *st) empty = empty || stage.layer_end() <= stage.layer_begin();
+        if (empty) continue;
+        out.emplace_back(std::move(next), "one layer from " + StageName(p, from) + " to " + StageName(p, to));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
+                            const models::PlanContext& ctx, uint32_t max_rounds) {
+  proto::Plan current = plan;
+  double current_s = cost.Estimate(current, /*with_memory=*/false).iteration_s;
+  for (uint32_t round = 0; round < max_rounds; ++round) {
+    bool moved = false;
+    for (auto& [n, change] : BoundaryMoves(current)) {
+      const double t = cost.Estimate(n, /*with_memory=*/false).iteration_s;
+      if (t < current_s * (1 - kGain) && models::ValidatePlan(n, ctx, "").ok()) {
+        current = std::move(n);
+        current_s = t;
+        moved = true;
+        break;
+      }
+    }
+    if (!moved) break;
+  }
+  return current;
+}
+
+std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster,
+                                                                uint32_t layers) {
+  // Interleaved stages hold several chunks each: their layer ranges are not moved here.
+  if (plan.schedule() == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) return {};
+  const int np = plan.pipelines_size();
+  // 1. Layer boundaries.
+  std::vector<std::pair<proto::Plan, std::string>> out = BoundaryMoves(plan);
+  // 2. Device swaps between stages of the same shape on different GPU types.
+  std::vector<std::pair<int, int>> stages;
+  for (int p = 0; p < np; ++p) {
+    for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) stages.emplace_back(p, s);
+  }
+  for (size_t i = 0; i < stages.size(); ++i) {
+    for (size_t j = i + 1; j < stages.size(); ++j) {
+      const proto::Stage& a = plan.pipelines(stages[i].first).stages(stages[i].second);
+      const proto::Stage& b = plan.pipelines(stages[j].first).stages(stages[j].second);
+      if (a.devices_size() != b.devices_size() || a.tp_degree() != b.tp_degree() || a.cp_degree() != b.cp_degree() ||
+          a.ulysses_degree() != b.ulysses_degree() || Types(a, cluster) == Types(b, cluster)) {
+        continue;
+      }
+      proto::Plan n = plan;
+      proto::Stage* x = n.mutable_pipelines(stages[i].first)->mutable_stages(stages[i].second);
+      proto::Stage* y = n.mutable_pipelines(stages[j].first)->mutable_stages(stages[j].second);
+      x->mutable_devices()->Swap(y->mutable_devices());
+      x->mutable_micro_batch_split()->Swap(y->mutable_micro_batch_split());
+      out.emplace_back(std::move(n), "devices of " + StageName(stages[i].first, stages[i].second) + " and " +
+                                         StageName(stages[j].first, stages[j].second) + " swapped");
+    }
+  }
+  // 3. One micro-batch from one pipeline to another.
+  for (int p = 0; p < np; ++p) {
+    for (int q = 0; q < np; ++q) {
+      const auto& a = plan.pipelines(p);
+      const auto& b = plan.pipelines(q);
+      if (p == q || a.num_micro_batches() < 2 || a.micro_batch_size() != b.micro_batch_size()) continue;
+      proto::Plan n = plan;
+      n.mutable_pipelines(p)->set_num_micro_batches(a.num_micro_batches() - 1);
+      n.mutable_pipelines(q)->set_num_micro_batches(b.num_micro_batches() + 1);
+      out.emplace_back(std::move(n), "one micro-batch from pipeline " + std::to_string(p) + " to pipeline " +
+                                         std::to_string(q));
+    }
+  }
+  // 4. Micro-batch size doubled or halved.
+  for (int p = 0; p < np; ++p) {
+    const auto& a = plan.pipelines(p);
+    if (a.num_micro_batches() % 2 == 0) {
+      proto::Plan n = plan;
+      auto* m = n.mutable_pipelines(p);
+      m->set_micro_batch_size(a.micro_batch_size() * 2);
+      m->set_num_micro_batches(a.num_micro_batches() / 2);
+      ClearSplits(m);
+      out.emplace_back(std::move(n), "pipeline " + std::to_string(p) + "'s micro-batches of " +
+                                         std::to_string(a.micro_batch_size() * 2) + " sequences");
+    }
+    if (a.micro_batch_size() % 2 == 0) {
+      proto::Plan n = plan;
+      auto* m = n.mutable_pipelines(p);
+      m->set_micro_batch_size(a.micro_batch_size() / 2);
+      m->set_num_micro_batches(a.num_micro_batches() * 2);
+      ClearSplits(m);
+      out.emplace_back(std::move(n), "pipeline " + std::to_string(p) + "'s micro-batches of " +
+                                         std::to_string(a.micro_batch_size() / 2) + " sequences");
+    }
+  }
+  // 5. Two pipelines merged into one: the second's stages after the first's, and the same stages grouped by
+  // machine (in machine order, each machine's stages in their order), which crosses each machine boundary
+  // once where the concatenation crosses them twice.
+  const auto node_of = [&](const proto::Stage& st) {
+    return st.devices_size() > 0 && st.devices(0) < cluster.num_devices() ? cluster.device(st.devices(0)).node : 0u;
+  };
+  for (int p = 0; p < np; ++p) {
+    for (int q = 0; q < np; ++q) {
+      if (p == q) continue;
+      for (bool grouped : {false, true}) {
+        proto::Pipeline a = plan.pipelines(p), b = plan.pipelines(q);
+        if (grouped) {
+          std::vector<proto::Stage> all(a.stages().begin(), a.stages().end());
+          all.insert(all.end(), b.stages().begin(), b.stages().end());
+          std::stable_sort(all.begin(), all.end(),
+                           [&](const proto::Stage& x, const proto::Stage& y) { return node_of(x) < node_of(y); });
+          // The grouped order as one pipeline: `a` takes every stage, `b` none.
+          a.clear_stages();
+          for (auto& st : all) *a.add_stages() = std::move(st);
+          const auto half = static_cast<int>(a.stages_size() / 2);
+          b.clear_stages();
+          for (int k = half; k < a.stages_size(); ++k) *b.add_stages() = a.stages(k);
+          a.mutable_stages()->DeleteSubrange(half, a.stages_size() - half);
+        }
+        auto m = Merged(a, b, layers);
+        if (!m) continue;
+        proto::Plan n = plan;
+        n.clear_pipelines();
+        for (int r = 0; r < np; ++r) {
+          if (r == p) *n.add_pipelines() = *m;
+          if (r != p && r != q) *n.add_pipelines() = plan.pipelines(r);
+        }
+        out.emplace_back(std::move(n), "pipelines " + std::to_string(p) + " and " + std::to_string(q) +
+                                           " merged into one of " + std::to_string(m->stages_size()) + " stages" +
+                                           (grouped ? ", grouped by machine" : ""));
+      }
+    }
+  }
+  // 6. A pipeline's runs of stages on one machine put in another order (each stage keeps its layer count,
+  // the boundaries follow): which machine holds the embedding, the head and the middle.
+  for (int p = 0; p < np; ++p) {
+    const auto& pipe = plan.pipelines(p);
+    std::vector<std::vector<int>> runs;
+    for (int k = 0; k < pipe.stages_size(); ++k) {
+      if (runs.empty() || node_of(pipe.stages(k)) != node_of(pipe.stages(runs.back().back()))) runs.emplace_back();
+      runs.back().push_back(k);
+    }
+    if (runs.size() < 2 || runs.size() > kMaxMachineRuns) continue;
+    std::vector<size_t> order(runs.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    while (std::next_permutation(order.begin(), order.end())) {
+      proto::Plan n = plan;
+      auto* m = n.mutable_pipelines(p);
+      m->clear_stages();
+      std::string desc;
+      for (size_t r : order) {
+        for (int k : runs[r]) *m->add_stages() = pipe.stages(k);
+        desc += (desc.empty() ? "" : ", ") + std::to_string(node_of(pipe.stages(runs[r].front())));
+      }
+      uint32_t begin = 0;
+      for (auto& st : *m->mutable_stages()) {
+        const uint32_t count = Layers(st);
+        st.set_layer_begin(begin);
+        st.set_layer_end(begin + count);
+        begin += count;
+      }
+      out.emplace_back(std::move(n), "pipeline " + std::to_string(p) + "'s machines in the order " + desc);
+    }
+  }
+  return out;
+}
+
+proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
+                         const sim::SimOptions& sim, uint32_t budget, PolishOutcome* outcome) {
+  PolishOutcome local;
+  PolishOutcome& out = outcome ? *outcome : local;
+  out = PolishOutcome{};
+  out.start_s = out.end_s = plan_s;
+  const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
+  const uint32_t layers = problem.model.num_layers();
+  // The lower bound bounds the balanced fidelity's simulation without jitter (planners/lowering_cost.h).
+  const sim::Fidelity balanced = sim::Fidelity::Balanced();
+  const bool bounded = sim.fidelity.collectives == balanced.collectives && sim.fidelity.tp == balanced.tp &&
+                       sim.compute_jitter_cv == 0;
+  const planners::AnalyticCostModel cost(problem);
+  proto::Plan current = plan;
+  double current_s = plan_s;
+  auto neighbours = PlanNeighbours(current, problem.cluster, layers);
+  size_t next = 0, without_gain = 0;
+  while (out.simulated < budget && !neighbours.empty()) {
+    if (without_gain >= neighbours.size()) {
+      out.local_optimum = true;
+      break;
+    }
+    const auto& [candidate, change] = neighbours[next % neighbours.size()];
+    ++next;
+    ++without_gain;
+    // A structural change comes with its layers rebalanced on the played estimate, so that a better
+    // structure is not judged on a split made for the old one.
+    const proto::Plan balanced_plan =
+        change.rfind("one layer", 0) == 0 ? candidate : RebalanceLayers(candidate, cost, ctx, kRebalanceRounds);
+    const proto::Plan& candidate_plan = balanced_plan;
+    if (!models::ValidatePlan(candidate_plan, ctx, "").ok()) {
+      ++out.refused;
+      continue;
+    }
+    if (bounded && cost.LowerBoundSeconds(candidate_plan) >= current_s * (1 - kGain)) {
+      ++out.ruled_out;
+      continue;
+    }
+    ++out.simulated;
+    auto r = sim::SimulateIteration(candidate_plan, ctx, sim);
+    if (!r.ok() || r->report.any_oom()) {
+      ++out.refused;
+      continue;
+    }
+    const double t = r->report.iteration_time_s();
+    if (t >= current_s * (1 - kGain)) continue;
+    out.kept.push_back(change + ": " + Seconds(t));
+    current = candidate_plan;
+    current_s = t;
+    const size_t at = next;
+    neighbours = PlanNeighbours(current, problem.cluster, layers);
+    next = neighbours.empty() ? 0 : at % neighbours.size();
+    without_gain = 0;
+  }
+  if (!out.local_optimum && neighbours.empty()) out.local_optimum = true;
+  out.end_s = current_s;
+  return current;
+}
+
+}  // namespace hetsim::runner

@@ -1,0 +1,64 @@
+// Polishing a plan on the twin (`--polish N`, opt-in): a local search from a planner's simulator-checked
+// choice that goes beyond the planner's paper. The paper's search and cost model pick the plan (and
+// `--refine K` chooses among its best K in the simulator); polishing then tries small changes to that plan
+// and keeps each one the simulator says is faster, until no change helps or N simulations are spent.
+//
+// The changes (neighbours of a plan), tried in this order:
+//   1. one layer moved from a stage to another of its pipeline (the boundaries between them shifted by one);
+//   2. the devices of two stages with the same device count and TP degree swapped (a faster group to the
+//      heavier stage);
+//   3. one micro-batch moved from one pipeline to another of the same micro-batch size (DP load balance);
+//   4. a pipeline's micro-batch size doubled or halved, its micro-batch count the other way;
+//   5. two pipelines merged into one deeper pipeline (the second's stages after the first's, or the stages
+//      of both grouped by machine; each stage keeping about half its share of the layers, the micro-batches
+//      summed);
+//   6. a pipeline's runs of stages on one machine put in another order (up to 5 runs: which machine holds
+//      the embedding, the head and the middle).
+// A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
+// of memory is skipped; one whose lower bound (AnalyticCostModel::LowerBoundSeconds, never above the
+// simulated time) is no better than the current plan is ruled out without a simulation. A change is kept
+// when it simulates faster by more than 0.01%; the search then continues from it with the next change in the
+// list, and stops after a whole list without one. Deterministic: same inputs, same plan.
+//
+// The result is a plan the planner's paper would not have returned: the notes say so, with both times.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planners/cost_model.h"
+#include "planners/planner.h"
+#include "sim/simulator.h"
+
+namespace hetsim::runner {
+
+struct PolishOutcome {
+  double start_s = 0;          // the plan's simulated iteration before
+  double end_s = 0;            // after
+  uint32_t simulated = 0;      // changes simulated
+  uint32_t ruled_out = 0;      // changes ruled out by their lower bound
+  uint32_t refused = 0;        // changes the plan checks refused or that ran out of memory
+  std::vector<std::string> kept;  // the changes kept, in order, each with its simulated time
+  bool local_optimum = false;  // stopped because no change helped (else: the budget ran out)
+};
+
+// Polishes `plan` (simulated at `plan_s` under `sim`) with at most `budget` simulations. Returns the best
+// plan found (the input when nothing helped).
+proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
+                         const sim::SimOptions& sim, uint32_t budget, PolishOutcome* outcome);
+
+// `plan` with its layer boundaries moved one layer at a time while the played estimate
+// (AnalyticCostModel::Estimate) improves and the plan stays valid, at most `max_rounds` moves. Used on each
+// change but a layer move (2-6 above) before it is judged.
+proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
+                            const models::PlanContext& ctx, uint32_t max_rounds);
+
+// The neighbours of `plan` on `cluster` in the order above (exposed for tests); `layers` is the model's
+// layer count. Each comes with a short description of the change. None for interleaved plans (their stages
+// hold several chunks).
+std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster,
+                                                                uint32_t layers);
+
+}  // namespace hetsim::runner
