@@ -80,10 +80,13 @@ proto::Plan TwoPipelines() {
 //   4. micro-batches of 2 in each pipeline (4 is even; 1 cannot be halved)                  2
 //   5. merges (0, 1) and (1, 0), each concatenated and grouped by machine                   4
 //   6. each pipeline's two machine runs in the other order                                   2
+//   7. no stage holds several replicas: no split                                             0
+//   8. ZeRO stage 1 (the plan has 0)                                                         1
+//   9. one pipeline with a stage per machine                                                 1
 TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   const auto cluster = ClusterFrom(kTwoMachines);
   const auto n = PlanNeighbours(TwoPipelines(), cluster, 6);
-  ASSERT_EQ(n.size(), 18u);
+  ASSERT_EQ(n.size(), 20u);
   std::multiset<std::string> kinds;
   for (const auto& [plan, change] : n) {
     kinds.insert(change.substr(0, change.find(' ', change.find(' ') + 1)));
@@ -103,6 +106,21 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   EXPECT_EQ(kinds.count("one micro-batch"), 2u);
   EXPECT_EQ(kinds.count("pipeline 0's") + kinds.count("pipeline 1's"), 4u);  // micro-batch sizes + machine orders
   EXPECT_EQ(kinds.count("pipelines 0") + kinds.count("pipelines 1"), 4u);
+  EXPECT_EQ(kinds.count("ZeRO stage"), 1u);
+  EXPECT_EQ(kinds.count("one pipeline,"), 1u);
+  // The stage per machine: A's devices 0-1 and B's 2-3 as two DP-2 stages, 3 layers each by device count,
+  // micro-batches of 2 (the widest machine) × 4 for the 8 sequences.
+  for (const auto& [plan, change] : n) {
+    if (change.rfind("one pipeline,", 0) != 0) continue;
+    ASSERT_EQ(plan.pipelines_size(), 1);
+    const auto& m = plan.pipelines(0);
+    EXPECT_EQ(m.micro_batch_size(), 2u);
+    EXPECT_EQ(m.num_micro_batches(), 4u);
+    ASSERT_EQ(m.stages_size(), 2);
+    EXPECT_EQ(m.stages(0).devices_size(), 2);
+    EXPECT_EQ(m.stages(0).layer_end(), 3u);
+    EXPECT_EQ(m.stages(1).devices(0), 2u);
+  }
   // The grouped merge of (0, 1): A's stages (devices 0, 1) then B's (2, 3); each held 3 of 12 layer-shares,
   // so the boundaries fall at round(6 · 3/12) = 2, round(6 · 6/12) = 3, round(6 · 9/12) = 5; 8 micro-batches.
   const proto::Plan* grouped = nullptr;
@@ -123,6 +141,33 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   proto::Plan interleaved = TwoPipelines();
   interleaved.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
   EXPECT_TRUE(PlanNeighbours(interleaved, cluster, 6).empty());
+}
+
+// Change 7 on a stage of four DP replicas, two on each machine: split by machine into two stages of two
+// devices, the layers by device count (6 · 2/4 = 3 each); on one machine it would split in halves instead.
+TEST(PlanNeighbours, AStageOfReplicasOnTwoMachinesSplitsByMachine) {
+  const auto cluster = ClusterFrom(kTwoMachines);
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(4);
+  pipe->set_num_micro_batches(2);
+  auto* st = pipe->add_stages();
+  for (uint32_t d = 0; d < 4; ++d) st->add_devices(d);
+  st->set_layer_end(6);
+  int splits = 0;
+  for (const auto& [n, change] : PlanNeighbours(plan, cluster, 6)) {
+    if (change.find(" split ") == std::string::npos) continue;
+    ++splits;
+    EXPECT_EQ(change, "pipeline 0 stage 0 split by machine into 2 stages");
+    const auto& m = n.pipelines(0);
+    ASSERT_EQ(m.stages_size(), 2);
+    EXPECT_EQ(m.stages(0).devices(0), 0u);
+    EXPECT_EQ(m.stages(0).devices(1), 1u);
+    EXPECT_EQ(m.stages(0).layer_end(), 3u);
+    EXPECT_EQ(m.stages(1).devices(0), 2u);
+    EXPECT_EQ(m.stages(1).layer_begin(), 3u);
+  }
+  EXPECT_EQ(splits, 1);
 }
 
 struct OneMachineProblem {

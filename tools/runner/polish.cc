@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -34,6 +35,13 @@ std::vector<const models::GpuSpec*> Types(const proto::Stage& s, const models::C
   std::vector<const models::GpuSpec*> t;
   for (uint32_t d : s.devices()) t.push_back(d < cluster.num_devices() ? cluster.device(d).gpu : nullptr);
   return t;
+}
+
+// The stage's devices first .. first + count − 1 as a stage of their own (for their machine).
+proto::Stage StageOf(const proto::Stage& st, uint32_t first, uint32_t count) {
+  proto::Stage one;
+  for (uint32_t d = first; d < first + count; ++d) one.add_devices(st.devices(static_cast<int>(d)));
+  return one;
 }
 
 void ClearSplits(proto::Pipeline* p) {
@@ -69,7 +77,7 @@ std::optional<proto::Pipeline> Merged(const proto::Pipeline& a, const proto::Pip
 
 // The layer moves of `plan` (change 1 above), each with its description: one layer from a stage to another
 // of its pipeline, every boundary between them shifted by one.
-std::vector<std::pair<proto::Plan, std::string>> BoundaryMoves(const proto::Plan& plan) {
+std::vector<std::pair<proto::Plan, std::string>> BoundaryMoves(const proto::Plan& plan, bool adjacent_only) {
   std::vector<std::pair<proto::Plan, std::string>> out;
   for (int p = 0; p < plan.pipelines_size(); ++p) {
     const auto& pipe = plan.pipelines(p);
@@ -77,7 +85,7 @@ std::vector<std::pair<proto::Plan, std::string>> BoundaryMoves(const proto::Plan
     for (int from = 0; from < n; ++from) {
       if (Layers(pipe.stages(from)) < 2) continue;
       for (int to = 0; to < n; ++to) {
-        if (to == from) continue;
+        if (to == from || (adjacent_only && std::abs(to - from) != 1)) continue;
         proto::Plan next = plan;
         auto* st = next.mutable_pipelines(p)->mutable_stages();
         // The boundaries after stages min(from, to) .. max(from, to) − 1 move one layer towards `from`.
@@ -105,7 +113,7 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
   double current_s = cost.Estimate(current, /*with_memory=*/false).iteration_s;
   for (uint32_t round = 0; round < max_rounds; ++round) {
     bool moved = false;
-    for (auto& [n, change] : BoundaryMoves(current)) {
+    for (auto& [n, change] : BoundaryMoves(current, /*adjacent_only=*/true)) {
       const double t = cost.Estimate(n, /*with_memory=*/false).iteration_s;
       if (t < current_s * (1 - kGain) && models::ValidatePlan(n, ctx, "").ok()) {
         current = std::move(n);
@@ -125,7 +133,7 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
   if (plan.schedule() == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) return {};
   const int np = plan.pipelines_size();
   // 1. Layer boundaries.
-  std::vector<std::pair<proto::Plan, std::string>> out = BoundaryMoves(plan);
+  std::vector<std::pair<proto::Plan, std::string>> out = BoundaryMoves(plan, /*adjacent_only=*/false);
   // 2. Device swaps between stages of the same shape on different GPU types.
   std::vector<std::pair<int, int>> stages;
   for (int p = 0; p < np; ++p) {
@@ -252,6 +260,113 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
       out.emplace_back(std::move(n), "pipeline " + std::to_string(p) + "'s machines in the order " + desc);
     }
   }
+  // 8 (listed before 7's loop for locality of the plan-wide knobs). The ZeRO stage one lower or higher:
+  // less sharding communicates less where memory allows it, more fits a deeper pipeline's first stages.
+  for (int dz : {-1, +1}) {
+    const int z = static_cast<int>(plan.zero_stage()) + dz;
+    if (z < 0 || z > 3) continue;
+    proto::Plan n = plan;
+    n.set_zero_stage(static_cast<uint32_t>(z));
+    out.emplace_back(std::move(n), "ZeRO stage " + std::to_string(z));
+  }
+  // 9. One pipeline with a stage per machine, the machine's devices of the plan as that stage's data-parallel
+  // replicas (TP 1), layers by device count: the structure that keeps data parallelism off the network.
+  {
+    std::map<uint32_t, std::vector<uint32_t>> by_machine;
+    for (const auto& pipe : plan.pipelines()) {
+      for (const auto& st : pipe.stages()) {
+        for (uint32_t d : st.devices()) {
+          if (d < cluster.num_devices()) by_machine[cluster.device(d).node].push_back(d);
+        }
+      }
+    }
+    uint32_t sequences = 0, widest = 0, devices = 0;
+    for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
+    for (auto& [node, ds] : by_machine) {
+      std::sort(ds.begin(), ds.end());
+      widest = std::max(widest, static_cast<uint32_t>(ds.size()));
+      devices += static_cast<uint32_t>(ds.size());
+    }
+    const bool differs = np > 1 || plan.pipelines(0).stages_size() != static_cast<int>(by_machine.size());
+    if (by_machine.size() >= 2 && by_machine.size() <= layers && widest > 0 && sequences % widest == 0 && differs) {
+      proto::Plan n = plan;
+      n.clear_pipelines();
+      auto* m = n.add_pipelines();
+      m->set_micro_batch_size(widest);
+      m->set_num_micro_batches(sequences / widest);
+      uint32_t begin = 0, used = 0, k = 0;
+      for (const auto& [node, ds] : by_machine) {
+        auto* st = m->add_stages();
+        for (uint32_t d : ds) st->add_devices(d);
+        used += static_cast<uint32_t>(ds.size());
+        auto end = static_cast<uint32_t>(std::lround(double(layers) * used / devices));
+        end = std::max(end, begin + 1);
+        end = std::min<uint32_t>(end, layers - static_cast<uint32_t>(by_machine.size() - 1 - k));
+        if (++k == by_machine.size()) end = layers;
+        st->set_layer_begin(begin);
+        st->set_layer_end(end);
+        begin = end;
+      }
+      out.emplace_back(std::move(n), "one pipeline, a stage per machine (" + std::to_string(by_machine.size()) +
+                                         " stages, data parallelism inside each)");
+    }
+  }
+  // 7. A stage of several DP replicas split in two consecutive stages: by machine where it spans several
+  // (each machine's devices one stage, in machine order), else its replicas halved; the layers split by
+  // device count (then rebalanced). Turns data parallelism over a slow network into a pipeline.
+  for (int p = 0; p < np; ++p) {
+    const auto& pipe = plan.pipelines(p);
+    for (int k = 0; k < pipe.stages_size(); ++k) {
+      const proto::Stage& st = pipe.stages(k);
+      const uint32_t group = std::max(1u, st.tp_degree()) * std::max(1u, st.cp_degree()) *
+                             std::max(1u, st.ulysses_degree());
+      const auto replicas = static_cast<uint32_t>(st.devices_size()) / group;
+      if (replicas < 2 || Layers(st) < 2) continue;
+      // Groups of whole replicas: by machine of each replica's first device, else two halves.
+      std::vector<std::vector<uint32_t>> parts;
+      for (uint32_t r = 0; r < replicas; ++r) {
+        const proto::Stage one = StageOf(st, r * group, group);
+        const bool new_machine = parts.empty() || node_of(one) != node_of(StageOf(st, (r - 1) * group, group));
+        if (new_machine) parts.emplace_back();
+        for (uint32_t d = 0; d < group; ++d) parts.back().push_back(st.devices(static_cast<int>(r * group + d)));
+      }
+      std::string how = "by machine";
+      if (parts.size() < 2 || parts.size() > Layers(st)) {
+        parts.assign(2, {});
+        for (uint32_t r = 0; r < replicas; ++r) {
+          for (uint32_t d = 0; d < group; ++d) {
+            parts[r < replicas / 2 ? 0 : 1].push_back(st.devices(static_cast<int>(r * group + d)));
+          }
+        }
+        how = "in halves";
+        if (replicas % 2 != 0) continue;
+      }
+      proto::Plan n = plan;
+      auto* m = n.mutable_pipelines(p);
+      m->clear_stages();
+      for (int j = 0; j < k; ++j) *m->add_stages() = pipe.stages(j);
+      uint32_t begin = st.layer_begin(), used = 0;
+      const auto total = static_cast<uint32_t>(st.devices_size());
+      for (size_t j = 0; j < parts.size(); ++j) {
+        proto::Stage part = st;
+        part.clear_devices();
+        part.clear_micro_batch_split();
+        for (uint32_t d : parts[j]) part.add_devices(d);
+        used += static_cast<uint32_t>(parts[j].size());
+        auto end = static_cast<uint32_t>(st.layer_begin() + std::lround(double(Layers(st)) * used / total));
+        end = std::max(end, begin + 1);
+        end = std::min<uint32_t>(end, st.layer_end() - static_cast<uint32_t>(parts.size() - 1 - j));
+        if (j + 1 == parts.size()) end = st.layer_end();
+        part.set_layer_begin(begin);
+        part.set_layer_end(end);
+        begin = end;
+        *m->add_stages() = std::move(part);
+      }
+      for (int j = k + 1; j < pipe.stages_size(); ++j) *m->add_stages() = pipe.stages(j);
+      out.emplace_back(std::move(n), StageName(p, k) + " split " + how + " into " + std::to_string(parts.size()) +
+                                         " stages");
+    }
+  }
   return out;
 }
 
@@ -270,25 +385,40 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
   const planners::AnalyticCostModel cost(problem);
   proto::Plan current = plan;
   double current_s = plan_s;
-  auto neighbours = PlanNeighbours(current, problem.cluster, layers);
-  size_t next = 0, without_gain = 0;
-  while (out.simulated < budget && !neighbours.empty()) {
-    if (without_gain >= neighbours.size()) {
+  // The neighbours that pass the plan checks, most promising first: by their played estimate (stable, so
+  // ties keep the order of the list above).
+  struct Neighbour {
+    proto::Plan plan;
+    std::string change;
+    double estimate_s = 0;
+  };
+  const auto ranked = [&](const proto::Plan& from) {
+    std::vector<Neighbour> list;
+    for (auto& [n, change] : PlanNeighbours(from, problem.cluster, layers)) {
+      if (!models::ValidatePlan(n, ctx, "").ok()) {
+        ++out.refused;
+        continue;
+      }
+      const double e = cost.Estimate(n, /*with_memory=*/false).iteration_s;
+      list.push_back({std::move(n), std::move(change), e});
+    }
+    std::stable_sort(list.begin(), list.end(),
+                     [](const Neighbour& a, const Neighbour& b) { return a.estimate_s < b.estimate_s; });
+    return list;
+  };
+  std::vector<Neighbour> neighbours = ranked(current);
+  size_t next = 0;
+  while (out.simulated < budget) {
+    if (next >= neighbours.size()) {
       out.local_optimum = true;
       break;
     }
-    const auto& [candidate, change] = neighbours[next % neighbours.size()];
-    ++next;
-    ++without_gain;
+    const Neighbour& candidate = neighbours[next++];
     // A structural change comes with its layers rebalanced on the played estimate, so that a better
     // structure is not judged on a split made for the old one.
-    const proto::Plan balanced_plan =
-        change.rfind("one layer", 0) == 0 ? candidate : RebalanceLayers(candidate, cost, ctx, kRebalanceRounds);
-    const proto::Plan& candidate_plan = balanced_plan;
-    if (!models::ValidatePlan(candidate_plan, ctx, "").ok()) {
-      ++out.refused;
-      continue;
-    }
+    const proto::Plan candidate_plan = candidate.change.rfind("one layer", 0) == 0
+                                           ? candidate.plan
+                                           : RebalanceLayers(candidate.plan, cost, ctx, kRebalanceRounds);
     if (bounded && cost.LowerBoundSeconds(candidate_plan) >= current_s * (1 - kGain)) {
       ++out.ruled_out;
       continue;
@@ -301,15 +431,12 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
     }
     const double t = r->report.iteration_time_s();
     if (t >= current_s * (1 - kGain)) continue;
-    out.kept.push_back(change + ": " + Seconds(t));
+    out.kept.push_back(candidate.change + ": " + Seconds(t));
     current = candidate_plan;
     current_s = t;
-    const size_t at = next;
-    neighbours = PlanNeighbours(current, problem.cluster, layers);
-    next = neighbours.empty() ? 0 : at % neighbours.size();
-    without_gain = 0;
+    neighbours = ranked(current);
+    next = 0;
   }
-  if (!out.local_optimum && neighbours.empty()) out.local_optimum = true;
   out.end_s = current_s;
   return current;
 }

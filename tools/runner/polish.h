@@ -13,12 +13,18 @@
 //      of both grouped by machine; each stage keeping about half its share of the layers, the micro-batches
 //      summed);
 //   6. a pipeline's runs of stages on one machine put in another order (up to 5 runs: which machine holds
-//      the embedding, the head and the middle).
+//      the embedding, the head and the middle);
+//   7. a stage of several DP replicas split into consecutive stages, one per machine where it spans several,
+//      else two halves of its replicas (data parallelism over a slow network turned into a pipeline);
+//   8. the plan's ZeRO stage one lower or higher;
+//   9. one pipeline with a stage per machine, each machine's devices as that stage's data-parallel replicas
+//      (micro-batches as wide as the widest machine), layers by device count.
 // A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
-// of memory is skipped; one whose lower bound (AnalyticCostModel::LowerBoundSeconds, never above the
-// simulated time) is no better than the current plan is ruled out without a simulation. A change is kept
-// when it simulates faster by more than 0.01%; the search then continues from it with the next change in the
-// list, and stops after a whole list without one. Deterministic: same inputs, same plan.
+// of memory is skipped. The rest are tried in the order of their played estimate (AnalyticCostModel::
+// Estimate; the list's order breaks ties); one whose lower bound (LowerBoundSeconds, never above the simulated
+// time) is no better than the current plan is ruled out without a simulation. The first change that
+// simulates faster by more than 0.01% is kept and the search starts again from it; it stops after a whole
+// list without one (a local optimum) or when the simulations are spent. Deterministic: same inputs, same plan.
 //
 // The result is a plan the planner's paper would not have returned: the notes say so, with both times.
 #pragma once
@@ -49,7 +55,7 @@ struct PolishOutcome {
 proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
                          const sim::SimOptions& sim, uint32_t budget, PolishOutcome* outcome);
 
-// `plan` with its layer boundaries moved one layer at a time while the played estimate
+// `plan` with its layer boundaries moved one layer at a time (between adjacent stages) while the played estimate
 // (AnalyticCostModel::Estimate) improves and the plan stays valid, at most `max_rounds` moves. Used on each
 // change but a layer move (2-6 above) before it is judged.
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
