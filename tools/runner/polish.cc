@@ -269,31 +269,27 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
     n.set_zero_stage(static_cast<uint32_t>(z));
     out.emplace_back(std::move(n), "ZeRO stage " + std::to_string(z));
   }
-  // 9. One pipeline with a stage per machine, the machine's devices of the plan as that stage's data-parallel
-  // replicas (TP 1), layers by device count: the structure that keeps data parallelism off the network.
+  // 9. One pipeline with a stage per machine, all of the machine's GPUs as that stage's data-parallel
+  // replicas (TP 1; GPUs the plan left idle included), layers by device count: the structure that keeps data
+  // parallelism off the network. Micro-batches of the least divisor of the batch that is at least the widest
+  // machine (each replica gets a sequence or more).
   {
     std::map<uint32_t, std::vector<uint32_t>> by_machine;
-    for (const auto& pipe : plan.pipelines()) {
-      for (const auto& st : pipe.stages()) {
-        for (uint32_t d : st.devices()) {
-          if (d < cluster.num_devices()) by_machine[cluster.device(d).node].push_back(d);
-        }
-      }
-    }
+    for (uint32_t d = 0; d < cluster.num_devices(); ++d) by_machine[cluster.device(d).node].push_back(d);
     uint32_t sequences = 0, widest = 0, devices = 0;
     for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
-    for (auto& [node, ds] : by_machine) {
-      std::sort(ds.begin(), ds.end());
+    for (const auto& [node, ds] : by_machine) {
       widest = std::max(widest, static_cast<uint32_t>(ds.size()));
       devices += static_cast<uint32_t>(ds.size());
     }
-    const bool differs = np > 1 || plan.pipelines(0).stages_size() != static_cast<int>(by_machine.size());
-    if (by_machine.size() >= 2 && by_machine.size() <= layers && widest > 0 && sequences % widest == 0 && differs) {
+    uint32_t micro = widest;
+    while (micro > 0 && micro <= sequences && sequences % micro != 0) ++micro;
+    if (by_machine.size() >= 2 && by_machine.size() <= layers && micro > 0 && micro <= sequences) {
       proto::Plan n = plan;
       n.clear_pipelines();
       auto* m = n.add_pipelines();
-      m->set_micro_batch_size(widest);
-      m->set_num_micro_batches(sequences / widest);
+      m->set_micro_batch_size(micro);
+      m->set_num_micro_batches(sequences / micro);
       uint32_t begin = 0, used = 0, k = 0;
       for (const auto& [node, ds] : by_machine) {
         auto* st = m->add_stages();

@@ -17,8 +17,9 @@
 //   7. a stage of several DP replicas split into consecutive stages, one per machine where it spans several,
 //      else two halves of its replicas (data parallelism over a slow network turned into a pipeline);
 //   8. the plan's ZeRO stage one lower or higher;
-//   9. one pipeline with a stage per machine, each machine's devices as that stage's data-parallel replicas
-//      (micro-batches as wide as the widest machine), layers by device count.
+//   9. one pipeline with a stage per machine, all of each machine's GPUs (idle ones included) as that stage's
+//      data-parallel replicas (micro-batches of the least divisor of the batch at least the widest machine),
+//      layers by device count.
 // A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
 // of memory is skipped. The rest are tried in the order of their played estimate (AnalyticCostModel::
 // Estimate; the list's order breaks ties); one whose lower bound (LowerBoundSeconds, never above the simulated
