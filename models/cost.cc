@@ -228,11 +228,20 @@ std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std:
   return out;
 }
 
+proto::IntraNodeFabric CalibratedFabric(const NodeInfo& node, const KernelParams& k) {
+  proto::IntraNodeFabric f = node.fabric;
+  if (k.link_bandwidth_bytes_s > 0) {
+    f.set_bandwidth_gbyte_s(k.link_bandwidth_bytes_s / 1e9);
+    if (f.kind() == proto::IntraNodeFabric::KIND_PCIE) f.set_pcie_bandwidth_gbyte_s(k.link_bandwidth_bytes_s / 1e9);
+  }
+  if (k.link_latency_s >= 0) f.set_latency_us(k.link_latency_s * 1e6);
+  return f;
+}
+
 double IntraNodeLinkBytesPerS(const NodeInfo& node, const KernelParams& k) {
-  const bool pcie = node.fabric.kind() == proto::IntraNodeFabric::KIND_PCIE;
-  if (k.link_bandwidth_bytes_s > 0) return k.link_bandwidth_bytes_s;  // replaces port or PCIe link alike
-  const double fabric = node.fabric.bandwidth_gbyte_s() * 1e9;
-  return pcie ? std::min(fabric, node.fabric.pcie_bandwidth_gbyte_s() * 1e9) : fabric;
+  const proto::IntraNodeFabric f = CalibratedFabric(node, k);
+  const double fabric = f.bandwidth_gbyte_s() * 1e9;
+  return f.kind() == proto::IntraNodeFabric::KIND_PCIE ? std::min(fabric, f.pcie_bandwidth_gbyte_s() * 1e9) : fabric;
 }
 
 CollectivePrice PriceCollective(const Op& lo, const GroupComm& g, double intra_latency_s) {

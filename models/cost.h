@@ -170,9 +170,13 @@ struct GroupComm {
   NcclGroup nccl;         // the group's shape; nodes ≥ 2: priced as NCCL runs it (models/nccl.h)
   const NetworkParams* net = nullptr;  // the calibration's network values for its bottleneck NIC (nodes ≥ 2)
 };
-// The bandwidth one GPU-to-GPU transfer inside `node` gets on the platform (sim/platform.cc's routes): the
-// fabric port's on NVLink-like fabrics; on a PCIe fabric the GPU's PCIe link capped by the fabric's
-// peer-to-peer bandwidth. `k`'s measured link (link_bandwidth_bytes_s) replaces the cluster's, as there.
+// `node`'s intra-node fabric under `k`: a measured link (link_bandwidth_bytes_s, link_latency_s) replaces the
+// cluster's bandwidth and latency (on a PCIe fabric, the GPUs' PCIe links' bandwidth too). The platform
+// (sim/platform.cc) builds its links from it.
+proto::IntraNodeFabric CalibratedFabric(const NodeInfo& node, const KernelParams& k);
+// The bandwidth one GPU-to-GPU transfer inside `node` gets on the platform's routes under `k`: the fabric
+// port's on NVLink-like fabrics; on a PCIe fabric the GPU's PCIe link capped by the fabric's peer-to-peer
+// bandwidth (CalibratedFabric's).
 double IntraNodeLinkBytesPerS(const NodeInfo& node, const KernelParams& k);
 // Every group's GroupComm under `cost`'s calibration. NCCL's model applies under the kernel model only (the
 // token-efficiency model has no fixed costs).

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "models/cost.h"
 #include "models/kernels.h"
 
 namespace hetsim::sim {
@@ -149,7 +150,7 @@ class Builder {
     for (uint32_t n : nodes) {
       const auto& node = c_.node(n);
       const bool pcie_fabric = node.fabric.kind() == proto::IntraNodeFabric::KIND_PCIE;
-      const proto::IntraNodeFabric f = CalibratedFabric(node, pcie_fabric);
+      const proto::IntraNodeFabric f = CalibratedFabric(node);
       p_.private_fabric[n] = pcie_fabric ? 0 : 1;
       const std::string nn = node.name;
       // NICs of the node.
@@ -228,17 +229,10 @@ class Builder {
     }
   }
 
-  // The node's fabric with the calibration's measured link of its GPU type, when it has one: on a PCIe
-  // fabric the measured device-to-device bandwidth and latency are the GPUs' PCIe links'.
-  proto::IntraNodeFabric CalibratedFabric(const models::NodeInfo& node, bool pcie_fabric) const {
-    proto::IntraNodeFabric f = node.fabric;
-    const models::KernelParams& k = models::KernelParamsFor(*node.gpu, calibration_);
-    if (k.link_bandwidth_bytes_s > 0) {
-      f.set_bandwidth_gbyte_s(k.link_bandwidth_bytes_s / kGbyte);
-      if (pcie_fabric) f.set_pcie_bandwidth_gbyte_s(k.link_bandwidth_bytes_s / kGbyte);
-    }
-    if (k.link_latency_s >= 0) f.set_latency_us(k.link_latency_s * 1e6);
-    return f;
+  // The node's fabric with the calibration's measured link of its GPU type, when it has one
+  // (models::CalibratedFabric: on a PCIe fabric the measured bandwidth is the GPUs' PCIe links').
+  proto::IntraNodeFabric CalibratedFabric(const models::NodeInfo& node) const {
+    return models::CalibratedFabric(node, models::KernelParamsFor(*node.gpu, calibration_));
   }
 
   // Half of the hop latency on the GPU's PCIe link (a route crosses it once per end).

@@ -11,6 +11,7 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include "tests/tools/two_gpu_problem.h"
 #include "tools/runner/refine.h"
 
 namespace hetsim::runner {
@@ -34,17 +35,6 @@ nodes:
     nic: {kind: infiniband, bandwidth_gbps: 200}
   - name: b
     gpus: {type: h100, count: 2}
-    fabric: {kind: nvlink}
-    nic: {kind: infiniband, bandwidth_gbps: 200}
-network: {single_switch: {}}
-)";
-
-// Two identical GPUs in one machine.
-const char* kOneMachine = R"(kind: cluster
-name: two-gpus
-nodes:
-  - name: n
-    gpus: {type: a100-80gb, count: 2}
     fabric: {kind: nvlink}
     nic: {kind: infiniband, bandwidth_gbps: 200}
 network: {single_switch: {}}
@@ -80,15 +70,15 @@ proto::Plan TwoPipelines() {
 //   4. micro-batches of 2 in each pipeline (4 is even; 1 cannot be halved)                  2
 //   5. merges (0, 1) and (1, 0), each concatenated and grouped by machine                   4
 //   6. each pipeline's two machine runs in the other order                                   2
-//   7. no stage holds several replicas: no split                                             0
-//   8. ZeRO stage 1 (the plan has 0)                                                         1
-//   9. one pipeline with a stage per machine                                                 1
+//   7. ZeRO stage 1 (the plan has 0)                                                         1
+//   8. one pipeline with a stage per machine                                                 1
+//   9. no stage holds several replicas: no split                                             0
 TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   const auto cluster = ClusterFrom(kTwoMachines);
   const auto n = PlanNeighbours(TwoPipelines(), cluster, 6);
   ASSERT_EQ(n.size(), 20u);
   std::multiset<std::string> kinds;
-  for (const auto& [plan, change] : n) {
+  for (const auto& [plan, change, layer_move] : n) {
     kinds.insert(change.substr(0, change.find(' ', change.find(' ') + 1)));
     // Every neighbour still covers the model once per pipeline, each stage at least one layer.
     for (const auto& pipe : plan.pipelines()) {
@@ -110,7 +100,7 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   EXPECT_EQ(kinds.count("one pipeline,"), 1u);
   // The stage per machine: A's devices 0-1 and B's 2-3 as two DP-2 stages, 3 layers each by device count,
   // micro-batches of 2 (the widest machine) × 4 for the 8 sequences.
-  for (const auto& [plan, change] : n) {
+  for (const auto& [plan, change, layer_move] : n) {
     if (change.rfind("one pipeline,", 0) != 0) continue;
     ASSERT_EQ(plan.pipelines_size(), 1);
     const auto& m = plan.pipelines(0);
@@ -124,7 +114,7 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   // The grouped merge of (0, 1): A's stages (devices 0, 1) then B's (2, 3); each held 3 of 12 layer-shares,
   // so the boundaries fall at round(6 · 3/12) = 2, round(6 · 6/12) = 3, round(6 · 9/12) = 5; 8 micro-batches.
   const proto::Plan* grouped = nullptr;
-  for (const auto& [plan, change] : n) {
+  for (const auto& [plan, change, layer_move] : n) {
     if (change == "pipelines 0 and 1 merged into one of 4 stages, grouped by machine") grouped = &plan;
   }
   ASSERT_NE(grouped, nullptr);
@@ -143,7 +133,7 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   EXPECT_TRUE(PlanNeighbours(interleaved, cluster, 6).empty());
 }
 
-// Change 7 on a stage of four DP replicas, two on each machine: split by machine into two stages of two
+// Change 9 on a stage of four DP replicas, two on each machine: split by machine into two stages of two
 // devices, the layers by device count (6 · 2/4 = 3 each); on one machine it would split in halves instead.
 TEST(PlanNeighbours, AStageOfReplicasOnTwoMachinesSplitsByMachine) {
   const auto cluster = ClusterFrom(kTwoMachines);
@@ -155,7 +145,7 @@ TEST(PlanNeighbours, AStageOfReplicasOnTwoMachinesSplitsByMachine) {
   for (uint32_t d = 0; d < 4; ++d) st->add_devices(d);
   st->set_layer_end(6);
   int splits = 0;
-  for (const auto& [n, change] : PlanNeighbours(plan, cluster, 6)) {
+  for (const auto& [n, change, layer_move] : PlanNeighbours(plan, cluster, 6)) {
     if (change.find(" split ") == std::string::npos) continue;
     ++splits;
     EXPECT_EQ(change, "pipeline 0 stage 0 split by machine into 2 stages");
@@ -170,25 +160,12 @@ TEST(PlanNeighbours, AStageOfReplicasOnTwoMachinesSplitsByMachine) {
   EXPECT_EQ(splits, 1);
 }
 
-struct OneMachineProblem {
-  OneMachineProblem() : cluster(ClusterFrom(kOneMachine)), model(*models::LoadModel("llama-tiny")) {
-    proto::Training t;
-    t.set_global_batch_size(8);
-    t.set_seq_len(128);
-    training = *models::ResolveTraining(t, model, "training");
-  }
-  planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
-  models::Cluster cluster;
-  models::TransformerModel model;
-  proto::Training training;
-};
-
 // A two-stage pipeline over two identical GPUs with 5 of llama-tiny's 6 layers on the first stage: its
 // first stage does about four blocks' work to the second's one. Polishing moves layers until no change is
 // faster: every change kept is faster than the one before, the result simulates at the time it reports,
 // and the stages end within one block of each other (the embedding and head are lighter than a block).
 TEST(Polish, KeepsOnlyFasterChangesAndBalancesAnUnevenPipeline) {
-  const OneMachineProblem p;
+  const testing_refine::TwoGpuProblem p;
   proto::Plan plan;
   auto* pipe = plan.add_pipelines();
   pipe->set_micro_batch_size(1);

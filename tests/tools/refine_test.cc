@@ -14,20 +14,10 @@
 #include "planners/exhaustive/exhaustive.h"
 #include "planners/proto/exhaustive.pb.h"
 #include "sim/simulator.h"
+#include "tests/tools/two_gpu_problem.h"
 
 namespace hetsim::runner {
 namespace {
-
-// Two identical GPUs in one node.
-const char* kCluster = R"(kind: cluster
-name: two-gpus
-nodes:
-  - name: n
-    gpus: {type: a100-80gb, count: 2}
-    fabric: {kind: nvlink}
-    nic: {kind: infiniband, bandwidth_gbps: 200}
-network: {single_switch: {}}
-)";
 
 // Plans of llama-tiny (every layer on one stage) with global batch 8.
 proto::Plan OneDevice() {
@@ -67,33 +57,7 @@ class WrongRanking : public planners::PlannerWithOptions<proto::ExhaustiveOption
   }
 };
 
-struct Problem {
-  Problem() : cluster(Cluster()), model(Model()), training(Training(model)) {}
-  static models::Cluster Cluster() {
-    proto::Cluster spec;
-    EXPECT_TRUE(models::ParseYaml(kCluster, "two-gpus.yaml", &spec).ok());
-    auto c = models::Cluster::Build(spec, "two-gpus.yaml");
-    EXPECT_TRUE(c.ok()) << c.status().message();
-    return std::move(c).value();
-  }
-  static models::TransformerModel Model() {
-    auto m = models::LoadModel("llama-tiny");
-    EXPECT_TRUE(m.ok());
-    return std::move(m).value();
-  }
-  static proto::Training Training(const models::TransformerModel& m) {
-    proto::Training t;
-    t.set_global_batch_size(8);
-    t.set_seq_len(128);
-    auto r = models::ResolveTraining(t, m, "training");
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(r).value();
-  }
-  planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
-  models::Cluster cluster;
-  models::TransformerModel model;
-  proto::Training training;
-};
+using Problem = testing_refine::TwoGpuProblem;
 
 TEST(Refine, ZeroKeepsThePlannersPickAndSimulatesNothing) {
   const Problem p;

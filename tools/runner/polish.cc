@@ -37,11 +37,25 @@ std::vector<const models::GpuSpec*> Types(const proto::Stage& s, const models::C
   return t;
 }
 
-// The stage's devices first .. first + count − 1 as a stage of their own (for their machine).
-proto::Stage StageOf(const proto::Stage& st, uint32_t first, uint32_t count) {
-  proto::Stage one;
-  for (uint32_t d = first; d < first + count; ++d) one.add_devices(st.devices(static_cast<int>(d)));
-  return one;
+// Lays stages first .. first + weights.size() − 1 of `stages` over layers [begin, end), each stage's share in
+// proportion to its weight (cumulative shares rounded to the nearest layer), every stage at least one layer.
+void SplitLayers(google::protobuf::RepeatedPtrField<proto::Stage>* stages, int first, const std::vector<double>& weights,
+                 uint32_t begin, uint32_t end) {
+  double total = 0, before = 0;
+  for (double w : weights) total += w;
+  const size_t n = weights.size();
+  const uint32_t from = begin;
+  for (size_t k = 0; k < n; ++k) {
+    before += weights[k];
+    auto stop = static_cast<uint32_t>(from + std::lround(double(end - from) * before / total));
+    stop = std::max(stop, begin + 1);                                    // at least one layer
+    stop = std::min<uint32_t>(stop, end - static_cast<uint32_t>(n - 1 - k));  // room for the rest
+    if (k + 1 == n) stop = end;
+    proto::Stage* s = stages->Mutable(first + static_cast<int>(k));
+    s->set_layer_begin(begin);
+    s->set_layer_end(stop);
+    begin = stop;
+  }
 }
 
 void ClearSplits(proto::Pipeline* p) {
@@ -58,27 +72,16 @@ std::optional<proto::Pipeline> Merged(const proto::Pipeline& a, const proto::Pip
   m.set_num_micro_batches(a.num_micro_batches() + b.num_micro_batches());
   for (const auto& s : a.stages()) *m.add_stages() = s;
   for (const auto& s : b.stages()) *m.add_stages() = s;
-  double before = 0, total = 0;
-  for (const auto& s : m.stages()) total += Layers(s);
-  uint32_t begin = 0;
-  for (size_t k = 0; k < n; ++k) {
-    proto::Stage& s = *m.mutable_stages(static_cast<int>(k));
-    before += Layers(s);
-    auto end = static_cast<uint32_t>(std::lround(layers * before / total));
-    end = std::max(end, begin + 1);                                  // at least one layer
-    end = std::min<uint32_t>(end, layers - static_cast<uint32_t>(n - 1 - k));  // room for the rest
-    if (k + 1 == n) end = layers;
-    s.set_layer_begin(begin);
-    s.set_layer_end(end);
-    begin = end;
-  }
+  std::vector<double> weights;
+  for (const auto& s : m.stages()) weights.push_back(Layers(s));
+  SplitLayers(m.mutable_stages(), 0, weights, 0, layers);
   return m;
 }
 
 // The layer moves of `plan` (change 1 above), each with its description: one layer from a stage to another
 // of its pipeline, every boundary between them shifted by one.
-std::vector<std::pair<proto::Plan, std::string>> BoundaryMoves(const proto::Plan& plan, bool adjacent_only) {
-  std::vector<std::pair<proto::Plan, std::string>> out;
+std::vector<PlanChange> BoundaryMoves(const proto::Plan& plan, bool adjacent_only) {
+  std::vector<PlanChange> out;
   for (int p = 0; p < plan.pipelines_size(); ++p) {
     const auto& pipe = plan.pipelines(p);
     const int n = pipe.stages_size();
@@ -98,7 +101,7 @@ std::vector<std::pair<proto::Plan, std::string>> BoundaryMoves(const proto::Plan
         bool empty = false;
         for (const auto& stage : *st) empty = empty || stage.layer_end() <= stage.layer_begin();
         if (empty) continue;
-        out.emplace_back(std::move(next), "one layer from " + StageName(p, from) + " to " + StageName(p, to));
+        out.push_back({std::move(next), "one layer from " + StageName(p, from) + " to " + StageName(p, to), true});
       }
     }
   }
@@ -113,10 +116,10 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
   double current_s = cost.Estimate(current, /*with_memory=*/false).iteration_s;
   for (uint32_t round = 0; round < max_rounds; ++round) {
     bool moved = false;
-    for (auto& [n, change] : BoundaryMoves(current, /*adjacent_only=*/true)) {
-      const double t = cost.Estimate(n, /*with_memory=*/false).iteration_s;
-      if (t < current_s * (1 - kGain) && models::ValidatePlan(n, ctx, "").ok()) {
-        current = std::move(n);
+    for (auto& move : BoundaryMoves(current, /*adjacent_only=*/true)) {
+      const double t = cost.Estimate(move.plan, /*with_memory=*/false).iteration_s;
+      if (t < current_s * (1 - kGain) && models::ValidatePlan(move.plan, ctx, "").ok()) {
+        current = std::move(move.plan);
         current_s = t;
         moved = true;
         break;
@@ -127,13 +130,12 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
   return current;
 }
 
-std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster,
-                                                                uint32_t layers) {
+std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers) {
   // Interleaved stages hold several chunks each: their layer ranges are not moved here.
   if (plan.schedule() == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) return {};
   const int np = plan.pipelines_size();
   // 1. Layer boundaries.
-  std::vector<std::pair<proto::Plan, std::string>> out = BoundaryMoves(plan, /*adjacent_only=*/false);
+  std::vector<PlanChange> out = BoundaryMoves(plan, /*adjacent_only=*/false);
   // 2. Device swaps between stages of the same shape on different GPU types.
   std::vector<std::pair<int, int>> stages;
   for (int p = 0; p < np; ++p) {
@@ -260,7 +262,7 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
       out.emplace_back(std::move(n), "pipeline " + std::to_string(p) + "'s machines in the order " + desc);
     }
   }
-  // 8 (listed before 7's loop for locality of the plan-wide knobs). The ZeRO stage one lower or higher:
+  // 7. The ZeRO stage one lower or higher:
   // less sharding communicates less where memory allows it, more fits a deeper pipeline's first stages.
   for (int dz : {-1, +1}) {
     const int z = static_cast<int>(plan.zero_stage()) + dz;
@@ -269,19 +271,16 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
     n.set_zero_stage(static_cast<uint32_t>(z));
     out.emplace_back(std::move(n), "ZeRO stage " + std::to_string(z));
   }
-  // 9. One pipeline with a stage per machine, all of the machine's GPUs as that stage's data-parallel
+  // 8. One pipeline with a stage per machine, all of the machine's GPUs as that stage's data-parallel
   // replicas (TP 1; GPUs the plan left idle included), layers by device count: the structure that keeps data
   // parallelism off the network. Micro-batches of the least divisor of the batch that is at least the widest
   // machine (each replica gets a sequence or more).
   {
     std::map<uint32_t, std::vector<uint32_t>> by_machine;
     for (uint32_t d = 0; d < cluster.num_devices(); ++d) by_machine[cluster.device(d).node].push_back(d);
-    uint32_t sequences = 0, widest = 0, devices = 0;
+    uint32_t sequences = 0, widest = 0;
     for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
-    for (const auto& [node, ds] : by_machine) {
-      widest = std::max(widest, static_cast<uint32_t>(ds.size()));
-      devices += static_cast<uint32_t>(ds.size());
-    }
+    for (const auto& [node, ds] : by_machine) widest = std::max(widest, static_cast<uint32_t>(ds.size()));
     uint32_t micro = widest;
     while (micro > 0 && micro <= sequences && sequences % micro != 0) ++micro;
     if (by_machine.size() >= 2 && by_machine.size() <= layers && micro > 0 && micro <= sequences) {
@@ -290,24 +289,18 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
       auto* m = n.add_pipelines();
       m->set_micro_batch_size(micro);
       m->set_num_micro_batches(sequences / micro);
-      uint32_t begin = 0, used = 0, k = 0;
+      std::vector<double> weights;
       for (const auto& [node, ds] : by_machine) {
         auto* st = m->add_stages();
         for (uint32_t d : ds) st->add_devices(d);
-        used += static_cast<uint32_t>(ds.size());
-        auto end = static_cast<uint32_t>(std::lround(double(layers) * used / devices));
-        end = std::max(end, begin + 1);
-        end = std::min<uint32_t>(end, layers - static_cast<uint32_t>(by_machine.size() - 1 - k));
-        if (++k == by_machine.size()) end = layers;
-        st->set_layer_begin(begin);
-        st->set_layer_end(end);
-        begin = end;
+        weights.push_back(static_cast<double>(ds.size()));
       }
+      SplitLayers(m->mutable_stages(), 0, weights, 0, layers);
       out.emplace_back(std::move(n), "one pipeline, a stage per machine (" + std::to_string(by_machine.size()) +
                                          " stages, data parallelism inside each)");
     }
   }
-  // 7. A stage of several DP replicas split in two consecutive stages: by machine where it spans several
+  // 9. A stage of several DP replicas split into consecutive stages: by machine where it spans several
   // (each machine's devices one stage, in machine order), else its replicas halved; the layers split by
   // device count (then rebalanced). Turns data parallelism over a slow network into a pipeline.
   for (int p = 0; p < np; ++p) {
@@ -319,11 +312,10 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
       const auto replicas = static_cast<uint32_t>(st.devices_size()) / group;
       if (replicas < 2 || Layers(st) < 2) continue;
       // Groups of whole replicas: by machine of each replica's first device, else two halves.
+      const auto machine_of = [&](uint32_t r) { return cluster.device(st.devices(static_cast<int>(r * group))).node; };
       std::vector<std::vector<uint32_t>> parts;
       for (uint32_t r = 0; r < replicas; ++r) {
-        const proto::Stage one = StageOf(st, r * group, group);
-        const bool new_machine = parts.empty() || node_of(one) != node_of(StageOf(st, (r - 1) * group, group));
-        if (new_machine) parts.emplace_back();
+        if (parts.empty() || machine_of(r) != machine_of(r - 1)) parts.emplace_back();
         for (uint32_t d = 0; d < group; ++d) parts.back().push_back(st.devices(static_cast<int>(r * group + d)));
       }
       std::string how = "by machine";
@@ -341,23 +333,16 @@ std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Pla
       auto* m = n.mutable_pipelines(p);
       m->clear_stages();
       for (int j = 0; j < k; ++j) *m->add_stages() = pipe.stages(j);
-      uint32_t begin = st.layer_begin(), used = 0;
-      const auto total = static_cast<uint32_t>(st.devices_size());
-      for (size_t j = 0; j < parts.size(); ++j) {
+      std::vector<double> weights;
+      for (const auto& devices : parts) {
         proto::Stage part = st;
         part.clear_devices();
         part.clear_micro_batch_split();
-        for (uint32_t d : parts[j]) part.add_devices(d);
-        used += static_cast<uint32_t>(parts[j].size());
-        auto end = static_cast<uint32_t>(st.layer_begin() + std::lround(double(Layers(st)) * used / total));
-        end = std::max(end, begin + 1);
-        end = std::min<uint32_t>(end, st.layer_end() - static_cast<uint32_t>(parts.size() - 1 - j));
-        if (j + 1 == parts.size()) end = st.layer_end();
-        part.set_layer_begin(begin);
-        part.set_layer_end(end);
-        begin = end;
+        for (uint32_t d : devices) part.add_devices(d);
         *m->add_stages() = std::move(part);
+        weights.push_back(static_cast<double>(devices.size()));
       }
+      SplitLayers(m->mutable_stages(), k, weights, st.layer_begin(), st.layer_end());
       for (int j = k + 1; j < pipe.stages_size(); ++j) *m->add_stages() = pipe.stages(j);
       out.emplace_back(std::move(n), StageName(p, k) + " split " + how + " into " + std::to_string(parts.size()) +
                                          " stages");
@@ -384,19 +369,18 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
   // The neighbours that pass the plan checks, most promising first: by their played estimate (stable, so
   // ties keep the order of the list above).
   struct Neighbour {
-    proto::Plan plan;
-    std::string change;
+    PlanChange c;
     double estimate_s = 0;
   };
   const auto ranked = [&](const proto::Plan& from) {
     std::vector<Neighbour> list;
-    for (auto& [n, change] : PlanNeighbours(from, problem.cluster, layers)) {
-      if (!models::ValidatePlan(n, ctx, "").ok()) {
+    for (auto& n : PlanNeighbours(from, problem.cluster, layers)) {
+      if (!models::ValidatePlan(n.plan, ctx, "").ok()) {
         ++out.refused;
         continue;
       }
-      const double e = cost.Estimate(n, /*with_memory=*/false).iteration_s;
-      list.push_back({std::move(n), std::move(change), e});
+      const double e = cost.Estimate(n.plan, /*with_memory=*/false).iteration_s;
+      list.push_back({std::move(n), e});
     }
     std::stable_sort(list.begin(), list.end(),
                      [](const Neighbour& a, const Neighbour& b) { return a.estimate_s < b.estimate_s; });
@@ -412,9 +396,8 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
     const Neighbour& candidate = neighbours[next++];
     // A structural change comes with its layers rebalanced on the played estimate, so that a better
     // structure is not judged on a split made for the old one.
-    const proto::Plan candidate_plan = candidate.change.rfind("one layer", 0) == 0
-                                           ? candidate.plan
-                                           : RebalanceLayers(candidate.plan, cost, ctx, kRebalanceRounds);
+    const proto::Plan candidate_plan =
+        candidate.c.layer_move ? candidate.c.plan : RebalanceLayers(candidate.c.plan, cost, ctx, kRebalanceRounds);
     if (bounded && cost.LowerBoundSeconds(candidate_plan) >= current_s * (1 - kGain)) {
       ++out.ruled_out;
       continue;
@@ -427,7 +410,7 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
     }
     const double t = r->report.iteration_time_s();
     if (t >= current_s * (1 - kGain)) continue;
-    out.kept.push_back(candidate.change + ": " + Seconds(t));
+    out.kept.push_back(candidate.c.change + ": " + Seconds(t));
     current = candidate_plan;
     current_s = t;
     neighbours = ranked(current);

@@ -14,12 +14,12 @@
 //      summed);
 //   6. a pipeline's runs of stages on one machine put in another order (up to 5 runs: which machine holds
 //      the embedding, the head and the middle);
-//   7. a stage of several DP replicas split into consecutive stages, one per machine where it spans several,
-//      else two halves of its replicas (data parallelism over a slow network turned into a pipeline);
-//   8. the plan's ZeRO stage one lower or higher;
-//   9. one pipeline with a stage per machine, all of each machine's GPUs (idle ones included) as that stage's
+//   7. the plan's ZeRO stage one lower or higher;
+//   8. one pipeline with a stage per machine, all of each machine's GPUs (idle ones included) as that stage's
 //      data-parallel replicas (micro-batches of the least divisor of the batch at least the widest machine),
-//      layers by device count.
+//      layers by device count;
+//   9. a stage of several DP replicas split into consecutive stages, one per machine where it spans several,
+//      else two halves of its replicas (data parallelism over a slow network turned into a pipeline).
 // A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
 // of memory is skipped. The rest are tried in the order of their played estimate (AnalyticCostModel::
 // Estimate; the list's order breaks ties); one whose lower bound (LowerBoundSeconds, never above the simulated
@@ -58,14 +58,20 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
 
 // `plan` with its layer boundaries moved one layer at a time (between adjacent stages) while the played estimate
 // (AnalyticCostModel::Estimate) improves and the plan stays valid, at most `max_rounds` moves. Used on each
-// change but a layer move (2-6 above) before it is judged.
+// change but a layer move (2-9 above) before it is judged.
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
                             const models::PlanContext& ctx, uint32_t max_rounds);
 
+// One neighbour of a plan: the changed plan, a short description of the change, and whether it is a layer
+// move (change 1, judged as it is; every other change is rebalanced first).
+struct PlanChange {
+  proto::Plan plan;
+  std::string change;
+  bool layer_move = false;
+};
+
 // The neighbours of `plan` on `cluster` in the order above (exposed for tests); `layers` is the model's
-// layer count. Each comes with a short description of the change. None for interleaved plans (their stages
-// hold several chunks).
-std::vector<std::pair<proto::Plan, std::string>> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster,
-                                                                uint32_t layers);
+// layer count. None for interleaved plans (their stages hold several chunks).
+std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers);
 
 }  // namespace hetsim::runner

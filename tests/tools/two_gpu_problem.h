@@ -1,0 +1,54 @@
+// The planning problem the twin-check and polishing tests share: llama-tiny (6 layers), global batch 8 of
+// 128-token sequences, on two identical A100s in one node.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <utility>
+
+#include "models/spec_io.h"
+#include "models/training.h"
+#include "models/yaml_proto.h"
+#include "planners/planner.h"
+
+namespace hetsim::testing_refine {
+
+inline constexpr const char* kTwoGpus = R"(kind: cluster
+name: two-gpus
+nodes:
+  - name: n
+    gpus: {type: a100-80gb, count: 2}
+    fabric: {kind: nvlink}
+    nic: {kind: infiniband, bandwidth_gbps: 200}
+network: {single_switch: {}}
+)";
+
+struct TwoGpuProblem {
+  TwoGpuProblem() : cluster(Cluster()), model(Model()), training(Training(model)) {}
+  static models::Cluster Cluster() {
+    proto::Cluster spec;
+    EXPECT_TRUE(models::ParseYaml(kTwoGpus, "two-gpus.yaml", &spec).ok());
+    auto c = models::Cluster::Build(spec, "two-gpus.yaml");
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return std::move(c).value();
+  }
+  static models::TransformerModel Model() {
+    auto m = models::LoadModel("llama-tiny");
+    EXPECT_TRUE(m.ok());
+    return std::move(m).value();
+  }
+  static proto::Training Training(const models::TransformerModel& m) {
+    proto::Training t;
+    t.set_global_batch_size(8);
+    t.set_seq_len(128);
+    auto r = models::ResolveTraining(t, m, "training");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(r).value();
+  }
+  planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
+  models::Cluster cluster;
+  models::TransformerModel model;
+  proto::Training training;
+};
+
+}  // namespace hetsim::testing_refine
