@@ -113,6 +113,23 @@ class Convert(unittest.TestCase):
                                text=True, check=False)
             self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
 
+    def test_the_calibration_named_in_the_plans(self):
+        # --calibration names the runs' calibration in every plan and in the runs CSV's header (the default,
+        # megatron-deepspeed, is what the bundled set's files say).
+        self.write("N2_D1", plan([(list(range(26)), [("RTX-2080", 8)])]))
+        out = os.path.join(self.dir, "out")
+        r = run(os.path.join(self.dir, "raw"), out, "--network", os.path.join(self.dir, "prov"),
+                "--calibration", "sailor-mit")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "plans", "n2-d1.yaml")) as f:
+            self.assertIn("calibration: sailor-mit  # the runs' software stack and machines", f.read())
+        with open(os.path.join(out, "runs.csv")) as f:
+            self.assertIn("software stack's calibration (sailor-mit)", f.read())
+        if HETSIM:
+            v = subprocess.run([HETSIM, "validate", os.path.join(out, "plans", "n2-d1.yaml")], capture_output=True,
+                               text=True, check=False)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
     def test_a_typo_in_a_stage_list_is_taken_by_its_ends(self):
         self.write("N2_D1", plan([(list(range(13)), [("GH-96", 4)]),
                                   ([13, 14, 15, 61, 17] + list(range(18, 26)), [("GH-96", 4)])]))
