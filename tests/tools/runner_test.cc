@@ -232,8 +232,28 @@ TEST(Manifest, PointIdsChangeWithEveryInput) {
   std::string options = kBase;
   options.replace(options.find("planners: [{name: megatron}]"), 28,
                   "planners: [{name: megatron, options: {tp_degrees: [1]}}]");
-  for (const auto& edited : {training, sim, options}) EXPECT_NE(ids(edited), base);
+  std::string polish = kBase;
+  polish.replace(polish.find("planners: [{name: megatron}]"), 28, "planners: [{name: megatron, polish: 5}]");
+  for (const auto& edited : {training, sim, options, polish}) EXPECT_NE(ids(edited), base);
   EXPECT_EQ(ids(kBase), base);  // and nothing else moves it
+}
+
+// A planner entry's polish needs the twin check (refine unset or ≥ 1) and a registered planner: both are
+// refused with the field named.
+TEST(Manifest, PolishNeedsTheTwinCheckAndAPlanner) {
+  auto with = [](const std::string& entry) {
+    std::string text = kBase;
+    text.replace(text.find("planners: [{name: megatron}]"), 28, "planners: [" + entry + "]");
+    return LoadManifest(Write("polish.yaml", text));
+  };
+  EXPECT_TRUE(with("{name: megatron, polish: 5}").ok());
+  auto zero = with("{name: megatron, refine: 0, polish: 5}");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("planners[0].polish"), std::string::npos) << zero.status().message();
+  auto fixed = with("{name: plan, plan: cpu-4-dp4, polish: 5}");
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_NE(fixed.status().message().find("planners[0].polish: a fixed plan"), std::string::npos)
+      << fixed.status().message();
 }
 
 TEST(Manifest, BundledExperimentsValidate) {

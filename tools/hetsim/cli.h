@@ -54,13 +54,19 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
 // planners room: an error.
 // `refine`: candidates checked on the simulator (tools/runner/refine.h; −1 = the default, 0 = the planner's
-// own pick); `notes` (optional) receives the twin check's lines.
+// own pick); `polish`: simulations to polish the checked choice (tools/runner/polish.h; −1 = the default,
+// runner::DefaultPolish); `notes` (optional) receives the twin check's and the polish's lines.
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
                                     const std::string& options_file, const models::Cluster& cluster,
                                     const models::TransformerModel& model, const proto::Training& training,
-                                    int refine = -1, std::vector<std::string>* notes = nullptr);
+                                    int refine = -1, int polish = -1, std::vector<std::string>* notes = nullptr);
 // --refine K (tools/runner/refine.h): −1 when not given, K in 0..64, or an error naming the flag.
 Result<int> RefineFlag(const po::variables_map& vm);
+// --polish N (tools/runner/polish.h): −1 when not given, N in 0..100000, or an error naming the flag; N > 0
+// with --refine 0 is refused (the pick is simulated once before it is polished).
+Result<int> PolishFlag(const po::variables_map& vm);
+// The --refine and --polish flags of the commands that plan with --planner.
+void AddRefineFlags(po::options_description& d);
 // Registered planners as (name, one-line summary); empty when the planners room is left out.
 std::vector<std::pair<std::string, std::string>> ListPlanners();
 // Checks an experiment manifest in full (used by `hetsim validate`); returns a one-line description.

@@ -374,6 +374,29 @@ Result<int> RefineFlag(const po::variables_map& vm) {
   return k;
 }
 
+Result<int> PolishFlag(const po::variables_map& vm) {
+  if (!vm.count("polish")) return -1;
+  const int n = vm["polish"].as<int>();
+  if (n < 0 || n > 100000) {
+    return Status::Invalid("--polish: expected 0..100000 simulations for the local search, found " + std::to_string(n));
+  }
+  if (n > 0 && vm.count("refine") && vm["refine"].as<int>() == 0) {
+    return Status::Invalid("--polish needs the twin check: drop --refine 0 (the pick is simulated once before it is "
+                           "polished)");
+  }
+  return n;
+}
+
+void AddRefineFlags(po::options_description& d) {
+  d.add_options()("refine", po::value<int>(),
+                  "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4 up to 256 "
+                  "GPUs, 2 up to 1,024, 1 beyond; 0 = the planner's own pick, unpolished)")(
+      "polish", po::value<int>(),
+      "then improve the chosen plan on the twin with up to N simulations of small changes (layer boundaries, "
+      "device swaps, micro-batches, merged pipelines); goes beyond the planner's paper, says so in the notes "
+      "(default 200 up to 8 GPUs, 0 beyond; 0 = the checked choice)");
+}
+
 Status PlanWithFlags(const po::variables_map& vm, Specs* specs) {
   std::string options, options_file = "--planner-options";
   if (vm.count("planner-options")) {
@@ -383,9 +406,10 @@ Status PlanWithFlags(const po::variables_map& vm, Specs* specs) {
     options_file = text.file;
   }
   HETSIM_ASSIGN_OR_RETURN(const int refine, RefineFlag(vm));
+  HETSIM_ASSIGN_OR_RETURN(const int polish, PolishFlag(vm));
   HETSIM_ASSIGN_OR_RETURN(specs->plan, PlanWithPlanner(FlagString(vm, "planner"), options, options_file,
                                                        *specs->cluster, *specs->model, specs->training, refine,
-                                                       &specs->plan_notes));
+                                                       polish, &specs->plan_notes));
   specs->plan_file = FlagString(vm, "planner") + "'s plan";
   return Status::Ok();
 }

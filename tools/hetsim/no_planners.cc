@@ -7,7 +7,7 @@ std::vector<Command> PlannerCommands() { return {}; }
 std::vector<Command> RunCommands() { return {}; }
 std::vector<std::pair<std::string, std::string>> ListPlanners() { return {}; }
 Result<proto::Plan> PlanWithPlanner(const std::string&, const std::string&, const std::string&, const models::Cluster&,
-                                    const models::TransformerModel&, const proto::Training&, int,
+                                    const models::TransformerModel&, const proto::Training&, int, int,
                                     std::vector<std::string>*) {
   return Status::Invalid("--planner: this build leaves the planners room out");
 }

@@ -93,24 +93,19 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
                                     profiles ? &*profiles : nullptr, compute};
   problem.progress = [&err](const std::string& line) { err << line << std::endl; };
   runner::RefineOptions refine;
+  refine.polish = runner::kAutoPolish;
   const auto k = RefineFlag(vm);
   if (!k.ok()) {
     err << k.status().message() << "\n";
     return 2;
   }
   if (*k >= 0) refine.k = static_cast<uint32_t>(*k);
-  if (vm.count("polish")) {
-    const int n = vm["polish"].as<int>();
-    if (n < 0 || n > 100000) {
-      err << "--polish: expected 0..100000 simulations for the local search, found " << n << "\n";
-      return 2;
-    }
-    if (refine.k == 0 && n > 0) {
-      err << "--polish needs the twin check: drop --refine 0 (the pick is simulated once before it is polished)\n";
-      return 2;
-    }
-    refine.polish = static_cast<uint32_t>(n);
+  const auto polish = PolishFlag(vm);
+  if (!polish.ok()) {
+    err << polish.status().message() << "\n";
+    return 2;
   }
+  if (*polish >= 0) refine.polish = static_cast<uint32_t>(*polish);
   runner::RefineOutcome checked;
   auto result = runner::PlanOnTwin(**planner, problem, refine, &checked);
   if (!result.ok()) return Fail(err, result.status());
@@ -142,7 +137,9 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
                                           (pick.error.empty() ? secs(pick.simulated_s) : std::string("failed")) + ")"
                                     : "the planner's pick kept, " + secs(chosen.simulated_s) + " simulated");
       if (checked.polished && !checked.polish.kept.empty()) {
-        comment += "\npolished on the twin (--polish, beyond the planner's paper): " + secs(checked.polish.start_s) +
+        comment += "\npolished on the twin (up to " + std::to_string(checked.polish_budget) +
+                   " simulations, beyond the planner's paper; --polish 0 for the checked choice): " +
+                   secs(checked.polish.start_s) +
                    " -> " + secs(checked.polish.end_s) + " simulated, " + std::to_string(checked.polish.kept.size()) +
                    " changes kept";
       }
@@ -173,15 +170,8 @@ std::vector<Command> PlannerCommands() {
              "measured layer profiles (bundled names or paths) instead of the analytic compute model")(
              "calibration", po::value<std::string>(),
              "the compute model's calibration (bundled name or file; `hetsim list calibrations`)")(
-             "list", "print the registered planners and exit")(
-             "refine", po::value<int>(),
-             "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4 up to 256 GPUs, "
-             "2 up to 1,024, 1 beyond; 0 = the "
-             "planner's own pick)")(
-             "polish", po::value<int>(),
-             "then improve the chosen plan on the twin with up to N simulations of small changes (layer boundaries, "
-             "device swaps, micro-batches, merged pipelines); goes beyond the planner's paper, says so in the notes "
-             "(default 0: off)");
+             "list", "print the registered planners and exit");
+         AddRefineFlags(d);
          AddSpecFlags(d, /*with_plan=*/false);
        },
        RunPlan},

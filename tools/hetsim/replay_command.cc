@@ -221,11 +221,9 @@ std::vector<Command> ReplayCommands() {
            "[--checkpoint-interval S|young-daly] [--report-out r.json] [--figure f.png]",
            [](po::options_description& d, po::positional_options_description&) {
              AddSpecFlags(d, true);
+             AddRefineFlags(d);
              d.add_options()("planner", po::value<std::string>(), "plan with this planner instead of --plan")
                  ("planner-options", po::value<std::string>(), "the planner's options (YAML file)")
-                 ("refine", po::value<int>(), "with --planner: simulate the planner's pick and its next K-1 runners-up and keep "
-                              "the fastest (default 4 up to 256 GPUs, 2 up to 1,024, 1 beyond; 0 = the planner's "
-                              "own pick)")
                  ("trace", po::value<std::string>(), "trace file or bundled name, or llama3 (drawn for the cluster)")
                  ("days", po::value<double>()->default_value(54), "llama3: days to draw")
                  ("seed", po::value<uint64_t>()->default_value(1), "llama3: random seed")

@@ -52,15 +52,16 @@ int RunRun(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
                                     const std::string& options_file, const models::Cluster& cluster,
                                     const models::TransformerModel& model, const proto::Training& training,
-                                    int refine, std::vector<std::string>* notes) {
+                                    int refine, int polish, std::vector<std::string>* notes) {
   HETSIM_ASSIGN_OR_RETURN(auto p, planners::CreatePlanner(planner, options_yaml, options_file));
   planners::PlanningProblem problem{cluster, model, training, nullptr, {}};
   runner::RefineOptions options;
   if (refine >= 0) options.k = static_cast<uint32_t>(refine);
+  options.polish = polish >= 0 ? static_cast<uint32_t>(polish) : runner::kAutoPolish;
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult res, runner::PlanOnTwin(*p, problem, options));
   if (notes) {
     for (const auto& n : res.stats.notes) {
-      if (n.starts_with("twin check") || n.starts_with("  ")) notes->push_back(n);
+      if (n.starts_with("twin check") || n.starts_with("polish") || n.starts_with("  ")) notes->push_back(n);
     }
   }
   return res.plan;

@@ -403,11 +403,9 @@ std::vector<Command> SimCommands() {
            "[--timeline-out t.json]",
            [](po::options_description& d, po::positional_options_description&) {
              AddSpecFlags(d, true);
+             AddRefineFlags(d);
              d.add_options()("planner", po::value<std::string>(), "plan with this planner instead of --plan")
                  ("planner-options", po::value<std::string>(), "the planner's options (YAML file)")
-                 ("refine", po::value<int>(), "with --planner: simulate the planner's pick and its next K-1 runners-up and keep "
-                              "the fastest (default 4 up to 256 GPUs, 2 up to 1,024, 1 beyond; 0 = the planner's "
-                              "own pick)")
                  ("fidelity", po::value<std::string>()->default_value("balanced"),
                              "fast | balanced | full (docs/simulator.md)")
                  ("no-fold", "play every device even when pipelines and TP ranks are identical (docs/simulator.md, "

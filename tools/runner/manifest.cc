@@ -204,12 +204,13 @@ Result<Manifest> LoadManifest(const std::string& path) {
     const auto& pe = e.planners(i);
     const std::string ppath = "planners[" + std::to_string(i) + "]";
     PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt,
-                         pe.has_refine() ? pe.refine() : kAutoRefine};
+                         pe.has_refine() ? pe.refine() : kAutoRefine, pe.polish()};
     if (!labels.insert(choice.label).second) {
       errors.Add(at + ppath + ".label: '" + choice.label + "' names two planners; give each its own label");
     }
     if (pe.name() == "plan") {
       if (pe.has_refine()) errors.Add(at + ppath + ".refine: a fixed plan is simulated as is; remove refine");
+      if (pe.polish() > 0) errors.Add(at + ppath + ".polish: a fixed plan is simulated as is; remove polish");
       if (pe.plan().empty()) {
         errors.Add(at + ppath + ".plan: name 'plan' simulates a fixed plan file; give its path");
         continue;
@@ -230,6 +231,9 @@ Result<Manifest> LoadManifest(const std::string& path) {
       choice.plan = std::move(plan).value();
     } else {
       if (!pe.plan().empty()) errors.Add(at + ppath + ".plan: only planner name 'plan' takes a plan file");
+      if (pe.polish() > 0 && pe.has_refine() && pe.refine() == 0) {
+        errors.Add(at + ppath + ".polish: polishing starts from the twin check's choice; drop refine: 0 or polish");
+      }
       auto planner = planners::CreatePlanner(pe.name(), pe.options(), m.file + " " + ppath + ".options");
       if (!planner.ok()) {
         errors.Add(at + ppath + ".name: " + planner.status().message());
@@ -454,7 +458,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
   for (const auto& mm : m.models) model_digest.push_back(Canonical(mm.spec()));
   for (const auto& pl : m.planners) {
     planner_digest.push_back(pl.name + "|" + pl.options + "|" + (pl.plan ? Canonical(*pl.plan) : std::string()) +
-                             "|refine " + std::to_string(pl.refine));
+                             "|refine " + std::to_string(pl.refine) +
+                             (pl.polish > 0 ? "|polish " + std::to_string(pl.polish) : std::string()));
   }
   const uint32_t repeats = std::max<uint32_t>(1, e.repeats());
   const uint64_t seed = e.seed() == 0 ? 1 : e.seed();

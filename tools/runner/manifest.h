@@ -23,6 +23,8 @@ struct PlannerChoice {
   std::optional<proto::Plan> plan;  // name == "plan": the plan to simulate
   uint32_t refine = 0;      // candidates simulated to pick the plan (tools/runner/refine.h: kAutoRefine = the
                             // planner's default; 0 = the planner's own pick)
+  uint32_t polish = 0;      // simulations to polish the checked choice (tools/runner/polish.h; 0 = none, so
+                            // that experiments comparing planners compare the papers' plans)
 };
 
 // One sweep point: which cluster, model and planner, the value of every other axis, the repeat.

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "models/plan.h"
@@ -19,6 +21,8 @@ constexpr double kGain = 1e-4;
 constexpr uint32_t kRebalanceRounds = 64;
 // Pipelines over at most this many machine runs have their runs' orders tried (5! = 120 orders).
 constexpr size_t kMaxMachineRuns = 5;
+// Restarts from a local optimum's slower neighbours (iterated local search).
+constexpr uint32_t kMaxRestarts = 4;
 
 std::string Seconds(double s) {
   char buf[32];
@@ -114,16 +118,21 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
                             const models::PlanContext& ctx, uint32_t max_rounds) {
   proto::Plan current = plan;
   double current_s = cost.Estimate(current, /*with_memory=*/false).iteration_s;
+  // Moves between neighbouring stages first; when none helps, a layer moved further (every boundary between
+  // shifted by one), which leaves a plateau where two stages tie for the slowest.
   for (uint32_t round = 0; round < max_rounds; ++round) {
     bool moved = false;
-    for (auto& move : BoundaryMoves(current, /*adjacent_only=*/true)) {
-      const double t = cost.Estimate(move.plan, /*with_memory=*/false).iteration_s;
-      if (t < current_s * (1 - kGain) && models::ValidatePlan(move.plan, ctx, "").ok()) {
-        current = std::move(move.plan);
-        current_s = t;
-        moved = true;
-        break;
+    for (bool adjacent : {true, false}) {
+      for (auto& move : BoundaryMoves(current, adjacent)) {
+        const double t = cost.Estimate(move.plan, /*with_memory=*/false).iteration_s;
+        if (t < current_s * (1 - kGain) && models::ValidatePlan(move.plan, ctx, "").ok()) {
+          current = std::move(move.plan);
+          current_s = t;
+          moved = true;
+          break;
+        }
       }
+      if (moved) break;
     }
     if (!moved) break;
   }
@@ -348,6 +357,25 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
                                          " stages");
     }
   }
+  // 10. One pipeline with a stage per GPU, every GPU of the cluster in device order (machine by machine),
+  // TP 1, micro-batches of one sequence, layers evenly (then rebalanced): the deepest pipeline, which a plan
+  // of wide data-parallel stages reaches only through a chain of splits each of which can be slower alone.
+  {
+    uint32_t sequences = 0;
+    for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
+    const uint32_t gpus = cluster.num_devices();
+    if (gpus >= 2 && gpus <= layers && sequences > 0) {
+      proto::Plan n = plan;
+      n.clear_pipelines();
+      auto* m = n.add_pipelines();
+      m->set_micro_batch_size(1);
+      m->set_num_micro_batches(sequences);
+      for (uint32_t d = 0; d < gpus; ++d) m->add_stages()->add_devices(d);
+      SplitLayers(m->mutable_stages(), 0, std::vector<double>(gpus, 1.0), 0, layers);
+      out.emplace_back(std::move(n), "one pipeline, a stage per GPU (" + std::to_string(gpus) +
+                                         " stages, micro-batches of one sequence)");
+    }
+  }
   return out;
 }
 
@@ -364,8 +392,15 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
   const bool bounded = sim.fidelity.collectives == balanced.collectives && sim.fidelity.tp == balanced.tp &&
                        sim.compute_jitter_cv == 0;
   const planners::AnalyticCostModel cost(problem);
-  proto::Plan current = plan;
-  double current_s = plan_s;
+  // Every plan simulated (or refused by the simulator), by its bytes: a plan is simulated once, and a restart
+  // cannot walk back into a plan already seen.
+  std::unordered_set<std::string> seen;
+  const auto key = [](const proto::Plan& p) {
+    std::string k;
+    p.SerializeToString(&k);
+    return k;
+  };
+  seen.insert(key(plan));
   // The neighbours that pass the plan checks, most promising first: by their played estimate (stable, so
   // ties keep the order of the list above).
   struct Neighbour {
@@ -386,38 +421,84 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
                      [](const Neighbour& a, const Neighbour& b) { return a.estimate_s < b.estimate_s; });
     return list;
   };
-  std::vector<Neighbour> neighbours = ranked(current);
-  size_t next = 0;
-  while (out.simulated < budget) {
-    if (next >= neighbours.size()) {
-      out.local_optimum = true;
-      break;
+  // A neighbour that simulated but was not faster (a restart's candidate).
+  struct Tried {
+    double t = 0;
+    proto::Plan plan;
+    std::string change;
+  };
+  struct Search {
+    proto::Plan plan;
+    double t = 0;
+    std::vector<std::string> path;  // the changes from the input plan, each with its simulated time
+    std::vector<Tried> tried;       // the final plan's neighbours simulated and not faster
+  };
+  bool spent = false;
+  // First-improvement descent from `from` until no neighbour is faster or the budget is spent.
+  const auto descend = [&](proto::Plan from, double from_s, std::vector<std::string> path) {
+    Search s{std::move(from), from_s, std::move(path), {}};
+    std::vector<Neighbour> neighbours = ranked(s.plan);
+    size_t next = 0;
+    while (next < neighbours.size()) {
+      if (out.simulated >= budget) {
+        spent = true;
+        break;
+      }
+      const Neighbour& candidate = neighbours[next++];
+      // A structural change comes with its layers rebalanced on the played estimate, so that a better
+      // structure is not judged on a split made for the old one.
+      proto::Plan candidate_plan =
+          candidate.c.layer_move ? candidate.c.plan : RebalanceLayers(candidate.c.plan, cost, ctx, kRebalanceRounds);
+      std::string k = key(candidate_plan);
+      if (seen.count(k)) continue;  // simulated before: on the way here, or no faster than a plan before
+      if (bounded && cost.LowerBoundSeconds(candidate_plan) >= s.t * (1 - kGain)) {
+        ++out.ruled_out;
+        continue;
+      }
+      ++out.simulated;
+      seen.insert(std::move(k));
+      auto r = sim::SimulateIteration(candidate_plan, ctx, sim);
+      if (!r.ok() || r->report.any_oom()) {
+        ++out.refused;
+        continue;
+      }
+      const double t = r->report.iteration_time_s();
+      if (t >= s.t * (1 - kGain)) {
+        // A restart leaves by a structural change: a moved layer descends back to where it came from.
+        if (!candidate.c.layer_move) s.tried.push_back({t, std::move(candidate_plan), candidate.c.change});
+        continue;
+      }
+      s.path.push_back(candidate.c.change + ": " + Seconds(t));
+      s.plan = std::move(candidate_plan);
+      s.t = t;
+      s.tried.clear();
+      neighbours = ranked(s.plan);
+      next = 0;
     }
-    const Neighbour& candidate = neighbours[next++];
-    // A structural change comes with its layers rebalanced on the played estimate, so that a better
-    // structure is not judged on a split made for the old one.
-    const proto::Plan candidate_plan =
-        candidate.c.layer_move ? candidate.c.plan : RebalanceLayers(candidate.c.plan, cost, ctx, kRebalanceRounds);
-    if (bounded && cost.LowerBoundSeconds(candidate_plan) >= current_s * (1 - kGain)) {
-      ++out.ruled_out;
-      continue;
+    std::stable_sort(s.tried.begin(), s.tried.end(), [](const Tried& a, const Tried& b) { return a.t < b.t; });
+    return s;
+  };
+  Search best = descend(plan, plan_s, {});
+  // Restarts (iterated local search): from the best local optimum, its fastest neighbour that was not faster
+  // is taken anyway and descended from, the plans already seen excluded; a descent that ends faster than
+  // the best becomes the best. At most kMaxRestarts, each from the next such neighbour of the best.
+  size_t used = 0;
+  for (uint32_t restart = 0; restart < kMaxRestarts && !spent && used < best.tried.size(); ++restart) {
+    const Tried& from = best.tried[used++];
+    auto path = best.path;
+    path.push_back("restart (" + from.change + ", slower): " + Seconds(from.t));
+    Search s = descend(from.plan, from.t, std::move(path));
+    ++out.restarts;
+    if (s.t < best.t * (1 - kGain)) {
+      best = std::move(s);
+      used = 0;
     }
-    ++out.simulated;
-    auto r = sim::SimulateIteration(candidate_plan, ctx, sim);
-    if (!r.ok() || r->report.any_oom()) {
-      ++out.refused;
-      continue;
-    }
-    const double t = r->report.iteration_time_s();
-    if (t >= current_s * (1 - kGain)) continue;
-    out.kept.push_back(candidate.c.change + ": " + Seconds(t));
-    current = candidate_plan;
-    current_s = t;
-    neighbours = ranked(current);
-    next = 0;
   }
-  out.end_s = current_s;
-  return current;
+  out.local_optimum = !spent;
+  // The path to the best plan: restarts that led nowhere are not listed.
+  out.kept = std::move(best.path);
+  out.end_s = best.t;
+  return best.plan;
 }
 
 }  // namespace hetsim::runner

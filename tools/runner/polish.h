@@ -19,13 +19,19 @@
 //      data-parallel replicas (micro-batches of the least divisor of the batch at least the widest machine),
 //      layers by device count;
 //   9. a stage of several DP replicas split into consecutive stages, one per machine where it spans several,
-//      else two halves of its replicas (data parallelism over a slow network turned into a pipeline).
+//      else two halves of its replicas (data parallelism over a slow network turned into a pipeline);
+//  10. one pipeline with a stage per GPU of the cluster (device order, TP 1, micro-batches of one sequence,
+//      layers evenly): the deepest pipeline, reached from wide DP stages otherwise only by a chain of splits.
 // A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
 // of memory is skipped. The rest are tried in the order of their played estimate (AnalyticCostModel::
 // Estimate; the list's order breaks ties); one whose lower bound (LowerBoundSeconds, never above the simulated
 // time) is no better than the current plan is ruled out without a simulation. The first change that
-// simulates faster by more than 0.01% is kept and the search starts again from it; it stops after a whole
-// list without one (a local optimum) or when the simulations are spent. Deterministic: same inputs, same plan.
+// simulates faster by more than 0.01% is kept and the search starts again from it, until a whole list
+// without one (a local optimum). A plan is simulated once (those seen are skipped). From a local optimum the
+// search restarts up to 4 times (iterated local search): it takes the fastest neighbour that was not faster,
+// descends from it without walking back into plans seen, and keeps the result if it beats the best so far;
+// the next restart starts from the best's next such neighbour. It stops when the restarts or the simulations
+// are spent. Deterministic: same inputs, same plan.
 //
 // The result is a plan the planner's paper would not have returned: the notes say so, with both times.
 #pragma once
@@ -47,8 +53,11 @@ struct PolishOutcome {
   uint32_t simulated = 0;      // changes simulated
   uint32_t ruled_out = 0;      // changes ruled out by their lower bound
   uint32_t refused = 0;        // changes the plan checks refused or that ran out of memory
-  std::vector<std::string> kept;  // the changes kept, in order, each with its simulated time
-  bool local_optimum = false;  // stopped because no change helped (else: the budget ran out)
+  // The changes from the input plan to the result, in order, each with its simulated time; a restart that
+  // led to the result is listed as "restart (CHANGE, slower): T".
+  std::vector<std::string> kept;
+  uint32_t restarts = 0;       // restarts from slower neighbours tried
+  bool local_optimum = false;  // stopped at a local optimum no restart escaped (else: the budget ran out)
 };
 
 // Polishes `plan` (simulated at `plan_s` under `sim`) with at most `budget` simulations. Returns the best

@@ -39,12 +39,16 @@ std::string Describe(const RefinedCandidate& c) {
 // exhaustive's proof is warm-started with every other planner's candidates at the default K (its pick and
 // runners-up, the plans its `--refine` would choose from), so that no planner's simulator-checked choice
 // can beat the reference. A planner that finds no plan contributes nothing.
-std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, std::vector<proto::Plan>* seeds) {
+// With polishing on, each planner's polished plan (PlanOnTwin at its default K with the same polish budget) is a
+// candidate too: the same inputs polish to the same plan, so none of them can beat the reference either.
+std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, const RefineOptions& options,
+                                  std::vector<proto::Plan>* seeds) {
   const auto start = std::chrono::steady_clock::now();
   planners::PlanningProblem asked = problem;
   asked.alternatives = kDefaultRefine - 1;
   asked.seeds.clear();
-  uint32_t planners_used = 0;
+  asked.progress = nullptr;
+  uint32_t planners_used = 0, polished = 0;
   for (const std::string& name : planners::PlannerNames()) {
     if (name == "exhaustive") continue;
     auto p = planners::CreatePlanner(name);
@@ -54,10 +58,21 @@ std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, std:
     ++planners_used;
     seeds->push_back(std::move(r->plan));
     for (auto& alt : r->alternatives) seeds->push_back(std::move(alt.plan));
+    if (options.polish == 0) continue;
+    if (problem.progress) problem.progress("exhaustive: polishing " + name + "'s plan for the proof's warm start");
+    RefineOptions theirs;
+    theirs.polish = options.polish;
+    theirs.sim = options.sim;
+    RefineOutcome out;
+    auto q = PlanOnTwin(**p, asked, theirs, &out);
+    if (!q.ok() || !out.polished || out.polish.kept.empty()) continue;
+    ++polished;
+    seeds->push_back(std::move(q->plan));
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return "proof warm start: " + std::to_string(seeds->size()) + " candidates from " + std::to_string(planners_used) +
-         " other planners (their picks and runners-up at --refine " + std::to_string(kDefaultRefine) + ", " +
+         " other planners (their picks and runners-up at --refine " + std::to_string(kDefaultRefine) +
+         (options.polish > 0 ? ", and " + std::to_string(polished) + " polished plans" : std::string()) + ", " +
          Seconds(wall) + ")";
 }
 
@@ -77,8 +92,14 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
                : planner.name() == "exhaustive" ? kDefaultExhaustiveRefine
                                                 : DefaultRefine(problem.cluster.num_devices());
   asked.alternatives = prove ? planners::exhaustive::kEveryCandidate : k > 1 ? k - 1 : 0;
+  const bool auto_polish = options.polish == kAutoPolish;
+  const uint32_t polish = auto_polish ? (k == 0 ? 0 : DefaultPolish(problem.cluster.num_devices())) : options.polish;
   std::string seed_note;
-  if (prove) seed_note = SeedWithOtherPlanners(problem, &asked.seeds);
+  if (prove) {
+    RefineOptions seeding = options;
+    seeding.polish = polish;
+    seed_note = SeedWithOtherPlanners(problem, seeding, &asked.seeds);
+  }
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult result, planners::RunPlanner(planner, asked));
   if (!seed_note.empty()) result.stats.notes.insert(result.stats.notes.begin(), seed_note);
   if (prove) k = static_cast<uint32_t>(1 + result.alternatives.size());
@@ -87,6 +108,7 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   out = RefineOutcome{};
   out.k = k;
   out.proof = prove;
+  out.polish_budget = polish;
   if (k == 0) {
     result.alternatives.clear();
     return result;
@@ -231,18 +253,23 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
     result.estimate = planners::AnalyticCostModel(problem).Estimate(result.plan, /*with_memory=*/true);
   }
   result.alternatives.clear();
-  if (options.polish > 0 && best >= 0) {
+  if (polish > 0 && best >= 0) {
     const auto polish_start = std::chrono::steady_clock::now();
     out.polished = true;
     const double from = out.candidates[static_cast<size_t>(best)].simulated_s;
-    proto::Plan polished = PolishOnTwin(result.plan, from, problem, so, options.polish, &out.polish);
+    proto::Plan polished = PolishOnTwin(result.plan, from, problem, so, polish, &out.polish);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - polish_start).count();
     out.sim_wall_s += wall;
-    char buf[400];
+    char buf[480];
+    const std::string how = auto_polish ? "by default up to " + std::to_string(kDefaultPolishMaxGpus) + " GPUs, " +
+                                              std::to_string(polish) + " simulations at most; --polish 0 for the checked "
+                                              "choice, --refine 0 for the paper's pick"
+                                        : "--polish " + std::to_string(polish);
     std::snprintf(buf, sizeof buf,
-                  "polish (--polish %u, beyond the planner's paper): %u changes simulated, %u ruled out by their lower "
-                  "bound, %u refused (invalid or out of memory) in %s; %s",
-                  options.polish, out.polish.simulated, out.polish.ruled_out, out.polish.refused, Seconds(wall).c_str(),
+                  "polish (%s; beyond the planner's paper): %u changes simulated, %u ruled out by their lower "
+                  "bound, %u refused (invalid or out of memory), %u restarts in %s; %s",
+                  how.c_str(), out.polish.simulated, out.polish.ruled_out, out.polish.refused, out.polish.restarts,
+                  Seconds(wall).c_str(),
                   out.polish.local_optimum ? "no change left helps" : "the budget ran out");
     notes.push_back(buf);
     if (out.polish.kept.empty()) {

@@ -186,6 +186,7 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
                                       compute};
     RefineOptions refine;
     refine.k = planner.refine;
+    refine.polish = planner.polish;
     refine.sim.fidelity = setup->fidelity;
     RefineOutcome checked;
     auto res = PlanOnTwin(**pl, problem, refine, &checked);
