@@ -73,11 +73,12 @@ proto::Plan TwoPipelines() {
 //   7. ZeRO stage 1 (the plan has 0)                                                         1
 //   8. one pipeline with a stage per machine                                                 1
 //   9. no stage holds several replicas: no split                                             0
-//  10. one pipeline with a stage per GPU (4 GPUs, 6 layers)                                  1
+//  10. one pipeline with a stage per GPU (4 GPUs, 6 layers): in device order (A then B), which is also
+//      the slowest-first order (A100 below H100 at FP16), and fastest first (B then A)             2
 TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   const auto cluster = ClusterFrom(kTwoMachines);
   const auto n = PlanNeighbours(TwoPipelines(), cluster, 6);
-  ASSERT_EQ(n.size(), 21u);
+  ASSERT_EQ(n.size(), 22u);
   std::multiset<std::string> kinds;
   for (const auto& [plan, change, layer_move] : n) {
     kinds.insert(change.substr(0, change.find(' ', change.find(' ') + 1)));
@@ -98,7 +99,17 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   EXPECT_EQ(kinds.count("pipeline 0's") + kinds.count("pipeline 1's"), 4u);  // micro-batch sizes + machine orders
   EXPECT_EQ(kinds.count("pipelines 0") + kinds.count("pipelines 1"), 4u);
   EXPECT_EQ(kinds.count("ZeRO stage"), 1u);
-  EXPECT_EQ(kinds.count("one pipeline,"), 2u);  // a stage per machine, a stage per GPU
+  EXPECT_EQ(kinds.count("one pipeline,"), 3u);  // a stage per machine, a stage per GPU in two orders
+  const PlanChange* fastest = nullptr;
+  for (const auto& c : n) {
+    if (c.change == "one pipeline, a stage per GPU (4 stages, micro-batches of one sequence, fastest GPUs first)") {
+      fastest = &c;
+    }
+  }
+  ASSERT_NE(fastest, nullptr);
+  ASSERT_EQ(fastest->plan.pipelines(0).stages_size(), 4);
+  const uint32_t fast_order[] = {2, 3, 0, 1};  // B's H100s hold the embedding
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(fastest->plan.pipelines(0).stages(k).devices(0), fast_order[k]);
   // The stage per machine: A's devices 0-1 and B's 2-3 as two DP-2 stages, 3 layers each by device count,
   // micro-batches of 2 (the widest machine) × 4 for the 8 sequences.
   for (const auto& [plan, change, layer_move] : n) {

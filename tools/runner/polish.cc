@@ -22,7 +22,7 @@ constexpr uint32_t kRebalanceRounds = 64;
 // Pipelines over at most this many machine runs have their runs' orders tried (5! = 120 orders).
 constexpr size_t kMaxMachineRuns = 5;
 // Restarts from a local optimum's slower neighbours (iterated local search).
-constexpr uint32_t kMaxRestarts = 4;
+constexpr uint32_t kMaxRestarts = 8;
 
 std::string Seconds(double s) {
   char buf[32];
@@ -357,23 +357,47 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
                                          " stages");
     }
   }
-  // 10. One pipeline with a stage per GPU, every GPU of the cluster in device order (machine by machine),
-  // TP 1, micro-batches of one sequence, layers evenly (then rebalanced): the deepest pipeline, which a plan
-  // of wide data-parallel stages reaches only through a chain of splits each of which can be slower alone.
+  // 10. One pipeline with a stage per GPU, every GPU of the cluster, TP 1, micro-batches of one sequence,
+  // layers evenly (then rebalanced): the deepest pipeline, which a plan of wide data-parallel or TP stages
+  // reaches only through a chain of changes each slower on its own. Three orders of the machines: as the
+  // cluster lists them, slowest GPUs first and fastest first (by FP16 peak; the order fixes which GPUs hold
+  // the embedding and which the head); orders that coincide are listed once.
   {
     uint32_t sequences = 0;
     for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
     const uint32_t gpus = cluster.num_devices();
     if (gpus >= 2 && gpus <= layers && sequences > 0) {
-      proto::Plan n = plan;
-      n.clear_pipelines();
-      auto* m = n.add_pipelines();
-      m->set_micro_batch_size(1);
-      m->set_num_micro_batches(sequences);
-      for (uint32_t d = 0; d < gpus; ++d) m->add_stages()->add_devices(d);
-      SplitLayers(m->mutable_stages(), 0, std::vector<double>(gpus, 1.0), 0, layers);
-      out.emplace_back(std::move(n), "one pipeline, a stage per GPU (" + std::to_string(gpus) +
-                                         " stages, micro-batches of one sequence)");
+      std::map<uint32_t, std::vector<uint32_t>> by_machine;
+      for (uint32_t d = 0; d < gpus; ++d) by_machine[cluster.device(d).node].push_back(d);
+      std::vector<std::vector<uint32_t>> machines;
+      for (auto& [node, ds] : by_machine) machines.push_back(ds);
+      const auto speed = [&](const std::vector<uint32_t>& ds) {
+        const models::GpuSpec* g = cluster.device(ds.front()).gpu;
+        return g ? g->peak_fp16_tflops : 0.0;
+      };
+      auto slow_first = machines, fast_first = machines;
+      std::stable_sort(slow_first.begin(), slow_first.end(),
+                       [&](const auto& a, const auto& b) { return speed(a) < speed(b); });
+      std::stable_sort(fast_first.begin(), fast_first.end(),
+                       [&](const auto& a, const auto& b) { return speed(a) > speed(b); });
+      std::vector<std::vector<uint32_t>> orders;
+      const std::pair<const char*, const std::vector<std::vector<uint32_t>>*> kinds[] = {
+          {"", &machines}, {", slowest GPUs first", &slow_first}, {", fastest GPUs first", &fast_first}};
+      for (const auto& [how, order] : kinds) {
+        std::vector<uint32_t> devices;
+        for (const auto& ds : *order) devices.insert(devices.end(), ds.begin(), ds.end());
+        if (std::find(orders.begin(), orders.end(), devices) != orders.end()) continue;
+        orders.push_back(devices);
+        proto::Plan n = plan;
+        n.clear_pipelines();
+        auto* m = n.add_pipelines();
+        m->set_micro_batch_size(1);
+        m->set_num_micro_batches(sequences);
+        for (uint32_t d : devices) m->add_stages()->add_devices(d);
+        SplitLayers(m->mutable_stages(), 0, std::vector<double>(gpus, 1.0), 0, layers);
+        out.emplace_back(std::move(n), "one pipeline, a stage per GPU (" + std::to_string(gpus) +
+                                           " stages, micro-batches of one sequence" + how + ")");
+      }
     }
   }
   return out;
@@ -464,8 +488,7 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
       }
       const double t = r->report.iteration_time_s();
       if (t >= s.t * (1 - kGain)) {
-        // A restart leaves by a structural change: a moved layer descends back to where it came from.
-        if (!candidate.c.layer_move) s.tried.push_back({t, std::move(candidate_plan), candidate.c.change});
+        s.tried.push_back({t, std::move(candidate_plan), candidate.c.change});
         continue;
       }
       s.path.push_back(candidate.c.change + ": " + Seconds(t));
@@ -479,8 +502,8 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
     return s;
   };
   Search best = descend(plan, plan_s, {});
-  // Restarts (iterated local search): from the best local optimum, its fastest neighbour that was not faster
-  // is taken anyway and descended from, the plans already seen excluded; a descent that ends faster than
+  // Restarts (iterated local search): from the best local optimum, its fastest neighbour that simulated and
+  // was not faster is taken anyway and descended from, the plans already seen excluded; a descent that ends faster than
   // the best becomes the best. At most kMaxRestarts, each from the next such neighbour of the best.
   size_t used = 0;
   for (uint32_t restart = 0; restart < kMaxRestarts && !spent && used < best.tried.size(); ++restart) {

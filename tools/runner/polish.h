@@ -20,18 +20,19 @@
 //      layers by device count;
 //   9. a stage of several DP replicas split into consecutive stages, one per machine where it spans several,
 //      else two halves of its replicas (data parallelism over a slow network turned into a pipeline);
-//  10. one pipeline with a stage per GPU of the cluster (device order, TP 1, micro-batches of one sequence,
-//      layers evenly): the deepest pipeline, reached from wide DP stages otherwise only by a chain of splits.
+//  10. one pipeline with a stage per GPU of the cluster (TP 1, micro-batches of one sequence, layers evenly),
+//      its machines in the cluster's order, slowest GPUs first and fastest first: the deepest pipeline,
+//      reached from wide DP or TP stages otherwise only by a chain of changes each slower on its own.
 // A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
 // of memory is skipped. The rest are tried in the order of their played estimate (AnalyticCostModel::
 // Estimate; the list's order breaks ties); one whose lower bound (LowerBoundSeconds, never above the simulated
 // time) is no better than the current plan is ruled out without a simulation. The first change that
 // simulates faster by more than 0.01% is kept and the search starts again from it, until a whole list
 // without one (a local optimum). A plan is simulated once (those seen are skipped). From a local optimum the
-// search restarts up to 4 times (iterated local search): it takes the fastest neighbour that was not faster,
-// descends from it without walking back into plans seen, and keeps the result if it beats the best so far;
-// the next restart starts from the best's next such neighbour. It stops when the restarts or the simulations
-// are spent. Deterministic: same inputs, same plan.
+// search restarts up to 8 times (iterated local search): it takes the fastest neighbour that simulated and
+// was not faster, descends from it without walking back into plans seen, and keeps the result if it beats
+// the best so far; the next restart starts from the best's next such neighbour. It stops when the restarts
+// or the simulations are spent. Deterministic: same inputs, same plan.
 //
 // The result is a plan the planner's paper would not have returned: the notes say so, with both times.
 #pragma once
@@ -56,7 +57,7 @@ struct PolishOutcome {
   // The changes from the input plan to the result, in order, each with its simulated time; a restart that
   // led to the result is listed as "restart (CHANGE, slower): T".
   std::vector<std::string> kept;
-  uint32_t restarts = 0;       // restarts from slower neighbours tried
+  uint32_t restarts = 0;       // restarts from slower neighbours tried (at most 8)
   bool local_optimum = false;  // stopped at a local optimum no restart escaped (else: the budget ran out)
 };
 
@@ -65,8 +66,10 @@ struct PolishOutcome {
 proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
                          const sim::SimOptions& sim, uint32_t budget, PolishOutcome* outcome);
 
-// `plan` with its layer boundaries moved one layer at a time (between adjacent stages) while the played estimate
-// (AnalyticCostModel::Estimate) improves and the plan stays valid, at most `max_rounds` moves. Used on each
+// `plan` with its layer boundaries moved one layer at a time while the played estimate (AnalyticCostModel::
+// Estimate) improves and the plan stays valid, at most `max_rounds` moves: between adjacent stages first, and
+// when none helps a layer moved further (every boundary between shifted; it leaves a plateau where two stages
+// tie for the slowest). Used on each
 // change but a layer move (2-9 above) before it is judged.
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
                             const models::PlanContext& ctx, uint32_t max_rounds);
