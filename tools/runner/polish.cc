@@ -400,6 +400,74 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
       }
     }
   }
+  // 11. Two adjacent stages of one pipeline with the same TP group shape joined into one stage that holds
+  // both as data-parallel replicas, their layers together (the inverse of 9); when the pipeline's micro-batch
+  // has fewer sequences than the joined stage has replicas it is doubled (its count halved) until it has
+  // enough, where the count allows.
+  for (int p = 0; p < np; ++p) {
+    const auto& pipe = plan.pipelines(p);
+    for (int k = 0; k + 1 < pipe.stages_size(); ++k) {
+      const proto::Stage& a = pipe.stages(k);
+      const proto::Stage& b = pipe.stages(k + 1);
+      const auto group = [](const proto::Stage& s) {
+        return std::max(1u, s.tp_degree()) * std::max(1u, s.cp_degree()) * std::max(1u, s.ulysses_degree());
+      };
+      if (a.tp_degree() != b.tp_degree() || a.cp_degree() != b.cp_degree() ||
+          a.ulysses_degree() != b.ulysses_degree()) {
+        continue;
+      }
+      const auto replicas = static_cast<uint32_t>(a.devices_size() + b.devices_size()) / group(a);
+      uint32_t micro = pipe.micro_batch_size(), count = pipe.num_micro_batches();
+      while (micro < replicas && count % 2 == 0) {
+        micro *= 2;
+        count /= 2;
+      }
+      if (micro < replicas) continue;
+      proto::Plan n = plan;
+      auto* m = n.mutable_pipelines(p);
+      m->set_micro_batch_size(micro);
+      m->set_num_micro_batches(count);
+      ClearSplits(m);
+      proto::Stage joined = a;
+      joined.clear_micro_batch_split();
+      for (uint32_t d : b.devices()) joined.add_devices(d);
+      joined.set_layer_end(b.layer_end());
+      auto* st = m->mutable_stages();
+      *st->Mutable(k) = std::move(joined);
+      st->DeleteSubrange(k + 1, 1);
+      out.emplace_back(std::move(n), StageName(static_cast<size_t>(p), static_cast<size_t>(k)) + " and stage " +
+                                         std::to_string(k + 1) + " joined into one data-parallel stage");
+    }
+  }
+  // 12. A stage's TP degree halved, its data parallelism doubled on the same devices (or the other way):
+  // the micro-batch doubled, its count halved, while it has fewer sequences than the stage has replicas.
+  for (int p = 0; p < np; ++p) {
+    const auto& pipe = plan.pipelines(p);
+    for (int k = 0; k < pipe.stages_size(); ++k) {
+      const proto::Stage& st = pipe.stages(k);
+      const uint32_t tp = std::max(1u, st.tp_degree());
+      const uint32_t group = tp * std::max(1u, st.cp_degree()) * std::max(1u, st.ulysses_degree());
+      const auto replicas = static_cast<uint32_t>(st.devices_size()) / group;
+      for (const uint32_t to : {tp / 2, replicas % 2 == 0 ? tp * 2 : 0u}) {
+        if (to == 0 || to == tp) continue;
+        const uint32_t dp = replicas * tp / to;
+        uint32_t micro = pipe.micro_batch_size(), count = pipe.num_micro_batches();
+        while (micro < dp && count % 2 == 0) {
+          micro *= 2;
+          count /= 2;
+        }
+        if (micro < dp) continue;
+        proto::Plan n = plan;
+        auto* m = n.mutable_pipelines(p);
+        m->set_micro_batch_size(micro);
+        m->set_num_micro_batches(count);
+        ClearSplits(m);
+        m->mutable_stages(k)->set_tp_degree(to);
+        out.emplace_back(std::move(n), StageName(static_cast<size_t>(p), static_cast<size_t>(k)) + " at TP " +
+                                           std::to_string(to) + " × DP " + std::to_string(dp));
+      }
+    }
+  }
   return out;
 }
 

@@ -22,7 +22,11 @@
 //      else two halves of its replicas (data parallelism over a slow network turned into a pipeline);
 //  10. one pipeline with a stage per GPU of the cluster (TP 1, micro-batches of one sequence, layers evenly),
 //      its machines in the cluster's order, slowest GPUs first and fastest first: the deepest pipeline,
-//      reached from wide DP or TP stages otherwise only by a chain of changes each slower on its own.
+//      reached from wide DP or TP stages otherwise only by a chain of changes each slower on its own;
+//  11. two adjacent stages with the same TP group shape joined into one stage holding both as DP replicas
+//      (the inverse of 9), the micro-batch doubled until it has a sequence per replica;
+//  12. a stage's TP degree halved and its DP doubled on the same devices, or the other way (micro-batch
+//      doubled as in 11).
 // A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
 // of memory is skipped. The rest are tried in the order of their played estimate (AnalyticCostModel::
 // Estimate; the list's order breaks ties); one whose lower bound (LowerBoundSeconds, never above the simulated
@@ -70,7 +74,7 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
 // Estimate) improves and the plan stays valid, at most `max_rounds` moves: between adjacent stages first, and
 // when none helps a layer moved further (every boundary between shifted; it leaves a plateau where two stages
 // tie for the slowest). Used on each
-// change but a layer move (2-9 above) before it is judged.
+// change but a layer move (2-12 above) before it is judged.
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
                             const models::PlanContext& ctx, uint32_t max_rounds);
 
