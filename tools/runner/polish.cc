@@ -66,6 +66,24 @@ void ClearSplits(proto::Pipeline* p) {
   for (auto& s : *p->mutable_stages()) s.clear_micro_batch_split();
 }
 
+// `plan` with pipeline `p`'s micro-batch doubled (its count halved) until it holds at least `replicas`
+// sequences, so that a stage of that many DP replicas gives each one; its splits cleared. Empty when the
+// count runs out of factors of two first.
+std::optional<proto::Plan> WithSequencePerReplica(const proto::Plan& plan, int p, uint32_t replicas) {
+  uint32_t micro = plan.pipelines(p).micro_batch_size(), count = plan.pipelines(p).num_micro_batches();
+  while (micro < replicas && count % 2 == 0) {
+    micro *= 2;
+    count /= 2;
+  }
+  if (micro < replicas) return std::nullopt;
+  proto::Plan n = plan;
+  auto* m = n.mutable_pipelines(p);
+  m->set_micro_batch_size(micro);
+  m->set_num_micro_batches(count);
+  ClearSplits(m);
+  return n;
+}
+
 // `a` followed by `b` as one pipeline: each stage keeps about half its share of the layers (its count over
 // both pipelines' 2·layers), every stage at least one. Empty when there are more stages than layers.
 std::optional<proto::Pipeline> Merged(const proto::Pipeline& a, const proto::Pipeline& b, uint32_t layers) {
@@ -417,17 +435,10 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
         continue;
       }
       const auto replicas = static_cast<uint32_t>(a.devices_size() + b.devices_size()) / group(a);
-      uint32_t micro = pipe.micro_batch_size(), count = pipe.num_micro_batches();
-      while (micro < replicas && count % 2 == 0) {
-        micro *= 2;
-        count /= 2;
-      }
-      if (micro < replicas) continue;
-      proto::Plan n = plan;
+      auto widened = WithSequencePerReplica(plan, p, replicas);
+      if (!widened) continue;
+      proto::Plan n = std::move(*widened);
       auto* m = n.mutable_pipelines(p);
-      m->set_micro_batch_size(micro);
-      m->set_num_micro_batches(count);
-      ClearSplits(m);
       proto::Stage joined = a;
       joined.clear_micro_batch_split();
       for (uint32_t d : b.devices()) joined.add_devices(d);
@@ -451,18 +462,10 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
       for (const uint32_t to : {tp / 2, replicas % 2 == 0 ? tp * 2 : 0u}) {
         if (to == 0 || to == tp) continue;
         const uint32_t dp = replicas * tp / to;
-        uint32_t micro = pipe.micro_batch_size(), count = pipe.num_micro_batches();
-        while (micro < dp && count % 2 == 0) {
-          micro *= 2;
-          count /= 2;
-        }
-        if (micro < dp) continue;
-        proto::Plan n = plan;
-        auto* m = n.mutable_pipelines(p);
-        m->set_micro_batch_size(micro);
-        m->set_num_micro_batches(count);
-        ClearSplits(m);
-        m->mutable_stages(k)->set_tp_degree(to);
+        auto widened = WithSequencePerReplica(plan, p, dp);
+        if (!widened) continue;
+        proto::Plan n = std::move(*widened);
+        n.mutable_pipelines(p)->mutable_stages(k)->set_tp_degree(to);
         out.emplace_back(std::move(n), StageName(static_cast<size_t>(p), static_cast<size_t>(k)) + " at TP " +
                                            std::to_string(to) + " × DP " + std::to_string(dp));
       }
