@@ -4,13 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <vector>
 #include <string>
 
 #include "models/plan.h"
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include "planners/cost_model.h"
 #include "tests/tools/two_gpu_problem.h"
 #include "tools/runner/refine.h"
 
@@ -74,7 +77,8 @@ proto::Plan TwoPipelines() {
 //   8. one pipeline with a stage per machine                                                 1
 //   9. no stage holds several replicas: no split                                             0
 //  10. one pipeline with a stage per GPU (4 GPUs, 6 layers): in device order (A then B), which is also
-//      the slowest-first order (A100 below H100 at FP16), and fastest first (B then A)             2
+//      the slowest-first order (A100 below H100 at FP16), and fastest first (B then A); no stages of
+//      2 GPUs (g = 2 is not below the widest machine's 2)                                           2
 //  11. per pipeline its two stages joined into one DP-2 stage (micro-batches of 2 × 2)             2
 //  12. TP 1 cannot be halved, and single replicas cannot trade DP for TP                          0
 TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
@@ -203,6 +207,103 @@ TEST(PlanNeighbours, AStageOfReplicasOnTwoMachinesSplitsByMachine) {
     EXPECT_EQ(n.pipelines(0).micro_batch_size(), 4u);
   }
   EXPECT_EQ(traded, 1);
+}
+
+// Change 10's stages of g GPUs of a machine, on machines of 3 A100s (devices 0-2) and 5 H800s (3-7), 16
+// sequences: g = 2 and g = 4 (below the widest machine's 5; 8 is not), each in the listed order (A100s
+// first, which is also the slowest first) and fastest first (H800s first): 4 neighbours. A machine's
+// remainder leads it: for g = 2 the A100s are {0}, {1, 2} and the H800s {3}, {4, 5}, {6, 7}; for g = 4 the
+// A100s are one stage of 3 and the H800s {3}, {4, 5, 6, 7}. Micro-batches of g sequences (2 and 4 divide
+// 16), layers (26 here) by device count before rebalancing.
+TEST(PlanNeighbours, StagesOfGGpusPerMachineRemainderFirst) {
+  const auto cluster = ClusterFrom(R"(kind: cluster
+name: three-and-five
+nodes:
+  - name: a
+    gpus: {type: a100-80gb, count: 3}
+    fabric: {kind: nvlink}
+    nic: {kind: roce, bandwidth_gbps: 400}
+  - name: b
+    gpus: {type: h800, count: 5}
+    fabric: {kind: nvlink}
+    nic: {kind: roce, bandwidth_gbps: 400}
+network: {single_switch: {}}
+)");
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(1);
+  pipe->set_num_micro_batches(16);
+  auto* st = pipe->add_stages();
+  for (uint32_t d = 0; d < 8; ++d) st->add_devices(d);
+  st->set_layer_end(26);
+  std::map<std::string, std::vector<std::vector<uint32_t>>> grouped;
+  for (const auto& [n, change, layer_move] : PlanNeighbours(plan, cluster, 26)) {
+    if (change.rfind("one pipeline, stages of ", 0) != 0) continue;
+    ASSERT_EQ(n.pipelines_size(), 1) << change;
+    const auto& m = n.pipelines(0);
+    std::vector<std::vector<uint32_t>> stages;
+    uint32_t next = 0;
+    for (const auto& s : m.stages()) {
+      stages.emplace_back(s.devices().begin(), s.devices().end());
+      EXPECT_EQ(s.layer_begin(), next) << change;
+      next = s.layer_end();
+    }
+    EXPECT_EQ(next, 26u) << change;
+    EXPECT_EQ(m.micro_batch_size() * m.num_micro_batches(), 16u) << change;
+    EXPECT_EQ(m.micro_batch_size(), change.find("stages of 2") != std::string::npos ? 2u : 4u) << change;
+    grouped[change] = stages;
+  }
+  using G = std::vector<std::vector<uint32_t>>;
+  ASSERT_EQ(grouped.size(), 4u);
+  const std::string two = "one pipeline, stages of 2 GPUs of a machine (5 stages, micro-batches of 2 sequences";
+  const std::string four = "one pipeline, stages of 4 GPUs of a machine (3 stages, micro-batches of 4 sequences";
+  EXPECT_EQ(grouped[two + ")"], (G{{0}, {1, 2}, {3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(grouped[two + ", fastest GPUs first)"], (G{{3}, {4, 5}, {6, 7}, {0}, {1, 2}}));
+  EXPECT_EQ(grouped[four + ")"], (G{{0, 1, 2}, {3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(grouped[four + ", fastest GPUs first)"], (G{{3}, {4, 5, 6, 7}, {0, 1, 2}}));
+}
+
+// Rebalancing from a rough split: eight single-GPU stages over hexiscale-mini-setting3's 2 A800s, 4 RTX
+// 4090s and 2 RTX 3090s (machines joined by 0.7 GB/s Ethernet), gpt3-1.3b's 26 layers about evenly. Boundary
+// moves alone climb from there to a split whose played estimate is 0.687 s; the balanced starts (the stages'
+// closed-form compute, the PP hops weighed in) lead to one where the stages that send or receive over the
+// Ethernet (1, 2, 5 and 6) hold fewer layers than the 4090s in the middle (3, 4), which wait on no slow
+// hop, and the A800 that holds the embedding holds more than its neighbour across the Ethernet.
+TEST(Polish, RebalancingLightensTheStagesOnASlowHop) {
+  auto cluster = models::LoadCluster("hexiscale-mini-setting3");
+  auto model = models::LoadModel("gpt3-1.3b");
+  ASSERT_TRUE(cluster.ok() && model.ok());
+  proto::Training t;
+  t.set_global_batch_size(32);
+  t.set_seq_len(1024);
+  t.set_dtype(proto::DTYPE_FP16);
+  auto training = models::ResolveTraining(t, *model, "training");
+  ASSERT_TRUE(training.ok()) << training.status().message();
+  const planners::PlanningProblem problem{*cluster, *model, *training, nullptr, {}};
+  const models::PlanContext ctx{*cluster, *model, *training};
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(1);
+  pipe->set_num_micro_batches(32);
+  const uint32_t ends[] = {3, 6, 9, 12, 16, 20, 23, 26};
+  for (uint32_t d = 0; d < 8; ++d) *pipe->add_stages() = StageOf(d, d == 0 ? 0 : ends[d - 1], ends[d]);
+  ASSERT_TRUE(models::ValidatePlan(plan, ctx, "").ok());
+  const planners::AnalyticCostModel cost(problem);
+  const proto::Plan even = RebalanceLayers(plan, cost, ctx, 64);
+  const auto& st = even.pipelines(0).stages();
+  ASSERT_EQ(st.size(), 8);
+  std::vector<uint32_t> layers;
+  std::string split;
+  for (const auto& s : st) {
+    layers.push_back(s.layer_end() - s.layer_begin());
+    split += std::to_string(layers.back()) + " ";
+  }
+  for (int hop : {1, 2, 5}) {
+    for (int middle : {3, 4}) EXPECT_LT(layers[hop], layers[middle]) << split;
+  }
+  EXPECT_LT(layers[6], layers[3]) << split;
+  EXPECT_GT(layers[0], layers[1]) << split;
+  EXPECT_LT(cost.Estimate(even, false).iteration_s, 0.6) << split;
 }
 
 // A two-stage pipeline over two identical GPUs with 5 of llama-tiny's 6 layers on the first stage: its

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -130,14 +133,122 @@ std::vector<PlanChange> BoundaryMoves(const proto::Plan& plan, bool adjacent_onl
   return out;
 }
 
-}  // namespace
+// Pipeline `p`'s layers laid out to balance its stages' closed-form compute (AnalyticCostModel::Replica, the
+// building blocks of the header comment in planners/cost_model.h): a stage's time for layers [b, e) is its
+// slowest replica's forward, backward and TP time for those layers on its share of a micro-batch (its PP
+// hops do not depend on the split); the boundaries minimise 1F1B's (m − 1)·max + Σ of those times (see
+// below). Empty for pipelines it does not price: interleaved plans, context or Ulysses parallelism, more
+// stages than layers.
+std::optional<proto::Plan> BalancedSplit(const proto::Plan& plan, int p, const planners::AnalyticCostModel& cost,
+                                         uint32_t layers, double hop_weight) {
+  const auto& pipe = plan.pipelines(p);
+  const auto n = static_cast<size_t>(pipe.stages_size());
+  if (plan.virtual_stages() > 1 || n < 2 || n > layers) return std::nullopt;
+  const models::Cluster& cluster = cost.cluster();
+  // cum[k][r][l]: replica r of stage k, compute and TP of layers [0, l).
+  std::vector<std::vector<std::vector<double>>> cum(n);
+  std::vector<double> hops(n, 0.0);
+  for (size_t k = 0; k < n; ++k) {
+    const proto::Stage& st = pipe.stages(static_cast<int>(k));
+    if (std::max(1u, st.cp_degree()) > 1 || std::max(1u, st.ulysses_degree()) > 1) return std::nullopt;
+    const uint32_t tp = std::max(1u, st.tp_degree());
+    const auto replicas = static_cast<uint32_t>(st.devices_size()) / tp;
+    if (replicas == 0) return std::nullopt;
+    for (uint32_t d : st.devices()) {
+      if (d >= cluster.num_devices()) return std::nullopt;
+    }
+    const auto devices = [&](const proto::Stage& s) {
+      return std::vector<uint32_t>(s.devices().begin(), s.devices().end());
+    };
+    const std::vector<uint32_t> next = k + 1 < n ? devices(pipe.stages(static_cast<int>(k + 1))) : std::vector<uint32_t>{};
+    const std::vector<uint32_t> prev = k > 0 ? devices(pipe.stages(static_cast<int>(k - 1))) : std::vector<uint32_t>{};
+    cum[k].assign(replicas, std::vector<double>(layers + 1, 0.0));
+    const std::vector<uint32_t> split = models::MicroBatchSplit(st, pipe.micro_batch_size());
+    if (split.size() != replicas) return std::nullopt;
+    for (uint32_t r = 0; r < replicas; ++r) {
+      const std::vector<uint32_t> group(st.devices().begin() + r * tp, st.devices().begin() + (r + 1) * tp);
+      const double b = split[r];
+      const planners::ReplicaLinks links = cost.Links(group, next, prev);
+      const models::GpuSpec& gpu = cost.SlowestGpu(group);
+      for (uint32_t l = 0; l < layers; ++l) {
+        const planners::ReplicaTime t = cost.Replica(gpu, tp, l, l + 1, b, links, cost.training().recompute());
+        cum[k][r][l + 1] = cum[k][r][l] + t.forward_s + t.backward_s + t.tp_s;
+        hops[k] = std::max(hops[k], t.pp_s);
+      }
+    }
+  }
+  const auto stage_s = [&](size_t k, uint32_t b, uint32_t e) {
+    double worst = 0;
+    for (const auto& c : cum[k]) worst = std::max(worst, c[e] - c[b]);
+    return worst + hop_weight * hops[k];
+  };
+  // 1F1B's time for m micro-batches, (m − 1)·max_k t_k + Σ_k t_k (the header comment of
+  // planners/cost_model.h), is not separable over stages; so for each cap on the slowest stage (the stage
+  // times that can occur, at most kCaps of them spread over their range) a dynamic programme finds the least
+  // sum with every stage within the cap, and the cap with the least time wins.
+  std::vector<double> caps;
+  for (size_t k = 0; k < n; ++k) {
+    for (uint32_t b = 0; b < layers; ++b) {
+      for (uint32_t e = b + 1; e <= layers; ++e) caps.push_back(stage_s(k, b, e));
+    }
+  }
+  std::sort(caps.begin(), caps.end());
+  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  constexpr size_t kCaps = 256;
+  if (caps.size() > kCaps) {
+    std::vector<double> spread;
+    for (size_t i = 0; i < kCaps; ++i) spread.push_back(caps[i * (caps.size() - 1) / (kCaps - 1)]);
+    caps = std::move(spread);
+  }
+  const double m = pipe.num_micro_batches();
+  const double inf = std::numeric_limits<double>::infinity();
+  double best_time = inf;
+  std::vector<uint32_t> best_starts;
+  // sum[k][e]: least Σ of stages 0..k over layers [0, e) within the cap; from[k][e] where stage k starts.
+  std::vector<std::vector<double>> sum(n, std::vector<double>(layers + 1, inf));
+  std::vector<std::vector<double>> top(n, std::vector<double>(layers + 1, 0.0));
+  std::vector<std::vector<uint32_t>> from(n, std::vector<uint32_t>(layers + 1, 0));
+  for (double cap : caps) {
+    for (auto& row : sum) std::fill(row.begin(), row.end(), inf);
+    for (uint32_t e = 1; e <= layers; ++e) {
+      const double t = stage_s(0, 0, e);
+      if (t <= cap) sum[0][e] = t, top[0][e] = t;
+    }
+    for (size_t k = 1; k < n; ++k) {
+      for (uint32_t e = static_cast<uint32_t>(k + 1); e <= layers; ++e) {
+        for (uint32_t b = static_cast<uint32_t>(k); b < e; ++b) {
+          if (sum[k - 1][b] == inf) continue;
+          const double t = stage_s(k, b, e);
+          if (t > cap || sum[k - 1][b] + t >= sum[k][e]) continue;
+          sum[k][e] = sum[k - 1][b] + t;
+          top[k][e] = std::max(top[k - 1][b], t);
+          from[k][e] = b;
+        }
+      }
+    }
+    if (sum[n - 1][layers] == inf) continue;
+    const double time = (m - 1) * top[n - 1][layers] + sum[n - 1][layers];
+    if (time >= best_time) continue;
+    best_time = time;
+    best_starts.assign(n, 0);
+    uint32_t e = layers;
+    for (size_t k = n; k-- > 1;) e = best_starts[k] = from[k][e];
+  }
+  if (best_starts.empty()) return std::nullopt;
+  proto::Plan out = plan;
+  auto* stages = out.mutable_pipelines(p)->mutable_stages();
+  for (size_t k = 0; k < n; ++k) {
+    stages->Mutable(static_cast<int>(k))->set_layer_begin(best_starts[k]);
+    stages->Mutable(static_cast<int>(k))->set_layer_end(k + 1 < n ? best_starts[k + 1] : layers);
+  }
+  return out;
+}
 
-proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
-                            const models::PlanContext& ctx, uint32_t max_rounds) {
-  proto::Plan current = plan;
-  double current_s = cost.Estimate(current, /*with_memory=*/false).iteration_s;
-  // Moves between neighbouring stages first; when none helps, a layer moved further (every boundary between
-  // shifted by one), which leaves a plateau where two stages tie for the slowest.
+// Boundary moves on the played estimate from `current` (at `current_s`), at most `max_rounds`: moves between
+// neighbouring stages first; when none helps, a layer moved further (every boundary between shifted by
+// one), which leaves a plateau where two stages tie for the slowest.
+std::pair<proto::Plan, double> ClimbLayers(proto::Plan current, double current_s, const planners::AnalyticCostModel& cost,
+                                           const models::PlanContext& ctx, uint32_t max_rounds) {
   for (uint32_t round = 0; round < max_rounds; ++round) {
     bool moved = false;
     for (bool adjacent : {true, false}) {
@@ -154,7 +265,35 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
     }
     if (!moved) break;
   }
-  return current;
+  return {std::move(current), current_s};
+}
+
+}  // namespace
+
+proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
+                            const models::PlanContext& ctx, uint32_t max_rounds) {
+  // The start: the plan's own split, or every pipeline laid out on its stages' closed-form compute
+  // (BalancedSplit), whichever the played estimate prefers and the plan checks accept. From a structure's
+  // first rough split (layers by device count, or halves of a stage) the moves alone stop at the first local
+  // optimum, often far from a balance. The PP hops weigh on a stage by how much of them the schedule's slack
+  // hides, which the closed form does not know: the balanced splits weigh them at 0, 1/4, 1/2 and 1.
+  proto::Plan start = plan;
+  double start_s = cost.Estimate(plan, /*with_memory=*/false).iteration_s;
+  if (max_rounds == 0) return start;
+  const std::string own = plan.SerializeAsString();
+  for (double hop_weight : {0.0, 0.25, 0.5, 1.0}) {
+    proto::Plan balanced = plan;
+    for (int p = 0; p < balanced.pipelines_size(); ++p) {
+      if (auto b = BalancedSplit(balanced, p, cost, ctx.model.num_layers(), hop_weight)) balanced = std::move(*b);
+    }
+    if (balanced.SerializeAsString() == own) continue;
+    const double t = cost.Estimate(balanced, /*with_memory=*/false).iteration_s;
+    if (t < start_s * (1 - kGain) && models::ValidatePlan(balanced, ctx, "").ok()) {
+      start = std::move(balanced);
+      start_s = t;
+    }
+  }
+  return ClimbLayers(std::move(start), start_s, cost, ctx, max_rounds).first;
 }
 
 std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers) {
@@ -379,42 +518,69 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
   // layers evenly (then rebalanced): the deepest pipeline, which a plan of wide data-parallel or TP stages
   // reaches only through a chain of changes each slower on its own. Three orders of the machines: as the
   // cluster lists them, slowest GPUs first and fastest first (by FP16 peak; the order fixes which GPUs hold
-  // the embedding and which the head); orders that coincide are listed once.
+  // the embedding and which the head); orders that coincide are listed once. Then the same with stages of g
+  // GPUs of one machine as DP replicas, for g = 2, 4, ... below the widest machine (a machine's remainder,
+  // fewer than g, its first stage; micro-batches of the least divisor of the batch that is at least g): the
+  // depths between this pipeline and change 8's stage per machine.
   {
     uint32_t sequences = 0;
     for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
     const uint32_t gpus = cluster.num_devices();
-    if (gpus >= 2 && gpus <= layers && sequences > 0) {
-      std::map<uint32_t, std::vector<uint32_t>> by_machine;
-      for (uint32_t d = 0; d < gpus; ++d) by_machine[cluster.device(d).node].push_back(d);
-      std::vector<std::vector<uint32_t>> machines;
-      for (auto& [node, ds] : by_machine) machines.push_back(ds);
-      const auto speed = [&](const std::vector<uint32_t>& ds) {
-        const models::GpuSpec* g = cluster.device(ds.front()).gpu;
-        return g ? g->peak_fp16_tflops : 0.0;
-      };
-      auto slow_first = machines, fast_first = machines;
-      std::stable_sort(slow_first.begin(), slow_first.end(),
-                       [&](const auto& a, const auto& b) { return speed(a) < speed(b); });
-      std::stable_sort(fast_first.begin(), fast_first.end(),
-                       [&](const auto& a, const auto& b) { return speed(a) > speed(b); });
-      std::vector<std::vector<uint32_t>> orders;
-      const std::pair<const char*, const std::vector<std::vector<uint32_t>>*> kinds[] = {
-          {"", &machines}, {", slowest GPUs first", &slow_first}, {", fastest GPUs first", &fast_first}};
+    std::map<uint32_t, std::vector<uint32_t>> by_machine;
+    for (uint32_t d = 0; d < gpus; ++d) by_machine[cluster.device(d).node].push_back(d);
+    std::vector<std::vector<uint32_t>> machines;
+    uint32_t widest = 0;
+    for (auto& [node, ds] : by_machine) {
+      machines.push_back(ds);
+      widest = std::max(widest, static_cast<uint32_t>(ds.size()));
+    }
+    const auto speed = [&](const std::vector<uint32_t>& ds) {
+      const models::GpuSpec* g = cluster.device(ds.front()).gpu;
+      return g ? g->peak_fp16_tflops : 0.0;
+    };
+    auto slow_first = machines, fast_first = machines;
+    std::stable_sort(slow_first.begin(), slow_first.end(),
+                     [&](const auto& a, const auto& b) { return speed(a) < speed(b); });
+    std::stable_sort(fast_first.begin(), fast_first.end(),
+                     [&](const auto& a, const auto& b) { return speed(a) > speed(b); });
+    const std::pair<const char*, const std::vector<std::vector<uint32_t>>*> kinds[] = {
+        {"", &machines}, {", slowest GPUs first", &slow_first}, {", fastest GPUs first", &fast_first}};
+    for (uint32_t g = 1; g == 1 || g < widest; g *= 2) {
+      uint32_t micro = g;
+      while (micro <= sequences && sequences % micro != 0) ++micro;
+      if (sequences == 0 || micro > sequences) break;
+      std::vector<std::vector<std::vector<uint32_t>>> orders;  // stages' devices, per order listed
       for (const auto& [how, order] : kinds) {
-        std::vector<uint32_t> devices;
-        for (const auto& ds : *order) devices.insert(devices.end(), ds.begin(), ds.end());
-        if (std::find(orders.begin(), orders.end(), devices) != orders.end()) continue;
-        orders.push_back(devices);
+        std::vector<std::vector<uint32_t>> groups;
+        for (const auto& ds : *order) {
+          const size_t rest = ds.size() % g;
+          if (rest > 0) groups.emplace_back(ds.begin(), ds.begin() + static_cast<std::ptrdiff_t>(rest));
+          for (size_t i = rest; i < ds.size(); i += g) {
+            groups.emplace_back(ds.begin() + static_cast<std::ptrdiff_t>(i),
+                                ds.begin() + static_cast<std::ptrdiff_t>(i + g));
+          }
+        }
+        if (groups.size() < 2 || groups.size() > layers) continue;
+        if (std::find(orders.begin(), orders.end(), groups) != orders.end()) continue;
+        orders.push_back(groups);
         proto::Plan n = plan;
         n.clear_pipelines();
         auto* m = n.add_pipelines();
-        m->set_micro_batch_size(1);
-        m->set_num_micro_batches(sequences);
-        for (uint32_t d : devices) m->add_stages()->add_devices(d);
-        SplitLayers(m->mutable_stages(), 0, std::vector<double>(gpus, 1.0), 0, layers);
-        out.emplace_back(std::move(n), "one pipeline, a stage per GPU (" + std::to_string(gpus) +
-                                           " stages, micro-batches of one sequence" + how + ")");
+        m->set_micro_batch_size(micro);
+        m->set_num_micro_batches(sequences / micro);
+        std::vector<double> weights;
+        for (const auto& ds : groups) {
+          auto* st = m->add_stages();
+          for (uint32_t d : ds) st->add_devices(d);
+          weights.push_back(static_cast<double>(ds.size()));
+        }
+        SplitLayers(m->mutable_stages(), 0, weights, 0, layers);
+        const std::string count = std::to_string(groups.size()) + " stages";
+        out.emplace_back(std::move(n), g == 1 ? "one pipeline, a stage per GPU (" + count +
+                                                    ", micro-batches of one sequence" + how + ")"
+                                              : "one pipeline, stages of " + std::to_string(g) +
+                                                    " GPUs of a machine (" + count + ", micro-batches of " +
+                                                    std::to_string(micro) + " sequences" + how + ")");
       }
     }
   }
@@ -496,6 +662,8 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
     return k;
   };
   seen.insert(key(plan));
+  // Each structural change's rebalanced plan, by the change's bytes.
+  std::unordered_map<std::string, proto::Plan> rebalanced;
   // The neighbours that pass the plan checks, most promising first: by their played estimate (stable, so
   // ties keep the order of the list above).
   struct Neighbour {
@@ -542,8 +710,18 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
       const Neighbour& candidate = neighbours[next++];
       // A structural change comes with its layers rebalanced on the played estimate, so that a better
       // structure is not judged on a split made for the old one.
-      proto::Plan candidate_plan =
-          candidate.c.layer_move ? candidate.c.plan : RebalanceLayers(candidate.c.plan, cost, ctx, kRebalanceRounds);
+      // (Remembered: the whole-cluster structures, 8 and 10, come back from every plan.)
+      proto::Plan candidate_plan;
+      if (candidate.c.layer_move) {
+        candidate_plan = candidate.c.plan;
+      } else {
+        std::string raw = key(candidate.c.plan);
+        auto it = rebalanced.find(raw);
+        if (it == rebalanced.end()) {
+          it = rebalanced.emplace(std::move(raw), RebalanceLayers(candidate.c.plan, cost, ctx, kRebalanceRounds)).first;
+        }
+        candidate_plan = it->second;
+      }
       std::string k = key(candidate_plan);
       if (seen.count(k)) continue;  // simulated before: on the way here, or no faster than a plan before
       if (bounded && cost.LowerBoundSeconds(candidate_plan) >= s.t * (1 - kGain)) {

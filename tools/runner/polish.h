@@ -22,7 +22,10 @@
 //      else two halves of its replicas (data parallelism over a slow network turned into a pipeline);
 //  10. one pipeline with a stage per GPU of the cluster (TP 1, micro-batches of one sequence, layers evenly),
 //      its machines in the cluster's order, slowest GPUs first and fastest first: the deepest pipeline,
-//      reached from wide DP or TP stages otherwise only by a chain of changes each slower on its own;
+//      reached from wide DP or TP stages otherwise only by a chain of changes each slower on its own; and
+//      the same with stages of g = 2, 4, ... GPUs of one machine as DP replicas, g below the widest machine
+//      (a machine's remainder its first stage; micro-batches of at least g sequences): the depths between it
+//      and change 8;
 //  11. two adjacent stages with the same TP group shape joined into one stage holding both as DP replicas
 //      (the inverse of 9), the micro-batch doubled until it has a sequence per replica;
 //  12. a stage's TP degree halved and its DP doubled on the same devices, or the other way (micro-batch
@@ -70,11 +73,14 @@ struct PolishOutcome {
 proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
                          const sim::SimOptions& sim, uint32_t budget, PolishOutcome* outcome);
 
-// `plan` with its layer boundaries moved one layer at a time while the played estimate (AnalyticCostModel::
-// Estimate) improves and the plan stays valid, at most `max_rounds` moves: between adjacent stages first, and
-// when none helps a layer moved further (every boundary between shifted; it leaves a plateau where two stages
-// tie for the slowest). Used on each
-// change but a layer move (2-12 above) before it is judged.
+// `plan` with its layers rebalanced on the played estimate (AnalyticCostModel::Estimate), the plan kept
+// valid. The start is the plan's own split or, where the estimate prefers it, each pipeline's split that
+// balances its stages' closed-form compute (1F1B's (m − 1)·max + Σ over the stages, a dynamic programme over
+// the boundaries), with the PP hops weighed at 0, 1/4, 1/2 or 1 (how much of a hop the schedule hides is
+// not in the closed form). From there a layer is moved at a time while the estimate improves, at most
+// `max_rounds` moves: between adjacent stages first, and when none helps a layer moved further (every
+// boundary between shifted; it leaves a plateau where two stages tie for the slowest). Used on each change
+// but a layer move (2-12 above) before it is judged.
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
                             const models::PlanContext& ctx, uint32_t max_rounds);
 
