@@ -135,10 +135,7 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
     const auto t2 = std::chrono::steady_clock::now();
     auto rp = runner::PlanOnTwin(**planner, problem, refine, &out);
     row.plan_polished_s = Wall(t2);
-    if (rp.ok()) {
-      const double checked = out.candidates.empty() ? 0 : out.candidates[out.chosen].simulated_s;
-      row.polished_s = out.polished ? out.polish.end_s : checked > 0 ? checked : row.refined_s;
-    }
+    if (rp.ok() && out.polished) row.polished_s = out.polish.end_s;  // else the checked choice's, as above
   }
   return row;
 }

@@ -53,18 +53,24 @@ std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, cons
     if (name == "exhaustive") continue;
     auto p = planners::CreatePlanner(name);
     if (!p.ok()) continue;
-    auto r = planners::RunPlanner(**p, asked);
-    if (!r.ok()) continue;
-    ++planners_used;
-    seeds->push_back(std::move(r->plan));
-    for (auto& alt : r->alternatives) seeds->push_back(std::move(alt.plan));
-    if (options.polish == 0) continue;
+    if (options.polish == 0) {
+      auto r = planners::RunPlanner(**p, asked);
+      if (!r.ok()) continue;
+      ++planners_used;
+      seeds->push_back(std::move(r->plan));
+      for (auto& alt : r->alternatives) seeds->push_back(std::move(alt.plan));
+      continue;
+    }
+    // One run gives the pick, its runners-up and the polished plan.
     if (problem.progress) problem.progress("exhaustive: polishing " + name + "'s plan for the proof's warm start");
     RefineOptions theirs;
     theirs.polish = options.polish;
     theirs.sim = options.sim;
+    theirs.candidate_plans = seeds;
     RefineOutcome out;
+    const size_t before = seeds->size();
     auto q = PlanOnTwin(**p, asked, theirs, &out);
+    if (seeds->size() > before) ++planners_used;
     if (!q.ok() || !out.polished || out.polish.kept.empty()) continue;
     ++polished;
     seeds->push_back(std::move(q->plan));
@@ -103,6 +109,10 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult result, planners::RunPlanner(planner, asked));
   if (!seed_note.empty()) result.stats.notes.insert(result.stats.notes.begin(), seed_note);
   if (prove) k = static_cast<uint32_t>(1 + result.alternatives.size());
+  if (options.candidate_plans) {
+    options.candidate_plans->push_back(result.plan);
+    for (const auto& alt : result.alternatives) options.candidate_plans->push_back(alt.plan);
+  }
   RefineOutcome local;
   RefineOutcome& out = outcome ? *outcome : local;
   out = RefineOutcome{};

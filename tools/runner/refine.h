@@ -75,6 +75,8 @@ struct RefineOptions {
   // so no planner's polished plan beats the reference.
   uint32_t polish = 0;
   sim::SimOptions sim;  // how candidates are simulated (fidelity, calibration, profiles); no timeline
+  // When set, receives the planner's pick and its runners-up (the candidates checked), in its order.
+  std::vector<proto::Plan>* candidate_plans = nullptr;
 };
 
 // One simulated candidate.
