@@ -212,9 +212,9 @@ TEST(PlanNeighbours, AStageOfReplicasOnTwoMachinesSplitsByMachine) {
 // Change 10's stages of g GPUs of a machine, on autohet-nonuniform-3a100-5h800's machines of 3 A100s
 // (devices 0-2) and 5 H800s (3-7), 16 sequences: g = 2 and g = 4 (below the widest machine's 5; 8 is not),
 // each in the listed order (A100s first, which is also the slowest first) and fastest first (H800s first):
-// 4 neighbours. A machine's remainder leads it: for g = 2 the A100s are {0}, {1, 2} and the H800s {3}, {4, 5}, {6, 7}; for g = 4 the
-// A100s are one stage of 3 and the H800s {3}, {4, 5, 6, 7}. Micro-batches of g sequences (2 and 4 divide
-// 16), layers (26 here) by device count before rebalancing.
+// 4 neighbours. A machine's remainder leads it: for g = 2 the A100s are {0}, {1, 2} and the H800s {3},
+// {4, 5}, {6, 7}; for g = 4 the A100s are one stage of 3 and the H800s {3}, {4, 5, 6, 7}. Micro-batches of g
+// sequences (2 and 4 divide 16), layers (26 here) by device count before rebalancing.
 TEST(PlanNeighbours, StagesOfGGpusPerMachineRemainderFirst) {
   auto loaded = models::LoadCluster("autohet-nonuniform-3a100-5h800");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();

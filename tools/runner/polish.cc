@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <optional>
@@ -133,21 +132,30 @@ std::vector<PlanChange> BoundaryMoves(const proto::Plan& plan, bool adjacent_onl
   return out;
 }
 
-// Pipeline `p`'s layers laid out to balance its stages' closed-form compute (AnalyticCostModel::Replica, the
-// building blocks of the header comment in planners/cost_model.h): a stage's time for layers [b, e) is its
-// slowest replica's forward, backward and TP time for those layers on its share of a micro-batch (its PP
-// hops do not depend on the split); the boundaries minimise 1F1B's (m − 1)·max + Σ of those times (see
-// below). Empty for pipelines it does not price: interleaved plans, context or Ulysses parallelism, more
-// stages than layers.
-std::optional<proto::Plan> BalancedSplit(const proto::Plan& plan, int p, const planners::AnalyticCostModel& cost,
-                                         uint32_t layers, double hop_weight) {
+// A pipeline's stages priced on the closed form (AnalyticCostModel::Replica, the building blocks of the
+// header comment in planners/cost_model.h), for BalancedSplit: cum[k][r][l] is replica r of stage k's
+// forward, backward and TP time of layers [0, l) on its share of a micro-batch, hops[k] its PP hops (which
+// do not depend on the split).
+struct StageTables {
+  std::vector<std::vector<std::vector<double>>> cum;
+  std::vector<double> hops;
+};
+
+// Pipeline `p`'s tables; empty for pipelines BalancedSplit does not price: interleaved plans, context or
+// Ulysses parallelism, more stages than layers.
+std::optional<StageTables> PriceStages(const proto::Plan& plan, int p, const planners::AnalyticCostModel& cost,
+                                       uint32_t layers) {
   const auto& pipe = plan.pipelines(p);
   const auto n = static_cast<size_t>(pipe.stages_size());
   if (plan.virtual_stages() > 1 || n < 2 || n > layers) return std::nullopt;
   const models::Cluster& cluster = cost.cluster();
-  // cum[k][r][l]: replica r of stage k, compute and TP of layers [0, l).
-  std::vector<std::vector<std::vector<double>>> cum(n);
-  std::vector<double> hops(n, 0.0);
+  StageTables out;
+  out.cum.resize(n);
+  out.hops.assign(n, 0.0);
+  const auto devices = [&](size_t k) {
+    const auto& s = pipe.stages(static_cast<int>(k));
+    return std::vector<uint32_t>(s.devices().begin(), s.devices().end());
+  };
   for (size_t k = 0; k < n; ++k) {
     const proto::Stage& st = pipe.stages(static_cast<int>(k));
     if (std::max(1u, st.cp_degree()) > 1 || std::max(1u, st.ulysses_degree()) > 1) return std::nullopt;
@@ -157,26 +165,33 @@ std::optional<proto::Plan> BalancedSplit(const proto::Plan& plan, int p, const p
     for (uint32_t d : st.devices()) {
       if (d >= cluster.num_devices()) return std::nullopt;
     }
-    const auto devices = [&](const proto::Stage& s) {
-      return std::vector<uint32_t>(s.devices().begin(), s.devices().end());
-    };
-    const std::vector<uint32_t> next = k + 1 < n ? devices(pipe.stages(static_cast<int>(k + 1))) : std::vector<uint32_t>{};
-    const std::vector<uint32_t> prev = k > 0 ? devices(pipe.stages(static_cast<int>(k - 1))) : std::vector<uint32_t>{};
-    cum[k].assign(replicas, std::vector<double>(layers + 1, 0.0));
+    const std::vector<uint32_t> next = k + 1 < n ? devices(k + 1) : std::vector<uint32_t>{};
+    const std::vector<uint32_t> prev = k > 0 ? devices(k - 1) : std::vector<uint32_t>{};
     const std::vector<uint32_t> split = models::MicroBatchSplit(st, pipe.micro_batch_size());
     if (split.size() != replicas) return std::nullopt;
+    out.cum[k].assign(replicas, std::vector<double>(layers + 1, 0.0));
     for (uint32_t r = 0; r < replicas; ++r) {
       const std::vector<uint32_t> group(st.devices().begin() + r * tp, st.devices().begin() + (r + 1) * tp);
-      const double b = split[r];
       const planners::ReplicaLinks links = cost.Links(group, next, prev);
       const models::GpuSpec& gpu = cost.SlowestGpu(group);
       for (uint32_t l = 0; l < layers; ++l) {
-        const planners::ReplicaTime t = cost.Replica(gpu, tp, l, l + 1, b, links, cost.training().recompute());
-        cum[k][r][l + 1] = cum[k][r][l] + t.forward_s + t.backward_s + t.tp_s;
-        hops[k] = std::max(hops[k], t.pp_s);
+        const planners::ReplicaTime t = cost.Replica(gpu, tp, l, l + 1, split[r], links, cost.training().recompute());
+        out.cum[k][r][l + 1] = out.cum[k][r][l] + t.forward_s + t.backward_s + t.tp_s;
+        out.hops[k] = std::max(out.hops[k], t.pp_s);
       }
     }
   }
+  return out;
+}
+
+// Pipeline `p`'s layers laid out to balance its stages' times from PriceStages, each stage's PP hops weighed
+// by `hop_weight`: the boundaries minimise 1F1B's (m − 1)·max + Σ of those times (see below).
+std::optional<proto::Plan> BalancedSplit(const proto::Plan& plan, int p, const StageTables& tables, double hop_weight) {
+  const auto& pipe = plan.pipelines(p);
+  const size_t n = tables.cum.size();
+  const auto layers = static_cast<uint32_t>(tables.cum[0][0].size() - 1);
+  const auto& cum = tables.cum;
+  const auto& hops = tables.hops;
   const auto stage_s = [&](size_t k, uint32_t b, uint32_t e) {
     double worst = 0;
     for (const auto& c : cum[k]) worst = std::max(worst, c[e] - c[b]);
@@ -247,8 +262,9 @@ std::optional<proto::Plan> BalancedSplit(const proto::Plan& plan, int p, const p
 // Boundary moves on the played estimate from `current` (at `current_s`), at most `max_rounds`: moves between
 // neighbouring stages first; when none helps, a layer moved further (every boundary between shifted by
 // one), which leaves a plateau where two stages tie for the slowest.
-std::pair<proto::Plan, double> ClimbLayers(proto::Plan current, double current_s, const planners::AnalyticCostModel& cost,
-                                           const models::PlanContext& ctx, uint32_t max_rounds) {
+std::pair<proto::Plan, double> ClimbLayers(proto::Plan current, double current_s,
+                                           const planners::AnalyticCostModel& cost, const models::PlanContext& ctx,
+                                           uint32_t max_rounds) {
   for (uint32_t round = 0; round < max_rounds; ++round) {
     bool moved = false;
     for (bool adjacent : {true, false}) {
@@ -281,10 +297,13 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
   double start_s = cost.Estimate(plan, /*with_memory=*/false).iteration_s;
   if (max_rounds == 0) return start;
   const std::string own = plan.SerializeAsString();
+  std::vector<std::optional<StageTables>> tables;  // per pipeline, priced once for every weight
+  for (int p = 0; p < plan.pipelines_size(); ++p) tables.push_back(PriceStages(plan, p, cost, ctx.model.num_layers()));
   for (double hop_weight : {0.0, 0.25, 0.5, 1.0}) {
     proto::Plan balanced = plan;
     for (int p = 0; p < balanced.pipelines_size(); ++p) {
-      if (auto b = BalancedSplit(balanced, p, cost, ctx.model.num_layers(), hop_weight)) balanced = std::move(*b);
+      if (!tables[static_cast<size_t>(p)]) continue;
+      if (auto b = BalancedSplit(balanced, p, *tables[static_cast<size_t>(p)], hop_weight)) balanced = std::move(*b);
     }
     if (balanced.SerializeAsString() == own) continue;
     const double t = cost.Estimate(balanced, /*with_memory=*/false).iteration_s;
