@@ -328,6 +328,27 @@ Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, cons
       if (inverse_eff.empty()) return Status::Invalid("communication benchmark: the all-reduce fit has no bandwidth");
       const double eff = std::clamp(1 / Median(inverse_eff), 1e-3, 10.0);
       out.set_collective_efficiency(Round(eff));
+      // Group sizes whose bus bandwidths differ by more than 2% (NCCL's ring over 2 GPUs of an NVSwitch node
+      // reaches less of NVLink than over 8) do not share one efficiency: then each size keeps its own line,
+      // latency and bus bandwidth (collective_latency[].bus_bandwidth_gbyte_s), and the efficiency stays as
+      // the median for the sizes the data does not hold.
+      const auto [lo, hi] = std::minmax_element(inverse_eff.begin(), inverse_eff.end());
+      if (fits.size() >= 2 && *hi > 1.02 * *lo) {
+        std::string lines;
+        for (const auto& [g, f] : fits) {
+          if (!(f.coef[0] > 0)) {
+            return Status::Invalid(Fmt("communication benchmark: the %.0f-GPU all-reduce fit has no bandwidth", g));
+          }
+          auto* c = out.add_collective_latency();
+          c->set_group_size(static_cast<uint32_t>(g));
+          c->set_latency_us(Round(std::max(0.0, f.coef[1]) * 1e6));
+          c->set_bus_bandwidth_gbyte_s(Round(bw / f.coef[0] / 1e9));
+          lines += Fmt(" g=%.0f %.1f us, %.1f GB/s (MAPE %.1f%%);", g, std::max(0.0, f.coef[1]) * 1e6,
+                       bw / f.coef[0] / 1e9, f.mape * 100);
+        }
+        say("all-reduce per group size: latency and bus bandwidth" + lines);
+        return out;
+      }
       std::string alphas;
       for (const auto& [g, xy] : by_size) {
         // α(g): the median of (t − transfer) over the sizes whose transfer is at most half the time.

@@ -92,7 +92,33 @@ TEST(FitCalibration, RecoversLinkAlphaBetaAndCollectiveEfficiency) {
   EXPECT_NEAR(k->collective_latency(0).latency_us(), 5, 0.05);
   EXPECT_EQ(k->collective_latency(1).group_size(), 4u);
   EXPECT_NEAR(k->collective_latency(1).latency_us(), 8, 0.05);
+  EXPECT_FALSE(k->collective_latency(0).has_bus_bandwidth_gbyte_s());  // one efficiency describes both
   EXPECT_FALSE(k->has_gemm_efficiency());
+}
+
+TEST(FitCalibration, GroupSizesWithDifferentBusBandwidthsKeepTheirOwn) {
+  // No p2p rows: the link is the catalog's. All-reduce among 2: 5 us + bytes / 4 GB/s of bus bandwidth
+  // (2(2−1)/2 = 1); among 8: 20 us + 1.75 · bytes / 8 GB/s. One efficiency cannot describe both (they differ
+  // 2×), so each size gets its own latency and bus bandwidth; the efficiency is the median of the two
+  // sizes' (4 and 8 GB/s over the link: their mean, as the median of two).
+  std::vector<CommRow> rows;
+  for (double b = 1024; b <= 64e6; b *= 4) {
+    rows.push_back({"allreduce", 2, b, 5e-6 + b / 4e9});
+    rows.push_back({"allreduce", 8, b, 20e-6 + 1.75 * b / 8e9});
+  }
+  auto k = FitCalibration(Cpu(), {}, rows, nullptr);
+  ASSERT_TRUE(k.ok()) << k.status().message();
+  ASSERT_EQ(k->collective_latency_size(), 2);
+  EXPECT_EQ(k->collective_latency(0).group_size(), 2u);
+  EXPECT_NEAR(k->collective_latency(0).latency_us(), 5, 0.05);
+  EXPECT_NEAR(k->collective_latency(0).bus_bandwidth_gbyte_s(), 4, 0.01);
+  EXPECT_EQ(k->collective_latency(1).group_size(), 8u);
+  EXPECT_NEAR(k->collective_latency(1).latency_us(), 20, 0.05);
+  EXPECT_NEAR(k->collective_latency(1).bus_bandwidth_gbyte_s(), 8, 0.01);
+  const double link = Cpu().scale_up_bandwidth_gbyte_s > 0 ? Cpu().scale_up_bandwidth_gbyte_s
+                                                            : Cpu().pcie_bandwidth_gbyte_s;
+  // The median of the inverse efficiencies link/4 and link/8 is their mean, 3·link/16.
+  EXPECT_NEAR(k->collective_efficiency(), 16.0 / 3 / link, 1e-3);
 }
 
 TEST(FitCalibration, TooFewRowsIsAnError) {

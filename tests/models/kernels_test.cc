@@ -132,9 +132,17 @@ TEST(KernelModel, NamedCalibrationsCoverTheirGpusOnly) {
   const KernelParams& a100 = KernelParamsFor(Gpu("a100-80gb"), "vtrain-a100");
   const KernelParams& a100_default = KernelParamsFor(Gpu("a100-80gb"));
   EXPECT_GT(a100.host_overhead_s, a100_default.host_overhead_s);
-  // The chip's values in `default` are the fit on one node and many together (`a100-80gb`); `vtrain-a100`
-  // keeps the single-node fit's own.
-  EXPECT_DOUBLE_EQ(KernelParamsFor(Gpu("a100-80gb"), "a100-80gb").gemm_efficiency, a100_default.gemm_efficiency);
+  // The chip's values in `default` are session 24's fit on one node and many together; `a100-80gb`'s refit
+  // with the in-node all-reduces measured (session 30) moved them by under 1%. `vtrain-a100` keeps the
+  // single-node fit's own.
+  EXPECT_DOUBLE_EQ(a100_default.gemm_efficiency, 0.7689);
+  EXPECT_NEAR(KernelParamsFor(Gpu("a100-80gb"), "a100-80gb").gemm_efficiency, a100_default.gemm_efficiency, 0.01);
+  // a100-80gb's all-reduce inside a node is nccl-tests' on vTrain's nodes: 2 GPUs reach less bus bandwidth
+  // than 8 (187.6 against 222.5 GB/s); `default` has no measured bus bandwidth for the A100.
+  const KernelParams& measured = KernelParamsFor(Gpu("a100-80gb"), "a100-80gb");
+  EXPECT_DOUBLE_EQ(measured.CollectiveBusBandwidth(2), 187.6e9);
+  EXPECT_DOUBLE_EQ(measured.CollectiveBusBandwidth(8), 222.5e9);
+  EXPECT_DOUBLE_EQ(a100_default.CollectiveBusBandwidth(8), 0);
   EXPECT_DOUBLE_EQ(a100.gemm_efficiency, 0.9201);
   const KernelParams& h100 = KernelParamsFor(Gpu("h100"), "vtrain-a100");
   EXPECT_DOUBLE_EQ(h100.host_overhead_s, KernelParamsFor(Gpu("h100")).host_overhead_s);

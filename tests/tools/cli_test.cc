@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/gpu_catalog.h"
@@ -159,6 +160,34 @@ TEST(Calibrate, RefitsTheBundledA100CollectivesFromTheirData) {
   text << in.rdbuf();
   EXPECT_TRUE(Has(text.str(), "collective_efficiency: 0.7057"));
   EXPECT_TRUE(Has(text.str(), "command: hetsim calibrate --gpu a100-80gb --from-data"));
+  const auto v = RunCli({"validate", out});
+  EXPECT_EQ(v.code, 0) << v.err;
+}
+
+TEST(Calibrate, RefitsTheA100InNodeAllReducesPerGroupSize) {
+  // calibration/data/a100-vtrain-nccl holds nccl-tests all-reduces on 2-8 GPUs of one of vTrain's A100 nodes;
+  // their bus bandwidths differ (about 188 GB/s on 2 GPUs, 222 on 8), so each group size gets its own latency
+  // and bus bandwidth, and the values are those the bundled a100-80gb calibration holds for 2, 4 and 8 GPUs.
+  const std::string out = testing::TempDir() + "a100-nccl-refit.yaml";
+  const std::string data = std::string(HETSIM_SOURCE_DIR) + "/calibration/data/a100-vtrain-nccl";
+  const auto r = RunCli({"calibrate", "--from-data", data, "--gpu", "a100-80gb", "--name", "nccl", "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "all-reduce per group size")) << r.out;
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::ifstream bundled_in(std::string(HETSIM_SOURCE_DIR) + "/models/catalog/calibrations/a100-80gb.yaml");
+  std::stringstream bundled;
+  bundled << bundled_in.rdbuf();
+  for (const auto& [g, lat, bw] : std::vector<std::tuple<int, std::string, std::string>>{
+           {2, "40.69", "187.6"}, {4, "47.69", "211.5"}, {8, "70.65", "222.5"}}) {
+    EXPECT_TRUE(Has(text.str(), "group_size: " + std::to_string(g) + "\n        latency_us: " + lat +
+                                    "\n        bus_bandwidth_gbyte_s: " + bw))
+        << g << "\n" << text.str();
+    EXPECT_TRUE(Has(bundled.str(), "{group_size: " + std::to_string(g) + ", latency_us: " + lat +
+                                       ", bus_bandwidth_gbyte_s: " + bw + "}"))
+        << g;
+  }
   const auto v = RunCli({"validate", out});
   EXPECT_EQ(v.code, 0) << v.err;
 }
