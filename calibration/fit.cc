@@ -339,12 +339,12 @@ Result<proto::KernelCalibration> FitCalibration(const models::GpuSpec& gpu, cons
           if (!(f.coef[0] > 0)) {
             return Status::Invalid(Fmt("communication benchmark: the %.0f-GPU all-reduce fit has no bandwidth", g));
           }
+          const double latency_us = std::max(0.0, f.coef[1]) * 1e6, bus_gbyte_s = bw / f.coef[0] / 1e9;
           auto* c = out.add_collective_latency();
           c->set_group_size(static_cast<uint32_t>(g));
-          c->set_latency_us(Round(std::max(0.0, f.coef[1]) * 1e6));
-          c->set_bus_bandwidth_gbyte_s(Round(bw / f.coef[0] / 1e9));
-          lines += Fmt(" g=%.0f %.1f us, %.1f GB/s (MAPE %.1f%%);", g, std::max(0.0, f.coef[1]) * 1e6,
-                       bw / f.coef[0] / 1e9, f.mape * 100);
+          c->set_latency_us(Round(latency_us));
+          c->set_bus_bandwidth_gbyte_s(Round(bus_gbyte_s));
+          lines += Fmt(" g=%.0f %.1f us, %.1f GB/s (MAPE %.1f%%);", g, latency_us, bus_gbyte_s, f.mape * 100);
         }
         say("all-reduce per group size: latency and bus bandwidth" + lines);
         return out;

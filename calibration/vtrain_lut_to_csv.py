@@ -22,16 +22,18 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     dst, sources = sys.argv[1], sys.argv[2:]
+    tables = []
+    for src in sources:
+        m = re.search(r"AR_GPU(\d+)_", os.path.basename(src))
+        if not m:
+            sys.exit(f"{src}: the file name does not say the group size (expected AR_GPU<N>_...)")
+        tables.append((src, int(m.group(1))))
     with open(dst, "w", encoding="utf-8") as out:
-        groups = ", ".join(re.sub(r"^AR_GPU(\d+)_.*$", r"\1", os.path.basename(s)) for s in sources)
-        out.write(f"# vTrain's measured all-reduce tables AR_GPU<N>_1M_1024M_LUT, N = {groups}, in hetsim-coll-bench's\n"
-                  "# columns at quarter-octave sizes (calibration/vtrain_lut_to_csv.py)\n")
+        groups = ", ".join(str(gpus) for _, gpus in tables)
+        out.write(f"# vTrain's measured all-reduce tables AR_GPU<N>_1M_1024M_LUT, N = {groups}, in "
+                  "hetsim-coll-bench's\n# columns at quarter-octave sizes (calibration/vtrain_lut_to_csv.py)\n")
         out.write("op,group_size,bytes,median_s,min_s,reps,busbw_gbyte_s\n")
-        for src in sources:
-            m = re.search(r"AR_GPU(\d+)_", os.path.basename(src))
-            if not m:
-                sys.exit(f"{src}: the file name does not say the group size (expected AR_GPU<N>_...)")
-            gpus = int(m.group(1))
+        for src, gpus in tables:
             rows = {}
             with open(src, encoding="utf-8") as f:
                 reader = csv.reader(f)

@@ -26,6 +26,7 @@ Prints both halves' MAPE and bias for each set and writes the fitted calibration
 """
 import argparse
 import csv
+import datetime
 import os
 import subprocess
 import tempfile
@@ -58,19 +59,22 @@ def calibration_yaml(x, name):
 name: {name}
 description: >-
   A100-SXM4 kernel-model and Megatron-DeepSpeed stack values fitted jointly on the development halves of
-  vTrain's single-node (1,440) and multi-node (109) measured runs; NCCL's all-reduce at 0.7057 of NVLink
-  (nccl-tests).
+  vTrain's single-node (1,440) and multi-node (109) measured runs; NCCL's all-reduce inside a node by group
+  size measured with nccl-tests on the same machines.
 provenance:
   host: "vTrain's DGX A100-SXM4-80GB nodes (published measurements)"
-  date: 2026-11-25
+  date: {datetime.date.today().isoformat()}
   command: "/usr/bin/python3 tools/fit/fit_joint_a100.py (scipy least squares, the simulator as the model)"
-  data: "experiments/validation/vtrain_a100_single_node.csv; experiments/validation/vtrain_a100_multi_node.csv"
+  data: >-
+    experiments/validation/vtrain_a100_single_node.csv; experiments/validation/vtrain_a100_multi_node.csv;
+    calibration/data/a100-vtrain-nccl/collectives.csv
 base: default
 gpus:
   - gpus: [a100-40gb, a100-80gb, a800]
     source: >-
       fitted on the development halves of vTrain's single-node and multi-node A100 runs
-      (tools/fit/fit_joint_a100.py); NCCL's all-reduce efficiency measured with nccl-tests
+      (tools/fit/fit_joint_a100.py); NCCL's all-reduce inside a node measured with nccl-tests on the same
+      nodes (calibration/data/a100-vtrain-nccl)
     gemm_efficiency: {v['gemm_efficiency']:.4f}
     memory_efficiency: {v['memory_efficiency']:.4f}
     kernel_latency_us: {v['kernel_latency_us']:.2f}
@@ -79,10 +83,8 @@ gpus:
     iteration_overhead_ms: 0
     collective_efficiency: {NCCL_NVLINK_EFFICIENCY}
     collective_latency:
-      - {{group_size: 2, latency_us: {NCCL_IN_NODE[2][0]}, bus_bandwidth_gbyte_s: {NCCL_IN_NODE[2][1]}}}
-      - {{group_size: 4, latency_us: {NCCL_IN_NODE[4][0]}, bus_bandwidth_gbyte_s: {NCCL_IN_NODE[4][1]}}}
-      - {{group_size: 8, latency_us: {NCCL_IN_NODE[8][0]}, bus_bandwidth_gbyte_s: {NCCL_IN_NODE[8][1]}}}
-"""
+""" + "".join(f"      - {{group_size: {g}, latency_us: {lat}, bus_bandwidth_gbyte_s: {bus}}}\n"
+              for g, (lat, bus) in NCCL_IN_NODE.items())
 
 
 class Evaluator:
