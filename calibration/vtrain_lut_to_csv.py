@@ -7,7 +7,7 @@ in-place, 1 MiB to 1 GiB in 1 MiB steps) into hetsim-coll-bench's columns, so th
 Usage: python3 calibration/vtrain_lut_to_csv.py OUT.csv LUT...   (the group size is read from AR_GPU<N>)
 
 The tables step linearly in size, so a fit over every row would see almost only messages above 100 MiB.
-Kept: the row nearest each quarter octave from 1 MiB to 1 GiB (37 sizes per group), so that the sizes a
+Kept: the row nearest each quarter octave from 1 MiB to 1 GiB (36 sizes per group), so that the sizes a
 tensor-parallel all-reduce sends (a few MiB to a few hundred) weigh as much as the largest. The time is the
 mean of the out-of-place and in-place columns.
 """
