@@ -19,8 +19,8 @@ packages=(
   libgtest-dev libgmock-dev procps
   # executor (MPI; CUDA and NCCL come from the machine's CUDA install)
   libopenmpi-dev openmpi-bin
-  # figures
-  python3-matplotlib python3-numpy
+  # figures; the fits under tools/fit and their tests
+  python3-matplotlib python3-numpy python3-scipy
 )
 
 missing=()
