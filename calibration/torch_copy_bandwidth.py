@@ -5,25 +5,14 @@ are what the simulator's `pcie_bandwidth_gbyte_s` of a GPU and CPU-staged transf
 
 Usage (on the GPU machine): python3 calibration/torch_copy_bandwidth.py OUT.csv
 """
-import statistics
 import sys
 
 import torch
+from torch_timing import median_seconds
 
 
 def time_copy(dst, src, reps=10, warmup=3):
-    for _ in range(warmup):
-        dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src, non_blocking=True)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
+    return median_seconds(lambda: dst.copy_(src, non_blocking=True), reps, warmup)
 
 
 def main():

@@ -11,10 +11,10 @@ output, per-tensor scales: torch._scaled_mm, as Transformer Engine runs FP8 GEMM
 
 Usage (on the GPU machine): python3 calibration/torch_gemm_dtypes.py OUT.csv
 """
-import statistics
 import sys
 
 import torch
+from torch_timing import median_seconds
 
 
 def shapes():
@@ -26,21 +26,6 @@ def shapes():
                 out += [(tokens, (heads + 2 * kv) * d // tp, h), (tokens, h, h // tp),
                         (tokens, 2 * ffn // tp, h), (tokens, h, ffn // tp)]
     return sorted(set(out))
-
-
-def time_it(fn, reps=20, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
 
 
 def main():
@@ -66,7 +51,7 @@ def main():
                 one = torch.ones((), device="cuda")
                 fn = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
             try:
-                s = time_it(fn)
+                s = median_seconds(fn, reps=20, warmup=5)
             except Exception as e:  # a type the GPU or this PyTorch does not support
                 print(f"{dtype} {m}x{n}x{k}: {e}", file=sys.stderr)
                 continue

@@ -12,10 +12,10 @@ Each kernel: median of 10 timed runs (CUDA events) after 3 warm-ups, the L2 cach
 
 Usage (on the GPU machine): python3 calibration/torch_layer_kernels.py OUT.csv
 """
-import statistics
 import sys
 
 import torch
+from torch_timing import median_seconds
 
 # (hidden, heads, seq_len, tp, micro_batch): every block shape of vTrain's multi-node set, and the
 # single-node set's at micro-batch 1, 4 and 8.
@@ -41,19 +41,8 @@ def configs():
 FLUSH = None
 
 
-def timed(fn, reps=10, warm=3):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        FLUSH.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
+def timed(fn):
+    return median_seconds(fn, before=FLUSH.zero_)
 
 
 def block(h, heads, s, tp, mb, rows):

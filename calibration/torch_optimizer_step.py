@@ -20,24 +20,10 @@ Each step: median of 10 timed runs (CUDA events) after 3 warm-ups.
 
 Usage (on the GPU machine): python3 calibration/torch_optimizer_step.py OUT.csv
 """
-import statistics
 import sys
 
 import torch
-
-
-def timed(fn, reps=10, warm=3):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
+from torch_timing import median_seconds
 
 
 def main():
@@ -58,7 +44,7 @@ def main():
     # Copy bandwidth of this GPU: one 1 GiB device-to-device copy (bytes read plus written).
     src = torch.empty(256 * 1024 * 1024, device=dev, dtype=torch.float32)
     dst = torch.empty_like(src)
-    copy_s = timed(lambda: dst.copy_(src))
+    copy_s = median_seconds(lambda: dst.copy_(src))
     copy_bw = 2 * src.numel() * 4 / copy_s
     del src, dst
 
@@ -87,14 +73,14 @@ def main():
              ("adam", 28, adam), ("weight-copy", 6, weight_copy), ("zero-grad", 2, zero)]
     rows = []
     for name, nbytes, fn in steps:
-        s = timed(fn)
+        s = median_seconds(fn)
         rows.append((name, nbytes, s))
 
     def whole():
         for _, _, fn in steps:
             fn()
 
-    rows.append(("step", sum(b for _, b, _ in steps), timed(whole)))
+    rows.append(("step", sum(b for _, b, _ in steps), median_seconds(whole)))
     with open(out, "w") as fh:
         fh.write("# torch %s, CUDA %s, %s; %d parameters; copy bandwidth %.1f GB/s (read + write)\n" %
                  (torch.__version__, torch.version.cuda, torch.cuda.get_device_name(), params, copy_bw / 1e9))
