@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Times the mixed-precision optimizer step of Megatron-LM / Megatron-DeepSpeed (fp16 weights, fp32 master
+"""Times the mixed-precision optimizer step of Megatron-LM (fp16 weights, fp32 master
 weights, Adam) through PyTorch on a GPU, step by step, and writes each step's seconds per parameter and the
 bytes per parameter it is worth at the copy bandwidth measured in the same run.
 
@@ -10,7 +10,7 @@ parameters one rank holds:
      read and write 4 B);
   3. the gradients' global L2 norm for clipping (read 4 B);
   4. clipping: scale every gradient by max_norm / norm (read and write 4 B; Megatron skips it when the
-     norm is under the bound, so the step is timed alone as well);
+     norm is under the bound, which the per-step rows let one subtract);
   5. Adam on the fp32 master weights (torch.optim.Adam fused: read weight, gradient and both moments,
      write weight and moments: 28 B);
   6. the updated master weights copied into the fp16 weights (read 4 B, write 2 B);

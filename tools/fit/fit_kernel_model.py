@@ -11,11 +11,12 @@ development half (even data rows), prints the error on both halves and the fitte
 models/kernels.cc (A100()).
 """
 import csv
-import math
 import sys
 
 import numpy as np
 from scipy.optimize import least_squares
+
+from halves import full_wave_seconds
 
 PATH = sys.argv[1] if len(sys.argv) > 1 else "experiments/validation/vtrain_a100_single_node.csv"
 PEAK, HBM, SMS, VOCAB, LINK = 312e12, 2039e9, 108, 51200, 300e9
@@ -24,8 +25,7 @@ OPT_BYTES = 32
 
 
 def gemm(m, n, k, batch, P):
-    tiles = batch * math.ceil(m / 128) * math.ceil(n / 128)
-    compute = math.ceil(tiles / SMS) * 2 * 128 * 128 * k / (PEAK * P["ge"] / SMS)
+    compute = full_wave_seconds(m, n, k, batch, PEAK * P["ge"], SMS)
     memory = E * batch * (m * k + k * n + m * n) / (HBM * P["me"])
     return max(compute, memory) + P["glat"]
 

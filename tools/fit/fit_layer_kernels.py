@@ -14,13 +14,12 @@ PCT percent. The defaults are the H200's catalog numbers (models/catalog/gpus.cs
 import argparse
 import collections
 import csv
-import math
 import sys
 
 import numpy as np
 from scipy.optimize import least_squares
 
-TILE = 128
+from halves import full_wave_seconds
 
 
 def main():
@@ -31,31 +30,28 @@ def main():
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--check", type=float, default=None)
     a = ap.parse_args()
-    peak, hbm, sms = a.peak_tflops * 1e12, a.hbm_gbyte_s * 1e9, a.sms
+    peak, hbm = a.peak_tflops * 1e12, a.hbm_gbyte_s * 1e9
     with open(a.csv, encoding="utf-8") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     if not rows:
         sys.exit(f"{a.csv}: no kernels")
 
-    def full_wave_s(r):  # a GEMM's compute time at the peak, rounded up to whole waves of tiles
-        m, n, k, b = (float(r[c]) for c in ("m", "n", "k", "batch"))
-        waves = math.ceil(b * math.ceil(m / TILE) * math.ceil(n / TILE) / sms)
-        return waves * 2 * TILE * TILE * k / (peak / sms)
-
-    def model(r, gemm_eff, mem_eff, latency):
-        memory = float(r["bytes"]) / (hbm * mem_eff)
-        if r["kind"] == "memory":
-            return memory + latency
-        return max(full_wave_s(r) / gemm_eff, memory) + latency
-
-    blocks = collections.defaultdict(list)
-    for r in rows:
-        blocks[(int(r["hidden"]), int(r["heads"]), int(r["seq_len"]), int(r["tp"]), int(r["micro_batch"]))].append(r)
-    keys = sorted(blocks)
-    measured = np.array([sum(float(r["median_s"]) for r in blocks[k]) for k in keys])
+    # Each kernel's terms, once: compute at the peak in whole waves (0 for memory-bound kernels) and HBM
+    # bytes at the catalog bandwidth; and the block shape it belongs to.
+    keys = sorted({tuple(int(r[c]) for c in ("hidden", "heads", "seq_len", "tp", "micro_batch")) for r in rows})
+    index = {k: i for i, k in enumerate(keys)}
+    block = np.array([index[tuple(int(r[c]) for c in ("hidden", "heads", "seq_len", "tp", "micro_batch"))]
+                      for r in rows])
+    wave = np.array([0.0 if r["kind"] == "memory" else
+                     full_wave_seconds(*(float(r[c]) for c in ("m", "n", "k", "batch")), peak, a.sms) for r in rows])
+    memory = np.array([float(r["bytes"]) / hbm for r in rows])
+    measured_s = np.array([float(r["median_s"]) for r in rows])
+    measured = np.bincount(block, weights=measured_s, minlength=len(keys))
 
     def residual(x):
-        return np.array([sum(model(r, *x) for r in blocks[k]) for k in keys]) / measured - 1
+        gemm_eff, mem_eff, latency = x
+        t = np.maximum(wave / gemm_eff, memory / mem_eff) + latency
+        return np.bincount(block, weights=t, minlength=len(keys)) / measured - 1
 
     fit = least_squares(residual, [0.7, 0.7, 5e-6], bounds=([0.05, 0.05, 0], [1.5, 1.5, 1e-3]), x_scale="jac")
     e = residual(fit.x)
@@ -66,10 +62,9 @@ def main():
     for k, x in zip(keys, e):
         by_h[k[0]].append(x)
     gemm = collections.defaultdict(lambda: [0.0, 0.0])
-    for r in rows:
+    for r, w, t in zip(rows, wave, measured_s):
         if r["kind"] == "gemm":
-            t = float(r["median_s"])
-            gemm[int(r["hidden"])][0] += full_wave_s(r)
+            gemm[int(r["hidden"])][0] += w
             gemm[int(r["hidden"])][1] += t
     worst = 0.0
     print("hidden  blocks  mean residual  linear layers' GEMM efficiency per full wave (time-weighted)")

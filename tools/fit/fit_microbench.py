@@ -16,9 +16,10 @@ The values bundled in models/kernels.cc (H100 / ExecH100) come from this script'
 import argparse
 import collections
 import csv
-import math
 
 import numpy as np
+
+from halves import full_wave_seconds
 
 
 def load(path):
@@ -41,8 +42,7 @@ def main():
     peak, sm = a.peak_tflops * 1e12, a.sm_count
 
     g = [r for r in rows if r["kind"] == "gemm"]
-    x = np.array([[math.ceil(math.ceil(r["m"] / 128) * math.ceil(r["n"] / 128) / sm) * 2 * 128 * 128 * r["k"] /
-                   (peak / sm), 1.0] for r in g])
+    x = np.array([[full_wave_seconds(r["m"], r["n"], r["k"], 1, peak, sm), 1.0] for r in g])
     y = np.array([r["median_s"] for r in g])
     w = 1 / y
     sol, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
