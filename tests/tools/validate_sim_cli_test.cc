@@ -50,6 +50,28 @@ TEST(ValidateSim, ReportsTheErrorOfEveryRunAndBothHalves) {
   EXPECT_FALSE(std::getline(in, extra));
 }
 
+// A number of the first run in a validate-sim -o file, by the header's column name.
+double FirstRunCell(const std::string& per_run_csv, const std::string& column) {
+  std::ifstream in(per_run_csv);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  const auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+    return out;
+  };
+  const auto names = cells(header), values = cells(row);
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    if (names[i] == column) return std::stod(values[i]);
+  }
+  return -1;
+}
+
+// The simulated time of the first run in a validate-sim -o file.
+double SimulatedMs(const std::string& per_run_csv) { return FirstRunCell(per_run_csv, "simulated_ms"); }
+
 TEST(ValidateSim, PerRunCsvGivesTheFullestDevicesPeakMemory) {
   // A GPT of hidden 1024 and 24 blocks in two stages on 2 A100s: each stage holds at least 12 blocks of
   // 12.6 M parameters (12 h^2 + 13 h), 151 M, whose fp16 weights and gradients and fp32 Adam state and
@@ -59,12 +81,7 @@ TEST(ValidateSim, PerRunCsvGivesTheFullestDevicesPeakMemory) {
   const std::string out = testing::TempDir() + "mem-per-run.csv";
   const auto r = RunCli({"validate-sim", "--runs", runs, "-o", out});
   ASSERT_EQ(r.code, 0) << r.err;
-  std::ifstream in(out);
-  std::string header, row;
-  std::getline(in, header);
-  std::getline(in, row);
-  ASSERT_TRUE(Has(header, ",peak_memory_gib")) << header;
-  const double gib = std::stod(row.substr(row.rfind(',') + 1));
+  const double gib = FirstRunCell(out, "peak_memory_gib");
   EXPECT_GT(gib, 2.25);
   EXPECT_LT(gib, 40);
 }
@@ -83,26 +100,6 @@ TEST(ValidateSim, BadRowsNameTheLineAndTheProblem) {
   EXPECT_TRUE(Has(c.err, "give --runs FILE.csv"));
 }
 
-// The simulated time of the first run in a validate-sim -o file.
-double SimulatedMs(const std::string& per_run_csv) {
-  std::ifstream in(per_run_csv);
-  std::string header, row;
-  std::getline(in, header);
-  std::getline(in, row);
-  // The first run's simulated_ms cell, by the header's column.
-  const auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
-    return out;
-  };
-  const auto names = cells(header), values = cells(row);
-  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
-    if (names[i] == "simulated_ms") return std::stod(values[i]);
-  }
-  return -1;
-}
-
 TEST(ValidateSim, NamedColumnsInAnyOrderGiveTheSameRunAsVTrainsLayout) {
   // The same run (4 A100s, TP 2, DP 2) in vTrain's positional layout and in named columns, reordered, with a
   // provenance column the reader ignores: the same simulated time to the printed digits.
@@ -118,6 +115,40 @@ TEST(ValidateSim, NamedColumnsInAnyOrderGiveTheSameRunAsVTrainsLayout) {
   ASSERT_EQ(b.code, 0) << b.err;
   EXPECT_GT(SimulatedMs(a_out), 0);
   EXPECT_EQ(SimulatedMs(a_out), SimulatedMs(b_out));
+}
+
+TEST(ValidateSim, NamedColumnRunsUseTheCalibrationTheirRowNames) {
+  // One run (4 A100s, TP 2, DP 2, hidden 1024: small kernels) under `default` and under `vtrain-a100`, whose
+  // Megatron-DeepSpeed host costs (about 60 us per kernel issued, 1 ms per micro-batch and pass) `default`
+  // lacks: the vtrain-a100 row is slower. --calibration given applies to every row, so the `default` row
+  // then takes exactly the vtrain-a100 row's time; a file mixing both says how many runs used each; a row
+  // naming no bundled calibration fails before any simulation, naming the file, line and column.
+  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,iteration_ms,calibration\n";
+  const char* run = "4,16,4,1024,16,24,1024,2,2,1,300.0,";
+  const std::string by_default = WriteTemp("row-default.csv", std::string(header) + run + "default\n");
+  const std::string by_vtrain = WriteTemp("row-vtrain.csv", std::string(header) + run + "vtrain-a100\n");
+  const std::string a_out = testing::TempDir() + "row-default-out.csv";
+  const std::string b_out = testing::TempDir() + "row-vtrain-out.csv", c_out = testing::TempDir() + "row-flag-out.csv";
+  const auto a = RunCli({"validate-sim", "--runs", by_default, "-o", a_out});
+  const auto b = RunCli({"validate-sim", "--runs", by_vtrain, "-o", b_out});
+  const auto c = RunCli({"validate-sim", "--runs", by_default, "--calibration", "vtrain-a100", "-o", c_out});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_TRUE(Has(a.out, "calibration default, as the runs' calibration column names it")) << a.out;
+  EXPECT_TRUE(Has(c.out, "calibration vtrain-a100, fidelity")) << c.out;
+  EXPECT_GT(SimulatedMs(b_out), SimulatedMs(a_out) * 1.05);
+  EXPECT_EQ(SimulatedMs(c_out), SimulatedMs(b_out));
+  const std::string mixed =
+      WriteTemp("row-mixed.csv", std::string(header) + run + "default\n" + run + "vtrain-a100\n" + run + "\n");
+  const auto d = RunCli({"validate-sim", "--runs", mixed});
+  ASSERT_EQ(d.code, 0) << d.err;
+  // The third row's empty cell takes --calibration's default, vtrain-a100.
+  EXPECT_TRUE(Has(d.out, "calibration default (1 runs), vtrain-a100 (2 runs)")) << d.out;
+  const std::string bad = WriteTemp("row-typo.csv", std::string(header) + run + "a100-80\n");
+  const auto e = RunCli({"validate-sim", "--runs", bad});
+  EXPECT_EQ(e.code, 1);
+  EXPECT_TRUE(Has(e.err, bad + ":2: calibration:")) << e.err;
 }
 
 TEST(ValidateSim, RunsOnSeveralNodesCrossTheirNics) {

@@ -13,8 +13,9 @@
 // optionally gpus_per_node (default: all on one node), nic_gbps (one InfiniBand NIC of that bandwidth per
 // GPU; required with more than one node), nics_per_node (instead of one per GPU: that many NICs of nic_gbps
 // shared by the node's GPUs), virtual_stages (Megatron-LM's interleaved 1F1B; default 1), gpu
-// (default --gpu) and any other column (kept for provenance, ignored), e.g. Megatron-LM SC'21 Table 1
-// (experiments/validation/megatron_sc21_table1.csv).
+// (default --gpu), calibration (the run's software stack and chip values, a bundled name or a file; default
+// --calibration's default; --calibration given on the command line applies to every run) and any other column
+// (kept for provenance, ignored), e.g. Megatron-LM SC'21 Table 1 (experiments/validation/megatron_sc21_table1.csv).
 //
 // A CSV whose header has a `plan` column names a plan file per run instead (any layout; validate_plan_runs.cc),
 // and may carry measured gradient-sync time and peak memory (experiments/validation/sailor_gh200_opt350/).
@@ -38,6 +39,7 @@
 #include "planners/symmetric.h"
 #include "sim/simulator.h"
 #include "tools/hetsim/cli.h"
+#include "tools/runner/runner.h"
 
 namespace hetsim::cli {
 namespace {
@@ -50,7 +52,8 @@ struct Run {
   double nic_gbps = 0;         // per GPU; 0: none (one node)
   uint32_t nics_per_node = 0;  // 0: one NIC per GPU
   uint32_t virtual_stages = 1;
-  std::string gpu;  // empty: --gpu
+  std::string gpu;          // empty: --gpu
+  std::string calibration;  // empty: --calibration
   double measured_ms = 0;
   double simulated_ms = 0;
   // The first device's (pipeline 0, stage 0) compute and exposed communication, for reading residuals.
@@ -140,6 +143,14 @@ Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<s
     const std::string cell = Trim(cells[i]);
     if (name == "gpu") {
       r.gpu = cell;
+      continue;
+    }
+    if (name == "calibration") {
+      // Checked here so that a typo fails before any simulation.
+      if (!cell.empty()) {
+        if (Status c = models::CheckKernelCalibration(cell, where + ": calibration"); !c.ok()) return c;
+      }
+      r.calibration = cell;
       continue;
     }
     const bool integer = integers.count(name) > 0;
@@ -349,22 +360,28 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     err << "--recompute: unknown value '" << rc << "' (expected none, selective, full)\n";
     return 2;
   }
+  // Each run's calibration: --calibration, when given, for every run; else the row's `calibration` column
+  // (the stack and chip values the set's runs were measured with); else --calibration's default.
+  const bool flag_given = !vm["calibration"].defaulted();
   const std::string calibration = vm["calibration"].as<std::string>();
   if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
     err << c.message() << "\n";
     return 2;
   }
+  std::map<std::string, int> used_calibrations;
   const std::string gpu = vm["gpu"].as<std::string>();
   const uint32_t vocab = vm["vocab"].as<uint32_t>();
   const size_t limit = vm.count("limit") ? vm["limit"].as<size_t>() : runs->size();
   Errors dev, held, all;
   std::map<std::string, Errors> by;
   std::string csv = "line,gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,half,measured_ms,"
-                    "simulated_ms,error,nodes,compute_ms,tp_ms,pp_ms,dp_ms,idle_ms,peak_memory_gib\n";
+                    "simulated_ms,error,nodes,compute_ms,tp_ms,pp_ms,dp_ms,idle_ms,peak_memory_gib,calibration\n";
   size_t done = 0, failed = 0;
   for (size_t i = 0; i < runs->size() && i < limit; ++i) {
     Run& r = (*runs)[i];
-    SimulateRun(r, gpu, vocab, dtype, recompute, *fid, calibration);
+    const std::string& run_calibration = flag_given || r.calibration.empty() ? calibration : r.calibration;
+    SimulateRun(r, gpu, vocab, dtype, recompute, *fid, run_calibration);
+    ++used_calibrations[run_calibration];
     ++done;
     if (done % 50 == 0) err << "validate-sim: " << done << "/" << std::min(limit, runs->size()) << " runs\n";
     const bool development = i % 2 == 0;
@@ -385,14 +402,22 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
       by["nodes=" + std::to_string(nodes)].Add(r.rel());
     }
     char row[384];
-    std::snprintf(row, sizeof(row), "%d,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%s,%.4f,%.4f,%.6f,%u,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f\n",
+    std::snprintf(row, sizeof(row), "%d,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%s,%.4f,%.4f,%.6f,%u,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,",
                   r.line, r.gpus, r.global_batch, r.micro_batch, r.hidden, r.heads, r.layers, r.seq_len, r.tp, r.dp,
                   r.pp, development ? "development" : "held_out", r.measured_ms, r.simulated_ms, r.rel(), nodes,
                   r.compute_ms, r.tp_ms, r.pp_ms, r.dp_ms, r.idle_ms, r.peak_memory_gib);
-    csv += row;
+    csv += row + runner::CsvCell(run_calibration) + "\n";
   }
+  std::string names;
+  for (const auto& [name, n] : used_calibrations) {
+    names += (names.empty() ? "" : ", ") + name;
+    if (used_calibrations.size() > 1) names += " (" + std::to_string(n) + " runs)";
+  }
+  const bool from_rows =
+      !flag_given && std::any_of(runs->begin(), runs->end(), [](const Run& r) { return !r.calibration.empty(); });
   out << "simulated " << all.n << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
-      << " (" << gpu << ", calibration " << calibration << ", fidelity " << vm["fidelity"].as<std::string>()
+      << " (" << gpu << ", calibration " << names << (from_rows ? ", as the runs' calibration column names it" : "")
+      << ", fidelity " << vm["fidelity"].as<std::string>()
       << ")\n";
   out << "  development half  " << dev.Line() << "\n";
   out << "  held-out half     " << held.Line() << "\n";
@@ -429,7 +454,9 @@ Command ValidateSimCommand() {
                 ("recompute", po::value<std::string>()->default_value("full"), "activation recomputation of the runs")
                 ("fidelity", po::value<std::string>()->default_value("fast"), "fast | balanced | full")
                 ("calibration", po::value<std::string>()->default_value("vtrain-a100"),
-                 "kernel-model calibration: vtrain-a100 (fitted on the development half of vTrain's runs) or default")
+                 "kernel-model calibration for every run (bundled name or file); unless given, a run uses the one its "
+                 "row's calibration column names, else vtrain-a100 (fitted on the development half of vTrain's "
+                 "single-node runs)")
                 ("limit", po::value<size_t>(), "simulate only the first N runs")
                 ("profile", po::value<std::vector<std::string>>()->composing(),
                  "plan-file runs: a measured layer profile to simulate with (bundled name or path); repeatable")
