@@ -120,6 +120,10 @@ double ComputeCost::PassOverheadSeconds(const GpuSpec& gpu) const {
   return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).pass_overhead_s : 0;
 }
 
+double ComputeCost::StragglerCv(const GpuSpec& gpu) const {
+  return KernelParamsFor(gpu, options_.calibration).straggler_cv;
+}
+
 double ComputeCost::IterationOverheadSeconds(const GpuSpec& gpu) const {
   return options_.model == ComputeModel::kKernel ? KernelParamsFor(gpu, options_.calibration).iteration_overhead_s : 0;
 }

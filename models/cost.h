@@ -81,6 +81,8 @@ class ComputeCost {
   // stage, per iteration, and the fixed cost α of one collective call over `group_size` devices.
   double PassOverheadSeconds(const GpuSpec& gpu) const;
   double IterationOverheadSeconds(const GpuSpec& gpu) const;
+  // The calibration's straggler_cv for this GPU type (models/stragglers.h), whatever the compute model.
+  double StragglerCv(const GpuSpec& gpu) const;
   double CollectiveLatencySeconds(const GpuSpec& gpu, uint32_t group_size) const;
   // The fraction of link bandwidth collectives reach on this GPU type (calibration; 1 under
   // kTokenEfficiency).

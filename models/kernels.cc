@@ -51,6 +51,7 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
   if (k.has_host_overhead_us()) p->host_overhead_s = k.host_overhead_us() * 1e-6;
   if (k.has_pass_overhead_ms()) p->pass_overhead_s = k.pass_overhead_ms() * 1e-3;
   if (k.has_iteration_overhead_ms()) p->iteration_overhead_s = k.iteration_overhead_ms() * 1e-3;
+  if (k.has_straggler_cv()) p->straggler_cv = k.straggler_cv();
   if (k.has_sm_count()) p->sm_count = static_cast<int>(k.sm_count());
   if (k.has_link_bandwidth_gbyte_s()) p->link_bandwidth_bytes_s = k.link_bandwidth_gbyte_s() * 1e9;
   if (k.has_link_latency_us()) p->link_latency_s = k.link_latency_us() * 1e-6;

@@ -53,6 +53,7 @@ struct KernelParams {
   double host_overhead_s = 10e-6;     // CPU time to issue one kernel
   double pass_overhead_s = 0;         // host time per micro-batch and pass on a stage (schedule, data)
   double iteration_overhead_s = 0;    // per iteration (optimizer bookkeeping, logging)
+  double straggler_cv = 0;            // replicas' spread in time to the gradient sync (calibration.proto)
   // Fixed cost α of one collective call by group size (sorted by size; interpolated in log2 of the size,
   // the last value held beyond): NCCL's launch and synchronisation cost, added to the simulated transfer.
   std::vector<std::pair<uint32_t, double>> collective_latency_s = {{2, 20e-6}, {8, 30e-6}};

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "models/stragglers.h"
 #include "planners/planner.h"
 
 namespace hetsim::planners {
@@ -530,6 +531,8 @@ PlanEstimate AnalyticCostModel::FromPlay(const proto::Plan& plan, const PlayResu
       e.slowest_pipeline = static_cast<uint32_t>(p);
     }
   }
+  // The simulator's wait for the slowest data-parallel replica (models/stragglers.h), in the sync.
+  e.iteration_s += models::StragglerWaitFor(plan, cluster_, compute_, play.iteration_s).seconds;
   e.dp_sync_s = std::max(0.0, e.iteration_s - e.pipeline_s - e.optimizer_s);
   return e;
 }

@@ -19,6 +19,7 @@
 #include "models/child_process.h"
 #include "models/communicator.h"
 #include "models/iteration_report.h"
+#include "models/stragglers.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
 
@@ -26,13 +27,16 @@ namespace hetsim::sim {
 namespace {
 
 // The report from the engine's traces (models/iteration_report.h, shared with the executor); memory is
-// the estimate of models::EstimateMemory.
+// the estimate of models::EstimateMemory. The wait for the slowest node (models/stragglers.h) lengthens the
+// iteration, and every device's exposed data-parallel time when the plan has replicas (else its idle time).
 proto::IterationReport MakeReport(const proto::Plan& plan, const models::PlanContext& ctx, const Programs& programs,
-                                  const EngineResult& er) {
+                                  const EngineResult& er, const models::ComputeCost& cost) {
   models::IterationMeasure m;
   m.source = "simulator";
   m.plan_name = plan.name();
-  m.iteration_s = er.iteration_s;
+  const models::StragglerWait straggle = models::StragglerWaitFor(plan, ctx.cluster, cost, er.iteration_s);
+  const double wait = straggle.seconds;
+  m.iteration_s = er.iteration_s + wait;
   std::map<uint32_t, const models::DeviceMemory*> mem;
   const auto memory = models::EstimateMemory(plan, ctx);
   for (const auto& dm : memory) mem[dm.device] = &dm;
@@ -46,7 +50,7 @@ proto::IterationReport MakeReport(const proto::Plan& plan, const models::PlanCon
     d.fwd_bwd_s = tr.fwd_bwd_s;
     d.tp_s = tr.tp_s;
     d.pp_s = tr.pp_s;
-    d.dp_s = tr.dp_s;
+    d.dp_s = tr.dp_s + (straggle.data_parallel ? wait : 0);
     d.zero_s = tr.zero_s;
     d.cp_s = tr.cp_s;
     d.pipeline_end_s = tr.pipeline_end_s;
@@ -55,7 +59,11 @@ proto::IterationReport MakeReport(const proto::Plan& plan, const models::PlanCon
     d.capacity_gib = mem.at(d.device)->capacity_gib;
     m.devices.push_back(std::move(d));
   }
-  return models::BuildIterationReport(m, ctx.cluster, ctx.model, ctx.training);
+  proto::IterationReport report = models::BuildIterationReport(m, ctx.cluster, ctx.model, ctx.training);
+  report.set_straggler_wait_s(wait);
+  report.set_straggler_nodes(straggle.nodes);
+  report.set_straggler_cv(straggle.cv);
+  return report;
 }
 
 // The communicator's path between each pair of node groups the programs' transfers cross (HetHub §3.1).
@@ -469,7 +477,7 @@ Result<SimResult> SimulateIteration(const proto::Plan& plan, const models::PlanC
                                      " never finished its operations (the plan's operations wait on each other in "
                                      "a cycle; `hetsim lower --plan P` lists them)";
                             }
-                            proto::IterationReport report = MakeReport(plan, ctx, *programs, er);
+                            proto::IterationReport report = MakeReport(plan, ctx, *programs, er, cost);
                             AddCommPaths(*programs, ctx.cluster, plan.comm(), &report);
                             AddComputeBasis(ctx, options, &report);
                             AddNcclCalls(*programs, &report);

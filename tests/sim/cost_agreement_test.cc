@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -534,6 +535,80 @@ TEST(CostAgreement, RandomPlansAgainstTheSimulator) {
 // models/platform_routes.h against the simulator's platform: one transfer alone takes the route's latency +
 // bytes / its bottleneck, between GPUs of one node, of two nodes, across pods, leaf switches and zones, and
 // between GPUs and host memories (CPU-staged transfers).
+TEST(CostAgreement, AnIterationOnTwoNodesWaitsForTheSlowerInBoth) {
+  // llama-tiny on two H100s in two nodes (one each) and in one node of two. Under a calibration with
+  // straggler_cv 0.1 the slower of two nodes finishes on average 0.1 · T / sqrt(pi) after the mean one
+  // (E[max of two standard normals] = 1/sqrt(pi)), T the iteration without the wait: across the two nodes the
+  // simulated iteration grows by exactly that over the same plan without stragglers, and so does the played
+  // estimate (by its own T); the wait is exposed DP time where the plan has data-parallel replicas (two
+  // pipelines) and idle time where it has none (one pipeline of two stages). One node waits for nobody.
+  const auto build = [](const char* yaml) {
+    proto::Cluster cp;
+    EXPECT_TRUE(models::ParseYaml(yaml, "cluster", &cp).ok());
+    auto c = models::Cluster::Build(cp, "cluster");
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return *c;
+  };
+  const models::Cluster two_nodes = build(
+      "name: two\nnodes:\n  - name: n\n    count: 2\n    gpus: {type: h100, count: 1}\n"
+      "    nic: {kind: infiniband, bandwidth_gbps: 200}\n");
+  const models::Cluster one_node = build("name: one\nnodes:\n  - name: n\n    gpus: {type: h100, count: 2}\n");
+  auto model = models::LoadModel("llama-tiny");
+  ASSERT_TRUE(model.ok());
+  proto::Training t;
+  t.set_global_batch_size(8);
+  t.set_seq_len(64);
+  auto training = models::ResolveTraining(t, *model, "t");
+  ASSERT_TRUE(training.ok());
+  const std::string dir = ::testing::TempDir();
+  const std::string with = dir + "/stragglers-0.1.yaml", without = dir + "/stragglers-0.yaml";
+  std::ofstream(with) << "kind: calibration\nname: s\ngpus:\n  - gpus: [h100]\n    straggler_cv: 0.1\n";
+  std::ofstream(without) << "kind: calibration\nname: s0\ngpus:\n  - gpus: [h100]\n    straggler_cv: 0\n";
+  const char* two_pipelines = R"(
+pipelines:
+  - {micro_batch_size: 2, num_micro_batches: 2, stages: [{devices: [0], layer_begin: 0, layer_end: 6}]}
+  - {micro_batch_size: 2, num_micro_batches: 2, stages: [{devices: [1], layer_begin: 0, layer_end: 6}]}
+)";
+  const char* two_stages = R"(
+pipelines:
+  - micro_batch_size: 2
+    num_micro_batches: 4
+    stages: [{devices: [0], layer_begin: 0, layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]
+)";
+  const double wait_per_s = 0.1 / std::sqrt(std::acos(-1.0));
+  struct Case {
+    const models::Cluster* cluster;
+    const char* plan;
+    double wait_per_s;
+    bool in_dp;
+  };
+  const Case cases[] = {{&two_nodes, two_pipelines, wait_per_s, true},
+                        {&two_nodes, two_stages, wait_per_s, false},
+                        {&one_node, two_pipelines, 0.0, true}};
+  for (const Case& c : cases) {
+    const models::PlanContext ctx{*c.cluster, *model, *training};
+    proto::Plan plan;
+    ASSERT_TRUE(models::ParseYaml(c.plan, "plan", &plan).ok());
+    const Status valid = models::ValidatePlanStructure(plan, ctx, "plan");
+    ASSERT_TRUE(valid.ok()) << valid.message();
+    double simulated[2], dp[2], estimated[2];
+    for (int i = 0; i < 2; ++i) {
+      sim::SimOptions opt;
+      opt.compute.calibration = i == 0 ? without : with;
+      auto r = sim::SimulateIteration(plan, ctx, opt);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      simulated[i] = r->report.iteration_time_s();
+      dp[i] = r->report.devices(0).dp_communication_s();
+      planners::PlanningProblem problem{*c.cluster, *model, *training, nullptr, opt.compute};
+      estimated[i] = planners::AnalyticCostModel(problem).Estimate(plan, false).iteration_s;
+    }
+    ASSERT_GT(simulated[0], 0);
+    EXPECT_NEAR(simulated[1], simulated[0] * (1 + c.wait_per_s), 1e-9 * simulated[0]) << c.plan;
+    EXPECT_NEAR(dp[1] - dp[0], c.in_dp ? simulated[0] * c.wait_per_s : 0.0, 1e-9 * simulated[0]) << c.plan;
+    EXPECT_NEAR(estimated[1], estimated[0] * (1 + c.wait_per_s), 1e-9 * estimated[0]) << c.plan;
+  }
+}
+
 TEST(CostAgreement, RoutesPriceLoneTransfersAsThePlatformDoes) {
   const std::vector<models::Cluster> clusters = TestClusters();
   const double bytes = 123456789;

@@ -50,19 +50,21 @@ TEST(ValidateSim, ReportsTheErrorOfEveryRunAndBothHalves) {
   EXPECT_FALSE(std::getline(in, extra));
 }
 
+// A CSV line's cells (no quoting: validate-sim's numbers and names).
+std::vector<std::string> Cells(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+  return out;
+}
+
 // A number of the first run in a validate-sim -o file, by the header's column name.
 double FirstRunCell(const std::string& per_run_csv, const std::string& column) {
   std::ifstream in(per_run_csv);
   std::string header, row;
   std::getline(in, header);
   std::getline(in, row);
-  const auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
-    return out;
-  };
-  const auto names = cells(header), values = cells(row);
+  const auto names = Cells(header), values = Cells(row);
   for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
     if (names[i] == column) return std::stod(values[i]);
   }
@@ -210,13 +212,7 @@ TEST(ValidateSim, PlanFileRunsReportTimeSyncAndMemoryErrors) {
   std::getline(in, header);
   std::getline(in, a);
   std::getline(in, b);
-  const auto cells = [](const std::string& line) {
-    std::vector<std::string> v;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) v.push_back(c);
-    return v;
-  };
-  const auto h = cells(header), x = cells(a), y = cells(b);
+  const auto h = Cells(header), x = Cells(a), y = Cells(b);
   const auto col = [&](const std::vector<std::string>& row, const std::string& name) {
     const size_t i = static_cast<size_t>(std::find(h.begin(), h.end(), name) - h.begin());
     return i < row.size() ? std::stod(row[i]) : -1e300;

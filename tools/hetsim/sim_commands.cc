@@ -72,6 +72,14 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
                   c.protocol().c_str(), c.latency_us(), c.algorithm_gbyte_s(), c.nic().c_str());
     out << line;
   }
+  if (r.straggler_wait_s() > 0) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "  stragglers      the slowest of %u nodes finishes %.0f ms after the mean one (straggler_cv %.1f%%; "
+                  "included in the iteration)\n",
+                  r.straggler_nodes(), r.straggler_wait_s() * 1e3, 100 * r.straggler_cv());
+    out << line;
+  }
   // What each GPU type's compute times rest on; a type without measurements is said to be a guess.
   for (const auto& b : r.compute_basis()) {
     out << "  compute basis   " << b.gpu() << ": "
