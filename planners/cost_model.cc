@@ -531,7 +531,7 @@ PlanEstimate AnalyticCostModel::FromPlay(const proto::Plan& plan, const PlayResu
       e.slowest_pipeline = static_cast<uint32_t>(p);
     }
   }
-  // The simulator's wait for the slowest data-parallel replica (models/stragglers.h), in the sync.
+  // The simulator's wait for the slowest node (models/stragglers.h); the breakdown counts it in the sync.
   e.iteration_s += models::StragglerWaitFor(plan, cluster_, compute_, play.iteration_s).seconds;
   e.dp_sync_s = std::max(0.0, e.iteration_s - e.pipeline_s - e.optimizer_s);
   return e;
