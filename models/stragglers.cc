@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <set>
+#include <vector>
 
 #include <boost/math/distributions/normal.hpp>
 #include <boost/math/quadrature/gauss_kronrod.hpp>
@@ -33,29 +33,30 @@ double ExpectedMaxOfStandardNormals(uint32_t n) {
 
 StragglerWait StragglerWaitFor(const proto::Plan& plan, const Cluster& cluster, const ComputeCost& cost,
                                double iteration_s) {
+  // One pass over the plan's devices: the nodes they occupy and their GPU types (few: the calibration's
+  // value is looked up once per type, not per device).
   StragglerWait w;
-  std::set<uint32_t> nodes;
+  w.data_parallel = plan.pipelines_size() > 1;
+  std::vector<bool> occupied(cluster.nodes().size(), false);
+  std::vector<const GpuSpec*> types;
   for (const auto& pipe : plan.pipelines()) {
     for (const auto& st : pipe.stages()) {
+      w.data_parallel = w.data_parallel || DpDegree(st) > 1;
       for (uint32_t d : st.devices()) {
-        if (d < cluster.num_devices()) nodes.insert(cluster.device(d).node);
+        if (d >= cluster.num_devices()) continue;
+        const DeviceInfo& dev = cluster.device(d);
+        if (!occupied[dev.node]) {
+          occupied[dev.node] = true;
+          ++w.nodes;
+        }
+        if (std::find(types.begin(), types.end(), dev.gpu) == types.end()) types.push_back(dev.gpu);
       }
     }
   }
-  w.nodes = static_cast<uint32_t>(nodes.size());
-  w.data_parallel = false;
-  for (const auto& pipe : plan.pipelines()) {
-    for (const auto& st : pipe.stages()) w.data_parallel |= plan.pipelines_size() > 1 || DpDegree(st) > 1;
+  for (const GpuSpec* gpu : types) w.cv = std::max(w.cv, cost.StragglerCv(*gpu));
+  if (w.nodes > 1 && iteration_s > 0 && w.cv > 0) {
+    w.seconds = w.cv * iteration_s * ExpectedMaxOfStandardNormals(w.nodes);
   }
-  if (w.nodes <= 1 || !(iteration_s > 0)) return w;
-  for (const auto& pipe : plan.pipelines()) {
-    for (const auto& st : pipe.stages()) {
-      for (uint32_t d : st.devices()) {
-        if (d < cluster.num_devices()) w.cv = std::max(w.cv, cost.StragglerCv(*cluster.device(d).gpu));
-      }
-    }
-  }
-  if (w.cv > 0) w.seconds = w.cv * iteration_s * ExpectedMaxOfStandardNormals(w.nodes);
   return w;
 }
 
