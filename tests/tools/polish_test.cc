@@ -81,10 +81,12 @@ proto::Plan TwoPipelines() {
 //      2 GPUs (g = 2 is not below the widest machine's 2)                                           2
 //  11. per pipeline its two stages joined into one DP-2 stage (micro-batches of 2 × 2)             2
 //  12. TP 1 cannot be halved, and single replicas cannot trade DP for TP                          0
+//  13. recomputation none, selective and full (the plan inherits the training spec's)             3
+//  14. machine A left idle and machine B left idle (one machine per type; no type has two)      2
 TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   const auto cluster = ClusterFrom(kTwoMachines);
   const auto n = PlanNeighbours(TwoPipelines(), cluster, 6);
-  ASSERT_EQ(n.size(), 24u);
+  ASSERT_EQ(n.size(), 29u);
   std::multiset<std::string> kinds;
   for (const auto& [plan, change, layer_move] : n) {
     kinds.insert(change.substr(0, change.find(' ', change.find(' ') + 1)));
@@ -107,6 +109,22 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
   EXPECT_EQ(kinds.count("ZeRO stage"), 1u);
   EXPECT_EQ(kinds.count("one pipeline,"), 3u);  // a stage per machine, a stage per GPU in two orders
   EXPECT_EQ(kinds.count("pipeline 0") + kinds.count("pipeline 1"), 2u);  // the joins
+  EXPECT_EQ(kinds.count("recomputation none") + kinds.count("recomputation selective") +
+                kinds.count("recomputation full"),
+            3u);
+  EXPECT_EQ(kinds.count("machine 0") + kinds.count("machine 1"), 2u);
+  for (const auto& c : n) {
+    if (c.change != "machine 0 (a100-80gb) left idle") continue;
+    // Each pipeline loses its A100 stage; its H100 stage takes all six layers.
+    ASSERT_EQ(c.plan.pipelines_size(), 2);
+    for (int p = 0; p < 2; ++p) {
+      ASSERT_EQ(c.plan.pipelines(p).stages_size(), 1);
+      EXPECT_EQ(c.plan.pipelines(p).stages(0).devices(0), 2u + static_cast<uint32_t>(p));
+      EXPECT_EQ(c.plan.pipelines(p).stages(0).layer_begin(), 0u);
+      EXPECT_EQ(c.plan.pipelines(p).stages(0).layer_end(), 6u);
+      EXPECT_EQ(c.plan.pipelines(p).num_micro_batches(), 4u);
+    }
+  }
   for (const auto& c : n) {
     if (c.change != "pipeline 1 stage 0 and stage 1 joined into one data-parallel stage") continue;
     const auto& joined = c.plan.pipelines(1);
@@ -317,12 +335,12 @@ TEST(Polish, KeepsOnlyFasterChangesAndBalancesAnUnevenPipeline) {
   const double start_s = start->report.iteration_time_s();
 
   PolishOutcome none;
-  const proto::Plan same = PolishOnTwin(plan, start_s, p.get(), so, 0, &none);
+  const proto::Plan same = PolishOnTwin(plan, start_s, p.get(), so, {0, 0}, &none);
   EXPECT_EQ(same.pipelines(0).stages(0).layer_end(), 5u);  // no budget: nothing tried
   EXPECT_EQ(none.simulated, 0u);
 
   PolishOutcome out;
-  const proto::Plan polished = PolishOnTwin(plan, start_s, p.get(), so, 50, &out);
+  const proto::Plan polished = PolishOnTwin(plan, start_s, p.get(), so, {50, 0}, &out);
   ASSERT_FALSE(out.kept.empty());
   EXPECT_LT(out.end_s, start_s);
   EXPECT_TRUE(out.local_optimum);

@@ -65,7 +65,7 @@ Space Enumerate(const Config& c) {
       g.candidate = ci;
       g.planner = pi;
       std::string key = common + "|" + cand.cluster->spec().SerializeAsString() + "|" + pl.name + "|" + pl.options +
-                        "|" + std::to_string(pl.refine);
+                        "|" + (pl.refine == runner::kAutoRefine ? std::string("default") : std::to_string(pl.refine));
       if (pl.plan) key += "|" + pl.plan->SerializeAsString();
       g.id = Hex(runner::Fnv(key));
       for (size_t p = 0; p < c.policies.size(); ++p) {

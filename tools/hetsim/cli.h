@@ -55,7 +55,7 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
 // planners room: an error.
 // `refine`: candidates checked on the simulator (tools/runner/refine.h; −1 = the default, 0 = the planner's
 // own pick); `polish`: simulations to polish the checked choice (tools/runner/polish.h; −1 = the default,
-// runner::DefaultPolish); `notes` (optional) receives the twin check's and the polish's lines.
+// 0: off); `notes` (optional) receives the twin check's and the polish's lines.
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
                                     const std::string& options_file, const models::Cluster& cluster,
                                     const models::TransformerModel& model, const proto::Training& training,

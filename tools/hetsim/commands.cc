@@ -389,12 +389,13 @@ Result<int> PolishFlag(const po::variables_map& vm) {
 
 void AddRefineFlags(po::options_description& d) {
   d.add_options()("refine", po::value<int>(),
-                  "simulate the planner's pick and its next K-1 runners-up, keep the fastest (default 4 up to 256 "
-                  "GPUs, 2 up to 1,024, 1 beyond; 0 = the planner's own pick, unpolished)")(
+                  "opt-in, beyond the planner's paper: simulate the planner's pick and its next K-1 runners-up and "
+                  "keep the fastest (default 0: the planner's own pick; exhaustive and twin check their candidates "
+                  "by default)")(
       "polish", po::value<int>(),
-      "then improve the chosen plan on the twin with up to N simulations of small changes (layer boundaries, "
-      "device swaps, micro-batches, merged pipelines); goes beyond the planner's paper, says so in the notes "
-      "(default 200 up to 8 GPUs, 0 beyond; 0 = the checked choice)");
+      "opt-in, beyond the planner's paper: then improve the chosen plan on the twin with up to N simulations of "
+      "small changes (layer boundaries, device swaps, micro-batches, merged pipelines, recomputation, idle "
+      "machines; at most 120 s); the notes say so (default 0)");
 }
 
 Status PlanWithFlags(const po::variables_map& vm, Specs* specs) {

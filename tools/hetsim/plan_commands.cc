@@ -93,7 +93,6 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
                                     profiles ? &*profiles : nullptr, compute};
   problem.progress = [&err](const std::string& line) { err << line << std::endl; };
   runner::RefineOptions refine;
-  refine.polish = runner::kAutoPolish;
   const auto k = RefineFlag(vm);
   if (!k.ok()) {
     err << k.status().message() << "\n";
@@ -138,7 +137,7 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
                                     : "the planner's pick kept, " + secs(chosen.simulated_s) + " simulated");
       if (checked.polished && !checked.polish.kept.empty()) {
         comment += "\npolished on the twin (up to " + std::to_string(checked.polish_budget) +
-                   " simulations, beyond the planner's paper; --polish 0 for the checked choice): " +
+                   " simulations, beyond the planner's paper): " +
                    secs(checked.polish.start_s) +
                    " -> " + secs(checked.polish.end_s) + " simulated, " + std::to_string(checked.polish.kept.size()) +
                    " changes kept";

@@ -57,7 +57,7 @@ Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::strin
   planners::PlanningProblem problem{cluster, model, training, nullptr, {}};
   runner::RefineOptions options;
   if (refine >= 0) options.k = static_cast<uint32_t>(refine);
-  options.polish = polish >= 0 ? static_cast<uint32_t>(polish) : runner::kAutoPolish;
+  options.polish = polish >= 0 ? static_cast<uint32_t>(polish) : 0;
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult res, runner::PlanOnTwin(*p, problem, options));
   if (notes) {
     for (const auto& n : res.stats.notes) {

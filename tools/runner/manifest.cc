@@ -458,7 +458,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
   for (const auto& mm : m.models) model_digest.push_back(Canonical(mm.spec()));
   for (const auto& pl : m.planners) {
     planner_digest.push_back(pl.name + "|" + pl.options + "|" + (pl.plan ? Canonical(*pl.plan) : std::string()) +
-                             "|refine " + std::to_string(pl.refine) +
+                             // "default": what kAutoRefine means changed in session 33 (the planner's own pick).
+                             "|refine " + (pl.refine == kAutoRefine ? std::string("default") : std::to_string(pl.refine)) +
                              (pl.polish > 0 ? "|polish " + std::to_string(pl.polish) : std::string()));
   }
   const uint32_t repeats = std::max<uint32_t>(1, e.repeats());

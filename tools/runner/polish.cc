@@ -1,11 +1,13 @@
 #include "tools/runner/polish.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -104,6 +106,74 @@ std::optional<proto::Pipeline> Merged(const proto::Pipeline& a, const proto::Pip
 
 // The layer moves of `plan` (change 1 above), each with its description: one layer from a stage to another
 // of its pipeline, every boundary between them shifted by one.
+// `plan` without the GPUs of `nodes` (change 14): each stage keeps its replicas that lie elsewhere (none
+// when a replica straddles a left machine: nullopt); a stage left without replicas is dropped and its layers
+// go to the stage before it (the first stage's to the one after); a pipeline left without stages is dropped
+// and its sequences go to the first other pipeline whose micro-batch size divides them (none: nullopt).
+std::optional<proto::Plan> WithoutMachines(const proto::Plan& plan, const models::Cluster& cluster,
+                                           const std::set<uint32_t>& nodes) {
+  proto::Plan n = plan;
+  n.clear_pipelines();
+  uint32_t orphaned = 0;  // sequences of dropped pipelines
+  for (const auto& pipe : plan.pipelines()) {
+    proto::Pipeline kept = pipe;
+    kept.clear_stages();
+    uint32_t pending_begin = UINT32_MAX;  // layers of dropped stages waiting for the next kept stage
+    for (const auto& st : pipe.stages()) {
+      const uint32_t group = std::max(1u, st.tp_degree()) * std::max(1u, st.cp_degree()) *
+                             std::max(1u, st.ulysses_degree());
+      proto::Stage s = st;
+      s.clear_devices();
+      const auto replicas = static_cast<uint32_t>(st.devices_size()) / group;
+      bool changed = false;
+      for (uint32_t r = 0; r < replicas; ++r) {
+        uint32_t inside = 0;
+        for (uint32_t i = 0; i < group; ++i) {
+          inside += nodes.count(cluster.device(st.devices(static_cast<int>(r * group + i))).node) ? 1 : 0;
+        }
+        if (inside != 0 && inside != group) return std::nullopt;
+        if (inside == group) {
+          changed = true;
+          continue;
+        }
+        for (uint32_t i = 0; i < group; ++i) s.add_devices(st.devices(static_cast<int>(r * group + i)));
+      }
+      if (changed) s.clear_micro_batch_split();
+      if (s.devices_size() == 0) {
+        if (kept.stages_size() > 0) {
+          kept.mutable_stages(kept.stages_size() - 1)->set_layer_end(st.layer_end());
+        } else if (pending_begin == UINT32_MAX) {
+          pending_begin = st.layer_begin();
+        }
+        continue;
+      }
+      if (pending_begin != UINT32_MAX) {
+        s.set_layer_begin(pending_begin);
+        pending_begin = UINT32_MAX;
+      }
+      *kept.add_stages() = std::move(s);
+    }
+    if (kept.stages_size() == 0) {
+      orphaned += pipe.micro_batch_size() * pipe.num_micro_batches();
+      continue;
+    }
+    *n.add_pipelines() = std::move(kept);
+  }
+  if (n.pipelines_size() == 0) return std::nullopt;
+  if (orphaned > 0) {
+    bool placed = false;
+    for (auto& pipe : *n.mutable_pipelines()) {
+      if (pipe.micro_batch_size() > 0 && orphaned % pipe.micro_batch_size() == 0) {
+        pipe.set_num_micro_batches(pipe.num_micro_batches() + orphaned / pipe.micro_batch_size());
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) return std::nullopt;
+  }
+  return n;
+}
+
 std::vector<PlanChange> BoundaryMoves(const proto::Plan& plan, bool adjacent_only) {
   std::vector<PlanChange> out;
   for (int p = 0; p < plan.pipelines_size(); ++p) {
@@ -656,11 +726,60 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
       }
     }
   }
+  // 13. The plan's recomputation set to each other policy.
+  {
+    const proto::Recompute current = plan.recompute();
+    const std::pair<proto::Recompute, const char*> policies[] = {
+        {proto::RECOMPUTE_NONE, "none"}, {proto::RECOMPUTE_SELECTIVE, "selective"}, {proto::RECOMPUTE_FULL, "full"}};
+    for (const auto& [policy, name] : policies) {
+      if (policy == current) continue;
+      proto::Plan n = plan;
+      n.set_recompute(policy);
+      out.emplace_back(std::move(n), std::string("recomputation ") + name);
+    }
+  }
+  // 14. Machines left idle: per GPU type the last machine of that type the plan uses, and every machine of the
+  // slowest type at once (by FP16 peak; when the plan uses more than one type).
+  {
+    std::map<uint32_t, const models::GpuSpec*> used;  // machine -> its GPU type
+    for (const auto& pipe : plan.pipelines()) {
+      for (const auto& st : pipe.stages()) {
+        for (uint32_t d : st.devices()) used[cluster.device(d).node] = cluster.device(d).gpu;
+      }
+    }
+    std::map<const models::GpuSpec*, uint32_t> last_of_type;
+    for (const auto& [node, gpu] : used) last_of_type[gpu] = node;
+    std::vector<std::pair<std::set<uint32_t>, std::string>> idle;
+    if (used.size() >= 2) {
+      for (const auto& [gpu, node] : last_of_type) {
+        idle.push_back({{node}, "machine " + std::to_string(node) + " (" + (gpu ? gpu->name : "?") + ") left idle"});
+      }
+    }
+    if (last_of_type.size() >= 2) {
+      const models::GpuSpec* slowest = nullptr;
+      for (const auto& [gpu, node] : last_of_type) {
+        if (slowest == nullptr || (gpu && gpu->peak_fp16_tflops < slowest->peak_fp16_tflops)) slowest = gpu;
+      }
+      std::set<uint32_t> nodes;
+      for (const auto& [node, gpu] : used) {
+        if (gpu == slowest) nodes.insert(node);
+      }
+      if (nodes.size() >= 2) idle.push_back({nodes, "every " + (slowest ? slowest->name : std::string("?")) + " left idle"});
+    }
+    for (const auto& [nodes, change] : idle) {
+      if (auto n = WithoutMachines(plan, cluster, nodes)) out.emplace_back(std::move(*n), change);
+    }
+  }
   return out;
 }
 
 proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
-                         const sim::SimOptions& sim, uint32_t budget, PolishOutcome* outcome) {
+                         const sim::SimOptions& sim, PolishBudget budget, PolishOutcome* outcome) {
+  const auto started = std::chrono::steady_clock::now();
+  const auto out_of_time = [&] {
+    return budget.time_limit_s > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >= budget.time_limit_s;
+  };
   PolishOutcome local;
   PolishOutcome& out = outcome ? *outcome : local;
   out = PolishOutcome{};
@@ -722,8 +841,13 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
     std::vector<Neighbour> neighbours = ranked(s.plan);
     size_t next = 0;
     while (next < neighbours.size()) {
-      if (out.simulated >= budget) {
+      if (out.simulated >= budget.simulations) {
         spent = true;
+        break;
+      }
+      if (out_of_time()) {
+        spent = true;
+        out.timed_out = true;
         break;
       }
       const Neighbour& candidate = neighbours[next++];

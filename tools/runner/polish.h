@@ -29,7 +29,13 @@
 //  11. two adjacent stages with the same TP group shape joined into one stage holding both as DP replicas
 //      (the inverse of 9), the micro-batch doubled until it has a sequence per replica;
 //  12. a stage's TP degree halved and its DP doubled on the same devices, or the other way (micro-batch
-//      doubled as in 11).
+//      doubled as in 11);
+//  13. the plan's recomputation set to each other policy (none, selective, full): less recomputation is
+//      faster where memory allows it, more fits a deeper or narrower plan;
+//  14. one machine left idle: its GPUs taken out of every stage that holds them (a stage whose replicas all
+//      sat there is dropped, its layers given to the rest; a pipeline that lay on it alone is dropped, its
+//      sequences given to the others). A slow GPU on a slow network can cost a plan more than it adds, and
+//      repeated, this leaves a whole GPU type idle.
 // A change that the plan checks refuse (models::ValidatePlan: structure and memory) or that simulates out
 // of memory is skipped. The rest are tried in the order of their played estimate (AnalyticCostModel::
 // Estimate; the list's order breaks ties); one whose lower bound (LowerBoundSeconds, never above the simulated
@@ -65,13 +71,22 @@ struct PolishOutcome {
   // led to the result is listed as "restart (CHANGE, slower): T".
   std::vector<std::string> kept;
   uint32_t restarts = 0;       // restarts from slower neighbours tried (at most 8)
-  bool local_optimum = false;  // stopped at a local optimum no restart escaped (else: the budget ran out)
+  bool local_optimum = false;  // stopped at a local optimum no restart escaped (else: a budget ran out)
+  bool timed_out = false;      // the wall-clock limit stopped it
 };
 
-// Polishes `plan` (simulated at `plan_s` under `sim`) with at most `budget` simulations. Returns the best
-// plan found (the input when nothing helped).
+// What a polish may spend: simulations (the counted budget: the same result on every machine) and wall-clock
+// seconds (a safety limit for large clusters, where one simulation takes seconds; 0 = none). The clock is
+// checked before each simulation.
+struct PolishBudget {
+  uint32_t simulations = 0;
+  double time_limit_s = 0;
+};
+
+// Polishes `plan` (simulated at `plan_s` under `sim`) within `budget`. Returns the best plan found (the input
+// when nothing helped).
 proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
-                         const sim::SimOptions& sim, uint32_t budget, PolishOutcome* outcome);
+                         const sim::SimOptions& sim, PolishBudget budget, PolishOutcome* outcome);
 
 // `plan` with its layers rebalanced on the played estimate (AnalyticCostModel::Estimate), the plan kept
 // valid. The start is the plan's own split or, where the estimate prefers it, each pipeline's split that
@@ -80,7 +95,7 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
 // not in the closed form). From there a layer is moved at a time while the estimate improves, at most
 // `max_rounds` moves: between adjacent stages first, and when none helps a layer moved further (every
 // boundary between shifted; it leaves a plateau where two stages tie for the slowest). Used on each change
-// but a layer move (2-12 above) before it is judged.
+// but a layer move (2-14 above) before it is judged.
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
                             const models::PlanContext& ctx, uint32_t max_rounds);
 

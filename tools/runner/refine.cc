@@ -1,6 +1,7 @@
 #include "tools/runner/refine.h"
 
 #include "planners/exhaustive/exhaustive.h"
+#include "tools/runner/twin.h"
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +25,7 @@ std::string Seconds(double s) {
 std::string Name(uint32_t rank) { return rank == 0 ? "the planner's pick" : "runner-up " + std::to_string(rank); }
 
 std::string Describe(const RefinedCandidate& c) {
-  std::string s = Name(c.rank) + (c.found_by.empty() ? "" : ", " + c.found_by + "'s candidate") + " (" +
+  std::string s = Name(c.rank) + (c.found_by.empty() ? "" : " (from " + c.found_by + ")") + " (" +
                   (c.cost_s > 0           ? "its cost " + Seconds(c.cost_s)
                    : c.lower_bound_s > 0 ? "lower bound " + Seconds(c.lower_bound_s)
                                          : std::string("its cost not given")) +
@@ -36,8 +37,8 @@ std::string Describe(const RefinedCandidate& c) {
   return s;
 }
 
-// exhaustive's proof is warm-started with every other planner's candidates at the default K (its pick and
-// runners-up, the plans its `--refine` would choose from), so that no planner's simulator-checked choice
+// exhaustive's proof is warm-started with every other planner's candidates (its pick and kSeedCandidates − 1
+// runners-up, the plans its `--refine 4` would choose from), so that no planner's simulator-checked choice
 // can beat the reference. A planner that finds no plan contributes nothing.
 // With polishing on, each planner's polished plan (PlanOnTwin at its default K with the same polish budget) is a
 // candidate too: the same inputs polish to the same plan, so none of them can beat the reference either.
@@ -45,12 +46,12 @@ std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, cons
                                   std::vector<proto::Plan>* seeds) {
   const auto start = std::chrono::steady_clock::now();
   planners::PlanningProblem asked = problem;
-  asked.alternatives = kDefaultRefine - 1;
+  asked.alternatives = kSeedCandidates - 1;
   asked.seeds.clear();
   asked.progress = nullptr;
   uint32_t planners_used = 0, polished = 0;
   for (const std::string& name : planners::PlannerNames()) {
-    if (name == "exhaustive") continue;
+    if (name == "exhaustive" || name == "twin") continue;
     auto p = planners::CreatePlanner(name);
     if (!p.ok()) continue;
     if (options.polish == 0) {
@@ -64,7 +65,9 @@ std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, cons
     // One run gives the pick, its runners-up and the polished plan.
     if (problem.progress) problem.progress("exhaustive: polishing " + name + "'s plan for the proof's warm start");
     RefineOptions theirs;
+    theirs.k = 1;
     theirs.polish = options.polish;
+    theirs.polish_time_limit_s = options.polish_time_limit_s;
     theirs.sim = options.sim;
     theirs.candidate_plans = seeds;
     RefineOutcome out;
@@ -77,7 +80,7 @@ std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, cons
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return "proof warm start: " + std::to_string(seeds->size()) + " candidates from " + std::to_string(planners_used) +
-         " other planners (their picks and runners-up at --refine " + std::to_string(kDefaultRefine) +
+         " other planners (their picks and runners-up at --refine " + std::to_string(kSeedCandidates) +
          (options.polish > 0 ? ", and " + std::to_string(polished) + " polished plans" : std::string()) + ", " +
          Seconds(wall) + ")";
 }
@@ -86,6 +89,12 @@ std::string SeedWithOtherPlanners(const planners::PlanningProblem& problem, cons
 
 Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
                                            const RefineOptions& options, RefineOutcome* outcome) {
+  if (planner.name() == "twin") return TwinOnTwin(planner, problem, options, outcome);
+  return CheckOnTwin(planner, problem, options, outcome);
+}
+
+Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
+                                            const RefineOptions& options, RefineOutcome* outcome) {
   planners::PlanningProblem asked = problem;
   // The lower bound is a bound of the balanced fidelity's simulation (planners/lowering_cost.h).
   const sim::Fidelity balanced = sim::Fidelity::Balanced();
@@ -94,12 +103,13 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   // exhaustive's default: the proof over its whole space (its candidates by lower bound, until the bound
   // rules the rest out).
   const bool prove = options.k == kAutoRefine && planner.name() == "exhaustive" && bounded;
+  // A named planner's default is its own pick (0); asking for a polish simulates the pick once first.
   uint32_t k = options.k != kAutoRefine             ? options.k
                : planner.name() == "exhaustive" ? kDefaultExhaustiveRefine
-                                                : DefaultRefine(problem.cluster.num_devices());
+               : options.polish > 0             ? 1
+                                                : 0;
   asked.alternatives = prove ? planners::exhaustive::kEveryCandidate : k > 1 ? k - 1 : 0;
-  const bool auto_polish = options.polish == kAutoPolish;
-  const uint32_t polish = auto_polish ? (k == 0 ? 0 : DefaultPolish(problem.cluster.num_devices())) : options.polish;
+  const uint32_t polish = k == 0 ? 0 : options.polish;
   std::string seed_note;
   if (prove) {
     RefineOptions seeding = options;
@@ -108,7 +118,7 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   }
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult result, planners::RunPlanner(planner, asked));
   if (!seed_note.empty()) result.stats.notes.insert(result.stats.notes.begin(), seed_note);
-  if (prove) k = static_cast<uint32_t>(1 + result.alternatives.size());
+  if (prove || options.k == kEveryPoolCandidate) k = static_cast<uint32_t>(1 + result.alternatives.size());
   if (options.candidate_plans) {
     options.candidate_plans->push_back(result.plan);
     for (const auto& alt : result.alternatives) options.candidate_plans->push_back(alt.plan);
@@ -139,6 +149,10 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   const uint32_t budget = options.max_proof_simulations > 0 ? options.max_proof_simulations : kDefaultProofSimulations;
   double fastest = std::numeric_limits<double>::infinity();
   uint32_t simulations = 0;
+  const auto out_of_time = [&] {
+    return options.check_time_limit_s > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= options.check_time_limit_s;
+  };
   for (size_t i = 0; i < n; ++i) {
     const proto::Plan& plan = i == 0 ? result.plan : result.alternatives[i - 1].plan;
     RefinedCandidate c;
@@ -154,7 +168,7 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
         continue;
       }
     }
-    if (prove && simulations >= budget) {
+    if ((prove && simulations >= budget) || (i > 0 && out_of_time())) {
       c.not_reached = true;
       out.candidates.push_back(std::move(c));
       continue;
@@ -224,7 +238,10 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
     }
     proof_note = buf;
   }
-  const std::string head = "twin check (" + (prove ? std::string("proof over the space") : "--refine " + std::to_string(k)) + "): " + std::to_string(simulated) +
+  const std::string check = prove                        ? std::string("proof over the space")
+                            : options.k == kEveryPoolCandidate ? "every candidate of the pool"
+                                                               : "--refine " + std::to_string(k);
+  const std::string head = "twin check (" + check + "): " + std::to_string(simulated) +
                            " candidate" + (simulated == 1 ? "" : "s") + " simulated in " + Seconds(out.sim_wall_s) +
                            (ruled_out > 0 ? ", " + std::to_string(ruled_out) + " ruled out by the lower bound" : "") +
                            "; ";
@@ -240,16 +257,17 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
     std::snprintf(pct, sizeof pct, "%.1f%%", pick.error.empty() && !pick.oom && pick.simulated_s > 0
                                                  ? 100.0 * (pick.simulated_s - c.simulated_s) / pick.simulated_s
                                                  : 0.0);
-    notes.push_back(head + Name(c.rank) + (c.found_by.empty() ? "" : " (" + c.found_by + "'s candidate)") + " simulates " + Seconds(c.simulated_s) + " and is returned instead of " +
+    notes.push_back(head + Name(c.rank) + (c.found_by.empty() ? "" : " (from " + c.found_by + ")") + " simulates " + Seconds(c.simulated_s) + " and is returned instead of " +
                     "the planner's pick (" + (pick.error.empty() ? Seconds(pick.simulated_s) : std::string("failed")) +
                     (pick.oom ? ", out of memory" : "") + "): " + pct + " faster in the simulator");
   }
   if (!proof_note.empty()) notes.push_back(proof_note);
   // The proof list can hold thousands: the simulated candidates only, the first few.
   size_t listed = 0;
+  const bool long_list = prove || n > kListedCandidates;
   for (const auto& c : out.candidates) {
-    if (prove && (c.ruled_out || c.not_reached)) continue;
-    if (prove && ++listed > kListedCandidates) {
+    if (long_list && (c.ruled_out || c.not_reached)) continue;
+    if (long_list && ++listed > kListedCandidates) {
       notes.push_back("  ... (" + std::to_string(simulated - kListedCandidates) + " more simulated)");
       break;
     }
@@ -267,20 +285,22 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
     const auto polish_start = std::chrono::steady_clock::now();
     out.polished = true;
     const double from = out.candidates[static_cast<size_t>(best)].simulated_s;
-    proto::Plan polished = PolishOnTwin(result.plan, from, problem, so, polish, &out.polish);
+    const double limit_s = options.polish_time_limit_s > 0 ? options.polish_time_limit_s : kDefaultPolishTimeLimitS;
+    proto::Plan polished = PolishOnTwin(result.plan, from, problem, so, {polish, limit_s}, &out.polish);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - polish_start).count();
     out.sim_wall_s += wall;
     char buf[480];
-    const std::string how = auto_polish ? "by default up to " + std::to_string(kDefaultPolishMaxGpus) + " GPUs, " +
-                                              std::to_string(polish) + " simulations at most; --polish 0 for the checked "
-                                              "choice, --refine 0 for the paper's pick"
-                                        : "--polish " + std::to_string(polish);
+    char limit[96];
+    std::snprintf(limit, sizeof limit, "--polish %u, at most %.0f s", polish, limit_s);
+    const std::string how = limit;
     std::snprintf(buf, sizeof buf,
                   "polish (%s; beyond the planner's paper): %u changes simulated, %u ruled out by their lower "
                   "bound, %u refused (invalid or out of memory), %u restarts in %s; %s",
                   how.c_str(), out.polish.simulated, out.polish.ruled_out, out.polish.refused, out.polish.restarts,
                   Seconds(wall).c_str(),
-                  out.polish.local_optimum ? "no change left helps" : "the budget ran out");
+                  out.polish.local_optimum ? "no change left helps"
+                  : out.polish.timed_out   ? "stopped by the time limit (a faster machine may polish further)"
+                                           : "the budget of simulations ran out");
     notes.push_back(buf);
     if (out.polish.kept.empty()) {
       notes.push_back("  no change simulates faster than the checked choice (" + Seconds(from) + "): it is returned");

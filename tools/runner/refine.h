@@ -25,58 +25,58 @@
 
 namespace hetsim::runner {
 
-// The default K: the pick and three runners-up. Simulating a candidate of a ≤ 64-GPU plan takes tens of
-// milliseconds, so planning stays within about 2× of the search alone for the searches that take a second
-// or more (docs/planners.md "Simulator-checked choice" has the measured ratios).
-inline constexpr uint32_t kDefaultRefine = 4;
+// A planner's name means its plan (DESIGN "Choosing plans on the twin"): by default every named planner
+// returns its own pick, nothing simulated and nothing polished, so that comparisons between planners stay
+// what the papers compared. The twin check (`--refine K`), polishing (`--polish N`) and hetsim's own planner
+// (`twin`, tools/runner/twin.h) are asked for by name.
+//
+// kAutoRefine, "the planner's default", resolves to:
+//   - 0 (the pick) for every named planner; 1 when polishing is asked for (the pick is simulated once, then
+//     polished);
+//   - exhaustive: the proof of the simulator's optimum over its space: the planner returns its pick and every
+//     plan whose lower bound of the simulated iteration is below a threshold (planners/exhaustive/exhaustive.h,
+//     kEveryCandidate), by increasing bound; they are simulated in that order until the next bound is no better
+//     than the fastest simulated (docs/planners.md, "exhaustive"). At other fidelities than the balanced one,
+//     or with jitter, exhaustive falls back to kDefaultExhaustiveRefine;
+//   - twin: every candidate of its pool, by increasing played estimate, each simulated unless its lower bound
+//     rules it out (tools/runner/twin.h).
+inline constexpr uint32_t kAutoRefine = UINT32_MAX;
 
-// The default K for a cluster: a simulation of a plan grows with the GPUs it cannot fold (23 s for
-// hexiscale's 64 unlike pipelines at 4,096 GPUs, about its search's time), so past 256 GPUs the pick and one
-// runner-up are simulated, past 1,024 the pick alone (its simulated time is reported; an explicit --refine K
-// asks for more). Deterministic: it depends on the cluster only, never on measured time.
-constexpr uint32_t DefaultRefine(uint32_t gpus) {
-  return gpus <= 256 ? kDefaultRefine : gpus <= 1024 ? 2 : 1;
-}
+// How many candidates each other planner gives exhaustive's warm start and the twin's pool: its pick and
+// three runners-up (the plans `--refine 4` would choose from).
+inline constexpr uint32_t kSeedCandidates = 4;
 
-// The reference optimum (`exhaustive`) is checked on more candidates by default: its pool re-ranked by the
+// The reference optimum (`exhaustive`) off its proof (another fidelity, jitter): its pool re-ranked by the
 // played estimate, simulated unless the lower bound rules a candidate out.
 inline constexpr uint32_t kDefaultExhaustiveRefine = 16;
 
-// "The planner's default": DefaultRefine(GPUs) for every planner but exhaustive, whose default is the proof of
-// the simulator's optimum over its space: the planner returns its pick and every plan whose lower bound
-// of the simulated iteration is below a threshold (planners/exhaustive/exhaustive.h, kEveryCandidate), by
-// increasing bound; they are simulated in that order until the next bound is no better than the fastest
-// simulated (docs/planners.md, "exhaustive"). At other fidelities than the balanced one, or with jitter,
-// exhaustive falls back to kDefaultExhaustiveRefine.
-inline constexpr uint32_t kAutoRefine = UINT32_MAX;
+// `twin`'s check: every candidate of its pool (RefineOptions::k).
+inline constexpr uint32_t kEveryPoolCandidate = 1000000;
 
 // The proof's default budget of simulations (a few tens of seconds on 8-GPU plans).
 inline constexpr uint32_t kDefaultProofSimulations = 2000;
 
-// Polishing by default (tools/runner/polish.h): `hetsim plan` and `hetsim simulate --planner` ask for
-// kAutoPolish, which polishes the checked choice with DefaultPolish(GPUs) simulations. Up to 8 GPUs (the
-// clusters `exhaustive` is the reference on) polishing takes seconds: a simulation takes milliseconds, and
-// every structural change is rebalanced on the played estimate first, hundreds of estimates each. Past that
-// it is off by default (a 16-GPU Llama 2 7B plan spends over a minute on 10 changes) and `--polish N`
-// asks for it. `--refine 0` (the paper's pick) and
-// `--polish 0` (the checked choice) turn it off. Library callers (manifests, advise) default to no polish,
-// so experiments that compare planners compare the papers' plans. Deterministic: the cluster only.
-inline constexpr uint32_t kAutoPolish = UINT32_MAX;
-inline constexpr uint32_t kDefaultPolish = 200;
-inline constexpr uint32_t kDefaultPolishMaxGpus = 8;
-constexpr uint32_t DefaultPolish(uint32_t gpus) { return gpus <= kDefaultPolishMaxGpus ? kDefaultPolish : 0; }
+// Polishing (tools/runner/polish.h) is off unless asked for: `--polish N` (N simulations at most), manifests'
+// `planners[].polish`. A polish also stops at its wall-clock limit (kDefaultPolishTimeLimitS unless
+// RefineOptions::polish_time_limit_s says otherwise), and says so: the counted budget keeps results the same on
+// every machine, the clock keeps a large cluster's polish from running away.
+inline constexpr double kDefaultPolishTimeLimitS = 120;
 
 struct RefineOptions {
   uint32_t k = kAutoRefine;
   uint32_t max_proof_simulations = 0;  // the proof's budget; 0 = kDefaultProofSimulations
   // After the check, polish the chosen plan on the twin with at most this many simulations
-  // (tools/runner/polish.h; beyond the planner's paper). 0 = off; kAutoPolish = DefaultPolish(GPUs) (0 when
-  // K = 0). exhaustive's proof with polishing on is warm-started with every other planner's polished plan,
-  // so no planner's polished plan beats the reference.
+  // (tools/runner/polish.h; beyond the planner's paper). 0 = off. exhaustive's proof with polishing on is
+  // warm-started with every other planner's polished plan, so no planner's polished plan beats the reference.
   uint32_t polish = 0;
+  // The polish's wall-clock limit (seconds; 0 = kDefaultPolishTimeLimitS).
+  double polish_time_limit_s = 0;
   sim::SimOptions sim;  // how candidates are simulated (fidelity, calibration, profiles); no timeline
   // When set, receives the planner's pick and its runners-up (the candidates checked), in its order.
   std::vector<proto::Plan>* candidate_plans = nullptr;
+  // The check's wall-clock limit (seconds; 0 = none): runners-up not reached by then are not simulated
+  // (RefinedCandidate::not_reached). The twin's search sets it; named planners' checks have none.
+  double check_time_limit_s = 0;
 };
 
 // One simulated candidate.
@@ -107,9 +107,14 @@ struct RefineOutcome {
 };
 
 // Runs the planner (planners::RunPlanner, asking for K − 1 runners-up) and checks its candidates on the
-// twin. The result's plan is the chosen one, its estimate re-computed, its notes extended; `alternatives`
+// twin; for `twin`, its search (tools/runner/twin.h). The result's plan is the chosen one, its estimate re-computed, its notes extended; `alternatives`
 // are cleared. When no candidate simulates (all OOM or failed), the planner's pick is returned with a note.
 Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
                                            const RefineOptions& options, RefineOutcome* outcome = nullptr);
+
+// The check and polish above for any planner, `twin` included as a plain planner (its pool ranked by the played
+// estimate, no multi-start polish): what PlanOnTwin does for every planner but `twin`.
+Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
+                                            const RefineOptions& options, RefineOutcome* outcome = nullptr);
 
 }  // namespace hetsim::runner

@@ -1,0 +1,142 @@
+#include "planners/twin/twin.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/plan.h"
+#include "planners/proto/twin.pb.h"
+
+namespace hetsim::planners::twin {
+namespace {
+
+constexpr uint32_t kDefaultCandidatesPerPlanner = 4;
+
+struct Candidate {
+  proto::Plan plan;
+  double estimate_s = 0;
+  std::string found_by;
+};
+
+const char* RecomputeName(proto::Recompute r) {
+  switch (r) {
+    case proto::RECOMPUTE_NONE: return "none";
+    case proto::RECOMPUTE_SELECTIVE: return "selective";
+    case proto::RECOMPUTE_FULL: return "full";
+    default: return "the training spec's";
+  }
+}
+
+class TwinPlanner : public PlannerWithOptions<proto::TwinOptions> {
+ public:
+  std::string name() const override { return "twin"; }
+
+  Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
+    const auto& o = options_;
+    std::vector<std::string> names(o.planners().begin(), o.planners().end());
+    if (names.empty()) {
+      for (const auto& n : PlannerNames()) {
+        if (n != "exhaustive" && n != "twin") names.push_back(n);
+      }
+    }
+    const uint32_t per = o.candidates_per_planner() > 0 ? o.candidates_per_planner() : kDefaultCandidatesPerPlanner;
+    const bool variants = o.has_recompute_variants() ? o.recompute_variants() : true;
+
+    PlanningProblem asked = problem;
+    asked.alternatives = per - 1;
+    asked.seeds.clear();
+    asked.progress = nullptr;
+    const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
+    const AnalyticCostModel cost(problem);
+
+    PlannerResult result;
+    SearchStats& stats = result.stats;
+    std::set<std::string> seen;
+    std::vector<Candidate> pool;
+    uint32_t offered = 0;
+    const auto offer = [&](const proto::Plan& plan, const std::string& by) {
+      ++offered;
+      std::string key;
+      proto::Plan keyed = plan;
+      keyed.clear_name();
+      keyed.clear_planner();
+      keyed.SerializeToString(&key);
+      if (!seen.insert(std::move(key)).second) {
+        stats.Reject("same plan as an earlier candidate");
+        return;
+      }
+      if (!models::ValidatePlan(plan, ctx, "").ok()) {
+        stats.Reject("invalid or out of memory on the cluster");
+        return;
+      }
+      ++stats.candidates_evaluated;
+      pool.push_back({plan, cost.Estimate(plan, /*with_memory=*/false).iteration_s, by});
+    };
+    std::vector<std::string> per_planner;
+    for (const std::string& name : names) {
+      if (name == "twin") return Status::Invalid("twin options: planners: twin cannot start from itself; remove it");
+      HETSIM_ASSIGN_OR_RETURN(auto planner, CreatePlanner(name));
+      if (problem.progress) problem.progress("twin: " + name + "'s candidates");
+      const auto start = std::chrono::steady_clock::now();
+      auto r = RunPlanner(*planner, asked);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      char line[160];
+      if (!r.ok()) {
+        std::snprintf(line, sizeof line, "%s: no plan (%.2f s)", name.c_str(), wall);
+        per_planner.push_back(line);
+        continue;
+      }
+      std::vector<proto::Plan> plans{r->plan};
+      for (const auto& alt : r->alternatives) plans.push_back(alt.plan);
+      std::snprintf(line, sizeof line, "%s: %zu (%.2f s)", name.c_str(), plans.size(), wall);
+      per_planner.push_back(line);
+      for (size_t i = 0; i < plans.size(); ++i) {
+        proto::Plan p = plans[i];
+        p.set_planner("twin");
+        const std::string by = name + (i == 0 ? "'s pick" : " runner-up " + std::to_string(i));
+        offer(p, by);
+        if (!variants) continue;
+        for (proto::Recompute r2 : {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL}) {
+          if (r2 == p.recompute()) continue;
+          proto::Plan v = p;
+          v.set_recompute(r2);
+          offer(v, by + ", recomputation " + RecomputeName(r2));
+        }
+      }
+    }
+    if (pool.empty()) {
+      return Status::Infeasible("twin: no planner's candidate fits on the cluster (" + std::to_string(offered) +
+                                " offered; see each planner's own error with `hetsim plan --planner NAME`)");
+    }
+    std::stable_sort(pool.begin(), pool.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
+    std::string from;
+    for (const auto& l : per_planner) from += (from.empty() ? "" : ", ") + l;
+    char head[200];
+    std::snprintf(head, sizeof head,
+                  "pool: %zu distinct candidates that fit (of %u offered) from %zu planners, by played estimate "
+                  "%.4g s to %.4g s",
+                  pool.size(), offered, names.size(), pool.front().estimate_s, pool.back().estimate_s);
+    stats.notes.push_back(head);
+    stats.notes.push_back("  candidates per planner (pick and runners-up): " + from);
+    result.plan = std::move(pool.front().plan);
+    result.cost_s = pool.front().estimate_s;
+    result.found_by = pool.front().found_by;
+    const size_t keep = std::min<size_t>(pool.size() - 1, problem.alternatives);
+    for (size_t i = 1; i <= keep; ++i) {
+      result.alternatives.push_back({std::move(pool[i].plan), pool[i].estimate_s, 0, pool[i].found_by});
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Planner> NewPlanner() { return std::make_unique<TwinPlanner>(); }
+
+}  // namespace hetsim::planners::twin
