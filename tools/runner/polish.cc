@@ -1,7 +1,6 @@
 #include "tools/runner/polish.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -15,6 +14,7 @@
 
 #include "models/plan.h"
 #include "planners/cost_model.h"
+#include "tools/runner/cpu_clock.h"
 
 namespace hetsim::runner {
 namespace {
@@ -385,7 +385,8 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
   return ClimbLayers(std::move(start), start_s, cost, ctx, max_rounds).first;
 }
 
-std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers) {
+std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers,
+                                       proto::Recompute training_recompute) {
   // Interleaved stages hold several chunks each: their layer ranges are not moved here.
   if (plan.schedule() == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) return {};
   const int np = plan.pipelines_size();
@@ -726,9 +727,11 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
       }
     }
   }
-  // 13. The plan's recomputation set to each other policy.
+  // 13. The plan's recomputation set to each other policy (the one it runs with: its own, else the training
+  // spec's, else none).
   {
-    const proto::Recompute current = plan.recompute();
+    proto::Recompute current = plan.recompute() != proto::RECOMPUTE_UNSPECIFIED ? plan.recompute() : training_recompute;
+    if (current == proto::RECOMPUTE_UNSPECIFIED) current = proto::RECOMPUTE_NONE;
     const std::pair<proto::Recompute, const char*> policies[] = {
         {proto::RECOMPUTE_NONE, "none"}, {proto::RECOMPUTE_SELECTIVE, "selective"}, {proto::RECOMPUTE_FULL, "full"}};
     for (const auto& [policy, name] : policies) {
@@ -775,11 +778,8 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
 
 proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners::PlanningProblem& problem,
                          const sim::SimOptions& sim, PolishBudget budget, PolishOutcome* outcome) {
-  const auto started = std::chrono::steady_clock::now();
-  const auto out_of_time = [&] {
-    return budget.time_limit_s > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >= budget.time_limit_s;
-  };
+  const double started = CpuSeconds();
+  const auto out_of_time = [&] { return budget.time_limit_s > 0 && CpuSeconds() - started >= budget.time_limit_s; };
   PolishOutcome local;
   PolishOutcome& out = outcome ? *outcome : local;
   out = PolishOutcome{};
@@ -810,7 +810,7 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
   };
   const auto ranked = [&](const proto::Plan& from) {
     std::vector<Neighbour> list;
-    for (auto& n : PlanNeighbours(from, problem.cluster, layers)) {
+    for (auto& n : PlanNeighbours(from, problem.cluster, layers, problem.training.recompute())) {
       if (!models::ValidatePlan(n.plan, ctx, "").ok()) {
         ++out.refused;
         continue;

@@ -30,8 +30,8 @@
 //      (the inverse of 9), the micro-batch doubled until it has a sequence per replica;
 //  12. a stage's TP degree halved and its DP doubled on the same devices, or the other way (micro-batch
 //      doubled as in 11);
-//  13. the plan's recomputation set to each other policy (none, selective, full): less recomputation is
-//      faster where memory allows it, more fits a deeper or narrower plan;
+//  13. the plan's recomputation set to each other policy of none, selective and full than the one it runs
+//      with: less recomputation is faster where memory allows it, more fits a deeper or narrower plan;
 //  14. one machine left idle: its GPUs taken out of every stage that holds them (a stage whose replicas all
 //      sat there is dropped, its layers given to the rest; a pipeline that lay on it alone is dropped, its
 //      sequences given to the others). A slow GPU on a slow network can cost a plan more than it adds, and
@@ -72,12 +72,12 @@ struct PolishOutcome {
   std::vector<std::string> kept;
   uint32_t restarts = 0;       // restarts from slower neighbours tried (at most 8)
   bool local_optimum = false;  // stopped at a local optimum no restart escaped (else: a budget ran out)
-  bool timed_out = false;      // the wall-clock limit stopped it
+  bool timed_out = false;      // the CPU-time limit stopped it
 };
 
-// What a polish may spend: simulations (the counted budget: the same result on every machine) and wall-clock
-// seconds (a safety limit for large clusters, where one simulation takes seconds; 0 = none). The clock is
-// checked before each simulation.
+// What a polish may spend: simulations (the counted budget: the same result on every machine) and CPU seconds
+// (tools/runner/cpu_clock.h: this process and its simulations; a safety limit for large clusters, where one
+// simulation takes seconds; 0 = none). The clock is checked before each simulation.
 struct PolishBudget {
   uint32_t simulations = 0;
   double time_limit_s = 0;
@@ -108,7 +108,9 @@ struct PlanChange {
 };
 
 // The neighbours of `plan` on `cluster` in the order above (exposed for tests); `layers` is the model's
-// layer count. None for interleaved plans (their stages hold several chunks).
-std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers);
+// layer count, `training_recompute` the training spec's policy (what a plan without its own runs with; none
+// when unspecified). None for interleaved plans (their stages hold several chunks).
+std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers,
+                                       proto::Recompute training_recompute = proto::RECOMPUTE_UNSPECIFIED);
 
 }  // namespace hetsim::runner

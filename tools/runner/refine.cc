@@ -1,6 +1,7 @@
 #include "tools/runner/refine.h"
 
 #include "planners/exhaustive/exhaustive.h"
+#include "tools/runner/cpu_clock.h"
 #include "tools/runner/twin.h"
 
 #include <algorithm>
@@ -149,9 +150,9 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
   const uint32_t budget = options.max_proof_simulations > 0 ? options.max_proof_simulations : kDefaultProofSimulations;
   double fastest = std::numeric_limits<double>::infinity();
   uint32_t simulations = 0;
+  const double cpu_start = CpuSeconds();
   const auto out_of_time = [&] {
-    return options.check_time_limit_s > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= options.check_time_limit_s;
+    return options.check_time_limit_s > 0 && CpuSeconds() - cpu_start >= options.check_time_limit_s;
   };
   for (size_t i = 0; i < n; ++i) {
     const proto::Plan& plan = i == 0 ? result.plan : result.alternatives[i - 1].plan;

@@ -57,9 +57,9 @@ inline constexpr uint32_t kEveryPoolCandidate = 1000000;
 inline constexpr uint32_t kDefaultProofSimulations = 2000;
 
 // Polishing (tools/runner/polish.h) is off unless asked for: `--polish N` (N simulations at most), manifests'
-// `planners[].polish`. A polish also stops at its wall-clock limit (kDefaultPolishTimeLimitS unless
-// RefineOptions::polish_time_limit_s says otherwise), and says so: the counted budget keeps results the same on
-// every machine, the clock keeps a large cluster's polish from running away.
+// `planners[].polish`. A polish also stops at its CPU-time limit (kDefaultPolishTimeLimitS unless
+// RefineOptions::polish_time_limit_s says otherwise; tools/runner/cpu_clock.h), and says so: the counted
+// budget keeps results the same on every machine, the clock keeps a large cluster's polish from running away.
 inline constexpr double kDefaultPolishTimeLimitS = 120;
 
 struct RefineOptions {
@@ -69,12 +69,12 @@ struct RefineOptions {
   // (tools/runner/polish.h; beyond the planner's paper). 0 = off. exhaustive's proof with polishing on is
   // warm-started with every other planner's polished plan, so no planner's polished plan beats the reference.
   uint32_t polish = 0;
-  // The polish's wall-clock limit (seconds; 0 = kDefaultPolishTimeLimitS).
+  // The polish's CPU-time limit (seconds; 0 = kDefaultPolishTimeLimitS).
   double polish_time_limit_s = 0;
   sim::SimOptions sim;  // how candidates are simulated (fidelity, calibration, profiles); no timeline
   // When set, receives the planner's pick and its runners-up (the candidates checked), in its order.
   std::vector<proto::Plan>* candidate_plans = nullptr;
-  // The check's wall-clock limit (seconds; 0 = none): runners-up not reached by then are not simulated
+  // The check's CPU-time limit (seconds; 0 = none): runners-up not reached by then are not simulated
   // (RefinedCandidate::not_reached). The twin's search sets it; named planners' checks have none.
   double check_time_limit_s = 0;
 };

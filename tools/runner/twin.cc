@@ -1,20 +1,17 @@
 #include "tools/runner/twin.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "planners/proto/twin.pb.h"
+#include "tools/runner/cpu_clock.h"
 
 namespace hetsim::runner {
 namespace {
 
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::string Seconds(double s) {
   char buf[32];
@@ -34,7 +31,7 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
                         : o.polish_simulations() > 0 ? o.polish_simulations()
                                                      : kDefaultTwinPolishSimulations;
   const uint32_t starts = o.polish_starts() > 0 ? o.polish_starts() : kDefaultTwinPolishStarts;
-  const auto started = std::chrono::steady_clock::now();
+  const double started = CpuSeconds();
 
   // 1 and 2: the pool, checked on the simulator.
   RefineOptions check = options;
@@ -81,7 +78,7 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
   uint32_t used = 0;
   std::vector<std::string> lines;
   for (size_t rank = 0; rank < order.size(); ++rank) {
-    const double left_s = limit_s - Since(started);
+    const double left_s = limit_s - (CpuSeconds() - started);
     if (used >= sims || left_s <= 0) {
       timed_out = timed_out || left_s <= 0;
       break;
@@ -128,13 +125,13 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
   char head[400];
   std::snprintf(head, sizeof head,
                 "twin's local search (beyond the papers): %zu start%s, %u of %u simulations, %s; %s -> %s (%.1f%% "
-                "faster than the fastest confirmed candidate); planning took %s (pool %s), limit %s",
+                "faster than the fastest confirmed candidate); planning took %s of CPU (pool %s), limit %s",
                 lines.size(), lines.size() == 1 ? "" : "s", used, sims,
                 timed_out ? "stopped by the time limit (a faster machine may search further)"
                 : used >= sims ? "the simulations ran out"
                                : "every start reached a local optimum",
                 Seconds(checked_s).c_str(), Seconds(best_s).c_str(), 100.0 * (checked_s - best_s) / checked_s,
-                Seconds(Since(started)).c_str(), Seconds(pool_s).c_str(), Seconds(limit_s).c_str());
+                Seconds(CpuSeconds() - started).c_str(), Seconds(pool_s).c_str(), Seconds(limit_s).c_str());
   notes.push_back(head);
   for (auto& l : lines) notes.push_back(std::move(l));
   if (improved) {

@@ -11,9 +11,11 @@
 //      TwinOptions.polish_starts candidates in turn — the fastest confirmed one, then the next by what the
 //      check knows of them (simulated time, else the lower bound that ruled them out; such a start is simulated
 //      first) — sharing polish_simulations and the time left; the fastest plan seen is returned.
-// Budgets: simulations are counted (the result is the same on every machine that spends them); the
-// wall-clock limit (TwinOptions.time_limit_s, 60 s) stops the check and the polish early on a slow machine or a
-// large cluster, and the notes say what it stopped.
+// Budgets: simulations are counted (the result is the same on every machine that spends them); the CPU-time
+// limit (TwinOptions.time_limit_s, 60 s of CPU: this process and its simulations, tools/runner/cpu_clock.h)
+// stops the check (at half of it) and the polish early on a slow machine or a large cluster, and the notes say
+// what it stopped. The pool's own planners are not interrupted: metis is given its anytime limit
+// (TwinOptions.planner_time_limit_s).
 #pragma once
 
 #include "planners/planner.h"
