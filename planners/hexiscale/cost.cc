@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "models/nccl.h"
 #include "models/plan.h"
 
 namespace hetsim::planners::hexiscale {
@@ -33,9 +34,20 @@ AppendixACost::AppendixACost(const PlanningProblem& problem)
         const uint32_t x = nodes[a].first_device;
         if (a == b && nodes[a].num_gpus < 2) continue;  // no pair on a one-GPU machine
         node_links_[a * nodes.size() + b] = topology_.Between(x, a == b ? x + 1 : nodes[b].first_device);
+        if (a != b) node_links_[a * nodes.size() + b].bandwidth_bytes_s *= CollectiveNetEfficiency(a, b);
       }
     }
   }
+}
+
+double AppendixACost::CollectiveNetEfficiency(uint32_t a, uint32_t b) const {
+  if (compute_.options().model != models::ComputeModel::kKernel) return 1;
+  const auto& na = cluster_.node(a);
+  const auto& nb = cluster_.node(b);
+  if (!na.has_nic || !nb.has_nic) return 1;
+  const std::string& cal = compute_.options().calibration;
+  return std::min(models::NetworkParamsFor(na.nic.kind(), cal).bus_efficiency,
+                  models::NetworkParamsFor(nb.nic.kind(), cal).bus_efficiency);
 }
 
 const models::Link& AppendixACost::NodeLink(uint32_t a, uint32_t b) const {
@@ -43,6 +55,7 @@ const models::Link& AppendixACost::NodeLink(uint32_t a, uint32_t b) const {
   if (!node_links_.empty()) return node_links_[a * n + b];
   const uint32_t x = cluster_.node(a).first_device;
   node_link_scratch_ = topology_.Between(x, a == b ? x + 1 : cluster_.node(b).first_device);
+  if (a != b) node_link_scratch_.bandwidth_bytes_s *= CollectiveNetEfficiency(a, b);
   return node_link_scratch_;
 }
 

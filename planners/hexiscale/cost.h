@@ -112,6 +112,9 @@ class AppendixACost {
   static constexpr size_t kLinkTableNodes = 1024;
   std::vector<models::Link> node_links_;
   const models::Link& NodeLink(uint32_t a, uint32_t b) const;
+  // The share of line rate NCCL's collectives reach between machines a and b (the calibration's network
+  // bus efficiency for their NIC kinds, as models/nccl.h prices them; 1 off the kernel compute model).
+  double CollectiveNetEfficiency(uint32_t a, uint32_t b) const;
   mutable models::Link node_link_scratch_;         // NodeLink's answer without a table
   mutable std::vector<uint32_t> pair_sum_slot_;    // PairSum's node -> position (all 0 between calls)
   // (AppendixACost is used by one thread: the planner's search is single-threaded.)

@@ -25,7 +25,9 @@ namespace {
 
 // Two machines: A = 2 A800 on NVSwitch (100 GB/s, 2 us), B = 2 RTX 4090 on PCIe (10 GB/s, 5 us); one
 // 8 Gb/s (1 GB/s) Ethernet NIC per machine, 30 us, behind a 1 us switch. Across machines a GPU's share
-// of its NIC is 0.5 GB/s and the latency 30 + 1 = 31 us.
+// of its NIC is 0.5 GB/s and the latency 30 + 1 = 31 us. Collectives between the machines (eqs. 3-4) reach
+// the `default` calibration's bus efficiency of TCP Ethernet, 0.6 of that share (NCCL's socket transport, as
+// the simulator prices them); pipeline sends (eq. 5) get the whole line.
 constexpr const char* kTwoMachines = R"(
 kind: cluster
 name: two-machines
@@ -41,7 +43,7 @@ nodes:
 network: {single_switch: {}, switch_latency_us: 1}
 )";
 constexpr double kNvAlpha = 2e-6, kNvBeta = 100e9, kPcieAlpha = 5e-6, kPcieBeta = 10e9;
-constexpr double kEthAlpha = 31e-6, kEthShare = 0.5e9, kNic = 1e9;
+constexpr double kEthAlpha = 31e-6, kEthShare = 0.5e9 * 0.6, kNic = 1e9;
 
 struct Problem {
   models::Cluster cluster;
@@ -99,11 +101,28 @@ TEST(HexiScaleCost, Equation4DataParallelTakesTheWorstMember) {
   EXPECT_NEAR(cost.DpSeconds(std::vector<uint32_t>{2, 3}, S), 2 * (kPcieAlpha + S / (2 * kPcieBeta)), 1e-12);
 }
 
+TEST(HexiScaleCost, Equation4BetweenMachinesAtNcclsBusEfficiency) {
+  // The same two machines with InfiniBand NICs: a GPU's 0.5 GB/s share at `default`'s 0.96 for IB verbs
+  // instead of TCP Ethernet's 0.6. One holder on each machine: each has one peer across, 2 (α + S/(2β)).
+  std::string ib = kTwoMachines;
+  for (size_t at; (at = ib.find("kind: ethernet")) != std::string::npos;) ib.replace(at, 14, "kind: infiniband");
+  const Problem eth = MakeProblem(kTwoMachines, "llama-tiny", "{seq_len: 128}");
+  const Problem inf = MakeProblem(ib, "llama-tiny", "{seq_len: 128}");
+  const double S = 3e6;
+  const std::vector<uint32_t> across = {0, 2};
+  EXPECT_NEAR(AppendixACost(eth.get()).DpSeconds(across, S), 2 * (kEthAlpha + S / (2 * 0.5e9 * 0.6)), 1e-12);
+  EXPECT_NEAR(AppendixACost(inf.get()).DpSeconds(across, S), 2 * (kEthAlpha + S / (2 * 0.5e9 * 0.96)), 1e-12);
+  // Pipeline sends are point to point: the whole line either way (eq. 5 below).
+  EXPECT_NEAR(AppendixACost(inf.get()).PpHopSeconds(std::vector<uint32_t>{0}, std::vector<uint32_t>{2}, 1, true),
+              AppendixACost(eth.get()).PpHopSeconds(std::vector<uint32_t>{0}, std::vector<uint32_t>{2}, 1, true),
+              1e-15);
+}
+
 TEST(HexiScaleCost, Equation5LeaderSendsThenBroadcasts) {
   const Problem p = MakeProblem(kTwoMachines, "llama-tiny", "{seq_len: 128}");
   const AppendixACost cost(p.get());
   // One A800 to the TP-2 stage on B: the leaders' link is the pairwise one, the whole 1 GB/s NIC (one
-  // flow; eq. 4's DP gets a GPU's 0.5 GB/s share instead); B's leader then broadcasts over PCIe, X/(2β)
+  // flow; eq. 4's DP gets 0.6 of a GPU's 0.5 GB/s share instead); B's leader then broadcasts over PCIe, X/(2β)
   // to its one peer.
   const double to_tp2 = (kEthAlpha + kX / kNic) + (kPcieAlpha + kX / (2 * kPcieBeta));
   EXPECT_NEAR(cost.PpHopSeconds(std::vector<uint32_t>{0}, std::vector<uint32_t>{2, 3}, 1, true), 2 * to_tp2, 1e-12);
