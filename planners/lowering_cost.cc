@@ -40,6 +40,7 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
                         const std::vector<double>& delays, Status* status) {
   Setup s;
   s.folded = fold != nullptr;
+  s.fold = fold;
   s.played.assign(lw.ranks.size(), 1);
   if (fold != nullptr) {
     for (size_t i = 0; i < lw.ranks.size(); ++i) s.played[i] = fold->rep[i] == i ? 1 : 0;
@@ -159,14 +160,15 @@ Result<PlayResult> LoweringPlayer::PlayOnce(const proto::Plan& plan, const PlayO
   };
   std::string note = "folding off";
   if (options.fold && options.pricing != Pricing::kUpperBound) {
-    note = FoldShape(plan, cluster_);
+    note = models::FoldShape(plan, cluster_);
     if (note.empty()) {
       models::LoweringOptions reps = lo;
-      reps.lower_devices = Representatives(plan, cluster_);
+      reps.lower_devices = models::FoldRepresentatives(plan, cluster_);
       reps.skeletons = true;
       HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, reps));
       Fold fold;
-      note = FoldRanks(lowering, cluster_, routes_, &fold);
+      note = models::FoldRanks(lowering, lowering.device_slot, lowering.groups, cluster_,
+                                [this]() -> const models::PlatformRoutes& { return routes_; }, true, &fold);
       if (note.empty()) {
         Status status;
         PlayResult out = PlayLowering(lowering, &fold, cluster_, compute_, routes_, options, delays, &status);
