@@ -55,6 +55,39 @@ struct RankFold {
   uint32_t played = 0;  // representatives
 };
 
+// The comparison FoldRanks makes, rank by rank as a lowering emits them (LoweringOptions::skeleton_done), so
+// that a rank's skeleton can be released once compared: a representative comes before the ranks that fold
+// onto it (the first device of its stage in pipeline 0, lowered first). `ranks`, `device_slot` and `groups`
+// are read at each Add (the lowering may still be growing `groups`); Finish reads nothing of them.
+class RankFolder {
+ public:
+  RankFolder(const Lowering& lw, const std::vector<uint32_t>& device_slot,
+             const std::vector<std::vector<uint32_t>>& groups, const Cluster& cluster,
+             std::function<const PlatformRoutes&()> routes, bool skeletons);
+  // Compares rank `slot` (its skeleton, or its operations) with its representative's.
+  void Add(uint32_t slot);
+  // Whether `slot` represents others (its skeleton must stay until they are added).
+  bool IsRepresentative(uint32_t slot) const { return slot < fold_.rep.size() && fold_.rep[slot] == slot; }
+  // Empty and `out` filled when every rank added folds, otherwise why not (`num_groups`: the lowering's
+  // collective groups, all made by now).
+  std::string Finish(size_t num_groups, RankFold* out);
+
+ private:
+  std::string Compare(uint32_t i);
+  const Lowering& lw_;
+  const std::vector<uint32_t>& device_slot_;
+  const std::vector<std::vector<uint32_t>>& groups_;
+  const Cluster& cluster_;
+  std::function<const PlatformRoutes&()> routes_;
+  bool skeletons_;
+  std::string note_;  // the first reason not to fold
+  RankFold fold_;
+  size_t n_ = 0;
+  // Per (representative device, channel): where its ring messages come from, and sends minus receives.
+  std::map<std::pair<uint32_t, uint8_t>, uint32_t> ring_from_;
+  std::map<std::pair<uint32_t, uint8_t>, int64_t> ring_balance_;
+};
+
 // Compares every rank of `lw` with its representative (the first device of its stage in pipeline 0), by
 // their skeletons (LoweringOptions::skeletons, with their pipelines' stage and micro-batch counts: the
 // same decision as comparing every operation, at a few passes per rank) or, without `skeletons`, every

@@ -167,21 +167,10 @@ void Jitter(Programs& out, double cv, uint64_t seed) {
 
 }  // namespace
 
-// Fills out->fold when the lowering's ranks fold (models::FoldRanks, the decision the planners' played
-// estimate takes too); otherwise returns why not. `out` holds the lowering's devices and groups
-// (TakePlacement moved them).
-static std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx, bool skeletons, Programs* out) {
-  if (!out->staged_groups.empty()) return "CPU-staged transfers";
-  std::optional<models::PlatformRoutes> routes;  // built at the first folded send
-  const auto get_routes = [&]() -> const models::PlatformRoutes& {
-    // Both ends of a compared copy have the representatives' GPU types, so the default calibration's
-    // routes compare as the run's.
-    if (!routes) routes.emplace(ctx.cluster);
-    return *routes;
-  };
-  models::RankFold rf;
-  const std::string note = models::FoldRanks(lw, out->device_slot, out->groups, ctx.cluster, get_routes, skeletons, &rf);
-  if (!note.empty()) return note;
+namespace {
+
+// Fills out->fold from a decision that the ranks fold; `out` holds the lowering's groups.
+void SetFold(models::RankFold&& rf, Programs* out) {
   FoldMap fold;
   fold.rep = std::move(rf.rep);
   fold.played = rf.played;
@@ -197,9 +186,58 @@ static std::string FoldRanks(const models::Lowering& lw, const models::PlanConte
     if (rf.folded_onto[g] != models::kNone && rf.folded_onto[g] != g) fold.family[rf.folded_onto[g]].push_back(g);
   }
   out->fold = std::move(fold);
+}
+
+// The platform's routes for the fold decision, built at the first folded send. Both ends of a compared copy
+// have the representatives' GPU types, so the default calibration's routes compare as the run's.
+struct LazyRoutes {
+  const models::Cluster& cluster;
+  std::optional<models::PlatformRoutes> routes;
+  const models::PlatformRoutes& operator()() {
+    if (!routes) routes.emplace(cluster);
+    return *routes;
+  }
+};
+
+// Fills out->fold when the lowering's ranks fold (models::FoldRanks, the decision the planners' played
+// estimate takes too); otherwise returns why not. `out` holds the lowering's devices and groups
+// (TakePlacement moved them).
+std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx, bool skeletons, Programs* out) {
+  if (!out->staged_groups.empty()) return "CPU-staged transfers";
+  LazyRoutes routes{ctx.cluster, {}};
+  models::RankFold rf;
+  const std::string note = models::FoldRanks(lw, out->device_slot, out->groups, ctx.cluster,
+                                             [&]() -> const models::PlatformRoutes& { return routes(); }, skeletons, &rf);
+  if (!note.empty()) return note;
+  SetFold(std::move(rf), out);
   return "";
 }
 
+// Lowers the representatives of a plan whose shape may fold (FoldShape), with every rank's skeleton compared
+// to its representative's as the lowering emits it and then released (models::RankFolder): `note` empty and
+// `fold` filled when the ranks fold.
+Result<models::Lowering> LowerFolding(const proto::Plan& plan, const models::PlanContext& ctx,
+                                      const models::LoweringOptions& options, std::string* note,
+                                      models::RankFold* fold) {
+  models::LoweringOptions lo = options;
+  lo.lower_devices = models::FoldRepresentatives(plan, ctx.cluster);
+  lo.skeletons = true;
+  LazyRoutes routes{ctx.cluster, {}};
+  std::optional<models::RankFolder> folder;
+  lo.skeleton_done = [&](const models::Lowering& lw, uint32_t slot) {
+    if (!folder) {
+      folder.emplace(lw, lw.device_slot, lw.groups, ctx.cluster,
+                     [&]() -> const models::PlatformRoutes& { return routes(); }, true);
+    }
+    folder->Add(slot);
+    return folder->IsRepresentative(slot);  // the others compare against it: keep it
+  };
+  HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
+  *note = folder ? folder->Finish(lowering.groups.size(), fold) : "no devices";
+  return lowering;
+}
+
+}  // namespace
 
 namespace {
 
@@ -221,15 +259,17 @@ bool HasSkeletons(const models::Lowering& lowering) {
   return !lowering.ranks.empty() && !lowering.ranks[0].skeleton.empty();
 }
 
-}  // namespace
-
-Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
-                              const models::ComputeCost& cost, const ProgramOptions& options) {
+// ProgramsFromLowering, with the fold decided already (`decided`: LowerFolding's) or not.
+Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, const models::ComputeCost& cost,
+               const ProgramOptions& options, models::RankFold* decided) {
   Programs out;
   out.fidelity = options.fidelity;
   TakePlacement(lowering, ctx, &out);
   const bool separate_recompute = lowering.separate_recompute;
-  if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull) {
+  if (decided != nullptr) {
+    SetFold(std::move(*decided), &out);
+    out.folded = true;
+  } else if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull) {
     if (options.compute_jitter_cv > 0) {
       out.fold_note = "compute jitter";
     } else {
@@ -289,6 +329,13 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   return out;
 }
 
+}  // namespace
+
+Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
+                              const models::ComputeCost& cost, const ProgramOptions& options) {
+  return Price(std::move(lowering), ctx, cost, options, nullptr);
+}
+
 Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContext& ctx,
                                const models::ComputeCost& cost, const ProgramOptions& options) {
   models::LoweringOptions lo;
@@ -308,13 +355,9 @@ Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContex
         const std::string diff = CompareFoldDecisions(structural, full);
         if (!diff.empty()) return Status::Internal("folding: the plan's shape and the full comparison disagree: " + diff);
       }
-      models::LoweringOptions reps = lo;
-      reps.lower_devices = models::FoldRepresentatives(plan, ctx.cluster);
-      reps.skeletons = true;
-      HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, reps));
-      Programs out = ProgramsFromLowering(std::move(lowering), ctx, cost, options);
-      if (out.folded) return out;
-      note = out.fold_note;
+      models::RankFold fold;
+      HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, LowerFolding(plan, ctx, lo, &note, &fold));
+      if (note.empty()) return Price(std::move(lowering), ctx, cost, options, &fold);
     }
   }
   HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
@@ -329,17 +372,27 @@ Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContex
 Result<FoldDecision> DecideFold(const proto::Plan& plan, const models::PlanContext& ctx,
                                 const models::LoweringOptions& options, bool full_comparison) {
   FoldDecision d;
-  models::LoweringOptions lo = options;
   if (!full_comparison) {
     d.note = models::FoldShape(plan, ctx.cluster);
     if (!d.note.empty()) return d;
-    lo.lower_devices = models::FoldRepresentatives(plan, ctx.cluster);
-    lo.skeletons = true;
+    models::RankFold fold;
+    HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, LowerFolding(plan, ctx, options, &d.note, &fold));
+    Programs p;
+    TakePlacement(lowering, ctx, &p);
+    if (p.staged_groups.empty() && d.note.empty()) {
+      SetFold(std::move(fold), &p);
+      d.folded = true;
+      d.fold = std::move(p.fold);
+    } else if (d.note.empty()) {
+      d.note = "CPU-staged transfers";
+    }
+    d.groups = std::move(p.groups);
+    return d;
   }
-  HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
+  HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, options));
   Programs p;
   TakePlacement(lowering, ctx, &p);
-  d.note = FoldRanks(lowering, ctx, !full_comparison, &p);
+  d.note = FoldRanks(lowering, ctx, false, &p);
   d.folded = d.note.empty();
   if (d.folded) d.fold = std::move(p.fold);
   d.groups = std::move(p.groups);
