@@ -334,8 +334,13 @@ void Runner::RingStart(RingStream& rs, uint32_t channel) {
   while (rs.started < std::min(rs.sent, rs.posted)) {
     const auto [posted_at, bytes] = rs.unsent.front();
     rs.unsent.pop_front();
-    rs.flows.emplace_back(s4u::Comm::sendto_async(HostOf(self_), HostOf(rs.peer), Bytes(bytes)), posted_at);
-    StartCopies(MailboxKey(self_, rs.peer, channel), bytes);
+    const uint64_t key = MailboxKey(self_, rs.peer, channel);
+    s4u::CommPtr flow = s4u::Comm::sendto_async(HostOf(self_), HostOf(rs.peer), Bytes(bytes));
+    rs.flows.emplace_back(flow, posted_at);
+    for (auto& p : pending_) {  // the send's entry (Reap waits for it as for the unfolded put)
+      if (p.key == key && p.seq == rs.started && !p.comm) p.comm = flow;
+    }
+    StartCopies(key, bytes);
     ++rs.started;
   }
 }
@@ -352,6 +357,8 @@ double Runner::RingReceive(uint32_t channel) {
   rs.flows.pop_front();
   ++rs.received;
   flow->wait();
+  // In a symmetric ring the successor takes this device's message when it takes its own (Reap's Arrived).
+  ++sh_->board.received[MailboxKey(self_, rs.peer, channel)];
   return posted_at;
 }
 

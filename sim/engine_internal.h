@@ -153,7 +153,9 @@ uint32_t ScaleTwinLinks(Shared* sh);
 class Runner {
  public:
   // A posted send not yet waited for; pipeline sends carry their mailbox key and number on it (others
-  // kUntracked), so that Reap knows which have arrived without asking SimGrid (see Reap).
+  // kUntracked), so that Reap knows which have arrived without asking SimGrid (see Reap). A folded ring
+  // message (RingStream) is pending from its send as the unfolded put is, with no transfer until its
+  // receive is posted too.
   static constexpr uint64_t kUntracked = UINT64_MAX;
   struct Pending {
     s4u::CommPtr comm;
@@ -200,7 +202,9 @@ class Runner {
   bool pooled() const { return sh_->cores != nullptr && !dp_stream_; }
 
   void WaitAllSends() {
-    for (auto& p : pending_) p.comm->wait();
+    for (auto& p : pending_) {
+      if (p.comm) p.comm->wait();  // (a ring message not started yet: its receive is not posted)
+    }
     pending_.clear();
   }
 
