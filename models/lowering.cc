@@ -134,7 +134,7 @@ void Lowerer::EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k,
   std::vector<Op>& ops = skeleton ? rank.skeleton : rank.ops;
   // Ranks come stage by stage, and the ranks of a stage have (nearly) as many operations: room for the
   // previous rank's count saves growing the vector (and its page faults) a dozen times over.
-  if (!skeleton) ops.reserve(last_rank_ops_);
+  ops.reserve(skeleton ? last_skeleton_ops_ : last_rank_ops_);
   const int S = pipe.stages_size();
   const uint32_t m = pipe.num_micro_batches();
   const auto seqs = Ranges(st, pipe.micro_batch_size())[r];
@@ -196,7 +196,10 @@ void Lowerer::EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k,
   ops.push_back(wait);
 
   EmitSyncAndStep(device, st, rank, ops, overlap, skeleton);
-  if (!skeleton) last_rank_ops_ = ops.size();
+  (skeleton ? last_skeleton_ops_ : last_rank_ops_) = ops.size();
+  if (skeleton && options_.skeleton_done && !options_.skeleton_done(out_, out_.device_slot[device])) {
+    std::vector<Op>().swap(ops);
+  }
 }
 
 void Lowerer::EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t device, std::pair<uint32_t, uint32_t> seqs,

@@ -191,6 +191,10 @@ struct LoweringOptions {
   // schedule whose skeletons agree operation by operation (peers and groups aside) agree on every
   // operation: a few passes per rank decide folding (sim/program.h) where the full lists take millions.
   bool skeletons = false;
+  // With `skeletons`: called after each rank's skeleton is lowered, ranks in plan order, with the lowering
+  // so far (its groups as made by then); returning false releases the skeleton (models::RankFolder compares
+  // ranks as they come, so a large plan's skeletons need not all be held at once).
+  std::function<bool(const Lowering&, uint32_t slot)> skeleton_done;
 };
 
 // Lowers a structurally valid plan (ValidatePlanStructure). Errors for plans no consumer can run

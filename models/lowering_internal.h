@@ -181,7 +181,8 @@ class Lowerer {
   std::vector<std::vector<Segment>> segments_;  // per device (MakeSegments)
   std::vector<uint32_t> node_ranks_;            // per node: the plan's ranks on it
   std::map<std::vector<uint32_t>, uint32_t> group_ids_, dp_group_ids_;
-  size_t last_rank_ops_ = 0;  // operations of the rank lowered last
+  size_t last_rank_ops_ = 0;      // operations of the rank lowered last
+  size_t last_skeleton_ops_ = 0;  // and of the skeleton lowered last
 };
 
 }  // namespace hetsim::models

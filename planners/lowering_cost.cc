@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -40,6 +41,7 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
                         const std::vector<double>& delays, Status* status) {
   Setup s;
   s.folded = fold != nullptr;
+  s.fold = fold;
   s.played.assign(lw.ranks.size(), 1);
   if (fold != nullptr) {
     for (size_t i = 0; i < lw.ranks.size(); ++i) s.played[i] = fold->rep[i] == i ? 1 : 0;
@@ -159,14 +161,25 @@ Result<PlayResult> LoweringPlayer::PlayOnce(const proto::Plan& plan, const PlayO
   };
   std::string note = "folding off";
   if (options.fold && options.pricing != Pricing::kUpperBound) {
-    note = FoldShape(plan, cluster_);
+    note = models::FoldShape(plan, cluster_);
     if (note.empty()) {
+      // The representatives lowered, every rank's skeleton compared with its representative's as it comes
+      // (models::RankFolder) and released.
       models::LoweringOptions reps = lo;
-      reps.lower_devices = Representatives(plan, cluster_);
+      reps.lower_devices = models::FoldRepresentatives(plan, cluster_);
       reps.skeletons = true;
+      std::optional<models::RankFolder> folder;
+      reps.skeleton_done = [&](const models::Lowering& lw, uint32_t slot) {
+        if (!folder) {
+          folder.emplace(lw, lw.device_slot, lw.groups, cluster_,
+                         [this]() -> const models::PlatformRoutes& { return routes_; }, true);
+        }
+        folder->Add(slot);
+        return folder->IsRepresentative(slot);  // the others compare against it: keep it
+      };
       HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, reps));
       Fold fold;
-      note = FoldRanks(lowering, cluster_, routes_, &fold);
+      note = folder ? folder->Finish(lowering.groups.size(), &fold) : "no devices";
       if (note.empty()) {
         Status status;
         PlayResult out = PlayLowering(lowering, &fold, cluster_, compute_, routes_, options, delays, &status);

@@ -248,24 +248,29 @@ class Game::Impl {
     return i < v.size() ? v[i] : kUnknown;
   }
 
-  // When a folded collective's flows have all arrived, after its call (Setup::folded).
-  double FoldedSeconds(uint32_t g, double step_bytes, bool stripe) {
+  // When a folded collective's flows have all arrived, after its call (Setup::folded): ring steps (striped
+  // or not, `step_bytes` per member) or, with `all_to_all`, a direct all-to-all of `step_bytes` per member.
+  double FoldedSeconds(uint32_t g, double step_bytes, bool stripe, bool all_to_all = false) {
     const bool contention = contention_;
-    const auto key = std::make_tuple(g, step_bytes, stripe, contention);
+    const uint8_t mode = all_to_all ? 2 : stripe ? 1 : 0;
+    const auto key = std::make_tuple(g, step_bytes, mode, contention);
     auto it = s_.folded_price.find(key);
     if (it != s_.folded_price.end()) return it->second;
     const auto& routes = *s_.routes;
+    const auto flows_of = [&](uint32_t h) {
+      return all_to_all ? AllToAllFlows(s_.Members(h)) : RingFlows(s_.Members(h), routes, stripe);
+    };
     double price = 0;
     if (!contention) {
       // Each flow alone on its route (kLowerBound and the contention-free play): the slowest.
-      for (const RingFlow& f : RingFlows(s_.Members(g), routes, stripe)) {
+      for (const RingFlow& f : flows_of(g)) {
         price = std::max(price, routes.GpuToGpu(f.from, f.to).Seconds(step_bytes * f.fraction));
       }
     } else {
       // The group's flows and those of the folded groups that share a link with them, launched together.
       std::vector<std::pair<Route, double>> flows;
       std::unordered_set<uint32_t> used;
-      for (const RingFlow& f : RingFlows(s_.Members(g), routes, stripe)) {
+      for (const RingFlow& f : flows_of(g)) {
         const Route r = routes.GpuToGpu(f.from, f.to);
         for (uint32_t i = 0; i < r.num_links; ++i) used.insert(r.links[i]);
         flows.emplace_back(r, step_bytes * f.fraction);
@@ -274,7 +279,7 @@ class Game::Impl {
         if (h == g) continue;
         std::vector<std::pair<Route, double>> theirs;
         bool shares = false;
-        for (const RingFlow& f : RingFlows(s_.Members(h), routes, stripe)) {
+        for (const RingFlow& f : flows_of(h)) {
           const Route r = routes.GpuToGpu(f.from, f.to);
           for (uint32_t i = 0; i < r.num_links; ++i) shares = shares || used.count(r.links[i]) > 0;
           theirs.emplace_back(r, step_bytes * f.fraction);
@@ -363,6 +368,9 @@ class Game::Impl {
     const double p = PostAt(g, inst, r);
     if (n < 2) return p;
     const bool all_reduce = op.collective == CollectiveKind::kAllReduce;
+    if (s_.folded && s_.groups[g].folded && op.collective == CollectiveKind::kAllToAll) {
+      return p + FoldedSeconds(g, op.bytes, false, true);
+    }
     if (op.collective == CollectiveKind::kBroadcast || op.collective == CollectiveKind::kAllToAll ||
         (all_reduce && op.algorithm == Algorithm::kTree)) {
       if (!AllAtOnce(g, inst, op)) {
@@ -376,7 +384,13 @@ class Game::Impl {
     const double step_bytes = nvls ? op.bytes / models::kNvlsEfficiency : op.bytes / n * steps;
     const Hop& h = s_.HopOf(g, r, !nvls);
     const double trailing = nvls ? h.to_next.latency_s : (steps - 1) * h.to_next.latency_s;
-    if (s_.folded && s_.groups[g].folded) return p + FoldedSeconds(g, step_bytes, !nvls) + trailing;
+    if (s_.folded && s_.groups[g].folded) {
+      // The folded collective stands for its last member to finish: the longest hop's latency (the engine's
+      // SlowestHopLatency).
+      double slowest = 0;
+      for (uint32_t k = 0; k < n; ++k) slowest = std::max(slowest, s_.HopOf(g, k, !nvls).to_next.latency_s);
+      return p + FoldedSeconds(g, step_bytes, !nvls) + (nvls ? slowest : (steps - 1) * slowest);
+    }
     const double p_prev = PostAt(g, inst, h.prev), p_next = PostAt(g, inst, h.next);
     if (p_prev < 0 || p_next < 0) {
       Block(id, GroupRes(g));

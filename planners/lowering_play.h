@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/fold.h"
 #include "models/lowering.h"
 #include "models/platform_routes.h"
 #include "planners/lowering_cost.h"
@@ -116,27 +117,14 @@ struct RingFlow {
   double fraction;
 };
 std::vector<RingFlow> RingFlows(const std::vector<uint32_t>& g, const models::PlatformRoutes& routes, bool stripe);
+// The flows of a direct all-to-all over `g` (the engine's AllToAllFlows): every member to every other, 1/n of
+// the buffer each.
+std::vector<RingFlow> AllToAllFlows(const std::vector<uint32_t>& g);
 double FluidMakespan(const std::vector<std::pair<Route, double>>& flows, const models::PlatformRoutes& routes);
 
-// ---- folding (the simulator's decision, sim/program.cc FoldShape and FoldRanks) -------------------------
+// ---- folding (the simulator's decision: models/fold.h) ------------------------------------------------
 
-struct Fold {
-  std::vector<uint32_t> rep;          // per slot: the slot whose program stands for it
-  std::vector<uint32_t> folded_onto;  // per group: the played group it folds onto (kNone: none)
-  // Per played send stream (src device, dst device, channel): the folded devices' copies (from, to).
-  std::map<std::tuple<uint32_t, uint32_t, uint8_t>, std::vector<std::pair<uint32_t, uint32_t>>> send_copies;
-};
-
-
-// What the plan must have before its ranks are compared: no CPU staging or offload, every pipeline as deep
-// as pipeline 0 with stages as wide, one replica and one sequence shard per stage. "" when it may fold.
-std::string FoldShape(const proto::Plan& plan, const models::Cluster& cluster);
-// Compares every rank's skeleton with its representative's (the first device of its stage in pipeline 0).
-// "" and `out` filled when the ranks fold.
-std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster, const models::PlatformRoutes& routes,
-                      Fold* out);
-// The devices that represent the others when a plan folds: the first device of each stage of pipeline 0.
-std::vector<bool> Representatives(const proto::Plan& plan, const models::Cluster& cluster);
+using Fold = models::RankFold;
 
 // ---- the programs with their prices ---------------------------------------------------------------------
 
@@ -145,6 +133,7 @@ struct Setup {
   const models::PlatformRoutes* routes = nullptr;
   Pricing pricing = Pricing::kSimulator;
   bool folded = false;
+  const Fold* fold = nullptr;     // when folded
   std::vector<char> played;       // per slot
   std::vector<Program> programs;  // per slot (empty where not played)
   std::vector<Stream> streams;
@@ -152,8 +141,9 @@ struct Setup {
   std::vector<uint32_t> link_sources;  // per directed link: distinct flow sources (kUpperBound)
   uint32_t max_link_sources = 0;
   uint64_t operations = 0;
-  // Per group and step bytes: a folded collective's price (the flows launched together).
-  std::map<std::tuple<uint32_t, double, bool, bool>, double> folded_price;
+  // Per group, step bytes, flows (0 NVLS, 1 ring, 2 all-to-all) and contention: a folded collective's price
+  // (the flows launched together).
+  std::map<std::tuple<uint32_t, double, uint8_t, bool>, double> folded_price;
 
   const std::vector<uint32_t>& Members(uint32_t g) const { return *groups[g].members; }
   bool Staged(uint32_t node_a, uint32_t node_b) const {

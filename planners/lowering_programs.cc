@@ -35,6 +35,15 @@ std::vector<RingFlow> RingFlows(const std::vector<uint32_t>& g, const models::Pl
   return flows;
 }
 
+std::vector<RingFlow> AllToAllFlows(const std::vector<uint32_t>& g) {
+  std::vector<RingFlow> flows;
+  const size_t n = g.size();
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t i = 1; i < n; ++i) flows.push_back({g[a], g[(a + i) % n], 1.0 / static_cast<double>(n)});
+  }
+  return flows;
+}
+
 // Flows launched together and shared max-min fairly (SimGrid's CM02 sharing): each becomes active after its
 // route's latency and ends when its bytes have gone through. Returns when the last ends.
 double FluidMakespan(const std::vector<std::pair<Route, double>>& flows, const models::PlatformRoutes& routes) {
@@ -112,140 +121,6 @@ double FluidMakespan(const std::vector<std::pair<Route, double>>& flows, const m
     now += step;
   }
   return std::max(end, now);
-}
-
-
-namespace {
-
-
-}  // namespace
-
-// What the plan must have: no CPU staging, every pipeline as deep as
-// pipeline 0 with stages as wide, one replica and one sequence shard per stage. "" when it may fold.
-std::string FoldShape(const proto::Plan& plan, const models::Cluster& cluster) {
-  if (plan.comm().cpu_staged() || models::Communicator(cluster, plan.comm()).any_staged()) {
-    return "CPU-staged transfers";
-  }
-  if (models::OffloadsOptimizer(plan)) return "CPU offload (host copies)";  // as sim/program.cc
-  if (plan.pipelines_size() == 0) return "no pipelines";
-  const auto& p0 = plan.pipelines(0);
-  for (const auto& pipe : plan.pipelines()) {
-    if (pipe.stages_size() != p0.stages_size()) return "pipelines of different depths";
-    for (int s = 0; s < pipe.stages_size(); ++s) {
-      const auto& st = pipe.stages(s);
-      if (st.devices_size() != p0.stages(s).devices_size()) return "stages of different widths";
-      if (models::DpDegree(st) != 1) return "data parallelism inside a stage";
-      if (models::StageSharding(st).ways() != 1) return "sequence sharding (context parallelism, Ulysses)";
-    }
-  }
-  return "";
-}
-
-bool SameWork(const models::Op& a, const models::Op& b) {
-  return a.kind == b.kind && a.category == b.category && a.collective == b.collective && a.algorithm == b.algorithm &&
-         a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass &&
-         a.micro_batch == b.micro_batch && a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
-         a.calls == b.calls && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
-         a.seq_begin == b.seq_begin && a.seq_end == b.seq_end && a.bytes == b.bytes && a.flops == b.flops &&
-         a.params == b.params;
-}
-
-// Compares every rank's skeleton with its representative's (the first device of its stage in pipeline 0).
-// "" and `out` filled when the ranks fold.
-std::string FoldRanks(const models::Lowering& lw, const models::Cluster& cluster, const models::PlatformRoutes& routes,
-                      Fold* out) {
-  const size_t n = lw.ranks.size();
-  std::map<std::pair<uint32_t, uint32_t>, uint32_t> first, count;  // (pipeline, stage) -> first slot, devices
-  for (uint32_t i = 0; i < n; ++i) {
-    const auto k = std::make_pair(lw.ranks[i].pipeline, lw.ranks[i].stage);
-    first.emplace(k, i);
-    ++count[k];
-  }
-  Fold fold;
-  fold.rep.resize(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    const auto& r = lw.ranks[i];
-    auto it = first.find({0, r.stage});
-    if (it == first.end()) return "pipeline 0 has no stage " + std::to_string(r.stage);
-    if (count[{r.pipeline, r.stage}] != count[it->first]) return "stages of different widths";
-    fold.rep[i] = it->second;
-  }
-  const auto slot_of = [&](uint32_t device) { return lw.device_slot[device]; };
-  fold.folded_onto.assign(lw.groups.size(), models::kNone);
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t rep = fold.rep[i];
-    const auto& a = lw.ranks[rep];
-    const auto& b = lw.ranks[i];
-    if (cluster.device(a.device).gpu != cluster.device(b.device).gpu) return "different GPU types";
-    if (a.tp != b.tp || a.layer_begin != b.layer_begin || a.layer_end != b.layer_end || a.shard_rank != b.shard_rank ||
-        a.skeleton.size() != b.skeleton.size() || a.num_stages != b.num_stages ||
-        a.num_micro_batches != b.num_micro_batches) {
-      return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " do different work";
-    }
-    for (size_t k = 0; k < a.skeleton.size(); ++k) {
-      const models::Op& x = a.skeleton[k];
-      const models::Op& y = b.skeleton[k];
-      if (!SameWork(x, y)) return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " differ";
-      switch (x.kind) {
-        case models::OpKind::kPostRecv:
-          return "early receives (context parallelism)";
-        case models::OpKind::kSend:
-        case models::OpKind::kRecv: {
-          if (fold.rep[slot_of(x.peer)] != slot_of(x.peer) || fold.rep[slot_of(y.peer)] != slot_of(x.peer)) {
-            return "point-to-point peers that do not fold";
-          }
-          if (x.kind == models::OpKind::kSend && i != rep) {
-            auto& copies = fold.send_copies[{a.device, x.peer, x.channel}];
-            const auto c = std::make_pair(b.device, y.peer);
-            if (std::find(copies.begin(), copies.end(), c) == copies.end()) {
-              // As the simulator: a copy over a route that prices otherwise does not fold.
-              if (!routes.GpuToGpu(b.device, y.peer).PricesAs(routes.GpuToGpu(a.device, x.peer))) {
-                return "pipeline sends over unlike routes";
-              }
-              copies.push_back(c);
-            }
-          }
-          break;
-        }
-        case models::OpKind::kCollective: {
-          if (x.collective != CollectiveKind::kAllReduce && x.collective != CollectiveKind::kReduceScatter &&
-              x.collective != CollectiveKind::kAllGather) {
-            return std::string(models::CollectiveName(x.collective)) + " collectives";
-          }
-          if (x.algorithm == Algorithm::kTree) return "tree collectives";
-          const auto& gx = lw.groups[x.group];
-          const auto& gy = lw.groups[y.group];
-          if (gx.size() != gy.size()) return "collective groups of different sizes";
-          if (fold.folded_onto[y.group] != models::kNone && fold.folded_onto[y.group] != x.group) {
-            return "a collective group folds onto two groups";
-          }
-          fold.folded_onto[y.group] = x.group;
-          for (const auto* g : {&gx, &gy}) {
-            for (uint32_t d : *g) {
-              if (fold.rep[slot_of(d)] != rep) return "collective groups spanning stages";
-            }
-          }
-          break;
-        }
-        default:
-          break;
-      }
-    }
-  }
-  uint32_t played = 0;
-  for (uint32_t i = 0; i < n; ++i) played += fold.rep[i] == i ? 1 : 0;
-  if (played == n) return "no two devices do the same work";
-  *out = std::move(fold);
-  return "";
-}
-
-// The devices that represent the others when a plan folds: the first device of each stage of pipeline 0.
-std::vector<bool> Representatives(const proto::Plan& plan, const models::Cluster& cluster) {
-  std::vector<bool> out(cluster.num_devices(), false);
-  for (const auto& st : plan.pipelines(0).stages()) {
-    if (st.devices_size() > 0) out[st.devices(0)] = true;
-  }
-  return out;
 }
 
 
@@ -437,7 +312,13 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
             break;
           case models::OpKind::kRecv:
           case models::OpKind::kPostRecv:
-            op.ref = stream_of(lo.peer, r.device, lo.channel);
+            if (s->fold != nullptr && !s->played[lw.device_slot[lo.peer]] && s->fold->rep[lw.device_slot[lo.peer]] == i) {
+              // A ring message from a device folded onto this one (models/fold.h): it arrives as this
+              // device's own message to its ring peer does, so it is matched on that stream.
+              op.ref = stream_of(r.device, s->fold->ring_peer.at({r.device, lo.channel}), lo.channel);
+            } else {
+              op.ref = stream_of(lo.peer, r.device, lo.channel);
+            }
             break;
           case models::OpKind::kCollective: {
             op.ref = lo.group;

@@ -37,6 +37,9 @@ void Runner::Run() {
   } else {
     trace_.end_s = s4u::Engine::get_clock();
   }
+  for (auto& [channel, rs] : rings_) {
+    for (auto& f : rs.flows) f.first->wait();  // (sends never received: not in a balanced ring)
+  }
   // The folded devices' copies load links but end nobody's iteration.
   for (auto& c : shadows_) c->wait();
   shadows_.clear();
@@ -78,6 +81,15 @@ void Runner::Execute(const Op& op) {
           trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
       break;
     case OpKind::kSend: {
+      if (RingMessage(op.peer)) {
+        RingStream& rs = Ring(op.channel);
+        rs.unsent.emplace_back(t0, op.bytes);
+        ++rs.sent;
+        const uint64_t key = MailboxKey(self_, rs.peer, op.channel);
+        pending_.push_back({nullptr, key, sent_[key]++});
+        RingStart(rs, op.channel);
+        break;
+      }
       const uint64_t key = MailboxKey(self_, op.peer, op.channel);
       sh_->board.posted[key].push_back(t0);
       if (Staged(op.peer)) {
@@ -96,6 +108,12 @@ void Runner::Execute(const Op& op) {
       break;
     }
     case OpKind::kPostRecv: {
+      if (RingMessage(op.peer)) {
+        RingStream& rs = Ring(op.channel);
+        ++rs.posted;
+        RingStart(rs, op.channel);
+        break;
+      }
       // SimGrid starts a transfer once both sides are posted: posting the receive early lets a ring
       // attention transfer run during the compute that follows (CPU staging is not used for it).
       auto& posted = early_recvs_[MailboxKey(op.peer, self_, op.channel)];
@@ -103,6 +121,14 @@ void Runner::Execute(const Op& op) {
       break;
     }
     case OpKind::kRecv: {
+      if (RingMessage(op.peer)) {
+        const double posted = RingReceive(op.channel);
+        const double now = s4u::Engine::get_clock();
+        const double start = std::clamp(std::max(t0, posted), t0, now);
+        AddComm(op.category, now - start);
+        if (record_ && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
+        break;
+      }
       const uint64_t key = MailboxKey(op.peer, self_, op.channel);
       auto early = early_recvs_.find(key);
       if (early != early_recvs_.end() && !early->second.empty()) {
@@ -236,6 +262,9 @@ void Runner::Reap() {
   // arrived when its receiver has taken as many messages from the mailbox (Board::received); past 32
   // posted sends the oldest is waited for, arrived or not.
   while (!pending_.empty() && (Arrived(pending_.front()) || pending_.size() > 32)) {
+    // (A folded ring message whose transfer has not started waits for its own receive: the unfolded
+    // sender would wait for a receiver that waits as it does.)
+    if (!pending_.front().comm) break;
     pending_.front().comm->wait();
     pending_.pop_front();
   }

@@ -79,6 +79,22 @@ std::pair<double, double> Runner::RingStepCost(uint32_t group) {
   return ring_steps_[group] = {s_per_byte, lat};
 }
 
+double Runner::SlowestHopLatency(uint32_t group) {
+  auto& cache = sh_->fold_flows.slowest_hop;
+  auto it = cache.find(group);
+  if (it != cache.end()) return it->second;
+  const auto& g = sh_->programs->groups[group];
+  double lat = 0;
+  std::vector<s4u::Link*> links;
+  for (size_t r = 0; r < g.size(); ++r) {
+    links.clear();
+    double l = 0;
+    HostOf(g[r])->route_to(HostOf(g[(r + 1) % g.size()]), links, &l);
+    lat = std::max(lat, l);
+  }
+  return cache[group] = lat;
+}
+
 std::pair<double, double> Runner::RouteOf(uint32_t peer) {
   auto it = routes_.find(peer);
   if (it != routes_.end()) return it->second;
@@ -162,6 +178,10 @@ double Runner::RunCollective(const Op& op) {
     return called;
   }
   if (op.collective == CollectiveKind::kAllToAll) {
+    if (folded()) {
+      RunFoldedAllToAll(op);
+      return called;
+    }
     // Direct all-to-all (DeepSpeed-Ulysses): S/n of the buffer to every other member at once, as NCCL's
     // grouped sends and receives do; full and aggregate detail alike.
     std::vector<s4u::CommPtr> comms;
@@ -175,7 +195,7 @@ double Runner::RunCollective(const Op& op) {
   }
   if (folded() && op.algorithm == Algorithm::kNvls && op.collective == CollectiveKind::kAllReduce) {
     const double started = RunFoldedCollective(op, op.bytes / models::kNvlsEfficiency, false);
-    s4u::this_actor::sleep_for(RouteOf(next).second);
+    s4u::this_actor::sleep_for(SlowestHopLatency(op.group));
     return started;
   }
   if (op.algorithm == Algorithm::kNvls && op.collective == CollectiveKind::kAllReduce) {
@@ -218,7 +238,7 @@ double Runner::RunCollective(const Op& op) {
   double ready = called;
   if (folded()) {  // never at full detail (ProgramOptions::fold)
     ready = RunFoldedCollective(op, chunk * steps, true);
-    if (steps > 1) s4u::this_actor::sleep_for((steps - 1) * RouteOf(next).second);
+    if (steps > 1) s4u::this_actor::sleep_for((steps - 1) * SlowestHopLatency(op.group));
   } else if (full) {
     for (uint32_t i = 0; i < steps; ++i) {
       const double started = Exchange(next, prev, chunk, channel, &g);

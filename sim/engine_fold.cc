@@ -5,6 +5,7 @@
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +31,15 @@ std::vector<Flow> RingFlows(const std::vector<uint32_t>& g, const std::vector<ui
     const double share = 1.0 / static_cast<double>(extra + 1);
     for (size_t i = 0; i < extra; ++i) flows.push_back({mine[i], theirs[i], share});
     flows.push_back({self, to, share});
+  }
+  return flows;
+}
+
+std::vector<Flow> AllToAllFlows(const std::vector<uint32_t>& g) {
+  std::vector<Flow> flows;
+  const size_t n = g.size();
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t i = 1; i < n; ++i) flows.push_back({g[a], g[(a + i) % n], 1.0 / static_cast<double>(n)});
   }
   return flows;
 }
@@ -63,21 +73,24 @@ const std::vector<std::pair<uint32_t, uint32_t>>& FoldCopies(Shared* sh, uint64_
   return cache[key] = std::move(sharing);
 }
 
-const std::vector<uint32_t>& FoldPlayedGroups(Shared* sh, uint32_t group, bool stripe) {
-  auto& cache = sh->fold_flows.groups;
+const std::vector<uint32_t>& FoldPlayedGroups(Shared* sh, uint32_t group, bool stripe, bool all_to_all) {
+  auto& cache = all_to_all ? sh->fold_flows.all_to_all_groups : sh->fold_flows.groups;
   auto it = cache.find(group);
   if (it != cache.end()) return it->second;
   const auto& groups = sh->programs->groups;
   const auto& node = sh->platform->gpu_node;
+  const auto flows_of = [&](uint32_t g) {
+    return all_to_all ? AllToAllFlows(groups[g]) : RingFlows(groups[g], node, stripe);
+  };
   std::vector<s4u::Link*> used;
-  for (const Flow& f : RingFlows(groups[group], node, stripe)) LinksOf(sh, f.from, f.to, &used);
+  for (const Flow& f : flows_of(group)) LinksOf(sh, f.from, f.to, &used);
   std::sort(used.begin(), used.end());
   std::vector<uint32_t> played{group};
   const auto& family = sh->programs->fold.family[group];
   for (uint32_t h : family) {
     if (h == group) continue;
     bool shares = false;
-    for (const Flow& f : RingFlows(groups[h], node, stripe)) {
+    for (const Flow& f : flows_of(h)) {
       std::vector<s4u::Link*> links;
       LinksOf(sh, f.from, f.to, &links);
       for (auto* l : links) shares |= std::binary_search(used.begin(), used.end(), l);
@@ -153,8 +166,10 @@ uint32_t ScaleTwinLinks(Shared* sh) {
     }
   }
   if (use.empty()) return 0;
-  // Every flow the folded collectives play (RunFoldedCollective: rings stripe over rails, NVLS does not).
-  std::vector<std::pair<uint32_t, bool>> collectives;
+  // Every flow the folded collectives play (RunFoldedCollective: rings stripe over rails, NVLS does not;
+  // RunFoldedAllToAll: every member to every other).
+  enum : uint8_t { kNvlsFlows, kRingFlows, kAllToAllFlows };
+  std::vector<std::pair<uint32_t, uint8_t>> collectives;
   for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
     for (const auto* ops : {&programs.programs[slot].ops, &programs.programs[slot].dp_stream}) {
       for (const Op& o : *ops) {
@@ -162,15 +177,17 @@ uint32_t ScaleTwinLinks(Shared* sh) {
         if (o.kind != OpKind::kCollective && o.kind != OpKind::kTpAnalytic) continue;
         if (programs.groups[o.group].size() < 2) continue;
         const bool nvls = o.algorithm == Algorithm::kNvls && o.collective == CollectiveKind::kAllReduce;
-        collectives.push_back({o.group, !nvls});
+        const bool a2a = o.kind == OpKind::kCollective && o.collective == CollectiveKind::kAllToAll;
+        collectives.push_back({o.group, a2a ? kAllToAllFlows : nvls ? kNvlsFlows : kRingFlows});
       }
     }
   }
   std::sort(collectives.begin(), collectives.end());
   collectives.erase(std::unique(collectives.begin(), collectives.end()), collectives.end());
-  for (const auto& [g, stripe] : collectives) {
-    for (uint32_t h : FoldPlayedGroups(sh, g, stripe)) {
-      for (const Flow& f : RingFlows(programs.groups[h], node, stripe)) {
+  for (const auto& [g, mode] : collectives) {
+    const bool stripe = mode == kRingFlows, a2a = mode == kAllToAllFlows;
+    for (uint32_t h : FoldPlayedGroups(sh, g, stripe, a2a)) {
+      for (const Flow& f : a2a ? AllToAllFlows(programs.groups[h]) : RingFlows(programs.groups[h], node, stripe)) {
         std::vector<s4u::Link*> links;
         LinksOf(sh, f.from, f.to, &links);
         for (auto* l : links) {
@@ -261,6 +278,12 @@ void Runner::CountPortOwners() {
     const DeviceProgram& prog = sh_->programs->programs[slot];
     for (const auto* ops : {&prog.ops, &prog.dp_stream}) {
       for (const Op& o : *ops) {
+        if (o.kind == OpKind::kCollective && o.collective == CollectiveKind::kAllToAll) {
+          // An all-to-all group's flows join every pair of its members (and so for its folded groups).
+          for (uint32_t h : sh_->programs->fold.family[o.group]) {
+            for (const Flow& f : AllToAllFlows(groups[h])) own(f.from, f.to, h);
+          }
+        }
         if (o.kind == OpKind::kSend) own(devices[slot], o.peer, FoldFlows::kManyOwners);
         if (o.kind == OpKind::kRecv || o.kind == OpKind::kPostRecv) own(o.peer, devices[slot], FoldFlows::kManyOwners);
       }
@@ -281,6 +304,62 @@ bool Runner::LoneFlow(uint32_t group) {
   bool lone = g.size() >= 2 && sh_->platform->private_fabric[node[g[0]]] != 0;
   for (uint32_t d : g) lone = lone && node[d] == node[g[0]] && ff.port_up[d] == group && ff.port_down[d] == group;
   return ff.lone[group] = lone;
+}
+
+void Runner::RunFoldedAllToAll(const Op& op) {
+  const auto& groups = sh_->programs->groups;
+  const double n = static_cast<double>(groups[op.group].size());
+  std::vector<s4u::CommPtr> flows;
+  for (uint32_t h : PlayedGroups(op.group, false, true)) {
+    for (const Flow& f : AllToAllFlows(groups[h])) {
+      flows.push_back(s4u::Comm::sendto_async(HostOf(f.from), HostOf(f.to), Bytes(op.bytes / n)));
+    }
+  }
+  for (auto& c : flows) c->wait();
+}
+
+Runner::RingStream& Runner::Ring(uint32_t channel) {
+  auto it = rings_.find(channel);
+  if (it != rings_.end()) return it->second;
+  RingStream& rs = rings_[channel];
+  const auto& peers = sh_->programs->fold.ring_peer;
+  auto p = peers.find(RingKey(self_, channel));
+  HETSIM_CHECK(p != peers.end(), "folded run: device " + std::to_string(self_) + " has ring messages on channel " +
+                                     std::to_string(channel) + " but no ring peer (models::FoldRanks)");
+  rs.peer = p->second;
+  return rs;
+}
+
+void Runner::RingStart(RingStream& rs, uint32_t channel) {
+  while (rs.started < std::min(rs.sent, rs.posted)) {
+    const auto [posted_at, bytes] = rs.unsent.front();
+    rs.unsent.pop_front();
+    const uint64_t key = MailboxKey(self_, rs.peer, channel);
+    s4u::CommPtr flow = s4u::Comm::sendto_async(HostOf(self_), HostOf(rs.peer), Bytes(bytes));
+    rs.flows.emplace_back(flow, posted_at);
+    for (auto& p : pending_) {  // the send's entry (Reap waits for it as for the unfolded put)
+      if (p.key == key && p.seq == rs.started && !p.comm) p.comm = flow;
+    }
+    StartCopies(key, bytes);
+    ++rs.started;
+  }
+}
+
+double Runner::RingReceive(uint32_t channel) {
+  RingStream& rs = Ring(channel);
+  if (rs.received == rs.posted) {  // not posted ahead: posted now
+    ++rs.posted;
+    RingStart(rs, channel);
+  }
+  HETSIM_CHECK(!rs.flows.empty(), "folded run: device " + std::to_string(self_) + " receives a ring message on channel " +
+                                      std::to_string(channel) + " before sending one (models::FoldRanks)");
+  auto [flow, posted_at] = rs.flows.front();
+  rs.flows.pop_front();
+  ++rs.received;
+  flow->wait();
+  // In a symmetric ring the successor takes this device's message when it takes its own (Reap's Arrived).
+  ++sh_->board.received[MailboxKey(self_, rs.peer, channel)];
+  return posted_at;
 }
 
 double Runner::RunFoldedCollective(const Op& op, double step_bytes, bool stripe) {

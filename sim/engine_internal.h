@@ -62,6 +62,7 @@ struct Board {
 // are found once, from the platform's routes.
 struct FoldFlows {
   std::unordered_map<uint32_t, std::vector<uint32_t>> groups;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> all_to_all_groups;
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> sends;
   // Per device: who sends over its fabric port (up) and receives over it (down) inside its node, in the
   // whole (unfolded) run: kNoOwner, one collective group, or kManyOwners (several groups, or a pipeline
@@ -70,6 +71,8 @@ struct FoldFlows {
   std::vector<uint32_t> port_up, port_down;
   // Per group: whether one flow stands for its whole ring (see Runner::LoneFlow).
   std::unordered_map<uint32_t, bool> lone;
+  // Per group: the longest latency of a member's route to its ring successor (Runner::SlowestHopLatency).
+  std::unordered_map<uint32_t, double> slowest_hop;
 };
 
 // Per-device message and collective counters (shared by the device's main and DP-stream actors).
@@ -121,6 +124,9 @@ struct Flow {
   double fraction;
 };
 std::vector<Flow> RingFlows(const std::vector<uint32_t>& g, const std::vector<uint32_t>& node, bool stripe);
+// The flows of a direct all-to-all over `g` (RunCollective's kAllToAll, for all members at once): every
+// member to every other, 1/n of the buffer each.
+std::vector<Flow> AllToAllFlows(const std::vector<uint32_t>& g);
 
 // The links of the route from device a to device b (appended to `links`).
 void LinksOf(const Shared* sh, uint32_t a, uint32_t b, std::vector<s4u::Link*>* links);
@@ -131,8 +137,8 @@ void LinksOf(const Shared* sh, uint32_t a, uint32_t b, std::vector<s4u::Link*>* 
 const std::vector<std::pair<uint32_t, uint32_t>>& FoldCopies(Shared* sh, uint64_t key);
 
 // The groups a folded collective over `group` plays: its own and every folded group with a flow on a
-// link its flows use.
-const std::vector<uint32_t>& FoldPlayedGroups(Shared* sh, uint32_t group, bool stripe);
+// link its flows use (ring flows, striped or not; or, with `all_to_all`, AllToAllFlows).
+const std::vector<uint32_t>& FoldPlayedGroups(Shared* sh, uint32_t group, bool stripe, bool all_to_all = false);
 
 // Folded runs: where a pipeline stream's copies meet its own transfer only on links that carry nothing but
 // such streams, each with the same number n of copies-plus-itself on the link, the link runs at 1/n of its
@@ -147,7 +153,9 @@ uint32_t ScaleTwinLinks(Shared* sh);
 class Runner {
  public:
   // A posted send not yet waited for; pipeline sends carry their mailbox key and number on it (others
-  // kUntracked), so that Reap knows which have arrived without asking SimGrid (see Reap).
+  // kUntracked), so that Reap knows which have arrived without asking SimGrid (see Reap). A folded ring
+  // message (RingStream) is pending from its send as the unfolded put is, with no transfer until its
+  // receive is posted too.
   static constexpr uint64_t kUntracked = UINT64_MAX;
   struct Pending {
     s4u::CommPtr comm;
@@ -194,7 +202,9 @@ class Runner {
   bool pooled() const { return sh_->cores != nullptr && !dp_stream_; }
 
   void WaitAllSends() {
-    for (auto& p : pending_) p.comm->wait();
+    for (auto& p : pending_) {
+      if (p.comm) p.comm->wait();  // (a ring message not started yet: its receive is not posted)
+    }
     pending_.clear();
   }
 
@@ -237,6 +247,12 @@ class Runner {
   // longest route latency. Computed once per group.
   std::pair<double, double> RingStepCost(uint32_t group);
 
+  // Folded ring and NVLS collectives: the longest latency of a member's route to its successor. Each member
+  // of the unfolded ring waits its own hop's latency after its transfers (RunCollective); the folded one
+  // stands for the last member to finish, so it waits the longest (a ring with hops inside a node and
+  // between nodes: a DP × CP group).
+  double SlowestHopLatency(uint32_t group);
+
   // Bottleneck bandwidth (bytes/s) and latency (s) of the route to `peer`.
   std::pair<double, double> RouteOf(uint32_t peer);
 
@@ -264,7 +280,9 @@ class Runner {
   bool folded() const { return sh_->programs->folded; }
 
   const std::vector<std::pair<uint32_t, uint32_t>>& CopiesOf(uint64_t key) { return FoldCopies(sh_, key); }
-  const std::vector<uint32_t>& PlayedGroups(uint32_t group, bool stripe) { return FoldPlayedGroups(sh_, group, stripe); }
+  const std::vector<uint32_t>& PlayedGroups(uint32_t group, bool stripe, bool all_to_all = false) {
+    return FoldPlayedGroups(sh_, group, stripe, all_to_all);
+  }
 
   // Folded runs: starts the folded devices' copies of the transfer on stream `key` that share a link with
   // it (they leave the others out: those run on links of their own).
@@ -289,6 +307,29 @@ class Runner {
   // successor at once (all members arrive together in a symmetric plan), and the collective ends when the
   // last flow has arrived, as the slowest member of the unfolded ring does.
   double RunFoldedCollective(const Op& op, double step_bytes, bool stripe);
+  // A folded all-to-all: every member of the played groups sends 1/n of its buffer to every other member
+  // at once; the collective ends when the last flow has arrived.
+  void RunFoldedAllToAll(const Op& op);
+
+  // Folded runs: a representative's messages to a device folded onto it (a CP ring inside its stage;
+  // FoldMap::ring_peer). In a symmetric ring every member posts its k-th send and receive when the
+  // representative does, so the k-th transfer starts when the representative has posted both (its send to
+  // its ring peer, its receive from its predecessor) and the block it receives arrives when the one it sends
+  // does: the representative plays its send (with the folded copies that share a link with it) and its
+  // receive waits for that transfer.
+  struct RingStream {
+    uint32_t peer = 0;
+    std::deque<std::pair<double, double>> unsent;  // (posted at, bytes) of sends not started yet
+    uint64_t sent = 0, posted = 0, started = 0, received = 0;  // sends and receives posted, transfers started, received
+    std::deque<std::pair<s4u::CommPtr, double>> flows;  // started, not received yet: (transfer, send posted at)
+  };
+  bool RingMessage(uint32_t peer) const {
+    return folded() && peer != self_ && sh_->programs->fold.rep[sh_->programs->device_slot[peer]] == slot_;
+  }
+  RingStream& Ring(uint32_t channel);
+  void RingStart(RingStream& rs, uint32_t channel);
+  // kRecv of a ring message: waits for the transfer and returns when its send was posted.
+  double RingReceive(uint32_t channel);
 
   Shared* sh_;
   uint32_t slot_;
@@ -311,6 +352,7 @@ class Runner {
   double deferred_s_ = 0;  // compute and analytic TP time not yet slept (Defer)
   // Receives posted ahead by kPostRecv, per mailbox, in posting order.
   std::unordered_map<uint64_t, std::deque<s4u::CommPtr>> early_recvs_;
+  std::unordered_map<uint32_t, RingStream> rings_;  // folded ring messages, by channel
   void* early_data_ = nullptr;
 };
 

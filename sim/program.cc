@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "models/communicator.h"
+#include "models/fold.h"
 #include "models/platform_routes.h"
 
 namespace hetsim::sim {
@@ -164,170 +165,76 @@ void Jitter(Programs& out, double cv, uint64_t seed) {
   }
 }
 
-// Whether two lowered operations are the same work, apart from the devices they name (peer, group, rank).
-bool SameWork(const models::Op& a, const models::Op& b) {
-  return a.kind == b.kind && a.category == b.category && a.collective == b.collective && a.algorithm == b.algorithm &&
-         a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass &&
-         a.micro_batch == b.micro_batch && a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
-         a.calls == b.calls && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
-         a.seq_begin == b.seq_begin && a.seq_end == b.seq_end && a.bytes == b.bytes && a.flops == b.flops &&
-         a.params == b.params && a.host_ranks == b.host_ranks && a.to_host == b.to_host;
-}
-
 }  // namespace
-
-// Fills out->fold when the lowering's ranks fold (FoldMap); otherwise returns why not. The representative
-// of a slot is the first device of its stage in pipeline 0. With `skeletons` it compares the ranks'
-// skeletons (LoweringOptions::skeletons) and their pipelines' stage and micro-batch counts, which decides
-// the same as comparing every operation (tests/sim/folding_test.cc) at a few passes per rank; otherwise
-// every operation of every rank.
-static std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx, bool skeletons, Programs* out) {
-  if (lw.cpu_staged || !out->staged_groups.empty()) return "CPU-staged transfers";
-  const size_t n = lw.ranks.size();
-  std::unordered_map<uint64_t, uint32_t> first;  // (pipeline, stage) -> first slot
-  std::unordered_map<uint64_t, uint32_t> count;  // (pipeline, stage) -> devices
-  auto key = [](uint32_t p, uint32_t s) { return (uint64_t{p} << 32) | s; };
-  for (uint32_t i = 0; i < n; ++i) {
-    const auto k = key(lw.ranks[i].pipeline, lw.ranks[i].stage);
-    first.emplace(k, i);
-    ++count[k];
-  }
-  FoldMap fold;
-  fold.rep.resize(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    const auto& r = lw.ranks[i];
-    auto it = first.find(key(0, r.stage));
-    if (it == first.end()) return "pipeline 0 has no stage " + std::to_string(r.stage);
-    if (count[key(r.pipeline, r.stage)] != count[it->first]) return "stages of different widths";
-    fold.rep[i] = it->second;
-  }
-  const auto slot_of = [&](uint32_t device) { return out->device_slot[device]; };
-  std::optional<models::PlatformRoutes> routes;  // built at the first folded send
-  std::vector<uint32_t> folded_onto(out->groups.size(), models::kNone);  // group -> the played group it folds onto
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t rep = fold.rep[i];
-    const auto& a = lw.ranks[rep];
-    const auto& b = lw.ranks[i];
-    if (ctx.cluster.device(a.device).gpu != ctx.cluster.device(b.device).gpu) return "different GPU types";
-    const bool same_size = skeletons ? a.skeleton.size() == b.skeleton.size() && a.num_stages == b.num_stages &&
-                                           a.num_micro_batches == b.num_micro_batches
-                                     : a.ops.size() == b.ops.size() && a.dp_stream.size() == b.dp_stream.size();
-    if (a.tp != b.tp || a.layer_begin != b.layer_begin || a.layer_end != b.layer_end ||
-        a.shard_rank != b.shard_rank || !same_size) {
-      return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " do different work";
-    }
-    for (const bool dp : {false, true}) {
-      if (skeletons && dp) break;  // a skeleton has its DP stream inline
-      const auto& xs = skeletons ? a.skeleton : dp ? a.dp_stream : a.ops;
-      const auto& ys = skeletons ? b.skeleton : dp ? b.dp_stream : b.ops;
-      for (size_t k = 0; k < xs.size(); ++k) {
-        const models::Op& x = xs[k];
-        const models::Op& y = ys[k];
-        if (!SameWork(x, y)) {
-          return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " differ at operation " +
-                 std::to_string(k);
-        }
-        switch (x.kind) {
-          case models::OpKind::kPostRecv: return "early receives (context parallelism)";
-          case models::OpKind::kHostCopy: return "CPU offload (host copies)";
-          case models::OpKind::kSend:
-          case models::OpKind::kRecv: {
-            // The representative talks to a representative, and the copy to a device that folds onto it.
-            if (fold.rep[slot_of(x.peer)] != slot_of(x.peer) || fold.rep[slot_of(y.peer)] != slot_of(x.peer)) {
-              return "point-to-point peers that do not fold";
-            }
-            if (x.kind == models::OpKind::kSend && i != rep) {
-              auto& copies = fold.send_copies[StreamKey(a.device, x.peer, x.channel)];
-              if (copies.empty() || copies.back() != std::make_pair(b.device, y.peer)) {
-                bool seen = false;
-                for (const auto& c : copies) seen |= c == std::make_pair(b.device, y.peer);
-                if (!seen) {
-                  // The copy is played as the representative's send: its own route must price the same
-                  // (pipelines in other zones, pods or over other NICs do not fold). Both ends have the
-                  // representatives' GPU types, so the default calibration's routes compare as the run's.
-                  if (!routes) routes.emplace(ctx.cluster);
-                  if (!routes->GpuToGpu(b.device, y.peer).PricesAs(routes->GpuToGpu(a.device, x.peer))) {
-                    return "pipeline sends over unlike routes (devices " + std::to_string(b.device) + " → " +
-                           std::to_string(y.peer) + " and " + std::to_string(a.device) + " → " +
-                           std::to_string(x.peer) + ")";
-                  }
-                  copies.emplace_back(b.device, y.peer);
-                }
-              }
-            }
-            break;
-          }
-          case models::OpKind::kCollective: {
-            if (x.collective != CollectiveKind::kAllReduce && x.collective != CollectiveKind::kReduceScatter &&
-                x.collective != CollectiveKind::kAllGather) {
-              return std::string(models::CollectiveName(x.collective)) + " collectives";
-            }
-            if (x.algorithm == Algorithm::kTree) return "tree collectives";
-            const auto& gx = out->groups[x.group];
-            const auto& gy = out->groups[y.group];
-            if (gx.size() != gy.size()) return "collective groups of different sizes";
-            if (folded_onto[y.group] != models::kNone && folded_onto[y.group] != x.group) {
-              return "a collective group folds onto two groups";
-            }
-            folded_onto[y.group] = x.group;
-            // Every member of both groups folds onto this representative: one played member per group.
-            for (const auto* g : {&gx, &gy}) {
-              for (uint32_t d : *g) {
-                if (fold.rep[slot_of(d)] != rep) return "collective groups spanning stages";
-              }
-            }
-            break;
-          }
-          default: break;
-        }
-      }
-    }
-  }
-  fold.family.resize(out->groups.size());
-  for (uint32_t g = 0; g < out->groups.size(); ++g) {
-    if (folded_onto[g] == g) fold.family[g].insert(fold.family[g].begin(), g);
-  }
-  for (uint32_t g = 0; g < out->groups.size(); ++g) {
-    if (folded_onto[g] != models::kNone && folded_onto[g] != g) fold.family[folded_onto[g]].push_back(g);
-  }
-  for (uint32_t i = 0; i < n; ++i) fold.played += fold.rep[i] == i ? 1 : 0;
-  if (fold.played == n) return "no two devices do the same work";
-  out->fold = std::move(fold);
-  return "";
-}
 
 namespace {
 
-// What a plan must have for FoldRanks to fold it, read from the plan alone (so that a plan that cannot
-// fold is lowered once, in full): the CPU staging the engine does not fold, and pipelines of pipeline 0's
-// shape with one replica and one sequence shard per stage (intra-stage replicas compute other rows of the
-// micro-batch, CP and Ulysses ranks other tokens). Empty when the plan may fold.
-std::string FoldShape(const proto::Plan& plan, const models::PlanContext& ctx) {
-  if (plan.comm().cpu_staged() || models::Communicator(ctx.cluster, plan.comm()).any_staged()) {
-    return "CPU-staged transfers";
+// Fills out->fold from a decision that the ranks fold; `out` holds the lowering's groups.
+void SetFold(models::RankFold&& rf, Programs* out) {
+  FoldMap fold;
+  fold.rep = std::move(rf.rep);
+  fold.played = rf.played;
+  for (const auto& [k, copies] : rf.send_copies) {
+    fold.send_copies[StreamKey(std::get<0>(k), std::get<1>(k), std::get<2>(k))] = copies;
   }
-  if (models::OffloadsOptimizer(plan)) return "CPU offload (host copies)";
-  if (plan.pipelines_size() == 0) return "no pipelines";
-  const auto& p0 = plan.pipelines(0);
-  for (const auto& pipe : plan.pipelines()) {
-    if (pipe.stages_size() != p0.stages_size()) return "pipelines of different depths";
-    for (int s = 0; s < pipe.stages_size(); ++s) {
-      const auto& st = pipe.stages(s);
-      if (st.devices_size() != p0.stages(s).devices_size()) return "stages of different widths";
-      if (models::DpDegree(st) != 1) return "data parallelism inside a stage";
-      if (models::StageSharding(st).ways() != 1) return "sequence sharding (context parallelism, Ulysses)";
-    }
+  for (const auto& [k, peer] : rf.ring_peer) fold.ring_peer[RingKey(k.first, k.second)] = peer;
+  fold.family.resize(out->groups.size());
+  for (uint32_t g = 0; g < out->groups.size(); ++g) {
+    if (rf.folded_onto[g] == g) fold.family[g].insert(fold.family[g].begin(), g);
   }
+  for (uint32_t g = 0; g < out->groups.size(); ++g) {
+    if (rf.folded_onto[g] != models::kNone && rf.folded_onto[g] != g) fold.family[rf.folded_onto[g]].push_back(g);
+  }
+  out->fold = std::move(fold);
+}
+
+// The platform's routes for the fold decision, built at the first folded send. Both ends of a compared copy
+// have the representatives' GPU types, so the default calibration's routes compare as the run's.
+struct LazyRoutes {
+  const models::Cluster& cluster;
+  std::optional<models::PlatformRoutes> routes;
+  const models::PlatformRoutes& operator()() {
+    if (!routes) routes.emplace(cluster);
+    return *routes;
+  }
+};
+
+// Fills out->fold when the lowering's ranks fold (models::FoldRanks, the decision the planners' played
+// estimate takes too); otherwise returns why not. `out` holds the lowering's devices and groups
+// (TakePlacement moved them).
+std::string FoldRanks(const models::Lowering& lw, const models::PlanContext& ctx, bool skeletons, Programs* out) {
+  if (!out->staged_groups.empty()) return "CPU-staged transfers";
+  LazyRoutes routes{ctx.cluster, {}};
+  models::RankFold rf;
+  const std::string note = models::FoldRanks(lw, out->device_slot, out->groups, ctx.cluster,
+                                             [&]() -> const models::PlatformRoutes& { return routes(); }, skeletons, &rf);
+  if (!note.empty()) return note;
+  SetFold(std::move(rf), out);
   return "";
 }
 
-// The devices that represent the others when a plan folds: the first device of each stage of pipeline 0.
-std::vector<bool> Representatives(const proto::Plan& plan, const models::PlanContext& ctx) {
-  std::vector<bool> out(ctx.cluster.num_devices(), false);
-  for (const auto& st : plan.pipelines(0).stages()) {
-    if (st.devices_size() > 0) out[st.devices(0)] = true;
-  }
-  return out;
+// Lowers the representatives of a plan whose shape may fold (FoldShape), with every rank's skeleton compared
+// to its representative's as the lowering emits it and then released (models::RankFolder): `note` empty and
+// `fold` filled when the ranks fold.
+Result<models::Lowering> LowerFolding(const proto::Plan& plan, const models::PlanContext& ctx,
+                                      const models::LoweringOptions& options, std::string* note,
+                                      models::RankFold* fold) {
+  models::LoweringOptions lo = options;
+  lo.lower_devices = models::FoldRepresentatives(plan, ctx.cluster);
+  lo.skeletons = true;
+  LazyRoutes routes{ctx.cluster, {}};
+  std::optional<models::RankFolder> folder;
+  lo.skeleton_done = [&](const models::Lowering& lw, uint32_t slot) {
+    if (!folder) {
+      folder.emplace(lw, lw.device_slot, lw.groups, ctx.cluster,
+                     [&]() -> const models::PlatformRoutes& { return routes(); }, true);
+    }
+    folder->Add(slot);
+    return folder->IsRepresentative(slot);  // the others compare against it: keep it
+  };
+  HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
+  *note = folder ? folder->Finish(lowering.groups.size(), fold) : "no devices";
+  return lowering;
 }
 
 }  // namespace
@@ -352,15 +259,17 @@ bool HasSkeletons(const models::Lowering& lowering) {
   return !lowering.ranks.empty() && !lowering.ranks[0].skeleton.empty();
 }
 
-}  // namespace
-
-Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
-                              const models::ComputeCost& cost, const ProgramOptions& options) {
+// ProgramsFromLowering, with the fold decided already (`decided`: LowerFolding's) or not.
+Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, const models::ComputeCost& cost,
+               const ProgramOptions& options, models::RankFold* decided) {
   Programs out;
   out.fidelity = options.fidelity;
   TakePlacement(lowering, ctx, &out);
   const bool separate_recompute = lowering.separate_recompute;
-  if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull) {
+  if (decided != nullptr) {
+    SetFold(std::move(*decided), &out);
+    out.folded = true;
+  } else if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull) {
     if (options.compute_jitter_cv > 0) {
       out.fold_note = "compute jitter";
     } else {
@@ -420,6 +329,13 @@ Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanCon
   return out;
 }
 
+}  // namespace
+
+Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
+                              const models::ComputeCost& cost, const ProgramOptions& options) {
+  return Price(std::move(lowering), ctx, cost, options, nullptr);
+}
+
 Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContext& ctx,
                                const models::ComputeCost& cost, const ProgramOptions& options) {
   models::LoweringOptions lo;
@@ -431,7 +347,7 @@ Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContex
   std::string note;
   if (options.fold && options.fidelity.collectives != CollectiveDetail::kFull && options.compute_jitter_cv <= 0) {
     // Decide folding from the plan's shape and the ranks' skeletons, and lower only the representatives.
-    note = FoldShape(plan, ctx);
+    note = models::FoldShape(plan, ctx.cluster);
     if (note.empty()) {
       if (options.verify_fold) {
         HETSIM_ASSIGN_OR_RETURN(const FoldDecision structural, DecideFold(plan, ctx, lo, false));
@@ -439,13 +355,9 @@ Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContex
         const std::string diff = CompareFoldDecisions(structural, full);
         if (!diff.empty()) return Status::Internal("folding: the plan's shape and the full comparison disagree: " + diff);
       }
-      models::LoweringOptions reps = lo;
-      reps.lower_devices = Representatives(plan, ctx);
-      reps.skeletons = true;
-      HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, reps));
-      Programs out = ProgramsFromLowering(std::move(lowering), ctx, cost, options);
-      if (out.folded) return out;
-      note = out.fold_note;
+      models::RankFold fold;
+      HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, LowerFolding(plan, ctx, lo, &note, &fold));
+      if (note.empty()) return Price(std::move(lowering), ctx, cost, options, &fold);
     }
   }
   HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
@@ -460,17 +372,27 @@ Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContex
 Result<FoldDecision> DecideFold(const proto::Plan& plan, const models::PlanContext& ctx,
                                 const models::LoweringOptions& options, bool full_comparison) {
   FoldDecision d;
-  models::LoweringOptions lo = options;
   if (!full_comparison) {
-    d.note = FoldShape(plan, ctx);
+    d.note = models::FoldShape(plan, ctx.cluster);
     if (!d.note.empty()) return d;
-    lo.lower_devices = Representatives(plan, ctx);
-    lo.skeletons = true;
+    models::RankFold fold;
+    HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, LowerFolding(plan, ctx, options, &d.note, &fold));
+    Programs p;
+    TakePlacement(lowering, ctx, &p);
+    if (p.staged_groups.empty() && d.note.empty()) {
+      SetFold(std::move(fold), &p);
+      d.folded = true;
+      d.fold = std::move(p.fold);
+    } else if (d.note.empty()) {
+      d.note = "CPU-staged transfers";
+    }
+    d.groups = std::move(p.groups);
+    return d;
   }
-  HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, lo));
+  HETSIM_ASSIGN_OR_RETURN(models::Lowering lowering, models::LowerPlan(plan, ctx, options));
   Programs p;
   TakePlacement(lowering, ctx, &p);
-  d.note = FoldRanks(lowering, ctx, !full_comparison, &p);
+  d.note = FoldRanks(lowering, ctx, false, &p);
   d.folded = d.note.empty();
   if (d.folded) d.fold = std::move(p.fold);
   d.groups = std::move(p.groups);
@@ -487,6 +409,7 @@ std::string CompareFoldDecisions(const FoldDecision& a, const FoldDecision& b) {
   if (a.fold.played != b.fold.played) return "different numbers of played devices";
   if (a.fold.family != b.fold.family) return "different folded collective groups";
   if (a.fold.send_copies != b.fold.send_copies) return "different folded pipeline sends";
+  if (a.fold.ring_peer != b.fold.ring_peer) return "different ring peers";
   return "";
 }
 

@@ -93,16 +93,21 @@ inline uint64_t StreamKey(uint32_t src, uint32_t dst, uint32_t channel) {
   return (uint64_t{src} << 42) | (uint64_t{dst} << 20) | channel;
 }
 
-// Folding identical work (docs/simulator.md, "Folding"). When every pipeline (DP replica) plays the same
-// operations as pipeline 0 and every device of a stage the same as the stage's first device (the same
-// compute times, bytes, micro-batches and schedule; peers and groups in the same places), only one device
-// per stage of pipeline 0 — its representative — is played, and the others take its trace. Its transfers
-// still load the links the folded devices would load: a collective plays the flows of every member of its
-// group and of the folded groups whose flows share a link with them (a node's shared NIC, rail striping,
-// an oversubscribed uplink); a pipeline send adds the folded devices' copies that share a link with its
-// route. Plans that are not symmetric in this sense (heterogeneous pipelines, mixed TP, uneven splits,
-// compute jitter, CPU staging, trees, broadcasts, all-to-alls, context parallelism, CPU offload, whose
-// host copies share their node's host memory link) are played in full.
+// The key of a representative's ring messages on `channel` (FoldMap::ring_peer).
+inline uint64_t RingKey(uint32_t device, uint32_t channel) { return (uint64_t{device} << 8) | channel; }
+
+// Folding identical work (docs/simulator.md, "Folding"; the decision is models/fold.h's, shared with the
+// planners' played estimate). When every pipeline (DP replica) plays the same operations as pipeline 0 and
+// every device of a stage the same as the stage's first device (the same compute times, bytes,
+// micro-batches and schedule; peers and groups in the same places), only one device per stage of
+// pipeline 0 — its representative — is played, and the others take its trace. Its transfers still load the
+// links the folded devices would load: a collective (ring, NVLS or all-to-all) plays the flows of every
+// member of its group and of the folded groups whose flows share a link with them (a node's shared NIC,
+// rail striping, an oversubscribed uplink); a send adds the folded devices' copies that share a link with
+// its route. A CP ring's messages between devices that fold onto one representative are played as its
+// sends to its ring peer, and its receives complete as those arrive. Plans that are not symmetric in this
+// sense (heterogeneous pipelines, mixed TP, uneven splits, compute jitter, CPU staging, trees, broadcasts,
+// CPU offload, whose host copies share their node's host memory link) are played in full.
 struct FoldMap {
   std::vector<uint32_t> rep;                   // per slot: the slot whose program stands for it (itself: played)
   std::vector<std::vector<uint32_t>> family;   // per group with a played member: the groups folded onto it
@@ -110,6 +115,8 @@ struct FoldMap {
   // Per played send stream (StreamKey of the representatives' devices): the folded devices' copies of it,
   // as (sender device, receiver device).
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> send_copies;
+  // Per (representative device, channel) with ring messages (RingKey): the device its ring sends go to.
+  std::unordered_map<uint64_t, uint32_t> ring_peer;
   uint32_t played = 0;                         // representatives
 };
 

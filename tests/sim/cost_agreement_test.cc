@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "models/fold.h"
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
@@ -333,19 +334,9 @@ RandomCase MakeRandomCase(uint64_t seed, const std::vector<models::Cluster>& clu
   return c;
 }
 
-// Whether the plan may be played folded by the simulator (its shape allows it): then the folded
-// simulation is checked too.
-bool MayFold(const proto::Plan& plan) {
-  const auto& p0 = plan.pipelines(0);
-  for (const auto& pipe : plan.pipelines()) {
-    if (pipe.stages_size() != p0.stages_size()) return false;
-    for (int s = 0; s < pipe.stages_size(); ++s) {
-      if (pipe.stages(s).devices_size() != p0.stages(s).devices_size()) return false;
-      if (models::DpDegree(pipe.stages(s)) != 1 || models::StageSharding(pipe.stages(s)).ways() != 1) return false;
-    }
-  }
-  return true;
-}
+// Whether the plan may be played folded by the simulator (its shape allows it, models::FoldShape): then the
+// folded simulation is checked too.
+bool MayFold(const proto::Plan& plan, const models::Cluster& cluster) { return models::FoldShape(plan, cluster).empty(); }
 
 // The plan features a random case exercises (for the coverage check).
 std::vector<std::string> Features(const RandomCase& c, const char* cluster) {
@@ -474,7 +465,7 @@ TEST(CostAgreement, RandomPlansAgainstTheSimulator) {
     ASSERT_TRUE(sim.ok()) << where << ": " << sim.status().message();
     const double simulated = sim->report.iteration_time_s();
     double simulated_default = simulated;
-    if (MayFold(c.plan)) {
+    if (MayFold(c.plan, cluster)) {
       auto folded_sim = sim::SimulateIteration(c.plan, ctx, sim::SimOptions{});
       ASSERT_TRUE(folded_sim.ok()) << where;
       simulated_default = folded_sim->report.iteration_time_s();

@@ -1,9 +1,12 @@
-// Folding identical ranks (sim/program.h, FoldMap): a symmetric plan played with one actor per stage must
-// give the iteration of the plan played device by device, also where the folded devices share links with
-// the played ones (a NIC shared by a node's GPUs); a plan whose pipelines differ must not fold.
+// Folding identical ranks (sim/program.h, FoldMap; the decision in models/fold.h): a symmetric plan played
+// with one actor per stage must give the iteration of the plan played device by device, also where the
+// folded devices share links with the played ones (a NIC shared by a node's GPUs), and with context
+// parallelism, Ulysses and the interleaved schedule; a plan whose pipelines differ must not fold.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "models/spec_io.h"
 #include "models/training.h"
@@ -20,9 +23,10 @@ using testing_util::PlanFrom;
 // `nodes` nodes of two H100s behind one shared 100 Gb/s NIC each: every transfer between nodes of the two
 // GPUs of a node competes for the same NIC, so a folded run that dropped the folded GPU's traffic would
 // move its pipeline sends and gradient rings twice as fast.
-models::Cluster SharedNicCluster(uint32_t nodes) {
+models::Cluster SharedNicCluster(uint32_t nodes, uint32_t nic_gbps = 100) {
   return ClusterFrom("name: shared-nic\nnodes:\n  - name: n\n    count: " + std::to_string(nodes) +
-                     "\n    gpus: {type: h100, count: 2}\n    nic: {kind: roce, bandwidth_gbps: 100, count: 1}\n");
+                     "\n    gpus: {type: h100, count: 2}\n    nic: {kind: roce, bandwidth_gbps: " + std::to_string(nic_gbps) +
+                     ", count: 1}\n");
 }
 
 // DP `dp` × PP 2 × TP 2 of llama-tiny (layers 0-6): pipeline p's stage s on node s·dp + p (so a stage's
@@ -221,6 +225,134 @@ TEST(Folding, FullFidelityNeverFolds) {
   EXPECT_EQ(r.note, "full fidelity");
 }
 
+// ---- every plan kind (docs/simulator.md, "Folding every plan kind") ----------------------------------
+
+// DP `dp` × PP 2 of llama-tiny with `tp` × `cp` × `ulysses` devices per stage (plan.proto's rank order: TP
+// innermost, then Ulysses, then CP); stage s of pipeline p on devices (s·dp + p)·width …, 2 micro-batches
+// of one sequence. `schedule` and `extra` as SymmetricPlan's.
+std::string ShardedPlan(uint32_t dp, uint32_t tp, uint32_t cp, uint32_t ulysses, const std::string& extra = "") {
+  const uint32_t width = tp * cp * ulysses;
+  std::string y = "name: sharded\nschedule: 1f1b\n" + extra + "pipelines:\n";
+  for (uint32_t p = 0; p < dp; ++p) {
+    y += "  - micro_batch_size: 1\n    num_micro_batches: 2\n    stages:\n";
+    for (uint32_t s = 0; s < 2; ++s) {
+      std::string devices;
+      for (uint32_t k = 0; k < width; ++k) devices += (k ? ", " : "") + std::to_string((s * dp + p) * width + k);
+      y += "      - {devices: [" + devices + "], tp_degree: " + std::to_string(tp) + ", cp_degree: " +
+           std::to_string(cp) + ", ulysses_degree: " + std::to_string(ulysses) + ", layer_begin: " +
+           std::to_string(3 * s) + ", layer_end: " + std::to_string(3 * s + 3) + "}\n";
+    }
+  }
+  return y;
+}
+
+// `nodes` nodes of four H100s on NVSwitch, a 100 Gb/s NIC per GPU.
+models::Cluster FourGpuNodes(uint32_t nodes) {
+  return ClusterFrom("name: four\nnodes:\n  - name: n\n    count: " + std::to_string(nodes) +
+                     "\n    gpus: {type: h100, count: 4}\n    nic: {kind: roce, bandwidth_gbps: 100, attachment: per_gpu}\n");
+}
+
+// Folded against unfolded, balanced and fast: one played device per stage, the iteration equal to 1e-9 (a
+// symmetric plan's folded run plays the same flows on the same links at the same times), the
+// representatives' compute equal, and their CP, PP and DP times those of the slowest device of their stage
+// in the unfolded run (a folded collective stands for its last member: a DP × CP ring with hops inside a
+// node and between nodes ends later for the members whose hop leaves the node).
+void ExpectShardedFoldsExactly(const models::Cluster& cluster, const std::string& yaml, const std::string& what) {
+  const auto plan = PlanFrom(yaml);
+  for (const Fidelity fid : {Fidelity::Balanced(), Fidelity::Fast()}) {
+    const Outcome full = Simulate(cluster, plan, fid, false);
+    const Outcome folded = Simulate(cluster, plan, fid, true);
+    ASSERT_EQ(folded.played, 2u) << what << ": " << folded.note;
+    ASSERT_GT(full.iteration_s, 0) << what;
+    EXPECT_NEAR(folded.iteration_s, full.iteration_s, 1e-9 * full.iteration_s) << what;
+    ASSERT_EQ(folded.report.devices_size(), full.report.devices_size());
+    for (uint32_t s : {0u, 1u}) {
+      const uint32_t rep = plan.pipelines(0).stages(s).devices(0);  // the stage's representative
+      int at = -1;
+      for (int i = 0; i < folded.report.devices_size(); ++i) at = folded.report.devices(i).device() == rep ? i : at;
+      ASSERT_GE(at, 0);
+      const auto& b = folded.report.devices(at);
+      double cp = 0, pp = 0, dp = 0;
+      for (const auto& a : full.report.devices()) {
+        if (a.stage() != s) continue;
+        EXPECT_NEAR(b.compute_s(), a.compute_s(), 1e-12) << what;
+        cp = std::max(cp, a.cp_communication_s());
+        pp = std::max(pp, a.pp_communication_s());
+        dp = std::max(dp, a.dp_communication_s());
+      }
+      EXPECT_NEAR(b.cp_communication_s(), cp, 1e-9 * full.iteration_s) << what;
+      EXPECT_NEAR(b.pp_communication_s(), pp, 1e-9 * full.iteration_s) << what;
+      EXPECT_NEAR(b.dp_communication_s(), dp, 1e-9 * full.iteration_s) << what;
+    }
+  }
+}
+
+TEST(Folding, ContextParallelRingsFoldExactly) {
+  // CP 2 × TP 2 with each CP rank on its own two-GPU node behind one shared NIC: both TP ranks' rings cross
+  // the same NICs, so the representative's ring send must carry its folded twin (the other TP rank's ring)
+  // beside it. Then CP 2 × TP 2 inside a four-GPU node with the DP × CP gradient ring crossing nodes: hops
+  // over NVLink and over the network in one ring.
+  const std::string plan = ShardedPlan(2, 2, 2, 1);
+  ExpectShardedFoldsExactly(SharedNicCluster(8), plan, "cp over shared NICs");
+  ExpectShardedFoldsExactly(FourGpuNodes(4), plan, "cp inside a node");
+  // Over a shared 1 Gb/s NIC the ring is exposed, and the folded twin's traffic is charged: the same plan
+  // with a NIC per GPU (the twin's ring on a NIC of its own) spends less time in the ring. A fold that
+  // dropped the twin would see no difference.
+  ExpectShardedFoldsExactly(SharedNicCluster(8, 1), plan, "cp over shared 1 Gb/s NICs");
+  const Outcome shared = Simulate(SharedNicCluster(8, 1), PlanFrom(plan), Fidelity::Balanced(), true);
+  const Outcome own = Simulate(ClusterFrom("name: own-nic\nnodes:\n  - name: n\n    count: 8\n    gpus: {type: h100, count: 2}\n"
+                                       "    nic: {kind: roce, bandwidth_gbps: 1, attachment: per_gpu}\n"),
+                           PlanFrom(plan), Fidelity::Balanced(), true);
+  ASSERT_EQ(own.played, 2u) << own.note;
+  EXPECT_GT(own.report.devices(0).cp_communication_s(), 0);
+  EXPECT_GT(shared.report.devices(0).cp_communication_s(), 1.2 * own.report.devices(0).cp_communication_s());
+}
+
+TEST(Folding, UlyssesAllToAllsFoldExactly) {
+  // Ulysses 2 × TP 2: inside a four-GPU node, and with each Ulysses rank on its own two-GPU node behind a
+  // shared NIC (both TP ranks' all-to-alls cross it: the folded all-to-all plays its twin's flows too).
+  const std::string plan = ShardedPlan(2, 2, 1, 2);
+  ExpectShardedFoldsExactly(FourGpuNodes(4), plan, "ulysses inside a node");
+  ExpectShardedFoldsExactly(SharedNicCluster(8), plan, "ulysses over shared NICs");
+}
+
+TEST(Folding, InterleavedSchedulesFoldExactly) {
+  // DP 3 × TP 2 × PP 2, two virtual stages: every device of a stage runs the same chunks in the same order.
+  std::string y = SymmetricPlan(3);
+  y.replace(y.find("schedule: 1f1b"), 14, "schedule: interleaved_1f1b\nvirtual_stages: 2");
+  const auto cluster = SharedNicCluster(6);
+  const auto plan = PlanFrom(y);
+  for (const Fidelity fid : {Fidelity::Balanced(), Fidelity::Fast()}) {
+    const Outcome full = Simulate(cluster, plan, fid, false);
+    const Outcome folded = Simulate(cluster, plan, fid, true);
+    ASSERT_EQ(folded.played, 2u) << folded.note;
+    EXPECT_NEAR(folded.iteration_s, full.iteration_s, 1e-9 * full.iteration_s);
+  }
+}
+
+TEST(Folding, ContextParallelRingsOverUnlikeRoutesAreNotFolded) {
+  // Pipeline 0 keeps each stage's two CP ranks in one four-GPU node (its ring runs over NVLink); pipeline 1
+  // puts them on two nodes (its ring crosses the network). Playing pipeline 1's ring at pipeline 0's speed
+  // would be wrong: every device is played, and the result is the unfolded one.
+  std::string y = "name: unlike\nschedule: 1f1b\npipelines:\n";
+  const std::vector<std::vector<std::string>> stages = {{"0, 1, 2, 3", "4, 5, 6, 7"},
+                                                       {"10, 11, 12, 13", "14, 15, 8, 9"}};
+  for (uint32_t p = 0; p < 2; ++p) {
+    y += "  - micro_batch_size: 1\n    num_micro_batches: 2\n    stages:\n";
+    for (uint32_t s = 0; s < 2; ++s) {
+      y += "      - {devices: [" + stages[p][s] + "], tp_degree: 2, cp_degree: 2, layer_begin: " + std::to_string(3 * s) +
+           ", layer_end: " + std::to_string(3 * s + 3) + "}\n";
+    }
+  }
+  const auto cluster = FourGpuNodes(4);
+  const auto plan = PlanFrom(y);
+  const Outcome folded = Simulate(cluster, plan, Fidelity::Balanced(), true);
+  const Outcome full = Simulate(cluster, plan, Fidelity::Balanced(), false);
+  EXPECT_EQ(folded.played, 16u) << folded.note;
+  EXPECT_NE(folded.note.find("ring sends over unlike routes"), std::string::npos) << folded.note;
+  EXPECT_DOUBLE_EQ(folded.iteration_s, full.iteration_s);
+}
+
 // BuildPrograms decides folding from the plan's shape and the ranks' skeletons and lowers only the
 // representatives; comparing every operation of every rank must decide the same, with the same groups,
 // representatives, folded groups and folded pipeline sends: on every bundled plan and on this file's plans
@@ -285,6 +417,9 @@ TEST(Folding, TheStructuralDecisionAgreesWithTheOperationByOperationComparison) 
        }(), true},
       {"interleaved", interleaved, true},
       {"heterogeneous", hetero, false},
+      {"context-parallel", ShardedPlan(2, 2, 2, 1), true},
+      {"ulysses", ShardedPlan(2, 2, 1, 2), true},
+      {"context-parallel-sequence-parallel", ShardedPlan(1, 2, 4, 1, "sequence_parallel: true\n"), true},
       {"fewer-micro-batches", fewer_mb, false},
   };
   for (const auto& c : cases) {

@@ -7,6 +7,8 @@
 // and against full fidelity (docs/simulator.md, "Folding", "Session 10"). The large cases run only when
 // FILTER names them (`bench_sim sim.megatron`, `bench_sim interleaved`); `bench_sim FILTER --nofold` adds the
 // unfolded references, `bench_sim FILTER --full` the full-fidelity ones (minutes: 10 for the 1T case).
+// Folding every plan kind (docs/simulator.md): `bench_sim sim.llama3-cp16` (Llama 3 405B with CP 16 on 16,384
+// GPUs, <= 5 s), `sim.llama3-2304-interleaved`, `sim.hetero-16384` (a plan that does not fold, <= 10 s).
 // The Table 1 rows here measure speed (benchmark settings, layers split evenly with the embedding and head
 // counted as layers); their fidelity against the published runs is `hetsim validate-sim --runs
 // experiments/validation/megatron_sc21_table1.csv`.
@@ -89,6 +91,86 @@ models::Cluster H100Cluster(uint32_t nodes, uint32_t nodes_per_pod, double overs
   Status s = models::ParseYaml(yaml, "bench-cluster", &c);
   if (!s.ok()) std::fprintf(stderr, "%s\n", s.message().c_str());
   return std::move(models::Cluster::Build(c, "bench-cluster")).value();
+}
+
+// Llama 3 405B with context parallelism as experiments/llama3/llama3-405b-16384-cp16.yaml (Llama 3 Table 4,
+// long context): TP 8, CP `cp`, PP 16, DP `dp`, 16 micro-batches of one sequence, interleaved with 4 virtual
+// stages, ZeRO-2; stage-major (pipeline p, stage s, CP rank c on node (s·dp + p)·cp + c), 8 plan layers
+// per stage.
+proto::Plan Llama3CpPlan(uint32_t cp, uint32_t dp) {
+  proto::Plan plan;
+  plan.set_name("llama3-405b-cp" + std::to_string(cp) + "-dp" + std::to_string(dp));
+  plan.set_zero_stage(2);
+  plan.set_sequence_parallel(true);
+  plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+  plan.set_virtual_stages(4);
+  const uint32_t tp = 8, pp = 16;
+  for (uint32_t p = 0; p < dp; ++p) {
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(1);
+    pipe->set_num_micro_batches(16);
+    for (uint32_t s = 0; s < pp; ++s) {
+      auto* st = pipe->add_stages();
+      st->set_tp_degree(tp);
+      st->set_cp_degree(cp);
+      st->set_layer_begin(8 * s);
+      st->set_layer_end(8 * s + 8);
+      for (uint32_t c = 0; c < cp; ++c) {
+        for (uint32_t k = 0; k < tp; ++k) st->add_devices(((s * dp + p) * cp + c) * tp + k);
+      }
+    }
+  }
+  return plan;
+}
+
+// experiments/fold/hetero-16384.yaml: 1,024 nodes of 8 H100s and 1,024 of 8 A100s (80 GB), 400 Gb/s RoCE per
+// GPU, pods of 384 nodes at 1:7.
+models::Cluster HeteroCluster() {
+  proto::Cluster c;
+  const std::string yaml =
+      "name: hetero-16384\nnodes:\n"
+      "  - {name: h, count: 1024, gpus: {type: h100, count: 8}, nic: {kind: roce, bandwidth_gbps: 400, attachment: per_gpu, latency_us: 3}}\n"
+      "  - {name: a, count: 1024, gpus: {type: a100-80gb, count: 8}, nic: {kind: roce, bandwidth_gbps: 400, attachment: per_gpu, latency_us: 3}}\n"
+      "network: {pods: {nodes_per_pod: 384, oversubscription: 7}, switch_latency_us: 2}\n";
+  Status s = models::ParseYaml(yaml, "bench-cluster", &c);
+  if (!s.ok()) std::fprintf(stderr, "%s\n", s.message().c_str());
+  return std::move(models::Cluster::Build(c, "bench-cluster")).value();
+}
+
+// experiments/fold/hetero-16384-llama3-70b.yaml: 128 H100 pipelines of TP 8 × PP 8 and 128 A100 pipelines of
+// TP 4 × PP 16 (two stages per node), 8 micro-batches each, ZeRO-1: a plan that does not fold.
+proto::Plan HeteroPlan(const models::TransformerModel& m) {
+  proto::Plan plan;
+  plan.set_name("hetero-16384-llama3-70b");
+  plan.set_zero_stage(1);
+  plan.set_sequence_parallel(true);
+  const auto h = models::UniformBlocksSplit(m, 8);
+  const auto a = models::UniformBlocksSplit(m, 16);
+  for (uint32_t p = 0; p < 128; ++p) {
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(1);
+    pipe->set_num_micro_batches(8);
+    for (uint32_t s = 0; s < 8; ++s) {
+      auto* st = pipe->add_stages();
+      st->set_tp_degree(8);
+      st->set_layer_begin((*h)[s].first);
+      st->set_layer_end((*h)[s].second);
+      for (uint32_t k = 0; k < 8; ++k) st->add_devices(8 * (s * 128 + p) + k);
+    }
+  }
+  for (uint32_t q = 0; q < 128; ++q) {
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(1);
+    pipe->set_num_micro_batches(8);
+    for (uint32_t s = 0; s < 16; ++s) {
+      auto* st = pipe->add_stages();
+      st->set_tp_degree(4);
+      st->set_layer_begin((*a)[s].first);
+      st->set_layer_end((*a)[s].second);
+      for (uint32_t k = 0; k < 4; ++k) st->add_devices(8 * (1024 + (s / 2) * 128 + q) + 4 * (s % 2) + k);
+    }
+  }
+  return plan;
 }
 
 struct Outcome {
@@ -236,6 +318,50 @@ int main(int argc, char** argv) {
         Lines(name, o);
       }
       if (full_reference) FullLines(name, o, reference);
+    }
+  }
+  // Folding every plan kind (docs/simulator.md): context parallelism, a deep interleaved schedule at 2,304
+  // GPUs, and a heterogeneous plan that does not fold. `--nofold` adds the unfolded references of the
+  // foldable ones (for CP at DP 1: 2,048 GPUs, the 16,384-GPU plan takes minutes unfolded).
+  if (named("sim.llama3-cp16")) {
+    auto cluster = std::move(models::LoadCluster("llama3-16384")).value();
+    auto model = std::move(models::LoadModel("llama3-405b")).value();
+    for (const uint32_t dp : {8u, 1u}) {
+      const auto plan = Llama3CpPlan(16, dp);
+      const std::string name = "sim.llama3-cp16.llama3-405b.tp8cp16pp16dp" + std::to_string(dp) + ".v4.balanced";
+      const Outcome o = Run(plan, cluster, model, 131072, sim::Fidelity::Balanced());
+      if (nofold && dp == 1) {
+        const Outcome u = Run(plan, cluster, model, 131072, sim::Fidelity::Balanced(), false);
+        Lines(name, o, u.iteration_s);
+        Lines(name + ".nofold", u);
+      } else {
+        Lines(name, o);
+      }
+    }
+  }
+  if (named("sim.llama3-2304-interleaved")) {
+    // experiments/llama3/llama3-405b-2304-interleaved.yaml: TP 8, PP 16, DP 18, v = 4, 16 micro-batches.
+    auto cluster = std::move(models::LoadCluster("llama3-16384")).value();
+    auto model = std::move(models::LoadModel("llama3-405b")).value();
+    auto plan = UniformPlan(model, 8, 16, 18, 1, 16, 2);
+    plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+    plan.set_virtual_stages(4);
+    const std::string name = "sim.llama3-2304-interleaved.llama3-405b.tp8pp16dp18.v4.balanced";
+    const Outcome o = Run(plan, cluster, model, 8192, sim::Fidelity::Balanced());
+    if (nofold) {
+      const Outcome u = Run(plan, cluster, model, 8192, sim::Fidelity::Balanced(), false);
+      Lines(name, o, u.iteration_s);
+      Lines(name + ".nofold", u);
+    } else {
+      Lines(name, o);
+    }
+  }
+  if (named("sim.hetero-16384")) {
+    const auto cluster = HeteroCluster();
+    auto model = std::move(models::LoadModel("llama3-70b")).value();
+    for (const char* level : {"balanced", "fast"}) {
+      const Outcome o = Run(HeteroPlan(model), cluster, model, 8192, *sim::ParseFidelity(level));
+      Lines(std::string("sim.hetero-16384.llama3-70b.h100-tp8pp8x128.a100-tp4pp16x128.") + level, o);
     }
   }
   // Megatron-LM SC'21 Table 1, every row (A100s, micro-batch 1, TP/PP degrees, batch and GPUs as published;
