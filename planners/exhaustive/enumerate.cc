@@ -79,6 +79,38 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   used_.assign(nodes.size(), 0);
   opened_.assign(nodes.size(), 0);
   free_total_ = cluster_.num_devices();
+  // Whole nodes left idle: of the k identical nodes of a class, the first j (any j nodes give equivalent
+  // plans); every combination of the classes' counts but the empty one.
+  node_sets_.push_back(std::vector<char>(nodes.size(), 1));
+  if (!allow_unused_ && !options.use_every_device()) {
+    const uint32_t C = class_count();
+    std::vector<std::vector<uint32_t>> members(C);
+    for (uint32_t n = 0; n < nodes.size(); ++n) members[class_of_[n]].push_back(n);
+    std::vector<uint32_t> take(C, 0);
+    std::vector<std::pair<uint32_t, std::vector<char>>> sets;  // (devices, active)
+    for (;;) {
+      // The next combination (mixed radix over the classes' counts).
+      uint32_t c = 0;
+      while (c < C && take[c] == members[c].size()) take[c++] = 0;
+      if (c == C) break;
+      ++take[c];
+      std::vector<char> active(nodes.size(), 0);
+      uint32_t devices = 0;
+      for (uint32_t k = 0; k < C; ++k) {
+        for (uint32_t i = 0; i < take[k]; ++i) {
+          active[members[k][i]] = 1;
+          devices += nodes[members[k][i]].num_gpus;
+        }
+      }
+      if (devices < cluster_.num_devices()) sets.emplace_back(devices, std::move(active));
+    }
+    // Larger sets first (the closed form's incumbent comes from the fullest plans); ties in a fixed order.
+    std::stable_sort(sets.begin(), sets.end(), [](const auto& a, const auto& b) {
+      if (a.first != b.first) return a.first > b.first;
+      return a.second > b.second;
+    });
+    for (auto& [devices, active] : sets) node_sets_.push_back(std::move(active));
+  }
   // Seconds per sequence of each device at its best (tp 1, the largest micro-batch): rate bounds.
   rate_bounds_ = problem.profiles == nullptr || problem.profiles->empty();
   for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
@@ -91,8 +123,22 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   start_ = std::chrono::steady_clock::now();
 }
 
+void Search::RestrictTo(const std::vector<char>& active) {
+  const auto& nodes = cluster_.nodes();
+  free_total_ = 0;
+  for (uint32_t n = 0; n < nodes.size(); ++n) {
+    used_[n] = active[n] ? 0 : nodes[n].num_gpus;
+    if (active[n]) free_total_ += nodes[n].num_gpus;
+  }
+}
+
 void Search::Run() {
-  BuildPipelines();
+  for (const auto& active : node_sets_) {
+    RestrictTo(active);
+    BuildPipelines();
+    if (stopped_) break;
+  }
+  RestrictTo(node_sets_.front());
   if (out_of_memory_ > 0) stats_.Reject("out of memory", out_of_memory_);
   if (network_pruned_ > 0) {
     stats_.Reject("pruned: traffic through a node's NICs no faster than the best plan", network_pruned_);
@@ -100,6 +146,10 @@ void Search::Run() {
   stats_.claims_optimal = true;
   stats_.proven_optimal = !stopped_;
   if (stopped_) stats_.notes.push_back(stop_reason_);
+  if (node_sets_.size() > 1) {
+    stats_.notes.push_back("the space includes plans that leave whole nodes idle: " + std::to_string(node_sets_.size()) +
+                           " sets of nodes (of identical nodes, the first j), every node first");
+  }
   stats_.notes.push_back(std::to_string(structures_) + " structures (pipelines × stages × device groups) visited, " +
                          std::to_string(profiles_.size()) + " distinct pipeline shapes costed, " +
                          std::to_string(layer_nodes_) + " layer-split nodes explored");

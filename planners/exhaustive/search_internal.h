@@ -447,6 +447,12 @@ class Search {
   uint32_t bmax_ = 32;
   std::vector<uint32_t> zeros_;
   bool allow_unused_ = false;
+  // The node sets the enumeration runs over, one after another (every node first): with whole nodes allowed
+  // idle, per symmetry class of identical nodes the first j of its k nodes (j = 0..k), every combination but
+  // the empty one, by decreasing device count; else every node. 1 marks a node that takes part.
+  std::vector<std::vector<char>> node_sets_;
+  // Marks the nodes outside `active` as fully used (nothing left to place there) for the enumeration.
+  void RestrictTo(const std::vector<char>& active);
   bool bounds_ = true;
   double time_limit_s_ = 300;
   uint64_t max_evaluations_ = 0;
