@@ -41,6 +41,13 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   zeros_ = options.zero_stages().empty()
                ? std::vector<uint32_t>{1, 2, 3}
                : std::vector<uint32_t>(options.zero_stages().begin(), options.zero_stages().end());
+  if (sim_ != nullptr && std::find(zeros_.begin(), zeros_.end(), 1u) != zeros_.end() &&
+      std::find(zeros_.begin(), zeros_.end(), 2u) != zeros_.end()) {
+    // ZeRO-1 and ZeRO-2 lower to the same operations (models/lowering_sync.cc: both reduce-scatter the
+    // gradients, step the shard and all-gather it), so a plan simulates the same under either; ZeRO-2 needs
+    // no more memory. The proof covers ZeRO-1's plans by their ZeRO-2 twins.
+    zeros_.erase(std::find(zeros_.begin(), zeros_.end(), 1u));
+  }
   allow_unused_ = options.allow_unused_devices();
   bounds_ = !options.disable_bounds();
   time_limit_s_ = options.time_limit_s() > 0 ? options.time_limit_s() : 300;

@@ -4,6 +4,7 @@
 #include "planners/exhaustive/exhaustive.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +21,12 @@ namespace {
 // Runners-up of the top list kept first when the proof search stops unproven (PlanOnTwin's K − 1 for an
 // explicit K of 16).
 constexpr size_t kUnprovenTopList = 15;
+
+std::string Seconds(std::chrono::steady_clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", std::chrono::duration<double>(d).count());
+  return buf;
+}
 
 // How many of the closed form's best plans are re-ranked by the played estimate when runners-up are asked for.
 constexpr uint32_t kRerankPool = 64;
@@ -77,8 +84,11 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     // estimate orders what the simulator will then check.
     const uint32_t pool = problem.alternatives == 0 ? 0 : std::max(std::min(problem.alternatives, kRerankPool - 1),
                                                                     kRerankPool - 1);
+    const auto start = std::chrono::steady_clock::now();
     Search search(problem, options_, result.stats, pool);
     search.Run();
+    result.stats.notes.push_back("wall time of the search under the closed form: " +
+                                 Seconds(std::chrono::steady_clock::now() - start));
     if (!search.found()) {
       if (!search.misses().empty()) return search.misses().ToStatus(name(), problem, result.stats);
       return NothingFound(name(), problem, result.stats, "");
@@ -137,7 +147,10 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     SimBoundMode mode;
     mode.threshold_s = threshold;
     mode.max_leaves = options_.max_bound_plays() > 0 ? options_.max_bound_plays() : 200000;
+    const auto start = std::chrono::steady_clock::now();
     ProofOutcome search = RunProofSearch(problem, options_, mode);
+    result->stats.notes.push_back("wall time of the search over the bounds of the simulated iteration: " +
+                                 Seconds(std::chrono::steady_clock::now() - start));
     std::vector<BoundedPlan>& kept = search.kept;
     std::stable_sort(kept.begin(), kept.end(),
                      [](const BoundedPlan& a, const BoundedPlan& b) { return a.lower_bound_s < b.lower_bound_s; });

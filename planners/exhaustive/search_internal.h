@@ -250,10 +250,14 @@ class Search {
     scratch_caps_.assign(st.replicas, b);
     return SplitTime(pr, st, s, n, b, scratch_caps_, nullptr);
   }
+  // T0 for every micro-batch size at once into t[(b·S + s)·(blocks + 1) + n] (kInf beyond the stage's
+  // memory cap): SplitTime's greedy gives each next sequence to the replica whose time after taking it is
+  // smallest, so the split of b + 1 sequences is the split of b plus one step.
+  void StageTimes(const Profile& pr, const Pipe& pipe, std::vector<double>& t) const;
 
   // The smallest largest stage time over layer splits respecting the memory caps (without caps on the
   // micro-batch split), from the stage times t[s·(L+1) + n]: binary search over the times that occur.
-  double SmallestLargest(const Profile& pr, const std::vector<double>& t);
+  double SmallestLargest(const Profile& pr, const double* t) const;
 
   // rest(b, k, B) (see Profile), computed for b on first use: entries [0, (S+1)·N) hold the smallest
   // largest stage time, entries [(S+1)·N, 2(S+1)·N) the smallest sum of stage times, of stages k.. holding
@@ -469,7 +473,7 @@ class Search {
   Pipe current_;
   std::unordered_map<std::string, Profile> profiles_;
   std::unordered_map<std::string, std::vector<double>> rows_;  // F and C rows of one stage entry
-  mutable std::vector<uint32_t> scratch_caps_;
+  mutable std::vector<uint32_t> scratch_caps_, scratch_at_;
   std::vector<double> scratch_times_, scratch_table_;
   std::vector<std::vector<uint32_t>> scratch_caps_by_stage_, scratch_split_by_stage_;
   std::vector<uint32_t> scratch_cuts_, scratch_devices_;
