@@ -86,21 +86,26 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   used_.assign(nodes.size(), 0);
   opened_.assign(nodes.size(), 0);
   free_total_ = cluster_.num_devices();
+  // Seconds per sequence of each device at its best (tp 1, the largest micro-batch): rate bounds.
+  rate_bounds_ = problem.profiles == nullptr || problem.profiles->empty();
+  for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
+    const auto& gpu = *cluster_.device(d).gpu;
+    const auto [f, b] = cost_.RangeCompute(gpu, 0, L_, 1, bmax_, rc_);
+    device_rate_.push_back(bmax_ / (f + b));  // sequences per second, an upper bound
+  }
   // Whole nodes left idle: of the k identical nodes of a class, the first j (any j nodes give equivalent
-  // plans); every combination of the classes' counts but the empty one.
+  // plans); every combination of the classes' counts but the empty one. Where that makes more than
+  // kMaxNodeSets sets (many unlike nodes), the nested sets instead: the slowest class's nodes left out,
+  // then the two slowest classes', and so on (slowest by the device rate below).
   node_sets_.push_back(std::vector<char>(nodes.size(), 1));
   if (!allow_unused_ && !options.use_every_device()) {
     const uint32_t C = class_count();
     std::vector<std::vector<uint32_t>> members(C);
     for (uint32_t n = 0; n < nodes.size(); ++n) members[class_of_[n]].push_back(n);
-    std::vector<uint32_t> take(C, 0);
+    double combinations = 1;
+    for (const auto& m : members) combinations *= m.size() + 1.0;
     std::vector<std::pair<uint32_t, std::vector<char>>> sets;  // (devices, active)
-    for (;;) {
-      // The next combination (mixed radix over the classes' counts).
-      uint32_t c = 0;
-      while (c < C && take[c] == members[c].size()) take[c++] = 0;
-      if (c == C) break;
-      ++take[c];
+    auto add = [&](const std::vector<uint32_t>& take) {
       std::vector<char> active(nodes.size(), 0);
       uint32_t devices = 0;
       for (uint32_t k = 0; k < C; ++k) {
@@ -109,25 +114,47 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
           devices += nodes[members[k][i]].num_gpus;
         }
       }
-      if (devices < cluster_.num_devices()) sets.emplace_back(devices, std::move(active));
+      if (devices > 0 && devices < cluster_.num_devices()) sets.emplace_back(devices, std::move(active));
+    };
+    std::vector<uint32_t> take(C, 0);
+    if (combinations - 1 <= kMaxNodeSets) {
+      for (;;) {
+        // The next combination (mixed radix over the classes' counts).
+        uint32_t c = 0;
+        while (c < C && take[c] == members[c].size()) take[c++] = 0;
+        if (c == C) break;
+        ++take[c];
+        add(take);
+      }
+    } else {
+      std::vector<std::pair<double, uint32_t>> by_rate;  // (a device's rate, class), slowest first
+      for (uint32_t c = 0; c < C; ++c) {
+        by_rate.emplace_back(device_rate_[nodes[members[c][0]].first_device], c);
+        take[c] = static_cast<uint32_t>(members[c].size());
+      }
+      std::sort(by_rate.begin(), by_rate.end());
+      for (uint32_t k = 0; k + 1 < C; ++k) {
+        take[by_rate[k].second] = 0;
+        add(take);
+      }
     }
     // Larger sets first (the closed form's incumbent comes from the fullest plans); ties in a fixed order.
-    std::stable_sort(sets.begin(), sets.end(), [](const auto& a, const auto& b) {
-      if (a.first != b.first) return a.first > b.first;
-      return a.second > b.second;
+    std::stable_sort(sets.begin(), sets.end(), [](const auto& x, const auto& y) {
+      if (x.first != y.first) return x.first > y.first;
+      return x.second > y.second;
     });
     for (auto& [devices, active] : sets) node_sets_.push_back(std::move(active));
-  }
-  // Seconds per sequence of each device at its best (tp 1, the largest micro-batch): rate bounds.
-  rate_bounds_ = problem.profiles == nullptr || problem.profiles->empty();
-  for (uint32_t d = 0; d < cluster_.num_devices(); ++d) {
-    const auto& gpu = *cluster_.device(d).gpu;
-    const auto [f, b] = cost_.RangeCompute(gpu, 0, L_, 1, bmax_, rc_);
-    device_rate_.push_back(bmax_ / (f + b));  // sequences per second, an upper bound
   }
   scratch_caps_by_stage_.assign(L_ + 1, {});
   scratch_split_by_stage_.assign(L_ + 1, {});
   start_ = std::chrono::steady_clock::now();
+}
+
+double Search::RateFloor() const {
+  if (!rate_bounds_) return 0;
+  double rate = 0;
+  for (double r : device_rate_) rate += r;
+  return rate > 0 ? G_ / rate : 0;
 }
 
 void Search::RestrictTo(const std::vector<char>& active) {

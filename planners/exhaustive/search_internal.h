@@ -31,6 +31,8 @@ namespace hetsim::planners::exhaustive {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // A bound prunes only when it exceeds the incumbent by more than rounding could explain.
 constexpr double kPruneSlack = 1e-9;
+// Node sets (plans leaving whole nodes idle) beyond which the nested family is taken (Search::node_sets_).
+constexpr double kMaxNodeSets = 1024;
 
 // One stage of a pipeline under construction: TP groups of degree tp taken from nodes.
 struct Stage {
@@ -144,6 +146,9 @@ class Search {
   void SetCancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
   StructureOutcome EvaluateOne(const std::vector<Pipe>& pipes);
   const std::string& stop_reason() const { return stop_reason_; }
+  // A bound of every plan's iteration from compute alone: the global batch over every device's best rate
+  // (TP 1, the largest micro-batch; valid for the analytic compute model, 0 with measured profiles).
+  double RateFloor() const;
 
  private:
   // ---- what the bounds accumulate ----
@@ -453,7 +458,8 @@ class Search {
   bool allow_unused_ = false;
   // The node sets the enumeration runs over, one after another (every node first): with whole nodes allowed
   // idle, per symmetry class of identical nodes the first j of its k nodes (j = 0..k), every combination but
-  // the empty one, by decreasing device count; else every node. 1 marks a node that takes part.
+  // the empty one (or the nested family beyond kMaxNodeSets), by decreasing device count; else every node.
+  // 1 marks a node that takes part.
   std::vector<std::vector<char>> node_sets_;
   // Marks the nodes outside `active` as fully used (nothing left to place there) for the enumeration.
   void RestrictTo(const std::vector<char>& active);

@@ -239,6 +239,8 @@ void CheckTheProofAgainstEveryPlan(const ProofProblem& p, const std::string& spa
   EXPECT_NE(notes.find("is the simulated optimum over exhaustive's space"), std::string::npos) << notes;
   const double best = Simulate(p, proven->plan);
   ASSERT_LT(best, std::numeric_limits<double>::infinity());
+  EXPECT_GT(proven->space_lower_bound_s, 0) << notes;
+  EXPECT_NE(notes.find("space bound: no plan of exhaustive's space simulates faster than"), std::string::npos);
 
   // Brute force: without bounds the proof search cuts nothing and returns every plan of the space with
   // its lower bound; each is simulated.
@@ -260,8 +262,9 @@ void CheckTheProofAgainstEveryPlan(const ProofProblem& p, const std::string& spa
     ++simulated;
     // The space holds plans that leave whole machines idle: their bounds are checked like the others'.
     idle += DevicesUsed(alt.plan) < p.cluster.num_devices() ? 1 : 0;
-    // The bound the proof prunes with is never above the simulated time.
+    // The bound the proof prunes with is never above the simulated time, nor is the space's lower bound.
     EXPECT_LE(alt.lower_bound_s, t * (1 + 1e-9));
+    EXPECT_LE(proven->space_lower_bound_s, t * (1 + 1e-9));
     EXPECT_GE(t, best * (1 - 1e-6)) << "a plan of the space simulates faster than the proven optimum";
   }
   EXPECT_GT(simulated, 20u);
@@ -315,6 +318,34 @@ TEST(ExhaustiveProof, AGpuTooSlowToHelpIsLeftIdle) {
   EXPECT_GE(Simulate(p, busy->plan), kTwoMachineFloor_s);
   // The proof over the space with idle machines, checked against every plan of it simulated.
   CheckTheProofAgainstEveryPlan(p);
+}
+
+// Where the proof does not cover the space (a node budget stops it) and beyond max_devices (here 2 of the 3
+// GPUs), the space's lower bound comes from probe searches with fixed cuts: it is positive and no faster than
+// the space's optimum (the full proof's, itself checked against every plan above).
+TEST(ExhaustiveProof, TheSpaceBoundHoldsWhereTheProofStopsAndBeyondItsRange) {
+  const ProofProblem p;
+  auto full = planners::CreatePlanner("exhaustive");
+  ASSERT_TRUE(full.ok());
+  RefineOutcome proof;
+  auto optimum = PlanOnTwin(**full, p.get(), RefineOptions{}, &proof);
+  ASSERT_TRUE(optimum.ok()) << optimum.status().message();
+  ASSERT_TRUE(proof.proven);
+  const double fastest = Simulate(p, optimum->plan);
+  for (const char* options : {"max_proof_nodes: 10\n", "max_devices: 2\n"}) {
+    auto planner = planners::CreatePlanner("exhaustive", options, "test options");
+    ASSERT_TRUE(planner.ok());
+    RefineOutcome out;
+    auto r = PlanOnTwin(**planner, p.get(), RefineOptions{}, &out);
+    ASSERT_TRUE(r.ok()) << options << r.status().message();
+    std::string notes;
+    for (const auto& n : r->stats.notes) notes += n + "\n";
+    EXPECT_FALSE(out.proven) << options << notes;
+    EXPECT_GT(r->space_lower_bound_s, 0) << options << notes;
+    EXPECT_LE(r->space_lower_bound_s, fastest * (1 + 1e-9)) << options << notes;
+    EXPECT_NE(notes.find("probe cuts: "), std::string::npos) << options << notes;
+    EXPECT_NE(notes.find("gap bound: "), std::string::npos) << options << notes;
+  }
 }
 
 // Seeds (other planners' candidates) warm-start the proof and are candidates beside the space's plans. With
