@@ -148,6 +148,7 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     proto::ExhaustiveOptions probe = options_;
     probe.set_max_proof_nodes((options_.max_proof_nodes() > 0 ? options_.max_proof_nodes() : 20000000) / 10);
     probe.set_proof_time_limit_s((options_.proof_time_limit_s() > 0 ? options_.proof_time_limit_s() : 300) / 10);
+    if (probe.max_proof_structures() == 0) probe.set_max_proof_structures(100000);
     const uint64_t plays = (options_.max_bound_plays() > 0 ? options_.max_bound_plays() : 200000) / 10;
     double lo = floor_s, hi = upper_s;
     std::string tried;
