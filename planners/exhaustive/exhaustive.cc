@@ -293,10 +293,10 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     // The space's lower bound: covered, every plan was kept with its bound or cut at a bound ≥ the threshold.
     if (complete) {
       result->space_lower_bound_s = std::min(threshold, least_kept);
-      std::snprintf(line, sizeof line,
-                    "space bound: no plan of exhaustive's space simulates faster than %.4g s (the least lower bound "
-                    "over the space)",
-                    result->space_lower_bound_s);
+      std::snprintf(line, sizeof line, "space bound: no plan of exhaustive's space simulates faster than %.4g s (%s)",
+                    result->space_lower_bound_s,
+                    least_kept < threshold ? "the least lower bound over the space"
+                                           : "every plan's lower bound is at least the proof's cut");
       result->stats.notes.push_back(line);
     } else if (search.floor_above_bound == 0) {
       const auto start = std::chrono::steady_clock::now();
