@@ -91,6 +91,11 @@ struct PlannerResult {
   // > 0 (exhaustive's proof list): every plan of the planner's space whose simulated iteration can be below
   // this is `plan` or one of `alternatives`, which are then ordered by non-decreasing lower_bound_s.
   double complete_below_s = 0;
+  // > 0 (exhaustive's proof): no plan of the planner's space simulates faster than this — the least lower
+  // bound over the space where the proof search covered it, else the highest cut a probe search covered
+  // (docs/planners.md, "Idle GPUs, speed and the gap beyond 16 GPUs"). A plan simulating t s is then within
+  // (t − space_lower_bound_s) / space_lower_bound_s of the space's optimum.
+  double space_lower_bound_s = 0;
   std::string found_by;  // `plan` is a seed (PlanningProblem::seeds): its planner; else empty
 };
 

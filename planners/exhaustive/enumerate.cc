@@ -41,6 +41,13 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   zeros_ = options.zero_stages().empty()
                ? std::vector<uint32_t>{1, 2, 3}
                : std::vector<uint32_t>(options.zero_stages().begin(), options.zero_stages().end());
+  if (sim_ != nullptr && std::find(zeros_.begin(), zeros_.end(), 1u) != zeros_.end() &&
+      std::find(zeros_.begin(), zeros_.end(), 2u) != zeros_.end()) {
+    // ZeRO-1 and ZeRO-2 lower to the same operations (models/lowering_sync.cc: both reduce-scatter the
+    // gradients, step the shard and all-gather it), so a plan simulates the same under either; ZeRO-2 needs
+    // no more memory. The proof covers ZeRO-1's plans by their ZeRO-2 twins.
+    zeros_.erase(std::find(zeros_.begin(), zeros_.end(), 1u));
+  }
   allow_unused_ = options.allow_unused_devices();
   bounds_ = !options.disable_bounds();
   time_limit_s_ = options.time_limit_s() > 0 ? options.time_limit_s() : 300;
@@ -86,13 +93,86 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
     const auto [f, b] = cost_.RangeCompute(gpu, 0, L_, 1, bmax_, rc_);
     device_rate_.push_back(bmax_ / (f + b));  // sequences per second, an upper bound
   }
+  // Whole nodes left idle: of the k identical nodes of a class, the first j (any j nodes give equivalent
+  // plans); every combination of the classes' counts but the empty one. Where that makes more than
+  // kMaxNodeSets sets (many unlike nodes), the nested sets instead: the slowest class's nodes left out,
+  // then the two slowest classes', and so on (slowest by the device rate below).
+  node_sets_.push_back(std::vector<char>(nodes.size(), 1));
+  if (!allow_unused_ && !options.use_every_device()) {
+    const uint32_t C = class_count();
+    std::vector<std::vector<uint32_t>> members(C);
+    for (uint32_t n = 0; n < nodes.size(); ++n) members[class_of_[n]].push_back(n);
+    double combinations = 1;
+    for (const auto& m : members) combinations *= m.size() + 1.0;
+    std::vector<std::pair<uint32_t, std::vector<char>>> sets;  // (devices, active)
+    auto add = [&](const std::vector<uint32_t>& take) {
+      std::vector<char> active(nodes.size(), 0);
+      uint32_t devices = 0;
+      for (uint32_t k = 0; k < C; ++k) {
+        for (uint32_t i = 0; i < take[k]; ++i) {
+          active[members[k][i]] = 1;
+          devices += nodes[members[k][i]].num_gpus;
+        }
+      }
+      if (devices > 0 && devices < cluster_.num_devices()) sets.emplace_back(devices, std::move(active));
+    };
+    std::vector<uint32_t> take(C, 0);
+    if (combinations - 1 <= kMaxNodeSets) {
+      for (;;) {
+        // The next combination (mixed radix over the classes' counts).
+        uint32_t c = 0;
+        while (c < C && take[c] == members[c].size()) take[c++] = 0;
+        if (c == C) break;
+        ++take[c];
+        add(take);
+      }
+    } else {
+      std::vector<std::pair<double, uint32_t>> by_rate;  // (a device's rate, class), slowest first
+      for (uint32_t c = 0; c < C; ++c) {
+        by_rate.emplace_back(device_rate_[nodes[members[c][0]].first_device], c);
+        take[c] = static_cast<uint32_t>(members[c].size());
+      }
+      std::sort(by_rate.begin(), by_rate.end());
+      for (uint32_t k = 0; k + 1 < C; ++k) {
+        take[by_rate[k].second] = 0;
+        add(take);
+      }
+    }
+    // Larger sets first (the closed form's incumbent comes from the fullest plans); ties in a fixed order.
+    std::stable_sort(sets.begin(), sets.end(), [](const auto& x, const auto& y) {
+      if (x.first != y.first) return x.first > y.first;
+      return x.second > y.second;
+    });
+    for (auto& [devices, active] : sets) node_sets_.push_back(std::move(active));
+  }
   scratch_caps_by_stage_.assign(L_ + 1, {});
   scratch_split_by_stage_.assign(L_ + 1, {});
   start_ = std::chrono::steady_clock::now();
 }
 
+double Search::RateFloor() const {
+  if (!rate_bounds_) return 0;
+  double rate = 0;
+  for (double r : device_rate_) rate += r;
+  return rate > 0 ? G_ / rate : 0;
+}
+
+void Search::RestrictTo(const std::vector<char>& active) {
+  const auto& nodes = cluster_.nodes();
+  free_total_ = 0;
+  for (uint32_t n = 0; n < nodes.size(); ++n) {
+    used_[n] = active[n] ? 0 : nodes[n].num_gpus;
+    if (active[n]) free_total_ += nodes[n].num_gpus;
+  }
+}
+
 void Search::Run() {
-  BuildPipelines();
+  for (const auto& active : node_sets_) {
+    RestrictTo(active);
+    BuildPipelines();
+    if (stopped_) break;
+  }
+  RestrictTo(node_sets_.front());
   if (out_of_memory_ > 0) stats_.Reject("out of memory", out_of_memory_);
   if (network_pruned_ > 0) {
     stats_.Reject("pruned: traffic through a node's NICs no faster than the best plan", network_pruned_);
@@ -100,6 +180,10 @@ void Search::Run() {
   stats_.claims_optimal = true;
   stats_.proven_optimal = !stopped_;
   if (stopped_) stats_.notes.push_back(stop_reason_);
+  if (node_sets_.size() > 1) {
+    stats_.notes.push_back("the space includes plans that leave whole nodes idle: " + std::to_string(node_sets_.size()) +
+                           " sets of nodes (of identical nodes, the first j), every node first");
+  }
   stats_.notes.push_back(std::to_string(structures_) + " structures (pipelines × stages × device groups) visited, " +
                          std::to_string(profiles_.size()) + " distinct pipeline shapes costed, " +
                          std::to_string(layer_nodes_) + " layer-split nodes explored");

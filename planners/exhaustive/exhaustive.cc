@@ -4,6 +4,7 @@
 #include "planners/exhaustive/exhaustive.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +21,12 @@ namespace {
 // Runners-up of the top list kept first when the proof search stops unproven (PlanOnTwin's K − 1 for an
 // explicit K of 16).
 constexpr size_t kUnprovenTopList = 15;
+
+std::string Seconds(std::chrono::steady_clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", std::chrono::duration<double>(d).count());
+  return buf;
+}
 
 // How many of the closed form's best plans are re-ranked by the played estimate when runners-up are asked for.
 constexpr uint32_t kRerankPool = 64;
@@ -66,9 +73,13 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
     const uint32_t limit = options_.max_devices() > 0 ? options_.max_devices() : 16;
     if (problem.cluster.num_devices() > limit) {
+      // Asked for the proof with other planners' candidates (`hetsim plan --planner exhaustive`), beyond the
+      // exact range it returns the best of them and bounds the space from below.
+      if (problem.alternatives == kEveryCandidate && !problem.seeds.empty()) return BeyondRange(problem, limit);
       return Status::Invalid("exhaustive: cluster '" + problem.cluster.name() + "' has " +
                              std::to_string(problem.cluster.num_devices()) + " GPUs; the exact search handles up to " +
-                             std::to_string(limit) + " (option max_devices raises the limit, at your own peril)");
+                             std::to_string(limit) + " (option max_devices raises the limit, at your own peril; "
+                             "`hetsim plan --planner exhaustive` bounds the space from below beyond it)");
     }
     PlannerResult result;
     // Asked for runners-up (the simulator-checked choice), the search keeps a pool of the closed form's
@@ -77,8 +88,11 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     // estimate orders what the simulator will then check.
     const uint32_t pool = problem.alternatives == 0 ? 0 : std::max(std::min(problem.alternatives, kRerankPool - 1),
                                                                     kRerankPool - 1);
+    const auto start = std::chrono::steady_clock::now();
     Search search(problem, options_, result.stats, pool);
     search.Run();
+    result.stats.notes.push_back("wall time of the search under the closed form: " +
+                                 Seconds(std::chrono::steady_clock::now() - start));
     if (!search.found()) {
       if (!search.misses().empty()) return search.misses().ToStatus(name(), problem, result.stats);
       return NothingFound(name(), problem, result.stats, "");
@@ -94,34 +108,123 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
   // by the played estimate is the incumbent; a second search with bounds of the simulated iteration keeps
   // every plan that could simulate below the threshold U, each with its lower bound, for PlanOnTwin to
   // simulate in that order.
-  void Prove(const PlanningProblem& problem, PlannerResult* result) const {
-    const AnalyticCostModel cost(problem);
+  // The threshold of a plan: the sound upper bound of its (unfolded) simulation where it is the smaller; else
+  // its played estimate with the proof margin, which PlanOnTwin checks against the simulated times.
+  double ThresholdOf(const AnalyticCostModel& cost, const proto::Plan& plan, double estimate_s) const {
     const double margin = options_.proof_margin() > 0 ? options_.proof_margin() : 0.05;
-    // The threshold: the sound upper bound of the incumbent's (unfolded) simulation where it is the
-    // smaller; else the estimate with a margin, which PlanOnTwin checks against the simulated times.
     PlayOptions upper;
     upper.pricing = Pricing::kUpperBound;
     upper.fold = false;
-    auto threshold_of = [&](const proto::Plan& plan, double estimate_s) {
-      double t = estimate_s * (1 + margin);
-      if (auto ub = cost.Play(plan, upper); ub.ok()) t = std::min(t, ub->iteration_s);
-      return t;
-    };
-    double threshold = threshold_of(result->plan, result->cost_s);
-    // Other planners' candidates (PlanningProblem::seeds), a warm start: any plan's threshold is one the
-    // optimum is below, so the least over them all cuts the most. The best seed by the played estimate
-    // becomes the incumbent (simulated first) when it beats the search's own.
+    double t = estimate_s * (1 + margin);
+    if (auto ub = cost.Play(plan, upper); ub.ok()) t = std::min(t, ub->iteration_s);
+    return t;
+  }
+
+  // Other planners' candidates (PlanningProblem::seeds) that validate, play and fit, each with its played
+  // estimate and lower bound, by increasing estimate; *threshold lowered to the least of theirs.
+  std::vector<RankedPlan> Seeds(const PlanningProblem& problem, const AnalyticCostModel& cost,
+                                double* threshold) const {
     std::vector<RankedPlan> seeds;
     const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
     for (const proto::Plan& s : problem.seeds) {
       if (!models::ValidatePlan(s, ctx, "seed").ok()) continue;
       const PlanEstimate e = cost.Estimate(s, /*with_memory=*/true);
       if (!e.played || e.oom) continue;
-      threshold = std::min(threshold, threshold_of(s, e.iteration_s));
+      *threshold = std::min(*threshold, ThresholdOf(cost, s, e.iteration_s));
       seeds.push_back({s, e.iteration_s, cost.LowerBoundSeconds(s), s.planner().empty() ? "a seed" : s.planner()});
     }
     std::stable_sort(seeds.begin(), seeds.end(),
                      [](const RankedPlan& a, const RankedPlan& b) { return a.cost_s < b.cost_s; });
+    return seeds;
+  }
+
+  // The space's lower bound where the proof search did not cover it: probe searches in the simulator-bound
+  // mode with a fixed cut T, bisecting between `floor_s` (a bound of every plan) and `upper_s` (a cut the
+  // proof could not clear). A probe that covers the space proves every plan's bound ≥ T, or finds the least
+  // bound (the least it kept, when it kept any). Each probe has a tenth of the proof's counted budgets.
+  double ProbeSpace(const PlanningProblem& problem, double floor_s, double upper_s,
+                    std::vector<std::string>* notes) const {
+    const uint32_t probes = options_.bound_probes() > 0 ? options_.bound_probes() : 4;
+    proto::ExhaustiveOptions probe = options_;
+    probe.set_max_proof_nodes((options_.max_proof_nodes() > 0 ? options_.max_proof_nodes() : 20000000) / 10);
+    probe.set_proof_time_limit_s((options_.proof_time_limit_s() > 0 ? options_.proof_time_limit_s() : 300) / 10);
+    if (probe.max_proof_structures() == 0) probe.set_max_proof_structures(100000);
+    const uint64_t plays = (options_.max_bound_plays() > 0 ? options_.max_bound_plays() : 200000) / 10;
+    double lo = floor_s, hi = upper_s;
+    std::string tried;
+    bool exact = false;
+    for (uint32_t run = 0; run < probes && hi > lo * (1 + 1e-3); ++run) {
+      SimBoundMode mode;
+      mode.threshold_s = (lo + hi) / 2;
+      mode.max_leaves = plays;
+      const ProofOutcome o = RunProofSearch(problem, probe, mode);
+      char line[96];
+      const bool covered = !o.stopped && o.floor_above_bound == 0;
+      std::snprintf(line, sizeof line, "%s%.4g s %s", tried.empty() ? "" : ", ", mode.threshold_s,
+                    covered ? "covered" : "stopped");
+      tried += line;
+      if (!covered) {
+        hi = mode.threshold_s;
+        continue;
+      }
+      double least = mode.threshold_s;
+      for (const BoundedPlan& k : o.kept) least = std::min(least, k.lower_bound_s);
+      lo = std::max(lo, least);
+      if (!o.kept.empty()) {
+        exact = true;  // every plan not kept has a bound ≥ T: the least kept is the least over the space
+        break;
+      }
+    }
+    char line[400];
+    std::snprintf(line, sizeof line,
+                  "space bound: no plan of exhaustive's space simulates faster than %.4g s (%s; compute floor "
+                  "%.4g s; probe cuts: %s)",
+                  lo, exact ? "the least lower bound over the space" : "the highest cut a probe search covered",
+                  floor_s, tried.empty() ? "none" : tried.c_str());
+    notes->push_back(line);
+    return lo;
+  }
+
+  double ComputeFloor(const PlanningProblem& problem) const {
+    SearchStats stats;
+    SimBoundMode mode;
+    const Search search(problem, options_, stats, 0, &mode);
+    return search.RateFloor();
+  }
+
+  // Beyond max_devices: the best of the other planners' candidates by the played estimate, the rest as
+  // runners-up (PlanOnTwin simulates them by their lower bounds), and the space's lower bound.
+  Result<PlannerResult> BeyondRange(const PlanningProblem& problem, uint32_t limit) const {
+    PlannerResult result;
+    const AnalyticCostModel cost(problem);
+    double threshold = kInf;
+    std::vector<RankedPlan> seeds = Seeds(problem, cost, &threshold);
+    if (seeds.empty()) {
+      return Status::Invalid("exhaustive: cluster '" + problem.cluster.name() + "' has " +
+                             std::to_string(problem.cluster.num_devices()) + " GPUs, beyond the exact search's " +
+                             std::to_string(limit) + ", and no other planner's candidate fits to start from");
+    }
+    result.plan = std::move(seeds.front().plan);
+    result.cost_s = seeds.front().cost_s;
+    result.found_by = seeds.front().found_by;
+    for (size_t i = 1; i < seeds.size(); ++i) result.alternatives.push_back(std::move(seeds[i]));
+    result.stats.claims_optimal = false;
+    result.stats.notes.push_back("beyond the exact search's " + std::to_string(limit) +
+                                 " GPUs: the other planners' candidates are checked on the twin, and the space is "
+                                 "bounded from below");
+    const auto start = std::chrono::steady_clock::now();
+    result.space_lower_bound_s = ProbeSpace(problem, ComputeFloor(problem), threshold, &result.stats.notes);
+    result.stats.notes.push_back("wall time of the probe searches: " + Seconds(std::chrono::steady_clock::now() - start));
+    return result;
+  }
+
+  void Prove(const PlanningProblem& problem, PlannerResult* result) const {
+    const AnalyticCostModel cost(problem);
+    double threshold = ThresholdOf(cost, result->plan, result->cost_s);
+    // Other planners' candidates (PlanningProblem::seeds), a warm start: any plan's threshold is one the
+    // optimum is below, so the least over them all cuts the most. The best seed by the played estimate
+    // becomes the incumbent (simulated first) when it beats the search's own.
+    std::vector<RankedPlan> seeds = Seeds(problem, cost, &threshold);
     if (!seeds.empty() && seeds.front().cost_s < result->cost_s) {
       RankedPlan own{std::move(result->plan), result->cost_s, cost.LowerBoundSeconds(result->plan)};
       result->plan = std::move(seeds.front().plan);
@@ -137,12 +240,16 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     SimBoundMode mode;
     mode.threshold_s = threshold;
     mode.max_leaves = options_.max_bound_plays() > 0 ? options_.max_bound_plays() : 200000;
+    const auto start = std::chrono::steady_clock::now();
     ProofOutcome search = RunProofSearch(problem, options_, mode);
+    result->stats.notes.push_back("wall time of the search over the bounds of the simulated iteration: " +
+                                 Seconds(std::chrono::steady_clock::now() - start));
     std::vector<BoundedPlan>& kept = search.kept;
     std::stable_sort(kept.begin(), kept.end(),
                      [](const BoundedPlan& a, const BoundedPlan& b) { return a.lower_bound_s < b.lower_bound_s; });
     const std::string pick = result->plan.SerializeAsString();
     const bool complete = !search.stopped && search.floor_above_bound == 0;
+    const double least_kept = kept.empty() ? kInf : kept.front().lower_bound_s;
     // Unproven, the top list's runners-up (by the played estimate) come first, as with an explicit K.
     std::vector<RankedPlan> top = std::move(result->alternatives);
     if (complete) top.clear();
@@ -183,6 +290,20 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     count(search.network_pruned, " plans cut by the traffic through a node's NICs");
     count(search.schedule_pruned, " pipeline layer splits cut by their 1F1B schedule played at the stage level");
     count(search.floor_above_bound, " plans whose stage floor exceeds their played lower bound (a bug): not proven");
+    // The space's lower bound: covered, every plan was kept with its bound or cut at a bound ≥ the threshold.
+    if (complete) {
+      result->space_lower_bound_s = std::min(threshold, least_kept);
+      std::snprintf(line, sizeof line, "space bound: no plan of exhaustive's space simulates faster than %.4g s (%s)",
+                    result->space_lower_bound_s,
+                    least_kept < threshold ? "the least lower bound over the space"
+                                           : "every plan's lower bound is at least the proof's cut");
+      result->stats.notes.push_back(line);
+    } else if (search.floor_above_bound == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      result->space_lower_bound_s = ProbeSpace(problem, ComputeFloor(problem), threshold, &result->stats.notes);
+      result->stats.notes.push_back("wall time of the probe searches: " +
+                                    Seconds(std::chrono::steady_clock::now() - start));
+    }
   }
 };
 

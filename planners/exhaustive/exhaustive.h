@@ -8,7 +8,8 @@
 //   - per pipeline, any sequence of stages; a stage is any set of TP groups of one degree t, each group t
 //     devices of one node (TP never crosses nodes); any contiguous layer range per stage;
 //   - per stage, any split of the micro-batch over its TP groups (each at least one sequence);
-//   - every device used (allow_unused_devices: any subset); ZeRO stage from zero_stages (default 1, 2, 3;
+//   - every device used, or whole nodes left idle (any set of nodes, identical nodes taken in index order;
+//     use_every_device: every device busy; allow_unused_devices: any subset); ZeRO stage from zero_stages (default 1, 2, 3;
 //     0 is dominated by 1), 1F1B, Megatron sequence parallelism on (it only saves memory), recomputation as
 //     the training spec says.
 // Exactness: devices of one node are interchangeable and so are identical nodes under the same switch,

@@ -114,20 +114,16 @@ Profile& Search::ProfileOf(const Pipe& pipe) {
   pr.sum_lo.assign(size_t{pr.X} * (S + 1), 0);
   pr.rest.assign(pr.X, {});
   if (!pr.feasible) return pr;
+  StageTimes(pr, pipe, scratch_table_);
   for (uint32_t b = pipe.max_replicas; b <= bmax_; ++b) {
-    // This micro-batch size's stage times, once each.
+    // This micro-batch size's stage times.
     const uint32_t N = blocks_ + 1;
-    scratch_table_.assign(size_t{S} * N, kInf);
-    for (uint32_t s = 0; s < S; ++s) {
-      for (uint32_t n = LowBlocks(s, S); n <= std::min(pr.max_blocks[s], blocks_); ++n) {
-        scratch_table_[size_t{s} * N + n] = T0(pr, pipe, b, s, n);
-      }
-    }
+    const double* table = scratch_table_.data() + size_t{b} * S * N;
     for (uint32_t s = S; s-- > 0;) {
       pr.sum_lo[size_t{b} * (S + 1) + s] =
-          pr.sum_lo[size_t{b} * (S + 1) + s + 1] + scratch_table_[size_t{s} * N + LowBlocks(s, S)];
+          pr.sum_lo[size_t{b} * (S + 1) + s + 1] + table[size_t{s} * N + LowBlocks(s, S)];
     }
-    pr.tstar[b] = SmallestLargest(pr, scratch_table_);
+    pr.tstar[b] = SmallestLargest(pr, table);
     if (pr.tstar[b] < kInf) {
       pr.rho = std::min(pr.rho, pr.tstar[b] / b);
       pr.beta = std::min(pr.beta, std::max(0.0, pr.SumLo(b, 0) - pr.tstar[b]));
@@ -139,42 +135,82 @@ Profile& Search::ProfileOf(const Pipe& pipe) {
   return pr;
 }
 
-double Search::SmallestLargest(const Profile& pr, const std::vector<double>& t) {
+void Search::StageTimes(const Profile& pr, const Pipe& pipe, std::vector<double>& t) const {
   const uint32_t S = pr.S, N = blocks_ + 1;
-  scratch_times_.clear();
+  t.assign(size_t{pr.X} * S * N, kInf);
+  std::vector<uint32_t> x;
   for (uint32_t s = 0; s < S; ++s) {
+    const Stage& st = pipe.stages[s];
+    const uint32_t R = st.replicas;
     for (uint32_t n = LowBlocks(s, S); n <= std::min(pr.max_blocks[s], blocks_); ++n) {
-      scratch_times_.push_back(t[size_t{s} * N + n]);
+      auto value = [&](uint32_t r, uint32_t seqs) {
+        const uint32_t e = st.replica_entry[r];
+        return pr.F(s, e, seqs) + n * pr.C(s, e, seqs);
+      };
+      auto at = [&](uint32_t b) -> double& { return t[(size_t{b} * S + s) * N + n]; };
+      if (R == 1 || st.groups.size() == 1) {
+        // One replica, or identical replicas: as even as possible (SplitTime).
+        for (uint32_t b = R; b <= bmax_; ++b) at(b) = value(0, (b + R - 1) / R);
+        continue;
+      }
+      x.assign(R, 1);
+      auto largest = [&] {
+        double t = 0;
+        for (uint32_t r = 0; r < R; ++r) t = std::max(t, value(r, x[r]));
+        return t;
+      };
+      at(R) = largest();
+      for (uint32_t b = R + 1; b <= bmax_; ++b) {
+        double best = kInf;
+        uint32_t pick = 0;
+        for (uint32_t r = 0; r < R; ++r) {
+          const double v = value(r, x[r] + 1);
+          if (v < best) {
+            best = v;
+            pick = r;
+          }
+        }
+        ++x[pick];
+        at(b) = largest();
+      }
     }
   }
-  std::sort(scratch_times_.begin(), scratch_times_.end());
-  // The most blocks stage s holds within T (non-decreasing times), −1 when not even its fewest.
-  auto fit = [&](uint32_t s, double T) -> int64_t {
+}
+
+double Search::SmallestLargest(const Profile& pr, const double* t) const {
+  // Every stage's times are non-decreasing in its blocks: starting from each stage's fewest, the block that
+  // raises the largest time least goes next (to the stage whose next time is smallest) until the model is
+  // placed. The largest time reached is the least T at which every stage fits its fewest and the most blocks
+  // each can hold within T add up to the model: whenever the greedy takes a time above some T, every stage's
+  // next time exceeds T and the blocks placed fall short.
+  const uint32_t S = pr.S, N = blocks_ + 1;
+  uint32_t placed = 0;
+  double largest = 0;
+  scratch_at_.resize(S);
+  for (uint32_t s = 0; s < S; ++s) {
     const uint32_t lo = LowBlocks(s, S), hi = std::min(pr.max_blocks[s], blocks_);
-    if (lo > hi || t[size_t{s} * N + lo] > T) return -1;
-    const double* row = t.data() + size_t{s} * N;
-    return std::upper_bound(row + lo, row + hi + 1, T) - row - 1;
-  };
-  auto feasible = [&](double T) {
-    uint64_t total = 0;
-    for (uint32_t s = 0; s < S; ++s) {
-      const int64_t n = fit(s, T);
-      if (n < 0) return false;
-      total += static_cast<uint64_t>(n);
-    }
-    return total >= blocks_;
-  };
-  if (scratch_times_.empty() || !feasible(scratch_times_.back())) return kInf;
-  size_t lo = 0, hi = scratch_times_.size() - 1;
-  while (lo < hi) {
-    const size_t mid = (lo + hi) / 2;
-    if (feasible(scratch_times_[mid])) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
+    if (lo > hi) return kInf;
+    scratch_at_[s] = lo;
+    placed += lo;
+    largest = std::max(largest, t[size_t{s} * N + lo]);
   }
-  return scratch_times_[lo];
+  while (placed < blocks_) {
+    double next = kInf;
+    uint32_t pick = S;
+    for (uint32_t s = 0; s < S; ++s) {
+      if (scratch_at_[s] >= std::min(pr.max_blocks[s], blocks_)) continue;
+      const double v = t[size_t{s} * N + scratch_at_[s] + 1];
+      if (v < next) {
+        next = v;
+        pick = s;
+      }
+    }
+    if (pick == S) return kInf;
+    ++scratch_at_[pick];
+    ++placed;
+    largest = std::max(largest, next);
+  }
+  return largest;
 }
 
 const std::vector<double>& Search::Rest(Profile& pr, const Pipe& pipe, uint32_t b) const {

@@ -32,11 +32,16 @@ constexpr double kProgressEvery_s = 10;
 // The sequential order's bookkeeping: what has been taken so far, and where the budgets stopped it.
 class InOrder {
  public:
-  InOrder(uint64_t max_nodes, uint64_t max_plays) : max_nodes_(max_nodes), max_plays_(max_plays) {}
+  InOrder(uint64_t max_nodes, uint64_t max_plays, uint64_t max_structures)
+      : max_nodes_(max_nodes), max_plays_(max_plays), max_structures_(max_structures) {}
 
   // Takes structure outcomes in order; false once the search has stopped (nothing after it counts).
   bool Take(StructureOutcome& o, ProofOutcome& out) {
     if (out.stopped) return false;
+    if (max_structures_ > 0 && out.structures >= max_structures_) {
+      return Stop(out, "budget of " + std::to_string(max_structures_) +
+                           " structures reached: the space is not covered");
+    }
     out.floor_above_bound += o.floor_above_bound;
     out.network_pruned += o.network_pruned;
     out.schedule_pruned += o.schedule_pruned;
@@ -72,7 +77,7 @@ class InOrder {
     return false;
   }
 
-  const uint64_t max_nodes_, max_plays_;
+  const uint64_t max_nodes_, max_plays_, max_structures_;
 };
 
 }  // namespace
@@ -82,7 +87,8 @@ ProofOutcome RunProofSearch(const PlanningProblem& problem, const proto::Exhaust
   ProofOutcome out;
   const uint32_t hw = std::max(1u, std::thread::hardware_concurrency());
   out.threads = std::min<uint32_t>(options.proof_threads() > 0 ? options.proof_threads() : hw, 64);
-  InOrder order(options.max_proof_nodes() > 0 ? options.max_proof_nodes() : 20000000, mode.max_leaves);
+  InOrder order(options.max_proof_nodes() > 0 ? options.max_proof_nodes() : 20000000, mode.max_leaves,
+                options.max_proof_structures());
   const auto start = std::chrono::steady_clock::now();
 
   std::mutex mu;

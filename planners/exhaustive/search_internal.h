@@ -31,6 +31,8 @@ namespace hetsim::planners::exhaustive {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // A bound prunes only when it exceeds the incumbent by more than rounding could explain.
 constexpr double kPruneSlack = 1e-9;
+// Node sets (plans leaving whole nodes idle) beyond which the nested family is taken (Search::node_sets_).
+constexpr double kMaxNodeSets = 1024;
 
 // One stage of a pipeline under construction: TP groups of degree tp taken from nodes.
 struct Stage {
@@ -144,6 +146,9 @@ class Search {
   void SetCancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
   StructureOutcome EvaluateOne(const std::vector<Pipe>& pipes);
   const std::string& stop_reason() const { return stop_reason_; }
+  // A bound of every plan's iteration from compute alone: the global batch over every device's best rate
+  // (TP 1, the largest micro-batch; valid for the analytic compute model, 0 with measured profiles).
+  double RateFloor() const;
 
  private:
   // ---- what the bounds accumulate ----
@@ -250,10 +255,14 @@ class Search {
     scratch_caps_.assign(st.replicas, b);
     return SplitTime(pr, st, s, n, b, scratch_caps_, nullptr);
   }
+  // T0 for every micro-batch size at once into t[(b·S + s)·(blocks + 1) + n] (kInf beyond the stage's
+  // memory cap): SplitTime's greedy gives each next sequence to the replica whose time after taking it is
+  // smallest, so the split of b + 1 sequences is the split of b plus one step.
+  void StageTimes(const Profile& pr, const Pipe& pipe, std::vector<double>& t) const;
 
   // The smallest largest stage time over layer splits respecting the memory caps (without caps on the
   // micro-batch split), from the stage times t[s·(L+1) + n]: binary search over the times that occur.
-  double SmallestLargest(const Profile& pr, const std::vector<double>& t);
+  double SmallestLargest(const Profile& pr, const double* t) const;
 
   // rest(b, k, B) (see Profile), computed for b on first use: entries [0, (S+1)·N) hold the smallest
   // largest stage time, entries [(S+1)·N, 2(S+1)·N) the smallest sum of stage times, of stages k.. holding
@@ -447,6 +456,13 @@ class Search {
   uint32_t bmax_ = 32;
   std::vector<uint32_t> zeros_;
   bool allow_unused_ = false;
+  // The node sets the enumeration runs over, one after another (every node first): with whole nodes allowed
+  // idle, per symmetry class of identical nodes the first j of its k nodes (j = 0..k), every combination but
+  // the empty one (or the nested family beyond kMaxNodeSets), by decreasing device count; else every node.
+  // 1 marks a node that takes part.
+  std::vector<std::vector<char>> node_sets_;
+  // Marks the nodes outside `active` as fully used (nothing left to place there) for the enumeration.
+  void RestrictTo(const std::vector<char>& active);
   bool bounds_ = true;
   double time_limit_s_ = 300;
   uint64_t max_evaluations_ = 0;
@@ -463,7 +479,7 @@ class Search {
   Pipe current_;
   std::unordered_map<std::string, Profile> profiles_;
   std::unordered_map<std::string, std::vector<double>> rows_;  // F and C rows of one stage entry
-  mutable std::vector<uint32_t> scratch_caps_;
+  mutable std::vector<uint32_t> scratch_caps_, scratch_at_;
   std::vector<double> scratch_times_, scratch_table_;
   std::vector<std::vector<uint32_t>> scratch_caps_by_stage_, scratch_split_by_stage_;
   std::vector<uint32_t> scratch_cuts_, scratch_devices_;

@@ -189,9 +189,24 @@ nodes:
 network: {single_switch: {}}
 )";
 
+// An H100 and a T4 in two machines joined by 10 Mb/s: a GPU so far away that any plan using it is slower than
+// the H100 alone (ExhaustiveProof.AGpuTooSlowToHelpIsLeftIdle derives it).
+const char* kProofFarGpu = R"(kind: cluster
+name: proof-far-gpu
+nodes:
+  - name: h100
+    gpus: {type: h100, count: 1}
+    nic: {kind: ethernet, bandwidth_gbps: 0.01, latency_us: 20}
+  - name: t4
+    gpus: {type: t4, count: 1}
+    fabric: {kind: pcie, bandwidth_gbyte_s: 16}
+    nic: {kind: ethernet, bandwidth_gbps: 0.01, latency_us: 20}
+network: {single_switch: {}}
+)";
+
 struct ProofProblem {
-  explicit ProofProblem(const char* yaml = kProofCluster)
-      : cluster(Cluster(yaml)), model(Model()), training(Training(model)) {}
+  explicit ProofProblem(const char* yaml = kProofCluster, proto::DType dtype = proto::DTYPE_UNSPECIFIED)
+      : cluster(Cluster(yaml)), model(Model()), training(Training(model, dtype)) {}
   static models::Cluster Cluster(const char* yaml) {
     proto::Cluster spec;
     EXPECT_TRUE(models::ParseYaml(yaml, "proof.yaml", &spec).ok());
@@ -204,9 +219,10 @@ struct ProofProblem {
     EXPECT_TRUE(m.ok());
     return std::move(m).value();
   }
-  static proto::Training Training(const models::TransformerModel& m) {
+  static proto::Training Training(const models::TransformerModel& m, proto::DType dtype) {
     proto::Training t;
     t.set_global_batch_size(4);
+    t.set_dtype(dtype);
     t.set_seq_len(128);
     auto r = models::ResolveTraining(t, m, "training");
     EXPECT_TRUE(r.ok()) << r.status().message();
@@ -225,8 +241,17 @@ double Simulate(const ProofProblem& p, const proto::Plan& plan) {
   return r->report.iteration_time_s();
 }
 
-void CheckTheProofAgainstEveryPlan(const ProofProblem& p) {
-  auto planner = planners::CreatePlanner("exhaustive");
+uint32_t DevicesUsed(const proto::Plan& plan) {
+  uint32_t n = 0;
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) n += static_cast<uint32_t>(st.devices_size());
+  }
+  return n;
+}
+
+// `space`: the planner's options that set its space (default: plans may leave whole machines idle).
+void CheckTheProofAgainstEveryPlan(const ProofProblem& p, const std::string& space = "") {
+  auto planner = planners::CreatePlanner("exhaustive", space, "test options");
   ASSERT_TRUE(planner.ok());
   RefineOutcome out;
   auto proven = PlanOnTwin(**planner, p.get(), RefineOptions{}, &out);
@@ -238,10 +263,12 @@ void CheckTheProofAgainstEveryPlan(const ProofProblem& p) {
   EXPECT_NE(notes.find("is the simulated optimum over exhaustive's space"), std::string::npos) << notes;
   const double best = Simulate(p, proven->plan);
   ASSERT_LT(best, std::numeric_limits<double>::infinity());
+  EXPECT_GT(proven->space_lower_bound_s, 0) << notes;
+  EXPECT_NE(notes.find("space bound: no plan of exhaustive's space simulates faster than"), std::string::npos);
 
   // Brute force: without bounds the proof search cuts nothing and returns every plan of the space with
   // its lower bound; each is simulated.
-  auto all_planner = planners::CreatePlanner("exhaustive", "disable_bounds: true\n", "test options");
+  auto all_planner = planners::CreatePlanner("exhaustive", space + "disable_bounds: true\n", "test options");
   ASSERT_TRUE(all_planner.ok());
   planners::PlanningProblem every = p.get();
   every.alternatives = planners::exhaustive::kEveryCandidate;
@@ -252,16 +279,23 @@ void CheckTheProofAgainstEveryPlan(const ProofProblem& p) {
   // The search's own floor (compute, gradient sync, optimizer step) never exceeded a plan's played bound.
   EXPECT_EQ(all_notes.find("stage floor exceeds"), std::string::npos) << all_notes;
   ASSERT_GT(all->alternatives.size(), 20u) << all_notes;
-  size_t simulated = 0;
+  size_t simulated = 0, idle = 0;
   for (const auto& alt : all->alternatives) {
     const double t = Simulate(p, alt.plan);
     if (t == std::numeric_limits<double>::infinity()) continue;
     ++simulated;
-    // The bound the proof prunes with is never above the simulated time.
+    // The space holds plans that leave whole machines idle: their bounds are checked like the others'.
+    idle += DevicesUsed(alt.plan) < p.cluster.num_devices() ? 1 : 0;
+    // The bound the proof prunes with is never above the simulated time, nor is the space's lower bound.
     EXPECT_LE(alt.lower_bound_s, t * (1 + 1e-9));
+    EXPECT_LE(proven->space_lower_bound_s, t * (1 + 1e-9));
     EXPECT_GE(t, best * (1 - 1e-6)) << "a plan of the space simulates faster than the proven optimum";
   }
   EXPECT_GT(simulated, 20u);
+  if (space.empty()) {
+    EXPECT_GT(idle, 0u);
+    EXPECT_LT(idle, simulated);
+  }
   EXPECT_GT(out.ruled_out + static_cast<uint32_t>(all->alternatives.size()), out.simulated);
 }
 
@@ -270,7 +304,72 @@ TEST(ExhaustiveProof, TheProvenPlanSimulatesNoSlowerThanEveryPlanOfTheSpace) {
 }
 
 TEST(ExhaustiveProof, TheBoundsHoldWhereNodesShareOneSlowNic) {
-  CheckTheProofAgainstEveryPlan(ProofProblem(kProofSharedNics));
+  // Every device busy (the plans where both nodes' traffic meets the NICs; the idle ones are checked above).
+  CheckTheProofAgainstEveryPlan(ProofProblem(kProofSharedNics), "use_every_device: true\n");
+}
+
+// Any plan that uses both machines of kProofFarGpu moves data over the 10 Mb/s link (1.25e6 B/s), each way:
+//  - a pipeline across them sends each sequence's boundary tensor (128 tokens x 256 hidden x 2 bytes = 65,536 B)
+//    forward and its gradient back, one after the other: at least 2 x 65,536 / 1.25e6 = 104.9 ms;
+//  - pipelines on both machines hold every layer twice: the gradient rings carry half of the 3,426,560
+//    parameters' 2-byte gradients out of each machine twice (reduce-scatter and all-gather, or the
+//    all-reduce's two halves): at least 6,853,120 / 1.25e6 = 5.5 s.
+// The H100 alone computes 4 x 128 tokens of a 3.4 M-parameter model (6 x 3.4 M x 512 = 10.5 GFLOP, 1 ms at
+// 1% of its 989 TFLOPS) far faster. So the optimum leaves the T4 idle, and the space without idle machines
+// cannot do better than 104.9 ms.
+TEST(ExhaustiveProof, AGpuTooSlowToHelpIsLeftIdle) {
+  const ProofProblem p(kProofFarGpu, proto::DTYPE_FP16);  // the T4 has no bf16
+  constexpr double kTwoMachineFloor_s = 2 * 65536 / 1.25e6;
+  auto planner = planners::CreatePlanner("exhaustive");
+  ASSERT_TRUE(planner.ok());
+  RefineOutcome out;
+  auto r = PlanOnTwin(**planner, p.get(), RefineOptions{}, &out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::string notes;
+  for (const auto& n : r->stats.notes) notes += n + "\n";
+  EXPECT_TRUE(out.proven) << notes;
+  EXPECT_EQ(DevicesUsed(r->plan), 1u) << notes;
+  EXPECT_EQ(r->plan.pipelines(0).stages(0).devices(0), 0u) << notes;  // the H100
+  const double alone = Simulate(p, r->plan);
+  EXPECT_LT(alone, kTwoMachineFloor_s) << notes;
+
+  auto every = planners::CreatePlanner("exhaustive", "use_every_device: true\n", "test options");
+  ASSERT_TRUE(every.ok());
+  RefineOutcome every_out;
+  auto busy = PlanOnTwin(**every, p.get(), RefineOptions{}, &every_out);
+  ASSERT_TRUE(busy.ok()) << busy.status().message();
+  EXPECT_EQ(DevicesUsed(busy->plan), 2u);
+  EXPECT_GE(Simulate(p, busy->plan), kTwoMachineFloor_s);
+  // The proof over the space with idle machines, checked against every plan of it simulated.
+  CheckTheProofAgainstEveryPlan(p);
+}
+
+// Where the proof does not cover the space (a node budget stops it) and beyond max_devices (here 2 of the 3
+// GPUs), the space's lower bound comes from probe searches with fixed cuts: it is positive and no faster than
+// the space's optimum (the full proof's, itself checked against every plan above).
+TEST(ExhaustiveProof, TheSpaceBoundHoldsWhereTheProofStopsAndBeyondItsRange) {
+  const ProofProblem p;
+  auto full = planners::CreatePlanner("exhaustive");
+  ASSERT_TRUE(full.ok());
+  RefineOutcome proof;
+  auto optimum = PlanOnTwin(**full, p.get(), RefineOptions{}, &proof);
+  ASSERT_TRUE(optimum.ok()) << optimum.status().message();
+  ASSERT_TRUE(proof.proven);
+  const double fastest = Simulate(p, optimum->plan);
+  for (const char* options : {"max_proof_nodes: 10\n", "max_devices: 2\n"}) {
+    auto planner = planners::CreatePlanner("exhaustive", options, "test options");
+    ASSERT_TRUE(planner.ok());
+    RefineOutcome out;
+    auto r = PlanOnTwin(**planner, p.get(), RefineOptions{}, &out);
+    ASSERT_TRUE(r.ok()) << options << r.status().message();
+    std::string notes;
+    for (const auto& n : r->stats.notes) notes += n + "\n";
+    EXPECT_FALSE(out.proven) << options << notes;
+    EXPECT_GT(r->space_lower_bound_s, 0) << options << notes;
+    EXPECT_LE(r->space_lower_bound_s, fastest * (1 + 1e-9)) << options << notes;
+    EXPECT_NE(notes.find("probe cuts: "), std::string::npos) << options << notes;
+    EXPECT_NE(notes.find("gap bound: "), std::string::npos) << options << notes;
+  }
 }
 
 // Seeds (other planners' candidates) warm-start the proof and are candidates beside the space's plans. With
@@ -407,17 +506,26 @@ std::string ProofList(const ProofProblem& p, const std::string& options, uint64_
 
 TEST(ExhaustiveProof, TheResultIsTheSameOnEveryThreadCount) {
   const ProofProblem p(kProofSharedNics);
+  // The default space (the node sets one after another: both nodes, then each alone) proven complete.
+  const std::string idle = ProofList(p, "proof_threads: 1\n");
+  ASSERT_NE(idle.find("every other plan of the space is ruled out"), std::string::npos) << idle;
+  for (const char* threads : {"2", "5"}) {
+    EXPECT_EQ(ProofList(p, std::string("proof_threads: ") + threads + "\n"), idle) << threads << " threads";
+  }
+  // Every device busy: the incumbent is slower, so the proof plays enough plans that halving the budgets
+  // stops it part-way through a structure.
+  const std::string space = "use_every_device: true\n";
   uint64_t nodes = 0, plays = 0;
-  const std::string complete = ProofList(p, "proof_threads: 1\n", &nodes, &plays);
+  const std::string complete = ProofList(p, space + "proof_threads: 1\n", &nodes, &plays);
   ASSERT_NE(complete.find("every other plan of the space is ruled out"), std::string::npos) << complete;
   ASSERT_GT(nodes, 100u);
-  ASSERT_GT(plays, 10u);
+  ASSERT_GT(plays, 10u) << nodes << " nodes, " << plays << " plays";
   for (const char* threads : {"2", "5"}) {
-    EXPECT_EQ(ProofList(p, std::string("proof_threads: ") + threads + "\n"), complete) << threads << " threads";
+    EXPECT_EQ(ProofList(p, space + "proof_threads: " + threads + "\n"), complete) << threads << " threads";
   }
   // Budgets that stop the search part-way: the same plans kept, the same counts, on every thread count.
-  for (const std::string& budget : {"max_proof_nodes: " + std::to_string(nodes / 2) + "\n",
-                                   "max_bound_plays: " + std::to_string(plays / 2) + "\n"}) {
+  for (const std::string& budget : {space + "max_proof_nodes: " + std::to_string(nodes / 2) + "\n",
+                                   space + "max_bound_plays: " + std::to_string(plays / 2) + "\n"}) {
     const std::string one = ProofList(p, budget + "proof_threads: 1\n");
     EXPECT_NE(one.find("reached: the space is not covered"), std::string::npos) << one;
     for (const char* threads : {"2", "5"}) {

@@ -16,6 +16,8 @@
 //   optimality.<planner>.<cluster>.polished the same for the polished plan (.plan_polished_s its time)
 //   optimality.<planner>.<cluster>.plan_s   planning wall time without / .plan_refined_s with the check
 //   optimality.exhaustive.<cluster>.proven  1 when the reference is proven the simulated optimum, else 0
+//   optimality.exhaustive.<cluster>.lower_bound_s  no plan of exhaustive's space simulates faster (X)
+//   optimality.<planner>.<cluster>.refined_over_bound  the checked choice's time / X (gap at most this − 1)
 // A planner that finds no plan prints `….status 0 ok`. FILTER keeps the clusters or planners whose name
 // contains it (a filter that matches a cluster keeps those clusters). --table also prints the Markdown table
 // docs/planners.md holds.
@@ -171,6 +173,7 @@ Result<models::Cluster> Inline(const char* yaml) {
 struct Row {
   bool ok = false;
   bool proven = false;
+  double lower_bound_s = 0;  // exhaustive: no plan of its space simulates faster (PlannerResult::space_lower_bound_s)
   double pick_s = 0, refined_s = 0, plan_s = 0, plan_refined_s = 0;
   double polished_s = 0, plan_polished_s = 0;  // with --polish N (0: not run)
 };
@@ -205,6 +208,7 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
     row.refined_s = out.candidates[out.chosen].simulated_s;
     row.polished_s = out.polished ? out.polish.end_s : row.refined_s;
     row.proven = out.proven;
+    row.lower_bound_s = rp->space_lower_bound_s;
     row.ok = true;
     return row;
   }
@@ -214,6 +218,7 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
   if (!rr.ok()) return row;
   row.refined_s = out.candidates[out.chosen].simulated_s;
   row.proven = out.proven;
+  row.lower_bound_s = rr->space_lower_bound_s;
   row.ok = true;
   row.polished_s = row.refined_s;
   if (polish > 0) {
@@ -312,6 +317,9 @@ int main(int argc, char** argv) {
       bench::Print(key + ".plan_s", row.plan_s, "s");
       bench::Print(key + ".plan_refined_s", row.plan_refined_s, "s");
       if (p == "exhaustive") bench::Print(key + ".proven", row.proven ? 1 : 0, "bool");
+      // The space's lower bound X: a plan's gap to exhaustive's optimum is at most its time / X − 1.
+      if (p == "exhaustive" && ref.lower_bound_s > 0) bench::Print(key + ".lower_bound_s", ref.lower_bound_s, "s");
+      if (ref.lower_bound_s > 0) bench::Print(key + ".refined_over_bound", row.refined_s / ref.lower_bound_s, "ratio");
       if (polish > 0) {
         bench::Print(key + ".polished", row.polished_s / ref.polished_s, "ratio");
         bench::Print(key + ".plan_polished_s", row.plan_polished_s, "s");

@@ -207,7 +207,7 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
   const size_t simulated = n - ruled_out - not_reached;
   out.simulated = static_cast<uint32_t>(simulated);
   out.ruled_out = static_cast<uint32_t>(ruled_out);
-  std::string proof_note;
+  std::string proof_note, gap_note;
   if (prove && best >= 0) {
     const double best_s = out.candidates[static_cast<size_t>(best)].simulated_s;
     // Every plan the search cut has a bound ≥ complete_below_s ≥ best_s (up to rounding): none simulates faster.
@@ -238,6 +238,15 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
                     result.complete_below_s, best_s);
     }
     proof_note = buf;
+    if (!out.proven && result.space_lower_bound_s > 0) {
+      // exhaustive's lower bound of its space: how far the returned plan can be from the space's optimum.
+      std::snprintf(buf, sizeof buf,
+                    "gap bound: no plan of exhaustive's space simulates faster than %.4g s, so the returned plan "
+                    "(%.4g s) is within %.1f%% of the space's optimum",
+                    result.space_lower_bound_s, best_s,
+                    100.0 * (best_s - result.space_lower_bound_s) / result.space_lower_bound_s);
+      gap_note = buf;
+    }
   }
   const std::string check = prove                        ? std::string("proof over the space")
                             : options.k == kEveryPoolCandidate ? "every candidate of the pool"
@@ -263,6 +272,7 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
                     (pick.oom ? ", out of memory" : "") + "): " + pct + " faster in the simulator");
   }
   if (!proof_note.empty()) notes.push_back(proof_note);
+  if (!gap_note.empty()) notes.push_back(gap_note);
   // The proof list can hold thousands: the simulated candidates only, the first few.
   size_t listed = 0;
   const bool long_list = prove || n > kListedCandidates;
