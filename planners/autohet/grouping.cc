@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <unordered_set>
 
 #include "planners/autohet/internal.h"
 #include "planners/milp.h"
@@ -267,6 +268,56 @@ bool BuildOutright(const GroupingInput& in, uint32_t s_max, double tau) {
   return false;
 }
 
+// A grouping of at most two distinct compositions, found outright, or false: a·n + (D − a)·n' = N with n, n'
+// allowed (E ≥ tau), tried for every allowed n and a = 1..D (the second composition is then determined).
+// Each hit is a valid grouping, so `true` is exact; `false` decides nothing. On AutoHet's clusters the
+// feasible questions that the balanced split (BuildOutright) misses mostly have such a grouping.
+bool TwoCompositions(const GroupingInput& in, const std::vector<Composition>& comps, double tau) {
+  const size_t K = in.types.size();
+  // Compositions as mixed-radix numbers over 0..N_k per type; skip the screen where that overflows.
+  std::vector<uint64_t> radix(K);
+  uint64_t box = 1;
+  for (size_t k = 0; k < K; ++k) {
+    radix[k] = box;
+    const uint64_t base = in.types[k].count + 1ull;
+    if (box > (uint64_t{1} << 40) / base) return false;
+    box *= base;
+  }
+  std::unordered_set<uint64_t> allowed;
+  for (const auto& c : comps) {
+    if (c.power < tau) continue;
+    uint64_t key = 0;
+    for (size_t k = 0; k < K; ++k) key += c.n[k] * radix[k];
+    allowed.insert(key);
+  }
+  const uint32_t D = in.groups;
+  std::vector<int64_t> rest(K);
+  for (const auto& c : comps) {
+    if (c.power < tau) continue;
+    for (uint32_t a = 1; a <= D; ++a) {
+      bool negative = false;
+      for (size_t k = 0; k < K; ++k) {
+        rest[k] = static_cast<int64_t>(in.types[k].count) - static_cast<int64_t>(a) * c.n[k];
+        negative |= rest[k] < 0;
+      }
+      if (negative) break;
+      const int64_t b = D - a;
+      uint64_t key = 0;
+      bool fits = true;
+      for (size_t k = 0; k < K && fits; ++k) {
+        if (b == 0) {
+          fits = rest[k] == 0;
+        } else {
+          fits = rest[k] % b == 0;
+          key += static_cast<uint64_t>(rest[k] / b) * radix[k];
+        }
+      }
+      if (fits && (b == 0 || allowed.count(key) > 0)) return true;
+    }
+  }
+  return false;
+}
+
 // For one or two GPU types: whether N / D (the average group) lies in the convex hull of the compositions
 // with E ≥ tau. If it does not, not even the LP relaxation of the program (Σ g = D, Σ g·n = N, g ≥ 0) has a
 // solution, so no grouping does. Exact integer arithmetic on D·p against N.
@@ -407,6 +458,10 @@ Result<std::optional<Grouping>> SolveGrouping(const GroupingInput& in) {
     if ((hull && !AverageInHull(in, comps, tau)) || (in.screen && !WithinBounds(in, comps, tau))) {
       ++out.screened;
       return false;
+    }
+    if (in.screen && TwoCompositions(in, comps, tau)) {
+      ++out.screened;
+      return true;
     }
     return Feasible(in, comps, tau, in.screen, &out);
   };
