@@ -66,6 +66,9 @@ Result<MilpSolution> Milp::Solve(double time_limit_s) const {
   Cbc_setObjSense(model.get(), sense_ == kMaximize ? -1 : 1);
   Cbc_setLogLevel(model.get(), 0);
   Cbc_setParameter(model.get(), "threads", "1");  // deterministic
+  if (!preprocess_) Cbc_setParameter(model.get(), "preprocess", "off");
+  if (!cuts_) Cbc_setParameter(model.get(), "cuts", "off");
+  if (!heuristics_) Cbc_setParameter(model.get(), "heuristics", "off");
   if (time_limit_s > 0) Cbc_setMaximumSeconds(model.get(), time_limit_s);
   Cbc_setAllowableGap(model.get(), 1e-9);
   Cbc_setAllowableFractionGap(model.get(), 1e-9);

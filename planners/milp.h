@@ -46,6 +46,13 @@ class Milp {
   void AddRow(const std::vector<std::pair<int, double>>& terms, double lo, double hi);
   // Fixes a variable's bounds after it was added.
   void SetBounds(int var, double lb, double ub);
+  // CBC's preprocessing (CglPreProcess: probing, duplicate and dominated columns, its own presolve) is on by
+  // default. It may change which of several optimal solutions CBC returns, never whether a program is
+  // feasible or its optimum; on programs of many columns and few rows (AutoHet eq. 3) it is most of CBC's time.
+  void set_preprocess(bool on) { preprocess_ = on; }
+  // CBC's cut generators and primal heuristics (on by default): the same holds for them.
+  void set_cuts(bool on) { cuts_ = on; }
+  void set_heuristics(bool on) { heuristics_ = on; }
 
   size_t num_vars() const { return lb_.size(); }
   size_t num_rows() const { return rows_.size(); }
@@ -59,6 +66,9 @@ class Milp {
     double lo, hi;
   };
   Sense sense_;
+  bool preprocess_ = true;
+  bool cuts_ = true;
+  bool heuristics_ = true;
   std::vector<double> lb_, ub_, obj_;
   std::vector<bool> integer_;
   std::vector<Row> rows_;

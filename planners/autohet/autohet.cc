@@ -86,8 +86,10 @@ class Search {
             continue;
           }
           grouping_nodes_ += g->nodes;
+          ++groupings_with_answer_;
           grouping_programs_ += g->programs;
           grouping_screened_ += g->screened;
+          grouping_unique_ += g->proven_unique;
           grouping_s_ += g->seconds;
           if (!g->proven_optimal) ++unproven_;
           const auto stages = MapStages(*g, types, entities);
@@ -114,7 +116,9 @@ class Search {
     out.stats.notes.push_back("eq. 3 (device grouping): " + std::to_string(groupings_) + " (TP, micro-batch, D) "
                               "solved exactly with " + std::to_string(grouping_programs_) +
                               " integer programs (CBC; " + std::to_string(grouping_screened_) +
-                              " feasibility questions of the binary search answered without it), " +
+                              " feasibility questions of the binary search answered without it; " +
+                              std::to_string(grouping_unique_) + " of " + std::to_string(groupings_with_answer_) +
+                              " final programs solved by plain branch and bound, their optimum proven the only one), " +
                               std::to_string(grouping_nodes_) +
                               " branch-and-bound nodes, " + Fmt("%.2f", grouping_s_) + " s");
     out.stats.notes.push_back("eq. 4 (layer partition): " + std::to_string(partition_programs_) +
@@ -304,7 +308,8 @@ class Search {
   const uint32_t blocks_;
   const uint64_t batch_;
   SearchStats stats_;
-  uint64_t groupings_ = 0, grouping_programs_ = 0, grouping_nodes_ = 0, grouping_screened_ = 0,
+  uint64_t groupings_ = 0, groupings_with_answer_ = 0, grouping_programs_ = 0, grouping_nodes_ = 0,
+           grouping_screened_ = 0, grouping_unique_ = 0,
            partition_programs_ = 0, partition_reused_ = 0, unproven_ = 0;
   double grouping_s_ = 0, partition_s_ = 0;
 };

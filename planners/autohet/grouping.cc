@@ -20,7 +20,10 @@
 // CBC needed minutes at 64 GPUs of three types (bench_autohet); this one needs a few programs of one row
 // per type.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <unordered_set>
 
 #include "planners/autohet/internal.h"
 #include "planners/milp.h"
@@ -74,36 +77,150 @@ std::vector<Composition> Compositions(const GroupingInput& in, uint32_t s_max) {
 }
 
 // Integer program: D groups from compositions with E ≥ tau using every entity (3e); with `best_sum`, the
-// one of largest Σ E. nullopt if infeasible.
-Result<std::optional<std::vector<uint32_t>>> Pick(const GroupingInput& in, const std::vector<Composition>& comps,
-                                                  double tau, bool best_sum, MilpSolution* last) {
-  Milp p(Milp::kMaximize);
-  std::vector<int> g(comps.size(), -1);
+// one of largest Σ E. `g` receives each composition's variable (−1: not in the program). False when no
+// composition reaches tau (then nothing is built).
+bool Build(const GroupingInput& in, const std::vector<Composition>& comps, double tau, bool best_sum, Milp* p,
+           std::vector<int>* g) {
+  g->assign(comps.size(), -1);
   std::vector<std::pair<int, double>> count;
   std::vector<std::vector<std::pair<int, double>>> type(in.types.size());
   for (size_t c = 0; c < comps.size(); ++c) {
     if (comps[c].power < tau) continue;
-    g[c] = p.AddVar(0, in.groups, best_sum ? comps[c].power : 0.0, true);
-    count.push_back({g[c], 1});
+    (*g)[c] = p->AddVar(0, in.groups, best_sum ? comps[c].power : 0.0, true);
+    count.push_back({(*g)[c], 1});
     for (size_t k = 0; k < in.types.size(); ++k) {
-      if (comps[c].n[k] > 0) type[k].push_back({g[c], static_cast<double>(comps[c].n[k])});
+      if (comps[c].n[k] > 0) type[k].push_back({(*g)[c], static_cast<double>(comps[c].n[k])});
     }
   }
-  if (count.empty()) return std::optional<std::vector<uint32_t>>{};
-  p.AddRow(count, in.groups, in.groups);
-  for (size_t k = 0; k < in.types.size(); ++k) p.AddRow(type[k], in.types[k].count, in.types[k].count);
-  HETSIM_ASSIGN_OR_RETURN(*last, p.Solve(in.time_limit_s));
-  if (!last->has_solution()) {
-    if (last->outcome == MilpSolution::kInfeasible) return std::optional<std::vector<uint32_t>>{};
-    return Status::Infeasible("autohet: the device-grouping program (eq. 3, D = " + std::to_string(in.groups) +
-                              ") reached solver_time_limit_s = " + std::to_string(in.time_limit_s) +
-                              " s without an answer; raise it");
+  if (count.empty()) return false;
+  p->AddRow(count, in.groups, in.groups);
+  for (size_t k = 0; k < in.types.size(); ++k) p->AddRow(type[k], in.types[k].count, in.types[k].count);
+  return true;
+}
+
+// Solves `p`, counted in `out`'s statistics: its solution, or nullopt when it is infeasible; an error when
+// the time limit left it open.
+Result<std::optional<MilpSolution>> Run(const GroupingInput& in, const Milp& p, Grouping* out) {
+  HETSIM_ASSIGN_OR_RETURN(MilpSolution s, p.Solve(in.time_limit_s));
+  ++out->programs;
+  out->nodes += s.nodes;
+  out->seconds += s.seconds;
+  if (s.has_solution()) return std::optional<MilpSolution>(std::move(s));
+  if (s.outcome == MilpSolution::kInfeasible) return std::optional<MilpSolution>{};
+  return Status::Infeasible("autohet: the device-grouping program (eq. 3, D = " + std::to_string(in.groups) +
+                            ") reached solver_time_limit_s = " + std::to_string(in.time_limit_s) +
+                            " s without an answer; raise it");
+}
+
+// The solution's number of groups per composition.
+std::vector<uint32_t> Chosen(const std::vector<int>& g, const MilpSolution& s) {
+  std::vector<uint32_t> chosen(g.size(), 0);
+  for (size_t c = 0; c < g.size(); ++c) {
+    if (g[c] >= 0) chosen[c] = static_cast<uint32_t>(s.values[static_cast<size_t>(g[c])]);
   }
-  std::vector<uint32_t> chosen(comps.size(), 0);
+  return chosen;
+}
+
+// Whether `chosen` is a grouping (D groups, every entity once; integers, checked exactly).
+bool IsGrouping(const GroupingInput& in, const std::vector<Composition>& comps, const std::vector<uint32_t>& chosen) {
+  uint64_t groups = 0;
+  std::vector<uint64_t> used(in.types.size(), 0);
   for (size_t c = 0; c < comps.size(); ++c) {
-    if (g[c] >= 0) chosen[c] = static_cast<uint32_t>(last->values[static_cast<size_t>(g[c])]);
+    groups += chosen[c];
+    for (size_t k = 0; k < in.types.size(); ++k) used[k] += static_cast<uint64_t>(chosen[c]) * comps[c].n[k];
   }
-  return std::optional<std::vector<uint32_t>>(std::move(chosen));
+  for (size_t k = 0; k < in.types.size(); ++k) {
+    if (used[k] != in.types[k].count) return false;
+  }
+  return groups == in.groups;
+}
+
+// CBC as plain branch and bound: no preprocessing, cuts or heuristics, which on these programs (thousands
+// of columns, K + 1 rows) are most of its time. Still exact — the same feasibility and the same optimal
+// value — but not necessarily the same one of several optimal solutions. A lean program still open after
+// kLeanLimitS goes to the default CBC.
+constexpr double kLeanLimitS = 5;
+Result<MilpSolution> SolveLean(const GroupingInput& in, Milp p, Grouping* out) {
+  p.set_preprocess(false);
+  p.set_cuts(false);
+  p.set_heuristics(false);
+  const double limit = in.time_limit_s > 0 ? std::min(in.time_limit_s, kLeanLimitS) : kLeanLimitS;
+  HETSIM_ASSIGN_OR_RETURN(MilpSolution s, p.Solve(limit));
+  ++out->programs;
+  out->nodes += s.nodes;
+  out->seconds += s.seconds;
+  return s;
+}
+
+// The binary search's question: is there a grouping with every E ≥ tau? The answer is the program's own
+// whichever way CBC searches, so with `lean` it goes to SolveLean first (a yes checked exactly).
+Result<bool> Feasible(const GroupingInput& in, const std::vector<Composition>& comps, double tau, bool lean,
+                      Grouping* out) {
+  Milp p(Milp::kMaximize);
+  std::vector<int> g;
+  if (!Build(in, comps, tau, false, &p, &g)) return false;
+  if (lean) {
+    HETSIM_ASSIGN_OR_RETURN(MilpSolution s, SolveLean(in, p, out));
+    if (s.outcome == MilpSolution::kInfeasible) return false;
+    if (s.has_solution() && IsGrouping(in, comps, Chosen(g, s))) return true;
+  }
+  HETSIM_ASSIGN_OR_RETURN(auto s, Run(in, p, out));
+  return s.has_value();
+}
+
+// The grouping at the optimal level of largest Σ E, as CBC with its default settings picks it (the plans
+// have always been those). Several groupings can tie (groups of equal stage counts can swap entities of
+// one power), and which of them CBC returns depends on how it searches, so a lean CBC may not simply
+// replace it. With `lean`: SolveLean finds an optimum g* of value V*, then for every composition n that g*
+// uses, one lean feasibility program asks for a grouping with g_n ≤ g*_n − 1 and Σ E ≥ V* − margin. Every
+// grouping other than g* has such an n (both have D groups), so if all are infeasible, g* is the only
+// grouping within the margin of the optimum, and the default CBC — whose answer lies within its tolerances
+// of the optimum (cutoff increment 1e-5, gaps 1e-9), far inside the margin — returns g* too. Otherwise (a
+// tie, a program left open, or more than kMaxChecks compositions to check) the default CBC decides, as
+// before.
+Result<std::vector<uint32_t>> BestSum(const GroupingInput& in, const std::vector<Composition>& comps, double tau,
+                                      bool lean, Grouping* out) {
+  constexpr size_t kMaxChecks = 8;
+  Milp p(Milp::kMaximize);
+  std::vector<int> g;
+  if (!Build(in, comps, tau, true, &p, &g)) return Status::Internal("autohet: eq. 3's optimal level has no composition");
+  if (lean) {
+    HETSIM_ASSIGN_OR_RETURN(MilpSolution s, SolveLean(in, p, out));
+    const std::vector<uint32_t> chosen =
+        s.has_solution() ? Chosen(g, s) : std::vector<uint32_t>(comps.size(), 0);
+    if (s.outcome == MilpSolution::kOptimal && IsGrouping(in, comps, chosen)) {
+      double value = 0;
+      std::vector<size_t> used;
+      for (size_t c = 0; c < comps.size(); ++c) {
+        value += chosen[c] * comps[c].power;
+        if (chosen[c] > 0) used.push_back(c);
+      }
+      const double margin = 1e-4 + 1e-5 * std::abs(value);
+      bool unique = used.size() <= kMaxChecks;
+      for (size_t i = 0; unique && i < used.size(); ++i) {
+        Milp other(Milp::kMaximize);
+        std::vector<int> h;
+        Build(in, comps, tau, false, &other, &h);
+        std::vector<std::pair<int, double>> sum;
+        for (size_t c = 0; c < comps.size(); ++c) {
+          if (h[c] >= 0) sum.push_back({h[c], comps[c].power});
+        }
+        other.AddRow(sum, value - margin, kMilpInf);
+        other.SetBounds(h[used[i]], 0, chosen[used[i]] - 1.0);
+        HETSIM_ASSIGN_OR_RETURN(MilpSolution alt, SolveLean(in, std::move(other), out));
+        unique = alt.outcome == MilpSolution::kInfeasible;
+      }
+      if (unique) {
+        ++out->proven_unique;
+        out->proven_optimal = true;
+        return chosen;
+      }
+    }
+  }
+  HETSIM_ASSIGN_OR_RETURN(auto s, Run(in, p, out));
+  if (!s) return Status::Internal("autohet: eq. 3's grouping at its optimal level vanished");
+  out->proven_optimal = s->outcome == MilpSolution::kOptimal;
+  return Chosen(g, *s);
 }
 
 // Whether a composition is one of Compositions(in, s_max) with E ≥ tau.
@@ -147,6 +264,56 @@ bool BuildOutright(const GroupingInput& in, uint32_t s_max, double tau) {
       }
     }
     if (ok) return true;
+  }
+  return false;
+}
+
+// A grouping of at most two distinct compositions, found outright, or false: a·n + (D − a)·n' = N with n, n'
+// allowed (E ≥ tau), tried for every allowed n and a = 1..D (the second composition is then determined).
+// Each hit is a valid grouping, so `true` is exact; `false` decides nothing. On AutoHet's clusters the
+// feasible questions that the balanced split (BuildOutright) misses mostly have such a grouping.
+bool TwoCompositions(const GroupingInput& in, const std::vector<Composition>& comps, double tau) {
+  const size_t K = in.types.size();
+  // Compositions as mixed-radix numbers over 0..N_k per type; skip the screen where that overflows.
+  std::vector<uint64_t> radix(K);
+  uint64_t box = 1;
+  for (size_t k = 0; k < K; ++k) {
+    radix[k] = box;
+    const uint64_t base = in.types[k].count + 1ull;
+    if (box > (uint64_t{1} << 40) / base) return false;
+    box *= base;
+  }
+  std::unordered_set<uint64_t> allowed;
+  for (const auto& c : comps) {
+    if (c.power < tau) continue;
+    uint64_t key = 0;
+    for (size_t k = 0; k < K; ++k) key += c.n[k] * radix[k];
+    allowed.insert(key);
+  }
+  const uint32_t D = in.groups;
+  std::vector<int64_t> rest(K);
+  for (const auto& c : comps) {
+    if (c.power < tau) continue;
+    for (uint32_t a = 1; a <= D; ++a) {
+      bool negative = false;
+      for (size_t k = 0; k < K; ++k) {
+        rest[k] = static_cast<int64_t>(in.types[k].count) - static_cast<int64_t>(a) * c.n[k];
+        negative |= rest[k] < 0;
+      }
+      if (negative) break;
+      const int64_t b = D - a;
+      uint64_t key = 0;
+      bool fits = true;
+      for (size_t k = 0; k < K && fits; ++k) {
+        if (b == 0) {
+          fits = rest[k] == 0;
+        } else {
+          fits = rest[k] % b == 0;
+          key += static_cast<uint64_t>(rest[k] / b) * radix[k];
+        }
+      }
+      if (fits && (b == 0 || allowed.count(key) > 0)) return true;
+    }
   }
   return false;
 }
@@ -211,6 +378,61 @@ bool AverageInHull(const GroupingInput& in, const std::vector<Composition>& comp
   return true;
 }
 
+// For any number of GPU types: whether N / D lies within the allowed compositions' extent along a few
+// directions w, D · min w·n ≤ w·N ≤ D · max w·n over the compositions with E ≥ tau. A grouping is D allowed
+// compositions summing to N, so failing one bound proves that none exists (a partial convex-hull test;
+// AverageInHull is the whole one for two types). The directions: each type, all of them (stages), the sum
+// and the difference of every two, the memory, and the normal of E ≥ tau, which is linear in n
+// (M·c·n − tau·|n| ≥ tau·(M − 1)). The integer ones are exact in doubles; the two real ones get a margin
+// far above their rounding.
+bool WithinBounds(const GroupingInput& in, const std::vector<Composition>& comps, double tau) {
+  const size_t K = in.types.size();
+  std::vector<std::vector<double>> dirs;
+  for (size_t i = 0; i < K; ++i) {
+    dirs.emplace_back(K, 0.0);
+    dirs.back()[i] = 1;
+  }
+  dirs.emplace_back(K, 1.0);
+  for (size_t i = 0; i < K; ++i) {
+    for (size_t j = i + 1; j < K; ++j) {
+      for (double sign : {1.0, -1.0}) {
+        dirs.emplace_back(K, 0.0);
+        dirs.back()[i] = 1;
+        dirs.back()[j] = sign;
+      }
+    }
+  }
+  const size_t integer_dirs = dirs.size();
+  dirs.emplace_back(K);
+  dirs.emplace_back(K);
+  for (size_t k = 0; k < K; ++k) {
+    dirs[integer_dirs][k] = in.types[k].memory_gib;
+    dirs[integer_dirs + 1][k] = in.micro_batches * in.types[k].power - tau;
+  }
+  std::vector<double> lo(dirs.size(), std::numeric_limits<double>::infinity());
+  std::vector<double> hi(dirs.size(), -std::numeric_limits<double>::infinity());
+  for (const auto& c : comps) {
+    if (c.power < tau) continue;
+    for (size_t d = 0; d < dirs.size(); ++d) {
+      double v = 0;
+      for (size_t k = 0; k < K; ++k) v += dirs[d][k] * c.n[k];
+      lo[d] = std::min(lo[d], v);
+      hi[d] = std::max(hi[d], v);
+    }
+  }
+  const double D = in.groups;
+  for (size_t d = 0; d < dirs.size(); ++d) {
+    double target = 0, scale = 0;
+    for (size_t k = 0; k < K; ++k) {
+      target += dirs[d][k] * in.types[k].count;
+      scale += std::abs(dirs[d][k]) * in.types[k].count;
+    }
+    const double margin = d < integer_dirs ? 0 : 1e-9 * (scale + 1) * D;
+    if (target < D * lo[d] - margin || target > D * hi[d] + margin) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<std::optional<Grouping>> SolveGrouping(const GroupingInput& in) {
@@ -227,23 +449,21 @@ Result<std::optional<Grouping>> SolveGrouping(const GroupingInput& in) {
   std::sort(levels.begin(), levels.end());
   levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
   Grouping out;
-  uint64_t programs = 0;
-  MilpSolution last;
-  const bool screen = in.screen && in.types.size() <= 2;
+  const bool hull = in.screen && in.types.size() <= 2;
   auto feasible = [&](double tau) -> Result<bool> {
     if (in.screen && BuildOutright(in, s_max, tau)) {
       ++out.screened;
       return true;
     }
-    if (screen && !AverageInHull(in, comps, tau)) {
+    if ((hull && !AverageInHull(in, comps, tau)) || (in.screen && !WithinBounds(in, comps, tau))) {
       ++out.screened;
       return false;
     }
-    ++programs;
-    HETSIM_ASSIGN_OR_RETURN(auto pick, Pick(in, comps, tau, false, &last));
-    out.nodes += last.nodes;
-    out.seconds += last.seconds;
-    return pick.has_value();
+    if (in.screen && TwoCompositions(in, comps, tau)) {
+      ++out.screened;
+      return true;
+    }
+    return Feasible(in, comps, tau, in.screen, &out);
   };
   if (levels.empty()) return std::optional<Grouping>{};
   HETSIM_ASSIGN_OR_RETURN(bool any, feasible(levels.front()));
@@ -255,20 +475,14 @@ Result<std::optional<Grouping>> SolveGrouping(const GroupingInput& in) {
     HETSIM_ASSIGN_OR_RETURN(bool ok, feasible(levels[mid]));
     (ok ? lo : hi) = mid;
   }
-  HETSIM_ASSIGN_OR_RETURN(auto pick, Pick(in, comps, levels[lo], true, &last));
-  ++programs;
-  out.nodes += last.nodes;
-  out.seconds += last.seconds;
-  if (!pick) return Status::Internal("autohet: eq. 3's grouping at its optimal level vanished");
+  HETSIM_ASSIGN_OR_RETURN(const std::vector<uint32_t> pick, BestSum(in, comps, levels[lo], in.screen, &out));
   // Groups in descending effective power (then composition) order: deterministic.
   std::vector<size_t> order;
-  for (size_t c = 0; c < comps.size(); ++c) order.insert(order.end(), (*pick)[c], c);
+  for (size_t c = 0; c < comps.size(); ++c) order.insert(order.end(), pick[c], c);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return comps[a].power > comps[b].power; });
   for (size_t c : order) out.counts.push_back(comps[c].n);
   out.min_power = levels[lo];
   out.objective = D * out.min_power;
-  out.proven_optimal = last.outcome == MilpSolution::kOptimal;
-  out.programs = programs;
   out.compositions = comps.size();
   return std::optional<Grouping>(std::move(out));
 }

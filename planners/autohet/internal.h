@@ -40,7 +40,9 @@ struct GroupingInput {
   double time_limit_s = 60;
   // Decide the binary search's feasibility questions without CBC where a quick exact argument does (a
   // grouping built outright: yes; the batch share outside the convex hull of the allowed compositions, two
-  // GPU types at most: no). The answers, hence the grouping, are the same; tests turn it off to check.
+  // GPU types at most, or outside its extent along a few directions: no), give CBC the rest without its
+  // preprocessing, and settle the final program that way when its answer is proven the only optimal one.
+  // The answers, hence the grouping, are the same; tests turn it off to check.
   bool screen = true;
 };
 
@@ -54,6 +56,7 @@ struct Grouping {
   uint64_t programs = 0;       // integer programs solved (the binary search's and the tie-break)
   uint64_t compositions = 0;   // group compositions that satisfy 3b
   uint64_t screened = 0;       // feasibility questions answered without CBC (GroupingInput::screen)
+  uint64_t proven_unique = 0;  // 1 when the final program's answer was proven its only optimum (screen)
 };
 
 // Eq. 3 for a fixed D, exactly (CBC; grouping.cc explains the formulation). nullopt when no grouping holds

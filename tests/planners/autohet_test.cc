@@ -38,6 +38,20 @@ TEST(Milp, SolvesASmallIntegerProgramExactly) {
   auto none = q.Solve(10);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->outcome, MilpSolution::kInfeasible);
+  // Plain branch and bound (no preprocessing, cuts or heuristics): the same optimum, the same infeasibility.
+  p.set_preprocess(false);
+  p.set_cuts(false);
+  p.set_heuristics(false);
+  auto lean = p.Solve(10);
+  ASSERT_TRUE(lean.ok());
+  EXPECT_EQ(lean->outcome, MilpSolution::kOptimal);
+  EXPECT_DOUBLE_EQ(lean->objective, 11);
+  q.set_preprocess(false);
+  q.set_cuts(false);
+  q.set_heuristics(false);
+  auto lean_none = q.Solve(10);
+  ASSERT_TRUE(lean_none.ok());
+  EXPECT_EQ(lean_none->outcome, MilpSolution::kInfeasible);
 }
 
 TEST(AutoHetEq2, BubbleRatioAndEffectivePower) {
@@ -328,6 +342,65 @@ TEST(AutoHetEq3, ScreensGiveTheSameGroupingAsCbcAlone) {
   }
   EXPECT_GT(screened, 0u);
   EXPECT_LT(programs_with, programs_without);
+}
+
+// Three types of powers 1, 2, 4 (three entities each, 80 GiB), M = 8, 100 GiB per group (two entities at
+// least), D = 3. Any grouping has Σ_j (M − 1 + s_j) · z / M ≤ Σ_j P_j = 21 with Σ_j s_j = 9, so
+// z ≤ 21 · 8 / 30 = 5.6, reached only by groups of three entities of power 7 each: {1, 2, 4} three times
+// (no other triple of 1, 2 and 4 sums to 7). Every level above 5.6 fails the bound along the normal of
+// E ≥ τ (8·21 − 9τ < 3 · 7τ), so no feasibility question reaches CBC; the final program's answer is unique,
+// so the plain branch and bound and one check settle it: two programs.
+TEST(AutoHetEq3, ThreeTypesSettledByTheBoundsAndAUniqueOptimum) {
+  GroupingInput in;
+  in.types = {{nullptr, 3, 1.0, 80}, {nullptr, 3, 2.0, 80}, {nullptr, 3, 4.0, 80}};
+  in.groups = 3;
+  in.micro_batches = 8;
+  in.required_gib = 100;
+  in.max_stages = 32;
+  auto g = SolveGrouping(in);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(g->has_value());
+  EXPECT_NEAR((*g)->min_power, 5.6, 1e-9);
+  EXPECT_NEAR((*g)->objective, 16.8, 1e-9);
+  ASSERT_EQ((*g)->counts.size(), 3u);
+  for (const auto& group : (*g)->counts) EXPECT_EQ(group, (std::vector<uint32_t>{1, 1, 1}));
+  EXPECT_EQ((*g)->programs, 2u);
+  EXPECT_EQ((*g)->proven_unique, 1u);
+  EXPECT_TRUE((*g)->proven_optimal);
+  // Without the shortcuts: the same grouping, every question above 5.6 asked of CBC.
+  in.screen = false;
+  auto plain = SolveGrouping(in);
+  ASSERT_TRUE(plain.ok() && plain->has_value());
+  EXPECT_EQ((*plain)->counts, (*g)->counts);
+  EXPECT_GT((*plain)->programs, 2u);
+  EXPECT_EQ((*plain)->proven_unique, 0u);
+}
+
+// When the final program has two optimal groupings, the uniqueness check must find the other one and leave
+// the pick to the default CBC, as without the shortcuts. SixEntities(3): {B + A}{B + A}{2A} and {2B}{2A}{2A}
+// both reach z = 16/9 and Σ E = 8/9 · 8 (see above); as two entities of one type tie the same way, so do
+// four entities of two identical types in two groups of two ({AA}{BB} and {AB}{AB}, Σ E = 2 · 2 · 8/9).
+TEST(AutoHetEq3, TiedOptimaGoToTheDefaultCbc) {
+  GroupingInput identical;
+  identical.types = {{nullptr, 2, 1.0, 80}, {nullptr, 2, 1.0, 80}};
+  identical.groups = 2;
+  identical.micro_batches = 8;
+  identical.required_gib = 100;
+  identical.max_stages = 32;
+  for (GroupingInput in : {SixEntities(3), identical}) {
+    auto with = SolveGrouping(in);
+    ASSERT_TRUE(with.ok() && with->has_value());
+    EXPECT_EQ((*with)->proven_unique, 0u);
+    in.screen = false;
+    auto without = SolveGrouping(in);
+    ASSERT_TRUE(without.ok() && without->has_value());
+    EXPECT_EQ((*with)->counts, (*without)->counts);
+    EXPECT_EQ((*with)->min_power, (*without)->min_power);
+  }
+  // SixEntities(2)'s optimum, {2A + B} twice, is the only grouping at z = 3.2 (derived above).
+  auto two = SolveGrouping(SixEntities(2));
+  ASSERT_TRUE(two.ok() && two->has_value());
+  EXPECT_EQ((*two)->proven_unique, 1u);
 }
 
 // ---- the planner -------------------------------------------------------------------------------------
