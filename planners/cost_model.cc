@@ -52,13 +52,18 @@ AnalyticCostModel::AnalyticCostModel(const PlanningProblem& problem, CostModelOp
       view_(*this),
       context_{problem.cluster, problem.model, problem.training},
       player_(context_, view_, problem.compute.calibration) {
-  for (const auto& node : cluster_.nodes()) {
-    auto it = std::find_if(types_.begin(), types_.end(), [&](const auto& t) { return t.first == node.gpu; });
+  auto count = [&](const models::GpuSpec* gpu, uint32_t n) {
+    auto it = std::find_if(types_.begin(), types_.end(), [&](const auto& t) { return t.first == gpu; });
     if (it == types_.end()) {
-      types_.emplace_back(node.gpu, node.num_gpus);
+      types_.emplace_back(gpu, n);
     } else {
-      it->second += node.num_gpus;
+      it->second += n;
     }
+  };
+  if (options_.average_over != nullptr) {
+    for (uint32_t d : *options_.average_over) count(cluster_.device(d).gpu, 1);
+  } else {
+    for (const auto& node : cluster_.nodes()) count(node.gpu, node.num_gpus);
   }
 }
 
@@ -538,10 +543,16 @@ PlanEstimate AnalyticCostModel::FromPlay(const proto::Plan& plan, const PlayResu
 }
 
 models::GpuSpec AverageGpu(const models::Cluster& cluster) {
+  std::vector<uint32_t> all(cluster.num_devices());
+  for (uint32_t d = 0; d < cluster.num_devices(); ++d) all[d] = d;
+  return AverageGpu(cluster, all);
+}
+
+models::GpuSpec AverageGpu(const models::Cluster& cluster, const std::vector<uint32_t>& devices) {
   models::GpuSpec avg;
   avg.name = "average";
-  const double n = std::max<uint32_t>(1, cluster.num_devices());
-  for (uint32_t d = 0; d < cluster.num_devices(); ++d) {
+  const double n = std::max<size_t>(1, devices.size());
+  for (uint32_t d : devices) {
     const auto& g = *cluster.device(d).gpu;
     avg.peak_bf16_tflops += g.peak_bf16_tflops / n;
     avg.peak_fp16_tflops += g.peak_fp16_tflops / n;

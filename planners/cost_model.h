@@ -60,6 +60,9 @@ struct CostModelOptions {
   // optimizer step likewise averages the devices' profiled steps when every type has one. Layers or steps
   // some type lacks a profile for fall back to assume_gpu.
   bool average_profiles = false;
+  // The devices the averaged view averages over (a baseline running on a subset of the machines averages
+  // over the GPUs it runs on); null: every device of the cluster. Must outlive the model.
+  const std::vector<uint32_t>* average_over = nullptr;
   // Estimate: plays after the contention-free one that re-price every transfer by the link sharing the
   // previous play saw (PlayOptions::contention_passes); 0 = the contention-free play alone.
   int contention_passes = 3;
@@ -190,7 +193,8 @@ class AnalyticCostModel {
   models::ComputeCost compute_;
   models::Topology topology_;
   CostModelOptions options_;
-  // The cluster's GPU types and their device counts (for the averaged view).
+  // The GPU types and their device counts the averaged view averages over (the cluster's, or those of
+  // CostModelOptions::average_over).
   std::vector<std::pair<const models::GpuSpec*, uint32_t>> types_;
   // This model's compute view for the player.
   class View : public ComputeSource {
@@ -232,6 +236,8 @@ double PipelineSeconds(std::span<const double> stage_times, uint32_t micro_batch
 // A GPU whose throughput, memory and bandwidths are the averages over the cluster's devices (Alpa/AMP's
 // view of a heterogeneous cluster, Metis §3).
 models::GpuSpec AverageGpu(const models::Cluster& cluster);
+// The same over `devices` only (a baseline running on some of the machines).
+models::GpuSpec AverageGpu(const models::Cluster& cluster, const std::vector<uint32_t>& devices);
 
 // A few lines: iteration time and its parts, per-pipeline times and bubbles, throughput, MFU, memory.
 std::string DescribeEstimate(const PlanEstimate& estimate);

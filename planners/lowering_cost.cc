@@ -119,13 +119,13 @@ PlayResult PlayLowering(const models::Lowering& lw, const Fold* fold, const mode
     // Halfway between the slowdowns seen before and after: the sharing each play sees overshoots the
     // other's.
     const double keep = 0.5;
-    for (auto& [key, x] : slow) {
-      auto it = next.find(key);
-      x = keep * x + (1 - keep) * (it == next.end() ? 1.0 : it->second);
-    }
-    for (const auto& [key, x] : next) {
+    slow.ForEach([&](uint64_t key, double& x) {
+      const double* seen = next.find(key);
+      x = keep * x + (1 - keep) * (seen == nullptr ? 1.0 : *seen);
+    });
+    next.ForEach([&](uint64_t key, const double& x) {
       if (!slow.count(key)) slow[key] = keep + (1 - keep) * x;
-    }
+    });
   }
   out.devices.resize(lw.ranks.size());
   for (size_t i = 0; i < lw.ranks.size(); ++i) {

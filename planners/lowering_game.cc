@@ -127,8 +127,7 @@ class Game::Impl {
         slow = std::max(slow, s_.link_sources[l] * r.bandwidth_bytes_s / s_.routes->LinkBandwidth(l));
       }
     } else if (slow_ != nullptr) {
-      auto it = slow_->find(key);
-      if (it != slow_->end()) slow = std::max(slow, it->second);
+      if (const double* x = slow_->find(key)) slow = std::max(slow, *x);
     }
     return r.latency_s + b / r.bandwidth_bytes_s * slow;
   }

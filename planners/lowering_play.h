@@ -210,7 +210,78 @@ struct FlowRecord {
   const std::vector<std::pair<uint32_t, uint32_t>>* twins;  // folded copies per link (Stream::twins), or none
 };
 
-using Slowdowns = std::unordered_map<uint64_t, double>;
+// Each flow's slowdown by its key: an open-addressing table (power-of-two slots, linear probing, keys
+// mixed by splitmix64's finaliser), because the later plays look a slowdown up for every flow they price
+// and std::unordered_map's prime modulo and node chasing dominated that (a 4,096-GPU plan's estimate).
+// The interface is the part of std::unordered_map the players use; iteration order is unspecified.
+class Slowdowns {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  // The slowdown of `key`, or nullptr.
+  const double* find(uint64_t key) const {
+    if (size_ == 0) return nullptr;
+    for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+      if (!used_[i]) return nullptr;
+      if (keys_[i] == key) return &values_[i];
+    }
+  }
+  bool count(uint64_t key) const { return find(key) != nullptr; }
+  // The slowdown of `key`, inserted as 0 when absent.
+  double& operator[](uint64_t key) {
+    if ((size_ + 1) * 4 > keys_.size() * 3) Grow();
+    size_t i = Slot(key);
+    for (; used_[i]; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return values_[i];
+    }
+    used_[i] = 1;
+    keys_[i] = key;
+    values_[i] = 0;
+    ++size_;
+    return values_[i];
+  }
+  // Calls f(key, value&) for every entry.
+  template <typename F>
+  void ForEach(F&& f) {
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      if (used_[i]) f(keys_[i], values_[i]);
+    }
+  }
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      if (used_[i]) f(keys_[i], values_[i]);
+    }
+  }
+
+ private:
+  size_t Slot(uint64_t key) const {
+    key ^= key >> 30;
+    key *= 0xbf58476d1ce4e5b9ull;
+    key ^= key >> 27;
+    key *= 0x94d049bb133111ebull;
+    key ^= key >> 31;
+    return static_cast<size_t>(key) & mask_;
+  }
+  void Grow() {
+    std::vector<uint64_t> keys = std::move(keys_);
+    std::vector<double> values = std::move(values_);
+    std::vector<char> used = std::move(used_);
+    const size_t n = keys.empty() ? 64 : keys.size() * 2;
+    keys_.assign(n, 0);
+    values_.assign(n, 0);
+    used_.assign(n, 0);
+    mask_ = n - 1;
+    size_ = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (used[i]) (*this)[keys[i]] = values[i];
+    }
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<double> values_;
+  std::vector<char> used_;
+  size_t mask_ = 0, size_ = 0;
+};
 
 
 // What one device's play adds up to.

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <numeric>
+#include <set>
 
 namespace hetsim::planners {
 
@@ -24,20 +26,237 @@ uint32_t NodeGcd(const models::Cluster& cluster, const std::vector<uint32_t>& de
   return std::max<uint32_t>(1, g);
 }
 
-void SearchWholeNodePrefixes(const PlanningProblem& problem, BestPlan& best,
-                             const std::function<void(const std::vector<uint32_t>& order)>& search) {
-  const std::vector<uint32_t> all = NodeOrder(problem.cluster);
-  search(all);
-  const auto& nodes = problem.cluster.nodes();
-  for (size_t k = nodes.size() - 1; k >= 1 && !best.found(); --k) {
-    const uint32_t n = nodes[k].first_device;
-    search(std::vector<uint32_t>(all.begin(), all.begin() + n));
-    if (best.found()) {
-      best.stats().notes.push_back("no layout of all " + std::to_string(all.size()) +
-                                   " GPUs fits the planner's constraints; it uses the first " + std::to_string(n) +
-                                   " (whole nodes in node order) and leaves the rest idle");
+std::vector<MachineSubset> MachineSubsets(const models::Cluster& cluster, proto::DType dtype) {
+  const auto& nodes = cluster.nodes();
+  const uint32_t n = static_cast<uint32_t>(nodes.size());
+  std::vector<MachineSubset> out;
+  std::set<std::vector<uint32_t>> seen;  // node sets already listed
+  auto add = [&](std::vector<uint32_t> node_set, const std::string& why) {
+    std::sort(node_set.begin(), node_set.end());
+    if (node_set.empty() || node_set.size() == n || !seen.insert(node_set).second) return;
+    MachineSubset subset;
+    subset.why = why;
+    for (uint32_t k : node_set) {
+      for (uint32_t g = 0; g < nodes[k].num_gpus; ++g) subset.devices.push_back(nodes[k].first_device + g);
+    }
+    out.push_back(std::move(subset));
+  };
+  // GPU types in order of first appearance, with their machines in node order.
+  std::vector<std::pair<const models::GpuSpec*, std::vector<uint32_t>>> types;
+  for (uint32_t k = 0; k < n; ++k) {
+    auto it = std::find_if(types.begin(), types.end(), [&](const auto& t) { return t.first == nodes[k].gpu; });
+    if (it == types.end()) {
+      types.push_back({nodes[k].gpu, {}});
+      it = types.end() - 1;
+    }
+    it->second.push_back(k);
+  }
+  auto plural = [](size_t k, const std::string& one) { return std::to_string(k) + " " + one + (k == 1 ? "" : "s"); };
+  for (const auto& [gpu, machines] : types) add(machines, "the " + gpu->name + " machines");
+  std::vector<uint32_t> by_speed(n);
+  std::iota(by_speed.begin(), by_speed.end(), 0u);
+  std::stable_sort(by_speed.begin(), by_speed.end(), [&](uint32_t a, uint32_t b) {
+    return nodes[a].gpu->PeakTflops(dtype) > nodes[b].gpu->PeakTflops(dtype);
+  });
+  for (uint32_t k = 1; k < n; ++k) {
+    add({by_speed.begin(), by_speed.begin() + k}, "the " + plural(k, "fastest machine"));
+  }
+  for (const auto& [gpu, machines] : types) {
+    for (size_t k = 1; k < machines.size(); ++k) {
+      add({machines.begin(), machines.begin() + static_cast<std::ptrdiff_t>(k)},
+          "the first " + plural(k, gpu->name + " machine"));
     }
   }
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  for (uint32_t k = n - 1; k >= 1; --k) {
+    add({order.begin(), order.begin() + k}, "the first " + plural(k, "machine") + " in node order");
+  }
+  return out;
+}
+
+// A ranking of a subset's own (`view_for`).
+struct SubsetSearch::View {
+  std::unique_ptr<models::GpuSpec> gpu;
+  std::vector<uint32_t> devices;  // averaged over (average_profiles)
+  std::unique_ptr<AnalyticCostModel> model;
+};
+
+struct SubsetSearch::Subset {
+  MachineSubset machines;
+  std::unique_ptr<View> view;      // null: the whole cluster's ranking
+  std::unique_ptr<BestPlan> best;  // null: not searched yet, or released
+  bool found = false;
+  double best_s = std::numeric_limits<double>::infinity();  // its best plan's closed form, once found
+};
+
+SubsetSearch::SubsetSearch(const PlanningProblem& problem, const AnalyticCostModel& ranking, ViewFor view_for,
+                           const std::function<void(BestPlan&)>& configure)
+    : problem_(problem), ranking_(ranking), view_for_(std::move(view_for)), configure_(configure) {
+  whole_ = std::make_unique<BestPlan>(problem_, ranking_);
+  if (configure_) configure_(*whole_);
+}
+
+SubsetSearch::~SubsetSearch() = default;
+
+void SubsetSearch::Prepare(Subset& s) {
+  if (s.best) return;
+  const AnalyticCostModel* ranking = &ranking_;
+  if (view_for_) {
+    const RankingView view = view_for_(s.machines.devices);
+    s.view = std::make_unique<View>();
+    CostModelOptions options;
+    if (view.assume_gpu) {
+      s.view->gpu = std::make_unique<models::GpuSpec>(*view.assume_gpu);
+      options.assume_gpu = s.view->gpu.get();
+      if (view.average_profiles) {
+        s.view->devices = s.machines.devices;
+        options.average_profiles = true;
+        options.average_over = &s.view->devices;
+      }
+    }
+    s.view->model = std::make_unique<AnalyticCostModel>(problem_, options);
+    ranking = s.view->model.get();
+  }
+  s.best = std::make_unique<BestPlan>(problem_, *ranking);
+  if (configure_) configure_(*s.best);
+}
+
+void SubsetSearch::Release(Subset& s) {
+  if (!s.best) return;
+  released_.candidates_evaluated += s.best->stats().candidates_evaluated;
+  for (const auto& [reason, count] : s.best->stats().rejected) released_.rejected[reason] += count;
+  s.best.reset();
+  s.view.reset();
+}
+
+bool SubsetSearch::Run(const Search& search) {
+  search(NodeOrder(problem_.cluster), *whole_, ranking_);
+  if (whole_->found()) return true;
+  if (!subsets_built_) {
+    subsets_built_ = true;
+    for (auto& machines : MachineSubsets(problem_.cluster, problem_.training.dtype())) {
+      subsets_.emplace_back();
+      subsets_.back().machines = std::move(machines);
+    }
+  }
+  // Memory stays bounded: only the best subset so far keeps its plans and its ranking; the others are
+  // released once searched, except those that share the whole cluster's ranking and found nothing (a later
+  // call, e.g. at the next CPU-offload level, searches them again and their memory knobs carry over).
+  for (size_t i = 0; i < subsets_.size(); ++i) {
+    Subset& s = subsets_[i];
+    if (s.found) continue;
+    Prepare(s);
+    search(s.machines.devices, *s.best, s.view ? *s.view->model : ranking_);
+    if (!s.best->found()) {
+      if (s.view) Release(s);
+      continue;
+    }
+    s.found = true;
+    s.best_s = s.best->best_time();
+    Subset* loser = &s;
+    if (chosen_ < 0 || s.best_s < subsets_[static_cast<size_t>(chosen_)].best_s) {
+      if (chosen_ >= 0) loser = &subsets_[static_cast<size_t>(chosen_)];
+      chosen_ = static_cast<int>(i);
+      if (loser == &s) continue;
+    }
+    if (loser->best_s < runner_up_s_) {
+      runner_up_s_ = loser->best_s;
+      runner_up_why_ = loser->machines.why;
+    }
+    Release(*loser);
+  }
+  return chosen_ >= 0;
+}
+
+bool SubsetSearch::found() const { return whole_->found() || chosen_ >= 0; }
+
+std::string SubsetSearch::Describe(const std::vector<uint32_t>& devices) const {
+  // "8 GPUs on 2 × a10 (4 × a10)": per node group of the spec, how many of its machines.
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> machines;  // node group -> (machines, node of the group)
+  uint32_t last = std::numeric_limits<uint32_t>::max();
+  for (uint32_t d : devices) {
+    const uint32_t node = problem_.cluster.device(d).node;
+    if (node == last) continue;
+    last = node;
+    auto& [count, example] = machines[problem_.cluster.node(node).group];
+    if (count++ == 0) example = node;
+  }
+  std::string out = std::to_string(devices.size()) + " GPU" + (devices.size() == 1 ? "" : "s") + " on ";
+  bool first = true;
+  for (const auto& [group, m] : machines) {
+    const auto& node = problem_.cluster.node(m.second);
+    out += (first ? "" : ", ") + std::to_string(m.first) + " × " +
+           problem_.cluster.spec().nodes(static_cast<int>(group)).name() + " (" + std::to_string(node.num_gpus) +
+           " × " + node.gpu->name + ")";
+    first = false;
+  }
+  return out;
+}
+
+Result<PlannerResult> SubsetSearch::Finish(const std::string& planner, const std::string& hint) {
+  chosen_ranking_ = &ranking_;
+  chose_subset_ = false;
+  if (whole_->found() || subsets_.empty()) return whole_->Finish(planner, hint);
+  const uint32_t N = problem_.cluster.num_devices();
+  const std::string subsets_tried = std::to_string(subsets_.size()) +
+                                    " subsets of whole machines it considers (each GPU type's machines alone, the "
+                                    "fastest machines, the first machines of each type, the first in node order)";
+  if (chosen_ < 0) {
+    Result<PlannerResult> r = whole_->Finish(planner, hint);
+    if (r.ok() || r.status().code() != Status::Code::kInfeasible) return r;
+    return Status::Infeasible(r.status().message() + "\n  (on all " + std::to_string(N) + " GPUs; none of the " +
+                              subsets_tried + " has a plan either)");
+  }
+  Subset& chosen = subsets_[static_cast<size_t>(chosen_)];
+  // Why the whole cluster has no plan: memory, or the framework's layout rules.
+  std::string why_not_all;
+  if (whole_->missed_memory()) {
+    why_not_all = "every layout of all " + std::to_string(N) + " GPUs it can express runs out of memory";
+  } else {
+    std::string reason;
+    uint64_t most = 0;
+    for (const auto& [r, count] : whole_->stats().rejected) {
+      if (count > most) {
+        most = count;
+        reason = r;
+      }
+    }
+    why_not_all = "no layout of all " + std::to_string(N) + " GPUs meets its constraints" +
+                  (reason.empty() ? "" : " (most often: " + reason + ")");
+  }
+  Result<PlannerResult> r = chosen.best->Finish(planner, hint);
+  if (!r.ok()) return r;
+  // Everything searched counts in the statistics.
+  auto absorb = [&](const SearchStats& stats) {
+    r->stats.candidates_evaluated += stats.candidates_evaluated;
+    for (const auto& [reason, count] : stats.rejected) r->stats.rejected[reason] += count;
+  };
+  absorb(whole_->stats());
+  absorb(released_);
+  for (auto& s : subsets_) {
+    if (&s != &chosen && s.best) absorb(s.best->stats());
+  }
+  std::vector<char> used(N, 0);
+  for (uint32_t d : chosen.machines.devices) used[d] = 1;
+  std::vector<uint32_t> idle;
+  for (uint32_t d = 0; d < N; ++d) {
+    if (!used[d]) idle.push_back(d);
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g s", chosen.best_s);
+  std::string note = why_not_all + "; of the " + subsets_tried + ", it runs on " + chosen.machines.why + ", " +
+                     Describe(chosen.machines.devices) + ", ranked fastest by its cost model (" + buf +
+                     " per iteration";
+  if (std::isfinite(runner_up_s_)) {
+    std::snprintf(buf, sizeof buf, "%.4g s", runner_up_s_);
+    note += "; next: " + runner_up_why_ + ", " + buf;
+  }
+  note += "); idle: " + Describe(idle);
+  r->stats.notes.push_back(std::move(note));
+  chosen_ranking_ = chosen.view ? chosen.view->model.get() : &ranking_;
+  chose_subset_ = true;
+  return r;
 }
 
 proto::Plan MegatronLayout(const std::vector<uint32_t>& order, uint32_t dp, uint32_t tp, uint32_t pp,
@@ -569,16 +788,17 @@ void ForEachSymmetricShape(const PlanningProblem& problem, uint32_t devices, uin
 }
 
 Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const PlanningProblem& problem,
-                                              const AnalyticCostModel& ranking, const SymmetricSearch& space) {
-  BestPlan best(problem, ranking);
-  best.ReportMemoryKnobs();
-  SearchStats& stats = best.stats();
+                                              const AnalyticCostModel& ranking, const SymmetricSearch& space,
+                                              const ViewFor& view_for,
+                                              const std::function<std::string(const AnalyticCostModel&)>& ranking_note) {
+  SubsetSearch machines(problem, ranking, view_for, [](BestPlan& b) { b.ReportMemoryKnobs(); });
   const uint32_t G = problem.training.global_batch_size();
   const uint32_t L = problem.model.num_layers();
   const std::vector<uint32_t> zeros = space.zero_stages.empty() ? std::vector<uint32_t>{1} : space.zero_stages;
   const std::vector<proto::Recompute> policies =
       space.recompute.empty() ? std::vector<proto::Recompute>{problem.training.recompute()} : space.recompute;
-  SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
+  machines.Run([&](const std::vector<uint32_t>& order, BestPlan& best, const AnalyticCostModel& rank) {
+    SearchStats& stats = best.stats();
     const uint32_t N = static_cast<uint32_t>(order.size());
     ForEachSymmetricShape(problem, N, NodeGcd(problem.cluster, order), space.tp_degrees, space.pp_degrees, &stats,
                           [&](uint32_t dp, uint32_t tp, uint32_t pp) {
@@ -593,7 +813,7 @@ Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const 
             SetRecompute(&plan, rc, problem.training);
             if (space.sequence_parallel && tp > 1) plan.set_sequence_parallel(true);
             bool capped = false;
-            if (auto layers = BalancedSplit(plan, problem, ranking, best.memory(), &capped)) {
+            if (auto layers = BalancedSplit(plan, problem, rank, best.memory(), &capped)) {
               ApplyLayers(&plan, *layers);
             } else {
               stats.Reject("no layer split fits in memory (tried the even split)");
@@ -605,7 +825,9 @@ Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const 
       }
     });
   });
-  return best.Finish(planner, "needs dp × tp × pp = the GPUs of whole nodes, with TP inside a node");
+  auto r = machines.Finish(planner, "needs dp × tp × pp = the GPUs of whole nodes, with TP inside a node");
+  if (r.ok() && ranking_note) r->stats.notes.push_back(ranking_note(machines.chosen_ranking()));
+  return r;
 }
 
 std::string CandidateName(uint32_t dp, uint32_t tp, uint32_t pp, uint32_t b, uint32_t m, uint32_t zero,

@@ -21,6 +21,8 @@
 
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -134,6 +136,8 @@ class BestPlan {
   // recompute policy, ZeRO stage and largest per-replica micro-batch) as tried, and as fitting when it fits.
   double Consider(proto::Plan plan, const std::string& what);
   bool found() const { return !kept_.empty(); }
+  // Whether some candidate was checked for memory and did not fit.
+  bool missed_memory() const { return !misses_.empty(); }
   double best_time() const { return kept_.best_cost(); }  // the closed form's
   SearchStats& stats() { return stats_; }
   const MemoryModel& memory() const { return memory_; }
@@ -173,11 +177,81 @@ class BestPlan {
   std::vector<std::string> suggestions_;
 };
 
-// Runs `search` on every device in node order and, while nothing fits, on the first k whole nodes in node
-// order for k = nodes − 1 down to 1: symmetric systems drop whole nodes when the GPU count does not factor
-// into their layout (Hetu v2 Appendix A.3: "the entire machine was treated as failed").
-void SearchWholeNodePrefixes(const PlanningProblem& problem, BestPlan& best,
-                             const std::function<void(const std::vector<uint32_t>& order)>& search);
+// ---- machine subsets -------------------------------------------------------------------------------
+
+// A set of whole machines a baseline may run on when no layout of the whole cluster fits its framework's
+// constraints: its users leave whole machines idle (Hetu v2 Appendix A.3: "the entire machine was treated
+// as failed") and pick the machines they run on.
+struct MachineSubset {
+  std::vector<uint32_t> devices;  // node order
+  std::string why;                // how it was picked, e.g. "the a10 machines", "the 3 fastest machines"
+};
+// The subsets a baseline considers, never the whole cluster and each node set once (the first reason
+// kept), in this order: each GPU type's machines alone; every prefix of the machines sorted by speed
+// (peak TFLOPS in `dtype`, fastest first, node order among equals); every prefix of each GPU type's
+// machines in node order; every prefix of the machines in node order (what the baselines searched
+// before). At most 3 × machines + GPU types subsets: a linear number, never the 2^machines of every
+// subset.
+std::vector<MachineSubset> MachineSubsets(const models::Cluster& cluster, proto::DType dtype);
+
+// How a baseline ranks the plans of one set of devices: its framework's view of the GPUs.
+struct RankingView {
+  std::optional<models::GpuSpec> assume_gpu;  // every device computes as this GPU; none: the real GPUs
+  bool average_profiles = false;              // CostModelOptions::average_profiles, over the set's devices
+};
+using ViewFor = std::function<RankingView(const std::vector<uint32_t>& devices)>;
+
+// A baseline's search over the machines it can use. Run() searches every device in node order; when
+// nothing fits there (in this call or an earlier one), it searches each MachineSubsets subset with the
+// view `view_for` gives for its devices (a null `view_for`: the whole cluster's ranking for every subset),
+// each into a BestPlan of its own. Finish() returns the whole cluster's plan when it has one (so a cluster
+// whose every GPU is usable keeps the search's plan); else the plan of the subset whose best plan ranks
+// fastest by its view (the closed form; ties keep the earlier subset), with a note naming the machines
+// used, the machines left idle and why; else the whole cluster's "no plan" status, saying that the subsets
+// were tried too. Rejection counts and candidates evaluated are summed over everything searched.
+class SubsetSearch {
+ public:
+  using Search =
+      std::function<void(const std::vector<uint32_t>& order, BestPlan& best, const AnalyticCostModel& ranking)>;
+  // `ranking` ranks the whole cluster's candidates and must outlive this object; `configure` is applied to
+  // every BestPlan (ReportMemoryKnobs, SuggestWhenNothingFits).
+  SubsetSearch(const PlanningProblem& problem, const AnalyticCostModel& ranking, ViewFor view_for,
+               const std::function<void(BestPlan&)>& configure);
+  ~SubsetSearch();
+  // The whole cluster's BestPlan (statistics gathered before the search go into its stats()).
+  BestPlan& whole() { return *whole_; }
+  // Searches as described above; returns whether anything fits so far.
+  bool Run(const Search& search);
+  bool found() const;
+  Result<PlannerResult> Finish(const std::string& planner, const std::string& hint = "");
+  // After Finish: the ranking of the plan returned (the whole cluster's, or the chosen subset's view), and
+  // whether a subset was chosen.
+  const AnalyticCostModel& chosen_ranking() const { return *chosen_ranking_; }
+  bool chose_subset() const { return chose_subset_; }
+
+ private:
+  struct View;
+  struct Subset;
+  // Makes the subset's BestPlan (and its ranking, with `view_for`) unless it has them.
+  void Prepare(Subset& s);
+  // Adds the subset's statistics to released_ and frees its BestPlan and ranking.
+  void Release(Subset& s);
+  std::string Describe(const std::vector<uint32_t>& devices) const;
+
+  const PlanningProblem& problem_;
+  const AnalyticCostModel& ranking_;
+  ViewFor view_for_;
+  std::function<void(BestPlan&)> configure_;
+  std::unique_ptr<BestPlan> whole_;
+  std::vector<Subset> subsets_;
+  bool subsets_built_ = false;
+  int chosen_ = -1;  // the subset whose best plan ranks fastest so far
+  double runner_up_s_ = std::numeric_limits<double>::infinity();
+  std::string runner_up_why_;
+  SearchStats released_;  // the statistics of the subsets released
+  const AnalyticCostModel* chosen_ranking_ = nullptr;
+  bool chose_subset_ = false;
+};
 
 // One candidate of a recomputation ladder (ConsiderPolicies): the plan (its recompute policy set), its
 // name, and whether memory shaped its layout — a split or a choice that the memory caps changed from what
@@ -216,8 +290,13 @@ struct SymmetricSearch {
   uint32_t max_micro_batch_size = 32;
   bool sequence_parallel = true;
 };
-Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const PlanningProblem& problem,
-                                              const AnalyticCostModel& ranking, const SymmetricSearch& space);
+// `view_for` ranks the machine subsets searched when the whole cluster has no plan (SubsetSearch; null:
+// `ranking` for every subset); `ranking_note` (may be null) gives a note from the ranking of the plan
+// returned.
+Result<PlannerResult> SearchBalancedSymmetric(
+    const std::string& planner, const PlanningProblem& problem, const AnalyticCostModel& ranking,
+    const SymmetricSearch& space, const ViewFor& view_for = nullptr,
+    const std::function<std::string(const AnalyticCostModel&)>& ranking_note = nullptr);
 
 // "dp=4 tp=2 pp=2 b=1 m=8 zero=1", with " recompute=full" when `recompute` is given.
 std::string CandidateName(uint32_t dp, uint32_t tp, uint32_t pp, uint32_t b, uint32_t m, uint32_t zero,

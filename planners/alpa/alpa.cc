@@ -24,6 +24,16 @@ std::string AveragedNote(const AnalyticCostModel& ranking) {
   return "ranked as if every GPU were the cluster's average GPU (Metis §3)";
 }
 
+// On a subset of the machines (SubsetSearch), AMP and Alpa average over the GPUs they run on.
+ViewFor AveragedView(const PlanningProblem& problem) {
+  return [&problem](const std::vector<uint32_t>& devices) {
+    RankingView view;
+    view.assume_gpu = AverageGpu(problem.cluster, devices);
+    view.average_profiles = true;
+    return view;
+  };
+}
+
 class AmpPlanner : public PlannerWithOptions<proto::AveragedOptions> {
  public:
   std::string name() const override { return "amp"; }
@@ -40,9 +50,7 @@ class AmpPlanner : public PlannerWithOptions<proto::AveragedOptions> {
                                           {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, nullptr);
     const models::GpuSpec average = AverageGpu(problem.cluster);
     const AnalyticCostModel ranking(problem, {&average, /*average_profiles=*/true});
-    auto r = SearchBalancedSymmetric(name(), problem, ranking, space);
-    if (r.ok()) r->stats.notes.push_back(AveragedNote(ranking));
-    return r;
+    return SearchBalancedSymmetric(name(), problem, ranking, space, AveragedView(problem), AveragedNote);
   }
 };
 
@@ -54,19 +62,19 @@ class AlpaPlanner : public PlannerWithOptions<proto::AveragedOptions> {
     const auto& o = options_;
     const models::GpuSpec average = AverageGpu(problem.cluster);
     const AnalyticCostModel ranking(problem, {&average, /*average_profiles=*/true});
-    BestPlan best(problem, ranking);
-    best.ReportMemoryKnobs();
-    SearchStats& stats = best.stats();
-    const MemoryModel& memory = best.memory();
+    SubsetSearch machines(problem, ranking, AveragedView(problem), [](BestPlan& b) { b.ReportMemoryKnobs(); });
     const auto& cluster = problem.cluster;
     const uint32_t G = problem.training.global_batch_size();
     const uint32_t L = problem.model.num_layers();
     // Alpa rematerialises whole layers (remat_layer=True in its layer option): full recomputation.
     const std::vector<proto::Recompute> policies = RecomputeCandidates(
-        problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, &stats);
+        problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL},
+        &machines.whole().stats());
     const std::vector<uint32_t> zeros = o.zero_stages().empty() ? std::vector<uint32_t>{1} : List(o.zero_stages());
     const uint32_t bmax = o.max_micro_batch_size() > 0 ? o.max_micro_batch_size() : 32;
-    SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
+    machines.Run([&](const std::vector<uint32_t>& order, BestPlan& best, const AnalyticCostModel& rank) {
+      SearchStats& stats = best.stats();
+      const MemoryModel& memory = best.memory();
       const uint32_t N = static_cast<uint32_t>(order.size());
       const std::vector<uint32_t> all_tps =
           TpCandidates(problem, List(o.tp_degrees()), NodeGcd(cluster, order), &stats);
@@ -124,7 +132,7 @@ class AlpaPlanner : public PlannerWithOptions<proto::AveragedOptions> {
                     for (uint32_t d : g) cap = std::min(cap, cluster.device(d).gpu->memory_gib);
                     const auto& first = cluster.device(g[0]);
                     if (!timed.insert({cluster.node(first.node).group, first.local}).second) continue;
-                    time = std::max(time, ranking.Replica(g, begin, end, b, {}, {}, rc).total_s());
+                    time = std::max(time, rank.Replica(g, begin, end, b, {}, {}, rc).total_s());
                   }
                   if (time < fastest_time) {
                     fastest_time = time;
@@ -156,7 +164,7 @@ class AlpaPlanner : public PlannerWithOptions<proto::AveragedOptions> {
               if (any_tp) plan.set_sequence_parallel(true);
               // Inter-operator pass: layers balanced on the averaged costs.
               bool capped = false;
-              if (auto layers = BalancedSplit(plan, problem, ranking, memory, &capped)) {
+              if (auto layers = BalancedSplit(plan, problem, rank, memory, &capped)) {
                 memory_shaped |= capped;
                 ApplyLayers(&plan, *layers);
               } else {
@@ -172,8 +180,9 @@ class AlpaPlanner : public PlannerWithOptions<proto::AveragedOptions> {
         }
       }
     });
-    if (best.found()) stats.notes.push_back(AveragedNote(ranking));
-    return best.Finish(name(), "Alpa slices the devices into equal submeshes, one per stage");
+    auto r = machines.Finish(name(), "Alpa slices the devices into equal submeshes, one per stage");
+    if (r.ok()) r->stats.notes.push_back(AveragedNote(machines.chosen_ranking()));
+    return r;
   }
 };
 

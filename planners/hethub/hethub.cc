@@ -7,6 +7,7 @@
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include "planners/cost_model.h"
 #include "planners/proto/hethub.pb.h"
@@ -57,6 +58,14 @@ class Search {
     const uint64_t max_leaves = options_.max_leaves() > 0 ? options_.max_leaves() : 100000;
     uint32_t type_gcd = 0;
     for (const auto& t : types_) type_gcd = std::gcd(type_gcd, static_cast<uint32_t>(t.devices.size()));
+    // The predictor reports each candidate's peak memory (§3.2) and a candidate that does not fit is not a
+    // strategy; the memory knob of the Megatron-LM runs HetHub launches is activation recomputation
+    // (--recompute-granularity), searched like the baselines' (docs/planners.md, "Memory knobs"). ZeRO
+    // stays the option's stage: Megatron-DeepSpeed's pipeline engine runs ZeRO-1 at most, and HetHub's
+    // plans are pipelines.
+    const std::vector<proto::Recompute> policies = RecomputeCandidates(
+        problem_, RecomputeList(options_.recompute()),
+        {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL}, &stats_);
     for (uint32_t t : tps) {
       std::vector<uint32_t> ds(options_.dp_degrees().begin(), options_.dp_degrees().end());
       if (ds.empty()) {
@@ -78,8 +87,12 @@ class Search {
             stats_.Reject("d × micro-batch size does not divide the global batch");
             continue;
           }
-          Tables(t, b);
-          Level(t, d, b, zero, S, max_leaves);
+          for (proto::Recompute rc : policies) {
+            tried_policies_.insert(rc);
+            Tables(t, b, rc);
+            Level(t, d, b, zero, rc, S, max_leaves);
+            if (truncated_) break;
+          }
           if (truncated_) break;
         }
         if (truncated_) break;
@@ -103,6 +116,15 @@ class Search {
                               " branches cut by the bottleneck bound (rule 2)");
     out.stats.notes.push_back("chosen: " + (moved ? Summary(out.plan) : best_summary_) + " (predicted " +
                               Fmt(out.cost_s) + " s per iteration; the closed form's best " + Fmt(best_s_) + " s)");
+    // Which recomputation the pick needed (docs/planners.md, "Memory knobs").
+    const proto::Recompute chosen_rc = models::EffectiveRecompute(out.plan, problem_.training);
+    if (tried_policies_.size() > 1 && chosen_rc > *tried_policies_.begin()) {
+      out.stats.notes.push_back(
+          "memory knobs: recompute=" + RecomputeName(chosen_rc) +
+          (*fitted_policies_.begin() == chosen_rc
+               ? " needed to fit (no leaf fits with less recomputation)"
+               : " chosen by the predictor (leaves with less recomputation fit too, but rank slower)"));
+    }
     if (truncated_) {
       out.stats.notes.push_back("the search stopped at max_leaves = " + std::to_string(max_leaves) +
                                 "; the plan is the best of the leaves costed");
@@ -113,18 +135,19 @@ class Search {
  private:
   // Per type, the time of 1..L blocks on one of its TP groups (compute and TP communication, §3.3.3's
   // "time required for each stage's hardware to independently compute 1 to L decoder layers").
-  void Tables(uint32_t t, uint32_t b) {
+  void Tables(uint32_t t, uint32_t b, proto::Recompute rc) {
     for (auto& ty : types_) {
       const std::vector<uint32_t> group(ty.devices.begin(), ty.devices.begin() + t);
       ty.seconds.assign(blocks_, kInf);
       for (uint32_t l = 1; l <= blocks_; ++l) {
-        ty.seconds[l - 1] = cost_.Replica(group, 1, 1 + l, b, {}, {}, problem_.training.recompute()).total_s();
+        ty.seconds[l - 1] = cost_.Replica(group, 1, 1 + l, b, {}, {}, rc).total_s();
       }
     }
   }
 
   // Level 1 for a fixed (t, d, b): the DFS over each type's block total.
-  void Level(uint32_t t, uint32_t d, uint32_t b, uint32_t zero, uint32_t S, uint64_t max_leaves) {
+  void Level(uint32_t t, uint32_t d, uint32_t b, uint32_t zero, proto::Recompute rc, uint32_t S,
+             uint64_t max_leaves) {
     // The uniform split's slowest stage: ⌈L / S⌉ blocks on the slowest type.
     const uint32_t even = (blocks_ + S - 1) / S;
     double uniform = 0;
@@ -139,7 +162,7 @@ class Search {
       for (size_t k = 0; k < types_.size(); ++k) {
         for (uint32_t q = 0; q < types_[k].stages; ++q, ++stage) totals[k] += blocks_ / S + (stage < blocks_ % S ? 1 : 0);
       }
-      Leaf(totals, t, d, b, zero, true);
+      Leaf(totals, t, d, b, zero, rc, true);
       return;
     }
     // The most blocks a type can take with every stage under the bound.
@@ -163,7 +186,7 @@ class Search {
             truncated_ = true;
             return;
           }
-          Leaf(totals, t, d, b, zero, false);
+          Leaf(totals, t, d, b, zero, rc, false);
         }
         return;
       }
@@ -193,7 +216,8 @@ class Search {
 
   // A leaf: each type's total split near-evenly over its stages, the stages ordered (rule 3), the plan
   // built and costed by the predictor.
-  void Leaf(const std::vector<uint32_t>& totals, uint32_t t, uint32_t d, uint32_t b, uint32_t zero, bool uniform) {
+  void Leaf(const std::vector<uint32_t>& totals, uint32_t t, uint32_t d, uint32_t b, uint32_t zero,
+            proto::Recompute rc, bool uniform) {
     ++leaves_;
     struct StageDraft {
       size_t type;
@@ -247,6 +271,18 @@ class Search {
       }
       summary += (i ? " → " : " ") + ty.gpu->name + ":" + std::to_string(stages[i].blocks);
     }
+    // A layout that fits under a lighter recomputation policy is only slower under a heavier one. The
+    // layout: (t, d, b, ZeRO) and the stages' types and blocks in order.
+    std::string layout = std::to_string(t) + "," + std::to_string(d) + "," + std::to_string(b) + "," +
+                         std::to_string(zero) + ":";
+    for (const StageDraft& st : stages) layout += std::to_string(st.type) + "x" + std::to_string(st.blocks) + ",";
+    if (fitted_.count(layout)) {
+      --leaves_;
+      stats_.Reject("more recomputation than a candidate of the same layout that fits (only slower)");
+      return;
+    }
+    SetRecompute(&plan, rc, problem_.training);
+    if (rc != problem_.training.recompute()) summary += " recompute=" + RecomputeName(rc);
     // The predictor is hetsim's closed form (AnalyticCostModel::ClosedFormEstimate: per-stage compute, TP
     // and PP hops, 1F1B, DP sync), the shape of §3.3.3's predictor, in microseconds per leaf. Not the played
     // estimate (Estimate: the lowering played, a fraction of a millisecond per 8 GPUs and seconds per
@@ -261,6 +297,8 @@ class Search {
                  problem_.cluster.DeviceName(e.tightest_device));
       return;
     }
+    fitted_.insert(std::move(layout));
+    fitted_policies_.insert(rc);
     runners_.Offer(e.iteration_s, plan);  // the simulator-checked choice's candidates (planner.h)
     if (!best_ || e.iteration_s < best_s_) {
       best_ = plan;
@@ -279,6 +317,7 @@ class Search {
       const uint32_t blocks = st.layer_end() - st.layer_begin() - (i == 0 ? 1 : 0) - (i + 1 == pipe.stages_size() ? 1 : 0);
       out += (i ? " → " : " ") + problem_.cluster.device(st.devices(0)).gpu->name + ":" + std::to_string(blocks);
     }
+    if (plan.recompute() != proto::RECOMPUTE_UNSPECIFIED) out += " recompute=" + RecomputeName(plan.recompute());
     return out;
   }
 
@@ -301,6 +340,8 @@ class Search {
   std::string best_summary_;
   RankedPlans runners_{std::max(RerankPool(problem_.cluster.num_devices()), problem_.alternatives + 1) - 1};
   uint64_t dfs_nodes_ = 0, leaves_ = 0, pruned_bound_ = 0;
+  std::set<std::string> fitted_;  // layouts (plans without their recompute policy) that fit
+  std::set<proto::Recompute> tried_policies_, fitted_policies_;
   bool truncated_ = false;
 };
 

@@ -392,7 +392,15 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
     const models::GpuSpec* gpu = nullptr;
     double capacity = 0, per_block = 0, embedding = 0, head = 0;
     uint32_t node = 0;
+    uint32_t kind = 0;  // index of its (capacity, TP degree) among the level's stages
   };
+  // The orders below ask max_blocks for every stage of every order; its answer depends on the stage's
+  // (capacity, TP degree), its position's shape and its in-flight micro-batches only, so each level
+  // keeps it in a table by (kind, shape, in-flight) in front of cap_memo_ (the same answers, without a
+  // search of the memo's map per stage and order).
+  std::vector<std::pair<double, uint32_t>> kinds;
+  std::vector<int64_t> cap_table;  // [(kind · 4 + shape) · (in-flight bound + 1) + in-flight]; kUnset = not asked yet
+  constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
   std::optional<PipelineTemplate> best;
   const uint32_t max_level = [&] {
     size_t mx = 1;
@@ -417,10 +425,26 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
           st.per_block = cost_.LayerSeconds(st.devices, *st.gpu, 1, b);
           st.embedding = cost_.LayerSeconds(st.devices, *st.gpu, 0, b);
           st.head = cost_.LayerSeconds(st.devices, *st.gpu, L - 1, b);
+          const std::pair<double, uint32_t> kind{st.capacity, st.tp};
+          auto it = std::find(kinds.begin(), kinds.end(), kind);
+          st.kind = static_cast<uint32_t>(it - kinds.begin());
+          if (it == kinds.end()) kinds.push_back(kind);
           part_stages[p].push_back(std::move(st));
         }
       }
     }
+    uint32_t stages_at_level = 0;
+    for (const auto& ps : part_stages) stages_at_level += static_cast<uint32_t>(ps.size());
+    // In-flight micro-batches are min(in_flight_cap, S − j) ≤ min(in_flight_cap, stages_at_level).
+    const uint32_t flight_bound = std::min(params.in_flight_cap, stages_at_level);
+    cap_table.assign(kinds.size() * 4 * (size_t{flight_bound} + 1), kUnset);
+    auto stage_cap = [&](const Stage& st, uint32_t j, uint32_t S) -> int64_t {
+      const int shape = S == 1 ? 3 : j == 0 ? 0 : j + 1 == S ? 2 : 1;
+      const uint32_t in_flight = std::min<uint32_t>(params.in_flight_cap, S - j);  // MemoryModel::InFlight, 1F1B
+      int64_t& slot = cap_table[(size_t{st.kind} * 4 + static_cast<size_t>(shape)) * (flight_bound + 1) + in_flight];
+      if (slot == kUnset) slot = max_blocks(st.capacity, st.tp, j, S);
+      return slot;
+    };
     std::set<std::vector<uint64_t>> seen_keys;
     // Eq. 5 between two of this level's stages, as orders put them next to each other again and again.
     std::map<std::pair<const Stage*, const Stage*>, double> hops;
@@ -458,7 +482,7 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
           fixed[j] += hop;
           fixed[j + 1] += hop;
         }
-        const int64_t cap = max_blocks(st.capacity, st.tp, j, S);
+        const int64_t cap = stage_cap(st, j, S);
         if (cap < 0) ok = false;
         caps[j] = static_cast<uint32_t>(std::max<int64_t>(0, cap));
       }

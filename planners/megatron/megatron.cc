@@ -17,9 +17,25 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
     CostModelOptions view;
     if (!o.hetero_aware()) view.assume_gpu = problem.cluster.device(0).gpu;
     const AnalyticCostModel ranking(problem, view);
-    BestPlan best(problem, ranking);
-    best.ReportMemoryKnobs();
-    SearchStats& stats = best.stats();
+    // On a subset of the machines (when no layout of the whole cluster fits), every GPU is ranked as the
+    // slowest GPU type of the subset: Megatron-LM gives every stage the same layers and every replica the
+    // same batch, so a run on a set of machines goes at the pace of its slowest GPU, which is how a user
+    // choosing the machines would size it (on a subset of one GPU type, that type: Megatron's own view).
+    ViewFor subset_view;
+    if (!o.hetero_aware()) {
+      subset_view = [&problem](const std::vector<uint32_t>& devices) {
+        const proto::DType dtype = problem.training.dtype();
+        const models::GpuSpec* slowest = problem.cluster.device(devices[0]).gpu;
+        for (uint32_t d : devices) {
+          const models::GpuSpec* g = problem.cluster.device(d).gpu;
+          if (g->PeakTflops(dtype) < slowest->PeakTflops(dtype)) slowest = g;
+        }
+        RankingView v;
+        v.assume_gpu = *slowest;
+        return v;
+      };
+    }
+    SubsetSearch machines(problem, ranking, subset_view, [](BestPlan& b) { b.ReportMemoryKnobs(); });
 
     const uint32_t G = problem.training.global_batch_size();
     const std::vector<uint32_t> zeros = o.zero_stages().empty()
@@ -32,9 +48,10 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
     // Megatron-LM's --recompute-granularity: none, selective, full.
     const std::vector<proto::Recompute> policies = RecomputeCandidates(
         problem, RecomputeList(o.recompute()),
-        {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL}, &stats);
+        {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL}, &machines.whole().stats());
 
-    SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
+    machines.Run([&](const std::vector<uint32_t>& order, BestPlan& best, const AnalyticCostModel&) {
+      SearchStats& stats = best.stats();
       const uint32_t N = static_cast<uint32_t>(order.size());
       ForEachSymmetricShape(problem, N, NodeGcd(problem.cluster, order), {o.tp_degrees().begin(), o.tp_degrees().end()},
                             {o.pp_degrees().begin(), o.pp_degrees().end()}, &stats,
@@ -90,14 +107,20 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
           }
       });
     });
-    if (!o.hetero_aware() && best.found()) {
-      stats.notes.push_back(
-          "ranked as if every GPU were the cluster's first GPU type (" + problem.cluster.device(0).gpu->name +
-          "), as Megatron-LM ignores heterogeneity; option hetero_aware: true ranks on the real GPUs");
-    }
-    return best.Finish(
+    auto r = machines.Finish(
         name(),
         "Megatron-LM needs dp × tp × pp = the GPUs of whole nodes, TP inside a node and layers that divide evenly");
+    if (r.ok() && !o.hetero_aware()) {
+      std::string note =
+          machines.chose_subset()
+              ? "ranked as if every GPU were the slowest GPU type of the machines it runs on (" +
+                    machines.chosen_ranking().ComputeGpu(r->plan.pipelines(0).stages(0).devices(0)).name +
+                    "), as Megatron-LM ignores heterogeneity; option hetero_aware: true ranks on the real GPUs"
+              : "ranked as if every GPU were the cluster's first GPU type (" + problem.cluster.device(0).gpu->name +
+                    "), as Megatron-LM ignores heterogeneity; option hetero_aware: true ranks on the real GPUs";
+      r->stats.notes.push_back(std::move(note));
+    }
+    return r;
   }
 };
 

@@ -17,10 +17,7 @@ class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
     const auto& o = options_;
     const AnalyticCostModel ranking(problem);
-    BestPlan best(problem, ranking);
-    best.ReportMemoryKnobs();
-    SearchStats& stats = best.stats();
-    const MemoryModel& memory = best.memory();
+    SubsetSearch machines(problem, ranking, nullptr, [](BestPlan& b) { b.ReportMemoryKnobs(); });
     const auto& cluster = problem.cluster;
     const uint32_t G = problem.training.global_batch_size();
     const uint32_t L = problem.model.num_layers();
@@ -32,8 +29,11 @@ class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
     const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
     // EPL's gradient checkpointing (gradient_checkpoint.type: auto) keeps layer inputs: full recomputation.
     const std::vector<proto::Recompute> policies = RecomputeCandidates(
-        problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, &stats);
-    SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& node_order) {
+        problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL},
+        &machines.whole().stats());
+    machines.Run([&](const std::vector<uint32_t>& node_order, BestPlan& best, const AnalyticCostModel&) {
+      SearchStats& stats = best.stats();
+      const MemoryModel& memory = best.memory();
       const uint32_t N = static_cast<uint32_t>(node_order.size());
       ForEachSymmetricShape(problem, N, NodeGcd(cluster, node_order), {o.tp_degrees().begin(), o.tp_degrees().end()},
                             {o.pp_degrees().begin(), o.pp_degrees().end()}, &stats,
@@ -135,7 +135,7 @@ class WhalePlanner : public PlannerWithOptions<proto::WhaleOptions> {
           }
       });
     });
-    return best.Finish(name(), "Whale needs every stage of the same dp × tp shape, TP inside a node");
+    return machines.Finish(name(), "Whale needs every stage of the same dp × tp shape, TP inside a node");
   }
 };
 

@@ -22,9 +22,12 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
     const auto& o = options_;
     const AnalyticCostModel ranking(problem);
-    BestPlan best(problem, ranking);
-    best.ReportMemoryKnobs();
-    SearchStats& stats = best.stats();
+    std::vector<std::string> suggestions;
+    SubsetSearch machines(problem, ranking, nullptr, [&suggestions](BestPlan& b) {
+      b.ReportMemoryKnobs();
+      for (const auto& s : suggestions) b.SuggestWhenNothingFits(s);
+    });
+    SearchStats& whole_stats = machines.whole().stats();
     // The offload levels the options pin, among those the framework offers.
     std::vector<proto::Plan::Offload> offloads = default_offloads_;
     if (!o.offload().empty()) {
@@ -33,7 +36,7 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
         auto level = static_cast<proto::Plan::Offload>(v);
         if (level == proto::Plan::OFFLOAD_UNSPECIFIED) level = proto::Plan::OFFLOAD_NONE;
         if (std::find(default_offloads_.begin(), default_offloads_.end(), level) == default_offloads_.end()) {
-          stats.Reject(name_ + " offers no CPU offload of the kind offload=" + models::OffloadName(level));
+          whole_stats.Reject(name_ + " offers no CPU offload of the kind offload=" + models::OffloadName(level));
           continue;
         }
         offloads.push_back(level);
@@ -45,9 +48,10 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
     // Suggest what the search left out: the framework's CPU offload when the options forbid it, and what
     // lies beyond it (NVMe).
     if (offloads.back() < default_offloads_.back()) {
-      best.SuggestWhenNothingFits(offload_flags_ + " (the planner option offload)");
+      suggestions.push_back(offload_flags_ + " (the planner option offload)");
     }
-    if (!beyond_.empty()) best.SuggestWhenNothingFits(beyond_);
+    if (!beyond_.empty()) suggestions.push_back(beyond_);
+    for (const auto& s : suggestions) machines.whole().SuggestWhenNothingFits(s);
     const uint32_t G = problem.training.global_batch_size();
     const uint32_t L = problem.model.num_layers();
     const std::vector<uint32_t> zeros = o.zero_stages().empty()
@@ -59,12 +63,15 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
     const std::vector<uint32_t> requested_b(o.micro_batch_sizes().begin(), o.micro_batch_sizes().end());
     // Activation checkpointing of every block (DeepSpeed's and PyTorch's checkpoint wrappers): full.
     const std::vector<proto::Recompute> policies = RecomputeCandidates(
-        problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, &stats);
+        problem, RecomputeList(o.recompute()), {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, &whole_stats);
     // CPU offload is the last resort, cheapest first: each level is searched only when nothing fitted at
     // the ones before (it adds host copies and a CPU optimizer step to a layout that is otherwise the same).
+    // Each level on the whole cluster and then, when nothing fits there, on subsets of the machines
+    // (SubsetSearch), before the next level.
     for (const proto::Plan::Offload offload : offloads) {
-      if (best.found()) break;
-      SearchWholeNodePrefixes(problem, best, [&](const std::vector<uint32_t>& order) {
+      if (machines.found()) break;
+      machines.Run([&](const std::vector<uint32_t>& order, BestPlan& best, const AnalyticCostModel&) {
+        SearchStats& stats = best.stats();
         const uint32_t N = static_cast<uint32_t>(order.size());
         const uint32_t node_gcd = NodeGcd(problem.cluster, order);
         for (uint32_t sp : sps) {
@@ -117,7 +124,7 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
         }
       });
     }
-    return best.Finish(name_, "ZeRO data parallelism needs the global batch divisible by the number of replicas");
+    return machines.Finish(name_, "ZeRO data parallelism needs the global batch divisible by the number of replicas");
   }
 
  private:

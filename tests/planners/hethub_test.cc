@@ -117,6 +117,36 @@ TEST(HetHub, ReportsItsSearchAndItsErrors) {
   EXPECT_NE(slack.status().message().find("bottleneck_slack"), std::string::npos) << slack.status().message();
 }
 
+// HexiScale's case study (3 A800 + 3 RTX 4090 + 2 RTX 3090), Llama-2 13B at its default batch (1024 × 4096
+// tokens). The GPU types' counts 3, 3 and 2 have gcd 1, so HetHub's uniform DP and TP are 1: eight one-GPU
+// stages share 40 blocks. A block holds 16 bytes × 317 M parameters = 4.7 GiB of states and, without
+// recomputation, about 0.66 GiB of activations per micro-batch in flight (1F1B: 8 − j at stage j). An A800
+// (80 GB) at stage j ≤ 2 then holds at most 7, 8 and 8 blocks, so the five 24 GB cards take at least 17
+// blocks, 4 on some card: 18.9 GiB of states before its activations, runtime and workspace. HetHub's own
+// search (recompute: [none]) finds no leaf that fits; with full recomputation a block keeps only its input
+// (2·s·h bytes per sequence) and the plan fits.
+TEST(HetHub, PlansTheCaseStudyWithRecomputation) {
+  const Fixture f(BundledCluster("hexiscale-case-study"), BundledModel("llama2-13b"), "{}");
+  auto none = testing::Run("hethub", f.problem(), "recompute: [none]");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), Status::Code::kInfeasible) << none.status().message();
+  auto r = testing::Run("hethub", f.problem());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(models::EffectiveRecompute(r->plan, *f.training), proto::RECOMPUTE_FULL);
+  EXPECT_FALSE(r->estimate.oom);
+  for (const auto& dm : models::EstimateMemory(r->plan, f.context())) {
+    EXPECT_LE(dm.total_gib, dm.capacity_gib) << "pipeline " << dm.pipeline << " stage " << dm.stage;
+  }
+  const auto stages = Stages(r->plan, *f.cluster, *f.model);
+  ASSERT_EQ(stages.size(), 8u);
+  uint32_t total = 0;
+  for (const auto& [gpu, blocks] : stages) total += blocks;
+  EXPECT_EQ(total, 40u);
+  std::string notes;
+  for (const auto& n : r->stats.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("recompute=full needed to fit"), std::string::npos) << notes;
+}
+
 // Gap to `exhaustive` on 8 GPUs (4 MI250X + 4 A100 PCIe of an anonymised vendor, Ethernet): HetHub's space
 // (uniform DP and TP, one shape for every pipeline) is a subset, so it never beats the optimum.
 TEST(HetHub, GapToExhaustive) {

@@ -123,7 +123,7 @@ TEST(Megatron, HandlesTheLlama3Cluster) {
 
 TEST(Megatron, UsesWholeNodesWhenTheGpuCountDoesNotFactor) {
   // hexiscale-240: 240 GPUs, global batch 1024 (DP must be a power of two) and Llama-2 70B's 80 blocks
-  // (PP must divide 80 or 82): no layout uses all 240, so Megatron drops whole nodes at the end.
+  // (PP must divide 80 or 82): no layout uses all 240, so Megatron runs on a subset of whole machines.
   const Fixture f(testing::BundledCluster("hexiscale-240"), testing::BundledModel("llama2-70b"), "{recompute: full}");
   auto r = testing::Run("megatron", f.problem());
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -133,7 +133,7 @@ TEST(Megatron, UsesWholeNodesWhenTheGpuCountDoesNotFactor) {
   }
   EXPECT_LT(used, 240u);
   bool noted = false;
-  for (const auto& n : r->stats.notes) noted |= n.find("whole nodes") != std::string::npos;
+  for (const auto& n : r->stats.notes) noted |= n.find("subsets of whole machines") != std::string::npos;
   EXPECT_TRUE(noted);
 }
 
