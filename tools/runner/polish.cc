@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -334,11 +335,12 @@ std::optional<proto::Plan> BalancedSplit(const proto::Plan& plan, int p, const S
 // one), which leaves a plateau where two stages tie for the slowest.
 std::pair<proto::Plan, double> ClimbLayers(proto::Plan current, double current_s,
                                            const planners::AnalyticCostModel& cost, const models::PlanContext& ctx,
-                                           uint32_t max_rounds) {
+                                           uint32_t max_rounds, const std::function<bool()>& stop) {
   for (uint32_t round = 0; round < max_rounds; ++round) {
     bool moved = false;
     for (bool adjacent : {true, false}) {
       for (auto& move : BoundaryMoves(current, adjacent)) {
+        if (stop && stop()) return {std::move(current), current_s};
         const double t = cost.Estimate(move.plan, /*with_memory=*/false).iteration_s;
         if (t < current_s * (1 - kGain) && models::ValidatePlan(move.plan, ctx, "").ok()) {
           current = std::move(move.plan);
@@ -357,7 +359,7 @@ std::pair<proto::Plan, double> ClimbLayers(proto::Plan current, double current_s
 }  // namespace
 
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
-                            const models::PlanContext& ctx, uint32_t max_rounds) {
+                            const models::PlanContext& ctx, uint32_t max_rounds, const std::function<bool()>& stop) {
   // The start: the plan's own split, or every pipeline laid out on its stages' closed-form compute
   // (BalancedSplit), whichever the played estimate prefers and the plan checks accept. From a structure's
   // first rough split (layers by device count, or halves of a stage) the moves alone stop at the first local
@@ -382,7 +384,7 @@ proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCos
       start_s = t;
     }
   }
-  return ClimbLayers(std::move(start), start_s, cost, ctx, max_rounds).first;
+  return ClimbLayers(std::move(start), start_s, cost, ctx, max_rounds, stop).first;
 }
 
 std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers,
@@ -811,6 +813,7 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
   const auto ranked = [&](const proto::Plan& from) {
     std::vector<Neighbour> list;
     for (auto& n : PlanNeighbours(from, problem.cluster, layers, problem.training.recompute())) {
+      if (out_of_time()) break;  // at thousands of GPUs each estimate takes a while
       if (!models::ValidatePlan(n.plan, ctx, "").ok()) {
         ++out.refused;
         continue;
@@ -861,9 +864,16 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
         std::string raw = key(candidate.c.plan);
         auto it = rebalanced.find(raw);
         if (it == rebalanced.end()) {
-          it = rebalanced.emplace(std::move(raw), RebalanceLayers(candidate.c.plan, cost, ctx, kRebalanceRounds)).first;
+          it = rebalanced.emplace(std::move(raw), RebalanceLayers(candidate.c.plan, cost, ctx, kRebalanceRounds,
+                                                                 out_of_time))
+                   .first;
         }
         candidate_plan = it->second;
+      }
+      if (out_of_time()) {  // the rebalance used the time left: not simulated
+        spent = true;
+        out.timed_out = true;
+        break;
       }
       std::string k = key(candidate_plan);
       if (seen.count(k)) continue;  // simulated before: on the way here, or no faster than a plan before

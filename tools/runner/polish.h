@@ -51,6 +51,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,8 +97,10 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
 // `max_rounds` moves: between adjacent stages first, and when none helps a layer moved further (every
 // boundary between shifted; it leaves a plateau where two stages tie for the slowest). Used on each change
 // but a layer move (2-14 above) before it is judged.
+// `stop` (optional) is asked before each estimate: when it says true, the split reached so far is returned.
 proto::Plan RebalanceLayers(const proto::Plan& plan, const planners::AnalyticCostModel& cost,
-                            const models::PlanContext& ctx, uint32_t max_rounds);
+                            const models::PlanContext& ctx, uint32_t max_rounds,
+                            const std::function<bool()>& stop = {});
 
 // One neighbour of a plan: the changed plan, a short description of the change, and whether it is a layer
 // move (change 1, judged as it is; every other change is rebalanced first).
