@@ -299,10 +299,10 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
                                            : "every plan's lower bound is at least the proof's cut");
       result->stats.notes.push_back(line);
     } else if (search.floor_above_bound == 0) {
-      const auto start = std::chrono::steady_clock::now();
+      const auto probes_start = std::chrono::steady_clock::now();
       result->space_lower_bound_s = ProbeSpace(problem, ComputeFloor(problem), threshold, &result->stats.notes);
       result->stats.notes.push_back("wall time of the probe searches: " +
-                                    Seconds(std::chrono::steady_clock::now() - start));
+                                    Seconds(std::chrono::steady_clock::now() - probes_start));
     }
   }
 };

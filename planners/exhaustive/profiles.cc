@@ -155,9 +155,9 @@ void Search::StageTimes(const Profile& pr, const Pipe& pipe, std::vector<double>
       }
       x.assign(R, 1);
       auto largest = [&] {
-        double t = 0;
-        for (uint32_t r = 0; r < R; ++r) t = std::max(t, value(r, x[r]));
-        return t;
+        double most = 0;
+        for (uint32_t r = 0; r < R; ++r) most = std::max(most, value(r, x[r]));
+        return most;
       };
       at(R) = largest();
       for (uint32_t b = R + 1; b <= bmax_; ++b) {
