@@ -94,6 +94,16 @@ Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, con
   return CheckOnTwin(planner, problem, options, outcome);
 }
 
+sim::SimOptions CandidateSimOptions(const sim::SimOptions& sim, const planners::PlanningProblem& problem) {
+  sim::SimOptions so = sim;
+  so.record_timeline = false;
+  so.timeline_devices.clear();
+  so.progress = nullptr;
+  so.compute = problem.compute;
+  so.profiles = problem.profiles;
+  return so;
+}
+
 Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
                                             const RefineOptions& options, RefineOutcome* outcome) {
   planners::PlanningProblem asked = problem;
@@ -137,12 +147,7 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
 
   // The candidates are simulated with the compute model the planner was given, so that a plan the
   // planner ranked on measured profiles is judged on the same profiles.
-  sim::SimOptions so = options.sim;
-  so.record_timeline = false;
-  so.timeline_devices.clear();
-  so.progress = nullptr;
-  so.compute = problem.compute;
-  so.profiles = problem.profiles;
+  const sim::SimOptions so = CandidateSimOptions(options.sim, problem);
   const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
   const auto start = std::chrono::steady_clock::now();
   const size_t n = 1 + result.alternatives.size();

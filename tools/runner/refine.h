@@ -112,6 +112,10 @@ struct RefineOutcome {
 Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
                                            const RefineOptions& options, RefineOutcome* outcome = nullptr);
 
+// How the twin simulates a planner's candidates: `sim` without timeline or progress, with the compute model
+// (calibration, profiles) the planner was given, so a plan ranked on measured profiles is judged on them.
+sim::SimOptions CandidateSimOptions(const sim::SimOptions& sim, const planners::PlanningProblem& problem);
+
 // The check and polish above for any planner, `twin` included as a plain planner (its pool ranked by the played
 // estimate, no multi-start polish): what PlanOnTwin does for every planner but `twin`.
 Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,

@@ -64,12 +64,8 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
                    [&](size_t a, size_t b) { return known_s(out.candidates[a]) < known_s(out.candidates[b]); });
   if (order.size() > starts) order.resize(starts);
   if (order.empty()) return result;
-  sim::SimOptions so = options.sim;
-  so.record_timeline = false;
-  so.timeline_devices.clear();
-  so.progress = nullptr;
-  so.compute = problem.compute;
-  so.profiles = problem.profiles;
+  const sim::SimOptions so = CandidateSimOptions(options.sim, problem);
+  const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
   const double checked_s = out.candidates[out.chosen].simulated_s;
   double best_s = checked_s;
   proto::Plan best_plan = result.plan;
@@ -86,7 +82,6 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
     const RefinedCandidate& from = out.candidates[order[rank]];
     double from_s = from.simulated_s;
     if (from.ruled_out || from.not_reached) {  // a start not simulated by the check: simulated now
-      const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
       auto r = sim::SimulateIteration(plans[order[rank]], ctx, so);
       ++used;
       if (!r.ok() || r->report.any_oom()) continue;
