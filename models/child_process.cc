@@ -1,6 +1,8 @@
 #include "models/child_process.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/wait.h>
 
 #include <cerrno>
@@ -9,6 +11,16 @@
 #include <filesystem>
 
 namespace hetsim::models {
+
+void ReleaseFreeHeap() {
+  // jemalloc is linked in by symbol interposition when present (CMakeLists.txt), so it is looked up, not
+  // named: "arena.<MALLCTL_ARENAS_ALL>.purge" purges every arena.
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  static const auto mallctl = reinterpret_cast<Mallctl>(::dlsym(RTLD_DEFAULT, "mallctl"));
+  constexpr const char* kPurgeAll = "arena.4096.purge";
+  if (mallctl != nullptr && mallctl(kPurgeAll, nullptr, nullptr, nullptr, 0) == 0) return;
+  ::malloc_trim(0);
+}
 
 Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path) {
   if (argv.empty()) return Status::Invalid("RunProgram: empty command");

@@ -217,6 +217,7 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work,
     return Status::Internal("simulator: pipe() failed: " + std::string(std::strerror(errno)));
   }
   std::fflush(nullptr);
+  models::ReleaseFreeHeap();
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Status::Internal("simulator: fork() failed: " + std::string(std::strerror(errno)));

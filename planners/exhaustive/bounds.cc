@@ -37,6 +37,7 @@ double Search::AllocationBound(const std::vector<Profile*>& profiles, double ext
 
 double Search::PartialBound(bool newest_profiled) {
   if (!bounds_ || incumbent_ == kInf) return 0;
+  TrimCaches();
   std::vector<Profile*> profiles;
   double rate = 0;
   for (size_t p = 0; p < pipes_.size(); ++p) {

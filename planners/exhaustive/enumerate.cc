@@ -13,6 +13,7 @@
 
 #include "models/cost.h"
 #include "models/plan.h"
+#include "planners/exhaustive/exhaustive.h"
 #include "planners/exhaustive/search_internal.h"
 
 namespace hetsim::planners::exhaustive {
@@ -50,7 +51,9 @@ Search::Search(const PlanningProblem& problem, const proto::ExhaustiveOptions& o
   }
   allow_unused_ = options.allow_unused_devices();
   bounds_ = !options.disable_bounds();
-  time_limit_s_ = options.time_limit_s() > 0 ? options.time_limit_s() : 300;
+  time_limit_s_ = options.time_limit_s() > 0                      ? options.time_limit_s()
+                  : problem.alternatives == kEveryCandidate ? kWarmStartTimeLimitS
+                                                            : 300;
   max_evaluations_ = options.max_evaluations();
   if (sim_ != nullptr) {
     time_limit_s_ = options.proof_time_limit_s() > 0 ? options.proof_time_limit_s() : 300;
@@ -185,7 +188,7 @@ void Search::Run() {
                            " sets of nodes (of identical nodes, the first j), every node first");
   }
   stats_.notes.push_back(std::to_string(structures_) + " structures (pipelines × stages × device groups) visited, " +
-                         std::to_string(profiles_.size()) + " distinct pipeline shapes costed, " +
+                         std::to_string(profiles_costed_ + profiles_.size()) + " pipeline shapes costed, " +
                          std::to_string(layer_nodes_) + " layer-split nodes explored");
 }
 
@@ -347,6 +350,7 @@ void Search::AddStage(Stage st) {
 }
 
 void Search::EvaluateStructure() {
+  TrimCaches();
   std::vector<Profile*> profiles;
   for (auto& p : pipes_) {
     profiles.push_back(&ProfileOf(p));
@@ -680,7 +684,7 @@ void Search::Leaf(const Acc& acc) {
   const double t = cost_.ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
   // The bar a subtree must beat: the best plan's cost, or with runners-up asked for the worst kept one
   // (so that the kept list is the exact top of the space under the analytic model).
-  if (kept_.Offer(t, plan)) incumbent_ = kept_.bar();
+  if (kept_.Offer(t, plan)) incumbent_ = std::min(kept_.bar(), warm_bar_);
 }
 
 StructureOutcome Search::EvaluateOne(const std::vector<Pipe>& pipes) {

@@ -90,16 +90,33 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
                                                                     kRerankPool - 1);
     const auto start = std::chrono::steady_clock::now();
     Search search(problem, options_, result.stats, pool);
+    const bool proving = problem.alternatives == kEveryCandidate;
+    const double warm_bar = proving ? WarmBar(problem) : kInf;
+    if (warm_bar < kInf) {
+      search.SetWarmBar(warm_bar);
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "closed form warm-started by the other planners' candidates: only plans under %.4g s (the best "
+                    "candidate's closed form) are searched for",
+                    warm_bar);
+      result.stats.notes.push_back(line);
+    }
     search.Run();
     result.stats.notes.push_back("wall time of the search under the closed form: " +
                                  Seconds(std::chrono::steady_clock::now() - start));
-    if (!search.found()) {
+    if (search.found()) {
+      search.MoveInto(&result);
+      if (problem.alternatives > 0) Rerank(problem, &result);
+    } else if (warm_bar < kInf) {
+      // No plan of the space beats the best candidate under the closed form: the proof starts from the
+      // candidates (Prove makes the best by the played estimate the incumbent).
+      result.stats.notes.push_back("no plan of the space beats the other planners' best candidate under the closed "
+                                   "form; the proof starts from the candidates");
+    } else {
       if (!search.misses().empty()) return search.misses().ToStatus(name(), problem, result.stats);
       return NothingFound(name(), problem, result.stats, "");
     }
-    search.MoveInto(&result);
-    if (problem.alternatives > 0) Rerank(problem, &result);
-    if (problem.alternatives == kEveryCandidate) Prove(problem, &result);
+    if (proving) Prove(problem, &result);
     return result;
   }
 
@@ -185,6 +202,21 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     return lo;
   }
 
+  // The closed form's warm start: the least closed-form time of the other planners' candidates that validate
+  // and fit (+inf without any).
+  double WarmBar(const PlanningProblem& problem) const {
+    double bar = kInf;
+    const AnalyticCostModel cost(problem);
+    const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
+    for (const proto::Plan& s : problem.seeds) {
+      if (!models::ValidatePlan(s, ctx, "seed").ok()) continue;
+      const PlanEstimate e = cost.ClosedFormEstimate(s, /*with_memory=*/true);
+      if (e.oom || !(e.iteration_s > 0)) continue;
+      bar = std::min(bar, e.iteration_s);
+    }
+    return bar;
+  }
+
   double ComputeFloor(const PlanningProblem& problem) const {
     SearchStats stats;
     SimBoundMode mode;
@@ -218,6 +250,32 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     return result;
   }
 
+  // The fastest simulated time of the incumbent and the best few seeds by the played estimate: no plan that
+  // cannot simulate below it can be the optimum, a cut usually tighter than the estimate with its margin.
+  double SimulatedCut(const PlanningProblem& problem, PlannerResult& result,
+                      const std::vector<RankedPlan>& seeds) const {
+    constexpr size_t kSimulatedSeeds = 3;
+    double cut = kInf;
+    std::string from;
+    auto consider = [&](const proto::Plan& plan, const std::string& who) {
+      const Result<double> t = problem.simulate(plan);
+      if (t.ok() && *t > 0 && *t < cut) {
+        cut = *t;
+        from = who;
+      }
+    };
+    consider(result.plan, result.found_by.empty() ? "the incumbent" : result.found_by + "'s candidate");
+    for (size_t i = 0; i < seeds.size() && i < kSimulatedSeeds; ++i) consider(seeds[i].plan, seeds[i].found_by);
+    if (cut < kInf) {
+      char line[200];
+      std::snprintf(line, sizeof line, "proof: cut at %.4g s, the simulated time of %s (the fastest of the incumbent "
+                    "and the %zu best candidates simulated first)", cut, from.c_str(),
+                    std::min(seeds.size(), kSimulatedSeeds));
+      result.stats.notes.push_back(line);
+    }
+    return cut;
+  }
+
   void Prove(const PlanningProblem& problem, PlannerResult* result) const {
     const AnalyticCostModel cost(problem);
     double threshold = ThresholdOf(cost, result->plan, result->cost_s);
@@ -225,7 +283,17 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
     // optimum is below, so the least over them all cuts the most. The best seed by the played estimate
     // becomes the incumbent (simulated first) when it beats the search's own.
     std::vector<RankedPlan> seeds = Seeds(problem, cost, &threshold);
-    if (!seeds.empty() && seeds.front().cost_s < result->cost_s) {
+    if (result->plan.pipelines_size() == 0) {
+      // The closed form found nothing better than the candidates (MakePlan): the best of them is the incumbent.
+      if (seeds.empty()) return;
+      result->plan = std::move(seeds.front().plan);
+      result->cost_s = seeds.front().cost_s;
+      result->found_by = seeds.front().found_by;
+      seeds.erase(seeds.begin());
+      result->stats.claims_optimal = true;
+      result->stats.notes.push_back("proof: the incumbent is " + result->found_by + "'s candidate (played estimate " +
+                                    std::to_string(result->cost_s) + " s)");
+    } else if (!seeds.empty() && seeds.front().cost_s < result->cost_s) {
       RankedPlan own{std::move(result->plan), result->cost_s, cost.LowerBoundSeconds(result->plan)};
       result->plan = std::move(seeds.front().plan);
       result->cost_s = seeds.front().cost_s;
@@ -235,6 +303,7 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
                                     " s), faster than the search's own");
       seeds.front() = std::move(own);
     }
+    if (problem.simulate) threshold = std::min(threshold, SimulatedCut(problem, *result, seeds));
     // Without bounds (testing), nothing is cut: every plan of the space is returned.
     if (options_.disable_bounds()) threshold = kInf;
     SimBoundMode mode;

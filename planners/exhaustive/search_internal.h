@@ -33,6 +33,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kPruneSlack = 1e-9;
 // Node sets (plans leaving whole nodes idle) beyond which the nested family is taken (Search::node_sets_).
 constexpr double kMaxNodeSets = 1024;
+// The closed form's default time limit in the proof, where it is only the warm start: at 12 GPUs 20 s finds
+// an incumbent within 0.5% of what 300 s finds (docs/planners.md, "exhaustive at 10-12 GPUs").
+constexpr double kWarmStartTimeLimitS = 20;
+// Pipeline shapes whose profiles a search keeps at most: beyond, the cache starts afresh (Search::TrimCaches).
+// Millions of shapes at 12 GPUs held 18 GB; a profile costs microseconds to recompute.
+constexpr size_t kMaxCachedProfiles = 200000;
 
 // One stage of a pipeline under construction: TP groups of degree tp taken from nodes.
 struct Stage {
@@ -129,6 +135,13 @@ class Search {
          uint32_t keep_alternatives, const SimBoundMode* sim = nullptr);
 
   void Run();
+  // The closed form's warm start (exhaustive's proof with other planners' candidates): subtrees that cannot
+  // beat `bar_s` under the closed form are cut from the first structure on, so the search keeps only plans
+  // better than the best candidate (none, when no plan of the space is).
+  void SetWarmBar(double bar_s) {
+    warm_bar_ = bar_s;
+    incumbent_ = std::min(incumbent_, bar_s);
+  }
 
   bool found() const { return !kept_.empty(); }
   bool stopped() const { return stopped_; }
@@ -248,6 +261,15 @@ class Search {
   uint32_t LowBlocks(uint32_t s, uint32_t S) const { return S == 1 ? blocks_ : (s == 0 || s + 1 == S) ? 0 : 1; }
 
   Profile& ProfileOf(const Pipe& pipe);
+  // Empties the profile and row caches once they hold kMaxCachedProfiles shapes; called only where no
+  // Profile is referenced (the start of EvaluateStructure and PartialBound).
+  void TrimCaches() {
+    if (profiles_.size() < kMaxCachedProfiles) return;
+    profiles_costed_ += profiles_.size();
+    profiles_.clear();
+    rows_.clear();
+  }
+  uint64_t profiles_costed_ = 0;  // shapes costed before the caches were last emptied
 
   // Stage s's time with n blocks and b sequences split without memory caps.
   double T0(const Profile& pr, const Pipe& pipe, uint32_t b, uint32_t s, uint32_t n) const {
@@ -497,6 +519,7 @@ class Search {
   mutable std::vector<uint32_t> scratch_split_;
 
   double incumbent_ = kInf;
+  double warm_bar_ = kInf;  // SetWarmBar
   RankedPlans kept_;
   const SimBoundMode* sim_ = nullptr;
   std::optional<models::PlatformRoutes> routes_;  // simulator-bound mode

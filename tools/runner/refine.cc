@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
+#include <string>
 #include <cstdio>
 #include <utility>
 
@@ -122,10 +124,41 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
   asked.alternatives = prove ? planners::exhaustive::kEveryCandidate : k > 1 ? k - 1 : 0;
   const uint32_t polish = k == 0 ? 0 : options.polish;
   std::string seed_note;
+  // The candidates are simulated with the compute model the planner was given, so that a plan the
+  // planner ranked on measured profiles is judged on the same profiles.
+  const sim::SimOptions so = CandidateSimOptions(options.sim, problem);
+  const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
+  // Simulations by plan (what the check reads of them): the proof's cut simulates its incumbent and best
+  // seeds, which the check below then finds here instead of simulating them again.
+  struct Simulated {
+    std::string error;
+    double iteration_s = 0;
+    bool oom = false;
+  };
+  std::map<std::string, Simulated> simulated_plans;
+  const auto simulate = [&](const proto::Plan& plan) -> const Simulated& {
+    std::string key = plan.SerializeAsString();
+    auto it = simulated_plans.find(key);
+    if (it != simulated_plans.end()) return it->second;
+    Simulated r;
+    if (auto sim = sim::SimulateIteration(plan, ctx, so); !sim.ok()) {
+      r.error = sim.status().message();
+    } else {
+      r.iteration_s = sim->report.iteration_time_s();
+      r.oom = sim->report.any_oom();
+    }
+    return simulated_plans.emplace(std::move(key), std::move(r)).first->second;
+  };
   if (prove) {
     RefineOptions seeding = options;
     seeding.polish = polish;
     seed_note = SeedWithOtherPlanners(problem, seeding, &asked.seeds);
+    asked.simulate = [&](const proto::Plan& plan) -> Result<double> {
+      const Simulated& r = simulate(plan);
+      if (!r.error.empty()) return Status::Invalid(r.error);
+      if (r.oom) return Status::Invalid("out of memory in the simulator");
+      return r.iteration_s;
+    };
   }
   HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult result, planners::RunPlanner(planner, asked));
   if (!seed_note.empty()) result.stats.notes.insert(result.stats.notes.begin(), seed_note);
@@ -145,10 +178,6 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
     return result;
   }
 
-  // The candidates are simulated with the compute model the planner was given, so that a plan the
-  // planner ranked on measured profiles is judged on the same profiles.
-  const sim::SimOptions so = CandidateSimOptions(options.sim, problem);
-  const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
   const auto start = std::chrono::steady_clock::now();
   const size_t n = 1 + result.alternatives.size();
   const planners::AnalyticCostModel cost(problem);
@@ -180,12 +209,12 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
       continue;
     }
     ++simulations;
-    auto sim = sim::SimulateIteration(plan, ctx, so);
-    if (!sim.ok()) {
-      c.error = sim.status().message();
+    const Simulated& sim = simulate(plan);
+    if (!sim.error.empty()) {
+      c.error = sim.error;
     } else {
-      c.simulated_s = sim->report.iteration_time_s();
-      c.oom = sim->report.any_oom();
+      c.simulated_s = sim.iteration_s;
+      c.oom = sim.oom;
       if (!c.oom) fastest = std::min(fastest, c.simulated_s);
     }
     out.candidates.push_back(std::move(c));
