@@ -800,6 +800,13 @@ Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const 
   machines.Run([&](const std::vector<uint32_t>& order, BestPlan& best, const AnalyticCostModel& rank) {
     SearchStats& stats = best.stats();
     const uint32_t N = static_cast<uint32_t>(order.size());
+    std::optional<AnalyticCostModel> first_gpu;
+    if (space.balance_as_first_gpu) {
+      CostModelOptions view;
+      view.assume_gpu = problem.cluster.device(order[0]).gpu;
+      first_gpu.emplace(problem, view);
+    }
+    const AnalyticCostModel& balance = first_gpu ? *first_gpu : rank;
     ForEachSymmetricShape(problem, N, NodeGcd(problem.cluster, order), space.tp_degrees, space.pp_degrees, &stats,
                           [&](uint32_t dp, uint32_t tp, uint32_t pp) {
       for (uint32_t b : MicroBatchCandidates(G / dp, space.micro_batch_sizes, space.max_micro_batch_size)) {
@@ -813,7 +820,7 @@ Result<PlannerResult> SearchBalancedSymmetric(const std::string& planner, const 
             SetRecompute(&plan, rc, problem.training);
             if (space.sequence_parallel && tp > 1) plan.set_sequence_parallel(true);
             bool capped = false;
-            if (auto layers = BalancedSplit(plan, problem, rank, best.memory(), &capped)) {
+            if (auto layers = BalancedSplit(plan, problem, balance, best.memory(), &capped)) {
               ApplyLayers(&plan, *layers);
             } else {
               stats.Reject("no layer split fits in memory (tried the even split)");

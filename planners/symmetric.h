@@ -289,6 +289,9 @@ struct SymmetricSearch {
   std::vector<proto::Recompute> recompute;  // from RecomputeCandidates; empty = the training spec's
   uint32_t max_micro_batch_size = 32;
   bool sequence_parallel = true;
+  // Layers balanced as if every GPU were the first of the devices searched (a framework whose cost model
+  // profiles one GPU: Galvatron); false: balanced under the ranking's view.
+  bool balance_as_first_gpu = false;
 };
 // `view_for` ranks the machine subsets searched when the whole cluster has no plan (SubsetSearch; null:
 // `ranking` for every subset); `ranking_note` (may be null) gives a note from the ranking of the plan

@@ -24,22 +24,14 @@ class GalvatronPlanner : public PlannerWithOptions<proto::GalvatronOptions> {
     // off (--global_checkpoint).
     space.recompute = RecomputeCandidates(problem, RecomputeList(o.recompute()),
                                           {proto::RECOMPUTE_NONE, proto::RECOMPUTE_FULL}, nullptr);
-    // Galvatron's profiler measures the layers on the GPU it runs on and its cost model and layer balancing
-    // assume every GPU is that one (a homogeneous-cluster design): on a heterogeneous cluster its stages are
-    // balanced for the first GPU type, which HexiScale §5.2 observes as "additional bubbles due to
-    // imbalanced computation across pipeline stages". On a subset of machines, the subset's first GPU.
-    CostModelOptions view;
-    ViewFor subset_view;
-    if (!o.hetero_aware()) {
-      view.assume_gpu = problem.cluster.device(0).gpu;
-      subset_view = [&problem](const std::vector<uint32_t>& devices) {
-        RankingView v;
-        v.assume_gpu = *problem.cluster.device(devices[0]).gpu;
-        return v;
-      };
-    }
-    const AnalyticCostModel ranking(problem, view);
-    return SearchBalancedSymmetric(name(), problem, ranking, space, subset_view);
+    // Galvatron's profiler measures the layers on the GPU it runs on, and its cost model balances the layers
+    // of the stages as if every GPU were that one (a homogeneous-cluster design): on unlike GPUs the stages
+    // are balanced for the first GPU type, the "additional bubbles due to imbalanced computation across
+    // pipeline stages" HexiScale §5.2 measures. The degrees themselves HexiScale fine-tuned on the real
+    // cluster (Appendix C.2), so candidates are ranked on the real GPUs.
+    space.balance_as_first_gpu = !o.hetero_aware();
+    const AnalyticCostModel ranking(problem);
+    return SearchBalancedSymmetric(name(), problem, ranking, space);
   }
 };
 
