@@ -71,7 +71,7 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
   std::string name() const override { return "exhaustive"; }
 
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
-    const uint32_t limit = options_.max_devices() > 0 ? options_.max_devices() : 16;
+    const uint32_t limit = options_.max_devices() > 0 ? options_.max_devices() : kDefaultMaxDevices;
     if (problem.cluster.num_devices() > limit) {
       // Asked for the proof with other planners' candidates (`hetsim plan --planner exhaustive`), beyond the
       // exact range it returns the best of them and bounds the space from below.

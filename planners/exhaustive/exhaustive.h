@@ -31,6 +31,9 @@ namespace hetsim::planners::exhaustive {
 // PlannerResult::complete_below_s the threshold when the search covered the whole space.
 inline constexpr uint32_t kEveryCandidate = UINT32_MAX;
 
+// The largest cluster the exact search takes by default (option max_devices).
+inline constexpr uint32_t kDefaultMaxDevices = 16;
+
 std::unique_ptr<Planner> NewPlanner();
 
 }  // namespace hetsim::planners::exhaustive

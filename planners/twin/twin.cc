@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/plan.h"
+#include "planners/exhaustive/exhaustive.h"
 #include "planners/proto/twin.pb.h"
 
 namespace hetsim::planners::twin {
@@ -44,7 +45,10 @@ class TwinPlanner : public PlannerWithOptions<proto::TwinOptions> {
     std::vector<std::string> names(o.planners().begin(), o.planners().end());
     if (names.empty()) {
       for (const auto& n : PlannerNames()) {
-        if (n != "exhaustive" && n != "twin") names.push_back(n);
+        // exhaustive's closed-form search within its exact range (its default max_devices), time-limited
+        // like metis: its structures (any grouping of machines into stages) are ones no other planner builds.
+        if (n == "exhaustive" && problem.cluster.num_devices() > exhaustive::kDefaultMaxDevices) continue;
+        if (n != "twin") names.push_back(n);
       }
     }
     const uint32_t per = o.candidates_per_planner() > 0 ? o.candidates_per_planner() : kDefaultCandidatesPerPlanner;
@@ -85,7 +89,8 @@ class TwinPlanner : public PlannerWithOptions<proto::TwinOptions> {
       if (name == "twin") return Status::Invalid("twin options: planners: twin cannot start from itself; remove it");
       const double limit_s = o.planner_time_limit_s() > 0 ? o.planner_time_limit_s() : kDefaultPlannerTimeLimitS;
       // Anytime limits where a planner has one (its options' own key).
-      const std::string options = name == "metis" ? "time_limit_s: " + std::to_string(limit_s) : std::string();
+      const std::string options =
+          name == "metis" || name == "exhaustive" ? "time_limit_s: " + std::to_string(limit_s) : std::string();
       HETSIM_ASSIGN_OR_RETURN(auto planner, CreatePlanner(name, options, "twin's options for " + name));
       if (problem.progress) problem.progress("twin: " + name + "'s candidates");
       const auto start = std::chrono::steady_clock::now();
