@@ -63,6 +63,11 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
     if (d.has_gemm_efficiency()) it->gemm = d.gemm_efficiency();
     if (d.has_memory_efficiency()) it->memory = d.memory_efficiency();
   }
+  if (k.flash_attention_size() > 0) {
+    p->flash_attention.clear();
+    for (const auto& a : k.flash_attention()) p->flash_attention.push_back({double(a.seq_len()), a.forward(), a.backward()});
+    p->flash_attention_source = k.source();
+  }
   if (k.collective_latency_size() > 0) {
     p->collective_latency_s.clear();
     p->collective_bus_bandwidth.clear();
@@ -122,6 +127,12 @@ Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path
       if (k.collective_latency(j).group_size() <= k.collective_latency(j - 1).group_size()) {
         errors.Add(at + path + ".collective_latency[" + std::to_string(j) +
                    "].group_size: the entries must go up in group size");
+      }
+    }
+    for (int j = 1; j < k.flash_attention_size(); ++j) {
+      if (k.flash_attention(j).seq_len() <= k.flash_attention(j - 1).seq_len()) {
+        errors.Add(at + path + ".flash_attention[" + std::to_string(j) +
+                   "].seq_len: the entries must go up in sequence length");
       }
     }
   };
@@ -209,6 +220,19 @@ double KernelParams::CollectiveLatency(uint32_t group_size) const {
 double KernelParams::CollectiveBusBandwidth(uint32_t group_size) const {
   if (group_size <= 1 || collective_bus_bandwidth.empty()) return 0;
   return BySize(collective_bus_bandwidth, group_size);
+}
+
+double KernelParams::FlashAttentionEfficiency(double keys, bool backward) const {
+  if (flash_attention.empty() || keys <= 0) return 0;
+  const auto value = [&](const AttentionPoint& a) { return backward ? a.backward : a.forward; };
+  if (keys <= flash_attention.front().keys) return value(flash_attention.front());
+  if (keys >= flash_attention.back().keys) return value(flash_attention.back());
+  size_t i = 1;
+  while (flash_attention[i].keys < keys) ++i;
+  const AttentionPoint& lo = flash_attention[i - 1];
+  const AttentionPoint& hi = flash_attention[i];
+  const double w = std::log2(keys / lo.keys) / std::log2(hi.keys / lo.keys);
+  return value(lo) + w * (value(hi) - value(lo));
 }
 
 double KernelParams::GemmEfficiency(proto::DType dtype) const {
@@ -376,6 +400,8 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
     const double flops = (fwd ? 1.0 : 2.5) * 4 * b * q_tokens * full_s * att_heads * hd * causal;
     // Ring attention: one kernel per ring step, each over the rank's queries and one K/V block.
     x.flops = flops / cp;
+    x.attention_keys = full_s / cp;  // a ring step's K/V block (the whole sequence without CP)
+    x.backward = !fwd;
     x.bytes = (fwd ? 2 : 4) * b * q_tokens * att_qkv * e;
     for (uint32_t i = 0; i < shape.shard.cp; ++i) k.push_back(x);
     // Rescaling the partial output and log-sum-exp of each later step (fp32 read and write).
@@ -408,9 +434,13 @@ double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams&
     case Kernel::Type::kMemory:
       t = bw > 0 ? k.bytes / bw : 0;
       break;
-    case Kernel::Type::kFused:
-      t = std::max(peak > 0 ? k.flops / peak : 0, bw > 0 ? k.bytes / bw : 0);
+    case Kernel::Type::kFused: {
+      // Flash attention at its measured efficiency where the calibration has a curve.
+      const double eff = k.attention_keys > 0 ? p.FlashAttentionEfficiency(k.attention_keys, k.backward) : 0;
+      const double rate = eff > 0 ? gpu.PeakTflops(math) * 1e12 * eff : peak;
+      t = std::max(rate > 0 ? k.flops / rate : 0, bw > 0 ? k.bytes / bw : 0);
       break;
+    }
     case Kernel::Type::kGemm: {
       if (k.m <= 0 || k.n <= 0 || k.k <= 0 || k.batch <= 0) return 0;
       double compute = 0;

@@ -65,6 +65,16 @@ struct KernelParams {
   // Measured bus bandwidth of an all-reduce inside one node by group size (bytes/s; calibration.proto's
   // collective_latency[].bus_bandwidth_gbyte_s); empty: the fabric's link × collective_efficiency applies.
   std::vector<std::pair<uint32_t, double>> collective_bus_bandwidth;
+  // Flash attention's forward and backward efficiency by keys per query block (calibration.proto's
+  // flash_attention, sorted by length); empty: the GEMM efficiency.
+  struct AttentionPoint {
+    double keys = 0, forward = 0, backward = 0;
+  };
+  std::vector<AttentionPoint> flash_attention;
+  std::string flash_attention_source;  // where the curve comes from (the entry's source)
+  // The fraction of the dense peak flash attention reaches over `keys` keys (interpolated in log2 of the
+  // length, the nearest point held beyond); 0 without a curve.
+  double FlashAttentionEfficiency(double keys, bool backward) const;
 
   double CollectiveLatency(uint32_t group_size) const;
   // The measured intra-node bus bandwidth for `group_size` GPUs (interpolated in log2 of the size, the
@@ -102,6 +112,10 @@ struct Kernel {
   double bytes = 0;                       // HBM traffic (memory kernels; GEMMs: derived from the shape)
   double flops = 0;                       // fused kernels (flash attention): FLOPs at GEMM efficiency
   bool block_linear = false;  // a transformer block's linear layer: the GEMMs FP8 training runs in FP8
+  // Flash attention: the keys each query block attends over (the sequence, or one K/V block per ring
+  // step), which sets its efficiency where the calibration has a curve (KernelParams::flash_attention).
+  double attention_keys = 0;
+  bool backward = false;
 };
 
 enum class Pass : uint8_t { kForward, kBackward };

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -117,6 +118,44 @@ TEST(KernelModel, FlashAttentionKeepsTheScoresOutOfHbm) {
   EXPECT_EQ(Named(flash, "scale-mask-softmax"), nullptr);
   ASSERT_NE(Named(flash, "flash-attention"), nullptr);
   EXPECT_LT(flash.size(), standard.size());
+}
+
+// The default calibration's H100 curve (FlashAttention-2's published speeds, calibration/data/attention):
+// 0.301 / 0.242 of the peak at 2,048 keys, 0.323 / 0.272 at 4,096, 0.339 / 0.295 from 16,384 on.
+TEST(KernelModel, FlashAttentionRunsAtItsMeasuredEfficiencyByLength) {
+  const GpuSpec& h100 = Gpu("h100");
+  const KernelParams& p = KernelParamsFor(h100);
+  EXPECT_DOUBLE_EQ(p.FlashAttentionEfficiency(2048, false), 0.301);
+  EXPECT_DOUBLE_EQ(p.FlashAttentionEfficiency(2048, true), 0.242);
+  // Halfway in log2 between 2,048 and 4,096 keys: halfway between their efficiencies.
+  EXPECT_NEAR(p.FlashAttentionEfficiency(2048 * std::sqrt(2.0), false), (0.301 + 0.323) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(p.FlashAttentionEfficiency(131072, true), 0.295);  // held beyond the last point
+  EXPECT_DOUBLE_EQ(p.FlashAttentionEfficiency(100, false), 0.193);    // and before the first
+  // A flash-attention forward of 1 TFLOP over 2,048 keys: 1e12 / (989 TFLOPS × 0.301), not at the GEMM
+  // efficiency (0.7226); its bytes are far below the roofline's knee.
+  Kernel k;
+  k.type = Kernel::Type::kFused;
+  k.flops = 1e12;
+  k.bytes = 1e6;
+  k.attention_keys = 2048;
+  const double t = KernelGpuSeconds(k, h100, p, proto::DTYPE_BF16);
+  EXPECT_NEAR(t, 1e12 / (989e12 * 0.301) + p.kernel_latency_s, 1e-9);
+  // GPUs without a curve keep the GEMM efficiency (the A100's is fitted on vTrain's runs).
+  const GpuSpec& a100 = Gpu("a100-80gb");
+  const KernelParams& pa = KernelParamsFor(a100);
+  EXPECT_EQ(pa.FlashAttentionEfficiency(2048, false), 0);
+  EXPECT_NEAR(KernelGpuSeconds(k, a100, pa, proto::DTYPE_BF16),
+              1e12 / (a100.PeakTflops(proto::DTYPE_BF16) * 1e12 * pa.gemm_efficiency) + pa.kernel_latency_s, 1e-9);
+  // Ring attention's steps run over one K/V block each: 32K tokens on CP 4 are 8,192 keys per step.
+  auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  KernelShape shape;
+  shape.seq_len = 32768;
+  shape.shard.cp = 4;
+  const auto ring = LayerKernels(*model, 1, Pass::kBackward, shape);
+  ASSERT_NE(Named(ring, "flash-attention-grad"), nullptr);
+  EXPECT_DOUBLE_EQ(Named(ring, "flash-attention-grad")->attention_keys, 8192);
+  EXPECT_TRUE(Named(ring, "flash-attention-grad")->backward);
 }
 
 TEST(KernelModel, CollectiveLatencyInterpolatesInLogGroupSize) {
@@ -261,7 +300,8 @@ TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {
   {
     std::ofstream f(path);
     f << "kind: calibration\nbase: nosuch\ngpus:\n  - gpus: [h1000]\n"
-         "    collective_latency: [{group_size: 8, latency_us: 1}, {group_size: 4, latency_us: 2}]\n";
+         "    collective_latency: [{group_size: 8, latency_us: 1}, {group_size: 4, latency_us: 2}]\n"
+         "    flash_attention: [{seq_len: 4096, forward: 0.3, backward: 0.3}, {seq_len: 1024, forward: 0.2, backward: 0.2}]\n";
   }
   const Status s = CheckKernelCalibration(path);
   ASSERT_FALSE(s.ok());
@@ -269,6 +309,9 @@ TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {
   EXPECT_NE(m.find("--calibration: " + path + ": gpus[0].gpus[0]:"), std::string::npos) << m;
   EXPECT_NE(m.find("h1000"), std::string::npos) << m;
   EXPECT_NE(m.find(path + ": gpus[0].collective_latency[1].group_size: the entries must go up in group size"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find(path + ": gpus[0].flash_attention[1].seq_len: the entries must go up in sequence length"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (a100-80gb, cpu, default, h100, megatron-deepspeed, sailor-mit, vtrain-a100)"), std::string::npos)
