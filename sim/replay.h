@@ -63,6 +63,9 @@ struct ReplayInputs {
 // that would checkpoint more than ten million times (the error names replay.checkpoint_interval_s and the
 // least interval that fits), and what the simulations report (a cluster without the storage a policy needs).
 Result<proto::ReplayReport> ReplayRun(const ReplayInputs& in);
+// The most checkpoints a fixed interval may make in one replayed run (`hetsim advise` checks its
+// checkpoint_intervals against its window with the same bound).
+constexpr double kMaxCheckpointsPerRun = 1e7;
 
 // The registered recovery policies (sim/recovery/registry.cc): name and a line (with the paper it follows).
 struct PolicyInfo {

@@ -32,7 +32,7 @@ constexpr double kEps = 1e-9;
 constexpr uint32_t kSpareNode = recovery::kSpareNode;
 // Checkpoints a run may hold: the training loop runs once per checkpoint (the iterations between two advance
 // in closed form), so a fixed interval that would make more is refused, naming the least interval that fits.
-constexpr double kMaxCheckpoints = 1e7;
+constexpr double kMaxCheckpoints = kMaxCheckpointsPerRun;  // sim/replay.h
 
 enum class Role : uint8_t { kFree, kJob, kDown, kAbsent };  // kAbsent: preempted, or not yet added (spot)
 

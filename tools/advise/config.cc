@@ -23,6 +23,9 @@
 namespace hetsim::advise {
 namespace {
 
+// The shortest replayed window advise accepts: an hour.
+constexpr double kMinWindowDays = 1.0 / 24;
+
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -100,6 +103,13 @@ Result<Config> LoadConfig(const std::string& path) {
   }
   c.seeds = s.seeds() > 0 ? s.seeds() : 3;
   c.seed = s.seed() > 0 ? s.seed() : 1;
+  if (s.window_days() > 0 && s.window_days() < kMinWindowDays) {
+    char days[32];
+    std::snprintf(days, sizeof days, "%g", s.window_days());
+    err("window_days", std::string("a window of ") + days +
+        " days holds no training run (every configuration's time would be infinite); give at least 1/24 (an hour)"
+        ", or leave it out for the default 14 days");
+  }
   if (s.window_days() > 0) c.window_s = s.window_days() * 86400;
   if (s.has_spot_price_fraction()) c.spot_price_fraction = s.spot_price_fraction();
 
@@ -229,6 +239,14 @@ Result<Config> LoadConfig(const std::string& path) {
     } else if (res.ec != std::errc() || res.ptr != v.data() + v.size() || !(sec > 0) || sec > 1e9) {
       err("checkpoint_intervals[" + std::to_string(i) + "]",
           "'" + v + "' is neither seconds between checkpoints (e.g. 1800) nor young-daly");
+    } else if (sec < c.window_s / sim::kMaxCheckpointsPerRun) {
+      // The bound `hetsim replay` applies to the same interval (sim/replay_engine.h).
+      char least[64], days[32];
+      std::snprintf(least, sizeof least, "%.3g", c.window_s / sim::kMaxCheckpointsPerRun);
+      std::snprintf(days, sizeof days, "%g", c.window_s / 86400);
+      err("checkpoint_intervals[" + std::to_string(i) + "]",
+          "'" + v + "' s would checkpoint more than ten million times in the " + std::string(days) +
+              "-day window; give at least " + least + " s (or young-daly)");
     } else {
       c.intervals.push_back({v, sec});
     }

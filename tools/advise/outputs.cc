@@ -121,9 +121,14 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
                       " replayed configurations" + (limits.empty() ? "" : " that meet " + limits);
     if (feas.size() > 1) {
       const ConfigRow& n = *feas[1];
+      // A relative difference needs a base above zero (a $0 price makes every cost 0): then the absolute one.
+      const auto more = [](double next, double best, const char* unit, const char* word) {
+        if (best > 0) return Fmt("%.1f%%", 100 * (next / best - 1)) + " " + word;
+        return Fmt("%.3g", next - best) + " " + unit + " " + word;
+      };
       why += "; the next (" + ConfigLabel(c, *n.group, *n.slot) + ") " +
-             (cheapest ? "costs " + Fmt("%.1f%%", 100 * (n.cost_mean / r.cost_mean - 1)) + " more"
-                       : "takes " + Fmt("%.1f%%", 100 * (n.time_mean / r.time_mean - 1)) + " longer");
+             (cheapest ? "costs " + more(n.cost_mean, r.cost_mean, "$", "more")
+                       : "takes " + more(n.time_mean, r.time_mean, "s", "longer"));
     }
     why += ".";
     const ConfigRow* other = nullptr;

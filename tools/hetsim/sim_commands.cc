@@ -286,6 +286,17 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
       err << c.message() << "\n";
       return 2;
     }
+    // Cores are shared by CPU workers (the CPU twin); GPUs compute on their own chips.
+    for (uint32_t d = 0; d < specs->cluster->num_devices(); ++d) {
+      const models::GpuSpec& gpu = *specs->cluster->device(d).gpu;
+      if (gpu.name != "cpu") {
+        err << "hetsim simulate: --shared-cores: device " << d << " of cluster '" << specs->cluster->name()
+            << "' is a " << gpu.name
+            << " GPU; --shared-cores models CPU workers sharing a machine's cores (the CPU twin, a cluster of "
+               "`cpu` devices); drop the flag for a GPU cluster\n";
+        return 2;
+      }
+    }
   }
   opt.profiles = &*profiles;
   opt.compute.calibration = calibration;

@@ -71,11 +71,24 @@ std::string Trim(const std::string& s) {
 }
 
 // The checks every run passes, whichever layout it came in.
+// Micro-batches per pipeline a run may have (each is simulated; a measured run has far fewer).
+constexpr uint64_t kMaxMicroBatchesPerRun = 65536;
+
 Status CheckRun(const Run& r, const std::string& where) {
   if (!(r.measured_ms > 0)) return Status::Invalid(where + ": iteration time must be > 0");
-  if (r.tp * r.dp * r.pp != r.gpus) {
-    return Status::Invalid(where + ": TP × DP × PP = " + std::to_string(r.tp * r.dp * r.pp) + " but #GPUs is " +
+  const uint64_t product = uint64_t{r.tp} * r.dp * r.pp;
+  if (product != r.gpus) {
+    return Status::Invalid(where + ": TP × DP × PP = " + std::to_string(product) + " but #GPUs is " +
                            std::to_string(r.gpus));
+  }
+  // Every micro-batch is simulated: bounded before any work, as a plan's num_micro_batches is.
+  const uint64_t per_replica = uint64_t{r.dp} * r.micro_batch;
+  if (r.global_batch / per_replica > kMaxMicroBatchesPerRun) {
+    return Status::Invalid(where + ": global batch " + std::to_string(r.global_batch) + " over DP " +
+                           std::to_string(r.dp) + " × micro batch " + std::to_string(r.micro_batch) + " is " +
+                           std::to_string(r.global_batch / per_replica) + " micro-batches per pipeline; at most " +
+                           std::to_string(kMaxMicroBatchesPerRun) +
+                           " are simulated (lower global_batch or raise micro_batch)");
   }
   if (r.gpus_per_node > 0 && r.gpus % r.gpus_per_node != 0) {
     return Status::Invalid(where + ": gpus (" + std::to_string(r.gpus) + ") is not a multiple of gpus_per_node (" +
@@ -114,9 +127,9 @@ Result<Run> PositionalRun(const std::vector<std::string>& cells, const std::stri
   uint32_t* fields[] = {&r.gpus, &r.global_batch, &r.micro_batch, &r.hidden, &r.heads,
                         &r.layers, &r.seq_len, &r.tp, &r.dp, &r.pp};
   for (int i = 0; i < 10; ++i) {
-    if (v[i] < 1 || v[i] != std::floor(v[i])) {
-      return Status::Invalid(where + ": column " + std::to_string(i + 1) + " must be a positive integer, found " +
-                             std::to_string(v[i]));
+    if (v[i] < 1 || v[i] != std::floor(v[i]) || v[i] > 1e7) {
+      return Status::Invalid(where + ": column " + std::to_string(i + 1) + " must be a positive integer up to 1e7, found " +
+                             cells[i]);
     }
     *fields[i] = static_cast<uint32_t>(v[i]);
   }
@@ -125,8 +138,9 @@ Result<Run> PositionalRun(const std::vector<std::string>& cells, const std::stri
 }
 
 // The named layout: the header's columns, in any order.
+// `runs_file`: the CSV, whose folder a `calibration` cell's file path is resolved against.
 Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<std::string>& cells,
-                     const std::string& where) {
+                     const std::string& where, const std::string& runs_file) {
   if (cells.size() != header.size()) {
     return Status::Invalid(where + ": expected " + std::to_string(header.size()) + " cells (the header's columns), found " +
                            std::to_string(cells.size()));
@@ -146,11 +160,13 @@ Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<s
       continue;
     }
     if (name == "calibration") {
-      // Checked here so that a typo fails before any simulation.
-      if (!cell.empty()) {
-        if (Status c = models::CheckKernelCalibration(cell, where + ": calibration"); !c.ok()) return c;
+      // A file is taken beside the runs file, whatever the working folder (a bundled name stays a name);
+      // checked here so that a typo fails before any simulation.
+      const std::string calibration = models::ResolveRelative(cell, runs_file);
+      if (!calibration.empty()) {
+        if (Status c = models::CheckKernelCalibration(calibration, where + ": calibration"); !c.ok()) return c;
       }
-      r.calibration = cell;
+      r.calibration = calibration;
       continue;
     }
     const bool integer = integers.count(name) > 0;
@@ -208,7 +224,7 @@ Result<std::vector<Run>> ReadRuns(const std::string& path) {
         continue;
       }
     }
-    auto r = header.empty() ? PositionalRun(cells, where) : NamedRun(header, cells, where);
+    auto r = header.empty() ? PositionalRun(cells, where) : NamedRun(header, cells, where, path);
     if (!r.ok()) return r.status();
     r->line = n;
     if (Status c = CheckRun(*r, where); !c.ok()) return c;
