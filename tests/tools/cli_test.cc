@@ -218,6 +218,10 @@ TEST(Calibrate, BadInputIsAClearError) {
   const auto f = RunCli({"calibrate", "--from-data", net});
   EXPECT_EQ(f.code, 1);
   EXPECT_TRUE(Has(f.err, net + "/network.csv:2: nodes must be a whole number >= 2")) << f.err;
+  // A newline in a path would go into the calibration file's description: refused before anything runs.
+  const auto g = RunCli({"calibrate", "--from-data", net + "\nkind: injected"});
+  EXPECT_EQ(g.code, 2);
+  EXPECT_TRUE(Has(g.err, "--from-data: the path holds a control character")) << g.err;
 }
 
 TEST(Calibrate, RefitsANetworkFromCollectivesMeasuredAcrossNodes) {

@@ -11,6 +11,7 @@
 // on a multi-node machine) refits the network's values under NCCL's model (calibration/network_fit.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -302,6 +303,17 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
   std::string data_dir = vm.count("from-data") ? FlagString(vm, "from-data")
                          : vm.count("data-dir")  ? FlagString(vm, "data-dir")
                                                  : (fs::path(output).parent_path() / (fs::path(output).stem().string() + "-data")).string();
+  // The folder's name goes into the calibration file's description and command: a control character (a
+  // newline) there would break, or inject into, the YAML written.
+  for (const char* flag : {"from-data", "data-dir", "output"}) {
+    if (!vm.count(flag)) continue;
+    const std::string v = FlagString(vm, flag);
+    if (std::any_of(v.begin(), v.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20; })) {
+      err << "hetsim calibrate: --" << flag << ": the path holds a control character (a newline or a tab); "
+          << "rename the folder or file\n";
+      return 2;
+    }
+  }
   const std::string kernels_csv = (fs::path(data_dir) / "kernels.csv").string();
   const std::string comm_csv = (fs::path(data_dir) / "collectives.csv").string();
   const std::string network_csv = (fs::path(data_dir) / "network.csv").string();

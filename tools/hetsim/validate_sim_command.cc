@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <ostream>
@@ -71,6 +72,8 @@ std::string Trim(const std::string& s) {
 }
 
 // The checks every run passes, whichever layout it came in.
+// The largest runs file read (vTrain's 1,440 runs take 60 KiB).
+constexpr uintmax_t kMaxRunsFileBytes = 64ull << 20;
 // Micro-batches per pipeline a run may have (each is simulated; a measured run has far fewer).
 constexpr uint64_t kMaxMicroBatchesPerRun = 65536;
 
@@ -191,7 +194,22 @@ Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<s
   return r;
 }
 
+// A device or a huge file is refused before reading (a runs file of measured iterations is small).
+Status CheckRunsFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Status::Invalid(path + ": cannot open the runs file (--runs)");
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return Status::Invalid(path + ": not a regular file (--runs takes a CSV of measured runs)");
+  }
+  if (const auto bytes = std::filesystem::file_size(path, ec); !ec && bytes > kMaxRunsFileBytes) {
+    return Status::Invalid(path + ": " + std::to_string(bytes >> 20) + " MiB is more than a runs file holds (" +
+                           std::to_string(kMaxRunsFileBytes >> 20) + " MiB); split it");
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<Run>> ReadRuns(const std::string& path) {
+  HETSIM_RETURN_IF_ERROR(CheckRunsFile(path));
   std::ifstream in(path);
   if (!in) return Status::Invalid(path + ": cannot open the runs file (--runs)");
   std::vector<Run> runs;
@@ -341,6 +359,10 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     err << "hetsim validate-sim: give --runs FILE.csv (e.g. experiments/validation/vtrain_a100_single_node.csv), or "
            "--executor --plans P1,P2,... to compare with runs of hetsim-exec\n";
     return 2;
+  }
+  if (Status c = CheckRunsFile(FlagString(vm, "runs")); !c.ok()) {
+    err << "hetsim validate-sim: " << c.message() << "\n";
+    return 1;
   }
   if (IsPlanRunsCsv(FlagString(vm, "runs"))) return RunValidatePlanRuns(vm, out, err);
   if (vm.count("profile")) {
