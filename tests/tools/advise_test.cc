@@ -330,5 +330,48 @@ TEST(AdviseSearch, PruningKeepsTheRecommendationAndTheFrontOfTheExhaustiveEvalua
   EXPECT_EQ(Column(pruned, "config", "cost_usd_mean"), cost_p);
 }
 
+// --resume keys a point by what its files hold, not by their names: rewriting the spot trace under the same
+// name changes the ids of the points that rent spot nodes, and only theirs.
+TEST(AdviseResume, AnEditedSpotTraceChangesThePointsThatUseIt) {
+  const auto ids = [] {
+    auto c = LoadConfig(SmallConfig());
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    std::map<std::string, bool> out;  // id -> whether its candidate rents spot nodes
+    if (!c.ok()) return out;
+    const internal::Space space = internal::Enumerate(*c);
+    for (const auto& g : space.groups) {
+      bool spot = false;
+      for (const auto& grp : c->candidates[g.candidate].groups) spot = spot || grp.spot != nullptr;
+      for (const auto& slot : g.configs) out[internal::PointId(*c, g, slot, 0)] = spot;
+    }
+    return out;
+  };
+  const auto before = ids();
+  // SmallConfig writes spot.csv; the same name with another preemption time:
+  const std::string config = SmallConfig();
+  Write("spot.csv", "0,add,i-1\n0,add,i-2\n3000000,remove,i-2\n7200000,add,i-2\n9000000,remove,i-1\n"
+                    "10800000,add,i-1\n14400000,remove,i-2\n");
+  auto c = LoadConfig(config);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const internal::Space space = internal::Enumerate(*c);
+  size_t spot_points = 0, kept = 0;
+  for (const auto& g : space.groups) {
+    bool spot = false;
+    for (const auto& grp : c->candidates[g.candidate].groups) spot = spot || grp.spot != nullptr;
+    for (const auto& slot : g.configs) {
+      const std::string id = internal::PointId(*c, g, slot, 0);
+      if (spot) {
+        ++spot_points;
+        EXPECT_EQ(before.count(id), 0u) << "a spot point kept its id after its trace changed";
+      } else {
+        kept += before.count(id);
+        EXPECT_EQ(before.count(id), 1u) << "a point without spot nodes changed its id";
+      }
+    }
+  }
+  EXPECT_GT(spot_points, 0u);
+  EXPECT_GT(kept, 0u);
+}
+
 }  // namespace
 }  // namespace hetsim::advise

@@ -2,10 +2,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include "models/kernels.h"
 #include "models/plan.h"
 #include "planners/planner.h"
 #include "sim/replay.h"
@@ -52,8 +54,12 @@ uint64_t SeedOf(const Config& c, uint32_t seed_index) { return c.seed + seed_ind
 Space Enumerate(const Config& c) {
   Space s;
   // What every plan depends on besides its candidate and planner.
-  const std::string common = c.model->name() + "|" + c.training.SerializeAsString() + "|" + c.fidelity_name + "|" +
-                             c.calibration;
+  // Files are keyed by their content, not their names, so that --resume notices an edit (the model's spec,
+  // a calibration file's values).
+  std::string calibration = c.calibration;
+  if (auto cal = models::LoadKernelCalibration(c.calibration); cal.ok()) calibration += "|" + cal->SerializeAsString();
+  const std::string common = c.model->spec().SerializeAsString() + "|" + c.training.SerializeAsString() + "|" +
+                             c.fidelity_name + "|" + calibration;
   for (size_t ci = 0; ci < c.candidates.size(); ++ci) {
     const Candidate& cand = c.candidates[ci];
     for (size_t pi = 0; pi < c.planners.size(); ++pi) {
@@ -114,6 +120,24 @@ std::string PointId(const Config& c, const Group& g, const ConfigSlot& slot, uin
   for (const auto& grp : cand.groups) {
     key += "|" + std::to_string(grp.usd_per_gpu_hour) + "," + std::to_string(grp.on_demand_usd_per_gpu_hour) + "," +
            std::to_string(grp.failure_rate_scale) + "," + (grp.spot ? grp.spot->source : std::string("-"));
+    if (grp.spot) {
+      // The series read from the trace file: an edit to the file changes the key (its name does not).
+      const SpotSeries& sp = *grp.spot;
+      uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bytes
+      const auto mix = [&h](double v) {
+        uint64_t bits = 0;
+        std::memcpy(&bits, &v, sizeof bits);
+        for (int i = 0; i < 8; ++i, bits >>= 8) h = (h ^ (bits & 0xff)) * 1099511628211ull;
+      };
+      mix(sp.duration_s);
+      mix(sp.notice_s);
+      mix(sp.peak);
+      for (const auto& [t, f] : sp.steps) {
+        mix(t);
+        mix(f);
+      }
+      key += "," + std::to_string(h);
+    }
   }
   return Hex(runner::Fnv(key));
 }
