@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <new>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -231,6 +232,10 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work,
     std::string payload;
     try {
       payload = work();
+    } catch (const std::bad_alloc&) {
+      payload = std::string(1, '\2') +
+                "simulator: out of memory while simulating (the plan's operations need more than this machine "
+                "gives: keep folding on, simulate fewer devices, or run where more memory is free)";
     } catch (const std::exception& e) {
       payload = std::string(1, '\2') + "simulator: " + e.what();
     }

@@ -77,7 +77,16 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       return 1;
     }
   }
-  return cmd->run(vm, out, err);
+  try {
+    return cmd->run(vm, out, err);
+  } catch (const std::bad_alloc&) {
+    // Out of memory anywhere in the command: a clear error and a non-zero exit, never an abort. What was
+    // written before (a manifest's finished points, a replay's streamed lines) stays.
+    err << "hetsim " << name << ": out of memory; the inputs need more than this machine gives (lower the trace's "
+           "events, the sweep's points, the cluster's GPUs or the global batch, or run where more memory is "
+           "free)\n";
+    return 1;
+  }
 }
 
 }  // namespace hetsim::cli
