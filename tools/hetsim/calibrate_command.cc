@@ -323,6 +323,21 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
   if (quick) command += " --quick";
 
   if (!vm.count("from-data")) {
+    // The profiles' flags are checked before the benchmarks run (minutes), not after them.
+    if (auto shapes = ProfileShapes(FlagString(vm, "profile-shapes")); !shapes.ok()) {
+      err << "hetsim calibrate: --profile-shapes: " << shapes.status().message() << "\n";
+      return 2;
+    }
+    if (vm.count("profile-model") && !FlagString(vm, "profile-model").empty()) {
+      if (auto m = models::LoadModel(FlagString(vm, "profile-model")); !m.ok()) {
+        err << "hetsim calibrate: --profile-model: " << m.status().message() << "\n";
+        return 2;
+      }
+    }
+    if (vm["profile-seq-len"].as<uint32_t>() == 0) {
+      err << "hetsim calibrate: --profile-seq-len: 0 is not a sequence length (give 1 or more)\n";
+      return 2;
+    }
     std::error_code ec;
     fs::create_directories(data_dir, ec);
     if (ec) {
