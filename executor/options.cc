@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "models/plan.h"
 #include "models/spec_io.h"
@@ -120,6 +121,15 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
   }
   if (o.iterations + o.warmup == 0) return Status::Invalid("hetsim-exec: --iterations and --warmup are both 0");
   if (!(o.rtol > 0)) return Status::Invalid("hetsim-exec: --rtol must be positive");
+  // Files written at the end are checked before training starts: a long run never ends in "cannot write".
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"report-out", &o.report_out},
+                                   {"timeline-out", &o.timeline_out}, {"ops-out", &o.ops_out},
+                                   {"loss-out", &o.loss_out}, {"profile-out", &o.profile_out}}) {
+    if (path->empty()) continue;
+    if (Status st = models::CheckWritable(*path, std::string("--") + flag); !st.ok()) {
+      return Status::Invalid("hetsim-exec: " + st.message());
+    }
+  }
   return o;
 }
 
