@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,20 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return known_s(out.candidates[a]) < known_s(out.candidates[b]); });
+  // Distinct structures only: a candidate that differs from an earlier start in its recomputation alone is
+  // one the polish reaches from there (change 13), so it would spend the budget on the same neighbourhood.
+  {
+    std::set<std::string> seen;
+    std::vector<size_t> distinct;
+    for (size_t i : order) {
+      proto::Plan shape = plans[i];
+      shape.clear_recompute();
+      shape.clear_name();
+      shape.clear_planner();
+      if (seen.insert(shape.SerializeAsString()).second) distinct.push_back(i);
+    }
+    order = std::move(distinct);
+  }
   if (order.size() > starts) order.resize(starts);
   if (order.empty()) return result;
   const sim::SimOptions so = CandidateSimOptions(options.sim, problem);

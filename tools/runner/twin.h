@@ -25,7 +25,7 @@ namespace hetsim::runner {
 
 inline constexpr double kDefaultTwinTimeLimitS = 60;
 inline constexpr uint32_t kDefaultTwinPolishSimulations = 200;
-inline constexpr uint32_t kDefaultTwinPolishStarts = 3;
+inline constexpr uint32_t kDefaultTwinPolishStarts = 8;
 
 // PlanOnTwin for `twin` (`planner` must be the registered twin planner). `options.k` = kAutoRefine checks every
 // candidate of the pool; a K limits the check to the pool's K best by estimate. `options.polish` > 0 replaces
