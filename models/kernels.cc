@@ -64,9 +64,12 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
     if (d.has_memory_efficiency()) it->memory = d.memory_efficiency();
   }
   if (k.flash_attention_size() > 0) {
-    p->flash_attention.clear();
-    for (const auto& a : k.flash_attention()) p->flash_attention.push_back({double(a.seq_len()), a.forward(), a.backward()});
-    p->flash_attention_source = k.source();
+    p->flash_attention_forward.clear();
+    p->flash_attention_backward.clear();
+    for (const auto& a : k.flash_attention()) {
+      p->flash_attention_forward.emplace_back(a.seq_len(), a.forward());
+      p->flash_attention_backward.emplace_back(a.seq_len(), a.backward());
+    }
   }
   if (k.collective_latency_size() > 0) {
     p->collective_latency_s.clear();
@@ -200,7 +203,9 @@ Status CheckKernelCalibration(const std::string& calibration, const std::string&
 namespace {
 // A value by group size from entries sorted by size: linear in log2 of the size between entries, the
 // nearest entry's beyond them.
-double BySize(const std::vector<std::pair<uint32_t, double>>& c, uint32_t group_size) {
+// (Group sizes, and flash attention's keys per query block.)
+template <typename Key>
+double BySize(const std::vector<std::pair<Key, double>>& c, double group_size) {
   if (group_size <= c.front().first) return c.front().second;
   for (size_t i = 1; i < c.size(); ++i) {
     if (group_size <= c[i].first) {
@@ -223,16 +228,9 @@ double KernelParams::CollectiveBusBandwidth(uint32_t group_size) const {
 }
 
 double KernelParams::FlashAttentionEfficiency(double keys, bool backward) const {
-  if (flash_attention.empty() || keys <= 0) return 0;
-  const auto value = [&](const AttentionPoint& a) { return backward ? a.backward : a.forward; };
-  if (keys <= flash_attention.front().keys) return value(flash_attention.front());
-  if (keys >= flash_attention.back().keys) return value(flash_attention.back());
-  size_t i = 1;
-  while (flash_attention[i].keys < keys) ++i;
-  const AttentionPoint& lo = flash_attention[i - 1];
-  const AttentionPoint& hi = flash_attention[i];
-  const double w = std::log2(keys / lo.keys) / std::log2(hi.keys / lo.keys);
-  return value(lo) + w * (value(hi) - value(lo));
+  const auto& curve = backward ? flash_attention_backward : flash_attention_forward;
+  if (curve.empty() || keys <= 0) return 0;
+  return BySize(curve, keys);
 }
 
 double KernelParams::GemmEfficiency(proto::DType dtype) const {

@@ -67,11 +67,7 @@ struct KernelParams {
   std::vector<std::pair<uint32_t, double>> collective_bus_bandwidth;
   // Flash attention's forward and backward efficiency by keys per query block (calibration.proto's
   // flash_attention, sorted by length); empty: the GEMM efficiency.
-  struct AttentionPoint {
-    double keys = 0, forward = 0, backward = 0;
-  };
-  std::vector<AttentionPoint> flash_attention;
-  std::string flash_attention_source;  // where the curve comes from (the entry's source)
+  std::vector<std::pair<double, double>> flash_attention_forward, flash_attention_backward;
   // The fraction of the dense peak flash attention reaches over `keys` keys (interpolated in log2 of the
   // length, the nearest point held beyond); 0 without a curve.
   double FlashAttentionEfficiency(double keys, bool backward) const;

@@ -290,7 +290,6 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
       result->cost_s = seeds.front().cost_s;
       result->found_by = seeds.front().found_by;
       seeds.erase(seeds.begin());
-      result->stats.claims_optimal = true;
       result->stats.notes.push_back("proof: the incumbent is " + result->found_by + "'s candidate (played estimate " +
                                     std::to_string(result->cost_s) + " s)");
     } else if (!seeds.empty() && seeds.front().cost_s < result->cost_s) {

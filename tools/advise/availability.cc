@@ -6,6 +6,7 @@
 #include <random>
 
 #include "models/spec_io.h"
+#include "tools/runner/manifest.h"
 #include "traces/llama3.h"
 #include "traces/spot.h"
 #include "traces/trace.h"
@@ -103,6 +104,7 @@ Result<SpotSeries> LoadSpotSeries(const proto::AdviseSpotTrace& spec, const std:
   SpotSeries s = SeriesOfTrace(trace);
   if (spec.has_notice_s()) s.notice_s = spec.notice_s();
   s.source = path;
+  s.digest = runner::Fnv(trace.SerializeAsString());
   if (s.peak == 0 || !(s.duration_s > 0)) {
     return Status::Invalid(path + ": no instance is ever alive in this spot trace (nothing to rent)");
   }

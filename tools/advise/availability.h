@@ -23,6 +23,7 @@ struct SpotSeries {
   double notice_s = 120;
   uint32_t peak = 0;  // instances alive at the trace's peak
   std::string source;  // the file, for reports
+  uint64_t digest = 0;  // of the trace read (advise's point ids: an edit to the file changes them)
   // The fraction at `t` of a trace started at `offset` and repeated.
   double FractionAt(double t, double offset) const;
 };

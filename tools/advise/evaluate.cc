@@ -2,7 +2,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -120,24 +119,7 @@ std::string PointId(const Config& c, const Group& g, const ConfigSlot& slot, uin
   for (const auto& grp : cand.groups) {
     key += "|" + std::to_string(grp.usd_per_gpu_hour) + "," + std::to_string(grp.on_demand_usd_per_gpu_hour) + "," +
            std::to_string(grp.failure_rate_scale) + "," + (grp.spot ? grp.spot->source : std::string("-"));
-    if (grp.spot) {
-      // The series read from the trace file: an edit to the file changes the key (its name does not).
-      const SpotSeries& sp = *grp.spot;
-      uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bytes
-      const auto mix = [&h](double v) {
-        uint64_t bits = 0;
-        std::memcpy(&bits, &v, sizeof bits);
-        for (int i = 0; i < 8; ++i, bits >>= 8) h = (h ^ (bits & 0xff)) * 1099511628211ull;
-      };
-      mix(sp.duration_s);
-      mix(sp.notice_s);
-      mix(sp.peak);
-      for (const auto& [t, f] : sp.steps) {
-        mix(t);
-        mix(f);
-      }
-      key += "," + std::to_string(h);
-    }
+    if (grp.spot) key += "," + std::to_string(grp.spot->digest) + "," + std::to_string(grp.spot->notice_s);
   }
   return Hex(runner::Fnv(key));
 }
