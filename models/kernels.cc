@@ -63,13 +63,21 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
     if (d.has_gemm_efficiency()) it->gemm = d.gemm_efficiency();
     if (d.has_memory_efficiency()) it->memory = d.memory_efficiency();
   }
-  if (k.flash_attention_size() > 0) {
+  // Each kernel's points replace the lower layer's curve for that kernel.
+  bool flash = false, triton = false;
+  for (const auto& a : k.flash_attention()) (a.kernel() == proto::ATTENTION_FLASH_TRITON ? triton : flash) = true;
+  if (flash) {
     p->flash_attention_forward.clear();
     p->flash_attention_backward.clear();
-    for (const auto& a : k.flash_attention()) {
-      p->flash_attention_forward.emplace_back(a.seq_len(), a.forward());
-      p->flash_attention_backward.emplace_back(a.seq_len(), a.backward());
-    }
+  }
+  if (triton) {
+    p->flash_triton_forward.clear();
+    p->flash_triton_backward.clear();
+  }
+  for (const auto& a : k.flash_attention()) {
+    const bool t = a.kernel() == proto::ATTENTION_FLASH_TRITON;
+    (t ? p->flash_triton_forward : p->flash_attention_forward).emplace_back(a.seq_len(), a.forward());
+    (t ? p->flash_triton_backward : p->flash_attention_backward).emplace_back(a.seq_len(), a.backward());
   }
   if (k.collective_latency_size() > 0) {
     p->collective_latency_s.clear();
@@ -132,10 +140,22 @@ Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path
                    "].group_size: the entries must go up in group size");
       }
     }
-    for (int j = 1; j < k.flash_attention_size(); ++j) {
-      if (k.flash_attention(j).seq_len() <= k.flash_attention(j - 1).seq_len()) {
-        errors.Add(at + path + ".flash_attention[" + std::to_string(j) +
-                   "].seq_len: the entries must go up in sequence length");
+    // Each kernel's points go up in length (a kernel's points may follow another's).
+    for (int j = 0; j < k.flash_attention_size(); ++j) {
+      const auto& a = k.flash_attention(j);
+      const std::string field = at + path + ".flash_attention[" + std::to_string(j) + "]";
+      if (a.kernel() == proto::ATTENTION_STANDARD) {
+        errors.Add(field + ".kernel: standard attention has no flash curve; name flash or flash_triton");
+      }
+      const auto same = [&](const proto::AttentionEfficiency& b) {
+        return (b.kernel() == proto::ATTENTION_FLASH_TRITON) == (a.kernel() == proto::ATTENTION_FLASH_TRITON);
+      };
+      for (int i = j - 1; i >= 0; --i) {
+        if (!same(k.flash_attention(i))) continue;
+        if (a.seq_len() <= k.flash_attention(i).seq_len()) {
+          errors.Add(field + ".seq_len: one kernel's entries must go up in sequence length");
+        }
+        break;
       }
     }
   };
@@ -227,8 +247,10 @@ double KernelParams::CollectiveBusBandwidth(uint32_t group_size) const {
   return BySize(collective_bus_bandwidth, group_size);
 }
 
-double KernelParams::FlashAttentionEfficiency(double keys, bool backward) const {
-  const auto& curve = backward ? flash_attention_backward : flash_attention_forward;
+double KernelParams::FlashAttentionEfficiency(double keys, bool backward, proto::Attention kernel) const {
+  const bool triton = kernel == proto::ATTENTION_FLASH_TRITON && !flash_triton_forward.empty();
+  const auto& curve = triton ? (backward ? flash_triton_backward : flash_triton_forward)
+                             : (backward ? flash_attention_backward : flash_attention_forward);
   if (curve.empty() || keys <= 0) return 0;
   return BySize(curve, keys);
 }
@@ -399,6 +421,7 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
     // Ring attention: one kernel per ring step, each over the rank's queries and one K/V block.
     x.flops = flops / cp;
     x.attention_keys = full_s / cp;  // a ring step's K/V block (the whole sequence without CP)
+    x.attention = shape.attention;
     x.backward = !fwd;
     x.bytes = (fwd ? 2 : 4) * b * q_tokens * att_qkv * e;
     for (uint32_t i = 0; i < shape.shard.cp; ++i) k.push_back(x);
@@ -434,7 +457,7 @@ double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams&
       break;
     case Kernel::Type::kFused: {
       // Flash attention at its measured efficiency where the calibration has a curve.
-      const double eff = k.attention_keys > 0 ? p.FlashAttentionEfficiency(k.attention_keys, k.backward) : 0;
+      const double eff = k.attention_keys > 0 ? p.FlashAttentionEfficiency(k.attention_keys, k.backward, k.attention) : 0;
       const double rate = eff > 0 ? gpu.PeakTflops(math) * 1e12 * eff : peak;
       t = std::max(rate > 0 ? k.flops / rate : 0, bw > 0 ? k.bytes / bw : 0);
       break;

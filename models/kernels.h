@@ -68,9 +68,13 @@ struct KernelParams {
   // Flash attention's forward and backward efficiency by keys per query block (calibration.proto's
   // flash_attention, sorted by length); empty: the GEMM efficiency.
   std::vector<std::pair<double, double>> flash_attention_forward, flash_attention_backward;
-  // The fraction of the dense peak flash attention reaches over `keys` keys (interpolated in log2 of the
-  // length, the nearest point held beyond); 0 without a curve.
-  double FlashAttentionEfficiency(double keys, bool backward) const;
+  // The same for FlashAttention's Triton kernel (`attention: flash_triton`); empty: flash's curve.
+  std::vector<std::pair<double, double>> flash_triton_forward, flash_triton_backward;
+  // The fraction of the dense peak flash attention (`kernel`: ATTENTION_FLASH or ATTENTION_FLASH_TRITON)
+  // reaches over `keys` keys (interpolated in log2 of the length, the nearest point held beyond); 0 without a
+  // curve.
+  double FlashAttentionEfficiency(double keys, bool backward,
+                                  proto::Attention kernel = proto::ATTENTION_FLASH) const;
 
   double CollectiveLatency(uint32_t group_size) const;
   // The measured intra-node bus bandwidth for `group_size` GPUs (interpolated in log2 of the size, the
@@ -111,6 +115,7 @@ struct Kernel {
   // Flash attention: the keys each query block attends over (the sequence, or one K/V block per ring
   // step), which sets its efficiency where the calibration has a curve (KernelParams::flash_attention).
   double attention_keys = 0;
+  proto::Attention attention = proto::ATTENTION_FLASH;  // which flash kernel (its own curve)
   bool backward = false;
 };
 

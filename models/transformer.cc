@@ -181,7 +181,7 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   const double mlp_internal = spec_.mlp() == proto::Model::MLP_SWIGLU ? 3 * B * s * b * f : 2 * B * s * b * f;
   double split = B * s * b * (h + 2 * kvd) + B * sbh + mlp_internal;
   double masks = 0;  // 1 byte per element (Korthikanti et al. 2022 §4.1)
-  if (attention == proto::ATTENTION_FLASH) {
+  if (attention != proto::ATTENTION_STANDARD) {  // flash, either kernel
     split += 4.0 * s * b * a;  // softmax log-sum-exp statistics, fp32
   } else if (recompute != proto::RECOMPUTE_SELECTIVE) {
     split += B * a * s * s * b;  // softmax output kept for the value product

@@ -158,6 +158,74 @@ TEST(KernelModel, FlashAttentionRunsAtItsMeasuredEfficiencyByLength) {
   EXPECT_TRUE(Named(ring, "flash-attention-grad")->backward);
 }
 
+TEST(KernelModel, FlashAttentionsTritonKernelRunsOnItsOwnCurve) {
+  // The A100 family's Triton curve (default calibration): 0.43 forward at 16K keys, 0.2152 backward at 2,048.
+  const GpuSpec& a100 = Gpu("a100-40gb");
+  const KernelParams& pa = KernelParamsFor(a100);
+  EXPECT_DOUBLE_EQ(pa.FlashAttentionEfficiency(16384, false, proto::ATTENTION_FLASH_TRITON), 0.43);
+  EXPECT_DOUBLE_EQ(pa.FlashAttentionEfficiency(2048, true, proto::ATTENTION_FLASH_TRITON), 0.2152);
+  EXPECT_EQ(pa.FlashAttentionEfficiency(16384, false, proto::ATTENTION_FLASH), 0);  // FlashAttention-2: none
+  // The H100 has no Triton curve: the kernel runs on flash's (FlashAttention-2's 0.301 at 2,048 keys).
+  EXPECT_DOUBLE_EQ(KernelParamsFor(Gpu("h100")).FlashAttentionEfficiency(2048, false, proto::ATTENTION_FLASH_TRITON),
+                   0.301);
+  // The lowering tags the fused kernel with the training's attention, and its time follows that curve:
+  // a 2,048-token forward at 0.3825 of the A100's 312 TFLOPS.
+  auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  KernelShape shape;
+  shape.seq_len = 2048;
+  shape.attention = proto::ATTENTION_FLASH_TRITON;
+  const auto ks = LayerKernels(*model, 1, Pass::kForward, shape);
+  const Kernel* fa = Named(ks, "flash-attention");
+  ASSERT_NE(fa, nullptr);
+  EXPECT_EQ(fa->attention, proto::ATTENTION_FLASH_TRITON);
+  const double rate = 312e12 * 0.3825;
+  EXPECT_NEAR(KernelGpuSeconds(*fa, a100, pa, proto::DTYPE_BF16),
+              std::max(fa->flops / rate, fa->bytes / (a100.hbm_bandwidth_gbyte_s * 1e9 * pa.memory_efficiency)) +
+                  pa.kernel_latency_s,
+              1e-12);
+  // It stores what flash attention stores (no s × s scores).
+  EXPECT_DOUBLE_EQ(model->ActivationBytes(1, 1, 2048, 1, false, proto::RECOMPUTE_NONE, proto::DTYPE_BF16,
+                                          proto::ATTENTION_FLASH_TRITON, 0),
+                   model->ActivationBytes(1, 1, 2048, 1, false, proto::RECOMPUTE_NONE, proto::DTYPE_BF16,
+                                          proto::ATTENTION_FLASH, 0));
+}
+
+TEST(KernelModel, EachFlashKernelsPointsFormTheirOwnCurve) {
+  const std::string path = ::testing::TempDir() + "/two-kernels.yaml";
+  {
+    std::ofstream f(path);
+    f << "kind: calibration\nbase: default\ngpus:\n  - gpus: [h100]\n    flash_attention:\n"
+         "      - {seq_len: 1024, forward: 0.5, backward: 0.4}\n"
+         "      - {seq_len: 512, forward: 0.2, backward: 0.1, kernel: flash_triton}\n"
+         "      - {seq_len: 4096, forward: 0.6, backward: 0.5}\n"
+         "      - {seq_len: 2048, forward: 0.3, backward: 0.2, kernel: flash_triton}\n";
+  }
+  ASSERT_TRUE(CheckKernelCalibration(path).ok()) << CheckKernelCalibration(path).message();
+  const KernelParams& p = KernelParamsFor(Gpu("h100"), path);
+  EXPECT_DOUBLE_EQ(p.FlashAttentionEfficiency(4096, false), 0.6);
+  EXPECT_DOUBLE_EQ(p.FlashAttentionEfficiency(4096, false, proto::ATTENTION_FLASH_TRITON), 0.3);  // held
+  EXPECT_NEAR(p.FlashAttentionEfficiency(1024, true, proto::ATTENTION_FLASH_TRITON), 0.15, 1e-12);  // log2 middle
+  // Out of order within one kernel, or a curve for standard attention: refused, naming the entry.
+  const std::string bad = ::testing::TempDir() + "/two-kernels-bad.yaml";
+  {
+    std::ofstream f(bad);
+    f << "kind: calibration\ngpus:\n  - gpus: [h100]\n    flash_attention:\n"
+         "      - {seq_len: 2048, forward: 0.3, backward: 0.2, kernel: flash_triton}\n"
+         "      - {seq_len: 4096, forward: 0.5, backward: 0.4}\n"
+         "      - {seq_len: 1024, forward: 0.2, backward: 0.1, kernel: flash_triton}\n"
+         "      - {seq_len: 8192, forward: 0.2, backward: 0.1, kernel: standard}\n";
+  }
+  const Status s = CheckKernelCalibration(bad);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("gpus[0].flash_attention[2].seq_len: one kernel's entries must go up"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("flash_attention[1].seq_len"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("gpus[0].flash_attention[3].kernel: standard attention has no flash curve"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(KernelModel, CollectiveLatencyInterpolatesInLogGroupSize) {
   KernelParams p;
   p.collective_latency_s = {{2, 10e-6}, {8, 40e-6}};
@@ -311,7 +379,7 @@ TEST(KernelModel, BadCalibrationFilesNameTheFileAndTheField) {
   EXPECT_NE(m.find(path + ": gpus[0].collective_latency[1].group_size: the entries must go up in group size"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find(path + ": gpus[0].flash_attention[1].seq_len: the entries must go up in sequence length"),
+  EXPECT_NE(m.find(path + ": gpus[0].flash_attention[1].seq_len: one kernel's entries must go up in sequence length"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find(path + ": base: 'nosuch' is not a bundled calibration (a100-80gb, cpu, default, h100, megatron-deepspeed, sailor-mit, vtrain-a100)"), std::string::npos)

@@ -2,6 +2,7 @@
 // per-run CSVs, bad rows, and the executor mode's errors (split from cli_test.cc).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -286,6 +287,34 @@ TEST(ValidateSim, TheBundledSailorPlansSimulate) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(Has(r.out, "simulated 15 of 15 plans")) << r.out;
   EXPECT_TRUE(Has(r.out, "nodes=32")) << r.out;
+}
+
+TEST(ValidateSim, TheBundledLlmFoundryFsdpRunsSimulateAndFitInMemory) {
+  // experiments/validation/llmfoundry_a100_40gb_fsdp/runs.csv: all 78 FSDP (ZeRO-3) runs simulate, and none
+  // needs more than the A100-40GB's 40 GiB (each ran). The first, MPT-70B on 128 GPUs, holds at least its
+  // share of the sharded states: 16 bytes of bf16 weights, gradients, fp32 master copy and Adam moments per
+  // parameter, 64.86 B parameters over 128 GPUs = 7.55 GiB.
+  const std::string out = testing::TempDir() + "llmfoundry.csv";
+  const auto r = RunCli({"validate-sim", "--runs",
+                         std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/llmfoundry_a100_40gb_fsdp/runs.csv",
+                         "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 78 of 78 plans")) << r.out;
+  EXPECT_GT(FirstRunCell(out, "simulated_peak_gib"), 16 * 64.86e9 / 128 / (1u << 30));
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  const auto names = Cells(line);
+  const size_t col = std::find(names.begin(), names.end(), "simulated_peak_gib") - names.begin();
+  ASSERT_LT(col, names.size());
+  int rows = 0;
+  while (std::getline(in, line)) {
+    const auto cells = Cells(line);
+    ASSERT_LT(col, cells.size()) << line;
+    EXPECT_LE(std::stod(cells[col]), 40.0) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 78);
 }
 
 TEST(ValidateSim, EachPlanRunUsesTheCalibrationItsRowNames) {

@@ -216,7 +216,8 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
   auto rr = runner::PlanOnTwin(**planner, problem, refine, &out);
   row.plan_refined_s = Wall(t1);
   if (!rr.ok()) return row;
-  row.refined_s = out.candidates[out.chosen].simulated_s;
+  // twin's search ends in its local search's plan (out.polish), not in the checked pool's choice.
+  row.refined_s = out.polished ? out.polish.end_s : out.candidates[out.chosen].simulated_s;
   row.proven = out.proven;
   row.lower_bound_s = rr->space_lower_bound_s;
   row.ok = true;
