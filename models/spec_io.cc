@@ -198,6 +198,10 @@ std::string ResolveRelative(const std::string& ref, const std::string& from_file
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  return WriteFileAtomically(path, [&](const PieceSink& put) { return put(text); });
+}
+
+Status WriteFileAtomically(const std::string& path, const std::function<Status(const PieceSink& put)>& produce) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     return Status::IoError(path + ": is a folder; give a file name (e.g. " + path + "/out.json)");
@@ -215,16 +219,29 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
     const int err = errno;
     return Status::IoError(path + ": cannot write here: " + std::strerror(err));
   }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      return fail("write failed", err);
+  int write_error = 0;
+  const PieceSink put = [&](std::string_view text) -> Status {
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        write_error = n < 0 ? errno : EIO;
+        return Status::IoError(path + ": write failed");
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
+    return Status::Ok();
+  };
+  const Status produced = produce(put);
+  if (write_error != 0) {
+    ::close(fd);
+    return fail("write failed", write_error);
+  }
+  if (!produced.ok()) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return produced;
   }
   if (::close(fd) != 0) return fail("write failed", errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot replace the file", errno);

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/bundled.h"
@@ -61,6 +63,10 @@ std::string ResolveRelative(const std::string& ref, const std::string& from_file
 // Writes `text` to `path` atomically: a fresh temporary file beside it (created with O_EXCL|O_NOFOLLOW, so
 // a planted link is never followed), then rename. A link at `path` itself is replaced, not written through.
 Status WriteFileAtomically(const std::string& path, const std::string& text);
+// The same for text produced in pieces (a report too large to hold as one string): `produce` hands each
+// piece to `put`, in order; an error from either leaves nothing at `path`.
+using PieceSink = std::function<Status(std::string_view piece)>;
+Status WriteFileAtomically(const std::string& path, const std::function<Status(const PieceSink& put)>& produce);
 // Whether `path` can be written (its folder exists and is writable, it is not a folder), checked before a
 // long computation whose result goes there; `flag` names it in the error ("--report-out").
 Status CheckWritable(const std::string& path, const std::string& flag);

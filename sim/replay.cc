@@ -5,6 +5,12 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <string>
+#include <string_view>
+
+#include <google/protobuf/field_mask.pb.h>
+#include <google/protobuf/util/field_mask_util.h>
+#include <google/protobuf/util/json_util.h>
 
 #include "models/iteration_report.h"
 #include "sim/recovery/policy.h"
@@ -85,5 +91,38 @@ double OnDemandUsdPerGpuHour(const std::string& gpu) {
 }
 
 std::string ReplayReportJson(const proto::ReplayReport& report) { return models::MessageJson(report); }
+
+Status WriteReplayReportJson(const proto::ReplayReport& report, const models::PieceSink& put) {
+  if (report.segments_size() == 0) return put(models::MessageJson(report));
+  // Everything but the segments, printed by protobuf: the segments' place is an empty list there.
+  google::protobuf::FieldMask mask;
+  const auto* descriptor = report.GetDescriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    if (descriptor->field(i)->number() != proto::ReplayReport::kSegmentsFieldNumber) {
+      mask.add_paths(descriptor->field(i)->name());
+    }
+  }
+  proto::ReplayReport head;
+  google::protobuf::util::FieldMaskUtil::MergeMessageTo(report, mask, {}, &head);
+  const std::string json = models::MessageJson(head);
+  const std::string empty = "\"segments\": []";
+  const size_t at = json.find(empty);
+  if (at == std::string::npos) return put(models::MessageJson(report));
+  HETSIM_RETURN_IF_ERROR(put(std::string_view(json).substr(0, at)));
+  HETSIM_RETURN_IF_ERROR(put("\"segments\": ["));
+  google::protobuf::util::JsonPrintOptions opt;
+  opt.preserve_proto_field_names = true;
+  opt.always_print_primitive_fields = true;
+  std::string one;
+  for (int i = 0; i < report.segments_size(); ++i) {
+    one.assign(i == 0 ? "\n  " : ",\n  ");
+    std::string segment;
+    (void)google::protobuf::util::MessageToJsonString(report.segments(i), &segment, opt);
+    one += segment;
+    HETSIM_RETURN_IF_ERROR(put(one));
+  }
+  HETSIM_RETURN_IF_ERROR(put("\n ]"));
+  return put(std::string_view(json).substr(at + empty.size()));
+}
 
 }  // namespace hetsim::sim

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/spec_io.h"
 #include "models/cluster.h"
 #include "models/proto/plan.pb.h"
 #include "models/proto/replay.pb.h"
@@ -96,5 +97,9 @@ double OnDemandUsdPerGpuHour(const std::string& gpu);
 
 // The report as JSON (proto3 JSON mapping, fields in declaration order).
 std::string ReplayReportJson(const proto::ReplayReport& report);
+// The same JSON written in pieces, one segment at a time (a million-event replay's report is ~110 MB of
+// JSON, which protobuf's printer would hold whole, several times over): what `put` receives, joined, parses
+// to the same object as ReplayReportJson's (segments printed compactly, one per line).
+Status WriteReplayReportJson(const proto::ReplayReport& report, const models::PieceSink& put);
 
 }  // namespace hetsim::sim

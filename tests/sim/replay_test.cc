@@ -4,6 +4,10 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <string_view>
+
+#include <google/protobuf/util/json_util.h>
 
 #include "models/plan.h"
 #include "models/spec_io.h"
@@ -269,6 +273,38 @@ TEST(YoungDaly, MatchesYoungToFirstOrder) {
   EXPECT_NEAR(sim::YoungDalyInterval(1, 1e6) / std::sqrt(2e6), 1.0, 1e-3);
   EXPECT_DOUBLE_EQ(sim::YoungDalyInterval(300, 100), 100);
   EXPECT_DOUBLE_EQ(sim::YoungDalyInterval(0, 100), 0);
+}
+
+TEST_F(ReplayTest, TheStreamedReportIsTheSameJsonObject) {
+  // A replay with segments written in pieces (one segment per piece) parses to the report ReplayReportJson
+  // prints whole: same fields, same segments, in order.
+  proto::Trace trace = Trace(20000);
+  auto* e = Add(trace, 7777, proto::TraceEvent::KIND_NODE_FAILURE);
+  e->add_nodes(1);
+  e->set_repair_s(3600);
+  auto r = sim::ReplayRun(Inputs(trace, "checkpoint-restart"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_GT(r->segments_size(), 2);
+  std::string streamed;
+  int pieces = 0;
+  ASSERT_TRUE(sim::WriteReplayReportJson(*r, [&](std::string_view piece) {
+                ++pieces;
+                streamed.append(piece);
+                return Status::Ok();
+              }).ok());
+  EXPECT_GE(pieces, r->segments_size());
+  proto::ReplayReport whole, pieced;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sim::ReplayReportJson(*r), &whole).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(streamed, &pieced).ok()) << streamed.substr(0, 400);
+  EXPECT_EQ(pieced.SerializeAsString(), whole.SerializeAsString());
+  EXPECT_EQ(pieced.segments_size(), r->segments_size());
+  // A failing sink stops the writer with its error.
+  int calls = 0;
+  const Status s = sim::WriteReplayReportJson(*r, [&](std::string_view) {
+    return ++calls == 3 ? Status::IoError("disk full") : Status::Ok();
+  });
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(calls, 3);
 }
 
 TEST_F(ReplayTest, ReplanningIsChargedOnlyWhenAskedSoReportsRepeat) {

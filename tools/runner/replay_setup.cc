@@ -100,16 +100,19 @@ sim::Replanner MakeReplanner(const models::TransformerModel& model, const proto:
 Status WriteReplayOutputs(const std::vector<proto::ReplayReport>& reports, const std::string& report_out,
                           const std::string& figure, std::ostream& out) {
   std::vector<std::string> files;
+  // Reports stream to their file one segment at a time (a million-event replay's would take gigabytes whole).
+  const auto write = [&](const std::string& path, bool list) {
+    return models::WriteFileAtomically(path, [&](const models::PieceSink& put) -> Status {
+      if (list) HETSIM_RETURN_IF_ERROR(put("[\n"));
+      for (size_t i = 0; i < reports.size(); ++i) {
+        if (i > 0) HETSIM_RETURN_IF_ERROR(put(",\n"));
+        HETSIM_RETURN_IF_ERROR(sim::WriteReplayReportJson(reports[i], put));
+      }
+      return list ? put("]\n") : Status::Ok();
+    });
+  };
   if (!report_out.empty()) {
-    std::string json;
-    if (reports.size() == 1) {
-      json = sim::ReplayReportJson(reports[0]);
-    } else {
-      json = "[\n";
-      for (size_t i = 0; i < reports.size(); ++i) json += (i ? ",\n" : "") + sim::ReplayReportJson(reports[i]);
-      json += "]\n";
-    }
-    HETSIM_RETURN_IF_ERROR(models::WriteFileAtomically(report_out, json));
+    HETSIM_RETURN_IF_ERROR(write(report_out, reports.size() != 1));
     out << "report: " << report_out << "\n";
     files.push_back(report_out);
   }
@@ -117,10 +120,7 @@ Status WriteReplayOutputs(const std::vector<proto::ReplayReport>& reports, const
   std::string tmp;
   if (files.empty()) {
     tmp = (fs::temp_directory_path() / ("hetsim-replay-" + std::to_string(::getpid()) + ".json")).string();
-    std::string json = "[\n";
-    for (size_t i = 0; i < reports.size(); ++i) json += (i ? ",\n" : "") + sim::ReplayReportJson(reports[i]);
-    json += "]\n";
-    HETSIM_RETURN_IF_ERROR(models::WriteFileAtomically(tmp, json));
+    HETSIM_RETURN_IF_ERROR(write(tmp, true));
     files.push_back(tmp);
   }
   std::vector<std::string> argv = {"/usr/bin/python3", models::PlotDir() + "/replay.py", "-o", figure};

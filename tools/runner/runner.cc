@@ -132,7 +132,9 @@ proto::PointResult ReplayPoint(const Manifest& m, const Point& p, const std::str
   AddMetric(r, "configurations", rep->configurations_size());
   fs::create_directories(dir + "/replays");
   const std::string rel = "replays/point-" + std::to_string(p.index) + ".json";
-  if (models::WriteFileAtomically(dir + "/" + rel, sim::ReplayReportJson(*rep)).ok()) r.set_replay_file(rel);
+  const Status written = models::WriteFileAtomically(
+      dir + "/" + rel, [&](const models::PieceSink& put) { return sim::WriteReplayReportJson(*rep, put); });
+  if (written.ok()) r.set_replay_file(rel);
   return r;
 }
 
