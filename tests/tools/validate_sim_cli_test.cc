@@ -317,6 +317,15 @@ TEST(ValidateSim, TheBundledLlmFoundryFsdpRunsSimulateAndFitInMemory) {
   EXPECT_EQ(rows, 78);
 }
 
+TEST(ValidateSim, TheBundledNemoFp8RunsSimulate) {
+  // experiments/validation/nemo_2407_h100_fp8/runs.csv: NVIDIA's 12 NeMo 24.07 FP8 runs (8-512 H100s; TP,
+  // PP, CP and interleaved 1F1B) each load their plan, cluster and model beside the CSV and simulate.
+  const auto r = RunCli({"validate-sim", "--runs",
+                         std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/nemo_2407_h100_fp8/runs.csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "simulated 12 of 12 plans")) << r.out;
+}
+
 TEST(ValidateSim, EachPlanRunUsesTheCalibrationItsRowNames) {
   // The same Sailor plan (one GH200 node, TP 4, micro-batch 1: 24 blocks of small kernels) with the default
   // calibration and with megatron-deepspeed (about 61 us of host time per kernel instead of 10): the second
