@@ -349,8 +349,23 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
     x.bytes = bytes;
     k.push_back(x);
   };
+  // FP8 training as Transformer Engine runs a block's linear layers (te.Linear / te.LayerNormLinear under
+  // delayed scaling, every GEMM of the three in FP8): the GEMM operands are FP8 copies made by cast-transpose
+  // kernels, which read the bf16 tensor once and write its FP8 copy and the FP8 transpose the other GEMM of
+  // the pair needs (4 bytes of traffic per element, their amax taken in the same pass):
+  //   - forward: the input of a linear that no TE norm feeds (attention-out, mlp-out); the norms before QKV
+  //     and mlp-in write their output in FP8 and transposed themselves (as many bytes as the bf16 output);
+  //   - backward: the output gradient of every linear, before its dgrad and wgrad GEMMs.
+  // Not priced: the weights' FP8 cast (once per step: Megatron-Core passes is_first_microbatch, so later
+  // micro-batches reuse it) and the amax all-reduce (a few KiB per step).
+  const bool fp8_linears = shape.dtype == proto::DTYPE_FP8 && model.kind(layer) == LayerKind::kTransformer;
   // A linear layer: forward (m, n, k); backward input gradient (m, k, n) and weight gradient (n, k, m).
-  auto linear = [&](const char* fwd, const char* dgrad, const char* wgrad, double m, double n, double kk) {
+  auto linear = [&](const char* fwd, const char* dgrad, const char* wgrad, double m, double n, double kk,
+                    bool norm_casts_input = false) {
+    if (fp8_linears) {
+      if (pass == Pass::kForward && !norm_casts_input) mem("fp8-cast-transpose", 4 * m * kk);
+      if (pass == Pass::kBackward) mem("fp8-cast-transpose-grad", 4 * m * n);
+    }
     const size_t first = k.size();
     if (pass == Pass::kForward) {
       gemm(fwd, m, n, kk);
@@ -388,7 +403,7 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   const double scores = b * heads * s * s;  // elements of one score matrix set
 
   mem(fwd ? "norm1" : "norm1-grad", (fwd ? 2 : 3) * bs * h * e);
-  linear("qkv", "qkv-dgrad", "qkv-wgrad", bs, qkv, h);
+  linear("qkv", "qkv-dgrad", "qkv-wgrad", bs, qkv, h, /*norm_casts_input=*/true);
   if (standard) {
     mem(fwd ? "qkv-layout" : "qkv-layout-grad", (fwd ? 2 : 3) * bs * h / t * e);
     if (fwd) {
@@ -433,7 +448,7 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   linear("attention-out", "attention-out-dgrad", "attention-out-wgrad", bs, h, h / t);
   mem(fwd ? "bias-dropout-add" : "bias-dropout-add-grad", (fwd ? 3 * e + 1 : 4 * e) * bs * h);
   mem(fwd ? "norm2" : "norm2-grad", (fwd ? 2 : 3) * bs * h * e);
-  linear("mlp-in", "mlp-in-dgrad", "mlp-in-wgrad", bs, (swiglu ? 2 : 1) * ffn, h);
+  linear("mlp-in", "mlp-in-dgrad", "mlp-in-wgrad", bs, (swiglu ? 2 : 1) * ffn, h, /*norm_casts_input=*/true);
   mem(fwd ? "activation" : "activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * bs * ffn * e);
   linear("mlp-out", "mlp-out-dgrad", "mlp-out-wgrad", bs, h, ffn);
   mem(fwd ? "bias-dropout-add" : "bias-dropout-add-grad", (fwd ? 3 * e + 1 : 4 * e) * bs * h);

@@ -310,6 +310,40 @@ TEST(KernelModel, Fp8RunsOnlyTheBlocksLinearLayersAtTheFp8Peak) {
   EXPECT_DOUBLE_EQ(Gpu("a100-80gb").PeakTflops(proto::DTYPE_FP8), 0.0);
 }
 
+TEST(KernelModel, Fp8AddsTransformerEnginesCastTransposeKernels) {
+  // Llama-2 7B (h 4,096, SwiGLU ffn 11,008, MHA) at micro-batch 1 × 4,096 tokens, TP 1. Forward: the inputs of
+  // attention-out (h) and mlp-out (ffn) are cast to FP8 and transposed (4 bytes per element); QKV's and mlp-in's
+  // come from the norms. Backward: every linear's output gradient (QKV 3h, out h, mlp-in 2·ffn, mlp-out h).
+  const auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  KernelShape fp8;
+  fp8.seq_len = 4096;
+  fp8.dtype = proto::DTYPE_FP8;
+  const double tokens = 4096, h = 4096, ffn = 11008;
+  const auto bytes = [](const std::vector<Kernel>& ks, const std::string& name) {
+    double sum = 0;
+    int n = 0;
+    for (const Kernel& x : ks) {
+      if (name == x.name) {
+        sum += x.bytes;
+        ++n;
+      }
+    }
+    return std::make_pair(n, sum);
+  };
+  const auto fwd = bytes(LayerKernels(*model, 1, Pass::kForward, fp8), "fp8-cast-transpose");
+  EXPECT_EQ(fwd.first, 2);
+  EXPECT_DOUBLE_EQ(fwd.second, 4 * tokens * (h + ffn));
+  const auto bwd = bytes(LayerKernels(*model, 1, Pass::kBackward, fp8), "fp8-cast-transpose-grad");
+  EXPECT_EQ(bwd.first, 4);
+  EXPECT_DOUBLE_EQ(bwd.second, 4 * tokens * (3 * h + h + 2 * ffn + h));
+  // Not in bf16, and not in the head (its GEMM runs in bf16).
+  KernelShape bf16 = fp8;
+  bf16.dtype = proto::DTYPE_BF16;
+  EXPECT_EQ(bytes(LayerKernels(*model, 1, Pass::kBackward, bf16), "fp8-cast-transpose-grad").first, 0);
+  EXPECT_EQ(bytes(LayerKernels(*model, model->num_layers() - 1, Pass::kBackward, fp8), "fp8-cast-transpose-grad").first, 0);
+}
+
 // TF32 training is FP32 tensors with TF32 math where the part has it: a Turing card (RTX 2080, no TF32 mode)
 // runs the same training's GEMMs in FP32 at its FP32 peak and its FP32 efficiency (the `default` entry fitted
 // on Sailor's RTX 2080 profile), not at the generic TF32 values, and the Ampere card beside it uses TF32.
