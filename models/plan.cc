@@ -465,11 +465,9 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
   const auto& tr = ctx.training;
   const proto::Recompute recompute = EffectiveRecompute(plan, tr);
   const proto::Plan::Schedule schedule = EffectiveSchedule(plan);
-  const bool mixed = MixedPrecision(tr.dtype());
-  const bool adam = tr.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double weight_bytes = DTypeBytes(tr.dtype());
   const double grad_bytes = weight_bytes;
-  const double optim_bytes = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + tr.optimizer_extra_bytes_per_param();
+  const double optim_bytes = OptimizerBytesPerParam(tr);
   const uint32_t zero = plan.zero_stage();
   const bool offload_optimizer = OffloadsOptimizer(plan), offload_params = OffloadsParams(plan);
   // DP replicas per layer: the ZeRO sharding factor.

@@ -9,6 +9,13 @@ double DTypeBytes(proto::DType dtype) {
 
 bool MixedPrecision(proto::DType dtype) { return DTypeBytes(dtype) < 4.0; }
 
+double OptimizerBytesPerParam(const proto::Training& training) {
+  const bool adam = training.optimizer() == proto::Training::OPTIMIZER_ADAM;
+  const double moment = training.optimizer_state_dtype() == proto::DTYPE_BF16 ? 2.0 : 4.0;
+  return (MixedPrecision(training.dtype()) ? 4.0 : 0.0) + (adam ? 2 * moment : 4.0) +
+         training.optimizer_extra_bytes_per_param();
+}
+
 Result<TransformerModel> TransformerModel::Build(proto::Model spec, const std::string& file) {
   ErrorList errors;
   const std::string at = file + ": ";

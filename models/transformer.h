@@ -40,6 +40,10 @@ struct SequenceSharding {
 double DTypeBytes(proto::DType dtype);
 // True when the training keeps fp32 master weights beside lower-precision ones (bf16, fp16, fp8).
 bool MixedPrecision(proto::DType dtype);
+// Optimizer-side bytes per parameter beyond the weights and gradients: the fp32 master copy (mixed
+// precision), the optimizer's state (Adam: two moments in `optimizer_state_dtype`, fp32 by default; SGD: one
+// fp32 momentum) and `optimizer_extra_bytes_per_param`. The one rule every memory estimate uses.
+double OptimizerBytesPerParam(const proto::Training& training);
 
 class TransformerModel {
  public:

@@ -143,10 +143,8 @@ double MemoryModel::ProfiledBytes(models::LayerKind kind, uint32_t tp) const {
 
 double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage, double shard,
                               proto::Plan::Offload offload, double dp_bucket_mib) const {
-  const bool mixed = models::MixedPrecision(training_.dtype());
-  const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
-  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
+  const double ob = models::OptimizerBytesPerParam(training_);
   const bool holds_embedding = begin == 0;
   shard = std::max(1.0, shard);
   double params = 0, largest = 0;
@@ -179,10 +177,8 @@ double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_
 double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, uint32_t zero_stage,
                                      const std::vector<uint32_t>& replicas, proto::Plan::Offload offload,
                                      double dp_bucket_mib) const {
-  const bool mixed = models::MixedPrecision(training_.dtype());
-  const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
-  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
+  const double ob = models::OptimizerBytesPerParam(training_);
   const bool holds_embedding = begin == 0;
   double w = 0, g = 0, o = 0, largest = 0, all_grads = 0;
   for (uint32_t l = begin; l < end && l < model_.num_layers(); ++l) {
@@ -206,10 +202,8 @@ double MemoryModel::StaticGibByLayer(uint32_t begin, uint32_t end, uint32_t tp, 
 double MemoryModel::HostGib(uint32_t begin, uint32_t end, uint32_t tp, proto::Plan::Offload offload,
                             const std::vector<uint32_t>& replicas) const {
   if (offload < proto::Plan::OFFLOAD_OPTIMIZER) return 0;
-  const bool mixed = models::MixedPrecision(training_.dtype());
-  const bool adam = training_.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training_.dtype());
-  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) + training_.optimizer_extra_bytes_per_param();
+  const double ob = models::OptimizerBytesPerParam(training_);
   // fp32 master weights and optimizer states and the fp16 gradients; the fp16 weights too with params.
   const double per_param = ob + wb + (offload >= proto::Plan::OFFLOAD_OPTIMIZER_AND_PARAMS ? wb : 0.0);
   double bytes = 0;

@@ -9,10 +9,7 @@ namespace hs = models::hspmd;
 double SwitchBytesPerParam(const HetuSwitchOptions& options, const proto::Training& training) {
   if (options.bytes_per_param > 0) return options.bytes_per_param;
   // As models::EstimateMemory counts weights and optimizer state (gradients are recomputed by the next step).
-  const bool mixed = models::MixedPrecision(training.dtype());
-  const bool adam = training.optimizer() == proto::Training::OPTIMIZER_ADAM;
-  return models::DTypeBytes(training.dtype()) + (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0) +
-         training.optimizer_extra_bytes_per_param();
+  return models::DTypeBytes(training.dtype()) + models::OptimizerBytesPerParam(training);
 }
 
 hs::SwitchPlan PlanHetuSwitch(const proto::Plan& from, const std::vector<uint32_t>& from_place, const proto::Plan& to,

@@ -79,9 +79,11 @@ Decisions, each with its source:
   `comm.dp_bucket_mib` = its bucket_cap_mb (5B 400, 20B and 175B 220, Llama 125, Nemotron-8B/22B 100,
   340B 50). Not expressible, left as hetsim plays them: overlap_param_sync (the weights' all-gather hidden
   in the next forward; hetsim runs it after the optimizer step), overlap_p2p_comm / batch_p2p_comm (hetsim's
-  pipeline sends are asynchronous rendezvous), the 340B's bf16 optimizer states (optim.dtype bf16; hetsim
-  charges fp32 master weights and moments, so its memory is an upper bound there), grad_sync_dtype bf16
+  pipeline sends are asynchronous rendezvous), grad_sync_dtype bf16
   (hetsim syncs gradients in the training's 2-byte type already).
+- Optimizer state: the 340B's config keeps Adam's moments in bf16 ([L] optim.dtype: bf16) ->
+  `optimizer_state_dtype: bf16`; its fp32 master weights are kept at 4 bytes (whether the run stored them as
+  bf16 plus remainders is not stated in [L]).
 - Pipeline sends: Megatron-Core's p2p sends whole (with SP, already sequence-sharded) tensors; no
   `pp_scatter_gather`.
 - Where the table and [L] differ (GPUs, gbs, mbs, PP/VP sizes), the table wins: they are what was measured.
@@ -155,6 +157,8 @@ TABLE = {
     "Nemotron-340B": ("nemotron4-340b", "nemotron", "nemotron/nemotron_340b.yaml", "selective", False, 0.0, 50),
 }
 # nemo/utils/flops_formulas.py's vocabulary per family (LLM_VOCAB_SIZE_MAP).
+# Rows whose config keeps Adam's moments in bf16 ([L] optim.dtype: bf16): `optimizer_state_dtype: bf16`.
+OPTIMIZER_STATE_BF16 = {"Nemotron-340B"}
 FORMULA_VOCAB = {"gpt3": 51200, "llama2": 32000, "llama3": 128256, "nemotron": 256000}
 
 
@@ -270,7 +274,8 @@ def main(argv):
         measured_ms = gbs * seq / (tokens_s * gpus) * 1000
         model_ref = f"../models/{model}.yaml" if model in NEW_MODELS else model
         training = (f"{{global_batch_size: {gbs}, seq_len: {seq}, dtype: fp8, optimizer: adam, recompute: {recompute}"
-                    + (f", dropout: {dropout}" if dropout > 0 else "") + "}")
+                    + (f", dropout: {dropout}" if dropout > 0 else "")
+                    + (", optimizer_state_dtype: bf16" if name in OPTIMIZER_STATE_BF16 else "") + "}")
         comm = ("{" + ("tp_overlap: true, " if tp_overlap and tp > 1 else "")
                 + f"dp_overlap: true, dp_bucket_mib: {bucket_mib}}}")
         with open(os.path.join(out, "plans", slug + ".yaml"), "w") as f:

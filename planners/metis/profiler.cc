@@ -256,10 +256,9 @@ double Profiler::StaticGib(int tpi, uint32_t begin, uint32_t end, uint32_t dp) c
   // The arithmetic of planners::MemoryModel::StaticGib (blocks are identical).
   if (end <= begin) return 0;
   const auto& training = problem_.training;
-  const bool mixed = models::MixedPrecision(training.dtype());
-  const bool adam = training.optimizer() == proto::Training::OPTIMIZER_ADAM;
   const double wb = models::DTypeBytes(training.dtype());
-  const double ob = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
+  // (It left out optimizer_extra_bytes_per_param before session 35, unlike MemoryModel.)
+  const double ob = models::OptimizerBytesPerParam(training);
   const bool emb = begin == 0, head = end == layers_;
   const uint32_t blocks = end - begin - (emb ? 1 : 0) - (head ? 1 : 0);
   const double* p = &params_[size_t(tpi) * 4];

@@ -68,9 +68,7 @@ std::vector<LayerPiece> LayerPieces(const proto::Plan& plan, const models::PlanC
   const auto& model = ctx.model;
   const auto& tr = ctx.training;
   const double weight_bytes = models::DTypeBytes(tr.dtype());
-  const double optimizer_bytes = (models::MixedPrecision(tr.dtype()) ? 4.0 : 0.0) +
-                                 (tr.optimizer() == proto::Training::OPTIMIZER_ADAM ? 8.0 : 4.0) +
-                                 tr.optimizer_extra_bytes_per_param();
+  const double optimizer_bytes = models::OptimizerBytesPerParam(tr);
   const uint32_t zero = plan.zero_stage();
   const uint32_t layers = model.num_layers();
   // ZeRO shards over every data-parallel holder of a layer (DP × CP, as models::EstimateMemory counts them);

@@ -104,6 +104,20 @@ TEST(PlanMemory, DropoutMasksAllocatorOverheadAndExtraOptimizerBytes) {
   EXPECT_NEAR(mem[1].total_gib, 1.1 * tensors + 1.0 + (400.0 + 2 * 544.0 * 2 / 25) / 1024, 1e-12);
 }
 
+TEST(PlanMemory, AdamMomentsInBf16HalveTheOptimizerState) {
+  // bf16 training: fp32 master weights (4 bytes) and Adam's two moments, fp32 (8 bytes) or bf16 (4 bytes).
+  const auto plan = PlanFrom(kTwoStages);
+  const double stage1_params = 2 * 725504.0 + 262400;
+  for (const auto& [moments, bytes] : {std::pair<std::string, double>{"", 12}, {", optimizer_state_dtype: fp32", 12},
+                                       {", optimizer_state_dtype: bf16", 8}}) {
+    auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: bf16" + moments + "}");
+    const auto mem = EstimateMemory(plan, PlanContext{f.cluster, f.model, f.training});
+    ASSERT_EQ(mem.size(), 2u);
+    EXPECT_DOUBLE_EQ(mem[1].optimizer_gib * kGib, bytes * stage1_params) << moments;
+    EXPECT_DOUBLE_EQ(OptimizerBytesPerParam(f.training), bytes) << moments;
+  }
+}
+
 TEST(PlanMemory, GpipeKeepsEveryMicroBatchAndZeroShardsOverReplicas) {
   auto f = Make("cpu-4", "llama-tiny", "{global_batch_size: 8, seq_len: 128, dtype: fp32}");
   auto plan = PlanFrom(R"(
