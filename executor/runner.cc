@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "executor/runner_internal.h"
 
 namespace hetsim::executor {
@@ -502,9 +504,30 @@ double Runner::Step(uint32_t step, bool timed, DeviceTiming* timing) {
   return loss;
 }
 
+std::string Runner::ShareHeartbeats() {
+  int ranks = 1;
+  HETSIM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
+  if (o_.timeout_s <= 0 || ranks < 2) return "";
+  char dir[512] = "";
+  if (rank_ == 0) {
+    std::error_code ec;
+    const std::string root = std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0
+                                 ? std::string("/dev/shm")
+                                 : std::filesystem::temp_directory_path(ec).string();
+    std::string pattern = root + "/hetsim-exec-heartbeats-XXXXXX";
+    if (pattern.size() < sizeof(dir) && ::mkdtemp(pattern.data()) != nullptr) {
+      std::snprintf(dir, sizeof(dir), "%s", pattern.c_str());
+    }
+  }
+  HETSIM_MPI_CHECK(MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD));
+  watchdog_.Share(dir);
+  return dir;
+}
+
 int Runner::Run() {
   const auto start = std::chrono::steady_clock::now();
   SetupComms();
+  const std::string heartbeats = ShareHeartbeats();
   ModelOptions mo;
   mo.seed = o_.seed;
   mo.rope_theta = static_cast<float>(o_.rope_theta);
@@ -558,6 +581,13 @@ int Runner::Run() {
   p2p_.reset();
   side_comms_.clear();
   comms_.clear();
+  if (!heartbeats.empty()) {
+    // Every rank has stopped writing before rank 0 removes the folder.
+    watchdog_.Share("");
+    HETSIM_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    std::error_code ec;
+    if (rank_ == 0) std::filesystem::remove_all(heartbeats, ec);
+  }
   return status;
 }
 

@@ -55,6 +55,9 @@ class Runner {
 
  private:
   void SetupComms();
+  // The watchdogs' heartbeat folder (rank 0 makes it, every rank learns it), so that the rank that times out
+  // names the rank that stopped; "" when there is no watchdog or one rank. Removed at the end of a run.
+  std::string ShareHeartbeats();
   double Step(uint32_t step, bool timed, DeviceTiming* timing);
   // Runs the operations of the rank's lowered list (ExecPlan::Ops) in order.
   void RunOps();
