@@ -64,20 +64,14 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
     if (d.has_memory_efficiency()) it->memory = d.memory_efficiency();
   }
   // Each kernel's points replace the lower layer's curve for that kernel.
-  bool flash = false, triton = false;
-  for (const auto& a : k.flash_attention()) (a.kernel() == proto::ATTENTION_FLASH_TRITON ? triton : flash) = true;
-  if (flash) {
-    p->flash_attention_forward.clear();
-    p->flash_attention_backward.clear();
-  }
-  if (triton) {
-    p->flash_triton_forward.clear();
-    p->flash_triton_backward.clear();
-  }
+  bool replaced[2] = {false, false};
   for (const auto& a : k.flash_attention()) {
-    const bool t = a.kernel() == proto::ATTENTION_FLASH_TRITON;
-    (t ? p->flash_triton_forward : p->flash_attention_forward).emplace_back(a.seq_len(), a.forward());
-    (t ? p->flash_triton_backward : p->flash_attention_backward).emplace_back(a.seq_len(), a.backward());
+    const int i = KernelParams::AttentionCurveIndex(a.kernel());
+    auto& curve = p->flash_attention[i];
+    if (!replaced[i]) curve = {};
+    replaced[i] = true;
+    curve.forward.emplace_back(a.seq_len(), a.forward());
+    curve.backward.emplace_back(a.seq_len(), a.backward());
   }
   if (k.collective_latency_size() > 0) {
     p->collective_latency_s.clear();
@@ -141,22 +135,16 @@ Result<proto::Calibration> LoadKernelCalibration(const std::string& name_or_path
       }
     }
     // Each kernel's points go up in length (a kernel's points may follow another's).
+    uint32_t last[2] = {0, 0};
     for (int j = 0; j < k.flash_attention_size(); ++j) {
       const auto& a = k.flash_attention(j);
       const std::string field = at + path + ".flash_attention[" + std::to_string(j) + "]";
       if (a.kernel() == proto::ATTENTION_STANDARD) {
         errors.Add(field + ".kernel: standard attention has no flash curve; name flash or flash_triton");
       }
-      const auto same = [&](const proto::AttentionEfficiency& b) {
-        return (b.kernel() == proto::ATTENTION_FLASH_TRITON) == (a.kernel() == proto::ATTENTION_FLASH_TRITON);
-      };
-      for (int i = j - 1; i >= 0; --i) {
-        if (!same(k.flash_attention(i))) continue;
-        if (a.seq_len() <= k.flash_attention(i).seq_len()) {
-          errors.Add(field + ".seq_len: one kernel's entries must go up in sequence length");
-        }
-        break;
-      }
+      uint32_t& before = last[KernelParams::AttentionCurveIndex(a.kernel())];
+      if (a.seq_len() <= before) errors.Add(field + ".seq_len: one kernel's entries must go up in sequence length");
+      before = a.seq_len();
     }
   };
   check(c.generic(), "generic");
@@ -248,9 +236,9 @@ double KernelParams::CollectiveBusBandwidth(uint32_t group_size) const {
 }
 
 double KernelParams::FlashAttentionEfficiency(double keys, bool backward, proto::Attention kernel) const {
-  const bool triton = kernel == proto::ATTENTION_FLASH_TRITON && !flash_triton_forward.empty();
-  const auto& curve = triton ? (backward ? flash_triton_backward : flash_triton_forward)
-                             : (backward ? flash_attention_backward : flash_attention_forward);
+  const AttentionCurve* c = &flash_attention[AttentionCurveIndex(kernel)];
+  if (c->forward.empty()) c = &flash_attention[0];  // no curve of its own: flash's
+  const auto& curve = backward ? c->backward : c->forward;
   if (curve.empty() || keys <= 0) return 0;
   return BySize(curve, keys);
 }

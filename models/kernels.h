@@ -65,11 +65,15 @@ struct KernelParams {
   // Measured bus bandwidth of an all-reduce inside one node by group size (bytes/s; calibration.proto's
   // collective_latency[].bus_bandwidth_gbyte_s); empty: the fabric's link × collective_efficiency applies.
   std::vector<std::pair<uint32_t, double>> collective_bus_bandwidth;
-  // Flash attention's forward and backward efficiency by keys per query block (calibration.proto's
-  // flash_attention, sorted by length); empty: the GEMM efficiency.
-  std::vector<std::pair<double, double>> flash_attention_forward, flash_attention_backward;
-  // The same for FlashAttention's Triton kernel (`attention: flash_triton`); empty: flash's curve.
-  std::vector<std::pair<double, double>> flash_triton_forward, flash_triton_backward;
+  // A flash kernel's forward and backward efficiency by keys per query block (calibration.proto's
+  // flash_attention points of that kernel, sorted by length).
+  struct AttentionCurve {
+    std::vector<std::pair<double, double>> forward, backward;
+  };
+  // [0]: flash (empty: the GEMM efficiency); [1]: FlashAttention's Triton kernel (`attention: flash_triton`;
+  // empty: flash's curve). AttentionCurveIndex picks the slot.
+  AttentionCurve flash_attention[2];
+  static int AttentionCurveIndex(proto::Attention kernel) { return kernel == proto::ATTENTION_FLASH_TRITON ? 1 : 0; }
   // The fraction of the dense peak flash attention (`kernel`: ATTENTION_FLASH or ATTENTION_FLASH_TRITON)
   // reaches over `keys` keys (interpolated in log2 of the length, the nearest point held beyond); 0 without a
   // curve.
