@@ -21,5 +21,7 @@ struct BundledFile {
 const std::vector<BundledFile>& BundledFiles();
 // The bundled GPU catalog CSV text.
 std::string_view BundledGpuCatalogCsv();
+// The bundled validation residuals (models/catalog/intervals.csv; models/intervals.h).
+std::string_view BundledIntervalResidualsCsv();
 
 }  // namespace hetsim::models

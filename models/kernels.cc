@@ -208,6 +208,23 @@ Status CheckKernelCalibration(const std::string& calibration, const std::string&
                          "; or the path of a calibration file)" + DidYouMean(calibration, known));
 }
 
+const std::vector<std::string>& SoftwareStacks() {
+  static const std::vector<std::string> stacks = {"megatron-deepspeed", "megatron-lm", "nemo", "pytorch-fsdp",
+                                                  "torchtitan"};
+  return stacks;
+}
+
+Result<std::string> StackCalibration(const std::string& stack, const std::string& where) {
+  if (stack.empty() || stack == "megatron-lm" || stack == "nemo" || stack == "pytorch-fsdp" || stack == "torchtitan") {
+    return std::string("default");
+  }
+  if (stack == "megatron-deepspeed") return std::string("megatron-deepspeed");
+  std::string names;
+  for (const auto& k : SoftwareStacks()) names += (names.empty() ? "" : ", ") + k;
+  return Status::Invalid(where + ": unknown software stack '" + stack + "' (known: " + names +
+                         "; a calibration for every run is --calibration)" + DidYouMean(stack, SoftwareStacks()));
+}
+
 namespace {
 // A value by group size from entries sorted by size: linear in log2 of the size between entries, the
 // nearest entry's beyond them.

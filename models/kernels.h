@@ -108,6 +108,19 @@ std::vector<std::string> CalibrationProfiles(const std::string& calibration);
 // the file and field), listing the bundled names.
 Status CheckKernelCalibration(const std::string& calibration, const std::string& flag = "--calibration");
 
+// The one rule every command picks a calibration by (docs/calibration.md "One rule"): a run's chip values
+// are `default`'s for its GPU types, and its host costs are those of the software stack it runs on. The
+// stacks hetsim knows and the calibration each selects:
+//   megatron-lm, nemo, pytorch-fsdp, torchtitan -> "default" (a tuned stack's generic host costs; no
+//     stack-level measurement bundled for them);
+//   megatron-deepspeed -> "megatron-deepspeed" (its host costs fitted on vTrain's runs).
+// Validation CSVs name a run's stack in a `stack` column; a plan names its stack's calibration in
+// `calibration:`. `--calibration` on a command line overrides the rule for every run.
+const std::vector<std::string>& SoftwareStacks();
+// The calibration the rule picks for `stack` ("" = megatron-lm); an error naming `where`, the value and the
+// known stacks otherwise.
+Result<std::string> StackCalibration(const std::string& stack, const std::string& where = "stack");
+
 struct Kernel {
   enum class Type : uint8_t { kGemm, kMemory, kFused };
   Type type = Type::kMemory;

@@ -167,7 +167,7 @@ TEST(Calibrate, RefitsTheBundledA100CollectivesFromTheirData) {
 TEST(Calibrate, RefitsTheA100InNodeAllReducesPerGroupSize) {
   // calibration/data/a100-vtrain-nccl holds nccl-tests all-reduces on 2-8 GPUs of one of vTrain's A100 nodes;
   // their bus bandwidths differ (about 188 GB/s on 2 GPUs, 222 on 8), so each group size gets its own latency
-  // and bus bandwidth, and the values are those the bundled a100-80gb calibration holds for 2, 4 and 8 GPUs.
+  // and bus bandwidth, and the values are those the bundled default calibration holds for the A100's 2, 4 and 8 GPUs.
   const std::string out = testing::TempDir() + "a100-nccl-refit.yaml";
   const std::string data = std::string(HETSIM_SOURCE_DIR) + "/calibration/data/a100-vtrain-nccl";
   const auto r = RunCli({"calibrate", "--from-data", data, "--gpu", "a100-80gb", "--name", "nccl", "-o", out});
@@ -176,7 +176,7 @@ TEST(Calibrate, RefitsTheA100InNodeAllReducesPerGroupSize) {
   std::ifstream in(out);
   std::stringstream text;
   text << in.rdbuf();
-  std::ifstream bundled_in(std::string(HETSIM_SOURCE_DIR) + "/models/catalog/calibrations/a100-80gb.yaml");
+  std::ifstream bundled_in(std::string(HETSIM_SOURCE_DIR) + "/models/catalog/calibrations/default.yaml");
   std::stringstream bundled;
   bundled << bundled_in.rdbuf();
   for (const auto& [g, lat, bw] : std::vector<std::tuple<int, std::string, std::string>>{

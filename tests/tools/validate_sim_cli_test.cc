@@ -104,13 +104,14 @@ TEST(ValidateSim, BadRowsNameTheLineAndTheProblem) {
 }
 
 TEST(ValidateSim, NamedColumnsInAnyOrderGiveTheSameRunAsVTrainsLayout) {
-  // The same run (4 A100s, TP 2, DP 2) in vTrain's positional layout and in named columns, reordered, with a
-  // provenance column the reader ignores: the same simulated time to the printed digits.
+  // The same run (4 A100s, TP 2, DP 2) in vTrain's positional layout (vTrain's runs: Megatron-DeepSpeed) and
+  // in named columns, reordered, naming that stack, with a provenance column the reader ignores: the same
+  // simulated time to the printed digits.
   const std::string positional = WriteTemp("pos.csv", "4,16,4,1024,16,24,1024,2,2,1,300.0\n");
   const std::string named = WriteTemp("named.csv",
                                       "model,iteration_ms,pp,dp,tp,seq_len,layers,heads,hidden,micro_batch,"
-                                      "global_batch,gpus\n"
-                                      "\"gpt, 0.3B\",300.0,1,2,2,1024,24,16,1024,4,16,4\n");
+                                      "global_batch,gpus,stack\n"
+                                      "\"gpt, 0.3B\",300.0,1,2,2,1024,24,16,1024,4,16,4,megatron-deepspeed\n");
   const std::string a_out = testing::TempDir() + "pos-out.csv", b_out = testing::TempDir() + "named-out.csv";
   const auto a = RunCli({"validate-sim", "--runs", positional, "-o", a_out});
   const auto b = RunCli({"validate-sim", "--runs", named, "-o", b_out});
@@ -120,38 +121,48 @@ TEST(ValidateSim, NamedColumnsInAnyOrderGiveTheSameRunAsVTrainsLayout) {
   EXPECT_EQ(SimulatedMs(a_out), SimulatedMs(b_out));
 }
 
-TEST(ValidateSim, NamedColumnRunsUseTheCalibrationTheirRowNames) {
-  // One run (4 A100s, TP 2, DP 2, hidden 1024: small kernels) under `default` and under `vtrain-a100`, whose
-  // Megatron-DeepSpeed host costs (about 60 us per kernel issued, 1 ms per micro-batch and pass) `default`
-  // lacks: the vtrain-a100 row is slower. --calibration given applies to every row, so the `default` row
-  // then takes exactly the vtrain-a100 row's time; a file mixing both says how many runs used each; a row
-  // naming no bundled calibration fails before any simulation, naming the file, line and column.
-  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,iteration_ms,calibration\n";
+TEST(ValidateSim, EachRunGetsTheOneRulesCalibrationForItsStack) {
+  // One run (4 A100s, TP 2, DP 2, hidden 1024: small kernels) measured on Megatron-LM and on
+  // Megatron-DeepSpeed. The one rule gives the first `default` and the second `megatron-deepspeed`, whose
+  // host costs (about 58 us per kernel issued, 1 ms per micro-batch and pass) Megatron-LM's tuned stack
+  // lacks: the second is slower by more than 5%. A row without a stack is Megatron-LM's. --calibration given
+  // applies to every row, so the Megatron-LM row then takes exactly the other's time; a file mixing stacks
+  // says how many runs used each calibration; an unknown stack fails before any simulation, naming the file,
+  // line and column; the old `calibration` column is refused with what to write instead.
+  const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,iteration_ms,stack\n";
   const char* run = "4,16,4,1024,16,24,1024,2,2,1,300.0,";
-  const std::string by_default = WriteTemp("row-default.csv", std::string(header) + run + "default\n");
-  const std::string by_vtrain = WriteTemp("row-vtrain.csv", std::string(header) + run + "vtrain-a100\n");
-  const std::string a_out = testing::TempDir() + "row-default-out.csv";
-  const std::string b_out = testing::TempDir() + "row-vtrain-out.csv", c_out = testing::TempDir() + "row-flag-out.csv";
-  const auto a = RunCli({"validate-sim", "--runs", by_default, "-o", a_out});
-  const auto b = RunCli({"validate-sim", "--runs", by_vtrain, "-o", b_out});
-  const auto c = RunCli({"validate-sim", "--runs", by_default, "--calibration", "vtrain-a100", "-o", c_out});
+  const std::string by_lm = WriteTemp("row-lm.csv", std::string(header) + run + "megatron-lm\n");
+  const std::string by_mds = WriteTemp("row-mds.csv", std::string(header) + run + "megatron-deepspeed\n");
+  const std::string a_out = testing::TempDir() + "row-lm-out.csv";
+  const std::string b_out = testing::TempDir() + "row-mds-out.csv", c_out = testing::TempDir() + "row-flag-out.csv";
+  const auto a = RunCli({"validate-sim", "--runs", by_lm, "-o", a_out});
+  const auto b = RunCli({"validate-sim", "--runs", by_mds, "-o", b_out});
+  const auto c = RunCli({"validate-sim", "--runs", by_lm, "--calibration", "megatron-deepspeed", "-o", c_out});
   ASSERT_EQ(a.code, 0) << a.err;
   ASSERT_EQ(b.code, 0) << b.err;
   ASSERT_EQ(c.code, 0) << c.err;
-  EXPECT_TRUE(Has(a.out, "calibration default, as the runs' calibration column names it")) << a.out;
-  EXPECT_TRUE(Has(c.out, "calibration vtrain-a100, fidelity")) << c.out;
+  EXPECT_TRUE(Has(a.out, "calibration default, the one rule's pick for the runs' software stack")) << a.out;
+  EXPECT_TRUE(Has(b.out, "calibration megatron-deepspeed, the one rule's pick")) << b.out;
+  EXPECT_TRUE(Has(c.out, "calibration megatron-deepspeed, fidelity")) << c.out;
   EXPECT_GT(SimulatedMs(b_out), SimulatedMs(a_out) * 1.05);
   EXPECT_EQ(SimulatedMs(c_out), SimulatedMs(b_out));
   const std::string mixed =
-      WriteTemp("row-mixed.csv", std::string(header) + run + "default\n" + run + "vtrain-a100\n" + run + "\n");
+      WriteTemp("row-mixed.csv", std::string(header) + run + "megatron-lm\n" + run + "megatron-deepspeed\n" + run + "\n");
   const auto d = RunCli({"validate-sim", "--runs", mixed});
   ASSERT_EQ(d.code, 0) << d.err;
-  // The third row's empty cell takes --calibration's default, vtrain-a100.
-  EXPECT_TRUE(Has(d.out, "calibration default (1 runs), vtrain-a100 (2 runs)")) << d.out;
-  const std::string bad = WriteTemp("row-typo.csv", std::string(header) + run + "a100-80\n");
+  // The third row's empty cell is Megatron-LM's stack: `default`.
+  EXPECT_TRUE(Has(d.out, "calibration default (2 runs), megatron-deepspeed (1 runs)")) << d.out;
+  const std::string bad = WriteTemp("row-typo.csv", std::string(header) + run + "megatron-deepsped\n");
   const auto e = RunCli({"validate-sim", "--runs", bad});
   EXPECT_EQ(e.code, 1);
-  EXPECT_TRUE(Has(e.err, bad + ":2: calibration:")) << e.err;
+  EXPECT_TRUE(Has(e.err, bad + ":2: stack: unknown software stack 'megatron-deepsped'")) << e.err;
+  EXPECT_TRUE(Has(e.err, "did you mean 'megatron-deepspeed'")) << e.err;
+  const std::string old = WriteTemp("row-old.csv", "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,"
+                                                   "pp,iteration_ms,calibration\n" + std::string(run) + "default\n");
+  const auto f = RunCli({"validate-sim", "--runs", old});
+  EXPECT_EQ(f.code, 1);
+  EXPECT_TRUE(Has(f.err, old + ":1: a `calibration` column is no longer read: name each run's software stack in a `stack` column"))
+      << f.err;
 }
 
 TEST(ValidateSim, RunsOnSeveralNodesCrossTheirNics) {
@@ -326,14 +337,15 @@ TEST(ValidateSim, TheBundledNemoFp8RunsSimulate) {
   EXPECT_TRUE(Has(r.out, "simulated 12 of 12 plans")) << r.out;
 }
 
-TEST(ValidateSim, EachPlanRunUsesTheCalibrationItsRowNames) {
-  // The same Sailor plan (one GH200 node, TP 4, micro-batch 1: 24 blocks of small kernels) with the default
-  // calibration and with megatron-deepspeed (about 61 us of host time per kernel instead of 10): the second
-  // is slower; a row naming no bundled calibration is an error naming the file and line.
+TEST(ValidateSim, EachPlanRunUsesTheCalibrationOfItsStack) {
+  // The same Sailor plan (one GH200 node, TP 4, micro-batch 1: 24 blocks of small kernels) measured on
+  // Megatron-LM and on Megatron-DeepSpeed (about 58-73 us of host time per kernel instead of 10): the second
+  // is slower; a row naming an unknown stack is an error naming the file and line. The plan itself names
+  // megatron-deepspeed: a row's `stack` decides over it.
   const std::string plan = std::string(HETSIM_SOURCE_DIR) + "/experiments/validation/sailor_gh200_opt350/plans/n1-d1-m4-g1.yaml";
-  const auto simulated = [&](const std::string& calibration) {
-    const std::string csv = WriteTemp("row-" + calibration + ".csv", "plan,iteration_ms,calibration\n" + plan +
-                                                                         ",73.59," + calibration + "\n");
+  const auto simulated = [&](const std::string& stack, const std::string& calibration) {
+    const std::string csv =
+        WriteTemp("row-" + stack + ".csv", "plan,iteration_ms,stack\n" + plan + ",73.59," + stack + "\n");
     const auto r = RunCli({"validate-sim", "--runs", csv});
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(Has(r.out, "(calibration " + calibration)) << r.out;
@@ -341,12 +353,12 @@ TEST(ValidateSim, EachPlanRunUsesTheCalibrationItsRowNames) {
     const size_t bias = r.out.find("bias", at);
     return std::stod(r.out.substr(bias + 4));
   };
-  const double by_default = simulated("default"), by_stack = simulated("megatron-deepspeed");
-  EXPECT_GT(by_stack, by_default + 5) << "bias % with the stack's host costs vs without";
-  const std::string bad = WriteTemp("row-bad.csv", "plan,iteration_ms,calibration\n" + plan + ",73.59,megatron\n");
+  const double by_lm = simulated("megatron-lm", "default"), by_stack = simulated("megatron-deepspeed", "megatron-deepspeed");
+  EXPECT_GT(by_stack, by_lm + 5) << "bias % with the stack's host costs vs without";
+  const std::string bad = WriteTemp("row-bad.csv", "plan,iteration_ms,stack\n" + plan + ",73.59,megatron\n");
   const auto r = RunCli({"validate-sim", "--runs", bad});
   EXPECT_NE(r.code, 0);
-  EXPECT_TRUE(Has(r.err, "row-bad.csv:2: calibration:")) << r.err;
+  EXPECT_TRUE(Has(r.err, "row-bad.csv:2: stack: unknown software stack 'megatron'")) << r.err;
 }
 
 TEST(ValidateSim, PlanRunsTakeTheMeasuredProfilesGiven) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/describe.h"
+#include "models/intervals.h"
 #include "models/kernels.h"
 #include "models/lowering.h"
 #include "models/profile_db.h"
@@ -310,6 +311,11 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   }
   if (specs->plan->name().empty()) res->report.set_plan(specs->plan_file);
   PrintSummary(res->report, fid_name, out, &*res);
+  // How sure: the spread of measured / simulated over the validated runs most like this one.
+  const models::PredictionInterval interval = models::IntervalFor(
+      models::ClassOf(*specs->plan, ctx.cluster, ctx.training, models::AllComputeMeasured(res->report)));
+  out << "  interval        " << models::DescribeInterval(interval, res->report.iteration_time_s())
+      << " (docs/calibration.md \"Intervals\")\n";
   if (vm.count("report-out")) {
     Status w = models::WriteFileAtomically(FlagString(vm, "report-out"), sim::ReportJson(res->report));
     if (!w.ok()) {

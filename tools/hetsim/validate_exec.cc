@@ -84,8 +84,8 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
     err << "hetsim validate-sim: --backend: unknown backend '" << backend << "' (expected cpu or cuda)\n";
     return 2;
   }
-  std::string calibration = vm["calibration"].as<std::string>();
-  if (vm["calibration"].defaulted()) {
+  std::string calibration = vm.count("calibration") ? vm["calibration"].as<std::string>() : "";
+  if (!vm.count("calibration")) {
     calibration = "default";
     err << "warning: --calibration not given: the bundled default's values for this device are not measured here; "
            "run `hetsim calibrate --backend "

@@ -23,6 +23,7 @@
 #include <ostream>
 
 #include "models/gpu_catalog.h"
+#include "models/intervals.h"
 #include "models/kernels.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
@@ -41,7 +42,9 @@ struct PlanRun {
   double simulated_ms = 0, simulated_sync_ms = 0, simulated_peak_gib = 0;
   bool ok = false;
   std::string error;
-  std::string calibration;  // the one it was simulated with
+  std::string stack_calibration;  // the one rule's pick for the row's `stack` (empty: the plan's own)
+  std::string calibration;        // the one it was simulated with
+  models::RunClass cls;           // for its prediction interval (models/intervals.h)
 };
 
 std::string Trimmed(const std::string& s) {
@@ -100,10 +103,15 @@ Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
     if (r.cells.count("grad_sync_ms") && !r.cells["grad_sync_ms"].empty()) {
       HETSIM_ASSIGN_OR_RETURN(r.measured_sync_ms, Number(r.cells["grad_sync_ms"], where, "grad_sync_ms"));
     }
-    // A run's software stack: the calibration its row names (e.g. megatron-deepspeed for plans run with
-    // Megatron-DeepSpeed), checked here so that a typo fails before any simulation.
-    if (r.cells.count("calibration") && !r.cells["calibration"].empty()) {
-      if (Status c = models::CheckKernelCalibration(r.cells["calibration"], where + ": calibration"); !c.ok()) return c;
+    // A run's software stack (e.g. megatron-deepspeed), its calibration by the one rule; checked here so that
+    // a typo fails before any simulation.
+    if (r.cells.count("calibration")) {
+      return Status::Invalid(where + ": a `calibration` column is no longer read: name the run's software stack in "
+                             "a `stack` column (or the plan's `calibration:`), and the one rule picks its "
+                             "calibration (docs/calibration.md \"One rule\"); --calibration applies one to every run");
+    }
+    if (r.cells.count("stack") && !r.cells["stack"].empty()) {
+      HETSIM_ASSIGN_OR_RETURN(r.stack_calibration, models::StackCalibration(r.cells["stack"], where + ": stack"));
     }
     if (r.cells.count("peak_memory_gib") && !r.cells["peak_memory_gib"].empty()) {
       HETSIM_ASSIGN_OR_RETURN(r.measured_peak_gib, Number(r.cells["peak_memory_gib"], where, "peak_memory_gib"));
@@ -168,6 +176,7 @@ void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibr
     r.simulated_sync_ms = std::max(r.simulated_sync_ms, d.dp_communication_s() * 1e3);
     r.simulated_peak_gib = std::max(r.simulated_peak_gib, d.peak_memory_gib());
   }
+  r.cls = models::ClassOf(*plan, *cluster, *training, models::AllComputeMeasured(res->report));
   r.ok = true;
 }
 
@@ -222,12 +231,9 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
     err << fid.status().message() << "\n";
     return 2;
   }
-  // The vTrain-fitted A100 default of the other layouts does not apply to plans of any GPU: unless given,
-  // each run uses the calibration its row names (column `calibration`, the run's software stack) or the
-  // bundled default; --calibration given on the command line applies to every run.
-  // Each run's calibration: --calibration for every run, else the row's `calibration` column, else the
-  // plan's own `calibration` (its software stack), else `default`.
-  const bool flag_given = !vm["calibration"].defaulted();
+  // Each run's calibration: --calibration for every run, else the one rule: the calibration of the row's
+  // `stack`, else the plan's own `calibration` (its software stack's), else `default`.
+  const bool flag_given = vm.count("calibration") > 0;
   const std::string calibration = flag_given ? vm["calibration"].as<std::string>() : "";
   if (Status c = flag_given ? models::CheckKernelCalibration(calibration) : Status::Ok(); !c.ok()) {
     err << c.message() << "\n";
@@ -245,13 +251,14 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   std::map<Key, Tally> by, memory_by;
   std::string csv =
       "line,plan,nodes,dp,pp,tp,micro_batch,half,measured_ms,simulated_ms,error,measured_grad_sync_ms,"
-      "simulated_grad_sync_ms,grad_sync_error,measured_peak_gib,simulated_peak_gib,memory_error\n";
+      "simulated_grad_sync_ms,grad_sync_error,measured_peak_gib,simulated_peak_gib,memory_error,family,dtype,zero3,"
+      "gpus,interval_lo_ms,interval_hi_ms,in_interval\n";
+  models::IntervalCoverage cover_held, cover_all;
   size_t failed = 0;
   std::set<std::string> used_calibrations;
   for (size_t i = 0; i < limit; ++i) {
     PlanRun& r = (*runs)[i];
-    const bool row_names_one = r.cells.count("calibration") > 0 && !r.cells["calibration"].empty();
-    SimulatePlanRun(r, path, !flag_given && row_names_one ? r.cells["calibration"] : calibration, *fid, profiles);
+    SimulatePlanRun(r, path, flag_given ? calibration : r.stack_calibration, *fid, profiles);
     if (!r.calibration.empty()) used_calibrations.insert(r.calibration);
     if (!r.ok) {
       ++failed;
@@ -279,7 +286,13 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
            (r.measured_sync_ms > 0 ? Fixed(r.measured_sync_ms, 4) : "") + "," + Fixed(r.simulated_sync_ms, 4) + "," +
            (r.measured_sync_ms > 0 ? Fixed(sync_rel, 6) : "") + "," +
            (r.measured_peak_gib > 0 ? Fixed(r.measured_peak_gib, 4) : "") + "," + Fixed(r.simulated_peak_gib, 4) + "," +
-           (r.measured_peak_gib > 0 ? Fixed(mem_rel, 6) : "") + "\n";
+           (r.measured_peak_gib > 0 ? Fixed(mem_rel, 6) : "");
+    const models::PredictionInterval interval = models::IntervalFor(r.cls);
+    const bool in = cover_all.Add(interval, r.simulated_ms, r.measured_ms);
+    if (!development) cover_held.Add(interval, r.simulated_ms, r.measured_ms);
+    csv += "," + r.cls.family + "," + r.cls.dtype + "," + (r.cls.zero3 ? "1" : "0") + "," + std::to_string(r.cls.gpus) +
+           "," + Fixed(r.simulated_ms * interval.lo, 4) + "," + Fixed(r.simulated_ms * interval.hi, 4) + "," +
+           (in ? "1" : "0") + "\n";
   }
   std::string names;
   for (const auto& c : used_calibrations) names += (names.empty() ? "" : ", ") + c;
@@ -289,6 +302,9 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   out << "  iteration time, development half  " << dev.Line() << "\n";
   out << "  iteration time, held-out half     " << held.Line() << "\n";
   out << "  iteration time, all               " << all.Line() << "\n";
+  out << "  80% intervals (bundled residuals of runs like each, models/catalog/intervals.csv): "
+      << cover_held.Line() << " of the held-out half, " << cover_all.Line()
+      << " in all (the development halves of the bundled sets are in the table)\n";
   if (sync.n > 0) out << "  gradient sync, all                " << sync.Line() << "\n";
   if (memory.n > 0) out << "  peak memory, all                  " << memory.Line() << "\n";
   out << "\n  iteration-time error by configuration (a trend means a missing effect, not a wrong scale):\n";

@@ -13,9 +13,11 @@
 // optionally gpus_per_node (default: all on one node), nic_gbps (one InfiniBand NIC of that bandwidth per
 // GPU; required with more than one node), nics_per_node (instead of one per GPU: that many NICs of nic_gbps
 // shared by the node's GPUs), virtual_stages (Megatron-LM's interleaved 1F1B; default 1), gpu
-// (default --gpu), calibration (the run's software stack and chip values, a bundled name or a file; default
-// --calibration's default; --calibration given on the command line applies to every run) and any other column
-// (kept for provenance, ignored), e.g. Megatron-LM SC'21 Table 1 (experiments/validation/megatron_sc21_table1.csv).
+// (default --gpu), stack (the software stack the run was measured on: megatron-lm, megatron-deepspeed, ...;
+// default megatron-lm), and any other column (kept for provenance, ignored). vTrain's positional layout is
+// its Megatron-DeepSpeed runs. Each run is simulated with the calibration the one rule picks for its stack
+// (models::StackCalibration: `default`'s chip values, the stack's host costs) unless --calibration names one
+// for every run, e.g. Megatron-LM SC'21 Table 1 (experiments/validation/megatron_sc21_table1.csv).
 //
 // A CSV whose header has a `plan` column names a plan file per run instead (any layout; validate_plan_runs.cc),
 // and may carry measured gradient-sync time and peak memory (experiments/validation/sailor_gh200_opt350/).
@@ -32,6 +34,7 @@
 #include <sstream>
 
 #include "models/gpu_catalog.h"
+#include "models/intervals.h"
 #include "models/kernels.h"
 #include "models/spec_io.h"
 #include "models/training.h"
@@ -54,7 +57,8 @@ struct Run {
   uint32_t nics_per_node = 0;  // 0: one NIC per GPU
   uint32_t virtual_stages = 1;
   std::string gpu;          // empty: --gpu
-  std::string calibration;  // empty: --calibration
+  std::string calibration;  // the one rule's pick for the run's stack (models::StackCalibration)
+  models::RunClass cls;     // for its prediction interval (models/intervals.h)
   double measured_ms = 0;
   double simulated_ms = 0;
   // The first device's (pipeline 0, stage 0) compute and exposed communication, for reading residuals.
@@ -137,18 +141,19 @@ Result<Run> PositionalRun(const std::vector<std::string>& cells, const std::stri
     *fields[i] = static_cast<uint32_t>(v[i]);
   }
   r.measured_ms = v[10];
+  r.calibration = "megatron-deepspeed";  // vTrain's layout: its runs are Megatron-DeepSpeed's
   return r;
 }
 
 // The named layout: the header's columns, in any order.
-// `runs_file`: the CSV, whose folder a `calibration` cell's file path is resolved against.
 Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<std::string>& cells,
-                     const std::string& where, const std::string& runs_file) {
+                     const std::string& where) {
   if (cells.size() != header.size()) {
     return Status::Invalid(where + ": expected " + std::to_string(header.size()) + " cells (the header's columns), found " +
                            std::to_string(cells.size()));
   }
   Run r;
+  r.calibration = "default";  // megatron-lm unless the row names its stack
   std::map<std::string, uint32_t*> integers = {
       {"gpus", &r.gpus},       {"global_batch", &r.global_batch}, {"micro_batch", &r.micro_batch},
       {"hidden", &r.hidden},   {"heads", &r.heads},               {"layers", &r.layers},
@@ -162,14 +167,11 @@ Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<s
       r.gpu = cell;
       continue;
     }
-    if (name == "calibration") {
-      // A file is taken beside the runs file, whatever the working folder (a bundled name stays a name);
-      // checked here so that a typo fails before any simulation.
-      const std::string calibration = models::ResolveRelative(cell, runs_file);
-      if (!calibration.empty()) {
-        if (Status c = models::CheckKernelCalibration(calibration, where + ": calibration"); !c.ok()) return c;
-      }
-      r.calibration = calibration;
+    if (name == "stack") {
+      // Checked here so that a typo fails before any simulation.
+      auto calibration = models::StackCalibration(cell, where + ": stack");
+      if (!calibration.ok()) return calibration.status();
+      r.calibration = *calibration;
       continue;
     }
     const bool integer = integers.count(name) > 0;
@@ -231,6 +233,12 @@ Result<std::vector<Run>> ReadRuns(const std::string& path) {
       std::strtod(c0.c_str(), &end);
       if (end == c0.c_str()) {  // a header
         for (const auto& c : cells) header.push_back(Trim(c));
+        if (std::find(header.begin(), header.end(), "calibration") != header.end()) {
+          return Status::Invalid(where + ": a `calibration` column is no longer read: name each run's software "
+                                 "stack in a `stack` column (megatron-lm, megatron-deepspeed, ...), and the one "
+                                 "rule picks its calibration (docs/calibration.md \"One rule\"); "
+                                 "--calibration applies one to every run");
+        }
         for (const char* required : {"gpus", "global_batch", "micro_batch", "hidden", "heads", "layers", "seq_len",
                                      "tp", "dp", "pp", "iteration_ms"}) {
           if (std::find(header.begin(), header.end(), required) == header.end()) {
@@ -242,7 +250,7 @@ Result<std::vector<Run>> ReadRuns(const std::string& path) {
         continue;
       }
     }
-    auto r = header.empty() ? PositionalRun(cells, where) : NamedRun(header, cells, where, path);
+    auto r = header.empty() ? PositionalRun(cells, where) : NamedRun(header, cells, where);
     if (!r.ok()) return r.status();
     r->line = n;
     if (Status c = CheckRun(*r, where); !c.ok()) return c;
@@ -334,6 +342,7 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
     r.idle_ms = d.idle_s() * 1e3;
   }
   for (const auto& d : res->report.devices()) r.peak_memory_gib = std::max(r.peak_memory_gib, d.peak_memory_gib());
+  r.cls = models::ClassOf(plan, *cluster, *training, models::AllComputeMeasured(res->report));
   r.ok = true;
 }
 
@@ -398,10 +407,10 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     err << "--recompute: unknown value '" << rc << "' (expected none, selective, full)\n";
     return 2;
   }
-  // Each run's calibration: --calibration, when given, for every run; else the row's `calibration` column
-  // (the stack and chip values the set's runs were measured with); else --calibration's default.
-  const bool flag_given = !vm["calibration"].defaulted();
-  const std::string calibration = vm["calibration"].as<std::string>();
+  // Each run's calibration: --calibration, when given, for every run; else the one rule's pick for the run's
+  // software stack (its row's `stack`, megatron-lm by default; vTrain's layout: megatron-deepspeed).
+  const bool flag_given = vm.count("calibration") > 0;
+  const std::string calibration = flag_given ? vm["calibration"].as<std::string>() : "";
   if (Status c = models::CheckKernelCalibration(calibration); !c.ok()) {
     err << c.message() << "\n";
     return 2;
@@ -413,11 +422,13 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
   Errors dev, held, all;
   std::map<std::string, Errors> by;
   std::string csv = "line,gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,half,measured_ms,"
-                    "simulated_ms,error,nodes,compute_ms,tp_ms,pp_ms,dp_ms,idle_ms,peak_memory_gib,calibration\n";
+                    "simulated_ms,error,nodes,compute_ms,tp_ms,pp_ms,dp_ms,idle_ms,peak_memory_gib,calibration,family,dtype,"
+                    "zero3,interval_lo_ms,interval_hi_ms,in_interval\n";
+  models::IntervalCoverage cover_held, cover_all;
   size_t done = 0, failed = 0;
   for (size_t i = 0; i < runs->size() && i < limit; ++i) {
     Run& r = (*runs)[i];
-    const std::string& run_calibration = flag_given || r.calibration.empty() ? calibration : r.calibration;
+    const std::string& run_calibration = flag_given ? calibration : r.calibration;
     SimulateRun(r, gpu, vocab, dtype, recompute, *fid, run_calibration);
     ++used_calibrations[run_calibration];
     ++done;
@@ -444,22 +455,30 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
                   r.line, r.gpus, r.global_batch, r.micro_batch, r.hidden, r.heads, r.layers, r.seq_len, r.tp, r.dp,
                   r.pp, development ? "development" : "held_out", r.measured_ms, r.simulated_ms, r.rel(), nodes,
                   r.compute_ms, r.tp_ms, r.pp_ms, r.dp_ms, r.idle_ms, r.peak_memory_gib);
-    csv += row + runner::CsvCell(run_calibration) + "\n";
+    const models::PredictionInterval interval = models::IntervalFor(r.cls);
+    const bool in = cover_all.Add(interval, r.simulated_ms, r.measured_ms);
+    if (!development) cover_held.Add(interval, r.simulated_ms, r.measured_ms);
+    char tail[160];
+    std::snprintf(tail, sizeof tail, ",%s,%s,%d,%.4f,%.4f,%d", r.cls.family.c_str(), r.cls.dtype.c_str(),
+                  r.cls.zero3 ? 1 : 0, r.simulated_ms * interval.lo, r.simulated_ms * interval.hi, in ? 1 : 0);
+    csv += row + runner::CsvCell(run_calibration) + tail + "\n";
   }
   std::string names;
   for (const auto& [name, n] : used_calibrations) {
     names += (names.empty() ? "" : ", ") + name;
     if (used_calibrations.size() > 1) names += " (" + std::to_string(n) + " runs)";
   }
-  const bool from_rows =
-      !flag_given && std::any_of(runs->begin(), runs->end(), [](const Run& r) { return !r.calibration.empty(); });
+  const bool from_rows = !flag_given;
   out << "simulated " << all.n << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
-      << " (" << gpu << ", calibration " << names << (from_rows ? ", as the runs' calibration column names it" : "")
+      << " (" << gpu << ", calibration " << names << (from_rows ? ", the one rule's pick for the runs' software stack" : "")
       << ", fidelity " << vm["fidelity"].as<std::string>()
       << ")\n";
   out << "  development half  " << dev.Line() << "\n";
   out << "  held-out half     " << held.Line() << "\n";
   out << "  all               " << all.Line() << "\n";
+  out << "  80% intervals (bundled residuals of runs like each, models/catalog/intervals.csv): "
+      << cover_held.Line() << " of the held-out half, " << cover_all.Line()
+      << " in all (the development halves of the bundled sets are in the table)\n";
   out << "\n  error by configuration (a trend means a missing effect, not a wrong scale):\n";
   for (const auto& [key, e] : by) out << "    " << key << std::string(key.size() < 16 ? 16 - key.size() : 1, ' ') << e.Line() << "\n";
   if (vm.count("output")) {
@@ -479,7 +498,7 @@ Command ValidateSimCommand() {
   return {"validate-sim",
           "simulate measured training runs (CSV), or run plans on the executor and in the simulator, and report the "
           "simulator's error: MAPE and bias, by configuration or by operation",
-          "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--calibration vtrain-a100] [--fidelity fast] [-o per-run.csv]\n"
+          "hetsim validate-sim --runs FILE.csv [--gpu a100-80gb] [--calibration NAME|FILE] [--fidelity fast] [-o per-run.csv]\n"
           "       hetsim validate-sim --executor --plans P1,P2,... --calibration FILE [--backend cpu] [--figure F.png]",
           [](po::options_description& d, po::positional_options_description&) {
             d.add_options()("runs", po::value<std::string>(),
@@ -491,10 +510,10 @@ Command ValidateSimCommand() {
                 ("dtype", po::value<std::string>()->default_value("fp16"), "training dtype of the runs")
                 ("recompute", po::value<std::string>()->default_value("full"), "activation recomputation of the runs")
                 ("fidelity", po::value<std::string>()->default_value("fast"), "fast | balanced | full")
-                ("calibration", po::value<std::string>()->default_value("vtrain-a100"),
-                 "kernel-model calibration for every run (bundled name or file); unless given, a run uses the one its "
-                 "row's calibration column names, else vtrain-a100 (fitted on the development half of vTrain's "
-                 "single-node runs)")
+                ("calibration", po::value<std::string>(),
+                 "kernel-model calibration for every run (bundled name or file); unless given, each run gets the one "
+                 "rule's pick: `default`'s chip values with its software stack's host costs (the row's `stack`; "
+                 "vTrain's layout: megatron-deepspeed)")
                 ("limit", po::value<size_t>(), "simulate only the first N runs")
                 ("profile", po::value<std::vector<std::string>>()->composing(),
                  "plan-file runs: a measured layer profile to simulate with (bundled name or path); repeatable")

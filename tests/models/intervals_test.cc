@@ -1,0 +1,85 @@
+#include "models/intervals.h"
+
+#include <gtest/gtest.h>
+
+namespace hetsim::models {
+namespace {
+
+RunClass Class(const std::string& family, uint32_t pp, uint32_t gpus) {
+  RunClass c;
+  c.family = family;
+  c.pp = pp;
+  c.gpus = gpus;
+  return c;
+}
+
+std::vector<Residual> Table() {
+  std::vector<Residual> t;
+  // Ten A100 runs at PP 1 on 8 GPUs, measured 0.91 .. 1.00 of simulated; three A100 runs at PP 4 (1.20 each);
+  // ten Hopper runs at 1.10.
+  for (int i = 0; i < 10; ++i) t.push_back({"a", Class("a100", 1, 8), 0.91 + 0.01 * i});
+  for (int i = 0; i < 3; ++i) t.push_back({"b", Class("a100", 4, 8), 1.20});
+  for (int i = 0; i < 10; ++i) t.push_back({"h", Class("hopper", 1, 8), 1.10});
+  return t;
+}
+
+TEST(Intervals, QuantilesOfTheMostSpecificClassWithEnoughRuns) {
+  // Ten runs of the class: n + 1 = 11 slots; the 80% interval takes ranks floor(0.1 · 11) = 1 and
+  // ceil(0.9 · 11) = 10 of the sorted ratios: 0.91 and 1.00.
+  const PredictionInterval i = IntervalFrom(Table(), Class("a100", 1, 8), 0.8);
+  EXPECT_EQ(i.runs, 10u);
+  EXPECT_DOUBLE_EQ(i.lo, 0.91);
+  EXPECT_NEAR(i.hi, 1.00, 1e-12);
+  EXPECT_EQ(i.sets, "a");
+  EXPECT_EQ(i.like, "a100, 16-bit, no ZeRO-3, PP 1, 1-8 GPUs");
+}
+
+TEST(Intervals, TooFewRunsBackOffToACoarserClass) {
+  // Three A100 runs at PP 4 are fewer than kMinIntervalRuns: the class drops the GPU count, then the pipeline
+  // depth, ZeRO-3 and dtype stay equal, so the 13 A100 runs of the family-and-dtype levels are used: ranks
+  // floor(0.1 · 14) = 1 (0.91) and ceil(0.9 · 14) = 13 (1.20).
+  const PredictionInterval i = IntervalFrom(Table(), Class("a100", 4, 8), 0.8);
+  EXPECT_EQ(i.runs, 13u);
+  EXPECT_DOUBLE_EQ(i.lo, 0.91);
+  EXPECT_DOUBLE_EQ(i.hi, 1.20);
+  EXPECT_EQ(i.like, "a100, 16-bit, no ZeRO-3");
+  EXPECT_EQ(i.sets, "a, b");
+}
+
+TEST(Intervals, AnUnknownFamilyFallsBackAndSaysWhy) {
+  RunClass c = Class("other", 1, 8);
+  c.measured = false;
+  const PredictionInterval i = IntervalFrom(Table(), c, 0.8);
+  // No `other` runs: the dtype level (all 23 runs are 16-bit).
+  EXPECT_EQ(i.runs, 23u);
+  EXPECT_EQ(i.like, "16-bit");
+  EXPECT_NE(i.caveat.find("no measured basis"), std::string::npos);
+  const std::string line = DescribeInterval(i, 10.0);
+  EXPECT_NE(line.find("80% interval 9.1-12 s (23 measured runs like it: 16-bit"), std::string::npos) << line;
+}
+
+TEST(Intervals, CoverageCountsRunsInsideTheirIntervals) {
+  PredictionInterval i;
+  i.lo = 0.9;
+  i.hi = 1.1;
+  i.runs = 10;
+  IntervalCoverage c;
+  EXPECT_TRUE(c.Add(i, 100, 95));
+  EXPECT_FALSE(c.Add(i, 100, 120));
+  EXPECT_EQ(c.Line(), "cover 50.0% of 2 runs");
+}
+
+TEST(Intervals, TheBundledTableParsesAndNamesGpuFamilies) {
+  EXPECT_GE(BundledResiduals().size(), 800u);
+  EXPECT_EQ(GpuFamily("a800"), "a100");
+  EXPECT_EQ(GpuFamily("h200"), "hopper");
+  EXPECT_EQ(GpuFamily("rtx3090"), "other");
+  EXPECT_EQ(DtypeClass(proto::DTYPE_FP8), "fp8");
+  EXPECT_EQ(DtypeClass(proto::DTYPE_TF32), "32-bit");
+  const auto bad = ParseResiduals("set,line,family,dtype,zero3,pp,gpus,ratio\na,1,a100,16-bit,0,1,8,-1\n", "t.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("t.csv:2:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hetsim::models

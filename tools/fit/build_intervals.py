@@ -1,0 +1,75 @@
+"""Writes models/catalog/intervals.csv: the residuals prediction intervals are drawn from (models/intervals.h).
+
+Every bundled validation set is simulated by `hetsim validate-sim --runs SET` with no flags, i.e. with the
+calibration the one rule picks for each run (docs/calibration.md "One rule"), exactly what a user who passes
+no flags gets. From each set only the development half is kept (even data rows, as validate-sim splits
+them); the held-out halves stay out of the table so that `validate-sim` can report how many of their runs
+the intervals cover. A residual is measured / simulated, with the run's class (GPU family, dtype, ZeRO-3,
+pipeline depth, GPU count) as validate-sim's per-run CSV gives it.
+
+Usage: /usr/bin/python3 tools/fit/build_intervals.py [--hetsim build/hetsim] [--out models/catalog/intervals.csv]
+(about two minutes on two cores). Rebuild hetsim afterwards: the table is embedded in the binary.
+"""
+import argparse
+import csv
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (name in the table, runs CSV relative to the repository)
+SETS = [
+    ("vtrain-single", "experiments/validation/vtrain_a100_single_node.csv"),
+    ("vtrain-multi", "experiments/validation/vtrain_a100_multi_node.csv"),
+    ("megatron-table1", "experiments/validation/megatron_sc21_table1.csv"),
+    ("llmfoundry-fsdp", "experiments/validation/llmfoundry_a100_40gb_fsdp/runs.csv"),
+    ("nemo-fp8", "experiments/validation/nemo_2407_h100_fp8/runs.csv"),
+    ("sailor-gh200", "experiments/validation/sailor_gh200_opt350/runs.csv"),
+]
+
+
+def residuals(hetsim, name, runs):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "per-run.csv")
+        p = subprocess.run([hetsim, "validate-sim", "--runs", os.path.join(ROOT, runs), "-o", out],
+                           capture_output=True, text=True)
+        if not os.path.exists(out):
+            sys.exit(f"validate-sim failed on {runs}:\n{p.stdout}{p.stderr[-3000:]}")
+        rows = list(csv.DictReader(open(out)))
+    kept = []
+    for r in rows:
+        if r["half"] != "development":
+            continue
+        ratio = float(r["measured_ms"]) / float(r["simulated_ms"])
+        kept.append({"set": name, "line": r["line"], "family": r["family"], "dtype": r["dtype"],
+                     "zero3": r["zero3"], "pp": r.get("pp") or "1", "gpus": r["gpus"],
+                     "ratio": f"{ratio:.5f}"})
+    print(f"{name}: {len(kept)} development runs of {len(rows)}", file=sys.stderr)
+    return kept
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hetsim", default=os.path.join(ROOT, "build", "hetsim"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "models", "catalog", "intervals.csv"))
+    args = ap.parse_args()
+    table = []
+    for name, runs in SETS:
+        table += residuals(args.hetsim, name, runs)
+    with open(args.out, "w", newline="") as fh:
+        fh.write("# Validation residuals for prediction intervals (models/intervals.h, docs/calibration.md \"Intervals\").\n")
+        fh.write("# One row per run of the development half (even data rows) of each bundled validation set, simulated by\n")
+        fh.write("# `hetsim validate-sim --runs SET` with no flags (the one rule's calibration); ratio = measured / simulated.\n")
+        fh.write(f"# Written by tools/fit/build_intervals.py on {datetime.date.today().isoformat()}; the held-out halves are not here.\n")
+        w = csv.DictWriter(fh, fieldnames=["set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio"],
+                           lineterminator="\n")
+        w.writeheader()
+        w.writerows(table)
+    print(f"wrote {args.out}: {len(table)} residuals", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
