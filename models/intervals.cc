@@ -207,4 +207,9 @@ std::string IntervalCoverage::Line() const {
   return buf;
 }
 
+std::string CoverageSummary(const IntervalCoverage& held_out, const IntervalCoverage& all) {
+  return "80% intervals (bundled residuals of runs like each, models/catalog/intervals.csv): " + held_out.Line() +
+         " of the held-out half, " + all.Line() + " in all (the development halves of the bundled sets are in the table)";
+}
+
 }  // namespace hetsim::models

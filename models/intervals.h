@@ -63,6 +63,8 @@ struct IntervalCoverage {
   // "cover 76.4% of 720 runs" (or "no runs").
   std::string Line() const;
 };
+// The line validate-sim prints: the held-out half's coverage, then all runs'.
+std::string CoverageSummary(const IntervalCoverage& held_out, const IntervalCoverage& all);
 // Whether the report's compute basis rests on measurements for every GPU type (a measured calibration entry
 // or a measured layer profile).
 template <typename Report>

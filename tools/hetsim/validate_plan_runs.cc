@@ -302,9 +302,7 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   out << "  iteration time, development half  " << dev.Line() << "\n";
   out << "  iteration time, held-out half     " << held.Line() << "\n";
   out << "  iteration time, all               " << all.Line() << "\n";
-  out << "  80% intervals (bundled residuals of runs like each, models/catalog/intervals.csv): "
-      << cover_held.Line() << " of the held-out half, " << cover_all.Line()
-      << " in all (the development halves of the bundled sets are in the table)\n";
+  out << "  " << models::CoverageSummary(cover_held, cover_all) << "\n";
   if (sync.n > 0) out << "  gradient sync, all                " << sync.Line() << "\n";
   if (memory.n > 0) out << "  peak memory, all                  " << memory.Line() << "\n";
   out << "\n  iteration-time error by configuration (a trend means a missing effect, not a wrong scale):\n";

@@ -476,9 +476,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
   out << "  development half  " << dev.Line() << "\n";
   out << "  held-out half     " << held.Line() << "\n";
   out << "  all               " << all.Line() << "\n";
-  out << "  80% intervals (bundled residuals of runs like each, models/catalog/intervals.csv): "
-      << cover_held.Line() << " of the held-out half, " << cover_all.Line()
-      << " in all (the development halves of the bundled sets are in the table)\n";
+  out << "  " << models::CoverageSummary(cover_held, cover_all) << "\n";
   out << "\n  error by configuration (a trend means a missing effect, not a wrong scale):\n";
   for (const auto& [key, e] : by) out << "    " << key << std::string(key.size() < 16 ? 16 - key.size() : 1, ' ') << e.Line() << "\n";
   if (vm.count("output")) {
