@@ -63,9 +63,10 @@ Result<SpecText> ReadSpec(SpecKind kind, const std::string& name_or_path) {
   if (std::filesystem::is_regular_file(name_or_path, ec)) {
     // A spec is text written by people or by hetsim; past this size YAML parsing takes minutes and gigabytes.
     const auto bytes = std::filesystem::file_size(name_or_path, ec);
-    if (!ec && bytes > kMaxSpecBytes) {
-      return Status::Invalid(name_or_path + ": " + std::to_string(bytes >> 20) + " MiB is more than a YAML spec may " +
-                             "hold (" + std::to_string(kMaxSpecBytes >> 20) + " MiB)" +
+    const uintmax_t cap = kind == SpecKind::kTrace ? kMaxTraceYamlBytes : kMaxSpecBytes;
+    if (!ec && bytes > cap) {
+      return Status::Invalid(name_or_path + ": " + std::to_string(bytes >> 20) + " MiB is more than a YAML " +
+                             SpecKindName(kind) + " may hold (" + std::to_string(cap >> 20) + " MiB)" +
                              (kind == SpecKind::kTrace ? "; write a large trace as binary protobuf (-o T.pb)" : ""));
     }
     std::ifstream in(name_or_path, std::ios::binary);

@@ -35,8 +35,11 @@ struct SpecText {
 // The largest spec file read (YAML parsing runs at a few MB/s and holds ~50x the text in memory; a large
 // trace belongs in binary protobuf, traces/trace.h).
 constexpr uintmax_t kMaxSpecBytes = 64ull << 20;
+// Traces are parsed an event at a time (models/yaml_stream.h), in the memory of their events: their YAML
+// may be large enough for traces::kMaxTraceEvents events (~130 bytes each as `hetsim trace` writes them).
+constexpr uintmax_t kMaxTraceYamlBytes = 256ull << 20;
 
-// Reads `name_or_path`: an existing file (at most kMaxSpecBytes; not a folder or a device), else a bundled
+// Reads `name_or_path`: an existing file (at most kMaxSpecBytes, kMaxTraceYamlBytes for a trace; not a folder or a device), else a bundled
 // spec of `kind` with that name.
 Result<SpecText> ReadSpec(SpecKind kind, const std::string& name_or_path);
 // The kind a YAML text declares with its `kind:` key.

@@ -8,7 +8,7 @@ packages=(
   # build
   cmake ninja-build g++ pkg-config git
   # formats
-  libyaml-cpp-dev libprotobuf-dev protobuf-compiler
+  libyaml-cpp-dev libyaml-dev libprotobuf-dev protobuf-compiler
   # numerics, graph partitioning, MILP
   libeigen3-dev libboost-dev libboost-program-options-dev libmetis-dev
   coinor-libcbc-dev coinor-libclp-dev coinor-libcgl-dev coinor-libosi-dev coinor-libcoinutils-dev

@@ -8,6 +8,7 @@
 
 #include "models/spec_io.h"
 #include "models/yaml_proto.h"
+#include "models/yaml_stream.h"
 
 namespace hetsim::traces {
 
@@ -54,9 +55,10 @@ Result<proto::Trace> LoadBinaryTrace(const std::string& path) {
 Result<proto::Trace> LoadTrace(const std::string& name_or_path) {
   if (IsBinaryTrace(name_or_path)) return LoadBinaryTrace(name_or_path);
   HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kTrace, name_or_path));
+  HETSIM_RETURN_IF_ERROR(models::PrescanYaml(src.text, src.file));
+  // Events one at a time (models/yaml_stream.h): a million of them as yaml-cpp nodes would take ~5 GB.
   proto::Trace t;
-  HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kTrace, &t));
-  HETSIM_RETURN_IF_ERROR(CheckEventCount(t, src.file));
+  HETSIM_RETURN_IF_ERROR(models::ParseYamlStreaming(src.text, src.file, "trace", "events", kMaxTraceEvents, &t));
   return t;
 }
 

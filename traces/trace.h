@@ -12,9 +12,9 @@
 namespace hetsim::traces {
 
 // Limits on a trace: events (a 54-day Llama 3 run on 16,384 GPUs has 419; a 10-year, 1000x-rate sensitivity
-// study of a small cluster stays well under), and a binary file's size. YAML traces also stop at
-// models::kMaxSpecBytes (64 MiB, about 600,000 events; YAML parses at a few MB/s): larger ones belong in
-// binary protobuf, written by `hetsim trace generate|convert -o T.pb`.
+// study of a small cluster stays well under), and a binary file's size. YAML traces are read an event at a
+// time (models/yaml_stream.h) and stop at models::kMaxTraceYamlBytes (256 MiB, room for the largest trace);
+// binary protobuf (`hetsim trace generate|convert -o T.pb`) is smaller and reads ~10x faster.
 constexpr uint32_t kMaxTraceEvents = 1'000'000;
 constexpr uintmax_t kMaxBinaryTraceBytes = 128ull << 20;
 

@@ -5,17 +5,36 @@
 # it line by line with `hetsim lower` (the lists the simulator plays). Lines must be identical, except that
 # a gradient-sync or ZeRO collective's bytes may differ by 0.1%: under mixed TP degrees the executor syncs its
 # chunk of the replicated norm weights, the lowering all of them (docs/lowering.md).
-# Usage: check_ops.sh MPIEXEC HETSIM_EXEC HETSIM NP OUT_DIR PLAN [EXTRA FLAGS...]
+# Usage: check_ops.sh MPIEXEC HETSIM_EXEC HETSIM NP OUT_DIR PLAN [FLAGS...] [-- EXEC FLAGS...]
+# FLAGS go to both hetsim-exec and `hetsim lower` (e.g. --recompute full). Without `--`, hetsim-exec runs one
+# quiet step on the CPU backend at 32 tokens. With `--`, it runs with exactly EXEC FLAGS (which must say
+# --seq-len 32), its output shown: a gradient comparison (--compare-gradients) records the same first step,
+# so one run checks both the gradients and the operations.
 set -euo pipefail
 mpiexec=$1 exe=$2 hetsim=$3 np=$4 out=$5 plan=$6
 shift 6
+flags=() exec_flags=() quiet=1
+while (($#)); do
+  if [[ $1 == -- ]]; then
+    shift
+    exec_flags=("$@") quiet=0
+    break
+  fi
+  flags+=("$1")
+  shift
+done
+((quiet)) && exec_flags=(--backend cpu --warmup 0 --iterations 1 --seq-len 32)
 mkdir -p "$out"
 name=$(basename "$plan" .yaml)
 executed="$out/$name-executed.txt" lowered="$out/$name-lowered.txt"
 rm -f "$executed" "$lowered"
-"$mpiexec" --oversubscribe -np "$np" "$exe" --plan "$plan" --backend cpu --warmup 0 --iterations 1 --seq-len 32 \
-  --ops-out "$executed" "$@" >/dev/null
-"$hetsim" lower --plan "$plan" --seq-len 32 "$@" -o "$lowered" >/dev/null
+if ((quiet)); then
+  "$mpiexec" --oversubscribe -np "$np" "$exe" --plan "$plan" "${exec_flags[@]}" --ops-out "$executed" "${flags[@]}" \
+    >/dev/null
+else
+  "$mpiexec" --oversubscribe -np "$np" "$exe" --plan "$plan" "${exec_flags[@]}" --ops-out "$executed" "${flags[@]}"
+fi
+"$hetsim" lower --plan "$plan" --seq-len 32 "${flags[@]}" -o "$lowered" >/dev/null
 awk -v lowered="$lowered" '
   function bytes_of(line,   i, n, f) { n = split(line, f, " "); for (i = 1; i < n; i++) if (f[i] == "bytes") return f[i + 1]; return "" }
   function without_bytes(line) { sub(/ bytes [^ ]+/, "", line); return line }

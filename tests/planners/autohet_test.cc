@@ -418,7 +418,7 @@ Result<PlannerResult> Plan(const std::string& cluster, const std::string& model,
 // 1A100+1H20, and another consisting of 3H20, with pipeline parallelism employed within each DP group".
 // Whether those two groups or one pipeline of all five GPUs ranks first under eq. 1 depends on how much
 // faster the A100 is than the H20: with the A100 values fitted on one node and many together
-// (models/catalog/calibrations/a100-80gb.yaml, GEMMs at 77% of the peak) one pipeline of five costs 16.83 s
+// (default.yaml's A100 entry, GEMMs at 77% of the peak) one pipeline of five costs 16.83 s
 // and the paper's groups 17.34 s (the twin check of `hetsim plan` then returns the paper's groups: they
 // simulate 0.3% faster). So the paper's two groups must be among the planner's best plans, within 5% of
 // its pick, with the lower-end H20 on the earlier stage of the mixed group.

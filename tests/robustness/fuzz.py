@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Mutation fuzzer of hetsim's spec parsing and checking (`hetsim validate`).
 
-Takes the bundled specs (clusters, models, trainings, plans, experiments, traces), mutates their text (numbers
-made extreme, keys dropped or duplicated, values of the wrong type, truncation, stray bytes and tabs), and
-runs `hetsim validate` on each mutant. Every mutant must end in exit status 0 (still valid) or 1 (problems
-found), never a crash, a signal, a hang or a silent failure: a non-zero exit names the file.
+Takes the bundled specs (clusters, models, trainings, plans, calibrations, experiments and advise configs),
+mutates their text (numbers made extreme, keys dropped or duplicated, values of the wrong type, truncation,
+stray bytes and tabs), and runs `hetsim validate` on each mutant; and the first rows of the bundled
+validation sets (measured runs, CSV), mutated the same way and cell by cell, through `hetsim validate-sim
+--runs`. Every mutant must end in exit status 0 (still valid) or 1 (problems found), never a crash, a
+signal, a hang or a silent failure: a non-zero exit names the file.
 
 Usage: fuzz.py HETSIM [--count N] [--seed S] [--keep DIR]
 A short run (ctest robustness.fuzz) and a long one (tools/fuzz.sh) use it; a failing mutant is written
@@ -25,12 +27,42 @@ EXTREMES = [".inf", "-.inf", ".nan", "1e308", "-1e308", "1e-320", "-1", "0", "42
 
 def sources(root):
     pats = ["models/catalog/clusters/*.yaml", "models/catalog/models/*.yaml", "models/catalog/trainings/*.yaml",
-            "models/catalog/plans/*.yaml", "experiments/**/*.yaml"]
+            "models/catalog/plans/*.yaml", "models/catalog/calibrations/*.yaml", "experiments/**/*.yaml",
+            "experiments/validation/**/*.csv"]
     files = []
     for p in pats:
         files += sorted(glob.glob(os.path.join(root, p), recursive=True))
-    return [f for f in files if os.path.getsize(f) < 200_000]
+    return [f for f in files if (f.endswith(".csv") and "/raw/" not in f) or
+            (f.endswith(".yaml") and os.path.getsize(f) < 200_000)]
 
+
+def read_source(path):
+    """A spec's text; a validation set's comments, header and first five rows (each row is a simulation)."""
+    with open(path, encoding="utf-8") as f:
+        if not path.endswith(".csv"):
+            return f.read()
+        lines, rows = [], 0
+        for line in f:
+            lines.append(line)
+            if line.strip() and not line.startswith("#"):
+                rows += 1
+                if rows > 6:
+                    break
+        return "".join(lines)
+
+
+def mutate_cell(text, rng):
+    """One CSV cell replaced by an extreme or a word."""
+    lines = text.split("\n")
+    rows = [i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")]
+    if len(rows) < 2:
+        return text
+    i = rng.choice(rows)
+    cells = lines[i].split(",")
+    j = rng.randrange(len(cells))
+    cells[j] = rng.choice(EXTREMES + ["", "x", "1 s", "-0.0", "1e7", "2147483648", "../x.yaml"])
+    lines[i] = ",".join(cells)
+    return "\n".join(lines)
 
 def mutate(text, rng):
     lines = text.split("\n")
@@ -85,15 +117,20 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for n in range(a.count):
             src = rng.choice(files)
-            with open(src, encoding="utf-8") as f:
-                text, how = mutate(f.read(), rng)
+            csv = src.endswith(".csv")
+            text = read_source(src)
+            if csv and rng.random() < 0.5:
+                text, how = mutate_cell(text, rng), "cell"
+            else:
+                text, how = mutate(text, rng)
             # Keep the folder: relative references (plans, traces) resolve as in the original.
-            path = os.path.join(os.path.dirname(src), f".fuzz-{os.getpid()}-{n}.yaml")
+            path = os.path.join(os.path.dirname(src), f".fuzz-{os.getpid()}-{n}" + (".csv" if csv else ".yaml"))
             with open(path, "w", encoding="latin-1", errors="replace") as f:
                 f.write(text)
+            command = ([a.hetsim, "validate-sim", "--runs", path, "-o", os.path.join(work, "runs.csv")] if csv
+                       else [a.hetsim, "validate", path])
             try:
-                r = subprocess.run([a.hetsim, "validate", path], capture_output=True, text=True, errors="replace",
-                                   timeout=60, cwd=work)
+                r = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=60, cwd=work)
                 rc, out = r.returncode, r.stdout + r.stderr
             except subprocess.TimeoutExpired:
                 rc, out = "timeout", ""
@@ -106,10 +143,11 @@ def main():
                 bad = "a meaningless error"
             if bad:
                 failures += 1
-                kept = os.path.join(keep, f"mutant-{n}.yaml")
+                kept = os.path.join(keep, f"mutant-{n}" + (".csv" if csv else ".yaml"))
                 with open(kept, "w", encoding="latin-1", errors="replace") as f:
                     f.write(text)
-                print(f"FAIL ({how} of {os.path.relpath(src, root)}): {bad}; reproduce: hetsim validate {kept}\n"
+                print(f"FAIL ({how} of {os.path.relpath(src, root)}): {bad}; reproduce: hetsim "
+                      f"{'validate-sim --runs' if csv else 'validate'} {kept} (beside the original)\n"
                       f"    {out.strip()[:300]}")
             else:
                 valid += rc == 0

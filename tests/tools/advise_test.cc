@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -328,6 +329,40 @@ TEST(AdviseSearch, PruningKeepsTheRecommendationAndTheFrontOfTheExhaustiveEvalua
   opt.resume = true;
   ASSERT_TRUE(RunAdvise(*c, opt, out, err).ok()) << err.str();
   EXPECT_EQ(Column(pruned, "config", "cost_usd_mean"), cost_p);
+}
+
+// At its time limit a run stops planning and replaying, reports what it computed marked partial, fails, and
+// --resume (without the limit) finishes it with the results of a run that had none.
+TEST(AdviseSearch, ATimeLimitStopsTheRunAndResumeFinishesIt) {
+  auto c = LoadConfig(SmallConfig());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  AdviseOptions opt;
+  opt.figures = false;
+  opt.progress = false;
+  opt.prune = false;
+  opt.out_dir = Dir() + "/limited";
+  opt.time_limit_s = 1e-6;  // over before the first plan starts
+  std::ostringstream out, err;
+  const Status s = RunAdvise(*c, opt, out, err);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("stopped at the time limit"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("16 of 16 configurations not computed"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--resume"), std::string::npos) << s.message();
+  std::ifstream md(opt.out_dir + "/recommendation.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("**Partial result**: the run stopped at its time limit"), std::string::npos) << text;
+  const auto reason = Column(opt.out_dir + "/configurations.csv", "config", "reason");
+  ASSERT_EQ(reason.size(), 16u);
+  EXPECT_NE(reason.at("0").find("not computed before the time limit"), std::string::npos) << reason.at("0");
+  // Resumed without a limit: every configuration, as a run without a limit gives them.
+  opt.time_limit_s = 0;
+  opt.resume = true;
+  ASSERT_TRUE(RunAdvise(*c, opt, out, err).ok()) << err.str();
+  opt.out_dir = Dir() + "/unlimited";
+  opt.resume = false;
+  ASSERT_TRUE(RunAdvise(*c, opt, out, err).ok()) << err.str();
+  EXPECT_EQ(Column(Dir() + "/limited/configurations.csv", "config", "cost_usd_mean"),
+            Column(Dir() + "/unlimited/configurations.csv", "config", "cost_usd_mean"));
 }
 
 // --resume keys a point by what its files hold, not by their names: rewriting the spot trace under the same

@@ -49,10 +49,11 @@ TEST(TraceLimits, AYamlFileLargerThanTheCapIsRefusedBeforeItIsParsed) {
   {
     std::ofstream(path) << "kind: trace\n";
   }
-  std::filesystem::resize_file(path, models::kMaxSpecBytes + 1);  // sparse: nothing is written
+  std::filesystem::resize_file(path, models::kMaxTraceYamlBytes + 1);  // sparse: nothing is written
   auto t = LoadTrace(path);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("huge.yaml: 64 MiB is more than a YAML spec may hold"), std::string::npos)
+  EXPECT_NE(t.status().message().find("huge.yaml: 256 MiB is more than a YAML trace may hold (256 MiB)"),
+            std::string::npos)
       << t.status().message();
   EXPECT_NE(t.status().message().find("binary protobuf"), std::string::npos);
   std::filesystem::remove(path);

@@ -1,6 +1,7 @@
 #include "tools/advise/advise.h"
 
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
@@ -135,13 +136,21 @@ std::optional<PlannedGroup> LoadPlanned(const std::string& dir, const Group& g) 
 
 // Runs `items` on this process, on --jobs forked workers, or over the mpirun ranks (each rank its share,
 // then every rank waits for the others through marker files in `dir`). Returns false when a worker died.
+// With a deadline, no item starts after it, and forked workers (always used then, so that one long plan
+// cannot hold the run) still running at it are stopped; their items have no result (--resume computes
+// them). Under mpirun the deadline does not apply: the ranks would pass it at different items and wait
+// for each other at different barriers.
 class Spreader {
  public:
-  Spreader(std::string dir, int jobs) : dir_(std::move(dir)), world_(runner::World::Get()) {
+  using Clock = std::chrono::steady_clock;
+  Spreader(std::string dir, int jobs, std::optional<Clock::time_point> deadline)
+      : dir_(std::move(dir)), world_(runner::World::Get()), deadline_(deadline) {
     workers_ = world_.distributed() ? world_.size() : std::max(1, jobs);
   }
   int workers() const { return workers_; }
   bool rank0() const { return world_.rank() == 0; }
+  bool Limited() const { return deadline_.has_value(); }
+  bool Expired() const { return deadline_ && !world_.distributed() && Clock::now() >= *deadline_; }
 
   bool Run(size_t n, const std::function<void(size_t)>& item) {
     ++phase_;
@@ -150,10 +159,11 @@ class Spreader {
       Barrier();
       return true;
     }
-    if (workers_ <= 1 || n <= 1) {
+    if (!Limited() && (workers_ <= 1 || n <= 1)) {
       for (size_t i = 0; i < n; ++i) item(i);
       return true;
     }
+    if (n == 0 || Expired()) return true;
     std::fflush(nullptr);
     const pid_t parent = ::getpid();
     std::vector<pid_t> pids;
@@ -163,18 +173,31 @@ class Spreader {
       if (pid < 0) return false;
       if (pid == 0) {
         models::TieToParent(parent);
-        for (size_t i = static_cast<size_t>(k); i < n; i += static_cast<size_t>(w)) item(i);
+        for (size_t i = static_cast<size_t>(k); i < n && !Expired(); i += static_cast<size_t>(w)) item(i);
         std::fflush(nullptr);
         ::_exit(0);
       }
       pids.push_back(pid);
     }
     bool all_ok = true;
-    for (pid_t pid : pids) {
-      int status = 0;
-      while (::waitpid(pid, &status, 0) < 0) {
+    size_t left = pids.size();
+    std::vector<char> done(pids.size(), 0);
+    bool stopped = false;
+    while (left > 0) {
+      for (size_t k = 0; k < pids.size(); ++k) {
+        int status = 0;
+        if (done[k] || ::waitpid(pids[k], &status, Limited() ? WNOHANG : 0) <= 0) continue;
+        done[k] = 1;
+        --left;
+        all_ok &= stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
       }
-      all_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (left > 0 && !stopped && Expired()) {  // never true without a deadline
+        for (size_t k = 0; k < pids.size(); ++k) {
+          if (!done[k]) ::kill(pids[k], SIGKILL);
+        }
+        stopped = true;
+      }
+      if (left > 0 && Limited()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return all_ok;
   }
@@ -198,6 +221,7 @@ class Spreader {
 
   std::string dir_;
   const runner::World& world_;
+  std::optional<Clock::time_point> deadline_;
   int workers_ = 1;
   int phase_ = 0;
 };
@@ -206,6 +230,7 @@ std::string Duration(double s) {
   char buf[32];
   if (s >= 2 * 86400) std::snprintf(buf, sizeof(buf), "%.1f d", s / 86400);
   else if (s >= 3600) std::snprintf(buf, sizeof(buf), "%.1f h", s / 3600);
+  else if (s >= 120) std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
   else std::snprintf(buf, sizeof(buf), "%.0f s", s);
   return buf;
 }
@@ -219,9 +244,14 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
     fs::create_directories(dir + "/" + sub, ec);
     if (ec) return Status::IoError(dir + ": cannot create the results folder: " + ec.message());
   }
-  Spreader spread(dir, options.jobs);
-  const internal::Space space = internal::Enumerate(c);
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<Spreader::Clock::time_point> stop_at;
+  if (options.time_limit_s > 0) {
+    stop_at = t0 + std::chrono::duration_cast<Spreader::Clock::duration>(
+                        std::chrono::duration<double>(options.time_limit_s));
+  }
+  Spreader spread(dir, options.jobs, stop_at);
+  const internal::Space space = internal::Enumerate(c);
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const bool talk = options.progress && spread.rank0();
   // Files are never cleared up front (under mpirun another rank may be writing already): every plan and point
@@ -240,7 +270,7 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
         if (options.resume && LoadPlanned(dir, g)) return;
         const PlannedGroup p = internal::PlanGroup(c, g);
         SavePlanned(dir, g, p);
-        if (options.progress && (spread.workers() == 1)) {
+        if (options.progress && spread.workers() == 1) {
           char line[256];
           std::snprintf(line, sizeof(line), "  plan %zu/%zu %s on %s: %s\n", ++planned_count, space.groups.size(),
                         c.planners[g.planner].label.c_str(), c.candidates[g.candidate].label.c_str(),
@@ -300,7 +330,7 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
     }
   };
   size_t next = 0, groups_done = 0, points_run = 0, missing = 0;
-  while (next < order.size()) {
+  while (next < order.size() && !spread.Expired()) {
     std::vector<uint32_t> round;
     while (next < order.size() && round.size() < static_cast<size_t>(spread.workers())) {
       const uint32_t gi = order[next++];
@@ -348,6 +378,10 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
     }
   }
   if (!spread.rank0()) return Status::Ok();
+  // Stopped at the time limit: what was not planned or replayed is named as such, the rest is reported.
+  const bool stopped = spread.Expired();
+  const std::string unfinished = stopped ? "not computed before the time limit (--time-limit; rerun with --resume)"
+                                         : "";
 
   // Rows, the front and the recommendation.
   std::vector<ConfigRow> rows;
@@ -361,7 +395,7 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
       row.cost_lb = cost_lb[g.index];
       if (!planned[g.index]) {
         row.status = "failed";
-        row.reason = "not planned (a worker was killed; rerun with --resume)";
+        row.reason = stopped ? unfinished : "not planned (a worker was killed; rerun with --resume)";
         ++missing;
       } else if (!planned[g.index]->ok) {
         row.status = "failed";
@@ -377,7 +411,7 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
           proto::PointResult r;
           if (!ReadPointOf(dir, c, g, slot, s, &r)) {
             row.status = "failed";
-            row.reason = "replay missing (a worker was killed; rerun with --resume)";
+            row.reason = stopped ? unfinished : "replay missing (a worker was killed; rerun with --resume)";
             ++missing;
             break;
           }
@@ -443,7 +477,13 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
                                                  options.figures ? dir + "/recommended-replay.png" : "", sink);
     if (!st.ok()) err << "warning: the recommended configuration's replay figure: " << st.message() << "\n";
   }
-  HETSIM_RETURN_IF_ERROR(internal::WriteOutputs(c, dir, rows, rec, out));
+  std::string caveat;
+  if (stopped) {
+    caveat = "the run stopped at its time limit (" + Duration(options.time_limit_s) + ") with " +
+             std::to_string(missing) + " of " + std::to_string(rows.size()) +
+             " configurations not computed; the front and the recommendation are among those replayed before it.";
+  }
+  HETSIM_RETURN_IF_ERROR(internal::WriteOutputs(c, dir, rows, rec, caveat, out));
   // results.{jsonl,csv} hold this run's replays only: files of pruned groups, of other inputs, or beyond this
   // space (an earlier run of another config into the same folder) are removed first.
   for (const auto& g : space.groups) {
@@ -466,6 +506,13 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
                                            dir + "/pareto.png"};
     auto rc = models::RunProgram(argv);
     if (!rc.ok() || *rc != 0) err << "warning: drawing the Pareto figure failed (" << argv[1] << " " << dir << ")\n";
+  }
+  if (stopped && missing > 0) {
+    return Status::Invalid("hetsim advise: stopped at the time limit (" + Duration(options.time_limit_s) + ", " +
+                           "--time-limit) with " + std::to_string(missing) + " of " + std::to_string(rows.size()) +
+                           " configurations not computed; the partial results are in " + dir + "; run again with " +
+                           "--resume to continue (--time-limit 0: no limit; --jobs N: more workers), or narrow the "
+                           "config");
   }
   if (missing > 0) {
     return Status::Invalid("hetsim advise: " + std::to_string(missing) + " configurations have no result (a worker was "

@@ -34,6 +34,9 @@ struct AdviseOptions {
   bool prune = true;
   bool figures = true;
   bool progress = true;
+  // Wall-clock seconds after which no plan or replay starts and running workers are stopped (0: none); what
+  // was computed is reported, marked partial, and --resume continues.
+  double time_limit_s = 600;
 };
 
 // Runs the search and writes OUT/{results.jsonl,results.csv,configurations.csv,advice.json,

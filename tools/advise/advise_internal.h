@@ -81,8 +81,9 @@ struct ConfigRow {
   bool pareto = false, feasible = false, recommended = false;
 };
 
-// Writes configurations.csv, advice.json and recommendation.md into `dir`; prints the summary to `out`.
+// Writes configurations.csv, advice.json and recommendation.md into `dir`; prints the summary to `out`. A
+// non-empty `caveat` (a run stopped at its time limit) heads the recommendation and the summary.
 Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<ConfigRow>& rows, int recommended,
-                    std::ostream& out);
+                    const std::string& caveat, std::ostream& out);
 
 }  // namespace hetsim::advise::internal

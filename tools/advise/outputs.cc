@@ -58,7 +58,7 @@ std::map<std::string, double> MeanMetrics(const std::string& dir, const ConfigSl
 }  // namespace
 
 Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<ConfigRow>& rows, int rec,
-                    std::ostream& out) {
+                    const std::string& caveat, std::ostream& out) {
   // configurations.csv
   std::string csv =
       "config,label,composition,gpus,planner,policy,checkpoint_interval,spares,seeds,status,reason,time_days_mean,"
@@ -180,6 +180,10 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
                  " for " + Usd(near->cost_mean) + ".";
     }
     md += "## Recommendation\n\n" + summary + "\n\n";
+  }
+  if (!caveat.empty()) {
+    summary = "Partial result: " + caveat + " " + summary;
+    md.insert(md.find("\n\n") + 2, "**Partial result**: " + caveat + "\n\n");
   }
   md += "## Pareto front (time to train vs cost, mean over seeds)\n\n| configuration | time to train | cost | goodput |\n"
         "|---|---|---|---|\n";

@@ -32,6 +32,13 @@ int RunAdviseCommand(const po::variables_map& vm, std::ostream& out, std::ostrea
     err << "hetsim advise: --jobs: expected 1..256, found " << opt.jobs << "\n";
     return 2;
   }
+  const double minutes = vm["time-limit"].as<double>();
+  if (!(minutes >= 0 && minutes <= 10080)) {
+    err << "hetsim advise: --time-limit: expected minutes from 0 (no limit) to 10080 (a week), found " << minutes
+        << "\n";
+    return 2;
+  }
+  opt.time_limit_s = minutes * 60;
   const Status st = advise::RunAdvise(*c, opt, out, err);
   if (!st.ok()) {
     err << st.message() << "\n";
@@ -52,12 +59,16 @@ std::vector<Command> AdviseCommands() {
   return {{"advise",
            "which GPUs to rent, which plan, recovery policy and checkpoint interval: the Pareto front of time to train "
            "vs cost under real availability",
-           "hetsim advise CONFIG [-o DIR] [--resume] [--jobs N] [--no-prune]   (or: mpirun -np N hetsim advise CONFIG)",
+           "hetsim advise CONFIG [-o DIR] [--resume] [--jobs N] [--time-limit MIN] [--no-prune]   (or: mpirun -np N hetsim "
+           "advise CONFIG)",
            [](po::options_description& d, po::positional_options_description& p) {
              d.add_options()("config", po::value<std::string>(), "advise config (YAML, kind: advise; docs/advise.md)")
                  ("out,o", po::value<std::string>(), "results folder (default out/<config name>)")
                  ("resume", "keep the plans and replays of an earlier run of the same config")
                  ("jobs,j", po::value<int>()->default_value(1), "worker processes")
+                 ("time-limit", po::value<double>()->default_value(10),
+                  "minutes after which the run stops and reports what it computed, marked partial (0: no limit; "
+                  "--resume continues)")
                  ("no-prune", "replay every configuration (default: skip those whose bound is dominated)")
                  ("no-figures", "do not draw the figures")
                  ("quiet,q", "no progress lines");
