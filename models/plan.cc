@@ -136,6 +136,11 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
     const std::string ppath = "pipelines[" + std::to_string(p) + "]";
     if (pipe.micro_batch_size() == 0) errors.Add(at + ppath + ".micro_batch_size: must be at least 1");
     if (pipe.num_micro_batches() == 0) errors.Add(at + ppath + ".num_micro_batches: must be at least 1");
+    if (pipe.num_micro_batches() > kMaxMicroBatches) {
+      errors.Add(at + ppath + ".num_micro_batches: " + std::to_string(pipe.num_micro_batches()) + " micro-batches; at " +
+                 "most " + std::to_string(kMaxMicroBatches) + " are simulated (lower the global batch or raise " +
+                 "micro_batch_size)");
+    }
     sequences += uint64_t{pipe.micro_batch_size()} * pipe.num_micro_batches();
     if (pipe.stages_size() == 0) errors.Add(at + ppath + ".stages: a pipeline needs at least one stage");
     uint32_t expected_begin = 0;

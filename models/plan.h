@@ -15,6 +15,11 @@
 
 namespace hetsim::models {
 
+// The most micro-batches one pipeline may run in an iteration: the simulator plays each, so a plan beyond
+// this (a global batch of millions of sequences in small micro-batches) would take hours to simulate or
+// plan. Every command checks it: plan validation, the planners' played estimate, validate-sim's runs.
+inline constexpr uint32_t kMaxMicroBatches = 65536;
+
 // What a plan is checked against. `training` must be resolved (ResolveTraining).
 struct PlanContext {
   const Cluster& cluster;

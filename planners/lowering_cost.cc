@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "models/communicator.h"
+#include "models/plan.h"
 #include "models/topology.h"
 #include "planners/lowering_play.h"
 
@@ -291,6 +292,12 @@ std::optional<PlayResult> LoweringPlayer::Extrapolated(const proto::Plan& plan, 
 }
 
 Result<PlayResult> LoweringPlayer::Play(const proto::Plan& plan, const PlayOptions& options) const {
+  for (const auto& pipe : plan.pipelines()) {
+    if (pipe.num_micro_batches() > models::kMaxMicroBatches) {
+      return Status::Invalid("pipelines: " + std::to_string(pipe.num_micro_batches()) + " micro-batches, more than " +
+                             std::to_string(models::kMaxMicroBatches) + " are played");
+    }
+  }
   if (options.extrapolate && !options.trace) {
     if (auto out = Extrapolated(plan, options)) return std::move(*out);
   }

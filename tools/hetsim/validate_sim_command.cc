@@ -36,6 +36,7 @@
 #include "models/gpu_catalog.h"
 #include "models/intervals.h"
 #include "models/kernels.h"
+#include "models/plan.h"
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
@@ -79,7 +80,7 @@ std::string Trim(const std::string& s) {
 // The largest runs file read (vTrain's 1,440 runs take 60 KiB).
 constexpr uintmax_t kMaxRunsFileBytes = 64ull << 20;
 // Micro-batches per pipeline a run may have (each is simulated; a measured run has far fewer).
-constexpr uint64_t kMaxMicroBatchesPerRun = 65536;
+constexpr uint64_t kMaxMicroBatchesPerRun = models::kMaxMicroBatches;
 
 Status CheckRun(const Run& r, const std::string& where) {
   if (!(r.measured_ms > 0)) return Status::Invalid(where + ": iteration time must be > 0");
