@@ -7,7 +7,7 @@
 #   openmpi-bin libopenmpi3 openmpi-common libpmix2 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1
 #   libhwloc15 libhwloc-plugins libibverbs1 libmunge2 libnl-3-200 libnl-route-3-200 libpsm-infinipath1
 #   libpsm2-2 libucx0 librdmacm1 libsimgrid3.32 libns3.37 libboost-context1.74.0 libboost-stacktrace1.74.0
-#   libboost-program-options1.74.0 libprotobuf32 libyaml-cpp0.7 libmetis5 libgsl27 libgslcblas0
+#   libboost-program-options1.74.0 libprotobuf32 libyaml-cpp0.7 libyaml-0-2 libmetis5 libgsl27 libgslcblas0
 #   libgfortran5 libquadmath0 libsqlite3-0
 # The model is Llama-2 7B's architecture with 2 blocks
 # (each block costs what a block of the full model costs; the whole model does not fit one GPU with Adam).

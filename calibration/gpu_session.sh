@@ -2,7 +2,7 @@
 # One measuring session on a GPU machine that has CUDA but none of hetsim's other dependencies, with binaries
 # built elsewhere (Release, HETSIM_EXECUTOR_CUDA=ON) and the Debian packages they need, in DIR:
 #   DIR/hetsim-exec, DIR/hetsim-kernel-bench, DIR/deb/*.deb (Open MPI, PMIx, hwloc, libevent, protobuf,
-#   yaml-cpp, boost program_options: `apt-get download` on the build machine).
+#   yaml-cpp, libyaml (libyaml-0-2), boost program_options: `apt-get download` on the build machine).
 # Writes into OUT: log.txt (everything printed), kernels-<gpu>.csv (hetsim-kernel-bench), profile-<gpu>.yaml
 # and exec-<gpu>.tar.gz (executor/gpu_profile.sh's plans and reports, the gradient checks' output).
 #
