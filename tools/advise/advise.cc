@@ -235,6 +235,69 @@ std::string Duration(double s) {
   return buf;
 }
 
+// A configuration's row from its plan and its replays' files: failed (not planned, a replay missing or
+// failed), pruned, or ok with its means and ranges over the seeds. `unfinished` (non-empty when the run
+// stopped at its time limit) is the reason given for what was not computed; `missing` marks those rows.
+ConfigRow ReadRow(const Config& c, const std::string& dir, const Group& g, const internal::ConfigSlot& slot,
+                  const std::optional<PlannedGroup>& planned, bool pruned, const std::string& unfinished) {
+  ConfigRow row;
+  row.config = slot.index;
+  row.group = &g;
+  row.slot = &slot;
+  auto not_computed = [&](const char* why) {
+    row.status = "failed";
+    row.reason = unfinished.empty() ? why : unfinished;
+    row.missing = true;
+    return row;
+  };
+  if (!planned) return not_computed("not planned (a worker was killed; rerun with --resume)");
+  if (!planned->ok) {
+    row.status = "failed";
+    row.reason = planned->reason;
+    return row;
+  }
+  if (pruned) {
+    row.status = "pruned";
+    row.reason = "its bound is dominated by a replayed configuration";
+    return row;
+  }
+  std::vector<double> times, costs;
+  double gf = 0, ettr = 0;
+  for (uint32_t s = 0; s < c.seeds; ++s) {
+    proto::PointResult r;
+    if (!ReadPointOf(dir, c, g, slot, s, &r)) {
+      return not_computed("replay missing (a worker was killed; rerun with --resume)");
+    }
+    if (r.status() != "ok") {
+      row.status = "failed";
+      row.reason = r.reason();
+      return row;
+    }
+    for (const auto& m : r.metrics()) {
+      if (m.name() == "time_to_train_days") times.push_back(m.value() * 86400);
+      if (m.name() == "cost_usd") costs.push_back(m.value());
+      if (m.name() == "goodput_fraction") gf += m.value() / c.seeds;
+      if (m.name() == "ettr") ettr += m.value() / c.seeds;
+    }
+  }
+  if (times.empty()) {
+    row.status = "failed";
+    row.reason = "no replay reported a time";
+    return row;
+  }
+  row.status = "ok";
+  row.seeds_ok = static_cast<uint32_t>(times.size());
+  row.time_mean = std::accumulate(times.begin(), times.end(), 0.0) / times.size();
+  row.cost_mean = std::accumulate(costs.begin(), costs.end(), 0.0) / costs.size();
+  row.time_min = *std::min_element(times.begin(), times.end());
+  row.time_max = *std::max_element(times.begin(), times.end());
+  row.cost_min = *std::min_element(costs.begin(), costs.end());
+  row.cost_max = *std::max_element(costs.begin(), costs.end());
+  row.goodput_fraction = gf;
+  row.ettr = ettr;
+  return row;
+}
+
 }  // namespace
 
 Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& out, std::ostream& err) {
@@ -389,61 +452,10 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
   std::vector<ConfigRow> rows;
   for (const auto& g : space.groups) {
     for (const auto& slot : g.configs) {
-      ConfigRow row;
-      row.config = slot.index;
-      row.group = &g;
-      row.slot = &slot;
+      ConfigRow row = ReadRow(c, dir, g, slot, planned[g.index], pruned[g.index] != 0, unfinished);
       row.time_lb = time_lb[g.index];
       row.cost_lb = cost_lb[g.index];
-      if (!planned[g.index]) {
-        row.status = "failed";
-        row.reason = stopped ? unfinished : "not planned (a worker was killed; rerun with --resume)";
-        ++missing;
-      } else if (!planned[g.index]->ok) {
-        row.status = "failed";
-        row.reason = planned[g.index]->reason;
-      } else if (pruned[g.index]) {
-        row.status = "pruned";
-        row.reason = "its bound is dominated by a replayed configuration";
-      } else {
-        row.status = "ok";
-        std::vector<double> times, costs;
-        double gf = 0, ettr = 0;
-        for (uint32_t s = 0; s < c.seeds; ++s) {
-          proto::PointResult r;
-          if (!ReadPointOf(dir, c, g, slot, s, &r)) {
-            row.status = "failed";
-            row.reason = stopped ? unfinished : "replay missing (a worker was killed; rerun with --resume)";
-            ++missing;
-            break;
-          }
-          if (r.status() != "ok") {
-            row.status = "failed";
-            row.reason = r.reason();
-            break;
-          }
-          for (const auto& m : r.metrics()) {
-            if (m.name() == "time_to_train_days") times.push_back(m.value() * 86400);
-            if (m.name() == "cost_usd") costs.push_back(m.value());
-            if (m.name() == "goodput_fraction") gf += m.value() / c.seeds;
-            if (m.name() == "ettr") ettr += m.value() / c.seeds;
-          }
-        }
-        if (row.status == "ok" && times.empty()) {
-          row.status = "failed";
-          row.reason = "no replay reported a time";
-        } else if (row.status == "ok") {
-          row.seeds_ok = static_cast<uint32_t>(times.size());
-          row.time_mean = std::accumulate(times.begin(), times.end(), 0.0) / times.size();
-          row.cost_mean = std::accumulate(costs.begin(), costs.end(), 0.0) / costs.size();
-          row.time_min = *std::min_element(times.begin(), times.end());
-          row.time_max = *std::max_element(times.begin(), times.end());
-          row.cost_min = *std::min_element(costs.begin(), costs.end());
-          row.cost_max = *std::max_element(costs.begin(), costs.end());
-          row.goodput_fraction = gf;
-          row.ettr = ettr;
-        }
-      }
+      missing += row.missing ? 1 : 0;
       rows.push_back(row);
     }
   }

@@ -79,6 +79,7 @@ struct ConfigRow {
   double time_lb = -1, cost_lb = -1;  // -1: not planned
   double goodput_fraction = 0, ettr = 0;
   bool pareto = false, feasible = false, recommended = false;
+  bool missing = false;  // not planned or not replayed (a killed worker, the time limit): --resume computes it
 };
 
 // Writes configurations.csv, advice.json and recommendation.md into `dir`; prints the summary to `out`. A
