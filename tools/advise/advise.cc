@@ -492,7 +492,7 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
     if (!st.ok()) err << "warning: the recommended configuration's replay figure: " << st.message() << "\n";
   }
   std::string caveat;
-  if (stopped) {
+  if (stopped && missing > 0) {  // a run whose work all ended just as the limit passed is complete
     caveat = "the run stopped at its time limit (" + Duration(options.time_limit_s) + ") with " +
              std::to_string(missing) + " of " + std::to_string(rows.size()) +
              " configurations not computed; the front and the recommendation are among those replayed before it.";
