@@ -67,8 +67,7 @@ Status ParseEvents(std::string_view text, const std::string& file, YAML::EventHa
     if (!yaml_parser_parse(&parser, &e)) {
       std::string what = parser.problem != nullptr ? parser.problem : "malformed YAML";
       if (parser.context != nullptr) what = std::string(parser.context) + ": " + what;
-      return Status::Invalid(file + ":" + std::to_string(parser.problem_mark.line + 1) + ":" +
-                             std::to_string(parser.problem_mark.column + 1) + ": YAML syntax error: " + what);
+      return Status::Invalid(At(file, MarkOf(parser.problem_mark)) + ": YAML syntax error: " + what);
     }
     struct EventCleanup {
       yaml_event_t* e;

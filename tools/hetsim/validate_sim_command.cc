@@ -79,8 +79,6 @@ std::string Trim(const std::string& s) {
 // The checks every run passes, whichever layout it came in.
 // The largest runs file read (vTrain's 1,440 runs take 60 KiB).
 constexpr uintmax_t kMaxRunsFileBytes = 64ull << 20;
-// Micro-batches per pipeline a run may have (each is simulated; a measured run has far fewer).
-constexpr uint64_t kMaxMicroBatchesPerRun = models::kMaxMicroBatches;
 
 Status CheckRun(const Run& r, const std::string& where) {
   if (!(r.measured_ms > 0)) return Status::Invalid(where + ": iteration time must be > 0");
@@ -91,11 +89,11 @@ Status CheckRun(const Run& r, const std::string& where) {
   }
   // Every micro-batch is simulated: bounded before any work, as a plan's num_micro_batches is.
   const uint64_t per_replica = uint64_t{r.dp} * r.micro_batch;
-  if (r.global_batch / per_replica > kMaxMicroBatchesPerRun) {
+  if (r.global_batch / per_replica > models::kMaxMicroBatches) {
     return Status::Invalid(where + ": global batch " + std::to_string(r.global_batch) + " over DP " +
                            std::to_string(r.dp) + " × micro batch " + std::to_string(r.micro_batch) + " is " +
                            std::to_string(r.global_batch / per_replica) + " micro-batches per pipeline; at most " +
-                           std::to_string(kMaxMicroBatchesPerRun) +
+                           std::to_string(models::kMaxMicroBatches) +
                            " are simulated (lower global_batch or raise micro_batch)");
   }
   if (r.gpus_per_node > 0 && r.gpus % r.gpus_per_node != 0) {
