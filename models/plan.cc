@@ -11,6 +11,13 @@
 #include <sstream>
 
 namespace hetsim::models {
+
+int PipelineOverMicroBatchBound(const proto::Plan& plan) {
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    if (plan.pipelines(p).num_micro_batches() > kMaxMicroBatches) return p;
+  }
+  return -1;
+}
 namespace {
 
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;

@@ -19,6 +19,8 @@ namespace hetsim::models {
 // this (a global batch of millions of sequences in small micro-batches) would take hours to simulate or
 // plan. Every command checks it: plan validation, the planners' played estimate, validate-sim's runs.
 inline constexpr uint32_t kMaxMicroBatches = 65536;
+// The first pipeline of `plan` with more than kMaxMicroBatches micro-batches, or -1.
+int PipelineOverMicroBatchBound(const proto::Plan& plan);
 
 // What a plan is checked against. `training` must be resolved (ResolveTraining).
 struct PlanContext {

@@ -292,11 +292,9 @@ std::optional<PlayResult> LoweringPlayer::Extrapolated(const proto::Plan& plan, 
 }
 
 Result<PlayResult> LoweringPlayer::Play(const proto::Plan& plan, const PlayOptions& options) const {
-  for (const auto& pipe : plan.pipelines()) {
-    if (pipe.num_micro_batches() > models::kMaxMicroBatches) {
-      return Status::Invalid("pipelines: " + std::to_string(pipe.num_micro_batches()) + " micro-batches, more than " +
-                             std::to_string(models::kMaxMicroBatches) + " are played");
-    }
+  if (const int over = models::PipelineOverMicroBatchBound(plan); over >= 0) {
+    return Status::Invalid("pipelines: " + std::to_string(plan.pipelines(over).num_micro_batches()) +
+                           " micro-batches, more than " + std::to_string(models::kMaxMicroBatches) + " are played");
   }
   if (options.extrapolate && !options.trace) {
     if (auto out = Extrapolated(plan, options)) return std::move(*out);

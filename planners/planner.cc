@@ -98,14 +98,13 @@ Result<PlannerResult> RunPlanner(const Planner& planner, const PlanningProblem& 
   result->stats.wall_time_s = wall;
   result->plan.set_planner(planner.name());
   // A global batch of millions of sequences: the planner's layout is fine, the simulator's bound is not.
-  for (const auto& pipe : result->plan.pipelines()) {
-    if (pipe.num_micro_batches() > models::kMaxMicroBatches) {
-      return Status::Invalid("planner '" + planner.name() + "': a global batch of " +
-                             std::to_string(problem.training.global_batch_size()) + " sequences runs " +
-                             std::to_string(pipe.num_micro_batches()) + " micro-batches of " +
-                             std::to_string(pipe.micro_batch_size()) + " in a pipeline of its plan; at most " +
-                             std::to_string(models::kMaxMicroBatches) + " are simulated: lower the global batch");
-    }
+  if (const int over = models::PipelineOverMicroBatchBound(result->plan); over >= 0) {
+    const auto& pipe = result->plan.pipelines(over);
+    return Status::Invalid("planner '" + planner.name() + "': a global batch of " +
+                           std::to_string(problem.training.global_batch_size()) + " sequences runs " +
+                           std::to_string(pipe.num_micro_batches()) + " micro-batches of " +
+                           std::to_string(pipe.micro_batch_size()) + " in a pipeline of its plan; at most " +
+                           std::to_string(models::kMaxMicroBatches) + " are simulated: lower the global batch");
   }
   const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
   const Status valid = models::ValidatePlan(result->plan, ctx, "plan by planner '" + planner.name() + "'");

@@ -82,6 +82,28 @@ TEST(BadPlan, BaselinePlanIsValid) {
   EXPECT_TRUE(st.ok()) << st.message();
 }
 
+// A plan built in code (the YAML schema stops at the same bound) with more micro-batches than the simulator
+// plays: named with the fix; exactly kMaxMicroBatches is allowed.
+TEST(BadPlan, MoreMicroBatchesThanTheBoundAreRefused) {
+  proto::Plan p;
+  ASSERT_TRUE(ParseYaml(OnePipeline(kGoodStages), "plan.yaml", &p).ok());
+  const auto& s = Study();
+  const PlanContext ctx{s.cluster, s.model, s.training};
+  EXPECT_EQ(PipelineOverMicroBatchBound(p), -1);
+  p.mutable_pipelines(0)->set_num_micro_batches(kMaxMicroBatches + 1);
+  EXPECT_EQ(PipelineOverMicroBatchBound(p), 0);
+  Status st = ValidatePlanStructure(p, ctx, "plan.yaml");
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "plan.yaml: pipelines[0].num_micro_batches: 65537 micro-batches; at most 65536 are "
+                                "simulated (lower the global batch or raise micro_batch_size)"))
+      << st.message();
+  p.mutable_pipelines(0)->set_num_micro_batches(kMaxMicroBatches);
+  EXPECT_EQ(PipelineOverMicroBatchBound(p), -1);
+  st = ValidatePlanStructure(p, ctx, "plan.yaml");  // still wrong: 131,072 sequences for a batch of 8
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(HasNot(st.message(), "at most 65536")) << st.message();
+}
+
 TEST(BadPlan, DeviceUsedTwiceNamesBothPlaces) {
   const Status st = PlanStatus(OnePipeline(
       "      - {devices: [0, 1], tp_degree: 2, layer_begin: 0, layer_end: 12}\n"
