@@ -275,8 +275,10 @@ TEST(KernelModel, MeasuredHopperParametersCoverTheSxmChipOnly) {
 }
 
 // FP8 (Transformer Engine) runs the blocks' linear layers at the FP8 peak (H100: 1978.9 against 989 BF16
-// TFLOPS) and everything else in bf16: a compute-bound QKV GEMM takes half its BF16 time less the shared
-// kernel latency, the head's logits GEMM and the attention take their BF16 time.
+// TFLOPS) and at the FP8 GEMM efficiency (0.6568 against BF16's 0.7226: the sustained FP8/BF16 ratio, default
+// calibration), everything else in bf16: a compute-bound QKV GEMM takes (989 / 1978.9) x (0.7226 / 0.6568)
+// = 0.550 of its BF16 time less the shared kernel latency, the head's logits GEMM and the attention take
+// their BF16 time.
 TEST(KernelModel, Fp8RunsOnlyTheBlocksLinearLayersAtTheFp8Peak) {
   const auto model = LoadModel("llama2-7b");
   ASSERT_TRUE(model.ok());
@@ -292,7 +294,7 @@ TEST(KernelModel, Fp8RunsOnlyTheBlocksLinearLayersAtTheFp8Peak) {
   EXPECT_TRUE(qkv->block_linear);
   const double t16 = KernelGpuSeconds(*Named(block16, "qkv"), h100, p, proto::DTYPE_BF16) - p.kernel_latency_s;
   const double t8 = KernelGpuSeconds(*qkv, h100, p, proto::DTYPE_FP8) - p.kernel_latency_s;
-  EXPECT_NEAR(t8 / t16, 989.0 / 1978.9, 1e-3);
+  EXPECT_NEAR(t8 / t16, 989.0 / 1978.9 * 0.7226 / 0.6568, 1e-3);
   const uint32_t head = model->num_layers() - 1;
   const auto head_kernels = LayerKernels(*model, head, Pass::kForward, fp8);
   const Kernel* logits = Named(head_kernels, "logits");

@@ -341,22 +341,35 @@ TEST(Metis, PrefersDpOverTpUntilMemoryForcesTp) {
   EXPECT_TRUE(models::ValidatePlan(large->first, f.context(), "metis").ok());
 }
 
-// §4.2.2 3) and Fig. 2: more layers to the stage with more capacity. A T4 stage then a V100 stage, GPT-3
-// 1.3B, one sequence per micro-batch: with the analytic model both GPUs run at the same efficiency, so
-// their capacities are 65 : 125 (fp16 peaks). Loads in block units: the head is h = 2·s·V·d /
-// (24·s·d² + 4·s²·d) ≈ 1.88 blocks, the embedding 0; the V100 stage (with the head) takes 125/190 of
-// 25.88 = 17.03 → 15.15 blocks, the T4 stage 8.85 → rounded 9 and 15.
-// The tensors alone (tensors_only_memory), so that memory does not cap the V100 stage below 15 blocks.
+// §4.2.2 3) and Fig. 2: more layers to the stage with more capacity. A T4 stage then a V100 (32 GB) stage,
+// GPT-3 1.3B, one sequence per micro-batch. A stage's capacity is 1 / the time its GPU takes for the whole model
+// (ComputeCost: the T4 at its power-capped FP16 GEMM efficiency, 0.369 of its 65-TFLOPS peak, the V100 at the
+// generic 0.87 of 125). Loads in block units: the head is h = 2·s·V·d / (24·s·d² + 4·s²·d) ≈ 1.88 blocks,
+// the embedding 0; the T4 stage takes its capacity's share of 24 + h blocks, rounded to a whole block (with
+// the peaks alone, 65 : 125, that share was 8.85 → 9 blocks; the power cap leaves it fewer).
+// The tensors alone (tensors_only_memory) on a 32 GB V100, so that memory does not cap the V100 stage (a 16 GB
+// one holds 16 blocks and would take 16).
 TEST(Metis, GivesMoreLayersToTheStageWithMoreCapacity) {
-  const Fixture f(planners::testing::ClusterFromYaml(Nodes({{"t4", 1}, {"v100", 1}})),
+  const Fixture f(planners::testing::ClusterFromYaml(Nodes({{"t4", 1}, {"v100-32gb", 1}})),
                   planners::testing::BundledModel("gpt3-1.3b"),
                   "{global_batch_size: 8, seq_len: 1024, dtype: fp16, tensors_only_memory: true}");
   auto r = PlanAssignment(f.problem(), Knobs{}, {{1, 0}, {0, 1}}, 8);
   ASSERT_TRUE(r.has_value());
   const auto& pipe = r->first.pipelines(0);
   const uint32_t t4_blocks = pipe.stages(0).layer_end() - 1, v100_blocks = 24 - t4_blocks;
-  EXPECT_EQ(t4_blocks, 9u);
-  EXPECT_EQ(v100_blocks, 15u);
+  const models::ComputeCost cost(*f.model, *f.training);
+  const auto model_seconds = [&](const models::GpuSpec& g) {
+    double t = 0;
+    for (uint32_t l = 0; l < 26; ++l) t += cost.ForwardSeconds(g, l, 1, 1) + cost.BackwardSeconds(g, l, 1, 1);
+    return t;
+  };
+  const double t4 = model_seconds(*f.cluster->device(0).gpu), v100 = model_seconds(*f.cluster->device(1).gpu);
+  const double s = 1024, d = 2048, V = f.model->spec().vocab_size();
+  const double head = 2 * s * V * d / (24 * s * d * d + 4 * s * s * d);
+  const double share = (1 / t4) / (1 / t4 + 1 / v100) * (24 + head);
+  EXPECT_LT(std::abs(t4_blocks - share), 1.0) << t4_blocks << " blocks on the T4, its share " << share;
+  EXPECT_LT(t4_blocks, 8u);  // the peaks' share was 9: the T4's power cap gives it fewer
+  EXPECT_GT(v100_blocks, 16u);
 }
 
 // §4.1 data load balancing (Fig. 6's HA-DP): a mixed stage of a V100 and a P100 splits a micro-batch of 8
@@ -592,9 +605,9 @@ struct CountingClock {
 
 // A limit that passes halfway through the search (by clock readings) stops it there: the best plan found
 // so far comes back, valid, with a note that the limit cut the search and what it covered; it is never
-// better than the complete search's plan, and fewer candidates were costed. 16 T4 + V100 GPUs, GPT-3 6.7B.
+// better than the complete search's plan, and fewer candidates were costed. 16 P100 + T4 GPUs (Metis Table 3), GPT-3 6.7B.
 TEST(MetisTimeLimit, ReturnsTheBestPlanFoundSoFar) {
-  const Fixture f(planners::testing::BundledCluster("metis-uniform-t4-v100-16"),
+  const Fixture f(planners::testing::BundledCluster("metis-uniform-p100-t4-16"),
                   planners::testing::BundledModel("gpt3-6.7b"), "{global_batch_size: 128, seq_len: 1024, dtype: fp16}");
   const auto problem = f.problem();
   // The complete search, timed by the counting clock under a limit it never reaches.
