@@ -69,6 +69,11 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   const auto recompute = models::EffectiveRecompute(plan, ctx.training);
   ep.full_recompute = recompute == proto::RECOMPUTE_FULL;
   ep.selective_recompute = recompute == proto::RECOMPUTE_SELECTIVE;
+  if (recompute == proto::RECOMPUTE_OP_SELECTIVE) {
+    return Status::Invalid(file + ": recompute: op_selective: the executor recomputes whole blocks (full) or "
+                           "the attention core (selective), not torchtitan's per-operation policy; simulate this "
+                           "plan (hetsim simulate) or set recompute: none, selective or full to run it here");
+  }
   // Features with no implementation here are refused (never run in another form): the lowering of the plan
   // would not be what runs.
   proto::Plan exec = plan;

@@ -106,6 +106,9 @@ double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t
   }
   if (model_.kind(layer) != LayerKind::kTransformer) return bwd;
   if (recompute == proto::RECOMPUTE_FULL) return bwd + fwd;
+  if (recompute == proto::RECOMPUTE_OP_SELECTIVE) {
+    return bwd + fwd * model_.OpSelectiveRecomputedShare(layer, training_.seq_len());
+  }
   if (recompute == proto::RECOMPUTE_SELECTIVE) {
     // The attention core (QK^T and AV: 4·b·s²·h FLOPs) is recomputed.
     const double s = training_.seq_len();

@@ -543,15 +543,13 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
           act += model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(), recompute, tr.dtype(),
                                        tr.attention(), tr.dropout());
           blocks |= model.kind(l) == LayerKind::kTransformer;
-          if (recompute == proto::RECOMPUTE_FULL) {
-            peak_layer = std::max(peak_layer, model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(),
-                                                                    proto::RECOMPUTE_NONE, tr.dtype(), tr.attention(),
-                                                                    tr.dropout()));
-          }
+          peak_layer = std::max(peak_layer, model.RecomputedPeakBytes(l, b, local_seq, tp, plan.sequence_parallel(),
+                                                                      recompute, tr.dtype(), tr.attention(),
+                                                                      tr.dropout()));
         }
         // Ring attention's receive buffers live while a block runs (one block at a time).
         if (blocks) peak_layer += ContextParallelBufferBytes(model, b, tr.seq_len(), tp, shard_seq.cp, tr.dtype());
-        act = act * in_flight + peak_layer;  // full recompute re-materialises one layer at a time
+        act = act * in_flight + peak_layer;  // recomputation re-materialises one layer at a time
         // Every TP, Ulysses and CP rank of the replica holds the same amounts.
         for (uint32_t i = 0; i < ReplicaWidth(st); ++i) {
           DeviceMemory dm;

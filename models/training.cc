@@ -28,4 +28,22 @@ Result<proto::Training> ResolveTraining(proto::Training t, const TransformerMode
   return t;
 }
 
+const char* RecomputeName(proto::Recompute recompute) {
+  switch (recompute) {
+    case proto::RECOMPUTE_NONE: return "none";
+    case proto::RECOMPUTE_SELECTIVE: return "selective";
+    case proto::RECOMPUTE_FULL: return "full";
+    case proto::RECOMPUTE_OP_SELECTIVE: return "op_selective";
+    default: return "unspecified";
+  }
+}
+
+proto::Recompute ParseRecompute(const std::string& name) {
+  for (proto::Recompute r : {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL,
+                             proto::RECOMPUTE_OP_SELECTIVE}) {
+    if (name == RecomputeName(r)) return r;
+  }
+  return proto::RECOMPUTE_UNSPECIFIED;
+}
+
 }  // namespace hetsim::models

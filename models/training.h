@@ -21,6 +21,14 @@ inline constexpr double kNcclTwoRankFraction = 544.0 / 688.0;
 // the measured size. Our choice, see docs/simulator.md.
 inline constexpr double kNcclPcieChannelFraction = 2.0 / 25.0;
 
+// A recomputation policy's name in specs and on command lines ("none", "selective", "full",
+// "op_selective"); RECOMPUTE_UNSPECIFIED is "unspecified".
+const char* RecomputeName(proto::Recompute recompute);
+// The policy named `name`, or RECOMPUTE_UNSPECIFIED for a name that is none of them.
+proto::Recompute ParseRecompute(const std::string& name);
+// The names, for error messages: "none, selective, full or op_selective".
+inline constexpr const char* kRecomputeNames = "none, selective, full or op_selective";
+
 // Fills every unset field (global batch and sequence length from the model's defaults; bf16, Adam,
 // no recomputation, flash attention, 1 GiB workspace) and checks the result against `model`.
 Result<proto::Training> ResolveTraining(proto::Training training, const TransformerModel& model,

@@ -182,6 +182,18 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   }
   const double kvd = double(kv_heads()) * head_dim(), f = spec_.ffn_hidden_size();
   const double a = spec_.num_attention_heads();
+  const bool swiglu = spec_.mlp() == proto::Model::MLP_SWIGLU;
+  if (recompute == proto::RECOMPUTE_OP_SELECTIVE) {
+    // torchtitan's policy (torchtitan/distributed/activation_checkpoint.py, `selective_ac_option: op`):
+    // MUST_SAVE the outputs of the attention kernel, of reduce-scatters and of every other matmul, prefer
+    // recomputing everything else. Kept: the block's input (the checkpoint's), Q (1st matmul), V (3rd), the
+    // attention output and its log-sum-exp, the MLP's first matmul (5th) and, with SwiGLU, its down
+    // projection (7th, after the reduce-scatter under sequence parallelism). Dropout masks are recomputed.
+    const double replicated = B * sbh * (swiglu ? 2 : 1);
+    double split = B * s * b * (h + kvd + h + f);
+    if (attention != proto::ATTENTION_STANDARD) split += 4.0 * s * b * a;
+    return (sequence_parallel ? replicated / t : replicated) + split / t;
+  }
   // Replicated across TP ranks unless sequence parallel: inputs of both norms and of QKV and the MLP.
   const double replicated = 4 * B * sbh;
   // Split across TP ranks: Q, K, V; the attention output (input of the output projection); MLP internals.
@@ -196,6 +208,26 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   }
   if (dropout > 0) masks = 2 * sbh;  // after the attention output projection and after the MLP
   return (sequence_parallel ? (replicated + masks) / t : replicated + masks) + split / t;
+}
+
+double TransformerModel::RecomputedPeakBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp,
+                                             bool sequence_parallel, proto::Recompute recompute, proto::DType dtype,
+                                             proto::Attention attention, double dropout) const {
+  if (recompute != proto::RECOMPUTE_FULL && recompute != proto::RECOMPUTE_OP_SELECTIVE) return 0;
+  const auto bytes = [&](proto::Recompute r) {
+    return ActivationBytes(layer, batch, seq_len, tp, sequence_parallel, r, dtype, attention, dropout);
+  };
+  const double all = bytes(proto::RECOMPUTE_NONE);
+  return recompute == proto::RECOMPUTE_FULL ? all : std::max(0.0, all - bytes(recompute));
+}
+
+double TransformerModel::OpSelectiveRecomputedShare(uint32_t layer, uint32_t seq_len) const {
+  if (kind(layer) != LayerKind::kTransformer) return 0;
+  const double h = spec_.hidden_size(), kvd = double(kv_heads()) * head_dim(), f = spec_.ffn_hidden_size();
+  // Per token: K (h -> kvd), the attention output (h -> h), and the MLP's up (SwiGLU, h -> f) or out (f -> h).
+  const double recomputed = 2 * h * kvd + 2 * h * h + 2 * h * f;
+  const double forward = ForwardFlops(layer, 1, seq_len) / seq_len;
+  return forward > 0 ? std::min(1.0, recomputed / forward) : 0;
 }
 
 double TransformerModel::BoundaryBytes(double batch, uint32_t seq_len, proto::DType dtype) const {

@@ -84,6 +84,21 @@ class TransformerModel {
   double ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp, bool sequence_parallel,
                          proto::Recompute recompute, proto::DType dtype, proto::Attention attention,
                          double dropout = 0) const;
+  // Bytes a backward pass re-materialises for one layer at a time under `recompute` (what it keeps is in
+  // ActivationBytes): full recomputation rebuilds all of the layer's activations, op-level selective the
+  // ones it did not keep; none and selective (attention core, whose scores flash attention never stores)
+  // nothing counted here.
+  double RecomputedPeakBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp, bool sequence_parallel,
+                             proto::Recompute recompute, proto::DType dtype, proto::Attention attention,
+                             double dropout = 0) const;
+  // Under op-level selective recomputation (proto::RECOMPUTE_OP_SELECTIVE), the share of a block's forward
+  // FLOPs its backward pass repeats: the matmuls torchtitan's policy does not keep. The block's matmuls in
+  // call order are Q, K, V, the attention output, then the MLP's (SwiGLU: gate, up, down; else in, out);
+  // every other one is kept (the 1st, 3rd, ...), so K, the attention output and the up (SwiGLU) or out
+  // projection are recomputed. torchtitan's blocks have separate Q, K and V matmuls (Megatron fuses them),
+  // which is the order this follows. Norms and activations are recomputed too; they are memory-bound and
+  // not counted here.
+  double OpSelectiveRecomputedShare(uint32_t layer, uint32_t seq_len) const;
   // Bytes of the hidden states crossing a stage boundary per micro-batch (b·s·h elements).
   double BoundaryBytes(double batch, uint32_t seq_len, proto::DType dtype) const;
 

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <set>
 
+#include "models/training.h"
+
 namespace hetsim::planners {
 
 std::vector<uint32_t> NodeOrder(const models::Cluster& cluster) {
@@ -469,11 +471,7 @@ void ApplyLayers(proto::Plan* plan, const LayerRanges& layers) {
 }
 
 std::string RecomputeName(proto::Recompute recompute) {
-  switch (recompute) {
-    case proto::RECOMPUTE_SELECTIVE: return "selective";
-    case proto::RECOMPUTE_FULL: return "full";
-    default: return "none";
-  }
+  return models::RecomputeName(recompute == proto::RECOMPUTE_UNSPECIFIED ? proto::RECOMPUTE_NONE : recompute);
 }
 
 std::vector<proto::Recompute> RecomputeList(const google::protobuf::RepeatedField<int>& field) {
@@ -489,7 +487,8 @@ std::vector<proto::Recompute> RecomputeCandidates(const PlanningProblem& problem
   const proto::Recompute stated = problem.training.recompute();
   if (!requested.empty()) {
     out = requested;
-  } else if (stated == proto::RECOMPUTE_SELECTIVE || stated == proto::RECOMPUTE_FULL) {
+  } else if (stated == proto::RECOMPUTE_SELECTIVE || stated == proto::RECOMPUTE_FULL ||
+             stated == proto::RECOMPUTE_OP_SELECTIVE) {
     out = {stated};
   } else {
     // Selective recomputation drops only what the attention core keeps (scores, softmax, dropout masks);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/plan.h"
+#include "models/training.h"
 #include "planners/exhaustive/exhaustive.h"
 #include "planners/proto/twin.pb.h"
 
@@ -28,12 +29,7 @@ struct Candidate {
 };
 
 const char* RecomputeName(proto::Recompute r) {
-  switch (r) {
-    case proto::RECOMPUTE_NONE: return "none";
-    case proto::RECOMPUTE_SELECTIVE: return "selective";
-    case proto::RECOMPUTE_FULL: return "full";
-    default: return "the training spec's";
-  }
+  return r == proto::RECOMPUTE_UNSPECIFIED ? "the training spec's" : models::RecomputeName(r);
 }
 
 class TwinPlanner : public PlannerWithOptions<proto::TwinOptions> {

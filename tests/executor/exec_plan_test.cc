@@ -297,6 +297,9 @@ TEST(ExecPlanTest, RefusesFeaturesItDoesNotRun) {
   Loaded overlap = Load("cpu-4-tp2");
   overlap.plan.mutable_comm()->set_tp_overlap(true);
   refused(overlap, "comm.tp_overlap");
+  Loaded op = Load("cpu-4-dp4");
+  op.plan.set_recompute(proto::RECOMPUTE_OP_SELECTIVE);  // torchtitan's per-operation policy
+  refused(op, "recompute");
   Loaded tp1 = Load("cpu-4-dp4");
   tp1.plan.set_sequence_parallel(true);
   tp1.plan.mutable_comm()->set_tp_overlap(true);

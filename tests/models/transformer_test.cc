@@ -107,6 +107,37 @@ TEST(Transformer, ActivationsMatchKorthikantiWithoutDropout) {
                    32 * s * b * h + 4 * a * s * b);
 }
 
+// torchtitan's op-level selective checkpointing keeps, per token of a Llama 2 7B block (h = kv = 4,096,
+// ffn 11,008, 32 heads, SwiGLU, flash attention, bf16): the block input and the down projection's output
+// (2 x 2h bytes), Q, V, the attention output and the gate projection's output (2 x (h + h + h + 11,008)
+// bytes) and the attention's fp32 log-sum-exp (4 x 32): 16,384 + 46,592 + 128 = 63,104 bytes, against
+// 131,712 with nothing recomputed (4 x 2h replicated, 2 x (3h + h + 3 x 11,008) split, 128). Under TP 2 with
+// sequence parallelism everything is halved. While a block's backward runs it rebuilds the rest:
+// 131,712 - 63,104 bytes per token. Its backward repeats K, the attention output and the up projection:
+// 2h² + 2h² + 2h x 11,008 = 157,286,400 FLOPs per token of a forward of 2 x 202,375,168 (matmul
+// parameters) + 4 x 4,096 x h (attention at 4,096 tokens) = 471,859,200: exactly a third.
+TEST(Transformer, OpSelectiveRecomputationKeepsEveryOtherMatmulsOutput) {
+  const auto m = Load("llama2-7b");
+  const double s = 4096;
+  const auto bytes = [&](proto::Recompute r, uint32_t tp, bool sp) {
+    return m.ActivationBytes(1, 1, 4096, tp, sp, r, proto::DTYPE_BF16, proto::ATTENTION_FLASH);
+  };
+  EXPECT_DOUBLE_EQ(bytes(proto::RECOMPUTE_OP_SELECTIVE, 1, false), 63104 * s);
+  EXPECT_DOUBLE_EQ(bytes(proto::RECOMPUTE_NONE, 1, false), 131712 * s);
+  EXPECT_DOUBLE_EQ(bytes(proto::RECOMPUTE_OP_SELECTIVE, 2, true), 63104 * s / 2);
+  EXPECT_DOUBLE_EQ(m.RecomputedPeakBytes(1, 1, 4096, 1, false, proto::RECOMPUTE_OP_SELECTIVE, proto::DTYPE_BF16,
+                                         proto::ATTENTION_FLASH),
+                   (131712 - 63104) * s);
+  EXPECT_DOUBLE_EQ(m.RecomputedPeakBytes(1, 1, 4096, 1, false, proto::RECOMPUTE_FULL, proto::DTYPE_BF16,
+                                         proto::ATTENTION_FLASH),
+                   131712 * s);
+  EXPECT_DOUBLE_EQ(m.RecomputedPeakBytes(1, 1, 4096, 1, false, proto::RECOMPUTE_NONE, proto::DTYPE_BF16,
+                                         proto::ATTENTION_FLASH),
+                   0);
+  EXPECT_NEAR(m.OpSelectiveRecomputedShare(1, 4096), 1.0 / 3, 1e-12);
+  EXPECT_EQ(m.OpSelectiveRecomputedShare(0, 4096), 0);  // the embedding is not checkpointed
+}
+
 TEST(Transformer, GroupedQueryAttentionShrinksKeyValueProjections) {
   // With 4 kv heads of 64: K and V are h × 256 each instead of h × h.
   const auto mha = Gpt(0);

@@ -40,7 +40,9 @@ TEST(BadSpecKind, ValidateWithoutKindNamesFileAndKey) {
 
 // Issue 31's acceptance: no bundled plan that mirrors a published run is flagged out of memory. Every plan
 // file under experiments/ and the catalog validates without an out-of-memory line, except HexiScale §3.1's
-// Megatron "plan 3", a hypothetical plan the paper discusses without memory (correct to flag).
+// Megatron "plan 3", a hypothetical plan the paper discusses without memory (correct to flag), and
+// torchtitan's Llama 2 70B at batch 2 with op-level checkpointing, a run its page reports out of memory
+// (test ValidateSim.TheBundledTorchtitanRunsFitWhereTheyTrained checks it is flagged).
 TEST(BundledPlanFiles, NoPlanThatMirrorsAPublishedRunIsFlaggedOutOfMemory) {
   namespace fs = std::filesystem;
   int checked = 0;
@@ -51,7 +53,9 @@ TEST(BundledPlanFiles, NoPlanThatMirrorsAPublishedRunIsFlaggedOutOfMemory) {
       std::stringstream text;
       text << in.rdbuf();
       if (text.str().find("\nkind: plan\n") == std::string::npos && text.str().rfind("kind: plan\n", 0) != 0) continue;
-      if (e.path().filename() == "megatron-plan3.yaml") continue;
+      if (e.path().filename() == "megatron-plan3.yaml" || e.path().filename() == "llama2-70b-b2-op_selective.yaml") {
+        continue;
+      }
       const auto r = RunCli({"validate", e.path().string()});
       ++checked;
       EXPECT_FALSE(Has(r.out + r.err, ") but has ")) << e.path() << ": " << r.err.substr(0, 400);

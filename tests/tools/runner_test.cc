@@ -82,7 +82,7 @@ TEST(Manifest, InvalidManifestsAreRejectedBeforeAnythingRuns) {
       {"fidelity", "simulation: {fidelity: medium}\n", "simulation.fidelity: unknown level 'medium'"},
       {"duplicate-axis", "sweep: [{name: seq_len, values: ['64']}, {name: seq_len, values: ['128']}]\n",
        "axis 'seq_len' appears twice"},
-      {"recompute", "sweep: [{name: recompute, values: [partial]}]\n", "expected none, selective or full"},
+      {"recompute", "sweep: [{name: recompute, values: [partial]}]\n", "expected none, selective, full or op_selective"},
       {"replay-axis-alone", "sweep: [{name: policy, values: [elastic]}]\n",
        "sweep[0].name: axis 'policy' needs a `replay:` section"},
       {"replay-policy", "replay: {trace: llama3, policies: [{name: hotspares}]}\n",

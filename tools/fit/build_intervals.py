@@ -28,6 +28,7 @@ SETS = [
     ("llmfoundry-fsdp", "experiments/validation/llmfoundry_a100_40gb_fsdp/runs.csv"),
     ("nemo-fp8", "experiments/validation/nemo_2407_h100_fp8/runs.csv"),
     ("sailor-gh200", "experiments/validation/sailor_gh200_opt350/runs.csv"),
+    ("torchtitan-fsdp", "experiments/validation/torchtitan_a100_fsdp/runs.csv"),
 ]
 
 

@@ -398,12 +398,9 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     return 2;
   }
   const std::string rc = vm["recompute"].as<std::string>();
-  const proto::Recompute recompute = rc == "full"        ? proto::RECOMPUTE_FULL
-                                     : rc == "selective" ? proto::RECOMPUTE_SELECTIVE
-                                     : rc == "none"      ? proto::RECOMPUTE_NONE
-                                                         : proto::RECOMPUTE_UNSPECIFIED;
+  const proto::Recompute recompute = models::ParseRecompute(rc);
   if (recompute == proto::RECOMPUTE_UNSPECIFIED) {
-    err << "--recompute: unknown value '" << rc << "' (expected none, selective, full)\n";
+    err << "--recompute: unknown value '" << rc << "' (expected " << models::kRecomputeNames << ")\n";
     return 2;
   }
   // Each run's calibration: --calibration, when given, for every run; else the one rule's pick for the run's

@@ -333,8 +333,8 @@ Result<Manifest> LoadManifest(const std::string& path) {
         if (std::find(names.begin(), names.end(), val) == names.end()) {
           errors.Add(vpath + "planner '" + val + "' is not one of the manifest's planner labels" + DidYouMean(val, names));
         }
-      } else if (ax.name() == "recompute" && val != "none" && val != "selective" && val != "full") {
-        errors.Add(vpath + "expected none, selective or full, found '" + val + "'");
+      } else if (ax.name() == "recompute" && models::ParseRecompute(val) == proto::RECOMPUTE_UNSPECIFIED) {
+        errors.Add(vpath + "expected " + models::kRecomputeNames + ", found '" + val + "'");
       } else if (ax.name() == "dtype" && val != "bf16" && val != "fp16" && val != "fp32") {
         errors.Add(vpath + "expected bf16, fp16 or fp32, found '" + val + "'");
       } else if (IsReplayAxis(ax.name()) && !e.has_replay()) {
@@ -541,8 +541,8 @@ Result<PointSetup> SetupPoint(const Manifest& m, const Point& p) {
     if (name == "global_batch_size") t.set_global_batch_size(static_cast<uint32_t>(num));
     if (name == "seq_len") t.set_seq_len(static_cast<uint32_t>(num));
     if (name == "recompute") {
-      t.set_recompute(v == "full" ? proto::RECOMPUTE_FULL : v == "selective" ? proto::RECOMPUTE_SELECTIVE
-                                                                               : proto::RECOMPUTE_NONE);
+      const proto::Recompute r = models::ParseRecompute(v);
+      t.set_recompute(r == proto::RECOMPUTE_UNSPECIFIED ? proto::RECOMPUTE_NONE : r);
     }
     if (name == "dtype") {
       t.set_dtype(v == "fp16"   ? proto::DTYPE_FP16

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "models/plan.h"
+#include "models/training.h"
 #include "planners/cost_model.h"
 #include "tools/runner/cpu_clock.h"
 
@@ -734,13 +735,11 @@ std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cl
   {
     proto::Recompute current = plan.recompute() != proto::RECOMPUTE_UNSPECIFIED ? plan.recompute() : training_recompute;
     if (current == proto::RECOMPUTE_UNSPECIFIED) current = proto::RECOMPUTE_NONE;
-    const std::pair<proto::Recompute, const char*> policies[] = {
-        {proto::RECOMPUTE_NONE, "none"}, {proto::RECOMPUTE_SELECTIVE, "selective"}, {proto::RECOMPUTE_FULL, "full"}};
-    for (const auto& [policy, name] : policies) {
+    for (proto::Recompute policy : {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL}) {
       if (policy == current) continue;
       proto::Plan n = plan;
       n.set_recompute(policy);
-      out.emplace_back(std::move(n), std::string("recomputation ") + name);
+      out.emplace_back(std::move(n), std::string("recomputation ") + models::RecomputeName(policy));
     }
   }
   // 14. Machines left idle: per GPU type the last machine of that type the plan uses, and every machine of the
