@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "models/engine_rules.h"
 #include "models/kernels.h"
 
 namespace hetsim::models {
@@ -12,7 +13,6 @@ namespace {
 
 constexpr double kGbyte = 1e9;
 constexpr double kGbit = 1e9 / 8;
-constexpr double kHostMemoryBytesS = 200e9;  // sim/platform.cc: a node's host memory link
 constexpr uint32_t kNoLink = UINT32_MAX;
 
 }  // namespace

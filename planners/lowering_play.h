@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/engine_rules.h"
 #include "models/fold.h"
 #include "models/lowering.h"
 #include "models/platform_routes.h"
@@ -26,7 +27,7 @@ using models::CollectiveKind;
 using models::Route;
 
 constexpr double kUnknown = -1;         // a time not known yet (times are ≥ 0)
-constexpr size_t kMaxPendingSends = 32;  // the engine's Reap: past this many posted sends it waits for the oldest
+using models::kMaxPendingSends;  // the engine's Reap (models/engine_rules.h)
 
 // ---- the programs ----------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/engine_rules.h"
 #include "models/topology.h"
 #include "sim/engine_internal.h"
 
@@ -259,9 +260,9 @@ void Runner::Reap() {
   // any of the actor's transfers scans them. Not with test(): in SimGrid 3.32 a successful test() marks
   // the s4u Comm finished, so the wait() after it returns at once and the kernel activity stays in the
   // list for good (thousands per actor on long pipelines, most of the run's time). A pipeline send has
-  // arrived when its receiver has taken as many messages from the mailbox (Board::received); past 32
-  // posted sends the oldest is waited for, arrived or not.
-  while (!pending_.empty() && (Arrived(pending_.front()) || pending_.size() > 32)) {
+  // arrived when its receiver has taken as many messages from the mailbox (Board::received); past
+  // models::kMaxPendingSends posted sends the oldest is waited for, arrived or not.
+  while (!pending_.empty() && (Arrived(pending_.front()) || pending_.size() > models::kMaxPendingSends)) {
     // (A folded ring message whose transfer has not started waits for its own receive: the unfolded
     // sender would wait for a receiver that waits as it does.)
     if (!pending_.front().comm) break;

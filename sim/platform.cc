@@ -5,6 +5,7 @@
 #include <string>
 
 #include "models/cost.h"
+#include "models/engine_rules.h"
 #include "models/kernels.h"
 
 namespace hetsim::sim {
@@ -16,7 +17,6 @@ using Dir = s4u::LinkInRoute::Direction;
 constexpr double kGbyte = 1e9;
 constexpr double kGbit = 1e9 / 8;
 // Host memory bandwidth of a node (CPU-staged copies land there); a DDR5 server socket pair.
-constexpr double kHostMemoryGbyteS = 200;
 constexpr double kGpuSpeed = 1e12;  // hosts only sleep; the speed is nominal
 
 // Latencies below SimGrid's timing precision (1e-9 s) are played as none: SimGrid 3.32's solver crashed on a
@@ -164,7 +164,7 @@ class Builder {
       // Host memory of the node.
       s4u::Host* cpu = z->create_host(nn + "-cpu", kGpuSpeed)->seal();
       p_.cpus[n] = cpu;
-      s4u::Link* mem = Duplex(z, nn + "-mem", kHostMemoryGbyteS * kGbyte, 0);
+      s4u::Link* mem = Duplex(z, nn + "-mem", models::kHostMemoryBytesS, 0);
       std::vector<s4u::LinkInRoute> cpu_route = {s4u::LinkInRoute(mem, Dir::UP)};
       if (!nics.empty()) cpu_route.emplace_back(nics[0], Dir::UP);
       z->add_route(cpu->get_netpoint(), nullptr, nullptr, nullptr, cpu_route, true);
