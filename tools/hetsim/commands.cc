@@ -32,7 +32,7 @@ void AddTrainingFlags(po::options_description& d) {
       ("global-batch", po::value<int64_t>(), "global batch size in sequences (overrides the spec)")
       ("seq-len", po::value<int64_t>(), "sequence length in tokens (overrides the spec)")
       ("dtype", po::value<std::string>(), "bf16 | fp16 | fp32 | fp8 | tf32 (overrides the spec)")
-      ("recompute", po::value<std::string>(), "none | selective | full (overrides the spec)");
+      ("recompute", po::value<std::string>(), "none | selective | full | op_selective (overrides the spec; docs/formats.md)");
 }
 
 namespace {
