@@ -1,5 +1,7 @@
 #include "models/training.h"
 
+#include <iterator>
+
 namespace hetsim::models {
 
 Result<proto::Training> ResolveTraining(proto::Training t, const TransformerModel& model, const std::string& file) {
@@ -38,12 +40,25 @@ const char* RecomputeName(proto::Recompute recompute) {
   }
 }
 
+namespace {
+constexpr proto::Recompute kPolicies[] = {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL,
+                                          proto::RECOMPUTE_OP_SELECTIVE};
+}  // namespace
+
 proto::Recompute ParseRecompute(const std::string& name) {
-  for (proto::Recompute r : {proto::RECOMPUTE_NONE, proto::RECOMPUTE_SELECTIVE, proto::RECOMPUTE_FULL,
-                             proto::RECOMPUTE_OP_SELECTIVE}) {
+  for (proto::Recompute r : kPolicies) {
     if (name == RecomputeName(r)) return r;
   }
   return proto::RECOMPUTE_UNSPECIFIED;
+}
+
+std::string RecomputeNames() {
+  std::string out;
+  for (size_t i = 0; i < std::size(kPolicies); ++i) {
+    out += i == 0 ? "" : i + 1 == std::size(kPolicies) ? " or " : ", ";
+    out += RecomputeName(kPolicies[i]);
+  }
+  return out;
 }
 
 }  // namespace hetsim::models

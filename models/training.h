@@ -27,7 +27,7 @@ const char* RecomputeName(proto::Recompute recompute);
 // The policy named `name`, or RECOMPUTE_UNSPECIFIED for a name that is none of them.
 proto::Recompute ParseRecompute(const std::string& name);
 // The names, for error messages: "none, selective, full or op_selective".
-inline constexpr const char* kRecomputeNames = "none, selective, full or op_selective";
+std::string RecomputeNames();
 
 // Fills every unset field (global batch and sequence length from the model's defaults; bf16, Adam,
 // no recomputation, flash attention, 1 GiB workspace) and checks the result against `model`.

@@ -197,7 +197,7 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   // Replicated across TP ranks unless sequence parallel: inputs of both norms and of QKV and the MLP.
   const double replicated = 4 * B * sbh;
   // Split across TP ranks: Q, K, V; the attention output (input of the output projection); MLP internals.
-  const double mlp_internal = spec_.mlp() == proto::Model::MLP_SWIGLU ? 3 * B * s * b * f : 2 * B * s * b * f;
+  const double mlp_internal = (swiglu ? 3 : 2) * B * s * b * f;
   double split = B * s * b * (h + 2 * kvd) + B * sbh + mlp_internal;
   double masks = 0;  // 1 byte per element (Korthikanti et al. 2022 §4.1)
   if (attention != proto::ATTENTION_STANDARD) {  // flash, either kernel

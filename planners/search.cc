@@ -22,11 +22,9 @@ std::string Fixed(double v, int digits = 1) {
 std::string ProblemSummary(const PlanningProblem& problem) {
   const auto& t = problem.training;
   const char* dtype = models::DTypeName(t.dtype());
-  const char* rc = models::RecomputeName(t.recompute() == proto::RECOMPUTE_UNSPECIFIED ? proto::RECOMPUTE_NONE
-                                                                                         : t.recompute());
   return "cluster '" + problem.cluster.name() + "' (" + std::to_string(problem.cluster.num_devices()) +
          " GPUs) for model '" + problem.model.name() + "' (global batch " + std::to_string(t.global_batch_size()) +
-         ", seq_len " + std::to_string(t.seq_len()) + ", " + dtype + ", recompute " + rc + ")";
+         ", seq_len " + std::to_string(t.seq_len()) + ", " + dtype + ", recompute " + models::RecomputeName(t.recompute()) + ")";
 }
 
 std::string Rejections(const SearchStats& stats) {
@@ -225,8 +223,8 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
     if (model_.kind(l) == models::LayerKind::kTransformer) ++blocks;
   }
   // Profiles measure whole sequences without recomputation.
-  const bool profiled = recompute != proto::RECOMPUTE_FULL && recompute != proto::RECOMPUTE_SELECTIVE &&
-                        recompute != proto::RECOMPUTE_OP_SELECTIVE && shard.ways() == 1 && !profiled_bytes_.empty();
+  const bool profiled = (recompute == proto::RECOMPUTE_NONE || recompute == proto::RECOMPUTE_UNSPECIFIED) &&
+                        shard.ways() == 1 && !profiled_bytes_.empty();
   auto act = [&](uint32_t layer) {
     const double arithmetic = model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute,
                                                      training_.dtype(), training_.attention(), training_.dropout());
@@ -246,16 +244,13 @@ double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32
   const double ring = any_block ? models::ContextParallelBufferBytes(model_, 1, training_.seq_len(), tp, shard.cp,
                                                                      training_.dtype())
                                 : 0.0;
-  if (recompute != proto::RECOMPUTE_FULL && recompute != proto::RECOMPUTE_OP_SELECTIVE) {
-    return ring * (1 + training_.allocator_overhead()) / kGib;
-  }
   const uint32_t local_seq = training_.seq_len() / shard.ways();
   double peak = 0;
   for (uint32_t layer : {0u, 1u, L - 1}) {
     // Only the layer kinds the range holds.
     bool held = false;
     if (layer == 0) held = begin == 0 && end > 0;
-    if (layer == 1) held = std::max(1u, begin) < std::min(end, L - 1);  // some block in range
+    if (layer == 1) held = any_block;
     if (layer == L - 1) held = end == L && begin < end;
     if (!held) continue;
     peak = std::max(peak, model_.RecomputedPeakBytes(layer, 1, local_seq, tp, sequence_parallel, recompute,

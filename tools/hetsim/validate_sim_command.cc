@@ -400,7 +400,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
   const std::string rc = vm["recompute"].as<std::string>();
   const proto::Recompute recompute = models::ParseRecompute(rc);
   if (recompute == proto::RECOMPUTE_UNSPECIFIED) {
-    err << "--recompute: unknown value '" << rc << "' (expected " << models::kRecomputeNames << ")\n";
+    err << "--recompute: unknown value '" << rc << "' (expected " << models::RecomputeNames() << ")\n";
     return 2;
   }
   // Each run's calibration: --calibration, when given, for every run; else the one rule's pick for the run's

@@ -334,7 +334,7 @@ Result<Manifest> LoadManifest(const std::string& path) {
           errors.Add(vpath + "planner '" + val + "' is not one of the manifest's planner labels" + DidYouMean(val, names));
         }
       } else if (ax.name() == "recompute" && models::ParseRecompute(val) == proto::RECOMPUTE_UNSPECIFIED) {
-        errors.Add(vpath + "expected " + models::kRecomputeNames + ", found '" + val + "'");
+        errors.Add(vpath + "expected " + models::RecomputeNames() + ", found '" + val + "'");
       } else if (ax.name() == "dtype" && val != "bf16" && val != "fp16" && val != "fp32") {
         errors.Add(vpath + "expected bf16, fp16 or fp32, found '" + val + "'");
       } else if (IsReplayAxis(ax.name()) && !e.has_replay()) {
