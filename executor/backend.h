@@ -222,6 +222,10 @@ class PeerToPeer {
   // e.g. NCCL). Lets the caller count the wait as idle time rather than transfer time.
   virtual void WaitForMessage(int peer, int tag) = 0;
   virtual void Recv(int peer, Tensor t, int tag) = 0;
+  // Posts the receive of the next message from `peer` with `tag` into `t` ahead (Megatron-LM's
+  // overlap_p2p_comm); the Recv of the same peer, tag and tensor completes it. By default nothing is posted
+  // ahead and Recv receives where the pass needs the data (NCCL, CPU-staged transfers).
+  virtual void PostRecv(int /*peer*/, Tensor /*t*/, int /*tag*/) {}
   virtual void WaitSends() = 0;
   // Lets pending sends advance without blocking (Backend::SetProgressHook); a no-op by default.
   virtual void Progress() {}

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <deque>
+#include <map>
 #include <memory>
 #include <new>
 #include <vector>
@@ -213,6 +214,21 @@ void RingPeer(int peer) {
 // A receive of a matched message. With a pool, its sender may be asleep (waiting for something else) while
 // MPI needs it to answer for a message larger than the eager limit, so the receiver rings it between tests
 // until the message is in.
+// Completes a posted receive from `peer` the same way.
+void Complete(MPI_Request* r, int peer, MPI_Status* status) {
+  if (g_pool == nullptr) {
+    HETSIM_MPI_CHECK(MPI_Wait(r, status));
+    return;
+  }
+  for (int done = 0;;) {
+    HETSIM_MPI_CHECK(MPI_Test(r, &done, status));
+    if (done) break;
+    g_pool->Ring(peer);
+    timespec ts{0, 10000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
 void Receive(void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm, MPI_Status* status) {
   if (g_pool == nullptr) {
     HETSIM_MPI_CHECK(MPI_Recv(buf, count, type, peer, tag, comm, status));
@@ -220,13 +236,7 @@ void Receive(void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Com
   }
   MPI_Request r;
   HETSIM_MPI_CHECK(MPI_Irecv(buf, count, type, peer, tag, comm, &r));
-  for (int done = 0;;) {
-    HETSIM_MPI_CHECK(MPI_Test(&r, &done, status));
-    if (done) break;
-    g_pool->Ring(peer);
-    timespec ts{0, 10000};
-    nanosleep(&ts, nullptr);
-  }
+  Complete(&r, peer, status);
 }
 
 // A communicator's collectives through memory shared by its members (ShareCores; every rank on one machine):
@@ -440,12 +450,29 @@ class MpiPeerToPeer final : public PeerToPeer {
     pending_.push_back(req);
     RingPeer(peer);
   }
+  void PostRecv(int peer, Tensor t, int tag) override {
+    Posted p;
+    HETSIM_MPI_CHECK(MPI_Irecv(t.data, static_cast<int>(t.numel()), MpiType(t), peer, tag, comm_, &p.request));
+    posted_[{peer, tag}].push_back(p);
+  }
   void WaitForMessage(int peer, int tag) override {
+    if (Posted* p = PostedFor(peer, tag)) {
+      // The message lands in the posted buffer: waiting for it is waiting for the whole transfer.
+      if (!p->done) Complete(&p->request, peer, &p->status);
+      p->done = true;
+      return;
+    }
     WaitForMessageOn(comm_, peer, tag);
   }
   void Recv(int peer, Tensor t, int tag) override {
     MPI_Status status;
-    Receive(t.data, static_cast<int>(t.numel()), MpiType(t), peer, tag, comm_, &status);
+    if (Posted* p = PostedFor(peer, tag)) {
+      if (!p->done) Complete(&p->request, peer, &p->status);
+      status = p->status;
+      posted_[{peer, tag}].pop_front();
+    } else {
+      Receive(t.data, static_cast<int>(t.numel()), MpiType(t), peer, tag, comm_, &status);
+    }
     int count = 0;
     HETSIM_MPI_CHECK(MPI_Get_count(&status, MpiType(t), &count));
     RingPeer(peer);
@@ -465,8 +492,19 @@ class MpiPeerToPeer final : public PeerToPeer {
   }
 
  private:
+  struct Posted {
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Status status{};
+    bool done = false;
+  };
+  Posted* PostedFor(int peer, int tag) {
+    auto it = posted_.find({peer, tag});
+    return it == posted_.end() || it->second.empty() ? nullptr : &it->second.front();
+  }
   MPI_Comm comm_;
   std::vector<MPI_Request> pending_;
+  // Receives posted ahead, per (peer, tag), in posting order (MPI matches them in that order too).
+  std::map<std::pair<int, int>, std::deque<Posted>> posted_;
 };
 
 class StagedPeerToPeer final : public PeerToPeer {

@@ -106,10 +106,11 @@ void Runner::MapChunks() {
   }
   for (size_t i = 0; i < ops.size(); ++i) {
     const models::Op& op = ops[i];
-    const bool recv = op.kind == models::OpKind::kRecv ||
+    const bool recv = op.kind == models::OpKind::kRecv || op.kind == models::OpKind::kPostRecv ||
                       (op.kind == models::OpKind::kCollective && op.category == Category::kPp);
     if ((!recv && op.kind != models::OpKind::kSend) || op.channel == models::kChanCp) continue;
-    // A receive's pass follows it (a broadcast's, whatever its direction), a send's precedes it.
+    // A receive's pass follows it (a posted receive's: the next of its direction and micro-batch; a broadcast's,
+    // whatever its direction), a send's precedes it.
     const Category dir = op.channel == models::kChanPpBackward ? Category::kBackward : Category::kForward;
     const bool any_dir = op.kind == models::OpKind::kCollective;
     size_t j = i;
@@ -131,15 +132,25 @@ int Runner::Tag(const models::Op& op, uint32_t chunk) const {
   return PipelineTag(op.micro_batch, boundary, role_.num_stages * role_.num_chunks, backward);
 }
 
-void Runner::Recv(const models::Op& op, uint32_t chunk) {
+std::pair<Tensor, Tensor> Runner::RecvTarget(const models::Op& op, uint32_t chunk) {
   const int64_t T = role_.share.size() * hidden_seq(), h = specs_.model.spec().hidden_size();
   const bool backward = op.channel == models::kChanPpBackward;
   Buffer& buf = (backward ? recv_backward_ : recv_forward_)[Key(op.micro_batch, chunk)];
   if (buf.empty()) buf = Buffer(be_, T, h, be_->act_dtype());
-  const int peer = plan_.RankOfDevice(op.peer), tag = Tag(op, chunk);
   const Tensor rows = buf.t().Rows(op.seq_begin * hidden_seq(), op.seq_end * hidden_seq());
+  return {rows, Scattered(op) ? Piece(rows) : rows};
+}
+
+void Runner::PostRecv(const models::Op& op, uint32_t chunk) {
+  const auto [rows, message] = RecvTarget(op, chunk);
+  p2p_->PostRecv(plan_.RankOfDevice(op.peer), message, Tag(op, chunk));
+  log_.Add(op);
+}
+
+void Runner::Recv(const models::Op& op, uint32_t chunk) {
+  const int peer = plan_.RankOfDevice(op.peer), tag = Tag(op, chunk);
+  const auto [rows, message] = RecvTarget(op, chunk);
   const bool piece = Scattered(op);
-  const Tensor message = piece ? Piece(rows) : rows;
   {
     const OffCore off;  // a receive is a wait (ShareCores)
     p2p_->WaitForMessage(peer, tag);  // waiting for the other stage is idle time, not transfer
@@ -332,9 +343,9 @@ void Runner::RunOps() {
           i = RunPass(ops, i);  // CP's ring: part of a block's pass
           break;
         }
-        HETSIM_CHECK(op.kind != models::OpKind::kPostRecv,
-                     "hetsim-exec: a posted receive outside context parallelism's ring");
-        if (op.kind == models::OpKind::kRecv) {
+        if (op.kind == models::OpKind::kPostRecv) {
+          PostRecv(op, op_chunk_[i]);
+        } else if (op.kind == models::OpKind::kRecv) {
           Recv(op, op_chunk_[i]);
         } else {
           Send(op, op_chunk_[i]);

@@ -75,6 +75,11 @@ class Runner {
   uint32_t Key(uint32_t mb, uint32_t chunk) const { return mb * role_.num_chunks + chunk; }
   int Tag(const models::Op& op, uint32_t chunk) const;
   void Recv(const models::Op& op, uint32_t chunk);
+  // A pipeline receive posted ahead of its pass (interleaved 1F1B); Recv completes it.
+  void PostRecv(const models::Op& op, uint32_t chunk);
+  // The rows of the receive buffer a pipeline receive fills (allocated on first use) and the message that
+  // lands in them (a TP piece of them under scatter-gather).
+  std::pair<Tensor, Tensor> RecvTarget(const models::Op& op, uint32_t chunk);
   // PP leader broadcast: the TP group's leader received the micro-batch's boundary tensor; every member
   // gets it from the leader (the pass that follows says which direction).
   void Broadcast(const std::vector<models::Op>& ops, size_t i, uint32_t chunk);

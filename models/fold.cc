@@ -128,7 +128,6 @@ std::string RankFolder::Compare(uint32_t i) {
             // The representative talks to another stage's representative, and the copy to a device that
             // folds onto it.
             if (fold.rep[xp] != xp || fold.rep[yp] != xp) return "point-to-point peers that do not fold";
-            if (x.kind == OpKind::kPostRecv) return "early receives from another stage";
           }
           if (x.kind == OpKind::kSend && i != rep) {
             auto& copies = fold.send_copies[std::make_tuple(a.device, x.peer, x.channel)];

@@ -220,13 +220,26 @@ void Lowerer::EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t dev
     done_chunk.push_back(c);
   }
   const int prev = s > 0 ? s - 1 : static_cast<int>(S) - 1, next = s + 1 < static_cast<int>(S) ? s + 1 : 0;
+  const auto receives_forward = [&](uint32_t c) { return s > 0 || (c > 0 && S > 1); };
+  const auto receives_backward = [&](uint32_t c) { return s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1); };
+  // Post the receives of a pass's input ahead (kPostRecv); the pass's own kRecv completes them.
+  const auto post = [&](bool fwd, uint32_t c, uint16_t j) {
+    if (!(fwd ? receives_forward(c) : receives_backward(c))) return;
+    std::vector<Op> pp;
+    AddPp(pp, p, fwd ? prev : next, s, device, false, r, k, fwd, j);
+    for (Op& op : pp) {
+      if (op.kind != OpKind::kRecv) continue;  // (a TP all-gather or broadcast of the pieces stays with the pass)
+      op.kind = OpKind::kPostRecv;
+      ops.push_back(op);
+    }
+  };
   auto forward = [&](uint32_t c, uint16_t j) {
-    if (s > 0 || (c > 0 && S > 1)) AddPp(ops, p, prev, s, device, false, r, k, true, j);
+    if (receives_forward(c)) AddPp(ops, p, prev, s, device, false, r, k, true, j);
     AddLayers(ops, device, st, r, chunks[c].begin, chunks[c].end, seqs, true, j);
     if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, s, next, device, true, r, k, true, j);
   };
   auto backward = [&](uint32_t c, uint16_t j) {
-    if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, next, s, device, false, r, k, false, j);
+    if (receives_backward(c)) AddPp(ops, p, next, s, device, false, r, k, false, j);
     AddLayers(ops, device, st, r, chunks[c].begin, chunks[c].end, seqs, false, j);
     if (overlap && j + 1u == m) {
       for (size_t i = 0; i < done_chunk.size(); ++i) {
@@ -250,15 +263,28 @@ void Lowerer::EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t dev
     return fwd ? c : v - 1 - c;
   };
   const uint32_t warmup = std::min(total, 2 * (S - static_cast<uint32_t>(s) - 1) + (v - 1) * S);
+  // Megatron-LM's overlap_p2p_comm, on for this schedule by default (--no-overlap-p2p-communication turns
+  // it off; the other schedules run without it): each pass's output is sent together with the receive of
+  // the next pass of the same direction (send_forward_recv_forward, send_backward_recv_backward), waited
+  // for where that pass starts; the first backward's receive is posted at the end of the warm-up. In the
+  // steady state the next forward's input thus arrives during this backward and the next backward's
+  // gradient during the next forward, instead of each transfer starting when its pass needs it.
+  const auto fwd = [&](uint32_t i) {
+    forward(chunk(i, true), micro_batch(i));
+    if (i + 1 < total) post(true, chunk(i + 1, true), micro_batch(i + 1));
+  };
+  const auto bwd = [&](uint32_t i) {
+    backward(chunk(i, false), micro_batch(i));
+    if (i + 1 < total) post(false, chunk(i + 1, false), micro_batch(i + 1));
+  };
   uint32_t f = 0, b = 0;
-  for (; f < warmup; ++f) forward(chunk(f, true), micro_batch(f));
+  for (; f < warmup; ++f) fwd(f);
+  if (warmup > 0 && warmup < total) post(false, chunk(0, false), micro_batch(0));
   while (f < total) {
-    forward(chunk(f, true), micro_batch(f));
-    ++f;
-    backward(chunk(b, false), micro_batch(b));
-    ++b;
+    fwd(f++);
+    bwd(b++);
   }
-  for (; b < total; ++b) backward(chunk(b, false), micro_batch(b));
+  for (; b < total; ++b) bwd(b);
 }
 
 namespace {

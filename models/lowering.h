@@ -11,7 +11,9 @@
 //      1F1B (PipeDream-flush): min(S − s − 1, m) warm-up forwards, then one forward and one backward
 //           alternately, then the remaining backwards;
 //      GPipe: all m forwards, then all m backwards;
-//      interleaved 1F1B: Megatron-LM's virtual-pipeline order (see EmitInterleaved in lowering.cc).
+//      interleaved 1F1B: Megatron-LM's virtual-pipeline order (see EmitInterleaved in lowering.cc), with
+//           each pass's input receive posted ahead (kPostRecv) after the previous pass of its direction,
+//           as Megatron-LM's overlap_p2p_comm posts it (docs/lowering.md).
 //  - A forward pass of a micro-batch on a rank: receive the activations from the previous stage (PP),
 //    [ZeRO-3 all-gather], the layers in order with each layer's TP collectives, send to the next stage.
 //    The backward pass mirrors it, layers in reverse order; under full recomputation each transformer
@@ -73,7 +75,8 @@ enum class OpKind : uint8_t {
   kSend,        // post an asynchronous point-to-point send of `bytes` to device `peer`
   kRecv,        // block until the matching message from device `peer` arrived
   kPostRecv,    // post the receive of the next message from `peer` on `channel` without waiting (ring
-                // attention: the transfer runs during the compute that follows; the kRecv completes it)
+                // attention, interleaved 1F1B's pipeline inputs: the transfer runs during the compute that
+                // follows; the kRecv completes it)
   kCollective,  // take part (as `rank`) in a collective over group `group`
   kSignal,      // (main stream) tell the rank's DP stream that the next gradient group is ready
   kAwait,       // (DP stream) wait for the next kSignal of the main stream

@@ -319,6 +319,8 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
             } else {
               op.ref = stream_of(lo.peer, r.device, lo.channel);
             }
+            // A CPU-staged transfer is received where it is needed (sim/engine.cc).
+            if (lo.kind == models::OpKind::kPostRecv && s->streams[op.ref].staged) continue;
             break;
           case models::OpKind::kCollective: {
             op.ref = lo.group;

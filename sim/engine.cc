@@ -116,9 +116,22 @@ void Runner::Execute(const Op& op) {
         break;
       }
       // SimGrid starts a transfer once both sides are posted: posting the receive early lets a ring
-      // attention transfer run during the compute that follows (CPU staging is not used for it).
-      auto& posted = early_recvs_[MailboxKey(op.peer, self_, op.channel)];
-      posted.push_back(Box(op.peer, self_, op.channel)->get_async(&early_data_));
+      // attention or pipeline transfer run during the compute that follows. A CPU-staged transfer is
+      // received where it is needed (its host-side receive is the stager's, sim/engine_collectives.cc).
+      if (Staged(op.peer)) break;
+      const uint64_t key = MailboxKey(op.peer, self_, op.channel);
+      auto& early = early_recvs_[key];
+      if (folded()) {
+        // This receive takes the message after those the earlier early receives took: if its sender
+        // posted it already the transfer (and its folded copies) starts now, else when it is posted.
+        auto p = sh_->board.posted.find(key);
+        if (p != sh_->board.posted.end() && p->second.size() > early.size()) {
+          StartCopies(key, op.bytes);
+        } else {
+          ++sh_->board.waiting_recv[key];
+        }
+      }
+      early.push_back(Box(op.peer, self_, op.channel)->get_async(&early_data_));
       break;
     }
     case OpKind::kRecv: {

@@ -125,6 +125,56 @@ TEST(LoweringSchedule, EveryMicroBatchRunsForwardThenBackwardOnce) {
   }
 }
 
+// Interleaved 1F1B posts each pass's input receive ahead as Megatron-LM's overlap_p2p_comm does: right after
+// the previous pass of the same direction (with its send), the first backward's at the end of the warm-up,
+// and completes it where the pass starts. S = 2, v = 2, m = 4: 8 chunk passes each way per stage.
+TEST(LoweringSchedule, InterleavedPostsReceivesAfterThePreviousPassOfTheirDirection) {
+  auto plan = Chain(2, 4, proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+  plan.set_virtual_stages(2);
+  plan.mutable_pipelines(0)->mutable_stages(0)->set_layer_end(3);
+  plan.mutable_pipelines(0)->mutable_stages(1)->set_layer_begin(3);
+  const Lowering l = Lower(plan, TrainingFor(plan));
+  // Stage 0 receives the forward input of its second chunk (4 passes: none is its first forward, so all 4
+  // are posted ahead) and every backward's gradient (8); its warm-up (2·1 + 1·2 = 4 of 8 passes) ends
+  // before the steady state, so the first backward's is posted too: 12 posts. Stage 1 receives every
+  // forward input (8; the first is not posted ahead) and the gradients of its first chunk (4, none of
+  // them its first backward): 7 + 4 = 11.
+  for (const auto& [stage, posts] : {std::pair{0u, 12}, std::pair{1u, 11}}) {
+    const RankOps& r = l.ranks.at(l.device_slot.at(stage));
+    int posted = 0, received = 0;
+    for (size_t i = 0; i < r.ops.size(); ++i) {
+      const Op& op = r.ops[i];
+      if (op.kind == OpKind::kRecv) ++received;
+      if (op.kind != OpKind::kPostRecv) continue;
+      ++posted;
+      // Posted right after a pass (its compute, or its send where it sends), or after the post of the
+      // warm-up's last forward, and completed by a receive of the same message before the next pass of
+      // its direction.
+      ASSERT_GT(i, 0u);
+      const OpKind before = r.ops[i - 1].kind;
+      EXPECT_TRUE(before == OpKind::kSend || before == OpKind::kCompute || before == OpKind::kPostRecv)
+          << "stage " << stage << " op " << i;
+      size_t j = i + 1;
+      while (j < r.ops.size() && !(r.ops[j].kind == OpKind::kRecv && r.ops[j].channel == op.channel)) ++j;
+      ASSERT_LT(j, r.ops.size());
+      EXPECT_EQ(r.ops[j].peer, op.peer);
+      EXPECT_EQ(r.ops[j].micro_batch, op.micro_batch);
+      EXPECT_EQ(r.ops[j].bytes, op.bytes);
+      const Category dir = op.channel == kChanPpForward ? Category::kForward : Category::kBackward;
+      for (size_t k = i + 1; k < j; ++k) {
+        EXPECT_FALSE(r.ops[k].kind == OpKind::kCompute && r.ops[k].category == dir) << "stage " << stage;
+      }
+    }
+    EXPECT_EQ(posted, posts) << "stage " << stage;
+    EXPECT_EQ(received, 12) << "stage " << stage;
+  }
+  // The other schedules post nothing ahead (Megatron-LM turns overlap_p2p_comm off for them).
+  const auto chain = Chain(2, 4, proto::Plan::SCHEDULE_1F1B);
+  for (const RankOps& r : Lower(chain, TrainingFor(chain)).ranks) {
+    EXPECT_EQ(std::count_if(r.ops.begin(), r.ops.end(), [](const Op& op) { return op.kind == OpKind::kPostRecv; }), 0);
+  }
+}
+
 // One stage of TP 2 over all of llama-tiny, `m` micro-batches of 2 sequences.
 proto::Plan OneTp2Stage(uint32_t m) {
   proto::Plan plan;
