@@ -112,6 +112,10 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     return refuse("comm.tp_overlap", "the executor runs TP collectives after the GEMMs that produce them (no "
                                      "userbuffers chunking)");
   }
+  if (plan.comm().param_gather_overlap()) {
+    return refuse("comm.param_gather_overlap", "the executor all-gathers the parameters right after the optimizer "
+                                               "step (its DP stream starts with the gradient sync)");
+  }
   ep.pp_scatter_gather = plan.comm().pp_scatter_gather() && !plan.comm().pp_leader_broadcast();
   // NVLS is NCCL's algorithm choice on NVSwitch nodes (NCCL takes it by itself there); the executor's
   // collectives are the same all-reduces, so the lowering is that of the ring.

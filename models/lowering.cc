@@ -144,7 +144,7 @@ void Lowerer::EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k,
   auto forward = [&](uint16_t j) {
     if (s > 0) AddPp(ops, p, s - 1, s, device, false, r, k, true, j);
     AddZeroGathers(ops, device, j);
-    AddLayers(ops, device, st, r, st.layer_begin(), st.layer_end(), seqs, true, j);
+    AddForward(ops, device, st, r, st.layer_begin(), st.layer_end(), seqs, j);
     if (s + 1 < S) AddPp(ops, p, s, s + 1, device, true, r, k, true, j);
   };
   auto backward = [&](uint16_t j) {
@@ -235,7 +235,7 @@ void Lowerer::EmitInterleaved(int p, int s, uint32_t r, uint32_t k, uint32_t dev
   };
   auto forward = [&](uint32_t c, uint16_t j) {
     if (receives_forward(c)) AddPp(ops, p, prev, s, device, false, r, k, true, j);
-    AddLayers(ops, device, st, r, chunks[c].begin, chunks[c].end, seqs, true, j);
+    AddForward(ops, device, st, r, chunks[c].begin, chunks[c].end, seqs, j);
     if (s + 1 < static_cast<int>(S) || (c + 1 < v && S > 1)) AddPp(ops, p, s, next, device, true, r, k, true, j);
   };
   auto backward = [&](uint32_t c, uint16_t j) {

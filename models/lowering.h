@@ -78,8 +78,9 @@ enum class OpKind : uint8_t {
                 // attention, interleaved 1F1B's pipeline inputs: the transfer runs during the compute that
                 // follows; the kRecv completes it)
   kCollective,  // take part (as `rank`) in a collective over group `group`
-  kSignal,      // (main stream) tell the rank's DP stream that the next gradient group is ready
-  kAwait,       // (DP stream) wait for the next kSignal of the main stream
+  kSignal,      // (main stream) tell the rank's DP stream that the next gradient group is ready; (DP stream,
+                // comm.param_gather_overlap) tell the main stream that the next group's parameters are gathered
+  kAwait,       // wait for the other stream's next kSignal
   kJoin,        // (main stream) wait until the rank's DP stream has finished
   kWaitSends,   // wait for every posted send to complete
   kHostCopy,    // CPU offload: copy `bytes` between this device and its node's host memory over the GPU's

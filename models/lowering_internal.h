@@ -64,6 +64,21 @@ class Lowerer {
     ops.push_back(sig);
   }
 
+  // comm.param_gather_overlap (Megatron-LM's --overlap-param-gather): the device's parameter all-gathers,
+  // in ascending layer order (the order its forwards reach them); empty without the option. Each gradient
+  // group is gathered in its dp_bucket_mib buckets as Megatron's buckets are, here cut at layer boundaries
+  // (so at most one piece per layer). The pieces' all-gathers open the DP stream, each followed by a
+  // kSignal, and the first forward over a piece's layers (micro-batch 0) waits for it with a kAwait.
+  struct GatherPiece {
+    uint32_t group = kNone, layer_begin = 0, layer_end = 0, index = 0, count = 1;
+    double bytes = 0;
+  };
+  std::vector<GatherPiece> GatheredAhead(uint32_t device) const;
+  // A forward pass over layers [a, b): AddLayers, with the waits for the parameter all-gathers above cut in
+  // before each gathered group's layers on micro-batch 0.
+  void AddForward(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a, uint32_t b,
+                  std::pair<uint32_t, uint32_t> seqs, uint16_t mb);
+
   // ---- one pass (lowering_passes.cc) ----
 
   // One id per member list and stream: with comm.dp_overlap the gradient sync runs on each rank's second

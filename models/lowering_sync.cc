@@ -106,7 +106,24 @@ void Lowerer::EmitSyncAndStep(uint32_t device, const proto::Stage& st, RankOps& 
     for (const Segment& seg : segments) bytes += SegmentShardBytes(seg, TpDegree(st), holds_embedding);
     AddHostCopy(ops, bytes, false, Category::kZero, 0, st.layer_begin(), st.layer_end());
   }
-  if (plan_.zero_stage() >= 1) {
+  if (plan_.comm().param_gather_overlap()) {
+    // The all-gathers open the next iteration's DP stream (GatheredAhead); in a skeleton, where the DP stream
+    // is inline, they stay here.
+    std::vector<Op> ahead;
+    for (const GatherPiece& piece : GatheredAhead(device)) {
+      const auto& sg = out_.sync_groups[piece.group];
+      Op& op = AddCollective(ahead, sg.devices, device, piece.bytes, CollectiveKind::kAllGather, Category::kZero, 0);
+      op.group = GroupId(sg.devices, true);  // on the DP stream beside its reduce-scatters
+      op.sync_group = piece.group;
+      op.bucket = static_cast<uint16_t>(piece.index);
+      op.num_buckets = static_cast<uint16_t>(piece.count);
+      op.layer_begin = piece.layer_begin;
+      op.layer_end = piece.layer_end;
+      Signal(ahead);
+    }
+    std::vector<Op>& to = skeleton ? ops : rank.dp_stream;
+    to.insert(skeleton ? to.end() : to.begin(), ahead.begin(), ahead.end());
+  } else if (plan_.zero_stage() >= 1) {
     for (uint32_t g : device_groups_[device]) {
       const auto& sg = out_.sync_groups[g];
       if (sg.devices.size() < 2) continue;
@@ -121,6 +138,59 @@ void Lowerer::EmitSyncAndStep(uint32_t device, const proto::Stage& st, RankOps& 
       op.layer_end = sg.layer_end;
     }
   }
+}
+
+std::vector<Lowerer::GatherPiece> Lowerer::GatheredAhead(uint32_t device) const {
+  std::vector<GatherPiece> pieces;
+  if (!plan_.comm().param_gather_overlap()) return pieces;
+  std::vector<uint32_t> gs;
+  for (uint32_t g : device_groups_[device]) {
+    if (out_.sync_groups[g].devices.size() >= 2) gs.push_back(g);
+  }
+  std::sort(gs.begin(), gs.end(),
+            [&](uint32_t x, uint32_t y) { return out_.sync_groups[x].layer_begin < out_.sync_groups[y].layer_begin; });
+  const double bucket = plan_.comm().dp_bucket_mib() * 1024 * 1024;
+  for (uint32_t g : gs) {
+    const auto& sg = out_.sync_groups[g];
+    const uint32_t layers = sg.layer_end - sg.layer_begin;
+    const double bytes = GroupBytes(sg);
+    const uint32_t buckets = bucket > 0 ? static_cast<uint32_t>(std::max(1.0, std::ceil(bytes / bucket))) : 1;
+    const uint32_t n = std::min(buckets, layers);
+    for (uint32_t i = 0; i < n; ++i) {
+      // Layer counts as even as the cut allows (the first pieces take the remainder).
+      GatherPiece p;
+      p.group = g;
+      p.index = i;
+      p.count = n;
+      p.layer_begin = sg.layer_begin + i * (layers / n) + std::min(i, layers % n);
+      p.layer_end = p.layer_begin + layers / n + (i < layers % n ? 1 : 0);
+      double params = 0;
+      for (uint32_t l = p.layer_begin; l < p.layer_end; ++l) {
+        params += model_.ParamsPerRank(l, sg.num_chunks, sg.layer_begin != 0);
+      }
+      p.bytes = params * DTypeBytes(tr_.dtype());
+      pieces.push_back(p);
+    }
+  }
+  return pieces;
+}
+
+void Lowerer::AddForward(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a,
+                         uint32_t b, std::pair<uint32_t, uint32_t> seqs, uint16_t mb) {
+  uint32_t x = a;
+  if (mb == 0) {
+    for (const GatherPiece& piece : GatheredAhead(device)) {
+      if (piece.layer_end <= a || piece.layer_begin >= b) continue;  // (another chunk's)
+      const uint32_t from = std::max(piece.layer_begin, a), to = std::min(piece.layer_end, b);
+      if (from > x) AddLayers(ops, device, st, r, x, from, seqs, true, mb);
+      Op aw;
+      aw.kind = OpKind::kAwait;  // the group's parameters gathered (the DP stream's kSignal after its all-gather)
+      ops.push_back(aw);
+      AddLayers(ops, device, st, r, from, to, seqs, true, mb);
+      x = to;
+    }
+  }
+  if (x < b) AddLayers(ops, device, st, r, x, b, seqs, true, mb);
 }
 
 void Lowerer::MakeSegments() {

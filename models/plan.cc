@@ -136,6 +136,21 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
                "comm.tp_algorithm: nvls, and ring, tree or hierarchical for the gradient sync");
   }
   if (Status c = Communicator(ctx.cluster, plan.comm()).Check(file); !c.ok()) errors.Add(c.message());
+  if (plan.comm().param_gather_overlap()) {
+    // Megatron-LM overlaps the distributed optimizer's parameter all-gathers, which it runs with its
+    // overlapped gradient reduction (--overlap-param-gather needs --overlap-grad-reduce).
+    if (plan.zero_stage() != 1 && plan.zero_stage() != 2) {
+      errors.Add(at + "comm.param_gather_overlap: overlaps ZeRO 1-2's parameter all-gathers after the step, but "
+                 "zero_stage is " + std::to_string(plan.zero_stage()) +
+                 "; set zero_stage: 1 or 2, or comm.param_gather_overlap: false");
+    } else if (!plan.comm().dp_overlap()) {
+      errors.Add(at + "comm.param_gather_overlap: runs the all-gathers on the overlapped gradient sync's stream; "
+                 "set comm.dp_overlap: true, or comm.param_gather_overlap: false");
+    } else if (OffloadsOptimizer(plan)) {
+      errors.Add(at + "comm.param_gather_overlap: not lowered with CPU offload (the updated shard comes from host "
+                 "memory after the step); set offload: none, or comm.param_gather_overlap: false");
+    }
+  }
   std::map<uint32_t, std::string> owner;  // device -> where it is used
   uint64_t sequences = 0;
   for (int p = 0; p < plan.pipelines_size(); ++p) {

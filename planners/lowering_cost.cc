@@ -212,6 +212,9 @@ Result<PlayResult> LoweringPlayer::PlayOnce(const proto::Plan& plan, const PlayO
 std::optional<PlayResult> LoweringPlayer::Extrapolated(const proto::Plan& plan, const PlayOptions& options) const {
   const int P = plan.pipelines_size();
   if (P == 0) return std::nullopt;
+  // The micro-batches not played stand in as idle time at the start of each rank's passes; overlapped
+  // parameter all-gathers run at the start of the DP stream, which that idle time would hide.
+  if (plan.comm().param_gather_overlap()) return std::nullopt;
   const bool interleaved = models::EffectiveSchedule(plan) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B;
   const bool gpipe = models::EffectiveSchedule(plan) == proto::Plan::SCHEDULE_GPIPE;
   // Per pipeline: micro-batches played (past the warm-up and cool-down transients, and past the engine's 32

@@ -26,9 +26,10 @@ class Game::Impl {
     posts_.resize(s_.groups.size());
     ends_.resize(s_.groups.size());
     signals_.resize(n);
+    gathered_.resize(n);
     dp_end_.assign(n, kUnknown);
     stats_.resize(n);
-    const size_t resources = s_.streams.size() + s_.groups.size() + 2 * n;
+    const size_t resources = s_.streams.size() + s_.groups.size() + 3 * n;
     waiters_.resize(resources);
     for (uint32_t i = 0; i < n; ++i) {
       if (!s_.played[i]) continue;
@@ -107,6 +108,9 @@ class Game::Impl {
   }
   uint32_t DoneRes(uint32_t slot) const {
     return static_cast<uint32_t>(s_.streams.size() + s_.groups.size() + s_.programs.size()) + slot;
+  }
+  uint32_t GatheredRes(uint32_t slot) const {
+    return static_cast<uint32_t>(s_.streams.size() + s_.groups.size() + 2 * s_.programs.size()) + slot;
   }
   void Block(uint32_t id, uint32_t res) { waiters_[res].push_back(id); }
   void Wake(uint32_t res) {
@@ -544,14 +548,16 @@ class Game::Impl {
           a.in_op = false;
           break;
         }
+        // Main stream -> DP stream: gradients ready; DP stream -> main stream: parameters gathered
+        // (comm.param_gather_overlap), as the engine's two semaphores.
         case Kind::kSignal:
-          signals_[a.slot].push_back(a.t);
-          Wake(SignalRes(a.slot));
+          (a.dp ? gathered_ : signals_)[a.slot].push_back(a.t);
+          Wake(a.dp ? GatheredRes(a.slot) : SignalRes(a.slot));
           break;
         case Kind::kAwait: {
-          const auto& sig = signals_[a.slot];
+          const auto& sig = (a.dp ? signals_ : gathered_)[a.slot];
           if (sig.size() <= a.awaits) {
-            Block(id, SignalRes(a.slot));
+            Block(id, a.dp ? SignalRes(a.slot) : GatheredRes(a.slot));
             return;
           }
           a.t = std::max(a.t, sig[a.awaits++]);
@@ -639,6 +645,7 @@ class Game::Impl {
   std::vector<std::vector<double>> posts_, ends_;  // per group: per instance and rank
   std::unordered_map<uint64_t, uint32_t> counters_;  // (slot, group) -> collectives called so far
   std::vector<std::vector<double>> signals_;
+  std::vector<std::vector<double>> gathered_;  // per slot: when the DP stream gathered each group (kSignal)
   std::vector<double> dp_end_;
   std::vector<Stats> stats_;
   std::vector<FlowRecord> flows_;

@@ -49,7 +49,7 @@ void Runner::Run() {
 void Runner::Execute(const Op& op) {
   // With a pool of cores (the CPU twin), a device gives its core up while it waits and queues for one after.
   const bool waits = op.kind == OpKind::kRecv || op.kind == OpKind::kCollective || op.kind == OpKind::kWaitSends ||
-                     op.kind == OpKind::kJoin || op.kind == OpKind::kTpAnalytic;
+                     op.kind == OpKind::kJoin || op.kind == OpKind::kTpAnalytic || op.kind == OpKind::kAwait;
   if (op.kind != OpKind::kCompute && (op.kind != OpKind::kTpAnalytic || pooled())) Flush();
   if (waits && pooled()) sh_->cores->release();
   const double t0 = Now();
@@ -217,11 +217,19 @@ void Runner::Execute(const Op& op) {
       Record(exposed_from, op.category, op.micro_batch);
       break;
     }
+    // The main stream signals the DP stream that gradients are ready; the DP stream signals the main stream
+    // that a group's parameters are gathered (comm.param_gather_overlap), whose wait is exposed ZeRO time.
     case OpKind::kSignal:
-      sh_->ready[slot_]->release();
+      (dp_stream_ ? sh_->gathered : sh_->ready)[slot_]->release();
       break;
     case OpKind::kAwait:
-      sh_->ready[slot_]->acquire();
+      if (dp_stream_) {
+        sh_->ready[slot_]->acquire();
+      } else {
+        sh_->gathered[slot_]->acquire();
+        trace_.zero_s += s4u::Engine::get_clock() - t0;
+        Record(t0, Category::kZero, 0);
+      }
       break;
     case OpKind::kJoin: {
       WaitAllSends();
@@ -309,7 +317,7 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
                        const ProgressHook& progress, const std::vector<uint32_t>& timeline_devices) {
   EngineResult result;
   result.devices.resize(programs.devices.size());
-  engine::Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}, {}, {}, {}, {},
+  engine::Shared shared{&programs, &platform, record_slices, &result, {}, {}, {}, {}, {}, {}, {}, {}, {},
                 &progress, 0, CountOperations(programs), std::chrono::steady_clock::now()};
   shared.counters.resize(programs.devices.size());
   const bool folded = programs.folded;
@@ -338,6 +346,7 @@ EngineResult RunEngine(const Programs& programs, const Platform& platform, bool 
   if (platform.shared_cores > 0) shared.cores = s4u::Semaphore::create(platform.shared_cores);
   for (size_t slot = 0; slot < programs.devices.size(); ++slot) {
     shared.ready.push_back(s4u::Semaphore::create(0));
+    shared.gathered.push_back(s4u::Semaphore::create(0));
     shared.done.push_back(s4u::Semaphore::create(0));
   }
   for (uint32_t slot = 0; slot < programs.devices.size(); ++slot) {

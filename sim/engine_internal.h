@@ -88,6 +88,8 @@ struct Shared {
   // Per slot, with record: whether that actor keeps its slices (empty: every actor does).
   std::vector<char> record_slot;
   std::vector<s4u::SemaphorePtr> ready;  // per slot: DP groups handed to the DP stream
+  // per slot: parameters the DP stream has gathered for the main stream (comm.param_gather_overlap)
+  std::vector<s4u::SemaphorePtr> gathered;
   std::vector<s4u::SemaphorePtr> done;   // per slot: the DP stream finished
   // SimOptions::shared_cores: the pool of cores (null without one). A main actor holds a core from its start,
   // gives it up while it waits (receives, collectives, its sends, the DP stream) and queues for one after;

@@ -44,8 +44,9 @@ enum class OpKind : uint8_t {
   kPostRecv,    // post the receive of the next message from `peer` without waiting (the kRecv completes it)
   kCollective,  // take part (as `rank`) in a collective over group `group`
   kTpAnalytic,  // TP collective time computed from the route (TpDetail::kAnalytic)
-  kSignal,      // (main stream) tell the device's DP stream that a gradient group is ready
-  kAwait,       // (DP stream) wait for the next kSignal of the main stream
+  kSignal,      // (main stream) tell the device's DP stream that a gradient group is ready; (DP stream,
+                // comm.param_gather_overlap) tell the main stream that a group's parameters are gathered
+  kAwait,       // wait for the other stream's next kSignal
   kJoin,        // (main stream) wait until the device's DP stream has finished
   kWaitSends,   // wait for every posted send to complete
   kComputeAsync,  // start `seconds` of compute and go on (comm.tp_overlap: TP collectives run meanwhile)

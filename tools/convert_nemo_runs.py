@@ -77,10 +77,10 @@ Decisions, each with its source:
   on: the flag is taken), Nemotron-340B (False) and the TP-1 rows.
 - Gradient sync: [L] optim overlap_grad_sync true on every config -> `comm.dp_overlap: true`, with
   `comm.dp_bucket_mib` = its bucket_cap_mb (5B 400, 20B and 175B 220, Llama 125, Nemotron-8B/22B 100,
-  340B 50). Not expressible, left as hetsim plays them: overlap_param_sync (the weights' all-gather hidden
-  in the next forward; hetsim runs it after the optimizer step), overlap_p2p_comm / batch_p2p_comm (hetsim's
-  pipeline sends are asynchronous rendezvous), grad_sync_dtype bf16
-  (hetsim syncs gradients in the training's 2-byte type already).
+  340B 50); [L] optim overlap_param_sync true on every config -> `comm.param_gather_overlap: true` (the
+  weights' all-gathers hidden in the next iteration's forward; session 39). overlap_p2p_comm with
+  batch_p2p_comm false (NeMo's pairing for VP > 1) is what hetsim's interleaved schedule does by itself
+  (session 39); grad_sync_dtype bf16: hetsim syncs gradients in the training's 2-byte type already.
 - Optimizer state: the 340B's config keeps Adam's moments in bf16 ([L] optim.dtype: bf16) ->
   `optimizer_state_dtype: bf16`; its fp32 master weights are kept at 4 bytes (whether the run stored them as
   bf16 plus remainders is not stated in [L]).
@@ -277,14 +277,14 @@ def main(argv):
                     + (f", dropout: {dropout}" if dropout > 0 else "")
                     + (", optimizer_state_dtype: bf16" if name in OPTIMIZER_STATE_BF16 else "") + "}")
         comm = ("{" + ("tp_overlap: true, " if tp_overlap and tp > 1 else "")
-                + f"dp_overlap: true, dp_bucket_mib: {bucket_mib}}}")
+                + f"dp_overlap: true, dp_bucket_mib: {bucket_mib}, param_gather_overlap: true}}")
         with open(os.path.join(out, "plans", slug + ".yaml"), "w") as f:
             f.write(f"# NVIDIA's NeMo 24.07 {name} pre-training run on {gpus} H100 (DGX-H100), FP8: TP {tp}, PP {pp}, "
                     f"CP {cp}, VP {vp},\n# DP {dp}, micro-batch {mbs}, global batch {gbs} of {seq} tokens; measured "
                     f"{r['tokens_per_s_per_gpu']} tokens/s/GPU ({measured_ms:.1f} ms per step),\n# {r['model_tflops_per_gpu']} "
                     f"model TFLOP/s/GPU. Settings from NeMo-Framework-Launcher 24.07 conf/training/{config}:\n"
                     f"# recompute {recompute}, ub_tp_comm_overlap {'true' if tp_overlap else 'false'}, dropout {dropout}, "
-                    f"distributed optimizer (ZeRO-1)\n# with overlap_grad_sync, bucket_cap_mb {bucket_mib}. Megatron-Core "
+                    f"distributed optimizer (ZeRO-1)\n# with overlap_grad_sync and overlap_param_sync, bucket_cap_mb {bucket_mib}. Megatron-Core "
                     "rank order tp-cp-dp-pp, stage-major. Written by\n# tools/convert_nemo_runs.py (its docstring says "
                     "every choice and its source).\n"
                     "kind: plan\n"

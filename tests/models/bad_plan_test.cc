@@ -381,6 +381,23 @@ TEST(BadPlan, VirtualStagesWithoutInterleavedSchedule) {
   EXPECT_EQ(Lines(st.message()).size(), 1u) << st.message();
 }
 
+TEST(BadPlan, ParameterGatherOverlapNeedsZeroOneOrTwoAndTheOverlappedSync) {
+  const auto check = [](const std::string& top) { return PlanStatus(OnePipeline(kGoodStages, top)); };
+  const Status zero = check("zero_stage: 3\ncomm: {dp_overlap: true, param_gather_overlap: true}\n");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_TRUE(Has(zero.message(), "plan.yaml: comm.param_gather_overlap: overlaps ZeRO 1-2's parameter all-gathers "
+                                  "after the step, but zero_stage is 3; set zero_stage: 1 or 2"));
+  const Status sync = check("zero_stage: 1\ncomm: {param_gather_overlap: true}\n");
+  ASSERT_FALSE(sync.ok());
+  EXPECT_TRUE(Has(sync.message(), "plan.yaml: comm.param_gather_overlap: runs the all-gathers on the overlapped "
+                                  "gradient sync's stream; set comm.dp_overlap: true"));
+  EXPECT_EQ(Lines(sync.message()).size(), 1u) << sync.message();
+  const Status offload = check("zero_stage: 2\noffload: optimizer\ncomm: {dp_overlap: true, param_gather_overlap: true}\n");
+  ASSERT_FALSE(offload.ok());
+  EXPECT_TRUE(Has(offload.message(), "plan.yaml: comm.param_gather_overlap: not lowered with CPU offload"));
+  EXPECT_TRUE(check("zero_stage: 2\ncomm: {dp_overlap: true, param_gather_overlap: true}\n").ok());
+}
+
 TEST(BadPlan, InterleavedScheduleNeedsMicroBatchMultipleOfStages) {
   std::string yaml = OnePipeline(kGoodStages, "schedule: interleaved_1f1b\nvirtual_stages: 2\n");
   const Status st = PlanStatus(yaml);  // 4 micro-batches, 3 stages

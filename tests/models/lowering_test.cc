@@ -505,6 +505,61 @@ TEST(LoweringGroups, OverlappedGradientSyncHasGroupsOfItsOwn) {
   }
 }
 
+// comm.param_gather_overlap (Megatron-LM's --overlap-param-gather): ZeRO-1's parameter all-gathers leave the
+// end of the main stream and open the DP stream, one per dp_bucket_mib bucket cut at layer boundaries, each
+// followed by a signal that the first forward over its layers awaits.
+TEST(LoweringGroups, OverlappedParameterGathersOpenTheDpStreamAndGateTheFirstForward) {
+  proto::Plan plan;
+  plan.set_zero_stage(1);
+  plan.mutable_comm()->set_dp_overlap(true);
+  plan.mutable_comm()->set_param_gather_overlap(true);
+  plan.mutable_comm()->set_dp_bucket_mib(0.1);  // 104,858 bytes: more buckets than layers, so one per layer
+  for (uint32_t p = 0; p < 2; ++p) {
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(1);
+    pipe->set_num_micro_batches(2);
+    for (uint32_t s = 0; s < 2; ++s) {
+      auto* st = pipe->add_stages();
+      st->add_devices(2 * p + s);
+      st->set_layer_begin(s == 0 ? 0 : 3);
+      st->set_layer_end(s == 0 ? 3 : TheWorld().model.num_layers());
+    }
+  }
+  const Lowering l = Lower(plan, TrainingFor(plan));
+  const RankOps& r = l.ranks.at(l.device_slot.at(0));  // stage 0: the embedding and blocks 1-2
+  // DP stream: all-gathers of layer 0 (262,144 bf16 parameters), 1 and 2 (725,504 each), each signalled;
+  // then the gradient sync as before (it starts with its await).
+  const std::vector<std::pair<uint32_t, double>> pieces = {{0, 524288}, {1, 1451008}, {2, 1451008}};
+  ASSERT_GE(r.dp_stream.size(), 2 * pieces.size() + 1);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Op& ag = r.dp_stream[2 * i];
+    EXPECT_EQ(ag.kind, OpKind::kCollective);
+    EXPECT_EQ(ag.collective, CollectiveKind::kAllGather);
+    EXPECT_EQ(ag.category, Category::kZero);
+    EXPECT_EQ(ag.layer_begin, pieces[i].first);
+    EXPECT_EQ(ag.layer_end, pieces[i].first + 1);
+    EXPECT_DOUBLE_EQ(ag.bytes, pieces[i].second);
+    EXPECT_EQ(l.groups.at(ag.group), (std::vector<uint32_t>{0, 2}));
+    EXPECT_EQ(r.dp_stream[2 * i + 1].kind, OpKind::kSignal);
+  }
+  EXPECT_EQ(r.dp_stream[2 * pieces.size()].kind, OpKind::kAwait);
+  // Main stream: no all-gather after the step; three awaits, each right before its layer's first forward
+  // (micro-batch 0), none later.
+  std::vector<uint32_t> awaited;
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const Op& op = r.ops[i];
+    EXPECT_FALSE(op.kind == OpKind::kCollective && op.category == Category::kZero);
+    if (op.kind != OpKind::kAwait) continue;
+    ASSERT_LT(i + 1, r.ops.size());
+    const Op& next = r.ops[i + 1];
+    EXPECT_EQ(next.kind, OpKind::kCompute);
+    EXPECT_EQ(next.category, Category::kForward);
+    EXPECT_EQ(next.micro_batch, 0);
+    awaited.push_back(next.layer_begin);
+  }
+  EXPECT_EQ(awaited, (std::vector<uint32_t>{0, 1, 2}));
+}
+
 TEST(LoweringPartial, LeftOutRanksGetNoOperationsAndTheSameGroups) {
   for (const auto schedule : {proto::Plan::SCHEDULE_1F1B, proto::Plan::SCHEDULE_INTERLEAVED_1F1B}) {
     proto::Plan plan;

@@ -325,6 +325,10 @@ RandomCase MakeRandomCase(uint64_t seed, const std::vector<models::Cluster>& clu
   comm->set_pp_scatter_gather(Chance(rng, 0.1));
   comm->set_tp_overlap(Chance(rng, 0.15));
   if (Chance(rng, 0.2)) comm->set_tp_algorithm(proto::CommOptions::ALGORITHM_NVLS);
+  // Overlapped parameter all-gathers where they apply, on plans with an even number of pipelines (decided
+  // without drawing, so the plans drawn before this option existed are the same).
+  comm->set_param_gather_overlap(comm->dp_overlap() && (plan.zero_stage() == 1 || plan.zero_stage() == 2) &&
+                                 !models::OffloadsOptimizer(plan) && plan.pipelines_size() % 2 == 0);
   uint32_t global = 0;
   for (const auto& pipe : plan.pipelines()) global += pipe.micro_batch_size() * pipe.num_micro_batches();
   c.training.set_global_batch_size(global);
