@@ -466,26 +466,32 @@ TEST(LoweringProperty, RandomPlansConserveFlopsAndBytes) {
 // LoweringOptions::lower_devices and skeletons (sim folding): the ranks lowered get exactly the
 // operations of a full lowering, the others none, and the collective groups come out the same and in the
 // same order; a skeleton is one pass of each kind with the full list's gradient sync at its end.
+// Two pipelines of two single-device stages (devices 0-1 and 2-3): [emb, b1, b2 | b3, b4, head], m = 2.
+proto::Plan TwoReplicasOfTwoStages() {
+  proto::Plan plan;
+  for (uint32_t p = 0; p < 2; ++p) {
+    auto* pipe = plan.add_pipelines();
+    pipe->set_micro_batch_size(1);
+    pipe->set_num_micro_batches(2);
+    for (uint32_t s = 0; s < 2; ++s) {
+      auto* st = pipe->add_stages();
+      st->add_devices(2 * p + s);
+      st->set_layer_begin(s == 0 ? 0 : 3);
+      st->set_layer_end(s == 0 ? 3 : TheWorld().model.num_layers());
+    }
+  }
+  return plan;
+}
+
 TEST(LoweringGroups, OverlappedGradientSyncHasGroupsOfItsOwn) {
   // Two single-device stages replicated twice, ZeRO-3: each stage's parameter gathers (on the passes'
   // stream) and its gradient reduce-scatters (on the DP stream under dp_overlap) have the same members.
   // The two streams run side by side, so their collectives must not share a group id (consumers match a
   // group's calls in order); without dp_overlap both are on one stream and share it.
   for (const bool overlap : {false, true}) {
-    proto::Plan plan;
+    proto::Plan plan = TwoReplicasOfTwoStages();
     plan.set_zero_stage(3);
     plan.mutable_comm()->set_dp_overlap(overlap);
-    for (uint32_t p = 0; p < 2; ++p) {
-      auto* pipe = plan.add_pipelines();
-      pipe->set_micro_batch_size(1);
-      pipe->set_num_micro_batches(2);
-      for (uint32_t s = 0; s < 2; ++s) {
-        auto* st = pipe->add_stages();
-        st->add_devices(2 * p + s);
-        st->set_layer_begin(s == 0 ? 0 : 3);
-        st->set_layer_end(s == 0 ? 3 : TheWorld().model.num_layers());
-      }
-    }
     const Lowering l = Lower(plan, TrainingFor(plan));
     const RankOps& r = l.ranks.at(l.device_slot.at(0));
     std::set<uint32_t> gathers, syncs;
@@ -509,22 +515,11 @@ TEST(LoweringGroups, OverlappedGradientSyncHasGroupsOfItsOwn) {
 // end of the main stream and open the DP stream, one per dp_bucket_mib bucket cut at layer boundaries, each
 // followed by a signal that the first forward over its layers awaits.
 TEST(LoweringGroups, OverlappedParameterGathersOpenTheDpStreamAndGateTheFirstForward) {
-  proto::Plan plan;
+  proto::Plan plan = TwoReplicasOfTwoStages();
   plan.set_zero_stage(1);
   plan.mutable_comm()->set_dp_overlap(true);
   plan.mutable_comm()->set_param_gather_overlap(true);
   plan.mutable_comm()->set_dp_bucket_mib(0.1);  // 104,858 bytes: more buckets than layers, so one per layer
-  for (uint32_t p = 0; p < 2; ++p) {
-    auto* pipe = plan.add_pipelines();
-    pipe->set_micro_batch_size(1);
-    pipe->set_num_micro_batches(2);
-    for (uint32_t s = 0; s < 2; ++s) {
-      auto* st = pipe->add_stages();
-      st->add_devices(2 * p + s);
-      st->set_layer_begin(s == 0 ? 0 : 3);
-      st->set_layer_end(s == 0 ? 3 : TheWorld().model.num_layers());
-    }
-  }
   const Lowering l = Lower(plan, TrainingFor(plan));
   const RankOps& r = l.ranks.at(l.device_slot.at(0));  // stage 0: the embedding and blocks 1-2
   // DP stream: all-gathers of layer 0 (262,144 bf16 parameters), 1 and 2 (725,504 each), each signalled;
