@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "calibration/error_tally.h"
 #include "models/kernels.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
@@ -234,7 +235,7 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
   out << "  plan                    ranks  executed ms  simulated ms   error   noise |  ms executed/simulated:";
   for (const char* c : kClassNames) out << "  " << c;
   out << "\n";
-  double abs_sum = 0, bias = 0, worst = 0;
+  calibration::ErrorTally tally;
   std::string csv = "plan,ranks,executed_s,simulated_s,error,noise";
   for (const char* c : kClassNames) csv += std::string(",exec_") + c + "_s,sim_" + c + "_s";
   csv += "\n";
@@ -243,14 +244,14 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
         << Fmt("  %11.2f  %12.2f  %+6.1f%%  %5.1f%% |", r.exec_s * 1e3, r.sim_s * 1e3, r.error() * 100, r.noise * 100);
     for (int c = 0; c < kClasses; ++c) out << Fmt("  %.1f/%.1f", r.exec_classes[c] * 1e3, r.sim_classes[c] * 1e3);
     out << "\n";
-    abs_sum += std::fabs(r.error()), bias += r.error(), worst = std::max(worst, std::fabs(r.error()));
+    tally.Add(r.error());
     csv += r.plan + "," + std::to_string(r.ranks) + Fmt(",%.6g,%.6g,%.6g,%.6g", r.exec_s, r.sim_s, r.error(), r.noise);
     for (int c = 0; c < kClasses; ++c) csv += Fmt(",%.6g,%.6g", r.exec_classes[c], r.sim_classes[c]);
     csv += "\n";
   }
-  if (!results.empty()) {
-    const double n = static_cast<double>(results.size());
-    out << Fmt("  %.0f plans: MAPE %.1f%%, bias %+.1f%%, worst %.1f%%\n", n, 100 * abs_sum / n, 100 * bias / n, 100 * worst);
+  if (tally.count() > 0) {
+    out << Fmt("  %d plans: MAPE %.1f%%, bias %+.1f%%, worst %.1f%%\n", tally.count(), 100 * tally.mape(),
+               100 * tally.bias(), 100 * tally.worst());
   }
   const std::string csv_path = vm.count("output") ? FlagString(vm, "output") : (fs::path(dir) / "exec_vs_sim.csv").string();
   if (Status s = models::WriteFileAtomically(csv_path, csv); !s.ok()) {

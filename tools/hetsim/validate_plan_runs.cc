@@ -22,6 +22,7 @@
 #include <vector>
 #include <ostream>
 
+#include "calibration/error_tally.h"
 #include "models/gpu_catalog.h"
 #include "models/intervals.h"
 #include "models/kernels.h"
@@ -180,21 +181,7 @@ void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibr
   r.ok = true;
 }
 
-struct Tally {
-  int n = 0;
-  double abs_sum = 0, sum = 0;
-  void Add(double rel) {
-    ++n;
-    abs_sum += std::fabs(rel);
-    sum += rel;
-  }
-  std::string Line() const {
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), "%4d runs  MAPE %6.1f%%  bias %+6.1f%%", n, n ? 100 * abs_sum / n : 0.0,
-                  n ? 100 * sum / n : 0.0);
-    return buf;
-  }
-};
+using Tally = calibration::ErrorTally;
 
 std::string Fixed(double x, int digits) {
   char buf[48];
@@ -296,15 +283,15 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
   }
   std::string names;
   for (const auto& c : used_calibrations) names += (names.empty() ? "" : ", ") + c;
-  out << "simulated " << all.n << " of " << limit << " plans of " << path << " (calibration " << names
+  out << "simulated " << all.count() << " of " << limit << " plans of " << path << " (calibration " << names
       << (flag_given ? "" : ", as each run's row or plan names it")
       << ", fidelity " << vm["fidelity"].as<std::string>() << ")\n";
   out << "  iteration time, development half  " << dev.Line() << "\n";
   out << "  iteration time, held-out half     " << held.Line() << "\n";
   out << "  iteration time, all               " << all.Line() << "\n";
   out << "  " << models::CoverageSummary(cover_held, cover_all) << "\n";
-  if (sync.n > 0) out << "  gradient sync, all                " << sync.Line() << "\n";
-  if (memory.n > 0) out << "  peak memory, all                  " << memory.Line() << "\n";
+  if (sync.count() > 0) out << "  gradient sync, all                " << sync.Line() << "\n";
+  if (memory.count() > 0) out << "  peak memory, all                  " << memory.Line() << "\n";
   out << "\n  iteration-time error by configuration (a trend means a missing effect, not a wrong scale):\n";
   const auto print = [&](const std::map<Key, Tally>& tallies) {
     for (const auto& [key, e] : tallies) {

@@ -33,6 +33,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "calibration/error_tally.h"
 #include "models/gpu_catalog.h"
 #include "models/intervals.h"
 #include "models/kernels.h"
@@ -345,21 +346,7 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   r.ok = true;
 }
 
-struct Errors {
-  int n = 0;
-  double abs_sum = 0, sum = 0;
-  void Add(double rel) {
-    ++n;
-    abs_sum += std::fabs(rel);
-    sum += rel;
-  }
-  std::string Line() const {
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), "%4d runs  MAPE %6.1f%%  bias %+6.1f%%", n, n ? 100 * abs_sum / n : 0.0,
-                  n ? 100 * sum / n : 0.0);
-    return buf;
-  }
-};
+using Errors = calibration::ErrorTally;
 
 int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   if (vm["executor"].as<bool>()) return RunValidateExecutor(vm, out, err);
@@ -465,7 +452,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     if (used_calibrations.size() > 1) names += " (" + std::to_string(n) + " runs)";
   }
   const bool from_rows = !flag_given;
-  out << "simulated " << all.n << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
+  out << "simulated " << all.count() << " of " << std::min(limit, runs->size()) << " runs of " << FlagString(vm, "runs")
       << " (" << gpu << ", calibration " << names << (from_rows ? ", the one rule's pick for the runs' software stack" : "")
       << ", fidelity " << vm["fidelity"].as<std::string>()
       << ")\n";
