@@ -260,7 +260,7 @@ int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ost
     if (r.measured_sync_ms > 0) sync.Add(sync_rel);
     const double mem_rel = r.measured_peak_gib > 0 ? (r.simulated_peak_gib - r.measured_peak_gib) / r.measured_peak_gib : 0;
     if (r.measured_peak_gib > 0) memory.Add(mem_rel);
-    for (const char* key : {"dp", "pp", "nodes", "micro_batch"}) {
+    for (const char* key : {"dp", "pp", "tp", "nodes", "micro_batch"}) {
       if (!r.cells.count(key)) continue;
       const Key k{key, std::strtod(r.cells[key].c_str(), nullptr)};
       by[k].Add(rel);
