@@ -2,7 +2,7 @@
 """Fits the compute model's per-GPU parameters (models/kernels.h) to hetsim-kernel-bench output.
 
 Usage: /usr/bin/python3 tools/fit/fit_microbench.py calibration/data/h100/kernels.csv [--peak-tflops 989]
-       [--hbm-gbyte-s 3350] [--sm-count 132]
+       [--hbm-gbyte-s 3350] [--sm-count 132]   (--sm-count 0: the GEMMs without wave quantisation)
 
 Prints:
 - GEMM: the efficiency per full wave of 128x128 tiles and the intercept, by least squares on relative error

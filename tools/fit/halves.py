@@ -20,6 +20,9 @@ def half_line(rows, half, prefix="", errors=False):
 
 def full_wave_seconds(m, n, k, batch, peak_flops, sms):
     """A GEMM's compute time at `peak_flops`, rounded up to whole waves of TILE x TILE output tiles over `sms`
-    multiprocessors (divide by the GEMM efficiency per full wave for the model's time)."""
+    multiprocessors (divide by the GEMM efficiency per full wave for the model's time); `sms` 0: no wave
+    quantisation (the GEMM's own FLOPs), as the model runs with sm_count 0."""
+    if sms <= 0:
+        return 2 * m * n * k * batch / peak_flops
     waves = math.ceil(batch * math.ceil(m / TILE) * math.ceil(n / TILE) / sms)
     return waves * 2 * TILE * TILE * k / (peak_flops / sms)
