@@ -129,27 +129,14 @@ const std::vector<std::string>& SweepAxisNames() {
   return names;
 }
 
-Result<Manifest> LoadManifest(const std::string& path) {
-  HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kExperiment, path));
-  Manifest m;
-  m.file = src.file;
-  HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kExperiment, &m.spec));
+namespace {
+
+// ---- LoadManifest's sections, in the order it runs them (each adds what it finds wrong to `errors`) ----
+
+// The clusters and models the manifest names or holds inline; `cluster_gpus` gets each cluster's device count.
+void LoadSpecs(Manifest& m, std::vector<uint32_t>& cluster_gpus, ErrorList& errors) {
   const auto& e = m.spec;
-  ErrorList errors;
   const std::string at = m.file + ": ";
-
-  // The name becomes a folder (out/NAME): one plain component.
-  {
-    const std::string& n = e.name();
-    if (!IsPlainName(n)) {
-      errors.Add(at + "name: '" + n + "' is not a plain name: use letters, digits, '-', '_' and '.' (it names the "
-                 "results folder out/NAME), e.g. my-experiment");
-    }
-  }
-
-  // Clusters, models.
-  std::set<std::string> seen_names;
-  std::vector<uint32_t> cluster_gpus;  // parallel to m.clusters
   for (int i = 0; i < e.clusters_size(); ++i) {
     const std::string ref = Relative(e.clusters(i), m.file);
     auto text = models::ReadSpec(models::SpecKind::kCluster, ref);
@@ -198,7 +185,12 @@ Result<Manifest> LoadManifest(const std::string& path) {
   }
   if (m.models.empty() && errors.empty()) errors.Add(at + "models: name at least one model");
 
-  // Planners.
+}
+
+// The planners (a fixed plan file's calibration resolved and checked now).
+void LoadPlanners(Manifest& m, ErrorList& errors) {
+  const auto& e = m.spec;
+  const std::string at = m.file + ": ";
   std::set<std::string> labels;
   for (int i = 0; i < e.planners_size(); ++i) {
     const auto& pe = e.planners(i);
@@ -243,7 +235,13 @@ Result<Manifest> LoadManifest(const std::string& path) {
     m.planners.push_back(std::move(choice));
   }
   if (e.planners_size() == 0) errors.Add(at + "planners: the list is empty; name at least one planner (`hetsim list planners`)");
-  // Simulation settings.
+}
+
+// Simulation settings: fidelity, profiles and calibration; returns the profiles' files (they enter the
+// points' ids).
+std::vector<std::string> LoadSimulation(Manifest& m, ErrorList& errors) {
+  const auto& e = m.spec;
+  const std::string at = m.file + ": ";
   m.fidelity_name = e.simulation().fidelity().empty() ? "balanced" : e.simulation().fidelity();
   auto fid = sim::ParseFidelity(m.fidelity_name);
   if (!fid.ok()) {
@@ -271,8 +269,13 @@ Result<Manifest> LoadManifest(const std::string& path) {
     }
   }
 
-  // Sweep axes: names and values checked now.
-  // Replay: policies (default checkpoint-restart) with distinct labels.
+  return profile_refs;
+}
+
+// Replay: policies (default checkpoint-restart) with distinct labels.
+void CheckReplay(Manifest& m, ErrorList& errors) {
+  const auto& e = m.spec;
+  const std::string at = m.file + ": ";
   if (e.has_replay()) {
     auto* rp = m.spec.mutable_replay();
     if (rp->policies_size() == 0) rp->add_policies()->set_name("checkpoint-restart");
@@ -293,6 +296,12 @@ Result<Manifest> LoadManifest(const std::string& path) {
       m.policy_labels.push_back(label);
     }
   }
+}
+
+// Sweep axes: names and values checked now; returns the axes the sweep names.
+std::set<std::string> CheckSweep(const Manifest& m, ErrorList& errors) {
+  const auto& e = m.spec;
+  const std::string at = m.file + ": ";
   const auto& axis_names = SweepAxisNames();
   std::set<std::string> axis_seen;
   std::map<std::string, size_t> zip_sizes;
@@ -368,7 +377,13 @@ Result<Manifest> LoadManifest(const std::string& path) {
     }
   }
 
-  // Figures: columns must exist.
+  return axis_seen;
+}
+
+// Figures: columns must exist.
+void CheckFigures(const Manifest& m, ErrorList& errors) {
+  const auto& e = m.spec;
+  const std::string at = m.file + ": ";
   std::vector<std::string> inputs = {"cluster", "model", "planner", "planner_label", "global_batch_size", "seq_len",
                                      "gpus", "repeat", "seed"};
   for (const auto& ax : e.sweep()) inputs.push_back(ax.name());
@@ -408,10 +423,13 @@ Result<Manifest> LoadManifest(const std::string& path) {
       }
     }
   }
-  if (!errors.empty()) return errors.ToStatus();
+}
 
-  // Expansion: implicit axes for cluster, model and planner unless the sweep names them; zipped
-  // axes advance together; repeats innermost.
+// The points: implicit axes for cluster, model and planner unless the sweep names them; zipped axes advance
+// together; repeats innermost. Each point's id hashes its axes and the inputs its result depends on.
+Status ExpandPoints(Manifest& m, const std::set<std::string>& axis_seen, const std::vector<std::string>& profile_refs) {
+  const auto& e = m.spec;
+  const std::string at = m.file + ": ";
   struct Dim {
     std::vector<std::pair<std::string, std::vector<std::string>>> axes;  // advance together
     size_t size = 0;
@@ -506,8 +524,13 @@ Result<Manifest> LoadManifest(const std::string& path) {
     }
     if (dims.empty()) done = true;
   }
-  // A fixed plan must name devices the clusters it is paired with have (every cluster, unless a zipped sweep
-  // pairs plans with clusters).
+  return Status::Ok();
+}
+
+// A fixed plan must name devices the clusters it is paired with have (every cluster, unless a zipped sweep
+// pairs plans with clusters).
+void CheckFixedPlans(const Manifest& m, const std::vector<uint32_t>& cluster_gpus, ErrorList& errors) {
+  const std::string at = m.file + ": ";
   std::vector<uint32_t> plan_top(m.planners.size(), 0);
   for (size_t i = 0; i < m.planners.size(); ++i) {
     if (!m.planners[i].plan) continue;
@@ -526,6 +549,38 @@ Result<Manifest> LoadManifest(const std::string& path) {
                std::to_string(cluster_gpus[c] - 1) + "); plan for that cluster, drop it from `clusters`, or zip the " +
                "`planner` and `cluster` axes in `sweep`");
   }
+}
+
+}  // namespace
+
+Result<Manifest> LoadManifest(const std::string& path) {
+  HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kExperiment, path));
+  Manifest m;
+  m.file = src.file;
+  HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kExperiment, &m.spec));
+  const auto& e = m.spec;
+  ErrorList errors;
+  const std::string at = m.file + ": ";
+
+  // The name becomes a folder (out/NAME): one plain component.
+  {
+    const std::string& n = e.name();
+    if (!IsPlainName(n)) {
+      errors.Add(at + "name: '" + n + "' is not a plain name: use letters, digits, '-', '_' and '.' (it names the "
+                 "results folder out/NAME), e.g. my-experiment");
+    }
+  }
+
+  std::vector<uint32_t> cluster_gpus;  // parallel to m.clusters
+  LoadSpecs(m, cluster_gpus, errors);
+  LoadPlanners(m, errors);
+  const std::vector<std::string> profile_refs = LoadSimulation(m, errors);
+  if (m.spec.has_replay()) CheckReplay(m, errors);
+  const std::set<std::string> axis_seen = CheckSweep(m, errors);
+  CheckFigures(m, errors);
+  if (!errors.empty()) return errors.ToStatus();
+  HETSIM_RETURN_IF_ERROR(ExpandPoints(m, axis_seen, profile_refs));
+  CheckFixedPlans(m, cluster_gpus, errors);
   if (!errors.empty()) return errors.ToStatus();
   return m;
 }
