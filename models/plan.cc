@@ -109,8 +109,12 @@ double OffloadGradientBufferBytes(double rank_grad_bytes, double largest_layer_g
   return std::min(rank_grad_bytes, 2 * bucket);
 }
 
-Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, const std::string& file) {
-  ErrorList errors;
+namespace {
+
+// ---- ValidatePlanStructure's checks (each adds what it finds wrong to `errors`, prefixed with `at`) ----
+
+// The plan's own options: offload against the ZeRO stage, and its calibration.
+void CheckPlanOptions(const proto::Plan& plan, const std::string& file, ErrorList& errors) {
   const std::string at = file + ": ";
   if (OffloadsParams(plan) && plan.zero_stage() < 3) {
     errors.Add(at + "offload: optimizer_and_params needs zero_stage 3 (the parameter shards that live in host "
@@ -126,10 +130,176 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
       errors.Add(at + c.message());
     }
   }
+}
+
+// A stage's devices: each exists, is used once, and can train in the training's dtype.
+void CheckStageDevices(const proto::Stage& st, const std::string& spath, const PlanContext& ctx, const std::string& at,
+                       std::map<uint32_t, std::string>& owner, ErrorList& errors) {
+  if (st.devices_size() == 0) errors.Add(at + spath + ".devices: a stage needs at least one device");
+  for (int i = 0; i < st.devices_size(); ++i) {
+    const uint32_t d = st.devices(i);
+    const std::string dpath = spath + ".devices[" + std::to_string(i) + "]";
+    if (d >= ctx.cluster.num_devices()) {
+      errors.Add(at + dpath + ": device " + std::to_string(d) + " does not exist; cluster '" +
+                 ctx.cluster.name() + "' has devices 0.." + std::to_string(ctx.cluster.num_devices() - 1));
+      continue;
+    }
+    auto [it, inserted] = owner.emplace(d, dpath);
+    if (!inserted) {
+      errors.Add(at + dpath + ": device " + std::to_string(d) + " (" + ctx.cluster.DeviceName(d) +
+                 ") is already used by " + it->second + "; every device may appear once");
+    }
+    const auto* gpu = ctx.cluster.device(d).gpu;
+    if (gpu->PeakTflops(ctx.training.dtype()) <= 0) {
+      errors.Add(at + dpath + ": device " + std::to_string(d) + " is a " + gpu->name + ", which cannot train in " +
+                 DTypeName(ctx.training.dtype()) + "; set the training spec's dtype: " +
+                 SuggestedDType(*gpu, ctx.training.dtype()));
+    }
+  }
+}
+
+// A stage's TP, CP and Ulysses degrees against its devices, the model's heads, the sequence and the
+// pipeline's stage 0.
+void CheckStageParallelism(const proto::Plan& plan, const proto::Pipeline& pipe, int s, const std::string& spath,
+                           const PlanContext& ctx, const std::string& at, ErrorList& errors) {
+  const auto& st = pipe.stages(s);
   const auto& model = ctx.model;
-  const uint32_t num_layers = model.num_layers();
   const uint32_t heads = model.spec().num_attention_heads();
   const uint32_t kv = model.kv_heads();
+  const uint32_t tp = TpDegree(st);
+  if (st.devices_size() > 0 && st.devices_size() % tp != 0) {
+    errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " does not divide the stage's " +
+               std::to_string(st.devices_size()) + " devices");
+  }
+  if (heads % tp != 0) {
+    errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " does not divide the model's " +
+               std::to_string(heads) + " attention heads");
+  } else if (kv % tp != 0 && tp % kv != 0) {
+    errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " and the model's " + std::to_string(kv) +
+               " key/value heads do not divide one another");
+  }
+  const uint32_t cp = CpDegree(st), uly = UlyssesDegree(st), width = ReplicaWidth(st);
+  const uint32_t seq = ctx.training.seq_len();
+  if ((cp > 1 || uly > 1) && st.devices_size() % tp == 0 && st.devices_size() % width != 0) {
+    errors.Add(at + spath + ".devices: " + std::to_string(st.devices_size()) +
+               " devices are not a multiple of tp_degree × ulysses_degree × cp_degree = " + std::to_string(tp) +
+               " × " + std::to_string(uly) + " × " + std::to_string(cp) + " = " + std::to_string(width) +
+               " (the stage's world size is dp × tp × ulysses × cp); list a multiple of " + std::to_string(width) +
+               " devices or lower a degree");
+  }
+  if (cp > 1 && seq % (2 * cp) != 0) {
+    errors.Add(at + spath + ".cp_degree: " + std::to_string(cp) + " needs seq_len divisible by 2 × cp_degree = " +
+               std::to_string(2 * cp) + " (load-balanced causal attention cuts each sequence into 2·cp chunks) but "
+               "seq_len is " + std::to_string(seq) + "; pick a cp_degree with 2·cp dividing " + std::to_string(seq));
+  }
+  if (uly > 1) {
+    if (seq % uly != 0) {
+      errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " does not divide seq_len " +
+                 std::to_string(seq) + " (each rank holds seq_len / ulysses_degree tokens)");
+    }
+    const auto [heads_per_tp, kv_per_tp] = HeadsPerTpRank(model, tp);
+    if (heads_per_tp % uly != 0 || kv_per_tp % uly != 0) {
+      errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " must divide the attention heads (" +
+                 std::to_string(heads_per_tp) + ") and key/value heads (" + std::to_string(kv_per_tp) +
+                 ") per TP rank (the all-to-all hands each Ulysses rank whole heads); use a divisor of " +
+                 std::to_string(std::gcd(heads_per_tp, kv_per_tp)));
+    }
+  }
+  if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS && tp > 1 &&
+      st.devices_size() % tp == 0) {
+    // NVLS reduces in the NVSwitch: every TP group must sit inside one node with an NVSwitch fabric.
+    for (int g = 0; g + static_cast<int>(tp) <= st.devices_size(); g += static_cast<int>(tp)) {
+      bool ok = true;
+      for (int i = g; i < g + static_cast<int>(tp) && ok; ++i) {
+        const uint32_t d = st.devices(i), d0 = st.devices(g);
+        if (d >= ctx.cluster.num_devices() || d0 >= ctx.cluster.num_devices()) continue;
+        const auto& dev = ctx.cluster.device(d);
+        ok = dev.node == ctx.cluster.device(d0).node &&
+             ctx.cluster.node(dev.node).fabric.kind() == proto::IntraNodeFabric::KIND_NVSWITCH;
+      }
+      if (!ok) {
+        errors.Add(at + "comm.tp_algorithm: nvls needs every TP group inside one NVSwitch node, but " + spath +
+                   "'s TP group of devices[" + std::to_string(g) + ".." + std::to_string(g + tp - 1) +
+                   "] spans nodes or a node without an NVSwitch fabric; use tp_algorithm: ring");
+        break;
+      }
+    }
+  }
+  if (cp > 1 && uly > 1) {
+    errors.Add(at + spath + ": cp_degree and ulysses_degree cannot both exceed 1 (hierarchical a2a+p2p context "
+               "parallelism is not modelled); keep one of them at 1");
+  }
+  if ((cp > 1 || uly > 1) && ctx.training.attention() == proto::ATTENTION_STANDARD) {
+    errors.Add(at + spath + (cp > 1 ? ".cp_degree" : ".ulysses_degree") +
+               ": context parallelism and Ulysses are modelled with flash attention only (Megatron-LM's CP "
+               "runs on TransformerEngine's fused attention); set the training spec's attention: flash");
+  }
+  if (s > 0 && (cp != CpDegree(pipe.stages(0)) || uly != UlyssesDegree(pipe.stages(0)))) {
+    errors.Add(at + spath + ".cp_degree: every stage of a pipeline needs the same cp_degree and ulysses_degree "
+               "(stage 0 has " + std::to_string(CpDegree(pipe.stages(0))) + " and " +
+               std::to_string(UlyssesDegree(pipe.stages(0))) + ", this stage " + std::to_string(cp) + " and " +
+               std::to_string(uly) + "): activations pass between stages shard by shard");
+  }
+}
+
+// A stage's micro-batch split over its DP replicas.
+void CheckStageBatch(const proto::Pipeline& pipe, const proto::Stage& st, const std::string& spath,
+                     const std::string& at, ErrorList& errors) {
+  const uint32_t width = ReplicaWidth(st);
+  const uint32_t dp = st.devices_size() % width == 0 ? DpDegree(st) : 0;
+  if (st.micro_batch_split_size() > 0) {
+    if (dp != 0 && static_cast<uint32_t>(st.micro_batch_split_size()) != dp) {
+      errors.Add(at + spath + ".micro_batch_split: has " + std::to_string(st.micro_batch_split_size()) +
+                 " entries but the stage has " + std::to_string(dp) +
+                 " DP replicas (devices / (tp_degree × ulysses_degree × cp_degree))");
+    }
+    const uint64_t sum = std::accumulate(st.micro_batch_split().begin(), st.micro_batch_split().end(), 0ull);
+    if (sum != pipe.micro_batch_size()) {
+      errors.Add(at + spath + ".micro_batch_split: sums to " + std::to_string(sum) +
+                 " but the pipeline's micro_batch_size is " + std::to_string(pipe.micro_batch_size()));
+    }
+    for (int r = 0; r < st.micro_batch_split_size(); ++r) {
+      if (st.micro_batch_split(r) == 0) {
+        errors.Add(at + spath + ".micro_batch_split[" + std::to_string(r) +
+                   "]: every DP replica needs at least one sequence; use fewer devices");
+      }
+    }
+  } else if (dp > pipe.micro_batch_size()) {
+    errors.Add(at + spath + ": a micro-batch of " + std::to_string(pipe.micro_batch_size()) +
+               " sequences cannot be split over " + std::to_string(dp) +
+               " DP replicas; raise micro_batch_size or lower the stage's DP degree");
+  }
+}
+
+// Interleaved 1F1B: micro-batches a multiple of the stages, enough blocks per stage for its chunks.
+void CheckInterleavedPipeline(const proto::Plan& plan, const proto::Pipeline& pipe, int p, const TransformerModel& model,
+                              const std::string& at, ErrorList& errors) {
+  const std::string ppath = "pipelines[" + std::to_string(p) + "]";
+  const uint32_t v = std::max<uint32_t>(1, plan.virtual_stages());
+  if (pipe.stages_size() > 0 && pipe.num_micro_batches() % pipe.stages_size() != 0) {
+    errors.Add(at + ppath + ".num_micro_batches: interleaved 1F1B needs a multiple of the stage count (" +
+               std::to_string(pipe.stages_size()) + ")");
+  }
+  for (int s = 0; s < pipe.stages_size(); ++s) {
+    const auto& st = pipe.stages(s);
+    const uint32_t first = std::max<uint32_t>(st.layer_begin(), 1);
+    const uint32_t last = std::min<uint32_t>(st.layer_end(), model.num_layers() - 1);
+    if (st.layer_end() > st.layer_begin() && (last > first ? last - first : 0) < v) {
+      errors.Add(at + StagePath(p, s) + ": interleaved 1F1B with " + std::to_string(v) +
+                 " virtual stages needs at least that many transformer blocks per stage (each model chunk "
+                 "holds one or more; StageChunks); give the stage more layers or lower virtual_stages");
+    }
+  }
+}
+
+}  // namespace
+
+Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, const std::string& file) {
+  ErrorList errors;
+  const std::string at = file + ": ";
+  CheckPlanOptions(plan, file, errors);
+  const auto& model = ctx.model;
+  const uint32_t num_layers = model.num_layers();
   if (plan.pipelines_size() == 0) errors.Add(at + "pipelines: a plan needs at least one pipeline");
   if (plan.comm().dp_algorithm() == proto::CommOptions::ALGORITHM_NVLS) {
     errors.Add(at + "comm.dp_algorithm: nvls is modelled for TP all-reduces inside a node only; use "
@@ -169,124 +339,9 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
     for (int s = 0; s < pipe.stages_size(); ++s) {
       const auto& st = pipe.stages(s);
       const std::string spath = StagePath(p, s);
-      const uint32_t tp = TpDegree(st);
-      if (st.devices_size() == 0) errors.Add(at + spath + ".devices: a stage needs at least one device");
-      for (int i = 0; i < st.devices_size(); ++i) {
-        const uint32_t d = st.devices(i);
-        const std::string dpath = spath + ".devices[" + std::to_string(i) + "]";
-        if (d >= ctx.cluster.num_devices()) {
-          errors.Add(at + dpath + ": device " + std::to_string(d) + " does not exist; cluster '" +
-                     ctx.cluster.name() + "' has devices 0.." + std::to_string(ctx.cluster.num_devices() - 1));
-          continue;
-        }
-        auto [it, inserted] = owner.emplace(d, dpath);
-        if (!inserted) {
-          errors.Add(at + dpath + ": device " + std::to_string(d) + " (" + ctx.cluster.DeviceName(d) +
-                     ") is already used by " + it->second + "; every device may appear once");
-        }
-        const auto* gpu = ctx.cluster.device(d).gpu;
-        if (gpu->PeakTflops(ctx.training.dtype()) <= 0) {
-          errors.Add(at + dpath + ": device " + std::to_string(d) + " is a " + gpu->name + ", which cannot train in " +
-                     DTypeName(ctx.training.dtype()) + "; set the training spec's dtype: " +
-                     SuggestedDType(*gpu, ctx.training.dtype()));
-        }
-      }
-      if (st.devices_size() > 0 && st.devices_size() % tp != 0) {
-        errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " does not divide the stage's " +
-                   std::to_string(st.devices_size()) + " devices");
-      }
-      if (heads % tp != 0) {
-        errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " does not divide the model's " +
-                   std::to_string(heads) + " attention heads");
-      } else if (kv % tp != 0 && tp % kv != 0) {
-        errors.Add(at + spath + ".tp_degree: " + std::to_string(tp) + " and the model's " + std::to_string(kv) +
-                   " key/value heads do not divide one another");
-      }
-      const uint32_t cp = CpDegree(st), uly = UlyssesDegree(st), width = ReplicaWidth(st);
-      const uint32_t seq = ctx.training.seq_len();
-      if ((cp > 1 || uly > 1) && st.devices_size() % tp == 0 && st.devices_size() % width != 0) {
-        errors.Add(at + spath + ".devices: " + std::to_string(st.devices_size()) +
-                   " devices are not a multiple of tp_degree × ulysses_degree × cp_degree = " + std::to_string(tp) +
-                   " × " + std::to_string(uly) + " × " + std::to_string(cp) + " = " + std::to_string(width) +
-                   " (the stage's world size is dp × tp × ulysses × cp); list a multiple of " + std::to_string(width) +
-                   " devices or lower a degree");
-      }
-      if (cp > 1 && seq % (2 * cp) != 0) {
-        errors.Add(at + spath + ".cp_degree: " + std::to_string(cp) + " needs seq_len divisible by 2 × cp_degree = " +
-                   std::to_string(2 * cp) + " (load-balanced causal attention cuts each sequence into 2·cp chunks) but "
-                   "seq_len is " + std::to_string(seq) + "; pick a cp_degree with 2·cp dividing " + std::to_string(seq));
-      }
-      if (uly > 1) {
-        if (seq % uly != 0) {
-          errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " does not divide seq_len " +
-                     std::to_string(seq) + " (each rank holds seq_len / ulysses_degree tokens)");
-        }
-        const auto [heads_per_tp, kv_per_tp] = HeadsPerTpRank(model, tp);
-        if (heads_per_tp % uly != 0 || kv_per_tp % uly != 0) {
-          errors.Add(at + spath + ".ulysses_degree: " + std::to_string(uly) + " must divide the attention heads (" +
-                     std::to_string(heads_per_tp) + ") and key/value heads (" + std::to_string(kv_per_tp) +
-                     ") per TP rank (the all-to-all hands each Ulysses rank whole heads); use a divisor of " +
-                     std::to_string(std::gcd(heads_per_tp, kv_per_tp)));
-        }
-      }
-      if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS && tp > 1 &&
-          st.devices_size() % tp == 0) {
-        // NVLS reduces in the NVSwitch: every TP group must sit inside one node with an NVSwitch fabric.
-        for (int g = 0; g + static_cast<int>(tp) <= st.devices_size(); g += static_cast<int>(tp)) {
-          bool ok = true;
-          for (int i = g; i < g + static_cast<int>(tp) && ok; ++i) {
-            const uint32_t d = st.devices(i), d0 = st.devices(g);
-            if (d >= ctx.cluster.num_devices() || d0 >= ctx.cluster.num_devices()) continue;
-            const auto& dev = ctx.cluster.device(d);
-            ok = dev.node == ctx.cluster.device(d0).node &&
-                 ctx.cluster.node(dev.node).fabric.kind() == proto::IntraNodeFabric::KIND_NVSWITCH;
-          }
-          if (!ok) {
-            errors.Add(at + "comm.tp_algorithm: nvls needs every TP group inside one NVSwitch node, but " + spath +
-                       "'s TP group of devices[" + std::to_string(g) + ".." + std::to_string(g + tp - 1) +
-                       "] spans nodes or a node without an NVSwitch fabric; use tp_algorithm: ring");
-            break;
-          }
-        }
-      }
-      if (cp > 1 && uly > 1) {
-        errors.Add(at + spath + ": cp_degree and ulysses_degree cannot both exceed 1 (hierarchical a2a+p2p context "
-                   "parallelism is not modelled); keep one of them at 1");
-      }
-      if ((cp > 1 || uly > 1) && ctx.training.attention() == proto::ATTENTION_STANDARD) {
-        errors.Add(at + spath + (cp > 1 ? ".cp_degree" : ".ulysses_degree") +
-                   ": context parallelism and Ulysses are modelled with flash attention only (Megatron-LM's CP "
-                   "runs on TransformerEngine's fused attention); set the training spec's attention: flash");
-      }
-      if (s > 0 && (cp != CpDegree(pipe.stages(0)) || uly != UlyssesDegree(pipe.stages(0)))) {
-        errors.Add(at + spath + ".cp_degree: every stage of a pipeline needs the same cp_degree and ulysses_degree "
-                   "(stage 0 has " + std::to_string(CpDegree(pipe.stages(0))) + " and " +
-                   std::to_string(UlyssesDegree(pipe.stages(0))) + ", this stage " + std::to_string(cp) + " and " +
-                   std::to_string(uly) + "): activations pass between stages shard by shard");
-      }
-      const uint32_t dp = st.devices_size() % width == 0 ? DpDegree(st) : 0;
-      if (st.micro_batch_split_size() > 0) {
-        if (dp != 0 && static_cast<uint32_t>(st.micro_batch_split_size()) != dp) {
-          errors.Add(at + spath + ".micro_batch_split: has " + std::to_string(st.micro_batch_split_size()) +
-                     " entries but the stage has " + std::to_string(dp) +
-                     " DP replicas (devices / (tp_degree × ulysses_degree × cp_degree))");
-        }
-        const uint64_t sum = std::accumulate(st.micro_batch_split().begin(), st.micro_batch_split().end(), 0ull);
-        if (sum != pipe.micro_batch_size()) {
-          errors.Add(at + spath + ".micro_batch_split: sums to " + std::to_string(sum) +
-                     " but the pipeline's micro_batch_size is " + std::to_string(pipe.micro_batch_size()));
-        }
-        for (int r = 0; r < st.micro_batch_split_size(); ++r) {
-          if (st.micro_batch_split(r) == 0) {
-            errors.Add(at + spath + ".micro_batch_split[" + std::to_string(r) +
-                       "]: every DP replica needs at least one sequence; use fewer devices");
-          }
-        }
-      } else if (dp > pipe.micro_batch_size()) {
-        errors.Add(at + spath + ": a micro-batch of " + std::to_string(pipe.micro_batch_size()) +
-                   " sequences cannot be split over " + std::to_string(dp) +
-                   " DP replicas; raise micro_batch_size or lower the stage's DP degree");
-      }
+      CheckStageDevices(st, spath, ctx, at, owner, errors);
+      CheckStageParallelism(plan, pipe, s, spath, ctx, at, errors);
+      CheckStageBatch(pipe, st, spath, at, errors);
       if (st.layer_begin() != expected_begin) {
         errors.Add(at + spath + ".layer_begin: is " + std::to_string(st.layer_begin()) + " but the previous stage " +
                    (s == 0 ? "(none) ends at 0" : "ends at " + std::to_string(expected_begin)) +
@@ -308,21 +363,7 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
                  std::to_string(num_layers));
     }
     if (EffectiveSchedule(plan) == proto::Plan::SCHEDULE_INTERLEAVED_1F1B) {
-      const uint32_t v = std::max<uint32_t>(1, plan.virtual_stages());
-      if (pipe.stages_size() > 0 && pipe.num_micro_batches() % pipe.stages_size() != 0) {
-        errors.Add(at + ppath + ".num_micro_batches: interleaved 1F1B needs a multiple of the stage count (" +
-                   std::to_string(pipe.stages_size()) + ")");
-      }
-      for (int s = 0; s < pipe.stages_size(); ++s) {
-        const auto& st = pipe.stages(s);
-        const uint32_t first = std::max<uint32_t>(st.layer_begin(), 1);
-        const uint32_t last = std::min<uint32_t>(st.layer_end(), model.num_layers() - 1);
-        if (st.layer_end() > st.layer_begin() && (last > first ? last - first : 0) < v) {
-          errors.Add(at + StagePath(p, s) + ": interleaved 1F1B with " + std::to_string(v) +
-                     " virtual stages needs at least that many transformer blocks per stage (each model chunk "
-                     "holds one or more; StageChunks); give the stage more layers or lower virtual_stages");
-        }
-      }
+      CheckInterleavedPipeline(plan, pipe, p, model, at, errors);
     }
   }
   if (plan.pipelines_size() > 0 && sequences != ctx.training.global_batch_size()) {
