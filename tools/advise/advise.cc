@@ -298,37 +298,11 @@ ConfigRow ReadRow(const Config& c, const std::string& dir, const Group& g, const
   return row;
 }
 
-}  // namespace
+// ---- RunAdvise's phases ----
 
-Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& out, std::ostream& err) {
-  const std::string dir = options.out_dir.empty() ? "out/" + c.spec.name() : options.out_dir;
-  std::error_code ec;
-  for (const char* sub : {"points", "plans"}) {
-    fs::create_directories(dir + "/" + sub, ec);
-    if (ec) return Status::IoError(dir + ": cannot create the results folder: " + ec.message());
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  std::optional<Spreader::Clock::time_point> stop_at;
-  if (options.time_limit_s > 0) {
-    // The work stops a tenth of the limit early (at most a minute) so that writing the outputs, the
-    // recommended configuration's replays and the figure (~10 s at 96,000 configurations) fit within it.
-    const double work_s = options.time_limit_s - std::min(60.0, 0.1 * options.time_limit_s);
-    stop_at = t0 + std::chrono::duration_cast<Spreader::Clock::duration>(std::chrono::duration<double>(work_s));
-  }
-  Spreader spread(dir, options.jobs, stop_at);
-  const internal::Space space = internal::Enumerate(c);
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  const bool talk = options.progress && spread.rank0();
-  // Files are never cleared up front (under mpirun another rank may be writing already): every plan and point
-  // is recomputed unless --resume finds it with the same id, and what this run did not compute is removed at
-  // the end.
-  if (talk) {
-    err << "hetsim advise: " << c.candidates.size() << " candidate clusters x " << c.planners.size() << " planners = "
-        << space.groups.size() << " plans; " << space.configs << " configurations x " << c.seeds << " seeds = "
-        << space.points << " replays of " << Duration(c.window_s) << " each\n";
-  }
-
-  // Phase 1: plan every group (with --resume, the plans already there are kept).
+// Phase 1: plans every group (with --resume, the plans already there are kept) and reads them all back.
+std::vector<std::optional<PlannedGroup>> PlanGroups(const Config& c, const internal::Space& space, const std::string& dir,
+                                                    const AdviseOptions& options, Spreader& spread, std::ostream& err) {
   size_t planned_count = 0;
   if (!spread.Run(space.groups.size(), [&](size_t i) {
         const Group& g = space.groups[i];
@@ -348,11 +322,25 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
   std::vector<std::optional<PlannedGroup>> planned(space.groups.size());
   for (const auto& g : space.groups) planned[g.index] = LoadPlanned(dir, g);
 
-  // Bounds per group: no faster than the plan's iteration without interruptions; no cheaper than the least
-  // rent over the seeds' windows.
-  std::vector<double> time_lb(space.groups.size(), -1), cost_lb(space.groups.size(), -1);
+  return planned;
+}
+
+// The groups' bounds and the order they are replayed in.
+struct Bounds {
+  std::vector<double> time_lb, cost_lb;  // per group; -1 where it has no plan
+  std::vector<uint32_t> order;           // the planned groups, most promising first
+};
+
+// No faster than the plan's iteration without interruptions; no cheaper than the least rent over the seeds'
+// windows. Ordered by the objective's bound.
+Bounds BoundGroups(const Config& c, const internal::Space& space, const std::vector<std::optional<PlannedGroup>>& planned) {
+  Bounds out;
+  out.time_lb.assign(space.groups.size(), -1);
+  out.cost_lb.assign(space.groups.size(), -1);
+  auto& time_lb = out.time_lb;
+  auto& cost_lb = out.cost_lb;
+  auto& order = out.order;
   std::map<size_t, std::vector<double>> rent_of;
-  std::vector<uint32_t> order;
   for (const auto& g : space.groups) {
     if (!planned[g.index] || !planned[g.index]->ok) continue;
     if (!rent_of.count(g.candidate)) rent_of[g.candidate] = internal::RentPerSeed(c, g.candidate);
@@ -366,9 +354,19 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
     return cheapest ? std::make_pair(cost_lb[a], time_lb[a]) < std::make_pair(cost_lb[b], time_lb[b])
                     : std::make_pair(time_lb[a], cost_lb[a]) < std::make_pair(time_lb[b], cost_lb[b]);
   });
+  return out;
+}
 
-  // Phase 2: replay groups in bound order, a round of `workers` groups at a time; after each round, groups
-  // whose bound is dominated by a replayed configuration are pruned.
+// Phase 2: replays the groups in bound order, a round of `workers` groups at a time; after each round, groups
+// whose bound is dominated by a replayed configuration are pruned. Returns which groups were pruned.
+std::vector<char> ReplayInBoundOrder(const Config& c, const internal::Space& space, const std::string& dir,
+                                     const AdviseOptions& options, Spreader& spread, bool talk,
+                                     const std::function<double()>& elapsed,
+                                     const std::vector<std::optional<PlannedGroup>>& planned, const Bounds& bounds,
+                                     std::ostream& err) {
+  const auto& time_lb = bounds.time_lb;
+  const auto& cost_lb = bounds.cost_lb;
+  const auto& order = bounds.order;
   std::vector<Outcome> outcome(space.configs);
   std::vector<char> pruned(space.groups.size(), 0), replayed(space.groups.size(), 0);
   auto aggregate = [&](const Group& g) {
@@ -394,7 +392,7 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
       outcome[slot.index] = o;
     }
   };
-  size_t next = 0, groups_done = 0, points_run = 0, missing = 0;
+  size_t next = 0, groups_done = 0, points_run = 0;
   while (next < order.size() && !spread.Expired()) {
     std::vector<uint32_t> round;
     while (next < order.size() && round.size() < static_cast<size_t>(spread.workers())) {
@@ -442,6 +440,47 @@ Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& ou
       err << line << std::flush;
     }
   }
+  return pruned;
+}
+
+}  // namespace
+
+Status RunAdvise(const Config& c, const AdviseOptions& options, std::ostream& out, std::ostream& err) {
+  const std::string dir = options.out_dir.empty() ? "out/" + c.spec.name() : options.out_dir;
+  std::error_code ec;
+  for (const char* sub : {"points", "plans"}) {
+    fs::create_directories(dir + "/" + sub, ec);
+    if (ec) return Status::IoError(dir + ": cannot create the results folder: " + ec.message());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<Spreader::Clock::time_point> stop_at;
+  if (options.time_limit_s > 0) {
+    // The work stops a tenth of the limit early (at most a minute) so that writing the outputs, the
+    // recommended configuration's replays and the figure (~10 s at 96,000 configurations) fit within it.
+    const double work_s = options.time_limit_s - std::min(60.0, 0.1 * options.time_limit_s);
+    stop_at = t0 + std::chrono::duration_cast<Spreader::Clock::duration>(std::chrono::duration<double>(work_s));
+  }
+  Spreader spread(dir, options.jobs, stop_at);
+  const internal::Space space = internal::Enumerate(c);
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const bool talk = options.progress && spread.rank0();
+  // Files are never cleared up front (under mpirun another rank may be writing already): every plan and point
+  // is recomputed unless --resume finds it with the same id, and what this run did not compute is removed at
+  // the end.
+  if (talk) {
+    err << "hetsim advise: " << c.candidates.size() << " candidate clusters x " << c.planners.size() << " planners = "
+        << space.groups.size() << " plans; " << space.configs << " configurations x " << c.seeds << " seeds = "
+        << space.points << " replays of " << Duration(c.window_s) << " each\n";
+  }
+
+  // Phase 1: plan every group (with --resume, the plans already there are kept).
+  const std::vector<std::optional<PlannedGroup>> planned = PlanGroups(c, space, dir, options, spread, err);
+  const Bounds bounds = BoundGroups(c, space, planned);
+  const auto& time_lb = bounds.time_lb;
+  const auto& cost_lb = bounds.cost_lb;
+  const std::vector<char> pruned =
+      ReplayInBoundOrder(c, space, dir, options, spread, talk, elapsed, planned, bounds, err);
+  size_t missing = 0;
   if (!spread.rank0()) return Status::Ok();
   // Stopped at the time limit: what was not planned or replayed is named as such, the rest is reported.
   const bool stopped = spread.Expired();
