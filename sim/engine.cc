@@ -81,100 +81,15 @@ void Runner::Execute(const Op& op) {
       trace_.comm_in_phase_s =
           trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
       break;
-    case OpKind::kSend: {
-      if (RingMessage(op.peer)) {
-        RingStream& rs = Ring(op.channel);
-        rs.unsent.emplace_back(t0, op.bytes);
-        ++rs.sent;
-        const uint64_t key = MailboxKey(self_, rs.peer, op.channel);
-        pending_.push_back({nullptr, key, sent_[key]++});
-        RingStart(rs, op.channel);
-        break;
-      }
-      const uint64_t key = MailboxKey(self_, op.peer, op.channel);
-      sh_->board.posted[key].push_back(t0);
-      if (Staged(op.peer)) {
-        StagedSendAsync(op.peer, op.bytes, op.channel);
-      } else {
-        pending_.push_back({Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)), key, sent_[key]++});
-        if (folded()) {
-          // The transfer starts now if its receiver waits already: so do the folded copies.
-          auto w = sh_->board.waiting_recv.find(key);
-          if (w != sh_->board.waiting_recv.end() && w->second > 0) {
-            --w->second;
-            StartCopies(key, op.bytes);
-          }
-        }
-      }
+    case OpKind::kSend:
+      Send(op, t0);
       break;
-    }
-    case OpKind::kPostRecv: {
-      if (RingMessage(op.peer)) {
-        RingStream& rs = Ring(op.channel);
-        ++rs.posted;
-        RingStart(rs, op.channel);
-        break;
-      }
-      // SimGrid starts a transfer once both sides are posted: posting the receive early lets a ring
-      // attention or pipeline transfer run during the compute that follows. A CPU-staged transfer is
-      // received where it is needed (its host-side receive is the stager's, sim/engine_collectives.cc).
-      if (Staged(op.peer)) break;
-      const uint64_t key = MailboxKey(op.peer, self_, op.channel);
-      auto& early = early_recvs_[key];
-      if (folded()) {
-        // This receive takes the message after those the earlier early receives took: if its sender
-        // posted it already the transfer (and its folded copies) starts now, else when it is posted.
-        auto p = sh_->board.posted.find(key);
-        if (p != sh_->board.posted.end() && p->second.size() > early.size()) {
-          StartCopies(key, op.bytes);
-        } else {
-          ++sh_->board.waiting_recv[key];
-        }
-      }
-      early.push_back(Box(op.peer, self_, op.channel)->get_async(&early_data_));
+    case OpKind::kPostRecv:
+      PostRecv(op);
       break;
-    }
-    case OpKind::kRecv: {
-      if (RingMessage(op.peer)) {
-        const double posted = RingReceive(op.channel);
-        const double now = s4u::Engine::get_clock();
-        const double start = std::clamp(std::max(t0, posted), t0, now);
-        AddComm(op.category, now - start);
-        if (record_ && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
-        break;
-      }
-      const uint64_t key = MailboxKey(op.peer, self_, op.channel);
-      auto early = early_recvs_.find(key);
-      if (early != early_recvs_.end() && !early->second.empty()) {
-        early->second.front()->wait();
-        early->second.pop_front();
-      } else if (Staged(op.peer)) {
-        StagedRecv(op.peer, op.bytes, op.channel);
-      } else {
-        if (folded()) {
-          // The transfer starts when both sides are there: now if the message is posted (then the
-          // folded copies start with it), else when the sender posts it.
-          auto p = sh_->board.posted.find(key);
-          if (p != sh_->board.posted.end() && !p->second.empty()) {
-            StartCopies(key, op.bytes);
-          } else {
-            ++sh_->board.waiting_recv[key];
-          }
-        }
-        void* data = nullptr;
-        Box(op.peer, self_, op.channel)->get_async(&data)->wait();
-      }
-      if (!Staged(op.peer)) ++sh_->board.received[key];
-      const double now = s4u::Engine::get_clock();
-      // Waiting for the sender is bubble (idle); the transfer starts once both sides are there.
-      auto it = sh_->board.posted.find(key);
-      const bool known = it != sh_->board.posted.end() && !it->second.empty();
-      const double start = std::clamp(known ? std::max(t0, it->second.front()) : t0, t0, now);
-      if (known) it->second.pop_front();
-      AddComm(op.category, now - start);
-      if (record_ && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
+    case OpKind::kRecv:
+      Recv(op, t0);
       break;
-    }
     case OpKind::kCollective: {
       // Waiting for the last member to arrive is idle time; communication starts once all are there.
       const std::pair<uint64_t, uint32_t> inst{op.group, counters().collectives[op.group]++};
@@ -258,6 +173,104 @@ void Runner::Execute(const Op& op) {
     sh_->cores->acquire();
   }
   Reap();
+}
+
+// A point-to-point send posted at t0 (asynchronous: Reap and WaitAllSends wait for it).
+void Runner::Send(const Op& op, double t0) {
+  if (RingMessage(op.peer)) {
+    RingStream& rs = Ring(op.channel);
+    rs.unsent.emplace_back(t0, op.bytes);
+    ++rs.sent;
+    const uint64_t key = MailboxKey(self_, rs.peer, op.channel);
+    pending_.push_back({nullptr, key, sent_[key]++});
+    RingStart(rs, op.channel);
+    return;
+  }
+  const uint64_t key = MailboxKey(self_, op.peer, op.channel);
+  sh_->board.posted[key].push_back(t0);
+  if (Staged(op.peer)) {
+    StagedSendAsync(op.peer, op.bytes, op.channel);
+  } else {
+    pending_.push_back({Box(self_, op.peer, op.channel)->put_async(&g_payload, Bytes(op.bytes)), key, sent_[key]++});
+    if (folded()) {
+      // The transfer starts now if its receiver waits already: so do the folded copies.
+      auto w = sh_->board.waiting_recv.find(key);
+      if (w != sh_->board.waiting_recv.end() && w->second > 0) {
+        --w->second;
+        StartCopies(key, op.bytes);
+      }
+    }
+  }
+}
+
+// A receive posted ahead of its kRecv (ring attention, interleaved 1F1B's pipeline inputs).
+void Runner::PostRecv(const Op& op) {
+  if (RingMessage(op.peer)) {
+    RingStream& rs = Ring(op.channel);
+    ++rs.posted;
+    RingStart(rs, op.channel);
+    return;
+  }
+  // SimGrid starts a transfer once both sides are posted: posting the receive early lets a ring
+  // attention or pipeline transfer run during the compute that follows. A CPU-staged transfer is
+  // received where it is needed (its host-side receive is the stager's, sim/engine_collectives.cc).
+  if (Staged(op.peer)) return;
+  const uint64_t key = MailboxKey(op.peer, self_, op.channel);
+  auto& early = early_recvs_[key];
+  if (folded()) {
+    // This receive takes the message after those the earlier early receives took: if its sender
+    // posted it already the transfer (and its folded copies) starts now, else when it is posted.
+    auto p = sh_->board.posted.find(key);
+    if (p != sh_->board.posted.end() && p->second.size() > early.size()) {
+      StartCopies(key, op.bytes);
+    } else {
+      ++sh_->board.waiting_recv[key];
+    }
+  }
+  early.push_back(Box(op.peer, self_, op.channel)->get_async(&early_data_));
+}
+
+// A receive that blocks until its message is in: waiting for the sender is idle, the transfer is
+// communication.
+void Runner::Recv(const Op& op, double t0) {
+  if (RingMessage(op.peer)) {
+    const double posted = RingReceive(op.channel);
+    const double now = s4u::Engine::get_clock();
+    const double start = std::clamp(std::max(t0, posted), t0, now);
+    AddComm(op.category, now - start);
+    if (record_ && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
+    return;
+  }
+  const uint64_t key = MailboxKey(op.peer, self_, op.channel);
+  auto early = early_recvs_.find(key);
+  if (early != early_recvs_.end() && !early->second.empty()) {
+    early->second.front()->wait();
+    early->second.pop_front();
+  } else if (Staged(op.peer)) {
+    StagedRecv(op.peer, op.bytes, op.channel);
+  } else {
+    if (folded()) {
+      // The transfer starts when both sides are there: now if the message is posted (then the
+      // folded copies start with it), else when the sender posts it.
+      auto p = sh_->board.posted.find(key);
+      if (p != sh_->board.posted.end() && !p->second.empty()) {
+        StartCopies(key, op.bytes);
+      } else {
+        ++sh_->board.waiting_recv[key];
+      }
+    }
+    void* data = nullptr;
+    Box(op.peer, self_, op.channel)->get_async(&data)->wait();
+  }
+  if (!Staged(op.peer)) ++sh_->board.received[key];
+  const double now = s4u::Engine::get_clock();
+  // Waiting for the sender is bubble (idle); the transfer starts once both sides are there.
+  auto it = sh_->board.posted.find(key);
+  const bool known = it != sh_->board.posted.end() && !it->second.empty();
+  const double start = std::clamp(known ? std::max(t0, it->second.front()) : t0, t0, now);
+  if (known) it->second.pop_front();
+  AddComm(op.category, now - start);
+  if (record_ && now > start) trace_.slices.push_back({start, now, op.category, op.micro_batch});
 }
 
 void Runner::Record(double start, Category cat, uint16_t mb, double end) {

@@ -175,6 +175,9 @@ class Runner {
   // ---- the event loop (engine.cc) ----
 
   void Execute(const Op& op);
+  void Send(const Op& op, double t0);
+  void PostRecv(const Op& op);
+  void Recv(const Op& op, double t0);
 
   Counters& counters() { return sh_->counters[slot_]; }
 
