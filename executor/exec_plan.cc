@@ -37,6 +37,110 @@ Status CheckExecutableModel(const models::TransformerModel& model) {
   return Status::Invalid(msg);
 }
 
+namespace {
+
+// Each rank's role: its pipeline, stage, replica, TP rank and sequence shard, its groups (TP, Ulysses, CP), its
+// model chunks and the sequences it handles; and the canonical holder of every layer.
+void AssignRoles(const proto::Plan& plan, const models::PlanContext& ctx, ExecPlan& ep) {
+  auto rank_of = [&](uint32_t device) { return ep.RankOfDevice(device); };
+  ep.canonical_holder.assign(ctx.model.num_layers(), {UINT32_MAX, 0, 0});
+  uint64_t first_sequence = 0;
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    const auto& pipe = plan.pipelines(p);
+    const auto S = static_cast<uint32_t>(pipe.stages_size());
+    // Per stage: the replicas' sequence ranges within a micro-batch.
+    std::vector<std::vector<SeqRange>> shares(S);
+    for (uint32_t s = 0; s < S; ++s) {
+      const auto& st = pipe.stages(static_cast<int>(s));
+      uint32_t begin = 0;
+      for (uint32_t n : models::MicroBatchSplit(st, pipe.micro_batch_size())) {
+        shares[s].push_back({begin, begin + n});
+        begin += n;
+      }
+    }
+    for (uint32_t s = 0; s < S; ++s) {
+      const auto& st = pipe.stages(static_cast<int>(s));
+      const uint32_t tp = models::TpDegree(st), dp = models::DpDegree(st);
+      const std::vector<models::LayerRange> chunks = models::StageChunks(plan, pipe, static_cast<int>(s), ctx.model);
+      for (const models::LayerRange& c : chunks) {
+        for (uint32_t l = c.begin; l < c.end; ++l) {
+          if (ep.canonical_holder[l][0] == UINT32_MAX) ep.canonical_holder[l] = {static_cast<uint32_t>(p), s, 0};
+        }
+      }
+      const uint32_t u = models::UlyssesDegree(st), cp = models::CpDegree(st);
+      for (uint32_t r = 0; r < dp; ++r) {
+        // Devices: TP innermost, then the sequence shard (Ulysses or CP: the plan has at most one), then the
+        // replica (models::StageDevice).
+        for (uint32_t k = 0; k < tp && u > 1; ++k) {
+          std::vector<int> uly;
+          for (uint32_t j = 0; j < u; ++j) uly.push_back(rank_of(models::StageDevice(st, r, j, k)));
+          ep.uly_groups.push_back(uly);
+        }
+        for (uint32_t k = 0; k < tp && cp > 1; ++k) {
+          std::vector<int> ring;
+          for (uint32_t c = 0; c < cp; ++c) ring.push_back(rank_of(models::StageDevice(st, r, c, k)));
+          ep.cp_groups.push_back(ring);
+        }
+        for (uint32_t j = 0; j < u * cp; ++j) {
+          std::vector<int> group;
+          for (uint32_t k = 0; k < tp; ++k) group.push_back(rank_of(models::StageDevice(st, r, j, k)));
+          if (tp > 1) ep.tp_groups.push_back(group);
+          for (uint32_t k = 0; k < tp; ++k) {
+            RankRole& role = ep.roles[static_cast<size_t>(group[k])];
+            role.rank = group[k];
+            role.device = models::StageDevice(st, r, j, k);
+            role.ulysses = u;
+            role.cp = cp;
+            role.shard = j;
+            if (u > 1) role.uly_group = ep.uly_groups[ep.uly_groups.size() - tp + k];
+            if (cp > 1) role.cp_group = ep.cp_groups[ep.cp_groups.size() - tp + k];
+            role.pipeline = static_cast<uint32_t>(p);
+            role.stage = s;
+            role.num_stages = S;
+            role.layer_begin = st.layer_begin();
+            role.layer_end = st.layer_end();
+            role.chunks = chunks;
+            role.num_chunks = static_cast<uint32_t>(chunks.size());
+            role.tp = tp;
+            role.tp_rank = k;
+            role.dp = dp;
+            role.replica = r;
+            role.micro_batch_size = pipe.micro_batch_size();
+            role.num_micro_batches = pipe.num_micro_batches();
+            role.first_sequence = first_sequence;
+            role.share = shares[s][r];
+            role.tp_group = group;
+          }
+        }
+      }
+    }
+    first_sequence += uint64_t{pipe.micro_batch_size()} * pipe.num_micro_batches();
+  }
+}
+
+// Pipeline transfers: the lowering's sends and receives of micro-batch 0 (every micro-batch moves the same
+// rows), and the channels (sender, receiver) they need.
+void CollectTransfers(ExecPlan& ep) {
+  auto rank_of = [&](uint32_t device) { return ep.RankOfDevice(device); };
+  std::set<std::pair<int, int>> channels;
+  for (auto& role : ep.roles) {
+    role.slot = ep.lowering.device_slot.at(role.device);
+    for (const models::Op& op : ep.lowering.ranks[role.slot].ops) {
+      if ((op.kind != models::OpKind::kSend && op.kind != models::OpKind::kRecv) || op.micro_batch != 0 ||
+          op.channel == models::kChanCp) {
+        continue;  // CP's ring runs inside the pass, on the ring's communicator
+      }
+      const bool fwd = op.channel == models::kChanPpForward, send = op.kind == models::OpKind::kSend;
+      const Transfer t{rank_of(op.peer), op.seq_begin, op.seq_end};
+      (send ? (fwd ? role.send_forward : role.send_backward) : (fwd ? role.recv_forward : role.recv_backward)).push_back(t);
+      if (send) channels.insert({role.rank, t.peer});
+    }
+  }
+  ep.channels.assign(channels.begin(), channels.end());
+}
+
+}  // namespace
+
 Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContext& ctx, const std::string& file) {
   HETSIM_RETURN_IF_ERROR(CheckExecutableModel(ctx.model));
   ExecPlan ep;
@@ -147,96 +251,8 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   ep.roles.resize(ep.devices.size());
   auto rank_of = [&](uint32_t device) { return ep.RankOfDevice(device); };
 
-  ep.canonical_holder.assign(ctx.model.num_layers(), {UINT32_MAX, 0, 0});
-  uint64_t first_sequence = 0;
-  std::set<std::pair<int, int>> channels;
-  for (int p = 0; p < plan.pipelines_size(); ++p) {
-    const auto& pipe = plan.pipelines(p);
-    const auto S = static_cast<uint32_t>(pipe.stages_size());
-    // Per stage: the replicas' sequence ranges within a micro-batch.
-    std::vector<std::vector<SeqRange>> shares(S);
-    for (uint32_t s = 0; s < S; ++s) {
-      const auto& st = pipe.stages(static_cast<int>(s));
-      uint32_t begin = 0;
-      for (uint32_t n : models::MicroBatchSplit(st, pipe.micro_batch_size())) {
-        shares[s].push_back({begin, begin + n});
-        begin += n;
-      }
-    }
-    for (uint32_t s = 0; s < S; ++s) {
-      const auto& st = pipe.stages(static_cast<int>(s));
-      const uint32_t tp = models::TpDegree(st), dp = models::DpDegree(st);
-      const std::vector<models::LayerRange> chunks = models::StageChunks(plan, pipe, static_cast<int>(s), ctx.model);
-      for (const models::LayerRange& c : chunks) {
-        for (uint32_t l = c.begin; l < c.end; ++l) {
-          if (ep.canonical_holder[l][0] == UINT32_MAX) ep.canonical_holder[l] = {static_cast<uint32_t>(p), s, 0};
-        }
-      }
-      const uint32_t u = models::UlyssesDegree(st), cp = models::CpDegree(st);
-      for (uint32_t r = 0; r < dp; ++r) {
-        // Devices: TP innermost, then the sequence shard (Ulysses or CP: the plan has at most one), then the
-        // replica (models::StageDevice).
-        for (uint32_t k = 0; k < tp && u > 1; ++k) {
-          std::vector<int> uly;
-          for (uint32_t j = 0; j < u; ++j) uly.push_back(rank_of(models::StageDevice(st, r, j, k)));
-          ep.uly_groups.push_back(uly);
-        }
-        for (uint32_t k = 0; k < tp && cp > 1; ++k) {
-          std::vector<int> ring;
-          for (uint32_t c = 0; c < cp; ++c) ring.push_back(rank_of(models::StageDevice(st, r, c, k)));
-          ep.cp_groups.push_back(ring);
-        }
-        for (uint32_t j = 0; j < u * cp; ++j) {
-          std::vector<int> group;
-          for (uint32_t k = 0; k < tp; ++k) group.push_back(rank_of(models::StageDevice(st, r, j, k)));
-          if (tp > 1) ep.tp_groups.push_back(group);
-          for (uint32_t k = 0; k < tp; ++k) {
-            RankRole& role = ep.roles[static_cast<size_t>(group[k])];
-            role.rank = group[k];
-            role.device = models::StageDevice(st, r, j, k);
-            role.ulysses = u;
-            role.cp = cp;
-            role.shard = j;
-            if (u > 1) role.uly_group = ep.uly_groups[ep.uly_groups.size() - tp + k];
-            if (cp > 1) role.cp_group = ep.cp_groups[ep.cp_groups.size() - tp + k];
-            role.pipeline = static_cast<uint32_t>(p);
-            role.stage = s;
-            role.num_stages = S;
-            role.layer_begin = st.layer_begin();
-            role.layer_end = st.layer_end();
-            role.chunks = chunks;
-            role.num_chunks = static_cast<uint32_t>(chunks.size());
-            role.tp = tp;
-            role.tp_rank = k;
-            role.dp = dp;
-            role.replica = r;
-            role.micro_batch_size = pipe.micro_batch_size();
-            role.num_micro_batches = pipe.num_micro_batches();
-            role.first_sequence = first_sequence;
-            role.share = shares[s][r];
-            role.tp_group = group;
-          }
-        }
-      }
-    }
-    first_sequence += uint64_t{pipe.micro_batch_size()} * pipe.num_micro_batches();
-  }
-  // Pipeline transfers: the lowering's sends and receives of micro-batch 0 (every micro-batch moves the
-  // same rows).
-  for (auto& role : ep.roles) {
-    role.slot = ep.lowering.device_slot.at(role.device);
-    for (const models::Op& op : ep.lowering.ranks[role.slot].ops) {
-      if ((op.kind != models::OpKind::kSend && op.kind != models::OpKind::kRecv) || op.micro_batch != 0 ||
-          op.channel == models::kChanCp) {
-        continue;  // CP's ring runs inside the pass, on the ring's communicator
-      }
-      const bool fwd = op.channel == models::kChanPpForward, send = op.kind == models::OpKind::kSend;
-      const Transfer t{rank_of(op.peer), op.seq_begin, op.seq_end};
-      (send ? (fwd ? role.send_forward : role.send_backward) : (fwd ? role.recv_forward : role.recv_backward)).push_back(t);
-      if (send) channels.insert({role.rank, t.peer});
-    }
-  }
-  ep.channels.assign(channels.begin(), channels.end());
+  AssignRoles(plan, ctx, ep);
+  CollectTransfers(ep);
   for (auto& g : models::DeriveGradSyncGroups(plan, ctx.model)) {
     SyncGroupRanks sg;
     for (uint32_t d : g.devices) sg.ranks.push_back(rank_of(d));
