@@ -52,30 +52,26 @@ struct TypeInfo {
 
 bool TakesSpares(const std::string& policy) { return sim::PolicyTakesSpares(policy); }
 
-Result<Config> LoadConfig(const std::string& path) {
-  HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kAdvise, path));
-  Config c;
-  c.file = src.file;
-  HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kAdvise, &c.spec));
-  const auto& s = c.spec;
+namespace {
+
+// LoadConfig's state while it reads: the config, its YAML tree (for error locations) and the errors found.
+struct Reader {
+  Config& c;
   YAML::Node root;
-  try {
-    root = YAML::Load(src.text);
-  } catch (const YAML::Exception&) {
-    // ParseSpec above would have reported it.
-  }
   ErrorList errors;
-  auto err = [&](const std::string& key, const std::string& what) {
+  void Err(const std::string& key, const std::string& what) {
     errors.Add(models::YamlLocationOf(c.file, root, key) + ": " + key + ": " + what);
-  };
-  auto rel = [&](const std::string& ref) { return models::ResolveRelative(ref, c.file); };
-
-  if (s.kind() != "advise") err("kind", "an advise config starts with `kind: advise`");
-  if (!IsPlainName(s.name())) {
-    err("name", "'" + s.name() + "' is not a plain name: use letters, digits, '-', '_' and '.' (it names the results "
-        "folder out/NAME), e.g. llama-13b-spot");
   }
+  std::string Rel(const std::string& ref) const { return models::ResolveRelative(ref, c.file); }
+};
 
+// ---- LoadConfig's sections, in the order it reads them ----
+
+void ReadModel(Reader& r) {
+  Config& c = r.c;
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+  auto rel = [&](const std::string& ref) { return r.Rel(ref); };
   // The model and the training it is trained with.
   if (auto model = models::LoadModel(rel(s.model())); !model.ok()) {
     err("model", model.status().message());
@@ -88,7 +84,12 @@ Result<Config> LoadConfig(const std::string& path) {
       c.training = std::move(training).value();
     }
   }
+}
 
+void ReadObjective(Reader& r) {
+  Config& c = r.c;
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
   // Objective and limits.
   if (s.objective().empty()) {
     c.objective = s.has_deadline_days() || !s.has_budget_usd() ? "cheapest" : "soonest";
@@ -112,7 +113,12 @@ Result<Config> LoadConfig(const std::string& path) {
   }
   if (s.window_days() > 0) c.window_s = s.window_days() * 86400;
   if (s.has_spot_price_fraction()) c.spot_price_fraction = s.spot_price_fraction();
+}
 
+std::vector<TypeInfo> ReadGpuTypes(Reader& r) {
+  Config& c = r.c;
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
   // GPU types.
   const auto& catalog = models::GpuCatalog::Bundled();
   std::vector<TypeInfo> types(s.gpus_size());
@@ -160,7 +166,13 @@ Result<Config> LoadConfig(const std::string& path) {
           "p3-trace.csv, format: bamboo}` (docs/advise.md lists the bundled ones)");
     }
   }
+  return types;
+}
 
+std::vector<std::shared_ptr<const models::Cluster>> ReadFixedClusters(Reader& r) {
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+  auto rel = [&](const std::string& ref) { return r.Rel(ref); };
   // Fixed clusters.
   std::vector<std::shared_ptr<const models::Cluster>> fixed;
   for (int i = 0; i < s.clusters_size(); ++i) {
@@ -171,10 +183,16 @@ Result<Config> LoadConfig(const std::string& path) {
     }
     fixed.push_back(std::make_shared<const models::Cluster>(std::move(cl).value()));
   }
+  return fixed;
+}
 
+proto::AdviseConfig ReadPlanners(Reader& r) {
+  Config& c = r.c;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+  auto rel = [&](const std::string& ref) { return r.Rel(ref); };
   // Planners (default: the five papers' heterogeneous planners and Megatron-LM as the baseline), each
   // checked now.
-  proto::AdviseConfig with_defaults = s;
+  proto::AdviseConfig with_defaults = r.c.spec;
   if (with_defaults.planners_size() == 0) {
     for (const char* n : {"metis", "hexiscale", "autohet", "hethub", "hetu", "megatron"}) {
       with_defaults.add_planners()->set_name(n);
@@ -204,7 +222,15 @@ Result<Config> LoadConfig(const std::string& path) {
     }
     c.planners.push_back(std::move(choice));
   }
+  return with_defaults;
+}
 
+void ReadPolicies(Reader& r) {
+  Config& c = r.c;
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+  ErrorList& errors = r.errors;
+  const YAML::Node& root = r.root;
   // Policies (default: every one that applies: checkpoint-restart, hot-spares, in-memory, elastic and varuna to
   // every plan, AutoHet's and Hetu's recovery to their own planners' plans).
   if (s.policies_size() == 0) {
@@ -225,7 +251,12 @@ Result<Config> LoadConfig(const std::string& path) {
     const std::string label = c.policies[i].label().empty() ? c.policies[i].name() : c.policies[i].label();
     if (!policy_labels.insert(label).second) err(at + ".label", "'" + label + "' names two policies; give each its own label");
   }
+}
 
+void ReadIntervals(Reader& r) {
+  Config& c = r.c;
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
   // Checkpoint intervals and spares.
   if (s.checkpoint_intervals_size() == 0) {
     c.intervals = {{"young-daly", 0}, {"1800", 1800}, {"7200", 7200}};
@@ -253,7 +284,13 @@ Result<Config> LoadConfig(const std::string& path) {
   }
   for (uint32_t n : s.spares()) c.spares.push_back(n);
   if (c.spares.empty()) c.spares.push_back(-1);
+}
 
+void ReadSimulation(Reader& r) {
+  Config& c = r.c;
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+  auto rel = [&](const std::string& ref) { return r.Rel(ref); };
   // Simulation settings.
   c.fidelity_name = s.simulation().fidelity().empty() ? "fast" : s.simulation().fidelity();
   if (auto fid = sim::ParseFidelity(c.fidelity_name); !fid.ok()) {
@@ -276,8 +313,14 @@ Result<Config> LoadConfig(const std::string& path) {
   } else {
     c.profiles = std::move(profiles).value();
   }
-  if (!errors.empty()) return errors.ToStatus();
+}
 
+Status BuildCandidates(Reader& r, const std::vector<TypeInfo>& types, const std::vector<std::shared_ptr<const models::Cluster>>& fixed) {
+  Config& c = r.c;
+  const auto& s = r.c.spec;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+  ErrorList& errors = r.errors;
+  const auto& catalog = models::GpuCatalog::Bundled();
   // Compositions: every combination of the types' on-demand and spot node counts.
   double combos = 1;
   for (const auto& g : s.gpus()) {
@@ -416,6 +459,13 @@ Result<Config> LoadConfig(const std::string& path) {
     err(s.gpus_size() > 0 ? "gpus" : "clusters", "no candidate cluster: give GPU types with node counts under `gpus` "
         "(within min_gpus and max_gpus) or fixed `clusters`");
   }
+  return Status::Ok();
+}
+
+void CheckPlansAndScale(Reader& r, const proto::AdviseConfig& with_defaults) {
+  Config& c = r.c;
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+  auto rel = [&](const std::string& ref) { return r.Rel(ref); };
   // A fixed plan is for the fixed cluster it names.
   for (size_t i = 0; i < c.planners.size(); ++i) {
     if (!c.planners[i].plan) continue;
@@ -441,7 +491,43 @@ Result<Config> LoadConfig(const std::string& path) {
     err("gpus", "the config asks for " + Num(replays) + " replays (candidates x planners x policies x intervals x "
         "seeds), more than " + Num(kMaxReplays) + "; narrow one of them");
   }
-  if (!errors.empty()) return errors.ToStatus();
+}
+
+}  // namespace
+
+Result<Config> LoadConfig(const std::string& path) {
+  HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kAdvise, path));
+  Config c;
+  c.file = src.file;
+  HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kAdvise, &c.spec));
+  const auto& s = c.spec;
+  YAML::Node root;
+  try {
+    root = YAML::Load(src.text);
+  } catch (const YAML::Exception&) {
+    // ParseSpec above would have reported it.
+  }
+  Reader r{c, root, {}};
+  auto err = [&](const std::string& key, const std::string& what) { r.Err(key, what); };
+
+  if (s.kind() != "advise") err("kind", "an advise config starts with `kind: advise`");
+  if (!IsPlainName(s.name())) {
+    err("name", "'" + s.name() + "' is not a plain name: use letters, digits, '-', '_' and '.' (it names the results "
+        "folder out/NAME), e.g. llama-13b-spot");
+  }
+
+  ReadModel(r);
+  ReadObjective(r);
+  const std::vector<TypeInfo> types = ReadGpuTypes(r);
+  const auto fixed = ReadFixedClusters(r);
+  const proto::AdviseConfig with_defaults = ReadPlanners(r);
+  ReadPolicies(r);
+  ReadIntervals(r);
+  ReadSimulation(r);
+  if (!r.errors.empty()) return r.errors.ToStatus();
+  HETSIM_RETURN_IF_ERROR(BuildCandidates(r, types, fixed));
+  CheckPlansAndScale(r, with_defaults);
+  if (!r.errors.empty()) return r.errors.ToStatus();
   return c;
 }
 
