@@ -179,7 +179,9 @@ class Lowerer {
   // number of members on every node; otherwise it falls back to a ring).
   void AddAllReduce(std::vector<Op>& ops, const std::vector<uint32_t>& members, uint32_t device, const Op& proto_op);
 
-  double GroupBytes(const GradSyncGroup& g) const;
+  double GroupBytes(const GradSyncGroup& g) const { return GroupBytes(g, g.layer_begin, g.layer_end); }
+  // The bytes of the group's parameters on layers [a, b) (a piece of it).
+  double GroupBytes(const GradSyncGroup& g, uint32_t a, uint32_t b) const;
 
   // ZeRO-3's gathers of the rank's layers before a pass. With the parameters offloaded each shard comes
   // from host memory first, and the layers no other replica holds are copied whole.

@@ -164,11 +164,7 @@ std::vector<Lowerer::GatherPiece> Lowerer::GatheredAhead(uint32_t device) const 
       p.count = n;
       p.layer_begin = sg.layer_begin + i * (layers / n) + std::min(i, layers % n);
       p.layer_end = p.layer_begin + layers / n + (i < layers % n ? 1 : 0);
-      double params = 0;
-      for (uint32_t l = p.layer_begin; l < p.layer_end; ++l) {
-        params += model_.ParamsPerRank(l, sg.num_chunks, sg.layer_begin != 0);
-      }
-      p.bytes = params * DTypeBytes(tr_.dtype());
+      p.bytes = GroupBytes(sg, p.layer_begin, p.layer_end);
       pieces.push_back(p);
     }
   }
@@ -276,9 +272,9 @@ void Lowerer::AddAllReduce(std::vector<Op>& ops, const std::vector<uint32_t>& me
   add(members, bytes, CollectiveKind::kAllReduce, Algorithm::kRing);
 }
 
-double Lowerer::GroupBytes(const GradSyncGroup& g) const {
+double Lowerer::GroupBytes(const GradSyncGroup& g, uint32_t a, uint32_t b) const {
   double params = 0;
-  for (uint32_t l = g.layer_begin; l < g.layer_end; ++l) params += model_.ParamsPerRank(l, g.num_chunks, g.layer_begin != 0);
+  for (uint32_t l = a; l < b; ++l) params += model_.ParamsPerRank(l, g.num_chunks, g.layer_begin != 0);
   return params * DTypeBytes(tr_.dtype());
 }
 
