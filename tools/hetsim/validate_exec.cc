@@ -74,6 +74,59 @@ std::vector<double> IterationTimes(const std::string& path) {
 
 }  // namespace
 
+// How the executor runs each plan (validate-sim --executor's flags).
+struct ExecSettings {
+  std::string exe, mpirun, backend, dir;
+  uint32_t iterations = 0, warmup = 0;
+  int repeats = 1;
+};
+
+// The executor's side of plan i of n: `repeats` runs under mpirun; r gets the report of the run with the median
+// iteration time and the iterations' spread. False (and why on err) when a run fails.
+bool ExecutePlan(const ExecSettings& x, const std::string& plan_ref, size_t i, size_t n, uint32_t pool, PlanResult& r,
+                 std::ostream& out, std::ostream& err) {
+  std::vector<double> iters;
+  std::vector<std::pair<double, proto::IterationReport>> runs;
+  for (int k = 0; k < x.repeats; ++k) {
+    const std::string stem = (fs::path(x.dir) / (r.plan + "-" + std::to_string(k))).string();
+    std::vector<std::string> argv = MpirunPrefix(x.mpirun, r.ranks);
+    argv.insert(argv.end(), {x.exe, "--plan", plan_ref, "--backend", x.backend, "--iterations", std::to_string(x.iterations),
+                             "--warmup", std::to_string(x.warmup), "--report-out", stem + ".json", "--loss-out",
+                             stem + ".loss.csv"});
+    if (x.backend == "cpu") argv.insert(argv.end(), {"--cores", std::to_string(pool)});
+    out << "[" << i + 1 << "/" << n << "] " << r.plan << ": run " << k + 1 << "/" << x.repeats << " ("
+        << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << ")\n"
+        << std::flush;
+    auto rc = RunChild(argv, stem + ".log");
+    if (!rc.ok() || *rc != 0) {
+      err << r.plan << ": the executor failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
+          << "); its output: " << stem << ".log; command: " << JoinArgs(argv) << "\n";
+      return false;
+    }
+    std::ifstream in(stem + ".json");
+    std::stringstream text;
+    text << in.rdbuf();
+    proto::IterationReport rep;
+    if (!google::protobuf::util::JsonStringToMessage(text.str(), &rep).ok()) {
+      err << stem << ".json: not an IterationReport\n";
+      return false;
+    }
+    for (double t : IterationTimes(stem + ".loss.csv")) iters.push_back(t);
+    runs.emplace_back(rep.iteration_time_s(), rep);
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto& median = runs[runs.size() / 2].second;
+  r.exec_s = median.iteration_time_s();
+  r.exec_classes = ClassSeconds(median);
+  if (iters.size() > 1) {
+    double mean = 0, var = 0;
+    for (double t : iters) mean += t / static_cast<double>(iters.size());
+    for (double t : iters) var += (t - mean) * (t - mean) / static_cast<double>(iters.size() - 1);
+    r.noise = std::sqrt(var) / mean;
+  }
+  return true;
+}
+
 int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   if (!vm.count("plans")) {
     err << "hetsim validate-sim --executor: give --plans P1,P2,... (plan files or bundled names, e.g. "
@@ -130,6 +183,7 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
     return 2;
   }
 
+  const ExecSettings x{*exe, FlagString(vm, "mpirun"), backend, dir, iterations, warmup, repeats};
   const auto plans = SplitList(FlagString(vm, "plans"));
   std::vector<PlanResult> results;
   int failed = 0;
@@ -179,51 +233,9 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
     r.sim_classes = ClassSeconds(sim->report);
 
     // The executor's side, `repeats` runs; the report of the run with the median iteration time.
-    std::vector<double> iters;
-    std::vector<std::pair<double, proto::IterationReport>> runs;
-    bool ok = true;
-    for (int k = 0; k < repeats && ok; ++k) {
-      const std::string stem = (fs::path(dir) / (r.plan + "-" + std::to_string(k))).string();
-      std::vector<std::string> argv = MpirunPrefix(FlagString(vm, "mpirun"), r.ranks);
-      argv.insert(argv.end(), {*exe, "--plan", plan_ref, "--backend", backend, "--iterations", std::to_string(iterations),
-                               "--warmup", std::to_string(warmup), "--report-out", stem + ".json", "--loss-out",
-                               stem + ".loss.csv"});
-      if (backend == "cpu") argv.insert(argv.end(), {"--cores", std::to_string(pool)});
-      out << "[" << i + 1 << "/" << plans.size() << "] " << r.plan << ": run " << k + 1 << "/" << repeats << " ("
-          << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << ")\n"
-          << std::flush;
-      auto rc = RunChild(argv, stem + ".log");
-      if (!rc.ok() || *rc != 0) {
-        err << r.plan << ": the executor failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
-            << "); its output: " << stem << ".log; command: " << JoinArgs(argv) << "\n";
-        ok = false;
-        break;
-      }
-      std::ifstream in(stem + ".json");
-      std::stringstream text;
-      text << in.rdbuf();
-      proto::IterationReport rep;
-      if (!google::protobuf::util::JsonStringToMessage(text.str(), &rep).ok()) {
-        err << stem << ".json: not an IterationReport\n";
-        ok = false;
-        break;
-      }
-      for (double t : IterationTimes(stem + ".loss.csv")) iters.push_back(t);
-      runs.emplace_back(rep.iteration_time_s(), rep);
-    }
-    if (!ok) {
+    if (!ExecutePlan(x, plan_ref, i, plans.size(), pool, r, out, err)) {
       ++failed;
       continue;
-    }
-    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    const auto& median = runs[runs.size() / 2].second;
-    r.exec_s = median.iteration_time_s();
-    r.exec_classes = ClassSeconds(median);
-    if (iters.size() > 1) {
-      double mean = 0, var = 0;
-      for (double t : iters) mean += t / static_cast<double>(iters.size());
-      for (double t : iters) var += (t - mean) * (t - mean) / static_cast<double>(iters.size() - 1);
-      r.noise = std::sqrt(var) / mean;
     }
     out << "      executed " << Fmt("%.2f ms", r.exec_s * 1e3) << " (iterations vary " << Fmt("%.1f%%", r.noise * 100)
         << "), simulated " << Fmt("%.2f ms", r.sim_s * 1e3) << ": " << Fmt("%+.1f%%", r.error() * 100) << "\n";
@@ -250,8 +262,8 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
     csv += "\n";
   }
   if (tally.count() > 0) {
-    out << Fmt("  %d plans: MAPE %.1f%%, bias %+.1f%%, worst %.1f%%\n", tally.count(), 100 * tally.mape(),
-               100 * tally.bias(), 100 * tally.worst());
+    out << Fmt("  %.0f plans: MAPE %.1f%%, bias %+.1f%%, worst %.1f%%\n", static_cast<double>(tally.count()),
+               100 * tally.mape(), 100 * tally.bias(), 100 * tally.worst());
   }
   const std::string csv_path = vm.count("output") ? FlagString(vm, "output") : (fs::path(dir) / "exec_vs_sim.csv").string();
   if (Status s = models::WriteFileAtomically(csv_path, csv); !s.ok()) {
