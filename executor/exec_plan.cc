@@ -198,6 +198,7 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     }
   }
   ep.sequence_parallel = plan.sequence_parallel() && tp_stage;
+  ep.tp_backward_blocking = plan.comm().tp_backward_blocking();
   if (ep.sequence_parallel) {
     // Megatron-LM's sequence parallelism sends each TP rank's shard to its peer of the next stage, so the
     // stages of a pipeline share one TP degree; the rest is not implemented here.

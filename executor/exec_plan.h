@@ -111,6 +111,7 @@ struct ExecPlan {
   bool selective_recompute = false;  // ModelOptions::selective_recompute
   bool pp_scatter_gather = false;    // comm.pp_scatter_gather without the leader broadcast (Runner::Scattered)
   bool sequence_parallel = false;    // ModelOptions::sequence_parallel (applies to stages with TP > 1)
+  bool tp_backward_blocking = false;  // ModelOptions::tp_backward_blocking (comm.tp_backward_blocking)
   uint32_t zero_stage = 0;  // ZeRO as the lowering orders it (executor/grad_sync.h)
   bool cpu_staged = false;  // pipeline transfers staged through host memory (executor/mpi_comm.h)
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.

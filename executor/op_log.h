@@ -42,10 +42,12 @@ class OpLog : public OpObserver {
                (double(role_.tp) * role_.ulysses * role_.cp);
     Add(op);
   }
-  void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max, models::CollectiveKind kind) override {
+  void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max, models::CollectiveKind kind,
+                    bool behind_gemms) override {
     models::Op op = InPass(models::Category::kTp, role_.tp_group, role_.tp_rank, mb, layer, bytes);
     op.reduce = max ? models::ReduceOp::kMax : models::ReduceOp::kSum;
     op.collective = kind;
+    op.hide_share = behind_gemms ? 1.0f : 0.0f;  // FormatOp prints whether, not how much
     Add(op);
   }
   void UlyssesAllToAll(uint32_t mb, uint32_t layer, double bytes) override {

@@ -544,6 +544,7 @@ int Runner::Run() {
   mo.rope_theta = static_cast<float>(o_.rope_theta);
   mo.selective_recompute = plan_.selective_recompute;
   mo.sequence_parallel = plan_.sequence_parallel;
+  mo.tp_backward_blocking = plan_.tp_backward_blocking;
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.chunks, role_.tp, role_.tp_rank, tp_comm_, mo,
                                         &recorder_);
   if (role_.ulysses > 1) model_->SetUlysses(comms_.at(role_.uly_group).get());

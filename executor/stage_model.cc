@@ -72,12 +72,12 @@ Param& StageModel::P(uint32_t layer, ParamKind kind) {
   return params_.front();
 }
 
-void StageModel::TpAllReduce(Tensor t, ReduceOp op, int32_t mb) {
+void StageModel::TpAllReduce(Tensor t, ReduceOp op, int32_t mb, bool behind_gemms) {
   if (tp_ == 1) return;
   if (observer_ != nullptr) {
     observer_->TpCollective(static_cast<uint32_t>(mb), current_layer_,
                             static_cast<double>(t.numel()) * static_cast<double>(DTypeSize(t.dtype)),
-                            op == ReduceOp::kMax);
+                            op == ReduceOp::kMax, models::CollectiveKind::kAllReduce, behind_gemms);
   }
   SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
   tp_comm_->AllReduce(t, op);
@@ -101,13 +101,18 @@ Buffer StageModel::SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb
   return sp() ? GatherShard(shard.t(), batch, seq, mb) : std::move(shard);
 }
 
-Buffer StageModel::GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t mb) {
+Buffer StageModel::Regather(const Buffer& saved, int64_t batch, int64_t seq, int32_t mb) {
+  if (!sp()) return Buffer();
+  return GatherShard(saved.t(), batch, seq, mb, true);
+}
+
+Buffer StageModel::GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t mb, bool behind_gemms) {
   const int64_t t = tp_, part = seq / t, rows = batch * part, w = shard.cols;
   HETSIM_CHECK(shard.rows == rows, "StageModel: sequence-parallel all-gather of a bad shard");
   Buffer full = NewAct(batch * seq, w);
   if (observer_ != nullptr) {
     observer_->TpCollective(static_cast<uint32_t>(mb), current_layer_, static_cast<double>(full.t().bytes()), false,
-                            models::CollectiveKind::kAllGather);
+                            models::CollectiveKind::kAllGather, behind_gemms);
   }
   SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
   // The members' shards arrive in TP-rank order; member j's rows of sequence b go to positions
@@ -118,16 +123,16 @@ Buffer StageModel::GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t
   return full;
 }
 
-Buffer StageModel::SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb) {
+Buffer StageModel::SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb, bool behind_gemms) {
   if (!sp()) {
-    TpAllReduce(full.t(), ReduceOp::kSum, mb);
+    TpAllReduce(full.t(), ReduceOp::kSum, mb, behind_gemms && !options_.tp_backward_blocking);
     return full;
   }
   const int64_t t = tp_, part = seq / t, rows = batch * part, w = full.t().cols;
   HETSIM_CHECK(full.t().rows == batch * seq, "StageModel: sequence-parallel reduce-scatter of a bad tensor");
   if (observer_ != nullptr) {
     observer_->TpCollective(static_cast<uint32_t>(mb), current_layer_, static_cast<double>(full.t().bytes()), false,
-                            models::CollectiveKind::kReduceScatter);
+                            models::CollectiveKind::kReduceScatter, behind_gemms);
   }
   SliceRecorder::Scope scope(recorder_, Category::kTp, mb);
   // Member j's segment: positions [j·s/t, (j+1)·s/t) of every sequence.
@@ -235,13 +240,17 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   s.inv1 = New(Ts, 1, DType::kF32);
   s.n1 = NewAct(Ts, h);
   be_->RmsNorm(s.n1.t(), s.inv1.t(), s.x.t(), P(layer, ParamKind::kAttnNorm).w(), options_.norm_eps);
-  s.n1 = SpGather(std::move(s.n1), st.batch, st.seq, imb);
-  s.q = NewAct(T, qd);
-  s.k = NewAct(T, kvd);
-  s.v = NewAct(T, kvd);
-  be_->Gemm(s.q.t(), s.n1.t(), false, P(layer, ParamKind::kWq).w(), true, 1, 0);
-  be_->Gemm(s.k.t(), s.n1.t(), false, P(layer, ParamKind::kWk).w(), true, 1, 0);
-  be_->Gemm(s.v.t(), s.n1.t(), false, P(layer, ParamKind::kWv).w(), true, 1, 0);
+  {
+    // Under SP the saved input stays sequence-sharded (the backward gathers it again).
+    const Buffer n1_full = sp() ? GatherShard(s.n1.t(), st.batch, st.seq, imb) : Buffer();
+    const Tensor n1 = sp() ? n1_full.t() : s.n1.t();
+    s.q = NewAct(T, qd);
+    s.k = NewAct(T, kvd);
+    s.v = NewAct(T, kvd);
+    be_->Gemm(s.q.t(), n1, false, P(layer, ParamKind::kWq).w(), true, 1, 0);
+    be_->Gemm(s.k.t(), n1, false, P(layer, ParamKind::kWk).w(), true, 1, 0);
+    be_->Gemm(s.v.t(), n1, false, P(layer, ParamKind::kWv).w(), true, 1, 0);
+  }
   // Ulysses: the whole sequence for 1/u of the heads (RoPE then takes every token's own position). CP: the
   // rank's queries at their positions in the whole sequence, against every rank's keys (the ring); its own
   // k and v stay as they are, for the backward's ring.
@@ -286,11 +295,14 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   s.inv2 = New(Ts, 1, DType::kF32);
   s.n2 = NewAct(Ts, h);
   be_->RmsNorm(s.n2.t(), s.inv2.t(), s.x2.t(), P(layer, ParamKind::kMlpNorm).w(), options_.norm_eps);
-  s.n2 = SpGather(std::move(s.n2), st.batch, st.seq, imb);
-  s.gate = NewAct(T, f);
-  s.up = NewAct(T, f);
-  be_->Gemm(s.gate.t(), s.n2.t(), false, P(layer, ParamKind::kWgate).w(), true, 1, 0);
-  be_->Gemm(s.up.t(), s.n2.t(), false, P(layer, ParamKind::kWup).w(), true, 1, 0);
+  {
+    const Buffer n2_full = sp() ? GatherShard(s.n2.t(), st.batch, st.seq, imb) : Buffer();
+    const Tensor n2 = sp() ? n2_full.t() : s.n2.t();
+    s.gate = NewAct(T, f);
+    s.up = NewAct(T, f);
+    be_->Gemm(s.gate.t(), n2, false, P(layer, ParamKind::kWgate).w(), true, 1, 0);
+    be_->Gemm(s.up.t(), n2, false, P(layer, ParamKind::kWup).w(), true, 1, 0);
+  }
   s.act = NewAct(T, f);
   be_->SwiGlu(s.act.t(), s.gate.t(), s.up.t());
   Buffer y = NewAct(T, h);
@@ -311,9 +323,11 @@ void StageModel::HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x
   s.inv = New(Ts, 1, DType::kF32);
   s.n = NewAct(Ts, h);
   be_->RmsNorm(s.n.t(), s.inv.t(), s.x.t(), P(layer, ParamKind::kFinalNorm).w(), options_.norm_eps);
-  s.n = SpGather(std::move(s.n), st.batch, st.seq, imb);
   Buffer logits = NewAct(T, head.spec.held.size());
-  be_->Gemm(logits.t(), s.n.t(), false, head.w(), true, 1, 0);
+  {
+    const Buffer n_full = sp() ? GatherShard(s.n.t(), st.batch, st.seq, imb) : Buffer();
+    be_->Gemm(logits.t(), sp() ? n_full.t() : s.n.t(), false, head.w(), true, 1, 0);
+  }
   Buffer row_max = New(T, 1, DType::kF32), sums = New(T, 2, DType::kF32);
   be_->CrossEntropyMax(row_max.t(), logits.t());
   TpAllReduce(row_max.t(), ReduceOp::kMax, imb);
@@ -374,11 +388,15 @@ Buffer StageModel::HeadBackward(uint32_t mb, MicroBatch& st, HeadSaved& s) {
   const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
   Param& head = P(layer, ParamKind::kHead);
   Param& norm = P(layer, ParamKind::kFinalNorm);
+  const auto imb = static_cast<int32_t>(mb);
+  // The column-parallel projection's backward as Megatron-LM issues it: the input's re-gather (SP) behind
+  // the dgrad GEMM, the dgrad's reduce-scatter (all-reduce without SP) behind the wgrad GEMM.
+  const Buffer n_full = Regather(s.n, st.batch, st.seq, imb);
   Buffer dn = NewAct(T, h);
   be_->Gemm(dn.t(), s.dlogits.t(), false, head.w(), false, 1, 0);
-  be_->Gemm(head.grad.t(), s.dlogits.t(), true, s.n.t(), false, 1, 1);
+  dn = SpReduce(std::move(dn), st.batch, st.seq, imb, true);
+  be_->Gemm(head.grad.t(), s.dlogits.t(), true, sp() ? n_full.t() : s.n.t(), false, 1, 1);
   s.dlogits.Reset();
-  dn = SpReduce(std::move(dn), st.batch, st.seq, static_cast<int32_t>(mb));
   Buffer dx = NewAct(ShardRows(T), h);
   be_->RmsNormBackward(dx.t(), norm.grad.t(), s.x.t(), norm.w(), s.inv.t(), dn.t(), false);
   s = HeadSaved{};
@@ -406,14 +424,17 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   dact.Reset();
   s.gate.Reset();
   s.up.Reset();
+  // The up projections' backward as Megatron-LM issues it (HeadBackward).
+  const Buffer n2_full = Regather(s.n2, st.batch, st.seq, imb);
+  const Tensor n2 = sp() ? n2_full.t() : s.n2.t();
   Buffer dn2 = NewAct(T, h);
   be_->Gemm(dn2.t(), dgate.t(), false, wgate.w(), false, 1, 0);
   be_->Gemm(dn2.t(), dup.t(), false, wup.w(), false, 1, 1);
-  be_->Gemm(wgate.grad.t(), dgate.t(), true, s.n2.t(), false, 1, 1);
-  be_->Gemm(wup.grad.t(), dup.t(), true, s.n2.t(), false, 1, 1);
+  dn2 = SpReduce(std::move(dn2), st.batch, st.seq, imb, true);
+  be_->Gemm(wgate.grad.t(), dgate.t(), true, n2, false, 1, 1);
+  be_->Gemm(wup.grad.t(), dup.t(), true, n2, false, 1, 1);
   dgate.Reset();
   dup.Reset();
-  dn2 = SpReduce(std::move(dn2), st.batch, st.seq, imb);
   Param& norm2 = P(layer, ParamKind::kMlpNorm);
   Buffer dx2 = std::move(dy);  // the residual passes dy through; the norm's gradient is added to it
   be_->RmsNormBackward(dx2.t(), norm2.grad.t(), s.x2.t(), norm2.w(), s.inv2.t(), dn2.t(), true);
@@ -470,17 +491,19 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   Param& wq = P(layer, ParamKind::kWq);
   Param& wk = P(layer, ParamKind::kWk);
   Param& wv = P(layer, ParamKind::kWv);
+  const Buffer n1_full = Regather(s.n1, st.batch, st.seq, imb);
+  const Tensor n1 = sp() ? n1_full.t() : s.n1.t();
   Buffer dn1 = NewAct(T, h);
   be_->Gemm(dn1.t(), dq.t(), false, wq.w(), false, 1, 0);
   be_->Gemm(dn1.t(), dk.t(), false, wk.w(), false, 1, 1);
   be_->Gemm(dn1.t(), dv.t(), false, wv.w(), false, 1, 1);
-  be_->Gemm(wq.grad.t(), dq.t(), true, s.n1.t(), false, 1, 1);
-  be_->Gemm(wk.grad.t(), dk.t(), true, s.n1.t(), false, 1, 1);
-  be_->Gemm(wv.grad.t(), dv.t(), true, s.n1.t(), false, 1, 1);
+  dn1 = SpReduce(std::move(dn1), st.batch, st.seq, imb, true);
+  be_->Gemm(wq.grad.t(), dq.t(), true, n1, false, 1, 1);
+  be_->Gemm(wk.grad.t(), dk.t(), true, n1, false, 1, 1);
+  be_->Gemm(wv.grad.t(), dv.t(), true, n1, false, 1, 1);
   dq.Reset();
   dk.Reset();
   dv.Reset();
-  dn1 = SpReduce(std::move(dn1), st.batch, st.seq, imb);
   Param& norm1 = P(layer, ParamKind::kAttnNorm);
   Buffer dx = std::move(dx2);
   be_->RmsNormBackward(dx.t(), norm1.grad.t(), s.x.t(), norm1.w(), s.inv1.t(), dn1.t(), true);

@@ -45,6 +45,9 @@ struct ModelOptions {
   // row-parallel ones (backward: the mirror image). The gathered norm outputs are kept for the backward (no
   // second all-gather there). The norms' gradients are partial per TP rank (GradSync sums them).
   bool sequence_parallel = false;
+  // comm.tp_backward_blocking: without SP the column-parallel dgrad's all-reduce is not issued behind the
+  // wgrad GEMM (the op log says so; on CPU workers every call is synchronous anyway).
+  bool tp_backward_blocking = false;
 };
 
 struct Param {
@@ -64,9 +67,11 @@ class OpObserver {
   // `recompute`: the forward recomputation of a block inside the backward pass.
   virtual void LayerPass(bool forward, bool recompute, uint32_t mb, uint32_t layer, int64_t sequences) = 0;
   // `kind`: all-reduce (`max`: of maxima), or under sequence parallelism all-gather / reduce-scatter; `bytes`:
-  // the whole tensor's.
+  // the whole tensor's; `behind_gemms`: a column-parallel linear's backward call that Megatron-LM launches
+  // before the GEMM it runs behind (models::LayerTpCollectives).
   virtual void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max,
-                            models::CollectiveKind kind = models::CollectiveKind::kAllReduce) = 0;
+                            models::CollectiveKind kind = models::CollectiveKind::kAllReduce,
+                            bool behind_gemms = false) = 0;
   // A Ulysses all-to-all of `bytes` (this rank's whole tensor), reported after the block's TP collectives
   // (the lowering's order within a pass).
   virtual void UlyssesAllToAll(uint32_t mb, uint32_t layer, double bytes) {
@@ -167,7 +172,7 @@ class StageModel {
   };
 
   Param& P(uint32_t layer, ParamKind kind);
-  void TpAllReduce(Tensor t, ReduceOp op, int32_t mb);
+  void TpAllReduce(Tensor t, ReduceOp op, int32_t mb, bool behind_gemms = false);
   // Sequence parallelism: rows of the residual stream per micro-batch of `rows` tokens; the all-gather of a
   // sequence-sharded tensor ([batch·seq/t, w] → [batch·seq, w]); the reduce-scatter of a partial one
   // (the reverse). Without it: the tensor itself, and the all-reduce.
@@ -179,8 +184,12 @@ class StageModel {
   // Copies one into the other.
   void Regroup(Tensor by_member, Tensor by_sequence, int64_t batch, int64_t members, bool to_sequences);
   Buffer SpGather(Buffer shard, int64_t batch, int64_t seq, int32_t mb);
-  Buffer GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t mb);  // SpGather's all-gather
-  Buffer SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb);
+  // SpGather's all-gather (`behind_gemms`: a backward's re-gather of a column-parallel linear's input).
+  Buffer GatherShard(Tensor shard, int64_t batch, int64_t seq, int32_t mb, bool behind_gemms = false);
+  Buffer SpReduce(Buffer full, int64_t batch, int64_t seq, int32_t mb, bool behind_gemms = false);
+  // Under SP a column-parallel linear keeps its input sequence-sharded and gathers it again in the backward
+  // (Megatron-LM, Transformer Engine): `saved` itself without SP.
+  Buffer Regather(const Buffer& saved, int64_t batch, int64_t seq, int32_t mb);
   Buffer New(int64_t rows, int64_t cols, DType dtype) { return Buffer(be_, rows, cols, dtype); }
   Buffer NewAct(int64_t rows, int64_t cols) { return Buffer(be_, rows, cols, be_->act_dtype()); }
   // checkpoint: blocks keep only their inputs (full recomputation).

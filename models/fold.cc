@@ -11,7 +11,7 @@ namespace hetsim::models {
 
 bool SameWork(const Op& a, const Op& b) {
   return a.kind == b.kind && a.category == b.category && a.collective == b.collective && a.algorithm == b.algorithm &&
-         a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass &&
+         a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass && a.hide_share == b.hide_share &&
          a.micro_batch == b.micro_batch && a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
          a.calls == b.calls && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
          a.seq_begin == b.seq_begin && a.seq_end == b.seq_end && a.bytes == b.bytes && a.flops == b.flops &&

@@ -348,6 +348,7 @@ std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stre
       std::snprintf(buf, sizeof(buf), " layers %u-%u bytes %.6g", op.layer_begin, op.layer_end, op.bytes);
       s += buf;
       if (op.num_buckets > 1) s += " bucket " + std::to_string(op.bucket) + "/" + std::to_string(op.num_buckets);
+      if (op.hide_share > 0) s += " behind-gemms";
       break;
     default:
       break;

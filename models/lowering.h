@@ -114,6 +114,9 @@ struct Op {
   uint8_t channel = 0;
   bool recompute = false;  // compute: a forward recomputation inside the backward pass
   bool in_pass = false;    // collective: issued by the layer code inside the surrounding compute pass (TP)
+  // TP collective of a backward pass: runs behind column-parallel GEMMs that are this share of the compute
+  // operation before it (TpCollective::hidden_flops over that operation's FLOPs); 0: exposed.
+  float hide_share = 0;
   uint16_t micro_batch = 0;
   uint16_t bucket = 0;        // DP: this bucket of `num_buckets`
   uint16_t num_buckets = 1;
@@ -206,20 +209,35 @@ struct LoweringOptions {
 Result<Lowering> LowerPlan(const proto::Plan& plan, const PlanContext& ctx, const LoweringOptions& options = {});
 
 // TP collectives of one layer's forward or backward pass for `batch` sequences (see the header comment),
-// in the order Megatron-LM issues them. `bytes` is the whole tensor's (an all-gather's output, a
-// reduce-scatter's input). Under sequence parallelism (Korthikanti et al. 2022, §4.2.2) each all-reduce
-// around a column-/row-parallel pair becomes an all-gather before the column-parallel GEMM and a
+// in the order Megatron-LM and Transformer Engine issue them. `bytes` is the whole tensor's (an all-gather's
+// output, a reduce-scatter's input). Under sequence parallelism (Korthikanti et al. 2022, §4.2.2) each
+// all-reduce around a column-/row-parallel pair becomes an all-gather before the column-parallel GEMM and a
 // reduce-scatter after the row-parallel one: the embedding reduce-scatters its output (all-gathers its
 // gradient), a block all-gathers before QKV and the MLP and reduce-scatters after the attention output and
-// the MLP (backward: all-gather of the incoming gradient, reduce-scatter of the norm's input gradient, twice),
-// the head all-gathers before its GEMM (backward: reduce-scatter).
+// the MLP, the head all-gathers before its GEMM. The backward of each column-parallel linear (QKV, the MLP's
+// up projection, the head) re-gathers its sequence-sharded input before its dgrad GEMM and reduce-scatters
+// the dgrad before its wgrad GEMM, both asynchronous and hidden behind those GEMMs (Megatron-LM's
+// LinearWithGradAccumulationAndAsyncCommunication, Transformer Engine's Linear/LayerNormLinear); the
+// row-parallel ones all-gather their output gradient first, exposed. Without SP the column-parallel dgrad
+// all-reduce is the one asynchronous call, behind the wgrad GEMM. FP8 training (Transformer Engine's
+// delayed scaling) gathers the blocks' inputs and output gradients already cast to FP8 (one byte an element);
+// reduce-scatters and all-reduces stay in the 2-byte type, as do the embedding's and the head's calls
+// (Megatron's own layers, not Transformer Engine's).
 struct TpCollective {
   double bytes = 0;
   ReduceOp reduce = ReduceOp::kSum;
   CollectiveKind kind = CollectiveKind::kAllReduce;
+  // Backward: launched asynchronously before a column-parallel GEMM that runs while it does (the input's
+  // re-gather before the dgrad GEMM, the dgrad's reduce-scatter or all-reduce before the wgrad GEMM), that
+  // GEMM's FLOPs for the call's tokens on one TP rank; 0: exposed (docs/lowering.md "TP collectives behind
+  // the backward's GEMMs").
+  double hidden_flops = 0;
 };
+// `seq_len`: the tokens of a sequence on the rank (seq_len / CP or Ulysses ways); `tp` divides hidden_flops.
+// `blocking`: comm.tp_backward_blocking (no call hidden without SP).
 std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
-                                             uint32_t seq_len, proto::DType dtype, bool sequence_parallel = false);
+                                             uint32_t seq_len, proto::DType dtype, bool sequence_parallel = false,
+                                             uint32_t tp = 1, bool blocking = false);
 
 // Bytes of one K/V block a ring-attention rank sends per ring step in the forward pass: K and V of
 // `batch` sequences of seq_len / cp tokens, kv heads / tp (at least one) per rank. The backward sends

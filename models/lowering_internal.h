@@ -132,10 +132,17 @@ class Lowerer {
   void AddCompute(std::vector<Op>& ops, uint32_t layer, double flops, Category cat, uint16_t mb,
                   std::pair<uint32_t, uint32_t> seqs, bool recompute);
 
-  // One layer's TP collectives in one direction (or their bytes into the pass's fused all-reduce).
+  // A fused pass's TP traffic (LoweringOptions::fuse_passes): the exposed collectives' and the ones behind
+  // the backward's GEMMs (TpCollective::hidden_flops), each as one all-reduce moving as many bytes.
+  struct FusedTp {
+    double bytes[2] = {0, 0};   // [exposed, hidden]
+    uint32_t gathers[2] = {0, 0}, others[2] = {0, 0};  // calls (an all-gather with a reduce-scatter: one
+                                                       // all-reduce's call; two lone all-gathers: one)
+    double hidden_flops = 0;
+  };
+  // One layer's TP collectives in one direction (or their bytes into the pass's fused all-reduces).
   void AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
-                  double batch, uint32_t local_seq, bool forward, uint16_t mb, double* fused_bytes,
-                  uint32_t* fused_calls);
+                  double batch, uint32_t local_seq, bool forward, uint16_t mb, FusedTp* fused);
 
   // Ring-attention point-to-point operations of one pass of one block (or of a fused pass). Before the
   // compute (`before`): one send per ring step (`bytes[i]` at step i) to the next CP rank and as many

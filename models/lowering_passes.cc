@@ -12,11 +12,32 @@
 namespace hetsim::models {
 
 std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint32_t layer, bool forward, double batch,
-                                             uint32_t seq_len, proto::DType dtype, bool sequence_parallel) {
-  const double activations = DTypeBytes(dtype) * batch * seq_len * model.spec().hidden_size();
+                                             uint32_t seq_len, proto::DType dtype, bool sequence_parallel, uint32_t tp,
+                                             bool blocking) {
+  const double tokens = batch * seq_len, h = model.spec().hidden_size();
+  const double activations = DTypeBytes(dtype) * tokens * h;
+  // Transformer Engine casts a block linear's input (and, backward, its output gradient) to FP8 before
+  // gathering it.
+  const double block_gather = dtype == proto::DTYPE_FP8 ? tokens * h : activations;
   const TpCollective reduce{activations, ReduceOp::kSum,
                             sequence_parallel ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce};
   const TpCollective gather{activations, ReduceOp::kSum, CollectiveKind::kAllGather};
+  const TpCollective block_gathered{block_gather, ReduceOp::kSum, CollectiveKind::kAllGather};
+  // A column-parallel linear's backward with `params` weights (whole layer): one GEMM (dgrad or wgrad)
+  // takes 2 · tokens · params / tp FLOPs on a rank. Under SP the input's re-gather runs behind the dgrad
+  // GEMM and the dgrad's reduce-scatter behind the wgrad GEMM; without SP the dgrad's all-reduce runs
+  // behind the wgrad GEMM.
+  const auto column_backward = [&](double params, const TpCollective& regather, std::vector<TpCollective>* out) {
+    const double gemm = 2 * tokens * params / std::max(1u, tp);
+    if (sequence_parallel) {
+      TpCollective g = regather;
+      g.hidden_flops = gemm;
+      out->push_back(g);
+    }
+    TpCollective r = reduce;
+    if (sequence_parallel || !blocking) r.hidden_flops = gemm;
+    out->push_back(r);
+  };
   switch (model.kind(layer)) {
     case LayerKind::kEmbedding:
       // Vocabulary-parallel lookup: partial embeddings summed; the input gradient is the token ids' (none),
@@ -24,18 +45,30 @@ std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint
       if (forward) return {reduce};
       if (sequence_parallel) return {gather};
       return {};
-    case LayerKind::kTransformer:
-      // After the row-parallel attention output and MLP down projections (forward), after the
-      // column-parallel QKV and MLP up projections' input gradients (backward); under SP each preceded by
-      // the all-gather of the sequence-sharded tensor the column-parallel GEMM (forward) or the
-      // row-parallel one's gradient (backward) needs.
-      if (sequence_parallel) return {gather, reduce, gather, reduce};
-      return {reduce, reduce};
+    case LayerKind::kTransformer: {
+      // Forward: after the row-parallel attention output and MLP down projections; under SP each preceded
+      // by the all-gather of the sequence-sharded input of the column-parallel QKV and MLP up projections.
+      if (forward) {
+        if (sequence_parallel) return {block_gathered, reduce, block_gathered, reduce};
+        return {reduce, reduce};
+      }
+      // Backward, the MLP first: the down projection's output gradient gathered (SP), the up projection's
+      // column-parallel backward; then the attention output's and QKV's alike.
+      const double kvd = static_cast<double>(model.kv_heads()) * model.head_dim();
+      const double qkv = h * h + 2 * h * kvd;
+      const double up = (model.spec().mlp() == proto::Model::MLP_SWIGLU ? 2.0 : 1.0) * h *
+                        model.spec().ffn_hidden_size();
+      std::vector<TpCollective> out;
+      if (sequence_parallel) out.push_back(block_gathered);
+      column_backward(up, block_gathered, &out);
+      if (sequence_parallel) out.push_back(block_gathered);
+      column_backward(qkv, block_gathered, &out);
+      return out;
+    }
     case LayerKind::kHead: {
       // Vocabulary-parallel cross-entropy: the row maxima (one fp32 per token), then the softmax
-      // denominators and the target logits (two fp32 per token); backward: the input gradient of the
-      // column-parallel output projection. Under SP the final norm's output is gathered first.
-      const double tokens = batch * seq_len;
+      // denominators and the target logits (two fp32 per token); backward: the column-parallel output
+      // projection's. Under SP the final norm's output is gathered first.
       if (forward) {
         std::vector<TpCollective> out;
         if (sequence_parallel) out.push_back(gather);
@@ -43,7 +76,9 @@ std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint
         out.push_back({8.0 * tokens, ReduceOp::kSum});
         return out;
       }
-      return {reduce};
+      std::vector<TpCollective> out;
+      column_backward(static_cast<double>(model.spec().vocab_size()) * h, gather, &out);
+      return out;
     }
   }
   return {};
@@ -117,20 +152,35 @@ void Lowerer::AddCompute(std::vector<Op>& ops, uint32_t layer, double flops, Cat
   ops.push_back(op);
 }
 
-void Lowerer::AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
-                         double batch, uint32_t local_seq, bool forward, uint16_t mb, double* fused_bytes,
-                         uint32_t* fused_calls) {
-  if (tp_group.size() < 2) return;
-  if (options_.tp_in_compute && options_.tp_in_compute(device, layer, static_cast<uint32_t>(tp_group.size()), batch)) {
-    return;
+namespace {
+
+// The share of the last compute operation in `ops` that `hidden_flops` are (at most all of it).
+float HideShare(const std::vector<Op>& ops, double hidden_flops) {
+  if (hidden_flops <= 0) return 0;
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    if (it->kind != OpKind::kCompute) continue;
+    return it->flops > 0 ? static_cast<float>(std::min(1.0, hidden_flops / it->flops)) : 0.0f;
   }
+  return 0;
+}
+
+}  // namespace
+
+void Lowerer::AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vector<uint32_t>& tp_group, uint32_t layer,
+                         double batch, uint32_t local_seq, bool forward, uint16_t mb, FusedTp* fused) {
+  if (tp_group.size() < 2) return;
+  const auto t = static_cast<uint32_t>(tp_group.size());
+  if (options_.tp_in_compute && options_.tp_in_compute(device, layer, t, batch)) return;
   const bool sp = plan_.sequence_parallel();
-  for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, local_seq, tr_.dtype(), sp)) {
+  for (const auto& c : LayerTpCollectives(model_, layer, forward, batch, local_seq, tr_.dtype(), sp, t,
+                                                   plan_.comm().tp_backward_blocking())) {
     if (options_.fuse_passes) {
       // A pass's TP traffic as one all-reduce: an all-gather and a reduce-scatter of a tensor move what
       // an all-reduce of it does.
-      *fused_bytes += c.kind == CollectiveKind::kAllReduce ? c.bytes : c.bytes / 2;
-      if (c.kind != CollectiveKind::kAllGather) ++*fused_calls;
+      const int k = c.hidden_flops > 0 ? 1 : 0;
+      fused->bytes[k] += c.kind == CollectiveKind::kAllReduce ? c.bytes : c.bytes / 2;
+      ++(c.kind == CollectiveKind::kAllGather ? fused->gathers : fused->others)[k];
+      fused->hidden_flops += c.hidden_flops;
       continue;
     }
     Op& op = AddCollective(ops, tp_group, device, c.bytes, c.kind, Category::kTp, mb,
@@ -139,6 +189,7 @@ void Lowerer::AddLayerTp(std::vector<Op>& ops, uint32_t device, const std::vecto
     op.in_pass = true;
     op.layer_begin = layer;
     op.layer_end = layer + 1;
+    op.hide_share = HideShare(ops, c.hidden_flops);
   }
 }
 
@@ -203,8 +254,9 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
       AddRing(ops, ring, device, true, std::vector<double>(steps, fused_ring / steps), mb, a, b, batch);
     }
   }
-  double fused_bytes = 0, fused_a2a = 0;
-  uint32_t fused_calls = 0, fused_a2a_calls = 0;
+  FusedTp fused_tp;
+  double fused_a2a = 0;
+  uint32_t fused_a2a_calls = 0;
   // One block pass (forward, recomputed forward or backward): ring sends, compute, ring receives, TP
   // collectives, Ulysses all-to-alls.
   const auto pass = [&](uint32_t l, bool fwd_pass, bool recompute) {
@@ -215,7 +267,7 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
                          (t * ways);
     AddCompute(ops, l, flops, cat, mb, seqs, recompute);
     if (ring_here) AddRing(ops, ring, device, false, ring_bytes(fwd_pass), mb, l, l + 1, batch);
-    AddLayerTp(ops, device, tp_group, l, batch, local_seq, fwd_pass, mb, &fused_bytes, &fused_calls);
+    AddLayerTp(ops, device, tp_group, l, batch, local_seq, fwd_pass, mb, &fused_tp);
     if (sh.ulysses > 1 && is_block(l)) {
       for (double bytes : UlyssesAllToAllBytes(model_, fwd_pass, batch, tr_.seq_len(), t, sh.ulysses, tr_.dtype())) {
         if (fuse) {
@@ -243,13 +295,16 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
   if (fused_ring > 0) {
     AddRing(ops, ring, device, false, std::vector<double>(steps, fused_ring / steps), mb, a, b, batch);
   }
-  if (fused_bytes > 0) {
-    Op& op = AddCollective(ops, tp_group, device, fused_bytes, CollectiveKind::kAllReduce, Category::kTp, mb,
+  for (int k = 0; k < 2; ++k) {
+    if (fused_tp.bytes[k] <= 0) continue;
+    Op& op = AddCollective(ops, tp_group, device, fused_tp.bytes[k], CollectiveKind::kAllReduce, Category::kTp, mb,
                            TpAlgorithm());
     op.in_pass = true;
-    op.calls = fused_calls;
+    const uint32_t g = fused_tp.gathers[k], o = fused_tp.others[k];
+    op.calls = o + (g > o ? (g - o + 1) / 2 : 0);
     op.layer_begin = a;
     op.layer_end = b;
+    if (k == 1) op.hide_share = HideShare(ops, fused_tp.hidden_flops);
   }
   if (fused_a2a > 0) {
     Op& op = AddCollective(ops, uly_group, device, fused_a2a, CollectiveKind::kAllToAll, Category::kCp, mb);

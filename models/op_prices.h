@@ -5,8 +5,11 @@
 // - PassSeconds: one compute operation of a rank (a forward, backward or recomputation pass over a layer
 //   range), from a per-layer price the caller supplies (the simulator's compute model, or a planner's view
 //   of it), with the host's per-micro-batch overhead charged once per pass.
+// - HideBehindGemms: the backward's asynchronous TP collectives (Op::hide_share) moved behind the GEMMs they
+//   run during, on either consumer's operation type.
 // - OverlapTpChunks: comm.tp_overlap's rewrite of a rank's program (Transformer Engine's userbuffers), on
 //   either consumer's operation type.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -51,6 +54,59 @@ double PassSeconds(const Op& op, const RankOps& r, const TransformerModel& model
   }
   if (blocks > 0) seconds += blocks * one(first_block);
   return seconds;
+}
+
+// The TP collectives a backward pass launches asynchronously before its column-parallel GEMMs (Op::hide_share
+// > 0; models/lowering.h LayerTpCollectives): a compute operation of C seconds followed, before the next
+// compute, by such collectives whose shares add up to s becomes
+//   start compute s·C; those collectives; wait for the compute; compute (1 − s)·C; the other operations
+// so the pair takes max(s·C, their time) + (1 − s)·C. The shares are of FLOPs (the GEMMs' against the
+// operation's), the compute model's time split alike. `OpT` has kind, category, seconds, micro_batch and
+// hide_share; `compute`, `async` and `join` are as in OverlapTpChunks.
+template <class OpT, class KindT>
+std::vector<OpT> HideBehindGemms(const std::vector<OpT>& ops, KindT compute, KindT async, KindT join) {
+  std::vector<OpT> out;
+  out.reserve(ops.size() + ops.size() / 4);
+  std::vector<size_t> hidden;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpT& op = ops[i];
+    size_t j = i + 1;
+    hidden.clear();
+    double share = 0;
+    if (op.kind == compute && op.category == Category::kBackward) {
+      for (; j < ops.size() && ops[j].kind != compute && ops[j].kind != async && ops[j].kind != join; ++j) {
+        if (ops[j].hide_share > 0 && ops[j].micro_batch == op.micro_batch) {
+          hidden.push_back(j);
+          share += ops[j].hide_share;
+        }
+      }
+    }
+    if (hidden.empty()) {
+      out.push_back(op);
+      continue;
+    }
+    OpT started = op;
+    started.kind = async;
+    started.seconds = op.seconds * std::min(1.0, share);
+    out.push_back(started);
+    for (size_t c : hidden) out.push_back(ops[c]);
+    OpT wait = op;
+    wait.kind = join;
+    wait.seconds = 0;
+    out.push_back(wait);
+    OpT rest = op;
+    rest.seconds = op.seconds - started.seconds;
+    out.push_back(rest);
+    for (size_t c = i + 1, h = 0; c < j; ++c) {
+      if (h < hidden.size() && hidden[h] == c) {
+        ++h;
+        continue;
+      }
+      out.push_back(ops[c]);
+    }
+    i = j - 1;
+  }
+  return out;
 }
 
 // comm.tp_overlap: every forward/backward compute operation followed by TP collectives of its micro-batch

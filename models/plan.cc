@@ -321,6 +321,11 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
                  "memory after the step); set offload: none, or comm.param_gather_overlap: false");
     }
   }
+  if (plan.comm().tp_backward_blocking() && plan.sequence_parallel()) {
+    errors.Add(at + "comm.tp_backward_blocking: Megatron-LM always issues sequence parallelism's backward calls "
+               "behind the GEMMs (the option is for the all-reduces without it); set comm.tp_backward_blocking: "
+               "false, or sequence_parallel: false");
+  }
   std::map<uint32_t, std::string> owner;  // device -> where it is used
   uint64_t sequences = 0;
   for (int p = 0; p < plan.pipelines_size(); ++p) {

@@ -55,6 +55,7 @@ struct POp {
   uint32_t rank = 0;   // collective: the device's rank in the group
   double seconds = 0;  // compute; collective: the call's fixed latency α
   double bytes = 0;    // transfer bytes (collective: the buffer S over the collective efficiency)
+  float hide_share = 0;  // TP collective behind the backward's GEMMs (models::Op::hide_share)
 };
 
 struct Program {

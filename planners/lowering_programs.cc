@@ -288,6 +288,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
         op.algorithm = lo.algorithm;
         op.micro_batch = lo.micro_batch;
         op.bytes = lo.bytes;
+        op.hide_share = lo.hide_share;
         switch (lo.kind) {
           case models::OpKind::kCompute: {
             op.seconds = prices.Seconds(lo, r, gpu);
@@ -340,6 +341,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
         out.push_back(op);
       }
     }
+    prog.main = models::HideBehindGemms(prog.main, Kind::kCompute, Kind::kComputeAsync, Kind::kComputeJoin);
     if (lw.tp_overlap) prog.main = OverlapTp(prog.main);
     s->operations += prog.main.size() + prog.dp.size();
   }

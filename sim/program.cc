@@ -85,6 +85,7 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   op.rank = lo.rank;
   op.bytes = lo.bytes;
   op.to_host = lo.to_host;
+  op.hide_share = lo.hide_share;
   if (lo.kind == models::OpKind::kCompute) {
     op.seconds = ComputeSeconds(lo, r, gpu, node, cost, consts, separate_recompute);
     if (op.seconds <= 0) return;
@@ -323,8 +324,9 @@ Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, cons
     std::vector<models::Op>().swap(r.dp_stream);
   }
   if (options.compute_jitter_cv > 0) Jitter(out, options.compute_jitter_cv, options.seed);
-  if (lowering.tp_overlap) {
-    for (auto& prog : out.programs) prog.ops = OverlapTp(prog.ops);
+  for (auto& prog : out.programs) {
+    prog.ops = models::HideBehindGemms(prog.ops, OpKind::kCompute, OpKind::kComputeAsync, OpKind::kComputeJoin);
+    if (lowering.tp_overlap) prog.ops = OverlapTp(prog.ops);
   }
   return out;
 }

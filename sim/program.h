@@ -79,6 +79,7 @@ struct Op {
   double seconds = 0;  // compute; collectives: the call's fixed cost α before its transfers
   double bytes = 0;    // payload (collectives: the full buffer S)
   bool to_host = false;  // host copy: device to host
+  float hide_share = 0;  // TP collective behind the backward's GEMMs (models::Op::hide_share)
 };
 
 struct DeviceProgram {

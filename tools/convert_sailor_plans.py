@@ -44,6 +44,8 @@ What the conversion decides (Sailor's files are silent on it):
 - Pipeline sends: DeepSpeed's pipeline engine partitions activations and gradients over the TP group
   (`is_pipe_partitioned = is_model_parallel`): each TP rank sends 1/4 of the tensor and the receivers
   all-gather it, hetsim's `comm.pp_scatter_gather`.
+- TP backward: Megatron-DeepSpeed turns Megatron-LM's asynchronous TP all-reduce (behind the wgrad GEMM) off
+  under DeepSpeed, so the backward's TP all-reduces block: `comm.tp_backward_blocking: true`.
 """
 import argparse
 import csv
@@ -238,7 +240,10 @@ def convert(path, name, model, model_label, network):
         + (": its host costs" if CALIBRATION == "megatron-deepspeed" else " and machines") + " (docs/calibration.md)",
         "schedule: 1f1b",
         "zero_stage: 0",
-        f"comm: {{pp_scatter_gather: true}}  # DeepSpeed's partitioned pipeline sends (1/TP per rank)",
+        # Megatron-DeepSpeed turns Megatron-LM's asynchronous TP all-reduce off under DeepSpeed (its
+        # arguments.py: `if args.deepspeed: args.async_tensor_model_parallel_allreduce = False`).
+        "comm: {pp_scatter_gather: true, tp_backward_blocking: true}  # DeepSpeed's partitioned pipeline sends "
+        "(1/TP per rank); Megatron-DeepSpeed's blocking backward TP all-reduces",
         "pipelines:",
     ]
     for r in range(dp):

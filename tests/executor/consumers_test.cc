@@ -57,20 +57,47 @@ sim::OpKind PlayKind(models::OpKind k) {
 // group, size and micro-batch; compute operations appear as compute of the same pass in between. A
 // collective's played bytes are its lowered bytes as models::PriceCollective scales them (the group's
 // collective efficiency, or NCCL's choice between nodes).
-void ExpectSameStream(const models::Lowering& lowering, const std::vector<models::Op>& lowered,
+// The simulator moves a backward compute's hidden TP calls (hide_share > 0) right behind it, before the
+// other operations up to the next compute (models::HideBehindGemms): the lowering's order, so rewritten.
+std::vector<models::Op> HiddenFirst(const std::vector<models::Op>& lowered) {
+  std::vector<models::Op> out;
+  for (size_t i = 0; i < lowered.size(); ++i) {
+    out.push_back(lowered[i]);
+    if (lowered[i].kind != models::OpKind::kCompute || lowered[i].category != models::Category::kBackward) continue;
+    size_t j = i + 1;
+    while (j < lowered.size() && lowered[j].kind != models::OpKind::kCompute) ++j;
+    for (size_t c = i + 1; c < j; ++c) {
+      if (lowered[c].hide_share > 0 && lowered[c].micro_batch == lowered[i].micro_batch) out.push_back(lowered[c]);
+    }
+    for (size_t c = i + 1; c < j; ++c) {
+      if (!(lowered[c].hide_share > 0 && lowered[c].micro_batch == lowered[i].micro_batch)) out.push_back(lowered[c]);
+    }
+    i = j - 1;
+  }
+  return out;
+}
+
+// Compute slices of the played stream, started asynchronously and joined (HideBehindGemms) or not.
+bool PlayedCompute(const sim::Op& op) {
+  return op.kind == sim::OpKind::kCompute || op.kind == sim::OpKind::kComputeAsync ||
+         op.kind == sim::OpKind::kComputeJoin;
+}
+
+void ExpectSameStream(const models::Lowering& lowering, const std::vector<models::Op>& lowered_in,
                       const sim::Programs& programs, const std::vector<sim::Op>& played,
                       const std::vector<models::GroupComm>& comm, const std::string& where) {
+  const std::vector<models::Op> lowered = HiddenFirst(lowered_in);
   size_t j = 0;
   for (const models::Op& op : lowered) {
     if (op.kind == models::OpKind::kCompute) {
       // Merged with the compute before it, or its own slice.
-      if (j < played.size() && played[j].kind == sim::OpKind::kCompute && played[j].category == op.category &&
+      if (j < played.size() && PlayedCompute(played[j]) && played[j].category == op.category &&
           played[j].micro_batch == op.micro_batch) {
         ++j;
       }
       continue;
     }
-    while (j < played.size() && played[j].kind == sim::OpKind::kCompute) ++j;
+    while (j < played.size() && PlayedCompute(played[j])) ++j;
     ASSERT_LT(j, played.size()) << where << ": the simulator's program ends early";
     const sim::Op& p = played[j++];
     ASSERT_EQ(p.kind, PlayKind(op.kind)) << where;
@@ -88,7 +115,7 @@ void ExpectSameStream(const models::Lowering& lowering, const std::vector<models
       ASSERT_EQ(p.collective, op.collective) << where;
     }
   }
-  while (j < played.size() && played[j].kind == sim::OpKind::kCompute) ++j;
+  while (j < played.size() && PlayedCompute(played[j])) ++j;
   EXPECT_EQ(j, played.size()) << where << ": the simulator plays operations the lowering does not have";
 }
 

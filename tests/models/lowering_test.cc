@@ -218,38 +218,109 @@ TEST(LoweringTp, EachLayerKindIssuesMegatronsCollectives) {
   }
 }
 
-TEST(LoweringTp, SequenceParallelismSplitsEachAllReduceIntoAGatherAndAScatter) {
-  // The plan above with sequence parallelism (A = 16,384 bytes, llama-tiny's hidden 256, bf16). Forward:
-  // embedding reduce-scatter; per block all-gather, reduce-scatter, all-gather, reduce-scatter; head
-  // all-gather, then the max (128 bytes) and sum (256) all-reduces. Backward: head reduce-scatter; per block
-  // all-gather, reduce-scatter twice; embedding all-gather. Then one all-reduce of the norms' gradients:
-  // 4 blocks × 2 norms × 256 + the final norm's 256 = 2,304 parameters × 2 bytes = 4,608 bytes.
-  proto::Plan plan = OneTp2Stage(1);
-  plan.set_sequence_parallel(true);
-  const Lowering l = Lower(plan, TrainingFor(plan));
-  using K = CollectiveKind;
-  std::vector<std::pair<K, double>> fwd, bwd, after;
+// Device 0's TP collectives of `l` by pass: kind, bytes and whether they run behind the backward's GEMMs.
+struct TpCall {
+  CollectiveKind kind;
+  double bytes;
+  bool hidden;
+  bool operator==(const TpCall& o) const { return kind == o.kind && bytes == o.bytes && hidden == o.hidden; }
+};
+struct TpCalls {
+  std::vector<TpCall> fwd, bwd, after;
+};
+TpCalls CallsOf(const Lowering& l) {
+  TpCalls out;
   bool forward = true, passes_done = false;
   for (const Op& op : l.ranks[0].ops) {
     if (op.kind == OpKind::kCompute) forward = op.category == Category::kForward;
     if (op.kind == OpKind::kWaitSends) passes_done = true;
     if (op.kind != OpKind::kCollective || op.category != Category::kTp) continue;
     EXPECT_EQ(op.in_pass, !passes_done);
-    (passes_done ? after : forward ? fwd : bwd).push_back({op.collective, op.bytes});
+    (passes_done ? out.after : forward ? out.fwd : out.bwd).push_back({op.collective, op.bytes, op.hide_share > 0});
   }
+  return out;
+}
+
+TEST(LoweringTp, SequenceParallelismSplitsEachAllReduceIntoAGatherAndAScatter) {
+  // The plan above with sequence parallelism (A = 16,384 bytes, llama-tiny's hidden 256, bf16). Forward:
+  // embedding reduce-scatter; per block all-gather, reduce-scatter, all-gather, reduce-scatter; head
+  // all-gather, then the max (128 bytes) and sum (256) all-reduces. Backward: the head's column-parallel
+  // backward (its input gathered again, its dgrad reduce-scattered, both behind its GEMMs); per block, the MLP
+  // down projection's gradient gathered (exposed), the up projection's input gathered and dgrad
+  // reduce-scattered (hidden), the attention output's gradient gathered (exposed), QKV's input and dgrad
+  // (hidden); embedding all-gather. Then one all-reduce of the norms' gradients: 4 blocks × 2 norms × 256 +
+  // the final norm's 256 = 2,304 parameters × 2 bytes = 4,608 bytes.
+  proto::Plan plan = OneTp2Stage(1);
+  plan.set_sequence_parallel(true);
+  const TpCalls calls = CallsOf(Lower(plan, TrainingFor(plan)));
+  using K = CollectiveKind;
   const double A = 16384;
-  std::vector<std::pair<K, double>> want_fwd = {{K::kReduceScatter, A}};
-  std::vector<std::pair<K, double>> want_bwd = {{K::kReduceScatter, A}};
+  std::vector<TpCall> want_fwd = {{K::kReduceScatter, A, false}};
+  std::vector<TpCall> want_bwd = {{K::kAllGather, A, true}, {K::kReduceScatter, A, true}};
   for (int b = 0; b < 4; ++b) {
-    for (auto* want : {&want_fwd, &want_bwd}) {
-      want->insert(want->end(), {{K::kAllGather, A}, {K::kReduceScatter, A}, {K::kAllGather, A}, {K::kReduceScatter, A}});
+    want_fwd.insert(want_fwd.end(), {{K::kAllGather, A, false}, {K::kReduceScatter, A, false},
+                                     {K::kAllGather, A, false}, {K::kReduceScatter, A, false}});
+    want_bwd.insert(want_bwd.end(), {{K::kAllGather, A, false}, {K::kAllGather, A, true}, {K::kReduceScatter, A, true},
+                                     {K::kAllGather, A, false}, {K::kAllGather, A, true}, {K::kReduceScatter, A, true}});
+  }
+  want_fwd.insert(want_fwd.end(), {{K::kAllGather, A, false}, {K::kAllReduce, 128, false}, {K::kAllReduce, 256, false}});
+  want_bwd.push_back({K::kAllGather, A, false});
+  EXPECT_EQ(calls.fwd, want_fwd);
+  EXPECT_EQ(calls.bwd, want_bwd);
+  EXPECT_EQ(calls.after, (std::vector<TpCall>{{K::kAllReduce, 4608, false}}));
+}
+
+TEST(LoweringTp, Fp8GathersTheBlocksTensorsInOneByteAndHidesTheBackwardsColumnParallelCalls) {
+  // Transformer Engine's FP8: a block's all-gathers (forward inputs of QKV and the MLP, backward output
+  // gradients and re-gathered inputs) move one byte an element, A/2 = 8,192; reduce-scatters stay at A; the
+  // embedding's and the head's calls (Megatron's own layers) stay at A.
+  proto::Plan plan = OneTp2Stage(1);
+  plan.set_sequence_parallel(true);
+  proto::Training tr = TrainingFor(plan);
+  tr.set_dtype(proto::DTYPE_FP8);
+  const TpCalls calls = CallsOf(Lower(plan, tr));
+  using K = CollectiveKind;
+  const double A = 16384, G = 8192;
+  std::vector<TpCall> want_bwd = {{K::kAllGather, A, true}, {K::kReduceScatter, A, true}};
+  for (int b = 0; b < 4; ++b) {
+    want_bwd.insert(want_bwd.end(), {{K::kAllGather, G, false}, {K::kAllGather, G, true}, {K::kReduceScatter, A, true},
+                                     {K::kAllGather, G, false}, {K::kAllGather, G, true}, {K::kReduceScatter, A, true}});
+  }
+  want_bwd.push_back({K::kAllGather, A, false});
+  EXPECT_EQ(calls.bwd, want_bwd);
+  ASSERT_EQ(calls.fwd.size(), 1u + 4 * 4 + 3);
+  EXPECT_EQ(calls.fwd[1], (TpCall{K::kAllGather, G, false}));
+  EXPECT_EQ(calls.fwd[2], (TpCall{K::kReduceScatter, A, false}));
+  EXPECT_EQ(calls.fwd[17], (TpCall{K::kAllGather, A, false}));  // the head's
+}
+
+TEST(LoweringTp, WithoutSequenceParallelismTheDgradAllReducesHideUnlessTheStackBlocks) {
+  // No SP: each block's two backward all-reduces (the MLP up projection's and QKV's dgrad) and the head's
+  // run behind the wgrad GEMMs; comm.tp_backward_blocking (Megatron-DeepSpeed, Megatron-LM of 2021) keeps
+  // them exposed. The share recorded is the GEMM's FLOPs over the block's backward compute: llama-tiny
+  // (h 256, 4 KV heads of 32, SwiGLU FFN 688), 2 sequences of 16 tokens, TP 2: QKV 256·256 + 2·256·128 =
+  // 131,072 weights, up projection 2·256·688 = 352,256; a GEMM 2·32·weights/2 FLOPs; the block's backward
+  // 2·(2·32·724,992 + 4·2·16²·256)/2 FLOPs (BlockMatmulParams 724,992).
+  proto::Plan plan = OneTp2Stage(1);
+  for (bool blocking : {false, true}) {
+    plan.mutable_comm()->set_tp_backward_blocking(blocking);
+    const Lowering l = Lower(plan, TrainingFor(plan));
+    const double block_bwd = 2 * (2 * 32 * 724992.0 + 4 * 2 * 16 * 16 * 256.0) / 2;
+    std::vector<double> shares;
+    bool forward = true;
+    for (const Op& op : l.ranks[0].ops) {
+      if (op.kind == OpKind::kCompute) forward = op.category == Category::kForward;
+      if (op.kind == OpKind::kCollective && op.category == Category::kTp && op.in_pass && !forward &&
+          op.layer_begin >= 1 && op.layer_begin <= 4) {
+        shares.push_back(op.hide_share);
+      }
+    }
+    ASSERT_EQ(shares.size(), 8u);
+    for (size_t i = 0; i < shares.size(); ++i) {
+      const double want = blocking ? 0 : 2 * 32 * (i % 2 == 0 ? 352256.0 : 131072.0) / 2 / block_bwd;
+      EXPECT_NEAR(shares[i], want, 1e-6) << "blocking " << blocking << " call " << i;
     }
   }
-  want_fwd.insert(want_fwd.end(), {{K::kAllGather, A}, {K::kAllReduce, 128}, {K::kAllReduce, 256}});
-  want_bwd.push_back({K::kAllGather, A});
-  EXPECT_EQ(fwd, want_fwd);
-  EXPECT_EQ(bwd, want_bwd);
-  EXPECT_EQ(after, (std::vector<std::pair<K, double>>{{K::kAllReduce, 4608}}));
 }
 
 TEST(LoweringTp, FusedPassesMoveTheSameBytesInOneCollective) {

@@ -266,6 +266,66 @@ nodes:
   }
 }
 
+TEST(Simulator, BackwardTpAllReducesRunBehindTheWgradGemmsUnlessTheStackBlocks) {
+  // The TP-2 stage above (blocks 1 ms forward, 2 ms backward, embedding and head free), without SP: the
+  // backward's nine TP all-reduces (two per block, the head's one) run behind the column-parallel wgrad GEMMs,
+  // which are the share s of the backward pass's FLOPs: llama-tiny, 128 tokens, TP 2: per block the QKV
+  // (131,072 weights) and up projection (352,256) wgrad GEMMs 128 · 483,328 FLOPs, the head's
+  // 2 · 128 · 1,024 · 256 / 2; the pass twice the forward's, 2 · (4 · (2 · 128 · 724,992 + 4 · 128² · 256) +
+  // 2 · 128 · 1,024 · 256) over 2 FLOPs (s ≈ 0.32). With comm.tp_backward_blocking the pass takes C + M; without, max(s·C, M) + (1 − s)·C:
+  // on a fast fabric (M ≤ s·C) the whole M is hidden, on a slow one (M > s·C) exactly s·C is.
+  proto::Profile prof;
+  ASSERT_TRUE(models::ParseYaml(R"(gpu: h100
+model: llama-tiny
+seq_len: 128
+layers:
+  - {layer: transformer, tp_degree: 2, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
+  - {layer: embedding, tp_degree: 2, micro_batch_size: 1}
+  - {layer: head, tp_degree: 2, micro_batch_size: 1}
+)",
+                                "p", &prof)
+                  .ok());
+  models::ProfileDb db;
+  ASSERT_TRUE(db.Add(prof, "p").ok());
+  const double hidden = 4 * 128 * 483328.0 + 2 * 128 * 1024 * 256.0 / 2;
+  const double pass = 2 * (4 * (2 * 128 * 724992.0 + 4 * 128.0 * 128 * 256) + 2 * 128 * 1024 * 256.0) / 2;
+  const double s = hidden / pass, C = 0.008;
+  for (double gbyte_s : {1.0, 0.02}) {
+    const Setting run = MakeSetting(R"(
+name: nvswitch
+nodes:
+  - name: n
+    gpus: {type: h100, count: 2}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: )" + std::to_string(gbyte_s) +
+                                        R"(, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}
+)",
+                                    1);
+    auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0, 1], "
+                         "tp_degree: 2, layer_end: 6}]}]");
+    models::PlanContext ctx{run.cluster, run.model, run.training};
+    SimOptions opt;
+    opt.compute.model = models::ComputeModel::kTokenEfficiency;
+    opt.compute.optimizer_bytes_per_param = 0;
+    opt.profiles = &db;
+    opt.fidelity = Fidelity::Fast();
+    auto async = SimulateIteration(plan, ctx, opt);
+    ASSERT_TRUE(async.ok()) << async.status().message();
+    plan.mutable_comm()->set_tp_backward_blocking(true);
+    auto blocking = SimulateIteration(plan, ctx, opt);
+    ASSERT_TRUE(blocking.ok()) << blocking.status().message();
+    const double gain = blocking->report.iteration_time_s() - async->report.iteration_time_s();
+    const double hidden_tp = blocking->report.devices(0).tp_communication_s() - async->report.devices(0).tp_communication_s();
+    if (gbyte_s == 1.0) {
+      // M: nine all-reduces of 128 · 256 · 2 bytes over a 2-ring at 1 GB/s, about 0.6 ms < s·C ≈ 2.6 ms.
+      EXPECT_GT(hidden_tp, 9 * 65536 / 1e9 * 0.9);
+      EXPECT_NEAR(gain, hidden_tp, 1e-9);
+    } else {
+      EXPECT_NEAR(gain, s * C, 1e-6);
+    }
+    EXPECT_NEAR(async->report.devices(0).compute_s(), blocking->report.devices(0).compute_s(), 1e-9);
+  }
+}
+
 // Device 0's exposed DP communication when `plan` is simulated on `run` with `db`'s layer costs under
 // `calibration` (-1 when the simulation fails, which the test is told).
 double DpSecondsUnder(const proto::Plan& plan, const Setting& run, const models::ProfileDb& db,

@@ -126,7 +126,9 @@ TEST(ValidateSim, EachRunGetsTheOneRulesCalibrationForItsStack) {
   // Megatron-DeepSpeed. The one rule gives the first `default` and the second `megatron-deepspeed`, whose
   // host costs (about 58 us per kernel issued, 1 ms per micro-batch and pass) Megatron-LM's tuned stack
   // lacks: the second is slower by more than 5%. A row without a stack is Megatron-LM's. --calibration given
-  // applies to every row, so the Megatron-LM row then takes exactly the other's time; a file mixing stacks
+  // applies to every row, so the Megatron-LM row then takes exactly the other's time once it also blocks on
+  // the backward's TP all-reduces as Megatron-DeepSpeed does (its `tp_backward` default; Megatron-LM's is
+  // async: faster); a bad `tp_backward` names its cell; a file mixing stacks
   // says how many runs used each calibration; an unknown stack fails before any simulation, naming the file,
   // line and column; the old `calibration` column is refused with what to write instead.
   const char* header = "gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,iteration_ms,stack\n";
@@ -137,7 +139,21 @@ TEST(ValidateSim, EachRunGetsTheOneRulesCalibrationForItsStack) {
   const std::string b_out = testing::TempDir() + "row-mds-out.csv", c_out = testing::TempDir() + "row-flag-out.csv";
   const auto a = RunCli({"validate-sim", "--runs", by_lm, "-o", a_out});
   const auto b = RunCli({"validate-sim", "--runs", by_mds, "-o", b_out});
-  const auto c = RunCli({"validate-sim", "--runs", by_lm, "--calibration", "megatron-deepspeed", "-o", c_out});
+  const std::string lm_blocking =
+      WriteTemp("row-lm-blocking.csv", std::string("gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,"
+                                                   "iteration_ms,stack,tp_backward\n") +
+                                           run + "megatron-lm,blocking\n");
+  const auto c = RunCli({"validate-sim", "--runs", lm_blocking, "--calibration", "megatron-deepspeed", "-o", c_out});
+  const std::string g_out = testing::TempDir() + "row-lm-async-out.csv";
+  const auto g = RunCli({"validate-sim", "--runs", by_lm, "--calibration", "megatron-deepspeed", "-o", g_out});
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_LT(SimulatedMs(g_out), SimulatedMs(c_out));
+  const std::string bad_tp = WriteTemp("row-bad-tp.csv", std::string("gpus,global_batch,micro_batch,hidden,heads,layers,"
+                                                                     "seq_len,tp,dp,pp,iteration_ms,tp_backward\n") +
+                                                             run + "sometimes\n");
+  const auto h = RunCli({"validate-sim", "--runs", bad_tp});
+  EXPECT_EQ(h.code, 1);
+  EXPECT_TRUE(Has(h.err, bad_tp + ":2: tp_backward: 'sometimes' is neither blocking nor async")) << h.err;
   ASSERT_EQ(a.code, 0) << a.err;
   ASSERT_EQ(b.code, 0) << b.err;
   ASSERT_EQ(c.code, 0) << c.err;

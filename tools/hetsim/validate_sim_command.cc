@@ -14,7 +14,10 @@
 // GPU; required with more than one node), nics_per_node (instead of one per GPU: that many NICs of nic_gbps
 // shared by the node's GPUs), virtual_stages (Megatron-LM's interleaved 1F1B; default 1), gpu
 // (default --gpu), stack (the software stack the run was measured on: megatron-lm, megatron-deepspeed, ...;
-// default megatron-lm), and any other column (kept for provenance, ignored). vTrain's positional layout is
+// default megatron-lm), tp_backward (blocking: the backward's TP all-reduces block, as in Megatron-DeepSpeed and
+// Megatron-LM before late 2021; async: behind the wgrad GEMMs, as in Megatron-LM since; default blocking for
+// megatron-deepspeed runs, else async: comm.tp_backward_blocking), and any other column (kept for
+// provenance, ignored). vTrain's positional layout is
 // its Megatron-DeepSpeed runs. Each run is simulated with the calibration the one rule picks for its stack
 // (models::StackCalibration: `default`'s chip values, the stack's host costs) unless --calibration names one
 // for every run, e.g. Megatron-LM SC'21 Table 1 (experiments/validation/megatron_sc21_table1.csv).
@@ -60,6 +63,7 @@ struct Run {
   uint32_t virtual_stages = 1;
   std::string gpu;          // empty: --gpu
   std::string calibration;  // the one rule's pick for the run's stack (models::StackCalibration)
+  bool tp_backward_blocking = false;  // comm.tp_backward_blocking (tp_backward column, or the stack's default)
   models::RunClass cls;     // for its prediction interval (models/intervals.h)
   double measured_ms = 0;
   double simulated_ms = 0;
@@ -142,6 +146,7 @@ Result<Run> PositionalRun(const std::vector<std::string>& cells, const std::stri
   }
   r.measured_ms = v[10];
   r.calibration = "megatron-deepspeed";  // vTrain's layout: its runs are Megatron-DeepSpeed's
+  r.tp_backward_blocking = true;          // Megatron-DeepSpeed turns the asynchronous TP all-reduce off
   return r;
 }
 
@@ -160,11 +165,20 @@ Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<s
       {"seq_len", &r.seq_len}, {"tp", &r.tp},                     {"dp", &r.dp},
       {"pp", &r.pp},           {"gpus_per_node", &r.gpus_per_node}, {"virtual_stages", &r.virtual_stages},
       {"nics_per_node", &r.nics_per_node}};
+  std::string tp_backward;
   for (size_t i = 0; i < header.size(); ++i) {
     const std::string& name = header[i];
     const std::string cell = Trim(cells[i]);
     if (name == "gpu") {
       r.gpu = cell;
+      continue;
+    }
+    if (name == "tp_backward") {
+      if (!cell.empty() && cell != "blocking" && cell != "async") {
+        return Status::Invalid(where + ": tp_backward: '" + cell + "' is neither blocking nor async (how the run's "
+                               "stack issues the backward's TP all-reduces; empty column: the stack's default)");
+      }
+      tp_backward = cell;
       continue;
     }
     if (name == "stack") {
@@ -193,6 +207,8 @@ Result<Run> NamedRun(const std::vector<std::string>& header, const std::vector<s
       r.nic_gbps = x;
     }
   }
+  // Megatron-DeepSpeed turns Megatron-LM's asynchronous TP all-reduce off under DeepSpeed (its arguments.py).
+  r.tp_backward_blocking = tp_backward.empty() ? r.calibration == "megatron-deepspeed" : tp_backward == "blocking";
   return r;
 }
 
@@ -320,6 +336,7 @@ void SimulateRun(Run& r, const std::string& gpu, uint32_t vocab, proto::DType dt
   // Megatron's data-parallel all-reduce: one call over the whole contiguous gradient buffer.
   plan.mutable_comm()->set_dp_bucket_mib(0);
   plan.mutable_comm()->set_pp_scatter_gather(true);  // Megatron's default between equal TP degrees
+  plan.mutable_comm()->set_tp_backward_blocking(r.tp_backward_blocking);
   if (r.virtual_stages > 1) {
     plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
     plan.set_virtual_stages(r.virtual_stages);
