@@ -230,6 +230,299 @@ std::optional<std::vector<uint32_t>> DataSplit(uint32_t total, const std::vector
   return ProportionalSplit(total, throughput, caps);
 }
 
+namespace {
+
+// Work units: (stage count, size multiset), in order, each with the micro-batch counts B that fit it
+// (`multisets` counts them all, fitting or not) and its permutation length under the order budget
+// `max_orders` (Knobs::max_orders; `budget_cut` counts the units it shortened).
+std::vector<Unit> MakeUnits(const Knobs& knobs, const Profiler& prof, uint32_t N, uint32_t G, uint32_t max_stages,
+                            const std::vector<uint32_t>& micro_batch_counts, uint64_t max_orders, uint64_t* multisets,
+                            uint64_t* budget_cut) {
+  std::vector<Unit> units;
+  for (uint32_t S = 1; S <= max_stages; ++S) {
+    for (auto& ms : StageSizeMultisets(N, S, knobs.var, !knobs.any_group_size, knobs.released_var)) {
+      ++*multisets;
+      Unit u{S, std::move(ms), {}, knobs.max_permutation_length};
+      for (uint32_t B : micro_batch_counts) {
+        if (BatchFits(u.sizes, G / B, prof.max_batch())) u.Bs.push_back(B);
+      }
+      if (!u.Bs.empty()) units.push_back(std::move(u));
+    }
+  }
+  std::vector<std::vector<uint32_t>> sizes;
+  for (const Unit& u : units) sizes.push_back(u.sizes);
+  const std::vector<uint32_t> lengths = PermutationLengths(sizes, knobs.max_permutation_length, max_orders);
+  for (size_t u = 0; u < units.size(); ++u) {
+    units[u].max_len = lengths[u];
+    *budget_cut += lengths[u] < knobs.max_permutation_length;
+  }
+  return units;
+}
+
+// The order of work (not in the paper; the plan does not depend on it: ties between plans of equal cost
+// go to the earlier unit and assignment of the canonical order, Best::Better). It decides how soon a
+// good plan is found, which matters twice: the exact cut skips more once the incumbent is good, and
+// under time_limit_s the search returns whatever it has found. The canonical order (S = 1, 2, …) would
+// spend a limit on the first stage counts — at 240 GPUs those whose few large stages cross nodes, so
+// that their DP all-reduce runs over Ethernet — and so would an order by the lower bound alone, which
+// lets every stage take any TP degree it could reach and so underrates those DP all-reduces. So:
+//   1. probe: the first stage-size order of every unit, with every stage-device assignment and B (a
+//      small slice of each unit: its other orders permute the same sizes), units in order of the
+//      lower bound of their first assignment;
+//   2. the remaining orders of each unit, units in order of the best plan their probe found (units
+//      whose probe found none last, still by their bound).
+// Ordinals number a unit's evaluations in the canonical order across both phases.
+// ProbeOrder gives the probe's order (RunPhase 0): units by the lower bound of their first assignment.
+std::vector<size_t> ProbeOrder(const std::vector<Unit>& units, const models::Cluster& cluster,
+                               const std::vector<uint32_t>& classes, bool full_space,
+                               const std::vector<std::vector<uint32_t>>& node_orders, const Profiler& prof,
+                               const NodeLinks& links, const Context& ctx, Deadline& deadline) {
+  uint32_t ticks = 0;
+  Layout lay;
+  Scratch scratch;
+  Counters scratch_counters;
+  std::vector<double> priority(units.size(), kInf);
+  for (size_t u = 0; u < units.size() && !deadline.Passed(ticks); ++u) {
+    const auto orders = StageSizeOrders(units[u].sizes, 1);  // the sizes in one order: cheap
+    ForEachPlacement(cluster, classes, orders.front(), full_space, node_orders, [&](const Placement& pl) {
+      MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
+      for (uint32_t B : units[u].Bs) {
+        Evaluator ev(ctx, lay, B, scratch_counters, scratch);
+        priority[u] = std::min(priority[u], ev.RootBound());
+      }
+      return false;
+    });
+  }
+  std::vector<size_t> unit_order;
+  for (size_t u = 0; u < units.size(); ++u) unit_order.push_back(u);
+  std::stable_sort(unit_order.begin(), unit_order.end(), [&](size_t a, size_t b) { return priority[a] < priority[b]; });
+  return unit_order;
+}
+
+// What the workers of both phases share: Search's inputs and its per-unit and best-so-far state.
+struct Shared {
+  Shared(const PlanningProblem& p, const Knobs& k, const Profiler& pr, const Context& c, const NodeLinks& l, Deadline& d,
+         const std::vector<std::vector<uint32_t>>& no, const std::vector<uint32_t>& mbc, const std::vector<Unit>& u,
+         const std::vector<size_t>& uo, bool fs, uint32_t kp)
+      : problem(p), knobs(k), prof(pr), ctx(c), links(l), deadline(d), node_orders(no), micro_batch_counts(mbc),
+        units(u), unit_order(uo), full_space(fs), keep(kp), unit_state(u.size(), 0), probed(u.size(), 0),
+        probe_cost(u.size(), kInf), probe_evaluations(u.size(), 0), runners(kp) {}
+  const PlanningProblem& problem;
+  const Knobs& knobs;
+  const Profiler& prof;
+  const Context& ctx;
+  const NodeLinks& links;
+  Deadline& deadline;
+  const std::vector<std::vector<uint32_t>>& node_orders;
+  const std::vector<uint32_t>& micro_batch_counts;
+  const std::vector<Unit>& units;
+  const std::vector<size_t>& unit_order;  // the order workers take units in (re-sorted between phases)
+  const bool full_space;
+  // With runners-up asked (keep > 0), the cut compares against the keep-th best plan instead (a pair whose
+  // bound exceeds it cannot hold one of the keep best): the least keep-th best cost of any worker
+  // (shared_bar), each worker's being beaten by keep distinct plans.
+  const uint32_t keep;
+  // Per unit: how far it got (0 not started, 1 probed or started, 2 finished), its probe's best cost, and
+  // the evaluations its probe numbered.
+  std::vector<uint8_t> unit_state, probed;
+  std::vector<double> probe_cost;
+  std::vector<uint64_t> probe_evaluations;
+  std::atomic<double> shared_best{kInf};  // the best cost any worker has found: a valid incumbent for all
+  std::atomic<double> shared_bar{kInf};
+  std::mutex mu;  // guards what follows
+  Best best;
+  Runners runners;
+  Counters total;
+  std::vector<Miss> all_misses;
+};
+
+// One worker of phase `phase` (0: probe, 1: the rest; see Search): takes units unit_order[next++] until
+// none is left or the time limit passes, then merges its best plan, runners-up and counters into `sh`.
+void SearchWorker(Shared& sh, int phase, std::atomic<size_t>& next) {
+  const auto& problem = sh.problem;
+  const auto& cluster = problem.cluster;
+  const auto& knobs = sh.knobs;
+  const auto& prof = sh.prof;
+  const auto& ctx = sh.ctx;
+  const auto& links = sh.links;
+  const std::vector<uint32_t>& classes = prof.classes();
+  Deadline& deadline = sh.deadline;
+  const auto& node_orders = sh.node_orders;
+  const auto& micro_batch_counts = sh.micro_batch_counts;
+  const auto& units = sh.units;
+  const auto& unit_order = sh.unit_order;
+  const bool full_space = sh.full_space;
+  const uint32_t keep = sh.keep;
+  auto& unit_state = sh.unit_state;
+  auto& probed = sh.probed;
+  auto& probe_cost = sh.probe_cost;
+  auto& probe_evaluations = sh.probe_evaluations;
+  auto& shared_best = sh.shared_best;
+  auto& shared_bar = sh.shared_bar;
+  Counters counters;
+  Best mine;
+  Runners my_runners(keep);
+  Layout lay;
+  Scratch scratch;
+  std::vector<Placement> built;  // ForEachConsecutivePlacement's
+  std::vector<Stream> streams(node_orders.size());
+  for (Stream& stream : streams) stream.bounds.resize(micro_batch_counts.size());
+  uint32_t my_ticks = 0;
+  while (!deadline.Passed(my_ticks)) {
+    const size_t i = next++;
+    if (i >= units.size()) break;
+    const size_t u = unit_order[i];
+    if (unit_state[u] == 2) continue;  // each unit is taken by one worker per phase; read after joins
+    unit_state[u] = 1;
+    bool cut = false;
+    uint64_t ordinal = phase == 0 ? 0 : probe_evaluations[u];
+    uint64_t order_index = 0;
+    double unit_best = kInf;
+    bool more_orders = false;
+    const uint64_t n_bs = units[u].Bs.size();
+    uint64_t last_rank = 0;  // of the order visited before (ranks between were skipped)
+    ForEachStageSizeOrderSkipping(units[u].sizes, units[u].max_len,
+                                  [&](const std::vector<uint32_t>& order, uint64_t rank) -> std::optional<uint32_t> {
+      if (order_index++ != 0) {
+        if (phase == 0) {
+          more_orders = true;
+          return std::nullopt;
+        }
+      } else if (phase == 1) {
+        return 0u;  // the probe's
+      }
+      if (rank > last_rank + 1) counters.orders_skipped += rank - last_rank - 1;
+      last_rank = rank;
+      ++counters.orders;
+      // Whether every pair of this order was cut because some stage cannot hold its fewest blocks, and
+      // the most leading stages that decided it (then every order beginning with them is cut too).
+      bool all_short = true;
+      uint32_t short_prefix = 0;
+      uint32_t pairs = 0;
+      // One assignment: `layout` its layout; `stream` (consecutive placement) the node order's reusable
+      // state, whose stages before the prefix this order shares with the previous one are kept.
+      auto assignment = [&](const Placement& pl, Layout& layout, Stream* stream, uint32_t node_order) {
+        ++counters.assignments;
+        for (uint64_t bi = 0; bi < n_bs; ++bi) {
+          const uint32_t B = units[u].Bs[bi];
+          // Algorithm 1's loops (line 4) stop at the time limit: checked once per (assignment, B).
+          if (deadline.Passed(my_ticks)) {
+            cut = true;
+            break;
+          }
+          BoundArrays* arrays = nullptr;
+          uint32_t from = 0;
+          if (stream != nullptr) {
+            arrays = &stream->bounds[static_cast<size_t>(
+                std::lower_bound(micro_batch_counts.begin(), micro_batch_counts.end(), B) -
+                micro_batch_counts.begin())];
+            from = arrays->B == B ? SharedPrefix(arrays->sizes, order) : 0;
+            arrays->sizes.clear();  // valid again once PrepareMemory or PrepareBound has run
+          }
+          double incumbent = std::min(mine.cost, shared_best.load());
+          if (keep > 0) incumbent = std::max(incumbent, std::min(my_runners.bar(), shared_bar.load()));
+          Evaluator ev(ctx, layout, B, counters, scratch, incumbent, &deadline, &my_ticks, arrays, from);
+          ev.KeepLeaves(keep);
+          const double c = ev.Run();
+          if (arrays != nullptr && ev.prepared()) {
+            arrays->sizes = order;
+            arrays->B = B;
+          }
+          cut |= ev.cut();
+          ++pairs;
+          if (ev.short_at() == UINT32_MAX) {
+            all_short = false;
+          } else {
+            short_prefix = std::max(short_prefix, ev.short_at() + 1);
+          }
+          // The pair's place in the unit's canonical order: by (order, node order, B) under the
+          // consecutive placement, whose orders may be skipped; by count in the full space.
+          const uint64_t o = full_space ? ordinal++ : (rank * node_orders.size() + node_order) * n_bs + bi;
+          if (keep > 0 && !ev.leaves().empty()) {
+            for (const Leaf& leaf : ev.leaves()) {
+              if (!my_runners.WouldKeep(leaf.cost, u, o, leaf.seq)) break;  // the rest cost more
+              Runners::Entry e{leaf.cost, u, o, leaf.seq,
+                               BuildPlan(cluster, pl, layout, leaf.st, ev.micro_batch(), B, knobs.zero_stage), {}};
+              if (!CheckMemory(e.plan, problem, prof.memory()).fits) continue;
+              my_runners.Offer(std::move(e));
+            }
+            const double bar = my_runners.bar();
+            double seen = shared_bar.load();
+            while (bar < seen && !shared_bar.compare_exchange_weak(seen, bar)) {
+            }
+          }
+          if (!(c < kInf) || !mine.Better(c, u, o)) continue;
+          proto::Plan plan = BuildPlan(cluster, pl, layout, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
+          // §4.3's estimate agrees with hetsim's memory arithmetic; check all the same, so that the plan
+          // always validates.
+          if (!CheckMemory(plan, problem, prof.memory()).fits) {
+            ++counters.oom;
+            continue;
+          }
+          unit_best = std::min(unit_best, c);
+          mine.cost = c;
+          mine.unit = u;
+          mine.ordinal = o;
+          mine.plan = std::move(plan);
+          double seen = shared_best.load();
+          while (c < seen && !shared_best.compare_exchange_weak(seen, c)) {
+          }
+        }
+        return !cut;
+      };
+      if (full_space) {
+        ForEachPlacement(cluster, classes, order, true, node_orders, [&](const Placement& pl) {
+          MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
+          return assignment(pl, lay, nullptr, 0);
+        });
+      } else {
+        ForEachConsecutivePlacement(cluster, order, node_orders, built, [&](const Placement& pl, uint32_t o) {
+          Stream& stream = streams[o];
+          MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, stream.lay,
+                     SharedPrefix(stream.sizes, order));
+          stream.sizes = order;
+          return assignment(pl, stream.lay, &stream, o);
+        });
+      }
+      if (cut) return std::nullopt;
+      // Skipping is for the consecutive placement (the full space's placements of a prefix vary).
+      return !full_space && all_short && pairs > 0 ? short_prefix : 0u;
+    });
+    if (phase == 0) {
+      probe_evaluations[u] = ordinal;
+      probe_cost[u] = unit_best;
+      probed[u] = !cut;
+    }
+    if (!cut && (phase == 1 || !more_orders)) unit_state[u] = 2;
+  }
+  std::lock_guard<std::mutex> lock(sh.mu);
+  if (mine.plan && sh.best.Better(mine.cost, mine.unit, mine.ordinal)) sh.best = std::move(mine);
+  for (Runners::Entry& e : my_runners.kept()) sh.runners.Offer(std::move(e));
+  sh.total.evaluated += counters.evaluated;
+  sh.total.invalid += counters.invalid;
+  sh.total.oom += counters.oom;
+  sh.total.truncated += counters.truncated;
+  sh.total.pruned += counters.pruned;
+  sh.total.assignments += counters.assignments;
+  sh.total.orders += counters.orders;
+  sh.total.orders_skipped += counters.orders_skipped;
+  for (auto& m : counters.misses.top) sh.all_misses.push_back(std::move(m));
+}
+
+// Runs phase `phase` on `threads` workers.
+void RunPhase(Shared& sh, int phase, uint32_t threads) {
+  std::atomic<size_t> next{0};
+  if (threads == 1) {
+    SearchWorker(sh, phase, next);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (uint32_t t = 0; t < threads; ++t) pool.emplace_back([&] { SearchWorker(sh, phase, next); });
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
 Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, SearchStats& stats) {
   Deadline deadline(knobs.time_limit_s, knobs.clock_s);
   const Profiler prof(problem, knobs);
@@ -253,253 +546,26 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   const std::vector<uint32_t> micro_batch_counts = Divisors(G);
 
   // Work units: (stage count, size multiset), in order; workers take them one at a time.
-  std::vector<Unit> units;
-  std::vector<size_t> unit_order;
-  uint64_t multisets = 0;
-  for (uint32_t S = 1; S <= max_stages; ++S) {
-    for (auto& ms : StageSizeMultisets(N, S, knobs.var, !knobs.any_group_size, knobs.released_var)) {
-      ++multisets;
-      Unit u{S, std::move(ms), {}, knobs.max_permutation_length};
-      for (uint32_t B : micro_batch_counts) {
-        if (BatchFits(u.sizes, G / B, prof.max_batch())) u.Bs.push_back(B);
-      }
-      if (!u.Bs.empty()) units.push_back(std::move(u));
-    }
-  }
-
-  // The order budget (Knobs::max_orders): the permutation length of each unit.
   const uint64_t max_orders =
       knobs.max_orders > 0 ? knobs.max_orders : std::max<uint64_t>(1, static_cast<uint64_t>(kOrderWork / N));
-  uint64_t budget_cut = 0;
-  {
-    std::vector<std::vector<uint32_t>> sizes;
-    for (const Unit& u : units) sizes.push_back(u.sizes);
-    const std::vector<uint32_t> lengths = PermutationLengths(sizes, knobs.max_permutation_length, max_orders);
-    for (size_t u = 0; u < units.size(); ++u) {
-      units[u].max_len = lengths[u];
-      budget_cut += lengths[u] < knobs.max_permutation_length;
-    }
-  }
+  uint64_t multisets = 0, budget_cut = 0;
+  const std::vector<Unit> units =
+      MakeUnits(knobs, prof, N, G, max_stages, micro_batch_counts, max_orders, &multisets, &budget_cut);
+  // The order of work (ProbeOrder): phase 0 probes each unit's first order, phase 1 does the rest.
+  std::vector<size_t> unit_order =
+      ProbeOrder(units, cluster, classes, result.full_space, node_orders, prof, links, ctx, deadline);
 
-  // The order of work (not in the paper; the plan does not depend on it: ties between plans of equal cost
-  // go to the earlier unit and assignment of the canonical order, Best::Better). It decides how soon a
-  // good plan is found, which matters twice: the exact cut skips more once the incumbent is good, and
-  // under time_limit_s the search returns whatever it has found. The canonical order (S = 1, 2, …) would
-  // spend a limit on the first stage counts — at 240 GPUs those whose few large stages cross nodes, so
-  // that their DP all-reduce runs over Ethernet — and so would an order by the lower bound alone, which
-  // lets every stage take any TP degree it could reach and so underrates those DP all-reduces. So:
-  //   1. probe: the first stage-size order of every unit, with every stage-device assignment and B (a
-  //      small slice of each unit: its other orders permute the same sizes), units in order of the
-  //      lower bound of their first assignment;
-  //   2. the remaining orders of each unit, units in order of the best plan their probe found (units
-  //      whose probe found none last, still by their bound).
-  // Ordinals number a unit's evaluations in the canonical order across both phases.
-  {
-    uint32_t ticks = 0;
-    Layout lay;
-    Scratch scratch;
-    Counters scratch_counters;
-    std::vector<double> priority(units.size(), kInf);
-    for (size_t u = 0; u < units.size() && !deadline.Passed(ticks); ++u) {
-      const auto orders = StageSizeOrders(units[u].sizes, 1);  // the sizes in one order: cheap
-      ForEachPlacement(cluster, classes, orders.front(), result.full_space, node_orders, [&](const Placement& pl) {
-        MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
-        for (uint32_t B : units[u].Bs) {
-          Evaluator ev(ctx, lay, B, scratch_counters, scratch);
-          priority[u] = std::min(priority[u], ev.RootBound());
-        }
-        return false;
-      });
-    }
-    for (size_t u = 0; u < units.size(); ++u) unit_order.push_back(u);
-    std::stable_sort(unit_order.begin(), unit_order.end(),
-                     [&](size_t a, size_t b) { return priority[a] < priority[b]; });
-  }
-
-  // Per unit: how far it got (0 not started, 1 probed or started, 2 finished), its probe's best cost, and
-  // the evaluations its probe numbered.
-  std::vector<uint8_t> unit_state(units.size(), 0);
-  std::vector<uint8_t> probed(units.size(), 0);
-  std::vector<double> probe_cost(units.size(), kInf);
-  std::vector<uint64_t> probe_evaluations(units.size(), 0);
-  std::atomic<double> shared_best{kInf};  // the best cost any worker has found: a valid incumbent for all
-  // With runners-up asked, the cut compares against the keep-th best plan instead (a pair whose bound
-  // exceeds it cannot hold one of the keep best): the least keep-th best cost of any worker, each worker's
-  // being beaten by keep distinct plans.
   const uint32_t keep = problem.alternatives > 0 ? problem.alternatives + 1 : 0;
-  std::atomic<double> shared_bar{kInf};
-  std::mutex mu;
-  Best best;
-  Runners runners(keep);
-  Counters total;
-  std::vector<Miss> all_misses;
-  // Runs `phase` (0: probe, 1: the rest) of units unit_order[0..] on `threads` workers.
-  auto run_phase = [&](int phase, uint32_t threads) {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      Counters counters;
-      Best mine;
-      Runners my_runners(keep);
-      Layout lay;
-      Scratch scratch;
-      std::vector<Placement> built;  // ForEachConsecutivePlacement's
-      std::vector<Stream> streams(node_orders.size());
-      for (Stream& stream : streams) stream.bounds.resize(micro_batch_counts.size());
-      uint32_t my_ticks = 0;
-      while (!deadline.Passed(my_ticks)) {
-        const size_t i = next++;
-        if (i >= units.size()) break;
-        const size_t u = unit_order[i];
-        if (unit_state[u] == 2) continue;  // each unit is taken by one worker per phase; read after joins
-        unit_state[u] = 1;
-        bool cut = false;
-        uint64_t ordinal = phase == 0 ? 0 : probe_evaluations[u];
-        uint64_t order_index = 0;
-        double unit_best = kInf;
-        bool more_orders = false;
-        const uint64_t n_bs = units[u].Bs.size();
-        uint64_t last_rank = 0;  // of the order visited before (ranks between were skipped)
-        ForEachStageSizeOrderSkipping(units[u].sizes, units[u].max_len,
-                                      [&](const std::vector<uint32_t>& order, uint64_t rank) -> std::optional<uint32_t> {
-          if (order_index++ != 0) {
-            if (phase == 0) {
-              more_orders = true;
-              return std::nullopt;
-            }
-          } else if (phase == 1) {
-            return 0u;  // the probe's
-          }
-          if (rank > last_rank + 1) counters.orders_skipped += rank - last_rank - 1;
-          last_rank = rank;
-          ++counters.orders;
-          // Whether every pair of this order was cut because some stage cannot hold its fewest blocks, and
-          // the most leading stages that decided it (then every order beginning with them is cut too).
-          bool all_short = true;
-          uint32_t short_prefix = 0;
-          uint32_t pairs = 0;
-          // One assignment: `layout` its layout; `stream` (consecutive placement) the node order's reusable
-          // state, whose stages before the prefix this order shares with the previous one are kept.
-          auto assignment = [&](const Placement& pl, Layout& layout, Stream* stream, uint32_t node_order) {
-            ++counters.assignments;
-            for (uint64_t bi = 0; bi < n_bs; ++bi) {
-              const uint32_t B = units[u].Bs[bi];
-              // Algorithm 1's loops (line 4) stop at the time limit: checked once per (assignment, B).
-              if (deadline.Passed(my_ticks)) {
-                cut = true;
-                break;
-              }
-              BoundArrays* arrays = nullptr;
-              uint32_t from = 0;
-              if (stream != nullptr) {
-                arrays = &stream->bounds[static_cast<size_t>(
-                    std::lower_bound(micro_batch_counts.begin(), micro_batch_counts.end(), B) -
-                    micro_batch_counts.begin())];
-                from = arrays->B == B ? SharedPrefix(arrays->sizes, order) : 0;
-                arrays->sizes.clear();  // valid again once PrepareMemory or PrepareBound has run
-              }
-              double incumbent = std::min(mine.cost, shared_best.load());
-              if (keep > 0) incumbent = std::max(incumbent, std::min(my_runners.bar(), shared_bar.load()));
-              Evaluator ev(ctx, layout, B, counters, scratch, incumbent, &deadline, &my_ticks, arrays, from);
-              ev.KeepLeaves(keep);
-              const double c = ev.Run();
-              if (arrays != nullptr && ev.prepared()) {
-                arrays->sizes = order;
-                arrays->B = B;
-              }
-              cut |= ev.cut();
-              ++pairs;
-              if (ev.short_at() == UINT32_MAX) {
-                all_short = false;
-              } else {
-                short_prefix = std::max(short_prefix, ev.short_at() + 1);
-              }
-              // The pair's place in the unit's canonical order: by (order, node order, B) under the
-              // consecutive placement, whose orders may be skipped; by count in the full space.
-              const uint64_t o = result.full_space ? ordinal++ : (rank * node_orders.size() + node_order) * n_bs + bi;
-              if (keep > 0 && !ev.leaves().empty()) {
-                for (const Leaf& leaf : ev.leaves()) {
-                  if (!my_runners.WouldKeep(leaf.cost, u, o, leaf.seq)) break;  // the rest cost more
-                  Runners::Entry e{leaf.cost, u, o, leaf.seq,
-                                   BuildPlan(cluster, pl, layout, leaf.st, ev.micro_batch(), B, knobs.zero_stage), {}};
-                  if (!CheckMemory(e.plan, problem, prof.memory()).fits) continue;
-                  my_runners.Offer(std::move(e));
-                }
-                const double bar = my_runners.bar();
-                double seen = shared_bar.load();
-                while (bar < seen && !shared_bar.compare_exchange_weak(seen, bar)) {
-                }
-              }
-              if (!(c < kInf) || !mine.Better(c, u, o)) continue;
-              proto::Plan plan = BuildPlan(cluster, pl, layout, ev.best_state(), ev.micro_batch(), B, knobs.zero_stage);
-              // §4.3's estimate agrees with hetsim's memory arithmetic; check all the same, so that the plan
-              // always validates.
-              if (!CheckMemory(plan, problem, prof.memory()).fits) {
-                ++counters.oom;
-                continue;
-              }
-              unit_best = std::min(unit_best, c);
-              mine.cost = c;
-              mine.unit = u;
-              mine.ordinal = o;
-              mine.plan = std::move(plan);
-              double seen = shared_best.load();
-              while (c < seen && !shared_best.compare_exchange_weak(seen, c)) {
-              }
-            }
-            return !cut;
-          };
-          if (result.full_space) {
-            ForEachPlacement(cluster, classes, order, true, node_orders, [&](const Placement& pl) {
-              MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
-              return assignment(pl, lay, nullptr, 0);
-            });
-          } else {
-            ForEachConsecutivePlacement(cluster, order, node_orders, built, [&](const Placement& pl, uint32_t o) {
-              Stream& stream = streams[o];
-              MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, stream.lay,
-                         SharedPrefix(stream.sizes, order));
-              stream.sizes = order;
-              return assignment(pl, stream.lay, &stream, o);
-            });
-          }
-          if (cut) return std::nullopt;
-          // Skipping is for the consecutive placement (the full space's placements of a prefix vary).
-          return !result.full_space && all_short && pairs > 0 ? short_prefix : 0u;
-        });
-        if (phase == 0) {
-          probe_evaluations[u] = ordinal;
-          probe_cost[u] = unit_best;
-          probed[u] = !cut;
-        }
-        if (!cut && (phase == 1 || !more_orders)) unit_state[u] = 2;
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      if (mine.plan && best.Better(mine.cost, mine.unit, mine.ordinal)) best = std::move(mine);
-      for (Runners::Entry& e : my_runners.kept()) runners.Offer(std::move(e));
-      total.evaluated += counters.evaluated;
-      total.invalid += counters.invalid;
-      total.oom += counters.oom;
-      total.truncated += counters.truncated;
-      total.pruned += counters.pruned;
-      total.assignments += counters.assignments;
-      total.orders += counters.orders;
-      total.orders_skipped += counters.orders_skipped;
-      for (auto& m : counters.misses.top) all_misses.push_back(std::move(m));
-    };
-    if (threads == 1) {
-      worker();
-    } else {
-      std::vector<std::thread> pool;
-      for (uint32_t t = 0; t < threads; ++t) pool.emplace_back(worker);
-      for (auto& t : pool) t.join();
-    }
-  };
+  Shared sh(problem, knobs, prof, ctx, links, deadline, node_orders, micro_batch_counts, units, unit_order,
+            result.full_space, keep);
   const uint32_t threads = std::max<uint32_t>(1, std::min<uint32_t>(knobs.threads, 64));
-  run_phase(0, threads);
+  RunPhase(sh, 0, threads);
   // A unit's probe cost is an upper bound on its best plan, a good guess at how good its other orders are.
   std::stable_sort(unit_order.begin(), unit_order.end(),
-                   [&](size_t a, size_t b) { return probe_cost[a] < probe_cost[b]; });
-  run_phase(1, threads);
+                   [&](size_t a, size_t b) { return sh.probe_cost[a] < sh.probe_cost[b]; });
+  RunPhase(sh, 1, threads);
+  Counters& total = sh.total;
+  Best& best = sh.best;
 
   stats.candidates_evaluated += total.evaluated;
   if (multisets > units.size()) {
@@ -546,7 +612,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   std::string coverage;
   if (deadline.passed()) {
     result.cut_by_time_limit = true;
-    coverage = CoverageNote(units, probed, unit_state, micro_batch_counts);
+    coverage = CoverageNote(units, sh.probed, sh.unit_state, micro_batch_counts);
     const std::string elapsed = FormatSeconds(deadline.ElapsedSeconds());
     if (best.plan) {
       stats.notes.push_back("search cut by the time limit (time_limit_s: " + FormatSeconds(knobs.time_limit_s) +
@@ -562,12 +628,12 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
     }
   }
   if (!best.plan) {
-    if (!all_misses.empty()) {
-      std::sort(all_misses.begin(), all_misses.end(), [](const Miss& a, const Miss& b) {
+    if (!sh.all_misses.empty()) {
+      std::sort(sh.all_misses.begin(), sh.all_misses.end(), [](const Miss& a, const Miss& b) {
         return std::tie(a.shortfall_gib, a.what) < std::tie(b.shortfall_gib, b.what);
       });
       InfeasibleTracker tracker;
-      for (const Miss& m : all_misses) tracker.Offer(m.what, m.need_gib, m.capacity_gib, m.device);
+      for (const Miss& m : sh.all_misses) tracker.Offer(m.what, m.need_gib, m.capacity_gib, m.device);
       return tracker.ToStatus("metis", problem, stats);
     }
     return NothingFound("metis", problem, stats,
@@ -580,7 +646,7 @@ Result<SearchResult> Search(const PlanningProblem& problem, const Knobs& knobs, 
   // then left out so that the runners-up follow the pick.
   if (keep > 0) {
     const std::string pick = best.plan->SerializeAsString();
-    for (Runners::Entry& e : runners.kept()) {
+    for (Runners::Entry& e : sh.runners.kept()) {
       if (result.alternatives.size() >= problem.alternatives) break;
       if (e.key == pick || e.cost < best.cost) continue;
       result.alternatives.push_back(RankedPlan{std::move(e.plan), e.cost});
