@@ -18,6 +18,13 @@ std::string Lower(std::string s) {
 }  // namespace
 
 // Splits one CSV line; fields may be double-quoted (with "" for a quote).
+std::string CsvCell(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
 std::vector<std::string> SplitCsv(const std::string& line) {
   std::vector<std::string> out;
   std::string cur;

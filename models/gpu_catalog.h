@@ -61,5 +61,7 @@ class GpuCatalog {
 // Splits one CSV line; fields may be double-quoted (with "" for a quote). The catalog's gpus.csv and
 // validate-sim's run files read with it.
 std::vector<std::string> SplitCsv(const std::string& line);
+// One CSV cell: `s` itself, or double-quoted (quotes doubled) when it holds a comma, quote or newline.
+std::string CsvCell(const std::string& s);
 
 }  // namespace hetsim::models

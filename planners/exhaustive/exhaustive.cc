@@ -278,7 +278,10 @@ class ExhaustivePlanner : public PlannerWithOptions<proto::ExhaustiveOptions> {
 
   void Prove(const PlanningProblem& problem, PlannerResult* result) const {
     const AnalyticCostModel cost(problem);
-    double threshold = ThresholdOf(cost, result->plan, result->cost_s);
+    // The closed form's own plan sets the first threshold; when it found nothing better than the other
+    // planners' candidates (no plan), they alone do. (An empty plan's "threshold" was 0, which cut the whole
+    // space and claimed a proof: "no plan simulates faster than 0 s".)
+    double threshold = result->plan.pipelines_size() > 0 ? ThresholdOf(cost, result->plan, result->cost_s) : kInf;
     // Other planners' candidates (PlanningProblem::seeds), a warm start: any plan's threshold is one the
     // optimum is below, so the least over them all cuts the most. The best seed by the played estimate
     // becomes the incumbent (simulated first) when it beats the search's own.

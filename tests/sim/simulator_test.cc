@@ -206,12 +206,8 @@ layers:
   }
 }
 
-TEST(Simulator, TpOverlapHidesAllButTheLastChunkOfEachPasssTpCommunication) {
-  // A TP-2 stage on one node (1 GB/s NVSwitch, ~0 latency), blocks of 1 ms forward and 2 ms backward, one
-  // micro-batch. Without overlap a pass takes C + M (compute, then its fused TP all-reduces). With
-  // comm.tp_overlap and k = 4 chunks it takes C/4 + max(3C/4, 3M/4) + M/4 = C + M/4 when M <= C (here M is
-  // about 10 all-reduces of 64 KiB at 1 GB/s, under 1 ms, against C = 4 or 8 ms): 3/4 of the TP time is
-  // hidden and 1/4 stays exposed.
+// llama-tiny on a TP-2 stage at 128 tokens: blocks of 1 ms forward and 2 ms backward, embedding and head free.
+void AddTinyTp2Profile(models::ProfileDb* db) {
   proto::Profile prof;
   ASSERT_TRUE(models::ParseYaml(R"(gpu: h100
 model: llama-tiny
@@ -223,8 +219,17 @@ layers:
 )",
                                 "p", &prof)
                   .ok());
+  ASSERT_TRUE(db->Add(prof, "p").ok());
+}
+
+TEST(Simulator, TpOverlapHidesAllButTheLastChunkOfEachPasssTpCommunication) {
+  // A TP-2 stage on one node (1 GB/s NVSwitch, ~0 latency), blocks of 1 ms forward and 2 ms backward, one
+  // micro-batch. Without overlap a pass takes C + M (compute, then its fused TP all-reduces). With
+  // comm.tp_overlap and k = 4 chunks it takes C/4 + max(3C/4, 3M/4) + M/4 = C + M/4 when M <= C (here M is
+  // about 10 all-reduces of 64 KiB at 1 GB/s, under 1 ms, against C = 4 or 8 ms): 3/4 of the TP time is
+  // hidden and 1/4 stays exposed.
   models::ProfileDb db;
-  ASSERT_TRUE(db.Add(prof, "p").ok());
+  ASSERT_NO_FATAL_FAILURE(AddTinyTp2Profile(&db));
   const Setting run = MakeSetting(R"(
 name: slow-nvswitch
 nodes:
@@ -274,19 +279,8 @@ TEST(Simulator, BackwardTpAllReducesRunBehindTheWgradGemmsUnlessTheStackBlocks) 
   // 2 · 128 · 1,024 · 256 / 2; the pass twice the forward's, 2 · (4 · (2 · 128 · 724,992 + 4 · 128² · 256) +
   // 2 · 128 · 1,024 · 256) over 2 FLOPs (s ≈ 0.32). With comm.tp_backward_blocking the pass takes C + M; without, max(s·C, M) + (1 − s)·C:
   // on a fast fabric (M ≤ s·C) the whole M is hidden, on a slow one (M > s·C) exactly s·C is.
-  proto::Profile prof;
-  ASSERT_TRUE(models::ParseYaml(R"(gpu: h100
-model: llama-tiny
-seq_len: 128
-layers:
-  - {layer: transformer, tp_degree: 2, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
-  - {layer: embedding, tp_degree: 2, micro_batch_size: 1}
-  - {layer: head, tp_degree: 2, micro_batch_size: 1}
-)",
-                                "p", &prof)
-                  .ok());
   models::ProfileDb db;
-  ASSERT_TRUE(db.Add(prof, "p").ok());
+  ASSERT_NO_FATAL_FAILURE(AddTinyTp2Profile(&db));
   const double hidden = 4 * 128 * 483328.0 + 2 * 128 * 1024 * 256.0 / 2;
   const double pass = 2 * (4 * (2 * 128 * 724992.0 + 4 * 128.0 * 128 * 256) + 2 * 128 * 1024 * 256.0) / 2;
   const double s = hidden / pass, C = 0.008;

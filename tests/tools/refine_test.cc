@@ -403,6 +403,9 @@ TEST(ExhaustiveProof, ASeedFasterThanTheSpaceIsReturnedAndNamed) {
     (c.found_by.empty() ? own : seeds) = std::min(c.found_by.empty() ? own : seeds, c.simulated_s);
   }
   EXPECT_EQ(users, 1u) << notes;  // the given seed, beside the registered planners' candidates
+  // The proof's cut is the seeds' (the narrowed closed form finds nothing under them), never 0.
+  EXPECT_EQ(notes.find("cut at 0 s"), std::string::npos) << notes;
+  EXPECT_GT(r->space_lower_bound_s, 0.0) << notes;
   ASSERT_LT(seeds, own * (1 - 1e-6)) << "the narrowed space should lose to the other planners' plans\n" << notes;
   EXPECT_FALSE(out.candidates[out.chosen].found_by.empty()) << notes;
   EXPECT_NE(notes.find("(from "), std::string::npos) << notes;

@@ -514,13 +514,6 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-std::string CsvCell(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 Status MergeResults(const std::string& dir, size_t expected_points) {
   std::vector<proto::PointResult> rows;
   for (size_t i = 0; i < expected_points; ++i) {

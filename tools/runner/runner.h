@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "models/gpu_catalog.h"
 #include "tools/runner/manifest.h"
 
 namespace hetsim::runner {
@@ -25,7 +26,7 @@ Status RunExperiment(const Manifest& m, const RunOptions& options, std::ostream&
 // A string as a JSON string literal (quotes, backslashes and control characters escaped), and as a CSV
 // cell (quoted when it holds a comma, a quote or a newline): the results files' writers share them.
 std::string JsonString(const std::string& s);
-std::string CsvCell(const std::string& s);
+using models::CsvCell;  // models/gpu_catalog.h
 
 // Merges the point files of `dir` into results.jsonl and results.csv (atomically). Deterministic: the
 // same points give byte-identical files.
