@@ -222,6 +222,31 @@ layers:
   ASSERT_TRUE(db->Add(prof, "p").ok());
 }
 
+// Two H100s on one NVSwitch of `gbyte_s` GB/s and ~0 latency, and one TP-2 stage over llama-tiny on them.
+Setting Tp2Node(double gbyte_s) {
+  return MakeSetting(R"(
+name: nvswitch
+nodes:
+  - name: n
+    gpus: {type: h100, count: 2}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: )" + std::to_string(gbyte_s) +
+                         R"(, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}
+)",
+                     1);
+}
+proto::Plan Tp2Plan() {
+  return PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0, 1], "
+                  "tp_degree: 2, layer_end: 6}]}]");
+}
+// Compute from `db`'s layer times (no fixed costs, no optimizer step).
+SimOptions ProfiledOptions(const models::ProfileDb& db) {
+  SimOptions opt;
+  opt.compute.model = models::ComputeModel::kTokenEfficiency;
+  opt.compute.optimizer_bytes_per_param = 0;
+  opt.profiles = &db;
+  return opt;
+}
+
 TEST(Simulator, TpOverlapHidesAllButTheLastChunkOfEachPasssTpCommunication) {
   // A TP-2 stage on one node (1 GB/s NVSwitch, ~0 latency), blocks of 1 ms forward and 2 ms backward, one
   // micro-batch. Without overlap a pass takes C + M (compute, then its fused TP all-reduces). With
@@ -230,21 +255,10 @@ TEST(Simulator, TpOverlapHidesAllButTheLastChunkOfEachPasssTpCommunication) {
   // hidden and 1/4 stays exposed.
   models::ProfileDb db;
   ASSERT_NO_FATAL_FAILURE(AddTinyTp2Profile(&db));
-  const Setting run = MakeSetting(R"(
-name: slow-nvswitch
-nodes:
-  - name: n
-    gpus: {type: h100, count: 2}
-    fabric: {kind: nvswitch, bandwidth_gbyte_s: 1, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}
-)",
-                                  1);
-  auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0, 1], "
-                       "tp_degree: 2, layer_end: 6}]}]");
+  const Setting run = Tp2Node(1);
+  const proto::Plan plan = Tp2Plan();
   models::PlanContext ctx{run.cluster, run.model, run.training};
-  SimOptions opt;
-  opt.compute.model = models::ComputeModel::kTokenEfficiency;
-  opt.compute.optimizer_bytes_per_param = 0;
-  opt.profiles = &db;
+  SimOptions opt = ProfiledOptions(db);
   // Full fidelity overlaps each layer's collectives with that layer's compute: the embedding's and the
   // head's take no time here, so their all-reduces stay exposed; only the fused fidelities give the closed
   // form exactly.
@@ -285,22 +299,10 @@ TEST(Simulator, BackwardTpAllReducesRunBehindTheWgradGemmsUnlessTheStackBlocks) 
   const double pass = 2 * (4 * (2 * 128 * 724992.0 + 4 * 128.0 * 128 * 256) + 2 * 128 * 1024 * 256.0) / 2;
   const double s = hidden / pass, C = 0.008;
   for (double gbyte_s : {1.0, 0.02}) {
-    const Setting run = MakeSetting(R"(
-name: nvswitch
-nodes:
-  - name: n
-    gpus: {type: h100, count: 2}
-    fabric: {kind: nvswitch, bandwidth_gbyte_s: )" + std::to_string(gbyte_s) +
-                                        R"(, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}
-)",
-                                    1);
-    auto plan = PlanFrom("pipelines: [{micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0, 1], "
-                         "tp_degree: 2, layer_end: 6}]}]");
+    const Setting run = Tp2Node(gbyte_s);
+    proto::Plan plan = Tp2Plan();
     models::PlanContext ctx{run.cluster, run.model, run.training};
-    SimOptions opt;
-    opt.compute.model = models::ComputeModel::kTokenEfficiency;
-    opt.compute.optimizer_bytes_per_param = 0;
-    opt.profiles = &db;
+    SimOptions opt = ProfiledOptions(db);
     opt.fidelity = Fidelity::Fast();
     auto async = SimulateIteration(plan, ctx, opt);
     ASSERT_TRUE(async.ok()) << async.status().message();
