@@ -11,6 +11,7 @@
 //   either consumer's operation type.
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "models/lowering.h"
@@ -62,9 +63,12 @@ double PassSeconds(const Op& op, const RankOps& r, const TransformerModel& model
 //   start compute s·C; those collectives; wait for the compute; compute (1 − s)·C; the other operations
 // so the pair takes max(s·C, their time) + (1 − s)·C. The shares are of FLOPs (the GEMMs' against the
 // operation's), the compute model's time split alike. `OpT` has kind, category, seconds, micro_batch and
-// hide_share; `compute`, `async` and `join` are as in OverlapTpChunks.
+// hide_share; `compute`, `async` and `join` are as in OverlapTpChunks. Rewrites `*program` in place, and
+// leaves it untouched (no copy: the planners play many programs) when no operation hides.
 template <class OpT, class KindT>
-std::vector<OpT> HideBehindGemms(const std::vector<OpT>& ops, KindT compute, KindT async, KindT join) {
+void HideBehindGemms(std::vector<OpT>* program, KindT compute, KindT async, KindT join) {
+  if (std::none_of(program->begin(), program->end(), [](const OpT& op) { return op.hide_share > 0; })) return;
+  const std::vector<OpT>& ops = *program;
   std::vector<OpT> out;
   out.reserve(ops.size() + ops.size() / 4);
   std::vector<size_t> hidden;
@@ -106,7 +110,7 @@ std::vector<OpT> HideBehindGemms(const std::vector<OpT>& ops, KindT compute, Kin
     }
     i = j - 1;
   }
-  return out;
+  *program = std::move(out);
 }
 
 // comm.tp_overlap: every forward/backward compute operation followed by TP collectives of its micro-batch

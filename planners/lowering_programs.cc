@@ -341,7 +341,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
         out.push_back(op);
       }
     }
-    prog.main = models::HideBehindGemms(prog.main, Kind::kCompute, Kind::kComputeAsync, Kind::kComputeJoin);
+    models::HideBehindGemms(&prog.main, Kind::kCompute, Kind::kComputeAsync, Kind::kComputeJoin);
     if (lw.tp_overlap) prog.main = OverlapTp(prog.main);
     s->operations += prog.main.size() + prog.dp.size();
   }

@@ -325,7 +325,7 @@ Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, cons
   }
   if (options.compute_jitter_cv > 0) Jitter(out, options.compute_jitter_cv, options.seed);
   for (auto& prog : out.programs) {
-    prog.ops = models::HideBehindGemms(prog.ops, OpKind::kCompute, OpKind::kComputeAsync, OpKind::kComputeJoin);
+    models::HideBehindGemms(&prog.ops, OpKind::kCompute, OpKind::kComputeAsync, OpKind::kComputeJoin);
     if (lowering.tp_overlap) prog.ops = OverlapTp(prog.ops);
   }
   return out;

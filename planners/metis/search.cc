@@ -334,6 +334,32 @@ struct Shared {
   Runners runners;
   Counters total;
   std::vector<Miss> all_misses;
+
+  // Unit u's state after a worker's pass over it in `phase`: the probe's count, cost and whether it covered
+  // the unit; finished unless cut (or, probing, unless it has more orders).
+  void EndUnit(size_t u, int phase, uint64_t ordinal, double unit_best, bool cut, bool more_orders) {
+    if (phase == 0) {
+      probe_evaluations[u] = ordinal;
+      probe_cost[u] = unit_best;
+      probed[u] = !cut;
+    }
+    if (!cut && (phase == 1 || !more_orders)) unit_state[u] = 2;
+  }
+  // A worker's best plan, runners-up and counters, added to the search's.
+  void Merge(Best& mine, Runners& my_runners, Counters& counters) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (mine.plan && best.Better(mine.cost, mine.unit, mine.ordinal)) best = std::move(mine);
+    for (Runners::Entry& e : my_runners.kept()) runners.Offer(std::move(e));
+    total.evaluated += counters.evaluated;
+    total.invalid += counters.invalid;
+    total.oom += counters.oom;
+    total.truncated += counters.truncated;
+    total.pruned += counters.pruned;
+    total.assignments += counters.assignments;
+    total.orders += counters.orders;
+    total.orders_skipped += counters.orders_skipped;
+    for (auto& m : counters.misses.top) all_misses.push_back(std::move(m));
+  }
 };
 
 // One worker of phase `phase` (0: probe, 1: the rest; see Search): takes units unit_order[next++] until
@@ -345,17 +371,13 @@ void SearchWorker(Shared& sh, int phase, std::atomic<size_t>& next) {
   const auto& prof = sh.prof;
   const auto& ctx = sh.ctx;
   const auto& links = sh.links;
-  const std::vector<uint32_t>& classes = prof.classes();
   Deadline& deadline = sh.deadline;
   const auto& node_orders = sh.node_orders;
   const auto& micro_batch_counts = sh.micro_batch_counts;
   const auto& units = sh.units;
-  const auto& unit_order = sh.unit_order;
   const bool full_space = sh.full_space;
   const uint32_t keep = sh.keep;
   auto& unit_state = sh.unit_state;
-  auto& probed = sh.probed;
-  auto& probe_cost = sh.probe_cost;
   auto& probe_evaluations = sh.probe_evaluations;
   auto& shared_best = sh.shared_best;
   auto& shared_bar = sh.shared_bar;
@@ -371,7 +393,7 @@ void SearchWorker(Shared& sh, int phase, std::atomic<size_t>& next) {
   while (!deadline.Passed(my_ticks)) {
     const size_t i = next++;
     if (i >= units.size()) break;
-    const size_t u = unit_order[i];
+    const size_t u = sh.unit_order[i];
     if (unit_state[u] == 2) continue;  // each unit is taken by one worker per phase; read after joins
     unit_state[u] = 1;
     bool cut = false;
@@ -471,7 +493,7 @@ void SearchWorker(Shared& sh, int phase, std::atomic<size_t>& next) {
         return !cut;
       };
       if (full_space) {
-        ForEachPlacement(cluster, classes, order, true, node_orders, [&](const Placement& pl) {
+        ForEachPlacement(cluster, sh.prof.classes(), order, true, node_orders, [&](const Placement& pl) {
           MakeLayout(cluster, prof, links, ctx.boundary_bytes, pl, lay);
           return assignment(pl, lay, nullptr, 0);
         });
@@ -488,25 +510,9 @@ void SearchWorker(Shared& sh, int phase, std::atomic<size_t>& next) {
       // Skipping is for the consecutive placement (the full space's placements of a prefix vary).
       return !full_space && all_short && pairs > 0 ? short_prefix : 0u;
     });
-    if (phase == 0) {
-      probe_evaluations[u] = ordinal;
-      probe_cost[u] = unit_best;
-      probed[u] = !cut;
-    }
-    if (!cut && (phase == 1 || !more_orders)) unit_state[u] = 2;
+    sh.EndUnit(u, phase, ordinal, unit_best, cut, more_orders);
   }
-  std::lock_guard<std::mutex> lock(sh.mu);
-  if (mine.plan && sh.best.Better(mine.cost, mine.unit, mine.ordinal)) sh.best = std::move(mine);
-  for (Runners::Entry& e : my_runners.kept()) sh.runners.Offer(std::move(e));
-  sh.total.evaluated += counters.evaluated;
-  sh.total.invalid += counters.invalid;
-  sh.total.oom += counters.oom;
-  sh.total.truncated += counters.truncated;
-  sh.total.pruned += counters.pruned;
-  sh.total.assignments += counters.assignments;
-  sh.total.orders += counters.orders;
-  sh.total.orders_skipped += counters.orders_skipped;
-  for (auto& m : counters.misses.top) sh.all_misses.push_back(std::move(m));
+  sh.Merge(mine, my_runners, counters);
 }
 
 // Runs phase `phase` on `threads` workers.

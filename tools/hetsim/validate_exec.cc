@@ -127,6 +127,54 @@ bool ExecutePlan(const ExecSettings& x, const std::string& plan_ref, size_t i, s
   return true;
 }
 
+namespace {
+
+// Prints the per-plan table of simulated against executed times (and by operation class) with the tally;
+// returns the same as CSV.
+std::string PrintComparison(const std::vector<PlanResult>& results, const std::string& backend,
+                            const std::string& calibration, std::ostream& out) {
+  out << "\nsimulated vs executed (" << backend << " backend, calibration " << calibration << ")\n";
+  out << "  plan                    ranks  executed ms  simulated ms   error   noise |  ms executed/simulated:";
+  for (const char* c : kClassNames) out << "  " << c;
+  out << "\n";
+  calibration::ErrorTally tally;
+  std::string csv = "plan,ranks,executed_s,simulated_s,error,noise";
+  for (const char* c : kClassNames) csv += std::string(",exec_") + c + "_s,sim_" + c + "_s";
+  csv += "\n";
+  for (const auto& r : results) {
+    out << "  " << r.plan << std::string(r.plan.size() < 24 ? 24 - r.plan.size() : 1, ' ') << Fmt("%5.0f", r.ranks)
+        << Fmt("  %11.2f  %12.2f  %+6.1f%%  %5.1f%% |", r.exec_s * 1e3, r.sim_s * 1e3, r.error() * 100, r.noise * 100);
+    for (int c = 0; c < kClasses; ++c) out << Fmt("  %.1f/%.1f", r.exec_classes[c] * 1e3, r.sim_classes[c] * 1e3);
+    out << "\n";
+    tally.Add(r.error());
+    csv += r.plan + "," + std::to_string(r.ranks) + Fmt(",%.6g,%.6g,%.6g,%.6g", r.exec_s, r.sim_s, r.error(), r.noise);
+    for (int c = 0; c < kClasses; ++c) csv += Fmt(",%.6g,%.6g", r.exec_classes[c], r.sim_classes[c]);
+    csv += "\n";
+  }
+  if (tally.count() > 0) {
+    out << Fmt("  %.0f plans: MAPE %.1f%%, bias %+.1f%%, worst %.1f%%\n", static_cast<double>(tally.count()),
+               100 * tally.mape(), 100 * tally.bias(), 100 * tally.worst());
+  }
+  return csv;
+}
+
+// Draws executed against simulated time per operation (tools/plot/exec_vs_sim.py); a failure is a warning.
+void DrawFigure(const std::string& csv_path, const std::string& figure, std::ostream& out, std::ostream& err) {
+  // No shell between the flags and the plotter (docs/robustness.md): the paths go to exec as they are.
+  const std::vector<std::string> argv = {"/usr/bin/python3", (fs::path(FindPlotDir()) / "exec_vs_sim.py").string(),
+                                         csv_path, figure};
+  std::fflush(nullptr);
+  auto rc = RunChild(argv);
+  if (!rc.ok() || *rc != 0) {
+    err << "warning: drawing the figure failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
+        << ": " << argv[0] << " " << argv[1] << ")\n";
+  } else {
+    out << "figure: " << figure << "\n";
+  }
+}
+
+}  // namespace
+
 int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   if (!vm.count("plans")) {
     err << "hetsim validate-sim --executor: give --plans P1,P2,... (plan files or bundled names, e.g. "
@@ -242,48 +290,14 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
     results.push_back(r);
   }
 
-  // The table.
-  out << "\nsimulated vs executed (" << backend << " backend, calibration " << calibration << ")\n";
-  out << "  plan                    ranks  executed ms  simulated ms   error   noise |  ms executed/simulated:";
-  for (const char* c : kClassNames) out << "  " << c;
-  out << "\n";
-  calibration::ErrorTally tally;
-  std::string csv = "plan,ranks,executed_s,simulated_s,error,noise";
-  for (const char* c : kClassNames) csv += std::string(",exec_") + c + "_s,sim_" + c + "_s";
-  csv += "\n";
-  for (const auto& r : results) {
-    out << "  " << r.plan << std::string(r.plan.size() < 24 ? 24 - r.plan.size() : 1, ' ') << Fmt("%5.0f", r.ranks)
-        << Fmt("  %11.2f  %12.2f  %+6.1f%%  %5.1f%% |", r.exec_s * 1e3, r.sim_s * 1e3, r.error() * 100, r.noise * 100);
-    for (int c = 0; c < kClasses; ++c) out << Fmt("  %.1f/%.1f", r.exec_classes[c] * 1e3, r.sim_classes[c] * 1e3);
-    out << "\n";
-    tally.Add(r.error());
-    csv += r.plan + "," + std::to_string(r.ranks) + Fmt(",%.6g,%.6g,%.6g,%.6g", r.exec_s, r.sim_s, r.error(), r.noise);
-    for (int c = 0; c < kClasses; ++c) csv += Fmt(",%.6g,%.6g", r.exec_classes[c], r.sim_classes[c]);
-    csv += "\n";
-  }
-  if (tally.count() > 0) {
-    out << Fmt("  %.0f plans: MAPE %.1f%%, bias %+.1f%%, worst %.1f%%\n", static_cast<double>(tally.count()),
-               100 * tally.mape(), 100 * tally.bias(), 100 * tally.worst());
-  }
+  const std::string csv = PrintComparison(results, backend, calibration, out);
   const std::string csv_path = vm.count("output") ? FlagString(vm, "output") : (fs::path(dir) / "exec_vs_sim.csv").string();
   if (Status s = models::WriteFileAtomically(csv_path, csv); !s.ok()) {
     err << s.message() << "\n";
     return 1;
   }
   out << "per-plan results: " << csv_path << "\n";
-  if (vm.count("figure")) {
-    // No shell between the flags and the plotter (docs/robustness.md): the paths go to exec as they are.
-    const std::vector<std::string> argv = {"/usr/bin/python3", (fs::path(FindPlotDir()) / "exec_vs_sim.py").string(),
-                                           csv_path, FlagString(vm, "figure")};
-    std::fflush(nullptr);
-    auto rc = RunChild(argv);
-    if (!rc.ok() || *rc != 0) {
-      err << "warning: drawing the figure failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
-          << ": " << argv[0] << " " << argv[1] << ")\n";
-    } else {
-      out << "figure: " << FlagString(vm, "figure") << "\n";
-    }
-  }
+  if (vm.count("figure")) DrawFigure(csv_path, FlagString(vm, "figure"), out, err);
   if (failed > 0) {
     err << failed << " of " << plans.size() << " plans were not compared (see above)\n";
     return 1;
