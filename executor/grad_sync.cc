@@ -55,9 +55,11 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
       buckets_of[plan.SyncGroupOfLowering(op.sync_group)] = std::max<uint32_t>(1, op.num_buckets);
     }
   }
+  units_ = plan.lowering.zero_units;
   for (auto& [index, g] : groups_) {
     const int64_t n = g.comm->size(), r = g.comm->rank();
-    const uint32_t nb = buckets_of.count(index) ? buckets_of[index] : 1;
+    const uint32_t nb = units_ ? 0 : buckets_of.count(index) ? buckets_of[index] : 1;
+    if (units_) UnitBuckets(g, plan.sync_groups[index].group);
     for (uint32_t b = 0; b < nb; ++b) {
       Group::Bucket bk;
       bk.begin = g.numel * b / nb;
@@ -82,6 +84,87 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
   }
   for (auto& p : params) {
     if (zero_layers_.count(p.spec.layer)) p.adam_m = Buffer(), p.adam_v = Buffer();
+  }
+}
+
+void GradSync::UnitBuckets(Group& g, const models::GradSyncGroup& sg) {
+  const auto& params = model_->params();
+  const int64_t n = g.comm->size();
+  size_t k = 0;
+  for (uint32_t l = sg.layer_begin; l < sg.layer_end; ++l) {
+    Group::Bucket bk;
+    bk.begin = k < g.pieces.size() ? g.pieces[k].offset : g.numel;
+    for (; k < g.pieces.size() && params[g.pieces[k].param].spec.layer == l; ++k) {}
+    bk.end = k < g.pieces.size() ? g.pieces[k].offset : g.numel;
+    bk.seg = (bk.end - bk.begin + n - 1) / n;
+    bk.at = g.seg_total;
+    g.seg_total += bk.seg;
+    g.buckets.push_back(bk);
+  }
+  HETSIM_CHECK(k == g.pieces.size(), "GradSync: a sync group's parameters are not in layer order");
+}
+
+void GradSync::PackRange(const Group& g, Tensor packed, int64_t begin, int64_t end, bool masters) {
+  auto& params = model_->params();
+  for (const auto& pc : g.pieces) {
+    if (pc.offset < begin || pc.offset >= end) continue;
+    const Param& p = params[pc.param];
+    const Tensor src = (masters ? p.master : p.grad).t().Rows(pc.rows.begin, pc.rows.end);
+    be_->Copy(packed.Flat(pc.offset - begin, src.numel()), src);
+  }
+}
+
+void GradSync::UnpackRange(const Group& g, Tensor packed, int64_t begin, int64_t end, bool masters) {
+  auto& params = model_->params();
+  for (const auto& pc : g.pieces) {
+    if (pc.offset < begin || pc.offset >= end) continue;
+    Param& p = params[pc.param];
+    const Tensor dst = (masters ? p.master : p.grad).t().Rows(pc.rows.begin, pc.rows.end);
+    be_->Copy(dst, packed.Flat(pc.offset - begin, dst.numel()));
+    if (masters && !p.weight.empty()) be_->Copy(p.weight.t().Rows(pc.rows.begin, pc.rows.end), dst);
+  }
+}
+
+double GradSync::GatherUnit(size_t index, uint32_t bucket) {
+  auto it = groups_.find(index);
+  HETSIM_CHECK(units_ && it != groups_.end() && bucket < it->second.buckets.size(),
+               "GradSync: a unit all-gather of sync group " + std::to_string(index) + " this rank does not shard");
+  Group& g = it->second;
+  const auto& bk = g.buckets[bucket];
+  const int64_t len = bk.end - bk.begin, n = g.comm->size();
+  if (len == 0) return 0;
+  SliceRecorder::Scope scope(recorder_, Category::kZero, -1);
+  Buffer segments(be_, bk.seg * n, 1, DType::kF32);
+  g.comm->AllGather(g.param_seg.t().Flat(bk.at, bk.seg), segments.t());
+  // Member q's segment holds the range's elements [q·seg, (q + 1)·seg): the first `len` are the layer's.
+  UnpackRange(g, segments.t().Flat(0, len), bk.begin, bk.end, true);
+  return static_cast<double>(len) * static_cast<double>(DTypeSize(DType::kF32));
+}
+
+double GradSync::ReduceUnit(size_t index, uint32_t bucket) {
+  auto it = groups_.find(index);
+  HETSIM_CHECK(units_ && it != groups_.end() && bucket < it->second.buckets.size(),
+               "GradSync: a unit reduce-scatter of sync group " + std::to_string(index) + " this rank does not shard");
+  Group& g = it->second;
+  const auto& bk = g.buckets[bucket];
+  const int64_t len = bk.end - bk.begin;
+  if (len == 0) return 0;
+  SliceRecorder::Scope scope(recorder_, Category::kDp, -1);
+  Buffer packed(be_, len, 1, DType::kF32);
+  PackRange(g, packed.t(), bk.begin, bk.end, false);
+  Buffer mine(be_, bk.seg, 1, DType::kF32);
+  ReduceScatterPadded(g.comm, packed.t(), mine.t());
+  be_->Add(g.grad_seg.t().Flat(bk.at, bk.seg), mine.t());
+  auto& params = model_->params();
+  for (const auto& pc : g.pieces) {
+    if (pc.offset >= bk.begin && pc.offset < bk.end) be_->Fill(params[pc.param].grad.t().Rows(pc.rows.begin, pc.rows.end), 0);
+  }
+  return static_cast<double>(len) * static_cast<double>(DTypeSize(DType::kF32));
+}
+
+void GradSync::ClearGradSegments() {
+  for (auto& [index, g] : groups_) {
+    if (!g.grad_seg.empty()) be_->Fill(g.grad_seg.t(), 0);
   }
 }
 

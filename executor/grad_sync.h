@@ -60,6 +60,15 @@ class GradSync {
   // parameters).
   bool zero() const { return zero_; }
   double AllGatherGroup(size_t index);
+  // ZeRO-3 by units (models::Lowering::zero_units): bucket `bucket` of sync group `index` is the group's
+  // bucket-th layer. GatherUnit all-gathers that layer's parameters from every member's segment;
+  // ReduceUnit reduce-scatters its gradients (of the micro-batch just run) and adds this rank's segment to
+  // the accumulated shard, then clears the layer's gradients for the next micro-batch (FSDP frees them).
+  // Both return the bytes of the layer's packed rows.
+  double GatherUnit(size_t index, uint32_t bucket);
+  double ReduceUnit(size_t index, uint32_t bucket);
+  // The start of a step's accumulation (ReduceUnit adds): the gradient shards cleared.
+  void ClearGradSegments();
   void ZeroStep(const AdamParams& adam);
   void FinishStep();
   // Layers whose parameters ZeroStep updates (the model's own step skips them).
@@ -101,6 +110,12 @@ class GradSync {
   // Packs `params` rows (masters or gradients) of the group's pieces into `packed`, or unpacks from it.
   void Pack(const Group& g, Tensor packed, bool masters);
   void Unpack(const Group& g, Tensor packed, bool masters);
+  // The same for the pieces inside the packed range [begin, end) (a unit's bucket), `packed` holding that
+  // range only.
+  void PackRange(const Group& g, Tensor packed, int64_t begin, int64_t end, bool masters);
+  void UnpackRange(const Group& g, Tensor packed, int64_t begin, int64_t end, bool masters);
+  // ZeRO-3 by units: one bucket per layer of the group, cut where its pieces' layers change.
+  void UnitBuckets(Group& g, const models::GradSyncGroup& sg);
   // Every member's segments of the group into `packed` (the group's full packed layout).
   void GatherSegments(Group& g, Tensor segments, Tensor packed);
   // `src` reduce-scattered over `comm` into `out` (this rank's segment; every member's is out.numel()
@@ -120,6 +135,7 @@ class GradSync {
   std::vector<size_t> partial_params_;   // step 1
   std::vector<size_t> complete_params_;  // step 3
   bool zero_ = false;
+  bool units_ = false;  // ZeRO-3 by units
   std::set<uint32_t> zero_layers_;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,11 @@ class OpLog : public OpObserver {
     op.flops = (forward || recompute ? model_.ForwardFlops(layer, n, seq_len_) : model_.BackwardFlops(layer, n, seq_len_)) /
                (double(role_.tp) * role_.ulysses * role_.cp);
     Add(op);
+    if (after_compute) after_compute(op);
   }
+  // Called after each reported layer pass, whether or not the log is active (the runner's ZeRO-3 unit calls
+  // behind that compute; executor/runner.cc RunPass).
+  std::function<void(const models::Op&)> after_compute;
   void TpCollective(uint32_t mb, uint32_t layer, double bytes, bool max, models::CollectiveKind kind,
                     bool behind_gemms) override {
     models::Op op = InPass(models::Category::kTp, role_.tp_group, role_.tp_rank, mb, layer, bytes);

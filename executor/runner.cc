@@ -292,11 +292,25 @@ size_t Runner::RunPass(const std::vector<models::Op>& ops, size_t i) {
     HETSIM_CHECK(k < ops.size(), "hetsim-exec: ring operations without their pass");
     return k;
   };
-  const models::Op& first = ops[compute_after(i)];
+  const size_t first_compute = compute_after(i);
+  const models::Op& first = ops[first_compute];
   uint32_t lo = first.layer_begin, hi = first.layer_end;
+  // ZeRO-3 by units: the pass's first gather before it, the calls behind a unit's compute after that
+  // compute's report (hooks[k]: behind the pass's k-th compute operation), the last reduce-scatter after it.
+  std::vector<size_t> before, after;
+  std::vector<std::vector<size_t>> hooks;
   size_t j = i;
   for (; j < ops.size(); ++j) {
     const models::Op& op = ops[j];
+    if (op.kind == models::OpKind::kCompute && op.category == first.category && op.micro_batch == first.micro_batch) {
+      hooks.emplace_back();
+    }
+    if (ZeroUnit(op) && op.micro_batch == first.micro_batch) {
+      // An exposed gather after the pass's compute opens the next pass.
+      if (j > first_compute && op.hide_share <= 0 && op.collective == models::CollectiveKind::kAllGather) break;
+      (j < first_compute ? before : op.hide_share > 0 ? hooks.back() : after).push_back(j);
+      continue;
+    }
     const bool layer = op.kind == models::OpKind::kCompute && op.category == first.category;
     const bool tp = op.kind == models::OpKind::kCollective && op.in_pass;
     // A ring receive ends its block's pass; ring sends open the next block's, which may be another pass.
@@ -314,11 +328,25 @@ size_t Runner::RunPass(const std::vector<models::Op>& ops, size_t i) {
   const bool part = c < chunks.size() && hi <= chunks[c].end && first.category == Category::kBackward;
   HETSIM_CHECK(whole || part, "hetsim-exec: a pass over layers " + std::to_string(lo) + "-" + std::to_string(hi) +
                                   " is not one of the rank's model chunks");
+  for (size_t k : before) log_.Add(SyncOp(ops[k], false));
+  size_t reported = 0;
+  if (!hooks.empty()) {
+    // The model reports the pass's compute operations in the lowering's order (the executor's op log): the
+    // calls behind each run as it is reported, before its compute (the parameters are all resident; the
+    // previous unit's gradients are complete).
+    log_.after_compute = [&](const models::Op&) {
+      HETSIM_CHECK(reported < hooks.size(), "hetsim-exec: the model ran more layer passes than the lowering has");
+      for (size_t k : hooks[reported]) log_.Add(SyncOp(ops[k], false));
+      ++reported;
+    };
+  }
   if (first.category == Category::kForward) {
     Forward(first.micro_batch, c);
   } else {
     Backward(first.micro_batch, c, lo);
   }
+  log_.after_compute = nullptr;
+  for (size_t k : after) log_.Add(SyncOp(ops[k], false));
   return j;
 }
 
@@ -382,6 +410,10 @@ void Runner::RunOps() {
         ++i;
         break;
       case models::OpKind::kCollective: {
+        if (ZeroUnit(op)) {
+          i = RunPass(ops, i);  // ZeRO-3 by units: the gather that opens a pass
+          break;
+        }
         if (op.category == Category::kPp && op.collective == models::CollectiveKind::kBroadcast) {
           Broadcast(ops, i, op_chunk_[i]);
           ++i;
@@ -440,7 +472,9 @@ models::Op Runner::SyncOp(const models::Op& op, bool side) {
   for (int r : ranks) members.push_back(plan_.devices.at(static_cast<size_t>(r)));
   // A collective over other members than the sync group's is one of a hierarchical all-reduce's three.
   const bool hierarchical = plan_.lowering.groups.at(op.group) != members;
-  if (op.category == Category::kZero) {
+  if (ZeroUnit(op)) {
+    done.bytes = op.category == Category::kZero ? sync_->GatherUnit(index, op.bucket) : sync_->ReduceUnit(index, op.bucket);
+  } else if (op.category == Category::kZero) {
     done.bytes = sync_->AllGatherGroup(index);
   } else if (hierarchical) {
     // One of a hierarchical all-reduce's three collectives (over the node, or across nodes).
@@ -578,6 +612,7 @@ int Runner::Run() {
     if (step == 0 && !o_.ops_out.empty()) WriteOps();
     if (step == 0 && (!o_.dump_gradients.empty() || !o_.compare_gradients.empty())) status |= CheckGradients(loss);
     model_->ZeroGrads();
+    sync_->ClearGradSegments();
   }
   if (root() && !o_.loss_out.empty()) {
     const Status s = models::WriteFileAtomically(o_.loss_out, loss_csv);

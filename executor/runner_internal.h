@@ -96,6 +96,11 @@ class Runner {
   // A gradient-sync or ZeRO collective of the rank's lists, run (`side`: on the DP stream's
   // communicators); returns it as executed.
   models::Op SyncOp(const models::Op& op, bool side);
+  // A ZeRO-3 unit's gather or reduce-scatter inside the passes (models::Lowering::zero_units).
+  bool ZeroUnit(const models::Op& op) const {
+    return plan_.lowering.zero_units && op.kind == models::OpKind::kCollective && !op.in_pass &&
+           (op.category == Category::kZero || op.category == Category::kDp) && op.sync_group != models::kNone;
+  }
   // comm.dp_overlap: hands the DP stream's next segment (its await and the collectives up to the next
   // await) to the backend's side stream.
   void SubmitDpSegment();

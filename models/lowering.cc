@@ -45,6 +45,19 @@ Result<Lowering> Lowerer::Lower() {
   out_.comm = plan_.comm();
   out_.tp_overlap = plan_.comm().tp_overlap();
   out_.separate_recompute = full_recompute_ && !options_.fuse_passes;
+  // ZeRO-3 by units unless the plan offloads to the CPU, shards a stage by TP, or splits its pipelines'
+  // layers differently (models/lowering.h).
+  zero_units_ = plan_.zero_stage() >= 3 && !OffloadsOptimizer(plan_);
+  for (const auto& pipe : plan_.pipelines()) {
+    const auto& first = plan_.pipelines(0);
+    zero_units_ = zero_units_ && pipe.stages_size() == first.stages_size();
+    for (int s = 0; zero_units_ && s < pipe.stages_size(); ++s) {
+      const auto& st = pipe.stages(s);
+      zero_units_ = TpDegree(st) == 1 && st.layer_begin() == first.stages(s).layer_begin() &&
+                    st.layer_end() == first.stages(s).layer_end();
+    }
+  }
+  out_.zero_units = zero_units_;
   out_.device_slot.assign(ctx_.cluster.num_devices(), kNone);
   for (int p = 0; p < plan_.pipelines_size(); ++p) {
     const auto& pipe = plan_.pipelines(p);
@@ -139,7 +152,8 @@ void Lowerer::EmitRank(int p, int s, uint32_t r, uint32_t seq_shard, uint32_t k,
   const uint32_t m = pipe.num_micro_batches();
   const auto seqs = Ranges(st, pipe.micro_batch_size())[r];
   const auto& segments = segments_[device];
-  const bool overlap = plan_.comm().dp_overlap() && !segments.empty();
+  // ZeRO-3 by units reduce-scatters inside the backward passes: no gradient stream after them.
+  const bool overlap = plan_.comm().dp_overlap() && !segments.empty() && !zero_units_;
 
   auto forward = [&](uint16_t j) {
     if (s > 0) AddPp(ops, p, s - 1, s, device, false, r, k, true, j);
@@ -348,7 +362,7 @@ std::string FormatOp(const Lowering& lowering, uint32_t device, const char* stre
       std::snprintf(buf, sizeof(buf), " layers %u-%u bytes %.6g", op.layer_begin, op.layer_end, op.bytes);
       s += buf;
       if (op.num_buckets > 1) s += " bucket " + std::to_string(op.bucket) + "/" + std::to_string(op.num_buckets);
-      if (op.hide_share > 0) s += " behind-gemms";
+      if (op.hide_share > 0) s += op.category == Category::kTp ? " behind-gemms" : " behind-compute";
       break;
     default:
       break;

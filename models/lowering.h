@@ -47,6 +47,23 @@
 //    reduce-scattered under ZeRO ≥ 1; with comm.dp_overlap on a second stream that starts each group
 //    as soon as the backward of its layers is done. Then the optimizer step over the rank's shard, and
 //    under ZeRO ≥ 1 the parameter all-gathers.
+//  - ZeRO-3 and FSDP by units (ZeRO stage 3, Rajbhandari et al., SC'20, as DeepSpeed's stage-3 parameter
+//    prefetcher runs it; PyTorch FSDP, Zhao et al., VLDB'23, with one unit per block): each layer is a unit whose parameters are
+//    all-gathered right before its pass and freed after it, forward and backward alike
+//    (reshard_after_forward), and whose gradients are reduce-scattered after its backward, in every
+//    micro-batch (gradient accumulation into the shard, as both do unless told not to sync). The
+//    first unit's gather of a pass is exposed; every next unit's is prefetched behind the compute of the
+//    unit before it (FSDP's backward prefetch, its forward all-gathers issued ahead by the CPU thread with
+//    at most two in flight, DeepSpeed's prefetch bucket), and a unit's reduce-scatter runs behind the next
+//    unit's backward; the pass's last reduce-scatter is exposed. Those calls are Op::hide_share = 1 behind the
+//    compute operation before them (models/op_prices.h HideBehindGemms), so one overlapped unit takes
+//    max(its compute, the next gather + the previous reduce-scatter): the calls share one stream, as
+//    a single NCCL communicator runs them in order. No gradient sync after the passes and no all-gather
+//    after the step (the next forward gathers). Lowered so unless the plan offloads to the CPU, a stage
+//    has TP > 1, or its pipelines split the layers differently (then members of one sync group sit at other
+//    places of their schedules and would issue a group's per-layer calls in other orders; DeepSpeed runs
+//    ZeRO-3 without pipelines and FSDP shards each stage over that stage's replicas); those keep the older form: each pass gathers the stage's whole shard first (exposed), and
+//    gradients are reduce-scattered once after the last backward (Lowering::zero_units says which).
 //  - CPU offload (Plan.offload; docs/lowering.md "CPU offload"). ZeRO-Offload (Ren et al., ATC'21, §4):
 //    after each gradient bucket's reduce-scatter the rank copies its shard of the bucket to host memory
 //    (kHostCopy, device to host), on the stream that reduce-scatters it (with comm.dp_overlap the DP
@@ -176,6 +193,9 @@ struct Lowering {
   bool separate_recompute = false;
   // Some ranks were left out (LoweringOptions::lower_devices): their `ops` and `dp_stream` are empty.
   bool partial = false;
+  // ZeRO-3 lowered by units (see the header comment): per-layer gathers and reduce-scatters inside the
+  // passes (Op::bucket: the layer's index in its sync group of Op::num_buckets layers).
+  bool zero_units = false;
 };
 
 struct LoweringOptions {

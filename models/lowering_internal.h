@@ -190,9 +190,24 @@ class Lowerer {
   // The bytes of the group's parameters on layers [a, b) (a piece of it).
   double GroupBytes(const GradSyncGroup& g, uint32_t a, uint32_t b) const;
 
-  // ZeRO-3's gathers of the rank's layers before a pass. With the parameters offloaded each shard comes
-  // from host memory first, and the layers no other replica holds are copied whole.
+  // ZeRO-3's gathers of the rank's layers before a pass, where its units are not lowered (zero_units_ off:
+  // CPU offload, TP). With the parameters offloaded each shard comes from host memory first, and the layers
+  // no other replica holds are copied whole.
   void AddZeroGathers(std::vector<Op>& ops, uint32_t device, uint16_t mb);
+
+  // ZeRO-3 by units (zero_units_; models/lowering.h "ZeRO-3 and FSDP by units"): the all-gather of layer
+  // l's parameters (`gather`) or the reduce-scatter of its gradients in each of the device's sync groups
+  // that hold l. `hide_share` > 0: behind the compute operation before it (prefetched gathers, the previous
+  // unit's reduce-scatter). A hidden call of a fused pass goes into `fused` (per sync group: bytes, calls)
+  // instead, emitted after the pass as one call per group.
+  struct FusedUnits {
+    std::map<uint32_t, std::pair<double, uint32_t>> gathers, reduces;
+  };
+  void AddZeroUnit(std::vector<Op>& ops, uint32_t device, uint32_t l, bool gather, bool hidden, uint16_t mb,
+                   FusedUnits* fused);
+  // A fused pass's hidden unit calls, sharing `share` of the pass's compute between them.
+  void EmitFusedUnits(std::vector<Op>& ops, uint32_t device, const FusedUnits& fused, double hidden_flops,
+                      uint16_t mb, uint32_t a, uint32_t b);
 
   const proto::Plan& plan_;
   const PlanContext& ctx_;
@@ -200,6 +215,7 @@ class Lowerer {
   const TransformerModel& model_;
   const proto::Training& tr_;
   const bool full_recompute_;
+  bool zero_units_ = false;  // ZeRO-3 lowered by units (Lower() decides; Lowering::zero_units)
   Lowering out_;
   std::vector<std::vector<uint32_t>> device_groups_;
   std::vector<std::vector<Segment>> segments_;  // per device (MakeSegments)

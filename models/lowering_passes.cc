@@ -254,6 +254,11 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
       AddRing(ops, ring, device, true, std::vector<double>(steps, fused_ring / steps), mb, a, b, batch);
     }
   }
+  // ZeRO-3 by units: the pass's first unit gathered in the open; the others' calls behind the compute.
+  FusedUnits fused_units;
+  double pass_flops = 0, last_unit_flops = 0;
+  uint32_t last_unit = kNone;
+  if (zero_units_) AddZeroUnit(ops, device, forward ? a : b - 1, true, false, mb, nullptr);
   FusedTp fused_tp;
   double fused_a2a = 0;
   uint32_t fused_a2a_calls = 0;
@@ -266,6 +271,16 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
                                    : model_.BackwardFlops(l, batch, tr_.seq_len())) /
                          (t * ways);
     AddCompute(ops, l, flops, cat, mb, seqs, recompute);
+    if (zero_units_) {
+      if (l != last_unit) last_unit = l, last_unit_flops = 0;
+      last_unit_flops += flops;
+      pass_flops += flops;
+      if (fwd_pass && !recompute && l + 1 < b) AddZeroUnit(ops, device, l + 1, true, true, mb, &fused_units);
+      if (!fwd_pass) {
+        if (l > a) AddZeroUnit(ops, device, l - 1, true, true, mb, &fused_units);
+        if (l + 1 < b) AddZeroUnit(ops, device, l + 1, false, true, mb, &fused_units);
+      }
+    }
     if (ring_here) AddRing(ops, ring, device, false, ring_bytes(fwd_pass), mb, l, l + 1, batch);
     AddLayerTp(ops, device, tp_group, l, batch, local_seq, fwd_pass, mb, &fused_tp);
     if (sh.ulysses > 1 && is_block(l)) {
@@ -312,6 +327,10 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     op.calls = fused_a2a_calls;
     op.layer_begin = a;
     op.layer_end = b;
+  }
+  if (zero_units_) {
+    if (fuse) EmitFusedUnits(ops, device, fused_units, pass_flops - last_unit_flops, mb, a, b);
+    if (!forward) AddZeroUnit(ops, device, a, false, false, mb, nullptr);
   }
 }
 

@@ -37,6 +37,8 @@ void Lowerer::EmitSyncAndStep(uint32_t device, const proto::Stage& st, RankOps& 
       aw.kind = OpKind::kAwait;
       dp_ops.push_back(aw);
     }
+    // ZeRO-3 by units reduce-scattered every gradient inside the backward passes.
+    if (zero_units_) continue;
     if (seg.group == kNone) {
       // A layer only this rank holds (offload): its whole gradient goes to host memory.
       AddHostCopy(dp_ops, SegmentShardBytes(seg, TpDegree(st), holds_embedding), true, Category::kDp, 0,
@@ -123,7 +125,9 @@ void Lowerer::EmitSyncAndStep(uint32_t device, const proto::Stage& st, RankOps& 
     }
     std::vector<Op>& to = skeleton ? ops : rank.dp_stream;
     to.insert(skeleton ? to.end() : to.begin(), ahead.begin(), ahead.end());
-  } else if (plan_.zero_stage() >= 1) {
+  } else if (plan_.zero_stage() >= 1 && !zero_units_) {
+    // (ZeRO-3 by units keeps its parameters sharded after the step: the next forward gathers them. The older
+    // form keeps this gather, which the executor's TP completion of replicated rows relies on.)
     for (uint32_t g : device_groups_[device]) {
       const auto& sg = out_.sync_groups[g];
       if (sg.devices.size() < 2) continue;
@@ -279,7 +283,7 @@ double Lowerer::GroupBytes(const GradSyncGroup& g, uint32_t a, uint32_t b) const
 }
 
 void Lowerer::AddZeroGathers(std::vector<Op>& ops, uint32_t device, uint16_t mb) {
-  if (plan_.zero_stage() < 3) return;
+  if (plan_.zero_stage() < 3 || zero_units_) return;
   const RankOps& me = out_.ranks[out_.device_slot[device]];
   const bool params_offloaded = OffloadsParams(plan_);
   for (const Segment& seg : segments_[device]) {
@@ -295,6 +299,59 @@ void Lowerer::AddZeroGathers(std::vector<Op>& ops, uint32_t device, uint16_t mb)
     op.sync_group = g;
     op.layer_begin = sg.layer_begin;
     op.layer_end = sg.layer_end;
+  }
+}
+
+void Lowerer::AddZeroUnit(std::vector<Op>& ops, uint32_t device, uint32_t l, bool gather, bool hidden, uint16_t mb,
+                          FusedUnits* fused) {
+  for (uint32_t g : device_groups_[device]) {
+    const auto& sg = out_.sync_groups[g];
+    if (sg.devices.size() < 2 || l < sg.layer_begin || l >= sg.layer_end) continue;
+    const double bytes = GroupBytes(sg, l, l + 1);
+    if (hidden && options_.fuse_passes) {
+      auto& [sum, calls] = (gather ? fused->gathers : fused->reduces)[g];
+      sum += bytes;
+      ++calls;
+      continue;
+    }
+    Op& op = AddCollective(ops, sg.devices, device, bytes,
+                           gather ? CollectiveKind::kAllGather : CollectiveKind::kReduceScatter,
+                           gather ? Category::kZero : Category::kDp, mb);
+    op.group = GroupId(sg.devices);  // the main stream's, beside the gathers
+    op.sync_group = g;
+    op.bucket = static_cast<uint16_t>(l - sg.layer_begin);
+    op.num_buckets = static_cast<uint16_t>(sg.layer_end - sg.layer_begin);
+    op.layer_begin = l;
+    op.layer_end = l + 1;
+    op.hide_share = hidden ? 1.0f : 0.0f;
+  }
+}
+
+void Lowerer::EmitFusedUnits(std::vector<Op>& ops, uint32_t device, const FusedUnits& fused, double hidden_flops,
+                             uint16_t mb, uint32_t a, uint32_t b) {
+  // The calls behind the pass share what of its compute the units before the last are (HideBehindGemms adds
+  // the shares of the calls behind one compute operation).
+  const size_t calls = fused.gathers.size() + fused.reduces.size();
+  if (calls == 0) return;
+  const Op* pass = nullptr;
+  for (auto it = ops.rbegin(); it != ops.rend() && pass == nullptr; ++it) {
+    if (it->kind == OpKind::kCompute) pass = &*it;
+  }
+  const double share = pass != nullptr && pass->flops > 0 ? std::min(1.0, hidden_flops / pass->flops) : 0.0;
+  const float each = static_cast<float>(std::max(share, 1e-6) / static_cast<double>(calls));
+  for (int k = 0; k < 2; ++k) {
+    for (const auto& [g, fused_call] : k == 0 ? fused.gathers : fused.reduces) {
+      const auto& sg = out_.sync_groups[g];
+      Op& op = AddCollective(ops, sg.devices, device, fused_call.first,
+                             k == 0 ? CollectiveKind::kAllGather : CollectiveKind::kReduceScatter,
+                             k == 0 ? Category::kZero : Category::kDp, mb);
+      op.group = GroupId(sg.devices);
+      op.sync_group = g;
+      op.calls = fused_call.second;
+      op.layer_begin = std::max(a, sg.layer_begin);
+      op.layer_end = std::min(b, sg.layer_end);
+      op.hide_share = each;
+    }
   }
 }
 

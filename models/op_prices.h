@@ -5,8 +5,8 @@
 // - PassSeconds: one compute operation of a rank (a forward, backward or recomputation pass over a layer
 //   range), from a per-layer price the caller supplies (the simulator's compute model, or a planner's view
 //   of it), with the host's per-micro-batch overhead charged once per pass.
-// - HideBehindGemms: the backward's asynchronous TP collectives (Op::hide_share) moved behind the GEMMs they
-//   run during, on either consumer's operation type.
+// - HideBehindGemms: the backward's asynchronous TP collectives and ZeRO-3's prefetched unit calls
+//   (Op::hide_share) moved behind the compute they run during, on either consumer's operation type.
 // - OverlapTpChunks: comm.tp_overlap's rewrite of a rank's program (Transformer Engine's userbuffers), on
 //   either consumer's operation type.
 #include <algorithm>
@@ -58,7 +58,9 @@ double PassSeconds(const Op& op, const RankOps& r, const TransformerModel& model
 }
 
 // The TP collectives a backward pass launches asynchronously before its column-parallel GEMMs (Op::hide_share
-// > 0; models/lowering.h LayerTpCollectives): a compute operation of C seconds followed, before the next
+// > 0; models/lowering.h LayerTpCollectives), and ZeRO-3's prefetched unit gathers and reduce-scatters
+// behind a forward or backward unit (models/lowering.h "ZeRO-3 and FSDP by units"): a compute operation of C
+// seconds followed, before the next
 // compute, by such collectives whose shares add up to s becomes
 //   start compute s·C; those collectives; wait for the compute; compute (1 − s)·C; the other operations
 // so the pair takes max(s·C, their time) + (1 − s)·C. The shares are of FLOPs (the GEMMs' against the
@@ -77,7 +79,7 @@ void HideBehindGemms(std::vector<OpT>* program, KindT compute, KindT async, Kind
     size_t j = i + 1;
     hidden.clear();
     double share = 0;
-    if (op.kind == compute && op.category == Category::kBackward) {
+    if (op.kind == compute && (op.category == Category::kBackward || op.category == Category::kForward)) {
       for (; j < ops.size() && ops[j].kind != compute && ops[j].kind != async && ops[j].kind != join; ++j) {
         if (ops[j].hide_share > 0 && ops[j].micro_batch == op.micro_batch) {
           hidden.push_back(j);
@@ -111,6 +113,16 @@ void HideBehindGemms(std::vector<OpT>* program, KindT compute, KindT async, Kind
     i = j - 1;
   }
   *program = std::move(out);
+}
+
+// Compute operations that take no time (a layer a measured profile prices at zero) are kept while the
+// programs are built, so that the calls the lowering puts behind them (HideBehindGemms) stay behind them
+// rather than slipping behind an earlier compute; then this drops them.
+template <class OpT, class KindT>
+void DropIdleCompute(std::vector<OpT>* program, KindT compute) {
+  program->erase(std::remove_if(program->begin(), program->end(),
+                                [&](const OpT& op) { return op.kind == compute && op.seconds <= 0; }),
+                 program->end());
 }
 
 // comm.tp_overlap: every forward/backward compute operation followed by TP collectives of its micro-batch

@@ -291,8 +291,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
         op.hide_share = lo.hide_share;
         switch (lo.kind) {
           case models::OpKind::kCompute: {
-            op.seconds = prices.Seconds(lo, r, gpu);
-            if (op.seconds <= 0) continue;
+            op.seconds = prices.Seconds(lo, r, gpu);  // (0: models::DropIdleCompute)
             // Consecutive compute of the same pass is one operation.
             if (!out.empty() && out.back().kind == Kind::kCompute && out.back().category == op.category &&
                 out.back().micro_batch == op.micro_batch) {
@@ -342,6 +341,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
       }
     }
     models::HideBehindGemms(&prog.main, Kind::kCompute, Kind::kComputeAsync, Kind::kComputeJoin);
+    models::DropIdleCompute(&prog.main, Kind::kCompute);
     if (lw.tp_overlap) prog.main = OverlapTp(prog.main);
     s->operations += prog.main.size() + prog.dp.size();
   }

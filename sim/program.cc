@@ -87,8 +87,7 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   op.to_host = lo.to_host;
   op.hide_share = lo.hide_share;
   if (lo.kind == models::OpKind::kCompute) {
-    op.seconds = ComputeSeconds(lo, r, gpu, node, cost, consts, separate_recompute);
-    if (op.seconds <= 0) return;
+    op.seconds = ComputeSeconds(lo, r, gpu, node, cost, consts, separate_recompute);  // (0: models::DropIdleCompute)
     // Consecutive compute of the same pass is one slice.
     if (!out.empty() && out.back().kind == OpKind::kCompute && out.back().category == op.category &&
         out.back().micro_batch == op.micro_batch) {
@@ -326,6 +325,7 @@ Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, cons
   if (options.compute_jitter_cv > 0) Jitter(out, options.compute_jitter_cv, options.seed);
   for (auto& prog : out.programs) {
     models::HideBehindGemms(&prog.ops, OpKind::kCompute, OpKind::kComputeAsync, OpKind::kComputeJoin);
+    models::DropIdleCompute(&prog.ops, OpKind::kCompute);
     if (lowering.tp_overlap) prog.ops = OverlapTp(prog.ops);
   }
   return out;

@@ -206,14 +206,18 @@ Search::StageN Search::ComputeStageN(size_t p, uint32_t s, uint32_t n) const {
       // After its last backward pass a device reduce-scatters (ZeRO ≥ 2) or all-reduces (ZeRO 1) its
       // gradients with at least `holders` members: its own ring flow carries at least (n − 1)/n of its
       // bytes over the rails it stripes on, at no more than sim_bandwidth; then it steps.
+      // ZeRO-3 at TP 1 may be lowered by units (models/lowering.h), its calls inside the passes and behind
+      // their compute: nothing of them is certain to show, so neither term bounds it.
+      const bool units = zero_ == 3 && st.tp == 1;
       double sync = 0;
-      if (l.holders >= 2 && bytes > 0 && l.sim_bandwidth > 0) {
+      if (!units && l.holders >= 2 && bytes > 0 && l.sim_bandwidth > 0) {
         sync = (l.holders - 1.0) / l.holders * bytes / l.sim_bandwidth;
       }
       c.sim_floor = e == 0 ? sync + opt : std::min(c.sim_floor, sync + opt);
-      // ZeRO-3 all-gathers the stage's parameters over the same ring before every pass (the lowering's
-      // AddZeroGathers): (n − 1)/n of the bytes into the device each time, at no more than sim_bandwidth.
-      const double gather = zero_ == 3 && l.holders >= 2 && bytes > 0 && l.sim_bandwidth > 0
+      // Otherwise ZeRO-3 all-gathers the stage's parameters over the same ring before every pass (the
+      // lowering's AddZeroGathers): (n − 1)/n of the bytes into the device each time, at no more than
+      // sim_bandwidth.
+      const double gather = zero_ == 3 && !units && l.holders >= 2 && bytes > 0 && l.sim_bandwidth > 0
                                 ? (l.holders - 1.0) / l.holders * bytes / l.sim_bandwidth
                                 : 0;
       c.sim_gather = e == 0 ? gather : std::min(c.sim_gather, gather);

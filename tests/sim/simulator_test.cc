@@ -133,21 +133,22 @@ pipelines:
 
 TEST(Simulator, WaitingForASlowerReplicaIsNotAPipelineBubble) {
   // Two single-stage pipelines, one on an H100 and one on an A100 (3.2x slower at the analytic cost), in
-  // one ZeRO-3 group: before every forward and backward pass both all-gather the weights, so the H100
-  // waits for the A100 inside each all-gather. Without pipeline parallelism there is no bubble: the
-  // waiting is idle time (the H100's idle_s > 0), and it and the all-gathers are not bubble.
+  // one ZeRO-2 group: after the last backward both reduce-scatter the gradients, so the H100 waits for the
+  // A100 inside the first reduce-scatter. Without pipeline parallelism there is no bubble: the waiting is
+  // idle time (the H100's idle_s > 0), and it and the collectives are not bubble. Micro-batches of 16
+  // sequences keep the compute above the collectives' time (llama-tiny's blocks are small).
   const Setting run = MakeSetting(R"(
 name: mixed
 nodes:
   - {name: fast, gpus: {type: h100, count: 1}, nic: {kind: roce, bandwidth_gbps: 400}}
   - {name: slow, gpus: {type: a100-80gb, count: 1}, nic: {kind: roce, bandwidth_gbps: 400}}
 )",
-                                  8);
+                                  128);
   const auto plan = PlanFrom(R"(
 pipelines:
-  - {micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [0], layer_end: 6}]}
-  - {micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [1], layer_end: 6}]}
-zero_stage: 3
+  - {micro_batch_size: 16, num_micro_batches: 4, stages: [{devices: [0], layer_end: 6}]}
+  - {micro_batch_size: 16, num_micro_batches: 4, stages: [{devices: [1], layer_end: 6}]}
+zero_stage: 2
 )");
   models::PlanContext ctx{run.cluster, run.model, run.training};
   SimOptions opt;
@@ -360,6 +361,60 @@ pipelines:
   const double a = DpSecondsUnder(plan, run, db, full), b = DpSecondsUnder(plan, run, db, half);
   ASSERT_GT(a, 1e-3);
   EXPECT_NEAR(b / a, 2.0, 0.02);
+}
+
+TEST(Simulator, ZeroThreeUnitsPrefetchEachLayerBehindTheComputeBeforeIt) {
+  // Data parallelism over two H100s on a 1 GB/s NVSwitch (~0 latency, no per-call cost, full collective
+  // efficiency), ZeRO-3 by units, one micro-batch of llama-tiny: blocks 1 ms forward and 2 ms backward, the
+  // embedding (layer 0) and the head (5) free. A unit's gather or reduce-scatter over the 2-ring moves half
+  // its bf16 bytes each way: a block 725,504 params -> 0.7255 ms, the embedding 262,144 -> 0.2621 ms, the
+  // head 262,400 -> 0.2624 ms, each under the compute it runs behind (a gather 1 ms forward; a gather and a
+  // reduce-scatter, 2 ms backward). Played per layer (full fidelity):
+  //   forward  g0 + max(0, g1) + 3 · 1 ms + max(1 ms, g5) + 0             = g0 + g1 + 4 ms
+  //   backward g5 + max(0, g4) + 4 · 2 ms + max(0, r1) + r0               = g5 + g4 + 8 ms + r1 + r0
+  // (the free embedding and head hide nothing): 12 ms + 2.9632 ms. In fused passes (balanced fidelity) the
+  // calls behind a pass share the pass's compute but the last unit's (the head's FLOPs forward, about 8% of
+  // the pass; the embedding's backward): 3.164 ms of gathers behind ~3.7 ms forward, 6.33 ms of gathers
+  // and reduce-scatters behind ~8 ms backward, so only g0, g5 and r0 show: 12 ms + 0.7867 ms.
+  models::ProfileDb db;
+  proto::Profile prof;
+  ASSERT_TRUE(models::ParseYaml(R"(gpu: h100
+model: llama-tiny
+seq_len: 128
+layers:
+  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
+  - {layer: embedding, tp_degree: 1, micro_batch_size: 1}
+  - {layer: head, tp_degree: 1, micro_batch_size: 1}
+)",
+                                "p", &prof)
+                  .ok());
+  ASSERT_TRUE(db.Add(prof, "p").ok());
+  const Setting run = MakeSetting(R"(
+name: pair
+nodes:
+  - name: n
+    gpus: {type: h100, count: 2}
+    fabric: {kind: nvswitch, bandwidth_gbyte_s: 1, latency_us: 0.000001, pcie_bandwidth_gbyte_s: 1000000}
+)", 2);
+  const proto::Plan plan = PlanFrom(R"(
+zero_stage: 3
+pipelines:
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [0], layer_end: 6}]}
+  - {micro_batch_size: 1, num_micro_batches: 1, stages: [{devices: [1], layer_end: 6}]}
+)");
+  models::PlanContext ctx{run.cluster, run.model, run.training};
+  SimOptions opt = ProfiledOptions(db);
+  opt.compute.calibration = WriteCalibration(
+      "zero-units", "gpus:\n  - gpus: [h100]\n    collective_efficiency: 1\n    collective_latency: [{group_size: 2, latency_us: 0}]\n");
+  const double g0 = 262144 / 1e9, block = 725504 / 1e9, g5 = 262400 / 1e9;
+  opt.fidelity = Fidelity::Full();
+  auto full = SimulateIteration(plan, ctx, opt);
+  ASSERT_TRUE(full.ok()) << full.status().message();
+  EXPECT_NEAR(full->report.iteration_time_s(), 0.012 + g0 + block + block + g5 + g0 + block, 0.01 * 0.003);
+  opt.fidelity = Fidelity::Balanced();
+  auto fused = SimulateIteration(plan, ctx, opt);
+  ASSERT_TRUE(fused.ok()) << fused.status().message();
+  EXPECT_NEAR(fused->report.iteration_time_s(), 0.012 + g0 + g5 + g0, 0.01 * 0.003);
 }
 
 // A measured bus bandwidth for the group's size (calibration collective_latency[].bus_bandwidth_gbyte_s)
