@@ -125,11 +125,16 @@ void GradSync::UnpackRange(const Group& g, Tensor packed, int64_t begin, int64_t
   }
 }
 
-double GradSync::GatherUnit(size_t index, uint32_t bucket) {
+GradSync::Group& GradSync::UnitGroup(size_t index, uint32_t bucket, const char* what) {
   auto it = groups_.find(index);
   HETSIM_CHECK(units_ && it != groups_.end() && bucket < it->second.buckets.size(),
-               "GradSync: a unit all-gather of sync group " + std::to_string(index) + " this rank does not shard");
-  Group& g = it->second;
+               std::string("GradSync: a unit ") + what + " of sync group " + std::to_string(index) +
+                   " this rank does not shard");
+  return it->second;
+}
+
+double GradSync::GatherUnit(size_t index, uint32_t bucket) {
+  Group& g = UnitGroup(index, bucket, "all-gather");
   const auto& bk = g.buckets[bucket];
   const int64_t len = bk.end - bk.begin, n = g.comm->size();
   if (len == 0) return 0;
@@ -142,10 +147,7 @@ double GradSync::GatherUnit(size_t index, uint32_t bucket) {
 }
 
 double GradSync::ReduceUnit(size_t index, uint32_t bucket) {
-  auto it = groups_.find(index);
-  HETSIM_CHECK(units_ && it != groups_.end() && bucket < it->second.buckets.size(),
-               "GradSync: a unit reduce-scatter of sync group " + std::to_string(index) + " this rank does not shard");
-  Group& g = it->second;
+  Group& g = UnitGroup(index, bucket, "reduce-scatter");
   const auto& bk = g.buckets[bucket];
   const int64_t len = bk.end - bk.begin;
   if (len == 0) return 0;
@@ -168,24 +170,9 @@ void GradSync::ClearGradSegments() {
   }
 }
 
-void GradSync::Pack(const Group& g, Tensor packed, bool masters) {
-  auto& params = model_->params();
-  for (const auto& pc : g.pieces) {
-    const Param& p = params[pc.param];
-    const Tensor src = (masters ? p.master : p.grad).t().Rows(pc.rows.begin, pc.rows.end);
-    be_->Copy(packed.Flat(pc.offset, src.numel()), src);
-  }
-}
+void GradSync::Pack(const Group& g, Tensor packed, bool masters) { PackRange(g, packed, 0, g.numel, masters); }
 
-void GradSync::Unpack(const Group& g, Tensor packed, bool masters) {
-  auto& params = model_->params();
-  for (const auto& pc : g.pieces) {
-    Param& p = params[pc.param];
-    const Tensor dst = (masters ? p.master : p.grad).t().Rows(pc.rows.begin, pc.rows.end);
-    be_->Copy(dst, packed.Flat(pc.offset, dst.numel()));
-    if (masters && !p.weight.empty()) be_->Copy(p.weight.t().Rows(pc.rows.begin, pc.rows.end), dst);
-  }
-}
+void GradSync::Unpack(const Group& g, Tensor packed, bool masters) { UnpackRange(g, packed, 0, g.numel, masters); }
 
 void GradSync::GatherSegments(Group& g, Tensor segments, Tensor packed) {
   const int64_t n = g.comm->size();

@@ -116,6 +116,8 @@ class GradSync {
   void UnpackRange(const Group& g, Tensor packed, int64_t begin, int64_t end, bool masters);
   // ZeRO-3 by units: one bucket per layer of the group, cut where its pieces' layers change.
   void UnitBuckets(Group& g, const models::GradSyncGroup& sg);
+  // The group of a unit call (checked: this rank shards it, the bucket exists).
+  Group& UnitGroup(size_t index, uint32_t bucket, const char* what);
   // Every member's segments of the group into `packed` (the group's full packed layout).
   void GatherSegments(Group& g, Tensor segments, Tensor packed);
   // `src` reduce-scattered over `comm` into `out` (this rank's segment; every member's is out.numel()

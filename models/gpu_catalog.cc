@@ -8,15 +8,6 @@
 #include "models/suggest.h"
 
 namespace hetsim::models {
-namespace {
-
-std::string Lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-}  // namespace
-
 // Splits one CSV line; fields may be double-quoted (with "" for a quote).
 std::string CsvCell(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -160,12 +151,12 @@ const GpuCatalog& GpuCatalog::Bundled() {
 }
 
 Result<const GpuSpec*> GpuCatalog::Find(const std::string& name) const {
-  const std::string want = Lower(name);
+  const std::string want = AsciiLower(name);
   std::vector<std::string> names;
   for (const auto& g : gpus_) {
-    if (Lower(g.name) == want) return &g;
+    if (AsciiLower(g.name) == want) return &g;
     for (const auto& a : g.aliases) {
-      if (Lower(a) == want) return &g;
+      if (AsciiLower(a) == want) return &g;
     }
     names.push_back(g.name);
   }

@@ -51,4 +51,9 @@ bool IsPlainName(std::string_view n) {
   });
 }
 
+std::string AsciiLower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 }  // namespace hetsim

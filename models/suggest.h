@@ -17,6 +17,9 @@ std::string NearestName(std::string_view word, const std::vector<std::string>& c
 // "; did you mean 'x'?" or "" — ready to append to an error message.
 std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates);
 
+// `s` with ASCII letters lower-cased (names compared without case).
+std::string AsciiLower(std::string s);
+
 // A name that is safe as one path component: letters, digits, '-', '_' and '.', not empty, "." or "..".
 bool IsPlainName(std::string_view name);
 

@@ -22,11 +22,6 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-std::string Lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // Upper snake case of a CamelCase enum type name: "LayerKind" -> "LAYER_KIND", "DType" -> "DTYPE".
 std::string UpperSnake(std::string_view camel) {
   std::string out;
@@ -243,7 +238,7 @@ class Converter {
       }
       case FieldDescriptor::CPPTYPE_ENUM: {
         const EnumDescriptor* e = fd->enum_type();
-        std::string want = Lower(s);
+        std::string want = AsciiLower(s);
         std::replace(want.begin(), want.end(), '-', '_');
         for (int i = 1; i < e->value_count(); ++i) {
           if (EnumValueYamlName(e->value(i)) == want) {
@@ -470,7 +465,7 @@ std::string EnumValueYamlName(const EnumValueDescriptor* value) {
   const std::string prefix = UpperSnake(value->type()->name()) + "_";
   std::string name = value->name();
   if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-  return Lower(name);
+  return AsciiLower(name);
 }
 
 std::vector<std::string> EnumYamlNames(const EnumDescriptor* e) {
