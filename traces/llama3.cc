@@ -69,7 +69,6 @@ Status CheckFailureTraceOptions(const models::Cluster& cluster, const FailureTra
 
 proto::Trace GenerateLlama3Failures(const models::Cluster& cluster, const std::string& cluster_ref,
                                     const FailureTraceOptions& options) {
-  using Event = proto::TraceEvent;
   proto::Trace t;
   t.set_kind("trace");
   char name[160];

@@ -15,8 +15,6 @@
 namespace hetsim::traces {
 namespace {
 
-using Event = proto::TraceEvent;
-
 // One change of the instance set: a named instance comes or goes, or the count becomes `count`.
 struct Change {
   double time_s = 0;

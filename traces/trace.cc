@@ -12,8 +12,6 @@
 
 namespace hetsim::traces {
 
-using Event = proto::TraceEvent;
-
 bool IsBinaryTrace(const std::string& path) { return path.ends_with(".pb"); }
 
 namespace {

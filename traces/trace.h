@@ -11,6 +11,9 @@
 
 namespace hetsim::traces {
 
+// One event of a trace (models/proto/trace.proto), as the traces room names it.
+using Event = proto::TraceEvent;
+
 // Limits on a trace: events (a 54-day Llama 3 run on 16,384 GPUs has 419; a 10-year, 1000x-rate sensitivity
 // study of a small cluster stays well under), and a binary file's size. YAML traces are read an event at a
 // time (models/yaml_stream.h) and stop at models::kMaxTraceYamlBytes (256 MiB, room for the largest trace);

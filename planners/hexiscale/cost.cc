@@ -9,8 +9,6 @@
 namespace hetsim::planners::hexiscale {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // All-reduces of one transformer block per micro-batch: Megatron-LM's 2 in the forward and 2 in the
 // backward pass, and the 2 of the forward again when the backward recomputes it.
 double BlockAllReduces(proto::Recompute recompute) {

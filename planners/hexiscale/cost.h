@@ -35,6 +35,8 @@
 // docs/planners-hexiscale.md shows on the simulator why the plain pairwise reading misleads the search.
 #pragma once
 
+#include <limits>
+
 #include <span>
 #include <vector>
 
@@ -42,6 +44,9 @@
 #include "planners/planner.h"
 
 namespace hetsim::planners::hexiscale {
+
+// A cost or time no candidate reaches.
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 class AppendixACost {
  public:

@@ -12,11 +12,6 @@
 #include "planners/hexiscale/graph.h"
 
 namespace hetsim::planners::hexiscale {
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-}  // namespace
 
 std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceStages(uint32_t blocks,
                                                                         const std::vector<double>& fixed_s,
