@@ -1,4 +1,5 @@
 #include "traces/spot.h"
+#include "traces/trace.h"
 
 #include <yaml-cpp/yaml.h>
 
