@@ -96,6 +96,12 @@ Result<Specs> LoadSpecs(const po::variables_map& vm, bool need_cluster, bool nee
 // specs->plan and plan_file.
 Status PlanWithFlags(const po::variables_map& vm, Specs* specs);
 
+// Prints `s` to `err` and returns 1 (a command that found problems).
+int Fail(std::ostream& err, const Status& s);
+
+// printf-style formatting of up to four numbers.
+std::string Fmt(const char* f, double a, double b = 0, double c = 0, double d = 0);
+
 // The value of a string flag, or "".
 std::string FlagString(const po::variables_map& vm, const char* key);
 

@@ -80,10 +80,6 @@ std::string RelativeTo(const std::string& ref, const std::string& plan_file) {
   return models::ResolveRelative(ref, plan_file);
 }
 
-int Fail(std::ostream& err, const Status& s) {
-  err << s.message() << "\n";
-  return 1;
-}
 
 // ---- list ----------------------------------------------------------------------------------------
 
@@ -361,6 +357,17 @@ std::vector<Command> SpecCommands() {
        },
        RunDescribe},
   };
+}
+
+int Fail(std::ostream& err, const Status& s) {
+  err << s.message() << "\n";
+  return 1;
+}
+
+std::string Fmt(const char* f, double a, double b, double c, double d) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
 }
 
 std::string FlagString(const po::variables_map& vm, const char* key) {

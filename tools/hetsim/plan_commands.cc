@@ -16,11 +16,6 @@
 namespace hetsim::cli {
 namespace {
 
-int Fail(std::ostream& err, const Status& s) {
-  err << s.message() << "\n";
-  return 1;
-}
-
 std::string PlannerList() {
   std::string out;
   for (const auto& p : planners::Planners()) out += p.name + "\t" + p.summary + "\n";

@@ -41,12 +41,6 @@ Result<std::unique_ptr<SimSetup>> SimOptionsFromFlags(const po::variables_map& v
   return setup;
 }
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
-
 // "12h 03m", "3.2 d", "45 s".
 std::string Duration(double s) {
   if (s >= 2 * 86400) return Fmt("%.1f d", s / 86400);

@@ -22,12 +22,6 @@
 namespace hetsim::cli {
 namespace {
 
-std::string Fmt(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
-}
-
 // The human summary printed after a simulation.
 void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, std::ostream& out,
                   const sim::SimResult* played = nullptr) {

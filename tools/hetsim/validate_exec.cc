@@ -44,12 +44,6 @@ std::vector<double> ClassSeconds(const proto::IterationReport& r) {
   return s;
 }
 
-std::string Fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b, c, d);
-  return buf;
-}
-
 struct PlanResult {
   std::string plan;
   int ranks = 0;

@@ -5,6 +5,9 @@
 
 #include <sys/resource.h>
 
+#include <cstdio>
+#include <string>
+
 namespace hetsim::runner {
 
 inline double CpuSeconds() {
@@ -16,6 +19,13 @@ inline double CpuSeconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
   }
   return s;
+}
+
+// A time for the search's notes: "0.2807 s".
+inline std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g s", s);
+  return buf;
 }
 
 }  // namespace hetsim::runner

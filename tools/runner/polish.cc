@@ -30,12 +30,6 @@ constexpr size_t kMaxMachineRuns = 5;
 // Restarts from a local optimum's slower neighbours (iterated local search).
 constexpr uint32_t kMaxRestarts = 8;
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g s", s);
-  return buf;
-}
-
 std::string StageName(size_t p, size_t s) { return "pipeline " + std::to_string(p) + " stage " + std::to_string(s); }
 
 uint32_t Layers(const proto::Stage& s) { return s.layer_end() - s.layer_begin(); }

@@ -19,12 +19,6 @@ constexpr double kTieTolerance = 1e-6;
 // Candidates listed in the notes of a proof.
 constexpr size_t kListedCandidates = 16;
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g s", s);
-  return buf;
-}
-
 std::string Name(uint32_t rank) { return rank == 0 ? "the planner's pick" : "runner-up " + std::to_string(rank); }
 
 std::string Describe(const RefinedCandidate& c) {

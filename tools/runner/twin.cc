@@ -14,12 +14,6 @@ namespace hetsim::runner {
 namespace {
 
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g s", s);
-  return buf;
-}
-
 }  // namespace
 
 Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
