@@ -207,17 +207,16 @@ layers:
   }
 }
 
-// llama-tiny on a TP-2 stage at 128 tokens: blocks of 1 ms forward and 2 ms backward, embedding and head free.
-void AddTinyTp2Profile(models::ProfileDb* db) {
+// llama-tiny on a stage of TP degree `tp` at 128 tokens: blocks of 1 ms forward and 2 ms backward, embedding
+// and head free.
+void AddTinyProfile(models::ProfileDb* db, int tp = 2) {
   proto::Profile prof;
-  ASSERT_TRUE(models::ParseYaml(R"(gpu: h100
-model: llama-tiny
-seq_len: 128
-layers:
-  - {layer: transformer, tp_degree: 2, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
-  - {layer: embedding, tp_degree: 2, micro_batch_size: 1}
-  - {layer: head, tp_degree: 2, micro_batch_size: 1}
-)",
+  const std::string t = std::to_string(tp);
+  ASSERT_TRUE(models::ParseYaml("gpu: h100\nmodel: llama-tiny\nseq_len: 128\nlayers:\n"
+                                "  - {layer: transformer, tp_degree: " + t +
+                                    ", micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}\n"
+                                    "  - {layer: embedding, tp_degree: " + t + ", micro_batch_size: 1}\n"
+                                    "  - {layer: head, tp_degree: " + t + ", micro_batch_size: 1}\n",
                                 "p", &prof)
                   .ok());
   ASSERT_TRUE(db->Add(prof, "p").ok());
@@ -255,7 +254,7 @@ TEST(Simulator, TpOverlapHidesAllButTheLastChunkOfEachPasssTpCommunication) {
   // about 10 all-reduces of 64 KiB at 1 GB/s, under 1 ms, against C = 4 or 8 ms): 3/4 of the TP time is
   // hidden and 1/4 stays exposed.
   models::ProfileDb db;
-  ASSERT_NO_FATAL_FAILURE(AddTinyTp2Profile(&db));
+  ASSERT_NO_FATAL_FAILURE(AddTinyProfile(&db));
   const Setting run = Tp2Node(1);
   const proto::Plan plan = Tp2Plan();
   models::PlanContext ctx{run.cluster, run.model, run.training};
@@ -295,7 +294,7 @@ TEST(Simulator, BackwardTpAllReducesRunBehindTheWgradGemmsUnlessTheStackBlocks) 
   // 2 · 128 · 1,024 · 256) over 2 FLOPs (s ≈ 0.32). With comm.tp_backward_blocking the pass takes C + M; without, max(s·C, M) + (1 − s)·C:
   // on a fast fabric (M ≤ s·C) the whole M is hidden, on a slow one (M > s·C) exactly s·C is.
   models::ProfileDb db;
-  ASSERT_NO_FATAL_FAILURE(AddTinyTp2Profile(&db));
+  ASSERT_NO_FATAL_FAILURE(AddTinyProfile(&db));
   const double hidden = 4 * 128 * 483328.0 + 2 * 128 * 1024 * 256.0 / 2;
   const double pass = 2 * (4 * (2 * 128 * 724992.0 + 4 * 128.0 * 128 * 256) + 2 * 128 * 1024 * 256.0) / 2;
   const double s = hidden / pass, C = 0.008;
@@ -377,18 +376,7 @@ TEST(Simulator, ZeroThreeUnitsPrefetchEachLayerBehindTheComputeBeforeIt) {
   // the pass; the embedding's backward): 3.164 ms of gathers behind ~3.7 ms forward, 6.33 ms of gathers
   // and reduce-scatters behind ~8 ms backward, so only g0, g5 and r0 show: 12 ms + 0.7867 ms.
   models::ProfileDb db;
-  proto::Profile prof;
-  ASSERT_TRUE(models::ParseYaml(R"(gpu: h100
-model: llama-tiny
-seq_len: 128
-layers:
-  - {layer: transformer, tp_degree: 1, micro_batch_size: 1, forward_s: 0.001, backward_s: 0.002}
-  - {layer: embedding, tp_degree: 1, micro_batch_size: 1}
-  - {layer: head, tp_degree: 1, micro_batch_size: 1}
-)",
-                                "p", &prof)
-                  .ok());
-  ASSERT_TRUE(db.Add(prof, "p").ok());
+  ASSERT_NO_FATAL_FAILURE(AddTinyProfile(&db, 1));
   const Setting run = MakeSetting(R"(
 name: pair
 nodes:
