@@ -47,7 +47,7 @@ Result<Lowering> Lowerer::Lower() {
   out_.separate_recompute = full_recompute_ && !options_.fuse_passes;
   // ZeRO-3 by units unless the plan offloads to the CPU, shards a stage by TP, or splits its pipelines'
   // layers differently (models/lowering.h).
-  zero_units_ = plan_.zero_stage() >= 3 && !OffloadsOptimizer(plan_);
+  zero_units_ = plan_.zero_stage() >= 3 && !OffloadsOptimizer(plan_) && plan_.pipelines_size() > 0;
   for (const auto& pipe : plan_.pipelines()) {
     const auto& first = plan_.pipelines(0);
     zero_units_ = zero_units_ && pipe.stages_size() == first.stages_size();

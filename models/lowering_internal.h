@@ -206,8 +206,10 @@ class Lowerer {
   void AddZeroUnit(std::vector<Op>& ops, uint32_t device, uint32_t l, bool gather, bool hidden, uint16_t mb,
                    FusedUnits* fused);
   // A fused pass's hidden unit calls, sharing `share` of the pass's compute between them.
-  void EmitFusedUnits(std::vector<Op>& ops, uint32_t device, const FusedUnits& fused, double hidden_flops,
-                      uint16_t mb, uint32_t a, uint32_t b);
+  void EmitFusedUnits(std::vector<Op>& ops, uint32_t device, const FusedUnits& fused, float share, uint16_t mb,
+                      uint32_t a, uint32_t b);
+  // One unit call of sync group `g` on the main stream (AddZeroUnit, EmitFusedUnits).
+  Op& AddUnitCall(std::vector<Op>& ops, uint32_t device, uint32_t g, double bytes, bool gather, uint16_t mb);
 
   const proto::Plan& plan_;
   const PlanContext& ctx_;

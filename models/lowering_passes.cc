@@ -329,7 +329,7 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     op.layer_end = b;
   }
   if (zero_units_) {
-    if (fuse) EmitFusedUnits(ops, device, fused_units, pass_flops - last_unit_flops, mb, a, b);
+    if (fuse) EmitFusedUnits(ops, device, fused_units, HideShare(ops, pass_flops - last_unit_flops), mb, a, b);
     if (!forward) AddZeroUnit(ops, device, a, false, false, mb, nullptr);
   }
 }

@@ -302,6 +302,15 @@ void Lowerer::AddZeroGathers(std::vector<Op>& ops, uint32_t device, uint16_t mb)
   }
 }
 
+Op& Lowerer::AddUnitCall(std::vector<Op>& ops, uint32_t device, uint32_t g, double bytes, bool gather, uint16_t mb) {
+  const auto& sg = out_.sync_groups[g];
+  Op& op = AddCollective(ops, sg.devices, device, bytes, gather ? CollectiveKind::kAllGather : CollectiveKind::kReduceScatter,
+                         gather ? Category::kZero : Category::kDp, mb);
+  op.group = GroupId(sg.devices);  // the main stream's, beside the gathers
+  op.sync_group = g;
+  return op;
+}
+
 void Lowerer::AddZeroUnit(std::vector<Op>& ops, uint32_t device, uint32_t l, bool gather, bool hidden, uint16_t mb,
                           FusedUnits* fused) {
   for (uint32_t g : device_groups_[device]) {
@@ -314,11 +323,7 @@ void Lowerer::AddZeroUnit(std::vector<Op>& ops, uint32_t device, uint32_t l, boo
       ++calls;
       continue;
     }
-    Op& op = AddCollective(ops, sg.devices, device, bytes,
-                           gather ? CollectiveKind::kAllGather : CollectiveKind::kReduceScatter,
-                           gather ? Category::kZero : Category::kDp, mb);
-    op.group = GroupId(sg.devices);  // the main stream's, beside the gathers
-    op.sync_group = g;
+    Op& op = AddUnitCall(ops, device, g, bytes, gather, mb);
     op.bucket = static_cast<uint16_t>(l - sg.layer_begin);
     op.num_buckets = static_cast<uint16_t>(sg.layer_end - sg.layer_begin);
     op.layer_begin = l;
@@ -327,26 +332,17 @@ void Lowerer::AddZeroUnit(std::vector<Op>& ops, uint32_t device, uint32_t l, boo
   }
 }
 
-void Lowerer::EmitFusedUnits(std::vector<Op>& ops, uint32_t device, const FusedUnits& fused, double hidden_flops,
-                             uint16_t mb, uint32_t a, uint32_t b) {
-  // The calls behind the pass share what of its compute the units before the last are (HideBehindGemms adds
-  // the shares of the calls behind one compute operation).
+void Lowerer::EmitFusedUnits(std::vector<Op>& ops, uint32_t device, const FusedUnits& fused, float share, uint16_t mb,
+                             uint32_t a, uint32_t b) {
+  // The calls behind the pass split its share between them (HideBehindGemms adds the shares of the calls behind
+  // one compute operation).
   const size_t calls = fused.gathers.size() + fused.reduces.size();
   if (calls == 0) return;
-  const Op* pass = nullptr;
-  for (auto it = ops.rbegin(); it != ops.rend() && pass == nullptr; ++it) {
-    if (it->kind == OpKind::kCompute) pass = &*it;
-  }
-  const double share = pass != nullptr && pass->flops > 0 ? std::min(1.0, hidden_flops / pass->flops) : 0.0;
-  const float each = static_cast<float>(std::max(share, 1e-6) / static_cast<double>(calls));
-  for (int k = 0; k < 2; ++k) {
-    for (const auto& [g, fused_call] : k == 0 ? fused.gathers : fused.reduces) {
+  const float each = std::max(share, 1e-6f) / static_cast<float>(calls);
+  for (const bool gather : {true, false}) {
+    for (const auto& [g, fused_call] : gather ? fused.gathers : fused.reduces) {
       const auto& sg = out_.sync_groups[g];
-      Op& op = AddCollective(ops, sg.devices, device, fused_call.first,
-                             k == 0 ? CollectiveKind::kAllGather : CollectiveKind::kReduceScatter,
-                             k == 0 ? Category::kZero : Category::kDp, mb);
-      op.group = GroupId(sg.devices);
-      op.sync_group = g;
+      Op& op = AddUnitCall(ops, device, g, fused_call.first, gather, mb);
       op.calls = fused_call.second;
       op.layer_begin = std::max(a, sg.layer_begin);
       op.layer_end = std::min(b, sg.layer_end);
