@@ -119,6 +119,185 @@ void WriteRow(std::ostream& out, const Row& r) {
   out.flush();
 }
 
+// What every measurement below shares: the backend, the GPU and calibration of the prediction column, the
+// activation dtype, the repetitions and the CSV.
+struct Bench {
+  Backend* be;
+  const hm::GpuSpec* gpu;
+  const hm::KernelParams* params;
+  DType act;
+  hetsim::proto::DType proto_dtype;
+  int max_reps;
+  bool quick;
+  std::ostream* out;
+};
+
+// One-element kernels back to back: the per-kernel time on the device and the host's issue time.
+void BenchLaunch(const Bench& x) {
+  Backend* be = x.be;
+  Buffer one(be, 1, 1, DType::kF32);
+  be->Fill(one.t(), 1.0f);
+  const int launches = x.quick ? 200 : 2000;
+  be->Synchronize();
+  be->ClearMarks();
+  const auto m0 = be->Record();
+  const auto h0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < launches; ++i) be->Scale(one.t(), 1.0f);
+  const auto h1 = std::chrono::steady_clock::now();
+  const auto m1 = be->Record();
+  be->Synchronize();
+  Row r;
+  r.kind = "launch", r.name = "scale-1";
+  r.measured = {be->Elapsed(m0, m1) / launches, be->Elapsed(m0, m1) / launches, launches};
+  r.model_s = x.params->kernel_latency_s;
+  WriteRow(*x.out, r);
+  Row h = r;
+  h.name = "host-issue";
+  const double host = std::chrono::duration<double>(h1 - h0).count() / launches;
+  h.measured = {host, host, launches};
+  h.model_s = x.params->host_overhead_s;
+  WriteRow(*x.out, h);
+}
+
+// Memory-bound kernels over a sweep of sizes.
+void BenchMemory(const Bench& x) {
+  Backend* be = x.be;
+  const DType act = x.act;
+  const int64_t max_elems = x.quick ? (int64_t{1} << 24) : (int64_t{1} << 28);
+  const size_t e = hetsim::executor::DTypeSize(act);
+  for (int64_t n = int64_t{1} << 15; n <= max_elems; n *= 4) {
+    const int64_t cols = 4096, rows = std::max<int64_t>(1, n / cols);
+    const int64_t numel = rows * cols;
+    Buffer bx(be, rows, cols, act), y(be, rows, cols, act), z(be, rows, cols, act);
+    RandomFill(be, bx.t(), 8), RandomFill(be, y.t(), 9), be->Fill(z.t(), 0.0f);
+    Buffer w(be, 1, cols, act), gw(be, 1, cols, DType::kF32), inv(be, rows, 1, DType::kF32);
+    be->Fill(w.t(), 1.0f), be->Fill(gw.t(), 0.0f);
+    auto mem_row = [&](const char* name, double bytes, auto op) {
+      Row r;
+      r.kind = "memory", r.name = name, r.bytes = bytes, r.m = static_cast<double>(numel);
+      const double bw = x.gpu->hbm_bandwidth_gbyte_s * 1e9;
+      r.measured = TimeOp(be, RepsFor(bw > 0 ? bytes / bw : 1e-3, x.max_reps), op);
+      hm::Kernel k;
+      k.bytes = bytes;
+      r.model_s = hm::KernelGpuSeconds(k, *x.gpu, *x.params, x.proto_dtype);
+      WriteRow(*x.out, r);
+    };
+    const double b = static_cast<double>(numel) * e;
+    mem_row("copy", 2 * b, [&] { be->Copy(z.t(), bx.t()); });
+    mem_row("add", 3 * b, [&] { be->Add(z.t(), bx.t()); });
+    mem_row("scale", 2 * b, [&] { be->Scale(z.t(), 1.0f); });
+    mem_row("rmsnorm", 2 * b, [&] { be->RmsNorm(z.t(), inv.t(), bx.t(), w.t(), 1e-5f); });
+    mem_row("rmsnorm-grad", 3 * b, [&] { be->RmsNormBackward(z.t(), gw.t(), bx.t(), w.t(), inv.t(), y.t(), false); });
+    if (numel % 2 == 0) {
+      const auto half_x = hetsim::executor::Tensor{bx.t().data, rows, cols / 2, act};
+      const auto half_y = hetsim::executor::Tensor{y.t().data, rows, cols / 2, act};
+      const auto half_z = hetsim::executor::Tensor{z.t().data, rows, cols / 2, act};
+      mem_row("swiglu", 1.5 * b, [&] { be->SwiGlu(half_z, half_x, half_y); });
+    }
+    if (numel <= (int64_t{1} << 26)) {
+      // Adam over numel fp32 parameters: reads param, grad, m, v; writes param, m, v and the act copy.
+      Buffer p(be, rows, cols, DType::kF32), g(be, rows, cols, DType::kF32), m1(be, rows, cols, DType::kF32),
+          v1(be, rows, cols, DType::kF32);
+      be->Fill(p.t(), 0.1f), be->Fill(g.t(), 0.01f), be->Fill(m1.t(), 0.0f), be->Fill(v1.t(), 0.0f);
+      hetsim::executor::AdamParams ap;
+      const auto copy_t = be->separate_weight_copy() ? z.t() : hetsim::executor::Tensor{};
+      mem_row("adam", static_cast<double>(numel) * (7 * 4 + (copy_t.empty() ? 0 : e)),
+              [&] { be->Adam(p.t(), g.t(), m1.t(), v1.t(), copy_t, ap); });
+    }
+  }
+}
+
+// The GEMMs of `layer`'s passes at `shape`, in the executor's layouts, each shape and layout once (`seen`).
+void BenchGemms(const Bench& x, const hm::TransformerModel& model, const std::string& model_name, uint32_t layer,
+                const hm::KernelShape& shape, std::set<std::tuple<double, double, double, int>>* seen) {
+  Backend* be = x.be;
+  const DType act = x.act;
+  for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
+    for (const auto& k : hm::LayerKernels(model, layer, pass, shape)) {
+      if (k.type != hm::Kernel::Type::kGemm || k.batch != 1) continue;
+      const bool wgrad = std::string(k.name).find("wgrad") != std::string::npos;
+      if (!seen->insert({k.m, k.n, k.k, wgrad ? 2 : static_cast<int>(pass)}).second) continue;
+      const auto M = static_cast<int64_t>(k.m), N = static_cast<int64_t>(k.n), K = static_cast<int64_t>(k.k);
+      // The executor's layouts: activations [tokens, features], weights [out, in].
+      //   forward  y[T,N] = x[T,K]·W[N,K]ᵀ          (trans_b)
+      //   dgrad    dx[T,K'] = dy[T,N']·W[N',K']      (M=T, N=K', K=N')
+      //   wgrad    dW[N',K'] += dy[T,N']ᵀ·x[T,K']     (trans_a; fp32 accumulation)
+      Buffer a, b, c;
+      bool ta = false, tb = false;
+      if (wgrad) {
+        a = Buffer(be, K, M, act), b = Buffer(be, K, N, act), ta = true;
+        c = Buffer(be, M, N, DType::kF32);
+      } else if (pass == hm::Pass::kForward) {
+        a = Buffer(be, M, K, act), b = Buffer(be, N, K, act), tb = true;
+        c = Buffer(be, M, N, act);
+      } else {
+        a = Buffer(be, M, K, act), b = Buffer(be, K, N, act);
+        c = Buffer(be, M, N, act);
+      }
+      RandomFill(be, a.t(), 1), RandomFill(be, b.t(), 2), be->Fill(c.t(), 0.0f);
+      Row r;
+      r.kind = "gemm", r.name = k.name, r.model = model_name, r.tp = static_cast<int>(shape.tp);
+      r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
+      r.pass = pass == hm::Pass::kForward ? "fwd" : "bwd";
+      r.m = k.m, r.n = k.n, r.k = k.k, r.flops = 2 * k.m * k.n * k.k;
+      r.model_s = hm::KernelGpuSeconds(k, *x.gpu, *x.params, x.proto_dtype);
+      r.measured = TimeOp(be, RepsFor(r.model_s, x.max_reps),
+                          [&] { be->Gemm(c.t(), a.t(), ta, b.t(), tb, 1.0f, wgrad ? 1.0f : 0.0f); });
+      WriteRow(*x.out, r);
+    }
+  }
+}
+
+// The attention core of `block` at this rank's heads (standard attention: scores materialised), forward
+// and backward; skipped when the probabilities would take more than 16 GB.
+void BenchAttention(const Bench& x, const hm::TransformerModel& model, const std::string& model_name, uint32_t block,
+                    const hm::KernelShape& shape) {
+  Backend* be = x.be;
+  const DType act = x.act;
+  const auto& spec = model.spec();
+  const uint32_t tp = shape.tp;
+  hetsim::executor::AttentionShape as;
+  as.batch = static_cast<int64_t>(shape.micro_batch), as.seq = shape.seq_len;
+  as.q_heads = spec.num_attention_heads() / tp;
+  const uint32_t kv = spec.num_kv_heads() ? spec.num_kv_heads() : spec.num_attention_heads();
+  as.kv_heads = std::max<int64_t>(1, kv / tp);
+  as.head_dim = spec.hidden_size() / spec.num_attention_heads();
+  as.scale = 1.0f / std::sqrt(static_cast<float>(as.head_dim));
+  const int64_t tokens = as.batch * as.seq;
+  const double probs_bytes = static_cast<double>(as.probs_numel()) * hetsim::executor::DTypeSize(act);
+  if (probs_bytes > 16e9) return;
+  Buffer q(be, tokens, as.q_heads * as.head_dim, act), kk(be, tokens, as.kv_heads * as.head_dim, act),
+      v(be, tokens, as.kv_heads * as.head_dim, act), o(be, tokens, as.q_heads * as.head_dim, act),
+      probs(be, 1, as.probs_numel(), act), dq(be, tokens, as.q_heads * as.head_dim, act),
+      dk(be, tokens, as.kv_heads * as.head_dim, act), dv(be, tokens, as.kv_heads * as.head_dim, act);
+  RandomFill(be, q.t(), 3), RandomFill(be, kk.t(), 4), RandomFill(be, v.t(), 5);
+  RandomFill(be, o.t(), 6);
+  double model_fwd = 0, model_bwd = 0;
+  for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
+    for (const auto& k : hm::LayerKernels(model, block, pass, shape)) {
+      const std::string n = k.name;
+      const bool core = (k.type == hm::Kernel::Type::kGemm && k.batch != 1) || n.find("softmax") != std::string::npos;
+      if (core) (pass == hm::Pass::kForward ? model_fwd : model_bwd) += hm::KernelGpuSeconds(k, *x.gpu, *x.params, x.proto_dtype);
+    }
+  }
+  Row r;
+  r.kind = "attention", r.model = model_name, r.tp = static_cast<int>(tp);
+  r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
+  r.m = static_cast<double>(as.seq), r.n = static_cast<double>(as.seq), r.k = static_cast<double>(as.head_dim);
+  r.batch = static_cast<double>(as.batch * as.q_heads);
+  r.flops = 4.0 * r.batch * r.m * r.n * r.k;
+  r.name = "attention-core", r.pass = "fwd", r.model_s = model_fwd;
+  r.measured = TimeOp(be, RepsFor(model_fwd, x.max_reps), [&] {
+    be->Attention(o.t(), probs.t(), q.t(), kk.t(), v.t(), as);
+  });
+  WriteRow(*x.out, r);
+  r.name = "attention-core-grad", r.pass = "bwd", r.model_s = model_bwd, r.flops *= 2;
+  r.measured = TimeOp(be, RepsFor(model_bwd, x.max_reps), [&] {
+    be->AttentionBackward(dq.t(), dk.t(), dv.t(), o.t(), q.t(), kk.t(), v.t(), probs.t(), as);
+  });
+  WriteRow(*x.out, r);
+}
+
 int Main(int argc, char** argv) {
   std::string backend_name = "cpu", gpu_name, calibration, models_arg, tp_arg, mbs_arg, seq_arg, out_path, dtype_arg;
   int max_reps = 20;
@@ -208,79 +387,11 @@ int Main(int argc, char** argv) {
       << " calibration=" << calibration << " date=" << date << "\n# command: " << command << "\n";
   out << "kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s\n";
 
-  // ---- launch: one-element kernels back to back ----
-  {
-    Buffer one(be.get(), 1, 1, DType::kF32);
-    be->Fill(one.t(), 1.0f);
-    const int launches = quick ? 200 : 2000;
-    be->Synchronize();
-    be->ClearMarks();
-    const auto m0 = be->Record();
-    const auto h0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < launches; ++i) be->Scale(one.t(), 1.0f);
-    const auto h1 = std::chrono::steady_clock::now();
-    const auto m1 = be->Record();
-    be->Synchronize();
-    Row r;
-    r.kind = "launch", r.name = "scale-1";
-    r.measured = {be->Elapsed(m0, m1) / launches, be->Elapsed(m0, m1) / launches, launches};
-    r.model_s = params.kernel_latency_s;
-    WriteRow(out, r);
-    Row h = r;
-    h.name = "host-issue";
-    const double host = std::chrono::duration<double>(h1 - h0).count() / launches;
-    h.measured = {host, host, launches};
-    h.model_s = params.host_overhead_s;
-    WriteRow(out, h);
-  }
+  const Bench bench{be.get(), gpu.value(), &params, act, proto_dtype, max_reps, quick, &out};
+  BenchLaunch(bench);
+  BenchMemory(bench);
 
-  // ---- memory-bound kernels over a sweep of sizes ----
-  {
-    const int64_t max_elems = quick ? (int64_t{1} << 24) : (int64_t{1} << 28);
-    const size_t e = hetsim::executor::DTypeSize(act);
-    for (int64_t n = int64_t{1} << 15; n <= max_elems; n *= 4) {
-      const int64_t cols = 4096, rows = std::max<int64_t>(1, n / cols);
-      const int64_t numel = rows * cols;
-      Buffer x(be.get(), rows, cols, act), y(be.get(), rows, cols, act), z(be.get(), rows, cols, act);
-      RandomFill(be.get(), x.t(), 8), RandomFill(be.get(), y.t(), 9), be->Fill(z.t(), 0.0f);
-      Buffer w(be.get(), 1, cols, act), gw(be.get(), 1, cols, DType::kF32), inv(be.get(), rows, 1, DType::kF32);
-      be->Fill(w.t(), 1.0f), be->Fill(gw.t(), 0.0f);
-      auto mem_row = [&](const char* name, double bytes, auto op) {
-        Row r;
-        r.kind = "memory", r.name = name, r.bytes = bytes, r.m = static_cast<double>(numel);
-        const double bw = gpu.value()->hbm_bandwidth_gbyte_s * 1e9;
-        r.measured = TimeOp(be.get(), RepsFor(bw > 0 ? bytes / bw : 1e-3, max_reps), op);
-        hm::Kernel k;
-        k.bytes = bytes;
-        r.model_s = hm::KernelGpuSeconds(k, *gpu.value(), params, proto_dtype);
-        WriteRow(out, r);
-      };
-      const double b = static_cast<double>(numel) * e;
-      mem_row("copy", 2 * b, [&] { be->Copy(z.t(), x.t()); });
-      mem_row("add", 3 * b, [&] { be->Add(z.t(), x.t()); });
-      mem_row("scale", 2 * b, [&] { be->Scale(z.t(), 1.0f); });
-      mem_row("rmsnorm", 2 * b, [&] { be->RmsNorm(z.t(), inv.t(), x.t(), w.t(), 1e-5f); });
-      mem_row("rmsnorm-grad", 3 * b, [&] { be->RmsNormBackward(z.t(), gw.t(), x.t(), w.t(), inv.t(), y.t(), false); });
-      if (numel % 2 == 0) {
-        const auto half_x = hetsim::executor::Tensor{x.t().data, rows, cols / 2, act};
-        const auto half_y = hetsim::executor::Tensor{y.t().data, rows, cols / 2, act};
-        const auto half_z = hetsim::executor::Tensor{z.t().data, rows, cols / 2, act};
-        mem_row("swiglu", 1.5 * b, [&] { be->SwiGlu(half_z, half_x, half_y); });
-      }
-      if (numel <= (int64_t{1} << 26)) {
-        // Adam over numel fp32 parameters: reads param, grad, m, v; writes param, m, v and the act copy.
-        Buffer p(be.get(), rows, cols, DType::kF32), g(be.get(), rows, cols, DType::kF32),
-            m1(be.get(), rows, cols, DType::kF32), v1(be.get(), rows, cols, DType::kF32);
-        be->Fill(p.t(), 0.1f), be->Fill(g.t(), 0.01f), be->Fill(m1.t(), 0.0f), be->Fill(v1.t(), 0.0f);
-        hetsim::executor::AdamParams ap;
-        const auto copy_t = be->separate_weight_copy() ? z.t() : hetsim::executor::Tensor{};
-        mem_row("adam", static_cast<double>(numel) * (7 * 4 + (copy_t.empty() ? 0 : e)),
-                [&] { be->Adam(p.t(), g.t(), m1.t(), v1.t(), copy_t, ap); });
-      }
-    }
-  }
-
-  // ---- the GEMMs and attention of each model's block and head ----
+  // The GEMMs and attention of each model's block and head.
   std::set<std::tuple<double, double, double, int>> seen;  // shape and layout (forward, dgrad, wgrad)
   for (const auto& model_name : SplitList(models_arg)) {
     auto model = hm::LoadModel(model_name);
@@ -288,7 +399,6 @@ int Main(int argc, char** argv) {
       std::cerr << "hetsim-kernel-bench: --models: " << model.status().message() << "\n";
       return 2;
     }
-    const auto& spec = model->spec();
     uint32_t block = 0, head = 0;
     for (uint32_t l = 0; l < model->num_layers(); ++l) {
       if (model->kind(l) == hm::LayerKind::kTransformer && block == 0) block = l;
@@ -296,7 +406,7 @@ int Main(int argc, char** argv) {
     }
     for (const auto& tp_s : SplitList(tp_arg)) {
       const uint32_t tp = static_cast<uint32_t>(std::stoul(tp_s));
-      if (spec.num_attention_heads() % tp != 0) continue;
+      if (model->spec().num_attention_heads() % tp != 0) continue;
       for (const auto& seq_s : SplitList(seq_arg)) {
         for (const auto& mbs_s : SplitList(mbs_arg)) {
           hm::KernelShape shape;
@@ -304,83 +414,8 @@ int Main(int argc, char** argv) {
           shape.tp = tp, shape.dtype = proto_dtype, shape.attention = hetsim::proto::ATTENTION_STANDARD;
           std::cerr << "hetsim-kernel-bench: " << model_name << " tp=" << tp << " mbs=" << mbs_s << " seq=" << seq_s
                     << "\n";
-          for (uint32_t layer : {block, head}) {
-            for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
-              for (const auto& k : hm::LayerKernels(model.value(), layer, pass, shape)) {
-                if (k.type != hm::Kernel::Type::kGemm || k.batch != 1) continue;
-                const bool wgrad = std::string(k.name).find("wgrad") != std::string::npos;
-                if (!seen.insert({k.m, k.n, k.k, wgrad ? 2 : static_cast<int>(pass)}).second) continue;
-                const auto M = static_cast<int64_t>(k.m), N = static_cast<int64_t>(k.n), K = static_cast<int64_t>(k.k);
-                // The executor's layouts: activations [tokens, features], weights [out, in].
-                //   forward  y[T,N] = x[T,K]·W[N,K]ᵀ          (trans_b)
-                //   dgrad    dx[T,K'] = dy[T,N']·W[N',K']      (M=T, N=K', K=N')
-                //   wgrad    dW[N',K'] += dy[T,N']ᵀ·x[T,K']     (trans_a; fp32 accumulation)
-                Buffer a, b, c;
-                bool ta = false, tb = false;
-                if (wgrad) {
-                  a = Buffer(be.get(), K, M, act), b = Buffer(be.get(), K, N, act), ta = true;
-                  c = Buffer(be.get(), M, N, DType::kF32);
-                } else if (pass == hm::Pass::kForward) {
-                  a = Buffer(be.get(), M, K, act), b = Buffer(be.get(), N, K, act), tb = true;
-                  c = Buffer(be.get(), M, N, act);
-                } else {
-                  a = Buffer(be.get(), M, K, act), b = Buffer(be.get(), K, N, act);
-                  c = Buffer(be.get(), M, N, act);
-                }
-                RandomFill(be.get(), a.t(), 1), RandomFill(be.get(), b.t(), 2), be->Fill(c.t(), 0.0f);
-                Row r;
-                r.kind = "gemm", r.name = k.name, r.model = model_name, r.tp = static_cast<int>(tp);
-                r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
-                r.pass = pass == hm::Pass::kForward ? "fwd" : "bwd";
-                r.m = k.m, r.n = k.n, r.k = k.k, r.flops = 2 * k.m * k.n * k.k;
-                r.model_s = hm::KernelGpuSeconds(k, *gpu.value(), params, proto_dtype);
-                r.measured = TimeOp(be.get(), RepsFor(r.model_s, max_reps),
-                                    [&] { be->Gemm(c.t(), a.t(), ta, b.t(), tb, 1.0f, wgrad ? 1.0f : 0.0f); });
-                WriteRow(out, r);
-              }
-            }
-          }
-          // Attention core at this rank's heads (standard attention: scores materialised).
-          hetsim::executor::AttentionShape as;
-          as.batch = static_cast<int64_t>(shape.micro_batch), as.seq = shape.seq_len;
-          as.q_heads = spec.num_attention_heads() / tp;
-          const uint32_t kv = spec.num_kv_heads() ? spec.num_kv_heads() : spec.num_attention_heads();
-          as.kv_heads = std::max<int64_t>(1, kv / tp);
-          as.head_dim = spec.hidden_size() / spec.num_attention_heads();
-          as.scale = 1.0f / std::sqrt(static_cast<float>(as.head_dim));
-          const int64_t tokens = as.batch * as.seq;
-          const double probs_bytes = static_cast<double>(as.probs_numel()) * hetsim::executor::DTypeSize(act);
-          if (probs_bytes > 16e9) continue;
-          Buffer q(be.get(), tokens, as.q_heads * as.head_dim, act), kk(be.get(), tokens, as.kv_heads * as.head_dim, act),
-              v(be.get(), tokens, as.kv_heads * as.head_dim, act), o(be.get(), tokens, as.q_heads * as.head_dim, act),
-              probs(be.get(), 1, as.probs_numel(), act), dq(be.get(), tokens, as.q_heads * as.head_dim, act),
-              dk(be.get(), tokens, as.kv_heads * as.head_dim, act), dv(be.get(), tokens, as.kv_heads * as.head_dim, act);
-          RandomFill(be.get(), q.t(), 3), RandomFill(be.get(), kk.t(), 4), RandomFill(be.get(), v.t(), 5);
-          RandomFill(be.get(), o.t(), 6);
-          double model_fwd = 0, model_bwd = 0;
-          for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
-            for (const auto& k : hm::LayerKernels(model.value(), block, pass, shape)) {
-              const std::string n = k.name;
-              const bool core = (k.type == hm::Kernel::Type::kGemm && k.batch != 1) || n.find("softmax") != std::string::npos;
-              if (core) (pass == hm::Pass::kForward ? model_fwd : model_bwd) += hm::KernelGpuSeconds(k, *gpu.value(), params, proto_dtype);
-            }
-          }
-          Row r;
-          r.kind = "attention", r.model = model_name, r.tp = static_cast<int>(tp);
-          r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
-          r.m = static_cast<double>(as.seq), r.n = static_cast<double>(as.seq), r.k = static_cast<double>(as.head_dim);
-          r.batch = static_cast<double>(as.batch * as.q_heads);
-          r.flops = 4.0 * r.batch * r.m * r.n * r.k;
-          r.name = "attention-core", r.pass = "fwd", r.model_s = model_fwd;
-          r.measured = TimeOp(be.get(), RepsFor(model_fwd, max_reps), [&] {
-            be->Attention(o.t(), probs.t(), q.t(), kk.t(), v.t(), as);
-          });
-          WriteRow(out, r);
-          r.name = "attention-core-grad", r.pass = "bwd", r.model_s = model_bwd, r.flops *= 2;
-          r.measured = TimeOp(be.get(), RepsFor(model_bwd, max_reps), [&] {
-            be->AttentionBackward(dq.t(), dk.t(), dv.t(), o.t(), q.t(), kk.t(), v.t(), probs.t(), as);
-          });
-          WriteRow(out, r);
+          for (uint32_t layer : {block, head}) BenchGemms(bench, model.value(), model_name, layer, shape, &seen);
+          BenchAttention(bench, model.value(), model_name, block, shape);
         }
       }
     }

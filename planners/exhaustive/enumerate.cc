@@ -453,28 +453,7 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
   }
   if (stopped_) return;
   if (s == S) {
-    const double t = sim_ != nullptr ? m * tmax : (m - 1) * tmax + tsum;
-    Acc next = acc;
-    next.pipe_max = std::max(acc.pipe_max, t);
-    if (sim_ != nullptr) {
-      // The round trips with every stage's time known (Layers bounded the later stages' by their least).
-      double later = 0;
-      for (uint32_t k = S; k-- > 0;) {
-        later += stage_t_[p][k];
-        next.pipe_max = std::max(next.pipe_max, RoundTrips(p, k, m, later) + stage_floor_[p][k]);
-      }
-      next.pipe_max = std::max(next.pipe_max, FirstRoundTrip(p, pr));
-    }
-    if (Pruned(next.total())) return;
-    if (sim_ != nullptr) {
-      // The pipeline's stage-level 1F1B schedule (before the later pipelines, and the far dearer play).
-      next.pipe_max = std::max(next.pipe_max, ScheduleFloor(p, pr));
-      if (Pruned(next.total())) {
-        ++schedule_pruned_;
-        return;
-      }
-    }
-    Inner(p + 1, g_after, next, profiles);
+    PipelineSplit(p, tmax, tsum, g_after, acc, profiles);
     return;
   }
   const Stage& st = pipe.stages[s];
@@ -527,37 +506,9 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
       here.dp = std::max(here.dp, KnownDpBound(p, s, first_layer, end_layer, m));
       if (Pruned(std::max(acc.pipe_max, pipe_lb) + here.dp + here.opt)) continue;
     }
-    // Memory caps per replica (ZeRO shards bounded by the most replicas any layer can have).
-    const StageN& mem = StageAt(p, s, n);
-    const double stat = mem.stat;
-    const double per_seq = mem.act * in_flight + mem.peak;
     std::vector<uint32_t>& caps = scratch_caps_by_stage_[s];
-    caps.assign(st.replicas, 0);
-    bool fits = true;
-    double worst_room = kInf, worst_cap = 0;
-    uint32_t worst_device = 0;
-    for (uint32_t r = 0; r < st.replicas; ++r) {
-      const uint32_t d = st.devices[size_t{r} * st.tp];
-      const double cap_gib = cluster_.device(d).gpu->memory_gib;
-      const double room =
-          cap_gib * (1 - kMemorySafety) - stat - memory_.WorkspaceGib(cluster_.node(cluster_.device(d).node));
-      const double x = per_seq > 0 ? std::floor(room / per_seq) : (room >= 0 ? b : -1);
-      caps[r] = x < 1 ? 0 : static_cast<uint32_t>(std::min<double>(x, b));
-      if (caps[r] == 0) fits = false;
-      if (room < worst_room) {
-        worst_room = room;
-        worst_cap = cap_gib;
-        worst_device = d;
-      }
-    }
-    if (!fits) {
+    if (!ReplicaCaps(p, s, n, b, in_flight, &caps)) {
       ++out_of_memory_;
-      if (kept_.empty()) {
-        misses_.Offer(Describe(p, s, n),
-                      stat + memory_.WorkspaceGib(cluster_.node(cluster_.device(worst_device).node)) + per_seq,
-                      worst_cap,
-                      std::to_string(worst_device) + " (" + cluster_.device(worst_device).gpu->name + ")");
-      }
       break;  // more blocks need more memory
     }
     std::vector<uint32_t>& split = scratch_split_by_stage_[s];
@@ -610,6 +561,66 @@ void Search::Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsu
            profiles);
     if (stopped_) return;
   }
+}
+
+void Search::PipelineSplit(size_t p, double tmax, double tsum, uint32_t g_after, const Acc& acc,
+                           const std::vector<Profile*>& profiles) {
+  Profile& pr = *profiles[p];
+  const uint32_t S = pr.S, m = choice_[p].m;
+  const double t = sim_ != nullptr ? m * tmax : (m - 1) * tmax + tsum;
+  Acc next = acc;
+  next.pipe_max = std::max(acc.pipe_max, t);
+  if (sim_ != nullptr) {
+    // The round trips with every stage's time known (Layers bounded the later stages' by their least).
+    double later = 0;
+    for (uint32_t k = S; k-- > 0;) {
+      later += stage_t_[p][k];
+      next.pipe_max = std::max(next.pipe_max, RoundTrips(p, k, m, later) + stage_floor_[p][k]);
+    }
+    next.pipe_max = std::max(next.pipe_max, FirstRoundTrip(p, pr));
+  }
+  if (Pruned(next.total())) return;
+  if (sim_ != nullptr) {
+    // The pipeline's stage-level 1F1B schedule (before the later pipelines, and the far dearer play).
+    next.pipe_max = std::max(next.pipe_max, ScheduleFloor(p, pr));
+    if (Pruned(next.total())) {
+      ++schedule_pruned_;
+      return;
+    }
+  }
+  Inner(p + 1, g_after, next, profiles);
+}
+
+bool Search::ReplicaCaps(size_t p, uint32_t s, uint32_t n, uint32_t b, double in_flight, std::vector<uint32_t>* caps) {
+  // ZeRO shards are bounded by the most replicas any layer can have.
+  const Stage& st = pipes_[p].stages[s];
+  const StageN& mem = StageAt(p, s, n);
+  const double stat = mem.stat;
+  const double per_seq = mem.act * in_flight + mem.peak;
+  caps->assign(st.replicas, 0);
+  bool fits = true;
+  double worst_room = kInf, worst_cap = 0;
+  uint32_t worst_device = 0;
+  for (uint32_t r = 0; r < st.replicas; ++r) {
+    const uint32_t d = st.devices[size_t{r} * st.tp];
+    const double cap_gib = cluster_.device(d).gpu->memory_gib;
+    const double room =
+        cap_gib * (1 - kMemorySafety) - stat - memory_.WorkspaceGib(cluster_.node(cluster_.device(d).node));
+    const double x = per_seq > 0 ? std::floor(room / per_seq) : (room >= 0 ? b : -1);
+    (*caps)[r] = x < 1 ? 0 : static_cast<uint32_t>(std::min<double>(x, b));
+    if ((*caps)[r] == 0) fits = false;
+    if (room < worst_room) {
+      worst_room = room;
+      worst_cap = cap_gib;
+      worst_device = d;
+    }
+  }
+  if (!fits && kept_.empty()) {
+    misses_.Offer(Describe(p, s, n),
+                  stat + memory_.WorkspaceGib(cluster_.node(cluster_.device(worst_device).node)) + per_seq,
+                  worst_cap, std::to_string(worst_device) + " (" + cluster_.device(worst_device).gpu->name + ")");
+  }
+  return fits;
 }
 
 std::string Search::Describe(size_t p, uint32_t s, uint32_t n) const {

@@ -244,6 +244,13 @@ class Search {
   // here) adds its least replica forward and least replica backward.
   void Layers(size_t p, uint32_t s, uint32_t left, double tmax, double tsum, uint32_t g_after, Acc acc, bool tied,
               const std::vector<Profile*>& profiles);
+  // Layers' last step: pipeline p's blocks all placed (`tmax`, `tsum` as in Layers); its bounds, then the
+  // next pipeline.
+  void PipelineSplit(size_t p, double tmax, double tsum, uint32_t g_after, const Acc& acc,
+                     const std::vector<Profile*>& profiles);
+  // The sequences each replica of stage s of pipeline p can hold with n blocks (at most b), into *caps;
+  // false when one holds none (the first such miss is offered to misses_ while nothing is kept).
+  bool ReplicaCaps(size_t p, uint32_t s, uint32_t n, uint32_t b, double in_flight, std::vector<uint32_t>* caps);
 
   std::string Describe(size_t p, uint32_t s, uint32_t n) const;
 

@@ -19,7 +19,6 @@
 namespace hetsim::planners::hexiscale {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
 using Options = proto::HexiScaleOptions;

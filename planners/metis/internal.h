@@ -225,6 +225,13 @@ class Profiler {
   const MemoryModel& memory() const { return memory_; }
 
  private:
+  // The constructor's steps, in order: layer times, per-micro-batch overheads, TP communication per node
+  // class, activation memory (k: the layers a memory profile composes).
+  void ProfileTime();
+  void ProfileOverheads();
+  void ProfileTp();
+  void ProfileMemory(uint32_t k);
+
   const PlanningProblem& problem_;
   Knobs knobs_;
   AnalyticCostModel cost_;

@@ -28,14 +28,12 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
       max_batch_(std::max<uint32_t>(1, knobs.max_profiled_batch)) {
   const auto& cluster = problem.cluster;
   const auto& model = problem.model;
-  const auto& training = problem.training;
   // "Metis profiles representative numbers of tp and mbs, such as tp = 1, 2, 4, 8 and mbs = 1, 2, 4, 8,
   // 16 ..." — powers of two up to the knobs (TP degrees the model's heads allow).
   for (uint32_t t = 1; t <= std::clamp<uint32_t>(knobs.max_profiled_tp, 1, 128); t *= 2) {
     if (ModelAllowsTp(model, t)) tps_.push_back(t);
   }
   for (uint32_t p = 1; p <= max_batch_; p *= 2) profiled_sizes_.push_back(p);
-  const size_t T = tps_.size(), P = profiled_sizes_.size(), X = max_batch_ + 1;
 
   // GPU types and node classes.
   node_class_ = NodeClasses(cluster);
@@ -47,11 +45,16 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
     }
     node_type_.push_back(static_cast<uint32_t>(it - types_.begin()));
   }
-  const uint32_t num_classes =
-      node_class_.empty() ? 0 : *std::max_element(node_class_.begin(), node_class_.end()) + 1;
+  ProfileTime();
+  ProfileOverheads();
+  ProfileTp();
+  ProfileMemory(std::max<uint32_t>(1, knobs.memory_k));
+}
 
-  // Time: "Metis profiles the execution time of individual layers for each GPU type with various tp
-  // degree and micro-batch sizes (mbs), while skipping repetitive layers" — one layer of each kind.
+// Time: "Metis profiles the execution time of individual layers for each GPU type with various tp
+// degree and micro-batch sizes (mbs), while skipping repetitive layers" — one layer of each kind.
+void Profiler::ProfileTime() {
+  const size_t T = tps_.size(), P = profiled_sizes_.size(), X = max_batch_ + 1;
   const uint32_t rep[kKinds] = {0, 1, layers_ - 1};
   const auto& compute = cost_.compute();
   profiled_.assign(types_.size() * T * kKinds * P, 0);
@@ -65,7 +68,7 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
           // embedding's forward and the head's backward pass) are eq. 1's own terms.
           profiled_[((g * T + ti) * kKinds + k) * P + pi] =
               compute.ForwardSeconds(*types_[g], rep[k], tps_[ti], p) +
-              compute.BackwardSeconds(*types_[g], rep[k], tps_[ti], p, training.recompute()) -
+              compute.BackwardSeconds(*types_[g], rep[k], tps_[ti], p, problem_.training.recompute()) -
               compute.OverheadSeconds(*types_[g], rep[k], tps_[ti], p, /*backward=*/false) -
               compute.OverheadSeconds(*types_[g], rep[k], tps_[ti], p, /*backward=*/true);
         }
@@ -80,10 +83,14 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
       }
     }
   }
+}
 
-  // Per-micro-batch overheads outside the layers (the released estimator's fb_sync and batch_generator:
-  // forward_backward_time − Σ layer compute, and the batch generator's time), per GPU type, TP degree and
-  // sequences per replica.
+// Per-micro-batch overheads outside the layers (the released estimator's fb_sync and batch_generator:
+// forward_backward_time − Σ layer compute, and the batch generator's time), per GPU type, TP degree and
+// sequences per replica.
+void Profiler::ProfileOverheads() {
+  const size_t T = tps_.size(), X = max_batch_ + 1;
+  const auto& compute = cost_.compute();
   fb_sync_.assign(types_.size() * T * X, 0);
   batch_gen_.assign(types_.size() * T * X, 0);
   for (uint32_t g = 0; g < types_.size(); ++g) {
@@ -95,12 +102,22 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
       }
     }
   }
+}
 
-  // TP communication: "Metis profiles the TP communication cost ... Since TP typically occurs within a
-  // single node ... heterogeneities in network bandwidth between nodes do not impact" it: one profile per
-  // node class, measured on its first node (our measurement: an α–β ring all-reduce over the node's
-  // fabric, 2 per block and 1 per embedding/head in each pass, Megatron-LM; none when the compute profile
-  // already includes the layer's TP collectives).
+// TP communication: "Metis profiles the TP communication cost ... Since TP typically occurs within a
+// single node ... heterogeneities in network bandwidth between nodes do not impact" it: one profile per
+// node class, measured on its first node (our measurement: an α–β ring all-reduce over the node's
+// fabric, 2 per block and 1 per embedding/head in each pass, Megatron-LM; none when the compute profile
+// already includes the layer's TP collectives).
+void Profiler::ProfileTp() {
+  const auto& cluster = problem_.cluster;
+  const auto& model = problem_.model;
+  const auto& training = problem_.training;
+  const auto& compute = cost_.compute();
+  const size_t T = tps_.size(), P = profiled_sizes_.size(), X = max_batch_ + 1;
+  const uint32_t rep[kKinds] = {0, 1, layers_ - 1};
+  const uint32_t num_classes =
+      node_class_.empty() ? 0 : *std::max_element(node_class_.begin(), node_class_.end()) + 1;
   tp_link_ok_.assign(size_t{num_classes} * T, 0);
   tp_time_.assign(size_t{num_classes} * T * kKinds * X, 0);
   for (uint32_t c = 0; c < num_classes; ++c) {
@@ -137,13 +154,17 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
       }
     }
   }
+}
 
-  // Memory: "Metis profiles the memory usage of the following layers: Mem(L(i, j)) ∀ 0 ≤ i ≤ L − k and
-  // i ≤ j ≤ i + k" (we measure every start i, so that the last layers have their single-layer entries);
-  // "Metis profiles the memory usage for one GPU type and reuses them for different types of GPUs".
-  // Our measurement: the activation bytes one micro-batch keeps through layers i..j (models::
-  // TransformerModel, Korthikanti et al. 2022), with Megatron sequence parallelism when tp > 1.
-  const uint32_t k = std::max<uint32_t>(1, knobs.memory_k);
+// Memory: "Metis profiles the memory usage of the following layers: Mem(L(i, j)) ∀ 0 ≤ i ≤ L − k and
+// i ≤ j ≤ i + k" (we measure every start i, so that the last layers have their single-layer entries);
+// "Metis profiles the memory usage for one GPU type and reuses them for different types of GPUs".
+// Our measurement: the activation bytes one micro-batch keeps through layers i..j (models::
+// TransformerModel, Korthikanti et al. 2022), with Megatron sequence parallelism when tp > 1.
+void Profiler::ProfileMemory(uint32_t k) {
+  const auto& model = problem_.model;
+  const auto& training = problem_.training;
+  const size_t T = tps_.size(), P = profiled_sizes_.size();
   const uint32_t L = layers_;
   mem_.assign(T * P, {});
   for (size_t ti = 0; ti < T; ++ti) {

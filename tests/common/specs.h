@@ -16,6 +16,8 @@
 
 namespace hetsim::testing_util {
 
+inline constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+
 inline models::Cluster ClusterFrom(const std::string& yaml, const std::string& file = "test-cluster") {
   proto::Cluster c;
   const Status s = models::ParseYaml(yaml, file, &c);
@@ -39,6 +41,15 @@ nodes:
   - {name: n, count: 2, gpus: {type: h100, count: 4}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
 )",
                      "eight.yaml");
+}
+
+// Sixteen nodes of eight H100s, a 400 Gb/s InfiniBand NIC per GPU (the trace tests' cluster).
+inline models::Cluster Nodes16() {
+  return ClusterFrom(R"(
+name: sixteen
+nodes:
+  - {name: n, count: 16, gpus: {type: h100, count: 8}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
+)");
 }
 
 struct TinyWorld {

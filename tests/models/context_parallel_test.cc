@@ -23,11 +23,11 @@ namespace {
 
 using testing_util::Has;
 
-constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+using testing_util::kGib;
 
 using testing_util::TheWorld;
 
-proto::Plan PlanFrom(const std::string& yaml) { return testing_util::PlanFrom(yaml, "cp-plan.yaml"); }
+using testing_util::PlanFrom;
 
 proto::Training Training(const proto::Plan& plan, uint32_t seq_len, proto::Recompute recompute = proto::RECOMPUTE_NONE,
                          proto::Attention attention = proto::ATTENTION_FLASH) {
@@ -43,7 +43,7 @@ proto::Training Training(const proto::Plan& plan, uint32_t seq_len, proto::Recom
   return *r;
 }
 
-Lowering Lower(const proto::Plan& plan, const proto::Training& tr, bool fuse = false) {
+Lowering LowerCp(const proto::Plan& plan, const proto::Training& tr, bool fuse = false) {
   const PlanContext ctx{TheWorld().cluster, TheWorld().model, tr};
   const Status v = ValidatePlanStructure(plan, ctx, "cp-plan.yaml");
   EXPECT_TRUE(v.ok()) << v.message();
@@ -112,7 +112,7 @@ TEST(ContextParallelLowering, RingSendsPerBlockPassAtCp2AndCp4) {
   //   cp = 4: forward 4 × 3 sends of 4,096, backward 4 × 6.
   for (const auto& [cp, block] : std::vector<std::pair<uint32_t, double>>{{2, 8192}, {4, 4096}}) {
     const auto plan = OneStage(cp, 1, cp, 1);
-    const Lowering l = Lower(plan, Training(plan, 16));
+    const Lowering l = LowerCp(plan, Training(plan, 16));
     for (uint32_t c = 0; c < cp; ++c) {
       const Ring ring = RingOf(RankOf(l, c));
       EXPECT_EQ(ring.fwd_sends, std::vector<double>(4 * (cp - 1), block)) << "cp " << cp << " rank " << c;
@@ -134,7 +134,7 @@ TEST(ContextParallelLowering, FullRecomputationRunsTheForwardRingAgain) {
   // cp = 2, seq 16: the backward of each block first re-runs its forward (one more 8,192-byte send), so
   // per rank: 4 forward + 4 recomputed forward sends of 8,192 and 4 backward pairs of 8,192 (K/V, then dK/dV).
   const auto plan = OneStage(2, 1, 2, 1);
-  const Lowering l = Lower(plan, Training(plan, 16, proto::RECOMPUTE_FULL));
+  const Lowering l = LowerCp(plan, Training(plan, 16, proto::RECOMPUTE_FULL));
   const Ring ring = RingOf(RankOf(l, 0));
   EXPECT_EQ(ring.fwd_sends, std::vector<double>(8, 8192));
   EXPECT_EQ(ring.bwd_sends, std::vector<double>(8, 8192));
@@ -144,7 +144,7 @@ TEST(ContextParallelLowering, FusedPassesSendTheSameBytes) {
   // Balanced fidelity: one send per ring step before each pass and one receive after it, carrying the
   // pass's blocks. cp = 2: forward 4 · 8,192 = 32,768 bytes; backward 4 · 16,384 = 65,536.
   const auto plan = OneStage(2, 1, 2, 1);
-  const Lowering l = Lower(plan, Training(plan, 16), true);
+  const Lowering l = LowerCp(plan, Training(plan, 16), true);
   const Ring ring = RingOf(RankOf(l, 1));
   EXPECT_EQ(ring.fwd_sends, std::vector<double>{32768});
   EXPECT_EQ(ring.bwd_sends, std::vector<double>{65536});
@@ -163,7 +163,7 @@ pipelines:
     stages:
       - {devices: [0, 1, 2, 3, 4, 5, 6, 7], tp_degree: 2, cp_degree: 2, layer_end: 6}
 )");
-  const Lowering l = Lower(plan, Training(plan, 16));
+  const Lowering l = LowerCp(plan, Training(plan, 16));
   const RankOps& r6 = RankOf(l, 6);
   EXPECT_EQ(r6.tp_rank, 0u);
   EXPECT_EQ(r6.shard_rank, 1u);
@@ -193,7 +193,7 @@ TEST(ContextParallelLowering, TpCollectivesAndFlopsSeeTheLocalTokens) {
   // together compute the model's forward + backward FLOPs: 3 · Σ_l F_l, with F_l of the whole sequence.
   const auto plan = OneStage(4, 2, 2, 1);
   const auto tr = Training(plan, 16);
-  const Lowering l = Lower(plan, tr);
+  const Lowering l = LowerCp(plan, tr);
   for (const Op& op : RankOf(l, 3).ops) {
     if (op.kind == OpKind::kCollective && op.category == Category::kTp && op.layer_begin >= 1 && op.layer_begin <= 4) {
       EXPECT_DOUBLE_EQ(op.bytes, 8192);
@@ -217,7 +217,7 @@ pipelines:
       - {devices: [0, 1], cp_degree: 2, layer_end: 3}
       - {devices: [2, 3], cp_degree: 2, layer_begin: 3, layer_end: 6}
 )");
-  const Lowering l = Lower(plan, Training(plan, 16));
+  const Lowering l = LowerCp(plan, Training(plan, 16));
   for (uint32_t d : {0u, 1u}) {
     int sends = 0;
     for (const Op& op : RankOf(l, d).ops) {
@@ -237,7 +237,7 @@ TEST(UlyssesLowering, FourAllToAllsPerBlockPassOfTheLocalTensors) {
   // heads · 32 · 2 bytes = 8,192; k and v are 16 · 4 · 32 · 2 = 4,096 each. Forward per block: q, k, v
   // before attention and the output after it; backward: d(output), then dq, dk, dv. In group {0, 1}.
   const auto plan = OneStage(2, 1, 1, 2);
-  const Lowering l = Lower(plan, Training(plan, 16));
+  const Lowering l = LowerCp(plan, Training(plan, 16));
   std::vector<double> fwd, bwd;
   bool forward = true;
   for (const Op& op : RankOf(l, 1).ops) {
@@ -258,7 +258,7 @@ TEST(UlyssesLowering, FourAllToAllsPerBlockPassOfTheLocalTensors) {
   // No ring: Ulysses moves nothing point to point.
   EXPECT_EQ(TotalOps(l).cp_sends, 0u);
   // Fused: one all-to-all per pass of the same 4 · 24,576 = 98,304 bytes standing for 16 calls.
-  const Lowering f = Lower(plan, Training(plan, 16), true);
+  const Lowering f = LowerCp(plan, Training(plan, 16), true);
   std::vector<std::pair<double, uint32_t>> fused;
   for (const Op& op : RankOf(f, 0).ops) {
     if (op.kind == OpKind::kCollective && op.category == Category::kCp) fused.emplace_back(op.bytes, op.calls);

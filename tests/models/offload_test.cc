@@ -19,7 +19,7 @@ namespace {
 using testing_util::ClusterFrom;
 using testing_util::PlanFrom;
 
-constexpr double kGib = 1024.0 * 1024 * 1024;
+using testing_util::kGib;
 
 // llama-tiny (h = 256, f = 688, 8 heads of 32, 4 kv heads, V = 1024, 4 blocks; tests/models/plan_test.cc):
 // a block has 725,504 parameters, the embedding 262,144, the head 262,400; P = 3,426,560 in all. Under

@@ -8,11 +8,12 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 #include "models/yaml_proto.h"
+#include "tests/common/specs.h"
 
 namespace hetsim::models {
 namespace {
 
-constexpr double kGib = 1024.0 * 1024 * 1024;
+using testing_util::kGib;
 
 struct Fixture {
   Cluster cluster;
@@ -31,12 +32,7 @@ Fixture Make(const std::string& cluster, const std::string& model, const std::st
   return {std::move(c).value(), std::move(m).value(), std::move(r).value()};
 }
 
-proto::Plan PlanFrom(const std::string& yaml) {
-  proto::Plan p;
-  const Status s = ParseYaml(yaml, "plan", &p);
-  EXPECT_TRUE(s.ok()) << s.message();
-  return p;
-}
+using testing_util::PlanFrom;
 
 // Two single-device stages of llama-tiny (embedding + 2 blocks, 2 blocks + head), 4 micro-batches of 2.
 constexpr const char* kTwoStages = R"(

@@ -18,7 +18,7 @@ namespace {
 
 using testing::Fixture;
 
-const std::vector<std::string> kBaselines = {"megatron", "deepspeed", "fsdp", "galvatron", "whale", "alpa", "amp"};
+using testing::kBaselines;
 
 // ---- the arithmetic every case below uses (models::EstimateMemory, by hand) ------------------------------
 //
@@ -65,11 +65,7 @@ uint32_t SequencesPerMicroBatch(const proto::Plan& plan) {
   return b;
 }
 
-std::string Notes(const PlannerResult& r) {
-  std::string out;
-  for (const auto& n : r.stats.notes) out += n + "\n";
-  return out;
-}
+using testing::Notes;
 
 // 2048 tokens, 4 sequences on one H200: without recomputation b = 2 needs 2 × 2048 × 4.65 MiB = 19.04 GiB
 // (fits in 20.34), b = 4 needs 38.07 GiB (does not). Full recomputation would let b = 4 fit (10.08 GiB), but

@@ -12,7 +12,7 @@ namespace {
 
 using testing::Fixture;
 
-const std::vector<std::string> kBaselines = {"megatron", "deepspeed", "fsdp", "galvatron", "whale", "alpa", "amp"};
+using testing::kBaselines;
 
 uint32_t DevicesUsed(const proto::Plan& plan) {
   uint32_t n = 0;

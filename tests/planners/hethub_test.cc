@@ -15,7 +15,7 @@ using testing::BundledCluster;
 using testing::BundledModel;
 using testing::Fixture;
 
-const char* kTraining = "{global_batch_size: 1024, seq_len: 1024, dtype: fp16}";
+const char* kHethubTraining = "{global_batch_size: 1024, seq_len: 1024, dtype: fp16}";
 
 // Blocks per stage of pipeline 0, and each stage's GPU.
 std::vector<std::pair<std::string, uint32_t>> Stages(const proto::Plan& plan, const models::Cluster& cluster,
@@ -34,7 +34,7 @@ std::vector<std::pair<std::string, uint32_t>> Stages(const proto::Plan& plan, co
 // faster type gets more blocks; stages of one type differ by at most one block (rule 1); uniform DP and
 // TP: every pipeline has the same shape, one TP degree; the slowest stage runs first (rule 3).
 TEST(HetHub, NonUniformSplitFollowsTheRules) {
-  const Fixture f(BundledCluster("hethub-amd-accel3-16"), BundledModel("llama2-7b"), kTraining);
+  const Fixture f(BundledCluster("hethub-amd-accel3-16"), BundledModel("llama2-7b"), kHethubTraining);
   auto r = testing::Run("hethub", f.problem());
   ASSERT_TRUE(r.ok()) << r.status().message();
   const auto stages = Stages(r->plan, *f.cluster, *f.model);
@@ -79,7 +79,7 @@ TEST(HetHub, NonUniformSplitFollowsTheRules) {
 // The uniform-slicing baseline: blocks even over the stages, in node order; HetHub's search never costs
 // more under the same predictor (rule 2's bound starts from it).
 TEST(HetHub, NonUniformBeatsUniformSlicing) {
-  const Fixture f(BundledCluster("hethub-amd-accel3-16"), BundledModel("llama2-7b"), kTraining);
+  const Fixture f(BundledCluster("hethub-amd-accel3-16"), BundledModel("llama2-7b"), kHethubTraining);
   auto uniform = testing::Run("hethub", f.problem(), "uniform_split: true\ntp_degrees: [2]\ndp_degrees: [4]");
   auto searched = testing::Run("hethub", f.problem(), "tp_degrees: [2]\ndp_degrees: [4]");
   ASSERT_TRUE(uniform.ok()) << uniform.status().message();
@@ -93,7 +93,7 @@ TEST(HetHub, NonUniformBeatsUniformSlicing) {
 
 // §3.1: across vendors the plan's transfers take the CPU path on their own (communicator: auto).
 TEST(HetHub, PlansCrossVendorsThroughTheCpuPath) {
-  const Fixture f(BundledCluster("hethub-nv-accel1-16"), BundledModel("llama2-7b"), kTraining);
+  const Fixture f(BundledCluster("hethub-nv-accel1-16"), BundledModel("llama2-7b"), kHethubTraining);
   auto r = testing::Run("hethub", f.problem());
   ASSERT_TRUE(r.ok()) << r.status().message();
   const models::Communicator comm(*f.cluster, r->plan.comm());
@@ -101,7 +101,7 @@ TEST(HetHub, PlansCrossVendorsThroughTheCpuPath) {
 }
 
 TEST(HetHub, ReportsItsSearchAndItsErrors) {
-  const Fixture f(BundledCluster("hethub-amd-accel2-16"), BundledModel("llama2-7b"), kTraining);
+  const Fixture f(BundledCluster("hethub-amd-accel2-16"), BundledModel("llama2-7b"), kHethubTraining);
   auto r = testing::Run("hethub", f.problem());
   ASSERT_TRUE(r.ok()) << r.status().message();
   std::string notes;

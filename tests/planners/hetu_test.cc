@@ -18,7 +18,7 @@ using testing::BundledCluster;
 using testing::BundledModel;
 using testing::Fixture;
 
-const char* kTraining = "{global_batch_size: 64, seq_len: 4096}";  // §7: global batch 64, context 4K
+const char* kHetuTraining = "{global_batch_size: 64, seq_len: 4096}";  // §7: global batch 64, context 4K
 
 models::TransformerModel Model32b() {
   auto m = models::LoadModel(std::string(HETSIM_SOURCE_DIR) + "/experiments/hetu/llama-32b-4k.yaml");
@@ -42,7 +42,7 @@ uint32_t Blocks(const proto::Stage& st, const models::TransformerModel& model) {
 // Its last two stages (TP2, TP1) take about half and a quarter of a TP4 stage's blocks (paper: 16, 16, 16,
 // 8, 4 blocks).
 TEST(Hetu, PartialNodeFormsSmallerGroupsAndFewerMicroBatches) {
-  const Fixture f(BundledCluster("hetu-elastic-c2"), Model32b(), kTraining);
+  const Fixture f(BundledCluster("hetu-elastic-c2"), Model32b(), kHetuTraining);
   auto r = testing::Run("hetu", f.problem(), "{tp_degrees: [4], pipelines: [2], zero_stage: 0, micro_batch_sizes: [1]}");
   ASSERT_TRUE(r.ok()) << r.status().message();
   const proto::Plan& plan = r->plan;
@@ -71,7 +71,7 @@ TEST(Hetu, PartialNodeFormsSmallerGroupsAndFewerMicroBatches) {
 // The same with even_micro_batches: 32 and 32 (the ablation), and a slower predicted iteration, since the
 // slower pipeline now sets the time with as many micro-batches as the faster.
 TEST(Hetu, EvenMicroBatchesIsTheAblation) {
-  const Fixture f(BundledCluster("hetu-elastic-c2"), Model32b(), kTraining);
+  const Fixture f(BundledCluster("hetu-elastic-c2"), Model32b(), kHetuTraining);
   const std::string base = "{tp_degrees: [4], pipelines: [2], zero_stage: 0, micro_batch_sizes: [1]";
   auto uneven = testing::Run("hetu", f.problem(), base + "}");
   auto even = testing::Run("hetu", f.problem(), base + ", even_micro_batches: true}");
@@ -86,7 +86,7 @@ TEST(Hetu, EvenMicroBatchesIsTheAblation) {
 // dense TFLOPS) takes far more blocks than an H20 group: the paper gives 11, 11, 38; we require the H800
 // stage to hold at least twice an H20 stage's blocks.
 TEST(Hetu, Table5ShapeOnSixteenH800AndThirtyTwoH20) {
-  const Fixture f(BundledCluster("hetu-h800x16-h20x32"), Model32b(), kTraining);
+  const Fixture f(BundledCluster("hetu-h800x16-h20x32"), Model32b(), kHetuTraining);
   auto r = testing::Run("hetu", f.problem(),
                         "{tp_degrees: [4], pipelines: [4], micro_batch_sizes: [1], stage_order: slowest_first}");
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -107,7 +107,7 @@ TEST(Hetu, Table5ShapeOnSixteenH800AndThirtyTwoH20) {
 // The full search contains Table 5's layout and balances its layers on the same analytic model, so its
 // choice is predicted no slower than Table 5's own strategy.
 TEST(Hetu, SearchIsNoWorseThanTable5UnderItsOwnModel) {
-  const Fixture f(BundledCluster("hetu-h800x16-h20x32"), Model32b(), kTraining);
+  const Fixture f(BundledCluster("hetu-h800x16-h20x32"), Model32b(), kHetuTraining);
   auto r = testing::Run("hetu", f.problem());
   ASSERT_TRUE(r.ok()) << r.status().message();
   auto table5 = models::LoadPlan(std::string(HETSIM_SOURCE_DIR) + "/experiments/hetu/table5-32b-h800x16-h20x32.yaml");
@@ -118,7 +118,7 @@ TEST(Hetu, SearchIsNoWorseThanTable5UnderItsOwnModel) {
 
 // On one GPU type the strategy is symmetric: every pipeline has the same stages and micro-batch count.
 TEST(Hetu, HomogeneousClusterGivesIdenticalPipelines) {
-  const Fixture f(BundledCluster("hetu-h20x16"), Model32b(), kTraining);
+  const Fixture f(BundledCluster("hetu-h20x16"), Model32b(), kHetuTraining);
   auto r = testing::Run("hetu", f.problem());
   ASSERT_TRUE(r.ok()) << r.status().message();
   const auto& first = r->plan.pipelines(0);
@@ -133,7 +133,7 @@ TEST(Hetu, HomogeneousClusterGivesIdenticalPipelines) {
 }
 
 TEST(Hetu, RefusesTpDegreesNoNodeCanHold) {
-  const Fixture f(BundledCluster("hetu-h20x16"), Model32b(), kTraining);
+  const Fixture f(BundledCluster("hetu-h20x16"), Model32b(), kHetuTraining);
   auto r = testing::Run("hetu", f.problem(), "{tp_degrees: [16]}");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("tp_degrees"), std::string::npos) << r.status().message();
@@ -164,7 +164,7 @@ TEST(HetuBounds, SamePlanAsTheUnboundedSearch) {
   uint64_t bounded_total = 0, unbounded_total = 0;
   for (const char* cluster : clusters) {
     for (bool big : sizes) {
-      const Fixture f(BundledCluster(cluster), big ? BundledModel("llama2-70b") : Model32b(), kTraining);
+      const Fixture f(BundledCluster(cluster), big ? BundledModel("llama2-70b") : Model32b(), kHetuTraining);
       for (const auto& o : options) {
         const std::string opts = o.empty() ? "{}" : o[0] == '{' ? o : "{" + o + "}";
         auto bounded = testing::Run("hetu", f.problem(), opts);
@@ -204,7 +204,7 @@ nodes:
   - {name: h20, count: 2, gpus: {type: h20, count: 8}, fabric: {kind: nvswitch, bandwidth_gbyte_s: 450},
      nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
 )"),
-                  Model32b(), kTraining);
+                  Model32b(), kHetuTraining);
   auto bounded = testing::Run("hetu", f.problem());
   auto unbounded = testing::Run("hetu", f.problem(), "{disable_bounds: true}");
   ASSERT_TRUE(bounded.ok() && unbounded.ok());

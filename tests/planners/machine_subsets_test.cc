@@ -41,11 +41,7 @@ std::set<uint32_t> Range(uint32_t begin, uint32_t end) {
   return out;
 }
 
-std::string Notes(const PlannerResult& r) {
-  std::string out;
-  for (const auto& n : r.stats.notes) out += n + "\n";
-  return out;
-}
+using testing::Notes;
 
 // The subsets, by hand: each type alone ({L40S}, {A10, A10}); by speed (L40S 362 > A10 125 TFLOPS) the
 // prefixes {L40S} (listed) and {L40S, A10#0}; the first A10 machine; node-order prefixes repeat

@@ -20,7 +20,7 @@ namespace {
 
 using testing::Fixture;
 
-const std::vector<std::string> kBaselines = {"megatron", "deepspeed", "fsdp", "galvatron", "whale", "alpa", "amp"};
+using testing::kBaselines;
 
 TEST(Registry, ListsEveryBaselineAndTheExactReference) {
   const auto names = PlannerNames();

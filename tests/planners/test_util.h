@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/spec_io.h"
 #include "models/training.h"
@@ -78,6 +79,16 @@ inline Result<PlannerResult> Run(const std::string& name, const PlanningProblem&
   auto planner = CreatePlanner(name, options, name + "-options.yaml");
   if (!planner.ok()) return planner.status();
   return RunPlanner(**planner, problem);
+}
+
+// The classic baselines, as registered.
+inline const std::vector<std::string> kBaselines = {"megatron", "deepspeed", "fsdp", "galvatron", "whale", "alpa", "amp"};
+
+// A planner result's notes, one a line.
+inline std::string Notes(const PlannerResult& r) {
+  std::string out;
+  for (const auto& n : r.stats.notes) out += n + "\n";
+  return out;
 }
 
 }  // namespace hetsim::planners::testing

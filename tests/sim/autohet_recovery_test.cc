@@ -23,7 +23,7 @@ using recovery::StatePart;
 
 // 3 nodes × 4 A100s: node 0 = devices 0-3, node 1 = 4-7, node 2 = 8-11. NVMe reads at 1 GB/s per node, the
 // object store at 0.25 GB/s; PCIe (32 GB/s) and the NIC (12.5 GB/s) are far faster than both.
-const char* kCluster = R"(
+const char* kAutohetRecoveryCluster = R"(
 name: autohet-test
 nodes:
   - name: n
@@ -43,7 +43,7 @@ constexpr double kWeightBytes = 2, kOptimizerBytes = 12;
 
 class AutohetRecoveryTest : public testing::TinyReplayFixture {
  protected:
-  void SetUp() override { Build(kCluster); }
+  void SetUp() override { Build(kAutohetRecoveryCluster); }
 
   // One pipeline per entry: its stages as (devices, TP degree, layer_begin, layer_end).
   struct StageSpec {

@@ -15,13 +15,13 @@ namespace {
 using testing_util::ClusterFrom;
 using testing_util::PlanFrom;
 
-struct Setting {
+struct CpSetting {
   models::Cluster cluster;
   models::TransformerModel model;
   proto::Training training;
 };
 
-Setting MakeSetting(const std::string& cluster_yaml) {
+CpSetting MakeCpSetting(const std::string& cluster_yaml) {
   auto m = models::LoadModel("llama-tiny");
   EXPECT_TRUE(m.ok());
   proto::Training t;
@@ -32,7 +32,7 @@ Setting MakeSetting(const std::string& cluster_yaml) {
   return {ClusterFrom(cluster_yaml), std::move(m).value(), std::move(tr).value()};
 }
 
-Result<SimResult> SimulateCp(const Setting& run, const proto::Plan& plan, Fidelity fid) {
+Result<SimResult> SimulateCp(const CpSetting& run, const proto::Plan& plan, Fidelity fid) {
   models::PlanContext ctx{run.cluster, run.model, run.training};
   const Status v = models::ValidatePlanStructure(plan, ctx, "plan");
   EXPECT_TRUE(v.ok()) << v.message();
@@ -57,7 +57,7 @@ std::string Node(const char* bandwidth_gbyte_s) {
 
 // The token-efficiency time of the whole model's forward and backward on one rank that holds 1/ways of
 // the sequence: Σ_l (F_l + B_l) / ways ÷ (peak · 0.6 · t / (t + 256)), t = 128 / ways tokens per rank.
-double ClosedFormCompute(const Setting& run, double ways) {
+double ClosedFormCompute(const CpSetting& run, double ways) {
   double flops = 0;
   for (uint32_t l = 0; l < run.model.num_layers(); ++l) {
     flops += run.model.ForwardFlops(l, 1, 128) + run.model.BackwardFlops(l, 1, 128);
@@ -71,7 +71,7 @@ TEST(ContextParallelSim, FreeCommunicationTakesTheClosedFormComputeOfHalfTheSequ
   // cp 2 with free links: each rank computes half of every layer's FLOPs at the efficiency of 64 tokens.
   // The ring hides behind the compute; the gradient sync over the CP group (6,853,120 bytes at 1e15 B/s,
   // 6.85 ns) follows it. Iteration = that compute (about 11.08 µs) + 6.85 ns, within 3 ns.
-  const Setting run = MakeSetting(Node("1000000"));
+  const CpSetting run = MakeCpSetting(Node("1000000"));
   const double expected = ClosedFormCompute(run, 2) + 6853120.0 / 1e15;
   for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
     auto r = SimulateCp(run, OneStage("0, 1", "cp_degree: 2"), fid);
@@ -92,7 +92,7 @@ TEST(ContextParallelSim, SlowLinksExposeTheRingAndTheDpTimesCpGradientSync) {
   // the same weights, so the whole model's gradients (3,426,560 · 2 = 6,853,120 bytes) are all-reduced in
   // the 2-rank group: 2(n−1)/n · S / B = 6.85312 s. Both directions of a link run at once (full duplex).
   // Iteration = 7.246336 s + the compute (< 1 ms).
-  const Setting run = MakeSetting(Node("0.001"));
+  const CpSetting run = MakeCpSetting(Node("0.001"));
   const double comm = (393216.0 + 6853120.0) / 1e6;
   for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
     auto r = SimulateCp(run, OneStage("0, 1", "cp_degree: 2"), fid);
@@ -113,7 +113,7 @@ TEST(ContextParallelSim, TheRingHidesBehindTheBlockCompute) {
   // 989 TFLOP/s · 0.6 · 64/320: about 0.85 µs forward, 1.7 µs backward). The receives are posted before
   // the compute, so nothing of the 3.93 µs of ring traffic (393,216 bytes) is exposed; played after the
   // compute it would all be. The iteration is the compute plus the gradient all-reduce (68.53 µs).
-  const Setting run = MakeSetting(Node("100"));
+  const CpSetting run = MakeCpSetting(Node("100"));
   for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
     auto r = SimulateCp(run, OneStage("0, 1", "cp_degree: 2"), fid);
     ASSERT_TRUE(r.ok()) << r.status().message();
@@ -128,7 +128,7 @@ TEST(UlyssesSim, AllToAllsOverSlowLinksTakeTheirClosedForm) {
   // half (S/n to the other member) and receives half at the same time: 49,152 bytes, 0.049152 s per
   // block and pass; backward the same. 4 blocks × 2 passes: 0.393216 s. Plus the gradient sync over
   // the 2 Ulysses ranks (6.85312 s, as for CP).
-  const Setting run = MakeSetting(Node("0.001"));
+  const CpSetting run = MakeCpSetting(Node("0.001"));
   const double comm = 8 * 49152.0 / 1e6 + 6853120.0 / 1e6;
   for (Fidelity fid : {Fidelity::Full(), Fidelity::Balanced()}) {
     auto r = SimulateCp(run, OneStage("0, 1", "ulysses_degree: 2"), fid);

@@ -571,16 +571,16 @@ pipelines:
     stages: [{devices: [0], layer_begin: 0, layer_end: 3}, {devices: [1], layer_begin: 3, layer_end: 6}]
 )";
   const double wait_per_s = 0.1 / std::sqrt(std::acos(-1.0));
-  struct Case {
+  struct StragglerCase {
     const models::Cluster* cluster;
     const char* plan;
     double wait_per_s;
     bool in_dp;
   };
-  const Case cases[] = {{&two_nodes, two_pipelines, wait_per_s, true},
+  const StragglerCase cases[] = {{&two_nodes, two_pipelines, wait_per_s, true},
                         {&two_nodes, two_stages, wait_per_s, false},
                         {&one_node, two_pipelines, 0.0, true}};
-  for (const Case& c : cases) {
+  for (const StragglerCase& c : cases) {
     const models::PlanContext ctx{*c.cluster, *model, *training};
     proto::Plan plan;
     ASSERT_TRUE(models::ParseYaml(c.plan, "plan", &plan).ok());

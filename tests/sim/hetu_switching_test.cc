@@ -136,7 +136,7 @@ TEST(HetuSwitching, Table2ShapeForC1ToC2) {
 // ---- the replay policy ----
 
 // 2 nodes × 4 A100: node 0 = devices 0-3, node 1 = 4-7.
-const char* kCluster = R"(
+const char* kHetuSwitchingCluster = R"(
 name: hetu-test
 nodes:
   - name: n
@@ -151,7 +151,7 @@ storage:
 
 class HetuPolicyTest : public testing::TinyReplayFixture {
  protected:
-  void SetUp() override { Build(kCluster); }
+  void SetUp() override { Build(kHetuSwitchingCluster); }
   sim::ReplayInputs Inputs(const proto::Plan& plan, const std::vector<proto::Plan>& after) {
     sim::ReplayInputs in;
     in.cluster = &*cluster_;

@@ -123,7 +123,7 @@ TEST(RecoveryRegistry, TraitsSayWhereTheJobRestartsAndWhatItKeeps) {
 }
 
 // 4 nodes × 2 A100s.
-const char* kCluster = R"(
+const char* kRecoveryPoliciesCluster = R"(
 name: recovery-test
 nodes:
   - name: n
@@ -161,7 +161,7 @@ class NoCosts : public recovery::Env {
 class RecoveryDecisions : public testing::TinyReplayFixture {
  protected:
   void SetUp() override {
-    Build(kCluster);
+    Build(kRecoveryPoliciesCluster);
     // Two pipelines of two stages: pipeline 0 on nodes 0 (layers [0, 2)) and 1 (the rest), pipeline 1 on
     // nodes 2 and 3, every stage TP 2.
     for (uint32_t p = 0; p < 2; ++p) {

@@ -16,7 +16,7 @@ namespace hetsim {
 namespace {
 
 // 5 nodes × 2 A100s; the plans below use nodes 0-3, node 4 is free.
-const char* kCluster = R"(
+const char* kReplayScaleCluster = R"(
 name: replay-scale
 nodes:
   - name: n
@@ -34,7 +34,7 @@ constexpr double kDetectS = 60, kRestartS = 200;
 class ReplayScaleTest : public testing::TinyReplayFixture {
  protected:
   void SetUp() override {
-    Build(kCluster);
+    Build(kReplayScaleCluster);
     // DP 4 × TP 2 on nodes 0-3.
     for (uint32_t r = 0; r < 4; ++r) {
       auto* pl = plan_.add_pipelines();
@@ -89,22 +89,8 @@ class ReplayScaleTest : public testing::TinyReplayFixture {
   sim::ReplayCache cache_;
 };
 
-// Training for `span` seconds from a fresh start: checkpoints every k iterations of T seconds, each save C.
-struct Progress {
-  uint64_t committed = 0;    // iterations in a checkpoint
-  uint64_t uncommitted = 0;  // whole iterations after the last one
-  double since_commit = 0;   // seconds since the last checkpoint ended
-  uint64_t checkpoints = 0;
-};
-Progress Train(double span, double T, double C, uint64_t k) {
-  Progress p;
-  const double cycle = static_cast<double>(k) * T + C;
-  p.checkpoints = static_cast<uint64_t>(std::floor(span / cycle + 1e-12));
-  p.committed = p.checkpoints * k;
-  p.since_commit = span - static_cast<double>(p.checkpoints) * cycle;
-  p.uncommitted = std::min<uint64_t>(k, static_cast<uint64_t>(std::floor(p.since_commit / T + 1e-12)));
-  return p;
-}
+using testing::Progress;
+using testing::Train;
 
 // Whether x is within `tol` of a whole number (a boundary where rounding could flip the count).
 bool NearWhole(double x, double tol) { return std::abs(x - std::round(x)) < tol; }

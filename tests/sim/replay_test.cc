@@ -14,12 +14,13 @@
 #include "models/training.h"
 #include "models/yaml_proto.h"
 #include "sim/replay.h"
+#include "tests/sim/tiny_replay_fixture.h"
 
 namespace hetsim {
 namespace {
 
 // 4 nodes × 2 A100s, one 100 Gb/s NIC per node, a slow object store (the checkpoint's bottleneck).
-const char* kCluster = R"(
+const char* kReplayCluster = R"(
 name: replay-test
 nodes:
   - name: n
@@ -47,7 +48,7 @@ class ReplayTest : public ::testing::Test {
  protected:
   void SetUp() override {
     proto::Cluster cp;
-    ASSERT_TRUE(models::ParseYaml(kCluster, "cluster", &cp).ok());
+    ASSERT_TRUE(models::ParseYaml(kReplayCluster, "cluster", &cp).ok());
     auto c = models::Cluster::Build(cp, "cluster");
     ASSERT_TRUE(c.ok()) << c.status().message();
     cluster_.emplace(std::move(c).value());
@@ -126,24 +127,8 @@ class ReplayTest : public ::testing::Test {
   sim::ReplayCache cache_;
 };
 
-// Iterations and lost time of training from `start` for `span` seconds with checkpoints every k iterations
-// of T seconds, each save C seconds: whole cycles, then iterations of the unfinished cycle.
-struct Progress {
-  uint64_t committed = 0;
-  uint64_t uncommitted = 0;
-  double since_commit = 0;  // seconds since the last commit ended
-  uint32_t checkpoints = 0;
-};
-Progress Train(double span, double T, double C, uint64_t k) {
-  Progress p;
-  const double cycle = static_cast<double>(k) * T + C;
-  const auto cycles = static_cast<uint64_t>(std::floor(span / cycle + 1e-12));
-  p.committed = cycles * k;
-  p.checkpoints = static_cast<uint32_t>(cycles);
-  p.since_commit = span - static_cast<double>(cycles) * cycle;
-  p.uncommitted = std::min<uint64_t>(k, static_cast<uint64_t>(std::floor(p.since_commit / T + 1e-12)));
-  return p;
-}
+using testing::Progress;
+using testing::Train;
 
 TEST_F(ReplayTest, OneSoftwareFailureCostsTheClosedForm) {
   // A crash at t_f: the work since the last checkpoint is lost, then detection D, restart R and the reload L

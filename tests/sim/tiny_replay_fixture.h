@@ -1,10 +1,13 @@
 // The setting of the recovery-policy tests (autohet_recovery_test, hetu_switching_test,
-// recovery_policies_test, replay_scale_test): a tiny GPT on a small cluster given as YAML, trained in fp16 on 8
+// recovery_policies_test, replay_scale_test; replay_test takes Train): a tiny GPT on a small cluster given as YAML, trained in fp16 on 8
 // sequences of 128 tokens.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <optional>
 
 #include "models/cluster.h"
@@ -59,5 +62,22 @@ class TinyReplayFixture : public ::testing::Test {
   std::optional<models::TransformerModel> model_;
   proto::Training training_;
 };
+
+// Training for `span` seconds from a fresh start: checkpoints every k iterations of T seconds, each save C.
+struct Progress {
+  uint64_t committed = 0;    // iterations in a checkpoint
+  uint64_t uncommitted = 0;  // whole iterations after the last one
+  double since_commit = 0;   // seconds since the last checkpoint ended
+  uint64_t checkpoints = 0;
+};
+inline Progress Train(double span, double T, double C, uint64_t k) {
+  Progress p;
+  const double cycle = static_cast<double>(k) * T + C;
+  p.checkpoints = static_cast<uint64_t>(std::floor(span / cycle + 1e-12));
+  p.committed = p.checkpoints * k;
+  p.since_commit = span - static_cast<double>(p.checkpoints) * cycle;
+  p.uncommitted = std::min<uint64_t>(k, static_cast<uint64_t>(std::floor(p.since_commit / T + 1e-12)));
+  return p;
+}
 
 }  // namespace hetsim::testing

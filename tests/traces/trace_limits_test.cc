@@ -17,13 +17,7 @@ namespace {
 
 using testing_util::ClusterFrom;
 
-models::Cluster Nodes16() {
-  return ClusterFrom(R"(
-name: sixteen
-nodes:
-  - {name: n, count: 16, gpus: {type: h100, count: 8}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
-)");
-}
+using testing_util::Nodes16;
 
 TEST(TraceLimits, ABinaryTraceRoundTripsAndReadsLikeTheYamlOne) {
   const auto cluster = Nodes16();

@@ -18,13 +18,7 @@ using Event = proto::TraceEvent;
 using testing_util::ClusterFrom;
 
 // 16 nodes of 8 H100s = 128 GPUs.
-models::Cluster Nodes16() {
-  return ClusterFrom(R"(
-name: sixteen
-nodes:
-  - {name: n, count: 16, gpus: {type: h100, count: 8}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
-)");
-}
+using testing_util::Nodes16;
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/" + name;

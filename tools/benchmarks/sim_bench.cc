@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "models/spec_io.h"
@@ -232,57 +233,19 @@ void FullLines(const std::string& name, const Outcome& o, const Outcome& referen
   Line(name + ".error_vs_full", 100 * (o.iteration_s - reference.iteration_s) / reference.iteration_s, "%");
 }
 
-}  // namespace
+// Which cases run: `want` (the filter matches or is empty), `named` (the filter names them: cases of
+// minutes), and the references asked for (`--nofold`, `--full`).
+struct Selection {
+  std::function<bool(const std::string&)> want, named;
+  bool nofold = false, full_reference = false;
+};
 
-int main(int argc, char** argv) {
-  const std::string filter = argc > 1 ? argv[1] : "";
-  auto want = [&](const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; };
-  // Cases that take minutes: only when the filter names them.
-  auto named = [&](const std::string& name) { return !filter.empty() && name.find(filter) != std::string::npos; };
-  // `bench_sim FILTER --nofold`: the large cases also run unfolded, as the reference of the folding error.
-  const bool nofold = argc > 2 && std::string(argv[2]) == "--nofold";
-  // `bench_sim FILTER --full`: the Megatron-LM Table 1 and Llama 3 cases also run at full fidelity (every
-  // layer's TP collective and every ring step played, nothing folded), the reference of the default level.
-  const bool full_reference = argc > 2 && std::string(argv[2]) == "--full";
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-
-  if (want("sim.hexiscale240")) {
-    auto cluster = std::move(models::LoadCluster("hexiscale-240")).value();
-    auto model = std::move(models::LoadModel("llama2-70b")).value();
-    const auto plan = UniformPlan(model, 4, 10, 6, 1, 32, 1);  // 240 GPUs, 10 stages, 32 micro-batches
-    for (const char* level : {"balanced", "fast"}) {
-      const auto o = Run(plan, cluster, model, 4096, *sim::ParseFidelity(level));
-      Line(std::string("sim.hexiscale240.llama2-70b.tp4pp10dp6.m32.") + level + ".wall", o.wall_s, "s");
-      Line(std::string("sim.hexiscale240.llama2-70b.tp4pp10dp6.m32.") + level + ".iteration", o.iteration_s, "s");
-    }
-  }
-  if (want("sim.fidelity1024")) {
-    // 1,024 H100s in pods of 32 nodes with 1:4 oversubscription (so that contention matters), Llama-3 70B,
-    // TP 8, PP 4, DP 32, 16 micro-batches: each level against full detail.
-    const auto cluster = H100Cluster(128, 32, 4);
-    auto model = std::move(models::LoadModel("llama3-70b")).value();
-    const auto plan = UniformPlan(model, 8, 4, 32, 1, 16, 1);
-    const Outcome full = Run(plan, cluster, model, 8192, sim::Fidelity::Full());
-    Line("sim.fidelity1024.full.wall", full.wall_s, "s");
-    Line("sim.fidelity1024.full.iteration", full.iteration_s, "s");
-    for (const char* level : {"balanced", "fast"}) {
-      const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
-      Line(std::string("sim.fidelity1024.") + level + ".wall", o.wall_s, "s");
-      Line(std::string("sim.fidelity1024.") + level + ".iteration", o.iteration_s, "s");
-      Line(std::string("sim.fidelity1024.") + level + ".error_vs_full",
-           full.iteration_s > 0 ? 100 * (o.iteration_s - full.iteration_s) / full.iteration_s : 0, "%");
-    }
-  }
-  if (want("sim.h100x4096")) {
-    const auto cluster = H100Cluster(512, 384, 7);
-    auto model = std::move(models::LoadModel("llama3-70b")).value();
-    const auto plan = UniformPlan(model, 8, 8, 64, 1, 16, 1);
-    for (const char* level : {"balanced", "fast"}) {
-      const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
-      Line(std::string("sim.h100x4096.llama3-70b.tp8pp8dp64.") + level + ".wall", o.wall_s, "s");
-      Line(std::string("sim.h100x4096.llama3-70b.tp8pp8dp64.") + level + ".iteration", o.iteration_s, "s");
-    }
-  }
+// Llama 3 405B on the 16,384-GPU cluster: 1F1B, interleaved, context parallel (16) and the 2,304-GPU
+// interleaved plan.
+void Llama3Cases(const Selection& sel) {
+  const auto& want = sel.want;
+  const auto& named = sel.named;
+  const bool nofold = sel.nofold, full_reference = sel.full_reference;
   if (want("sim.llama3-16384")) {
     auto cluster = std::move(models::LoadCluster("llama3-16384")).value();
     auto model = std::move(models::LoadModel("llama3-405b")).value();
@@ -356,17 +319,14 @@ int main(int argc, char** argv) {
       Lines(name, o);
     }
   }
-  if (named("sim.hetero-16384")) {
-    const auto cluster = HeteroCluster();
-    auto model = std::move(models::LoadModel("llama3-70b")).value();
-    for (const char* level : {"balanced", "fast"}) {
-      const Outcome o = Run(HeteroPlan(model), cluster, model, 8192, *sim::ParseFidelity(level));
-      Lines(std::string("sim.hetero-16384.llama3-70b.h100-tp8pp8x128.a100-tp4pp16x128.") + level, o);
-    }
-  }
-  // Megatron-LM SC'21 Table 1, every row (A100s, micro-batch 1, TP/PP degrees, batch and GPUs as published;
-  // the interleaved schedule with 2 virtual stages where a stage's blocks split evenly, else 1F1B), balanced
-  // fidelity. `bench_sim sim.megatron-table1` runs them all.
+}
+
+// Megatron-LM SC'21 Table 1, every row (A100s, micro-batch 1, TP/PP degrees, batch and GPUs as published;
+// the interleaved schedule with 2 virtual stages where a stage's blocks split evenly, else 1F1B), balanced
+// fidelity. `bench_sim sim.megatron-table1` runs them all.
+void MegatronTable1(const Selection& sel) {
+  const auto& named = sel.named;
+  const bool nofold = sel.nofold, full_reference = sel.full_reference;
   struct Row {
     const char* name;
     uint32_t layers, hidden, heads, tp, pp, gpus, batch;
@@ -403,5 +363,69 @@ int main(int argc, char** argv) {
     }
     if (full_reference) FullLines(name, o, Run(plan, cluster, model, 2048, sim::Fidelity::Full()));
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  auto want = [&](const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; };
+  // Cases that take minutes: only when the filter names them.
+  auto named = [&](const std::string& name) { return !filter.empty() && name.find(filter) != std::string::npos; };
+  // `bench_sim FILTER --nofold`: the large cases also run unfolded, as the reference of the folding error.
+  const bool nofold = argc > 2 && std::string(argv[2]) == "--nofold";
+  // `bench_sim FILTER --full`: the Megatron-LM Table 1 and Llama 3 cases also run at full fidelity (every
+  // layer's TP collective and every ring step played, nothing folded), the reference of the default level.
+  const bool full_reference = argc > 2 && std::string(argv[2]) == "--full";
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  if (want("sim.hexiscale240")) {
+    auto cluster = std::move(models::LoadCluster("hexiscale-240")).value();
+    auto model = std::move(models::LoadModel("llama2-70b")).value();
+    const auto plan = UniformPlan(model, 4, 10, 6, 1, 32, 1);  // 240 GPUs, 10 stages, 32 micro-batches
+    for (const char* level : {"balanced", "fast"}) {
+      const auto o = Run(plan, cluster, model, 4096, *sim::ParseFidelity(level));
+      Line(std::string("sim.hexiscale240.llama2-70b.tp4pp10dp6.m32.") + level + ".wall", o.wall_s, "s");
+      Line(std::string("sim.hexiscale240.llama2-70b.tp4pp10dp6.m32.") + level + ".iteration", o.iteration_s, "s");
+    }
+  }
+  if (want("sim.fidelity1024")) {
+    // 1,024 H100s in pods of 32 nodes with 1:4 oversubscription (so that contention matters), Llama-3 70B,
+    // TP 8, PP 4, DP 32, 16 micro-batches: each level against full detail.
+    const auto cluster = H100Cluster(128, 32, 4);
+    auto model = std::move(models::LoadModel("llama3-70b")).value();
+    const auto plan = UniformPlan(model, 8, 4, 32, 1, 16, 1);
+    const Outcome full = Run(plan, cluster, model, 8192, sim::Fidelity::Full());
+    Line("sim.fidelity1024.full.wall", full.wall_s, "s");
+    Line("sim.fidelity1024.full.iteration", full.iteration_s, "s");
+    for (const char* level : {"balanced", "fast"}) {
+      const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
+      Line(std::string("sim.fidelity1024.") + level + ".wall", o.wall_s, "s");
+      Line(std::string("sim.fidelity1024.") + level + ".iteration", o.iteration_s, "s");
+      Line(std::string("sim.fidelity1024.") + level + ".error_vs_full",
+           full.iteration_s > 0 ? 100 * (o.iteration_s - full.iteration_s) / full.iteration_s : 0, "%");
+    }
+  }
+  if (want("sim.h100x4096")) {
+    const auto cluster = H100Cluster(512, 384, 7);
+    auto model = std::move(models::LoadModel("llama3-70b")).value();
+    const auto plan = UniformPlan(model, 8, 8, 64, 1, 16, 1);
+    for (const char* level : {"balanced", "fast"}) {
+      const Outcome o = Run(plan, cluster, model, 8192, *sim::ParseFidelity(level));
+      Line(std::string("sim.h100x4096.llama3-70b.tp8pp8dp64.") + level + ".wall", o.wall_s, "s");
+      Line(std::string("sim.h100x4096.llama3-70b.tp8pp8dp64.") + level + ".iteration", o.iteration_s, "s");
+    }
+  }
+  const Selection sel{want, named, nofold, full_reference};
+  Llama3Cases(sel);
+  if (named("sim.hetero-16384")) {
+    const auto cluster = HeteroCluster();
+    auto model = std::move(models::LoadModel("llama3-70b")).value();
+    for (const char* level : {"balanced", "fast"}) {
+      const Outcome o = Run(HeteroPlan(model), cluster, model, 8192, *sim::ParseFidelity(level));
+      Lines(std::string("sim.hetero-16384.llama3-70b.h100-tp8pp8x128.a100-tp4pp16x128.") + level, o);
+    }
+  }
+  MegatronTable1(sel);
   return 0;
 }

@@ -267,42 +267,57 @@ int RunFromProfiles(const po::variables_map& vm, std::ostream& out, std::ostream
   return WriteCalibration(cal, command, output, out, err);
 }
 
-int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
-  if (vm.count("from-profiles")) return RunFromProfiles(vm, out, err);
-  const std::string backend = vm["backend"].as<std::string>();
-  if (backend != "cpu" && backend != "cuda") {
-    err << "hetsim calibrate: --backend: unknown backend '" << backend << "' (expected cpu or cuda)\n";
+// A measuring or refitting run of `hetsim calibrate`, as its flags give it.
+struct CalibrateRun {
+  std::string backend;
+  bool cuda = false;
+  const models::GpuSpec* gpu = nullptr;
+  std::string name, output, data_dir;
+  bool quick = false, refit = false;  // refit: --from-data
+  int ranks = 0;
+  std::string kernels_csv, comm_csv, network_csv, profile_yaml;
+  std::string command;  // the command written into the calibration's provenance
+};
+
+// The run's settings from its flags; an exit code (2: a bad flag) when they do not make one.
+std::optional<int> SetUpCalibrate(const po::variables_map& vm, CalibrateRun* run, std::ostream& out, std::ostream& err) {
+  run->backend = vm["backend"].as<std::string>();
+  if (run->backend != "cpu" && run->backend != "cuda") {
+    err << "hetsim calibrate: --backend: unknown backend '" << run->backend << "' (expected cpu or cuda)\n";
     return 2;
   }
-  const bool cuda = backend == "cuda";
-  const std::string gpu_name = vm.count("gpu") ? FlagString(vm, "gpu") : (cuda ? "h100" : "cpu");
+  run->cuda = run->backend == "cuda";
+  const std::string gpu_name = vm.count("gpu") ? FlagString(vm, "gpu") : (run->cuda ? "h100" : "cpu");
   auto gpu = models::GpuCatalog::Bundled().Find(gpu_name);
   if (!gpu.ok()) {
     err << "hetsim calibrate: --gpu: " << gpu.status().message() << "\n";
     return 2;
   }
-  const std::string name = vm.count("name") ? FlagString(vm, "name") : gpu.value()->name + "-measured";
-  if (!IsPlainName(name)) {
-    err << "hetsim calibrate: --name: '" << name << "' is not a plain name: use letters, digits, '-', '_' and '.' "
+  run->gpu = gpu.value();
+  run->name = vm.count("name") ? FlagString(vm, "name") : run->gpu->name + "-measured";
+  if (!IsPlainName(run->name)) {
+    err << "hetsim calibrate: --name: '" << run->name << "' is not a plain name: use letters, digits, '-', '_' and '.' "
            "(it names the calibration and, without -o, its file NAME.yaml), e.g. my-h100\n";
     return 2;
   }
-  const std::string output = vm.count("output") ? FlagString(vm, "output") : name + ".yaml";
-  const bool quick = vm["quick"].as<bool>();
-  int ranks = vm["ranks"].as<int>();
-  if (cuda && vm["ranks"].defaulted()) {
+  run->output = vm.count("output") ? FlagString(vm, "output") : run->name + ".yaml";
+  run->quick = vm["quick"].as<bool>();
+  run->refit = vm.count("from-data") > 0;
+  run->ranks = vm["ranks"].as<int>();
+  if (run->cuda && vm["ranks"].defaulted()) {
     // One rank per GPU of this node (NCCL needs two); nvidia-smi counts them.
-    ranks = 0;
+    run->ranks = 0;
     if (FILE* p = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
       char line[512];
-      while (std::fgets(line, sizeof line, p) != nullptr) ranks += std::strncmp(line, "GPU ", 4) == 0;
+      while (std::fgets(line, sizeof line, p) != nullptr) run->ranks += std::strncmp(line, "GPU ", 4) == 0;
       ::pclose(p);
     }
-    out << "GPUs on this node: " << ranks << " (nvidia-smi -L; --ranks overrides)\n";
+    out << "GPUs on this node: " << run->ranks << " (nvidia-smi -L; --ranks overrides)\n";
   }
-  std::string data_dir = vm.count("from-data") ? FlagString(vm, "from-data")
-                         : vm.count("data-dir")  ? FlagString(vm, "data-dir")
-                                                 : (fs::path(output).parent_path() / (fs::path(output).stem().string() + "-data")).string();
+  run->data_dir = vm.count("from-data") ? FlagString(vm, "from-data")
+                  : vm.count("data-dir")  ? FlagString(vm, "data-dir")
+                                          : (fs::path(run->output).parent_path() /
+                                             (fs::path(run->output).stem().string() + "-data")).string();
   // The folder's name goes into the calibration file's description and command: a control character (a
   // newline) there would break, or inject into, the YAML written.
   for (const char* flag : {"from-data", "data-dir", "output"}) {
@@ -314,134 +329,136 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
       return 2;
     }
   }
-  const std::string kernels_csv = (fs::path(data_dir) / "kernels.csv").string();
-  const std::string comm_csv = (fs::path(data_dir) / "collectives.csv").string();
-  const std::string network_csv = (fs::path(data_dir) / "network.csv").string();
-  const std::string profile_yaml = (fs::path(data_dir) / "profile.yaml").string();
-  std::string command = "hetsim calibrate " + (vm.count("from-data") ? std::string() : "--backend " + backend + " ") +
-                        "--gpu " + gpu.value()->name;
-  if (quick) command += " --quick";
+  run->kernels_csv = (fs::path(run->data_dir) / "kernels.csv").string();
+  run->comm_csv = (fs::path(run->data_dir) / "collectives.csv").string();
+  run->network_csv = (fs::path(run->data_dir) / "network.csv").string();
+  run->profile_yaml = (fs::path(run->data_dir) / "profile.yaml").string();
+  run->command = "hetsim calibrate " + (run->refit ? std::string() : "--backend " + run->backend + " ") + "--gpu " +
+                 run->gpu->name;
+  if (run->quick) run->command += " --quick";
+  if (run->refit) run->command += " --from-data " + run->data_dir;
+  return std::nullopt;
+}
 
-  if (!vm.count("from-data")) {
-    // The profiles' flags are checked before the benchmarks run (minutes), not after them.
-    if (auto shapes = ProfileShapes(FlagString(vm, "profile-shapes")); !shapes.ok()) {
-      err << "hetsim calibrate: --profile-shapes: " << shapes.status().message() << "\n";
-      return 2;
-    }
-    if (vm.count("profile-model") && !FlagString(vm, "profile-model").empty()) {
-      if (auto m = models::LoadModel(FlagString(vm, "profile-model")); !m.ok()) {
-        err << "hetsim calibrate: --profile-model: " << m.status().message() << "\n";
-        return 2;
-      }
-    }
-    if (vm["profile-seq-len"].as<uint32_t>() == 0) {
-      err << "hetsim calibrate: --profile-seq-len: 0 is not a sequence length (give 1 or more)\n";
-      return 2;
-    }
-    std::error_code ec;
-    fs::create_directories(data_dir, ec);
-    if (ec) {
-      err << "hetsim calibrate: --data-dir: cannot create " << data_dir << ": " << ec.message() << "\n";
-      return 1;
-    }
-    auto kbench = SiblingBinary("hetsim-kernel-bench");
-    auto cbench = SiblingBinary("hetsim-coll-bench");
-    if (!kbench.ok() || !cbench.ok()) {
-      err << "hetsim calibrate: " << (kbench.ok() ? cbench : kbench).status().message() << "\n";
-      return 1;
-    }
-    // The shapes: the CPU workers' test model at the CPU plans' sizes; on GPUs the Llama-2 family.
-    std::vector<std::string> kargs = {*kbench, "--backend", backend, "--gpu", gpu.value()->name, "-o", kernels_csv};
-    const std::string models_arg = vm.count("models") ? FlagString(vm, "models") : (cuda ? "" : "llama-tiny");
-    if (!models_arg.empty()) kargs.insert(kargs.end(), {"--models", models_arg});
-    if (!cuda) kargs.insert(kargs.end(), {"--seq-len", "64", "--micro-batch", "1,2,4", "--tp", "1,2,4"});
-    if (quick) kargs.push_back("--quick");
-    out << "[1/4] kernels: " << JoinArgs(kargs) << "\n" << std::flush;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto rc = RunChild(kargs);
-    if (!rc.ok() || *rc != 0) {
-      err << "hetsim calibrate: the kernel benchmark failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
-          << "); its command: " << JoinArgs(kargs) << "\n";
-      return 1;
-    }
-    out << "      done in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
-        << " s -> " << kernels_csv << "\n";
-    if (ranks >= 2) {
-      std::vector<std::string> cargs = MpirunPrefix(FlagString(vm, "mpirun"), ranks);
-      cargs.insert(cargs.end(), {*cbench, "--backend", backend, "-o", comm_csv});
-      if (quick) cargs.push_back("--quick");
-      out << "[2/4] communication: " << JoinArgs(cargs) << "\n" << std::flush;
-      const auto t1 = std::chrono::steady_clock::now();
-      rc = RunChild(cargs);
-      if (!rc.ok() || *rc != 0) {
-        err << "hetsim calibrate: the communication benchmark failed ("
-            << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message()) << "); its command: " << JoinArgs(cargs)
-            << " (--ranks 0 skips it)\n";
-        return 1;
-      }
-      out << "      done in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count()
-          << " s -> " << comm_csv << "\n";
-      command += " --ranks " + std::to_string(ranks);
-    } else {
-      out << "[2/4] communication: skipped (--ranks " << ranks << "; the link values of the base calibration apply)\n";
-      fs::remove(comm_csv, ec);
-    }
-    const std::string profile_model = vm.count("profile-model") ? FlagString(vm, "profile-model") : (cuda ? "" : "llama-tiny");
-    if (!profile_model.empty()) {
-      out << "[3/4] layer profiles of " << profile_model << " (hetsim-exec --profile-out)\n";
-      const auto t2 = std::chrono::steady_clock::now();
-      if (int prc = ProfileLayers(vm, backend, *gpu.value(), profile_model, data_dir, profile_yaml, out, err); prc != 0) {
-        return prc;
-      }
-      out << "      done in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count()
-          << " s -> " << profile_yaml << "\n";
-    } else {
-      out << "[3/4] layer profiles: skipped (--profile-model names none)\n";
-      fs::remove(profile_yaml, ec);
-    }
-  } else {
-    command += " --from-data " + data_dir;
+// Steps 1-3: the kernel benchmark, the communication benchmark under mpirun (with two ranks or more) and
+// the executor's layer profiles, into the run's data folder. Returns the exit code.
+int MeasureCalibrate(const po::variables_map& vm, CalibrateRun* run, std::ostream& out, std::ostream& err) {
+  // The profiles' flags are checked before the benchmarks run (minutes), not after them.
+  if (auto shapes = ProfileShapes(FlagString(vm, "profile-shapes")); !shapes.ok()) {
+    err << "hetsim calibrate: --profile-shapes: " << shapes.status().message() << "\n";
+    return 2;
   }
+  if (vm.count("profile-model") && !FlagString(vm, "profile-model").empty()) {
+    if (auto m = models::LoadModel(FlagString(vm, "profile-model")); !m.ok()) {
+      err << "hetsim calibrate: --profile-model: " << m.status().message() << "\n";
+      return 2;
+    }
+  }
+  if (vm["profile-seq-len"].as<uint32_t>() == 0) {
+    err << "hetsim calibrate: --profile-seq-len: 0 is not a sequence length (give 1 or more)\n";
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(run->data_dir, ec);
+  if (ec) {
+    err << "hetsim calibrate: --data-dir: cannot create " << run->data_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  auto kbench = SiblingBinary("hetsim-kernel-bench");
+  auto cbench = SiblingBinary("hetsim-coll-bench");
+  if (!kbench.ok() || !cbench.ok()) {
+    err << "hetsim calibrate: " << (kbench.ok() ? cbench : kbench).status().message() << "\n";
+    return 1;
+  }
+  const bool cuda = run->cuda, quick = run->quick;
+  const auto seconds_since = [](auto t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // The shapes: the CPU workers' test model at the CPU plans' sizes; on GPUs the Llama-2 family.
+  std::vector<std::string> kargs = {*kbench, "--backend", run->backend, "--gpu", run->gpu->name, "-o", run->kernels_csv};
+  const std::string models_arg = vm.count("models") ? FlagString(vm, "models") : (cuda ? "" : "llama-tiny");
+  if (!models_arg.empty()) kargs.insert(kargs.end(), {"--models", models_arg});
+  if (!cuda) kargs.insert(kargs.end(), {"--seq-len", "64", "--micro-batch", "1,2,4", "--tp", "1,2,4"});
+  if (quick) kargs.push_back("--quick");
+  out << "[1/4] kernels: " << JoinArgs(kargs) << "\n" << std::flush;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rc = RunChild(kargs);
+  if (!rc.ok() || *rc != 0) {
+    err << "hetsim calibrate: the kernel benchmark failed (" << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message())
+        << "); its command: " << JoinArgs(kargs) << "\n";
+    return 1;
+  }
+  out << "      done in " << seconds_since(t0) << " s -> " << run->kernels_csv << "\n";
+  if (run->ranks >= 2) {
+    std::vector<std::string> cargs = MpirunPrefix(FlagString(vm, "mpirun"), run->ranks);
+    cargs.insert(cargs.end(), {*cbench, "--backend", run->backend, "-o", run->comm_csv});
+    if (quick) cargs.push_back("--quick");
+    out << "[2/4] communication: " << JoinArgs(cargs) << "\n" << std::flush;
+    const auto t1 = std::chrono::steady_clock::now();
+    rc = RunChild(cargs);
+    if (!rc.ok() || *rc != 0) {
+      err << "hetsim calibrate: the communication benchmark failed ("
+          << (rc.ok() ? "exit " + std::to_string(*rc) : rc.status().message()) << "); its command: " << JoinArgs(cargs)
+          << " (--ranks 0 skips it)\n";
+      return 1;
+    }
+    out << "      done in " << seconds_since(t1) << " s -> " << run->comm_csv << "\n";
+    run->command += " --ranks " + std::to_string(run->ranks);
+  } else {
+    out << "[2/4] communication: skipped (--ranks " << run->ranks << "; the link values of the base calibration apply)\n";
+    fs::remove(run->comm_csv, ec);
+  }
+  const std::string profile_model = vm.count("profile-model") ? FlagString(vm, "profile-model") : (cuda ? "" : "llama-tiny");
+  if (!profile_model.empty()) {
+    out << "[3/4] layer profiles of " << profile_model << " (hetsim-exec --profile-out)\n";
+    const auto t2 = std::chrono::steady_clock::now();
+    if (int prc = ProfileLayers(vm, run->backend, *run->gpu, profile_model, run->data_dir, run->profile_yaml, out, err);
+        prc != 0) {
+      return prc;
+    }
+    out << "      done in " << seconds_since(t2) << " s -> " << run->profile_yaml << "\n";
+  } else {
+    out << "[3/4] layer profiles: skipped (--profile-model names none)\n";
+    fs::remove(run->profile_yaml, ec);
+  }
+  return 0;
+}
 
+// Reads one of the data folder's CSVs with `read` when it is there, into *rows. Returns the exit code.
+template <class Rows, class Read>
+int ReadIfThere(const std::string& path, Read&& read, Rows* rows, std::ostream& err) {
+  if (!fs::exists(path)) return 0;
+  auto r = read(path);
+  if (!r.ok()) {
+    err << "hetsim calibrate: " << r.status().message() << "\n";
+    return 1;
+  }
+  *rows = std::move(*r);
+  return 0;
+}
+
+// Step 4: the fit of the data folder's measurements and the calibration file. Returns the exit code.
+int FitCalibrate(const po::variables_map& vm, const CalibrateRun& run, std::ostream& out, std::ostream& err) {
   out << "[4/4] fit\n";
   std::vector<calibration::KernelRow> kernels;
   std::vector<calibration::CommRow> comm;
-  if (fs::exists(kernels_csv)) {
-    auto k = calibration::ReadKernelBench(kernels_csv);
-    if (!k.ok()) {
-      err << "hetsim calibrate: " << k.status().message() << "\n";
-      return 1;
-    }
-    kernels = std::move(*k);
-  }
-  if (fs::exists(comm_csv)) {
-    auto c = calibration::ReadCommBench(comm_csv);
-    if (!c.ok()) {
-      err << "hetsim calibrate: " << c.status().message() << "\n";
-      return 1;
-    }
-    comm = std::move(*c);
-  }
   std::vector<calibration::NetworkRow> network;
-  if (fs::exists(network_csv)) {
-    auto n = calibration::ReadNetworkBench(network_csv);
-    if (!n.ok()) {
-      err << "hetsim calibrate: " << n.status().message() << "\n";
-      return 1;
-    }
-    network = std::move(*n);
+  if (ReadIfThere(run.kernels_csv, calibration::ReadKernelBench, &kernels, err) != 0 ||
+      ReadIfThere(run.comm_csv, calibration::ReadCommBench, &comm, err) != 0 ||
+      ReadIfThere(run.network_csv, calibration::ReadNetworkBench, &network, err) != 0) {
+    return 1;
   }
   if (kernels.empty() && comm.empty() && network.empty()) {
-    err << "hetsim calibrate: --from-data " << data_dir
+    err << "hetsim calibrate: --from-data " << run.data_dir
         << ": none of kernels.csv, collectives.csv or network.csv is there\n";
     return 1;
   }
   std::optional<proto::KernelCalibration> fitted;
   if (!kernels.empty() || !comm.empty()) {
     calibration::FitSummary summary;
-    auto f = calibration::FitCalibration(*gpu.value(), kernels, comm, &summary);
+    auto f = calibration::FitCalibration(*run.gpu, kernels, comm, &summary);
     if (!f.ok()) {
-      err << "hetsim calibrate: " << f.status().message() << " (data: " << data_dir << ")\n";
+      err << "hetsim calibrate: " << f.status().message() << " (data: " << run.data_dir << ")\n";
       return 1;
     }
     for (const auto& l : summary.lines) out << "      " << l << "\n";
@@ -456,40 +473,51 @@ int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& e
 
   proto::Calibration cal;
   cal.set_kind("calibration");
-  cal.set_name(name);
-  const bool refit = vm.count("from-data") > 0;
-  cal.set_description(refit ? "Fitted by `hetsim calibrate --from-data` on the measurements in " + data_dir + "."
-                            : "Measured on " + HostDescription(cuda) + " by `hetsim calibrate` (" + backend + " backend).");
+  cal.set_name(run.name);
+  cal.set_description(run.refit ? "Fitted by `hetsim calibrate --from-data` on the measurements in " + run.data_dir + "."
+                                : "Measured on " + HostDescription(run.cuda) + " by `hetsim calibrate` (" + run.backend +
+                                      " backend).");
   cal.set_base(vm["base"].as<std::string>());
   auto* prov = cal.mutable_provenance();
-  prov->set_host(refit ? "the machine the data files name (their headers)" : HostDescription(cuda));
+  prov->set_host(run.refit ? "the machine the data files name (their headers)" : HostDescription(run.cuda));
   prov->set_date(Today());
-  prov->set_command(command);
-  prov->set_versions(refit ? "hetsim 0.1.0 (fit only)"
-                            : "hetsim 0.1.0; " + std::string(cuda ? "CUDA backend (cuBLAS, NCCL)" : "CPU backend (Eigen, Open MPI)"));
+  prov->set_command(run.command);
+  prov->set_versions(run.refit ? "hetsim 0.1.0 (fit only)"
+                               : "hetsim 0.1.0; " + std::string(run.cuda ? "CUDA backend (cuBLAS, NCCL)"
+                                                                         : "CPU backend (Eigen, Open MPI)"));
   std::string data;
-  for (const auto& f : {kernels_csv, comm_csv, network_csv}) {
+  for (const auto& f : {run.kernels_csv, run.comm_csv, run.network_csv}) {
     if (fs::exists(f)) data += (data.empty() ? "" : "; ") + f;
   }
   prov->set_data(data);
   if (fitted) *cal.add_gpus() = *fitted;
   for (const auto& f : network_fits) *cal.add_network() = f.entry;
-  if (fs::exists(profile_yaml)) {
+  if (fs::exists(run.profile_yaml)) {
     // The profile is checked as every simulation will read it, so a bad one fails here, not later.
-    if (auto db = models::ProfileDb::Load({profile_yaml}); !db.ok()) {
-      err << "hetsim calibrate: " << db.status().message() << " (fix or remove " << profile_yaml << ")\n";
+    if (auto db = models::ProfileDb::Load({run.profile_yaml}); !db.ok()) {
+      err << "hetsim calibrate: " << db.status().message() << " (fix or remove " << run.profile_yaml << ")\n";
       return 1;
     }
     // Relative to the calibration file, so the two move together.
-    const fs::path base = fs::absolute(output).parent_path();
-    cal.add_profiles(fs::relative(fs::absolute(profile_yaml), base).string());
-    prov->set_data(prov->data() + "; " + profile_yaml);
+    const fs::path base = fs::absolute(run.output).parent_path();
+    cal.add_profiles(fs::relative(fs::absolute(run.profile_yaml), base).string());
+    prov->set_data(prov->data() + "; " + run.profile_yaml);
   }
   if (fitted) {
     cal.mutable_gpus(0)->set_source("fitted by hetsim calibrate on " + Today() + " (" + std::to_string(kernels.size()) +
                                     " kernel and " + std::to_string(comm.size()) + " communication measurements)");
   }
-  return WriteCalibration(cal, command, output, out, err);
+  return WriteCalibration(cal, run.command, run.output, out, err);
+}
+
+int RunCalibrate(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (vm.count("from-profiles")) return RunFromProfiles(vm, out, err);
+  CalibrateRun run;
+  if (auto rc = SetUpCalibrate(vm, &run, out, err)) return *rc;
+  if (!run.refit) {
+    if (int rc = MeasureCalibrate(vm, &run, out, err); rc != 0) return rc;
+  }
+  return FitCalibrate(vm, run, out, err);
 }
 
 }  // namespace
