@@ -44,11 +44,11 @@ struct PlanningProblem {
   const models::ProfileDb* profiles = nullptr;  // cost source: measured layer costs; analytic where absent
   models::ComputeOptions compute = {};          // the analytic compute model's parameters
   // How many runners-up (the plans the planner ranks right after its pick, by its own cost model) to return
-  // in PlannerResult::alternatives, so that the simulator can check the choice (tools/runner/refine.h,
+  // in PlannerResult::alternatives, so that the simulator can check the choice (sim/planning/refine.h,
   // `--refine K`). 0: none. A planner may return fewer (its search saw fewer distinct feasible plans, or it
   // constructs a single plan).
   uint32_t alternatives = 0;
-  // exhaustive's proof only (tools/runner/refine.cc): other planners' candidates for the same problem. The
+  // exhaustive's proof only (sim/planning/refine.cc): other planners' candidates for the same problem. The
   // proof starts from the best of them by the played estimate when it beats the search's own incumbent, and
   // they are simulated beside the space's plans, so the answer is never slower in the simulator than any of
   // them (docs/planners.md, "exhaustive"). Each plan's `planner` field names where it came from.

@@ -286,7 +286,7 @@ class Search {
     // The predictor is hetsim's closed form (AnalyticCostModel::ClosedFormEstimate: per-stage compute, TP
     // and PP hops, 1F1B, DP sync), the shape of §3.3.3's predictor, in microseconds per leaf. Not the played
     // estimate (Estimate: the lowering played, a fraction of a millisecond per 8 GPUs and seconds per
-    // leaf at 4,096 GPUs): the simulator-checked choice (--refine, tools/runner/refine.h) checks the
+    // leaf at 4,096 GPUs): the simulator-checked choice (--refine, sim/planning/refine.h) checks the
     // pick and the runners-up in the simulator itself (docs/planner-scaling.md, "Played or closed form").
     const PlanEstimate e = cost_.ClosedFormEstimate(plan, /*with_memory=*/true);
     ++stats_.candidates_evaluated;

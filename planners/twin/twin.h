@@ -6,7 +6,7 @@
 // also with every other recomputation policy, distinct plans only, those that fit in memory, ordered by
 // the played estimate (AnalyticCostModel::Estimate, the simulator's operations with its prices). MakePlan
 // returns the best by that estimate as the pick and the rest as runners-up (as many as the problem asks).
-// The other half, tools/runner/twin.h, confirms the pool on the simulator (every candidate simulated unless its
+// The other half, sim/planning/twin.h, confirms the pool on the simulator (every candidate simulated unless its
 // lower bound rules it out, so the answer is at least as fast as every planner's pick) and polishes the
 // fastest on the twin. Options: planners/proto/twin.proto.
 #pragma once

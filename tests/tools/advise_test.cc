@@ -1,7 +1,7 @@
-// `hetsim advise` (tools/advise/advise.h): the decision on hand-made outcomes, spot series and composed
+// `hetsim advise` (sim/advise/advise.h): the decision on hand-made outcomes, spot series and composed
 // traces derived by hand, config errors with their lines, and on a small space the pruned search's
 // recommendation against the exhaustive evaluation of the same space.
-#include "tools/advise/advise.h"
+#include "sim/advise/advise.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "models/cluster.h"
-#include "tools/advise/advise_internal.h"
-#include "tools/advise/availability.h"
-#include "tools/advise/config.h"
+#include "sim/advise/advise_internal.h"
+#include "sim/advise/availability.h"
+#include "sim/advise/config.h"
 #include "traces/trace.h"
 
 namespace hetsim::advise {

@@ -1,5 +1,5 @@
-// Manifest loading, validation errors and sweep expansion (tools/runner/manifest.h).
-#include "tools/runner/manifest.h"
+// Manifest loading, validation errors and sweep expansion (sim/runner/manifest.h).
+#include "sim/runner/manifest.h"
 
 #include <gtest/gtest.h>
 

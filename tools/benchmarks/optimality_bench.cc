@@ -34,7 +34,7 @@
 #include "models/yaml_proto.h"
 #include "planners/planner.h"
 #include "tools/benchmarks/bench_util.h"
-#include "tools/runner/refine.h"
+#include "sim/planning/refine.h"
 
 namespace {
 
@@ -187,22 +187,22 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
   Row row;
   auto planner = planners::CreatePlanner(name);
   if (!planner.ok()) return row;
-  runner::RefineOptions pick_only;
+  planning::RefineOptions pick_only;
   pick_only.k = 1;  // the pick, simulated once (its planning time is the search alone)
   const auto t0 = std::chrono::steady_clock::now();
-  runner::RefineOutcome out;
-  auto r = runner::PlanOnTwin(**planner, problem, pick_only, &out);
+  planning::RefineOutcome out;
+  auto r = planning::PlanOnTwin(**planner, problem, pick_only, &out);
   row.plan_s = Wall(t0) - out.sim_wall_s;
   if (!r.ok() || out.candidates.empty() || !out.candidates[0].error.empty()) return row;
   row.pick_s = out.candidates[0].simulated_s;
-  runner::RefineOptions refine;
+  planning::RefineOptions refine;
   refine.k = k;
   if (name == "exhaustive" && polish > 0) {
     // The reference: one proof (its warm start holds the polished plans), then its choice polished; its
     // checked cell is the proof's choice.
     refine.polish = polish;
     const auto t1 = std::chrono::steady_clock::now();
-    auto rp = runner::PlanOnTwin(**planner, problem, refine, &out);
+    auto rp = planning::PlanOnTwin(**planner, problem, refine, &out);
     row.plan_refined_s = row.plan_polished_s = Wall(t1);
     if (!rp.ok() || out.candidates.empty()) return row;
     row.refined_s = out.candidates[out.chosen].simulated_s;
@@ -213,7 +213,7 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
     return row;
   }
   const auto t1 = std::chrono::steady_clock::now();
-  auto rr = runner::PlanOnTwin(**planner, problem, refine, &out);
+  auto rr = planning::PlanOnTwin(**planner, problem, refine, &out);
   row.plan_refined_s = Wall(t1);
   if (!rr.ok()) return row;
   // twin's search ends in its local search's plan (out.polish), not in the checked pool's choice.
@@ -224,10 +224,10 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
   row.polished_s = row.refined_s;
   if (polish > 0) {
     // The default of `hetsim plan` (kAutoPolish) or --polish N; for exhaustive, its proof warm-started with
-    // every other planner's polished plan, then its own choice polished (tools/runner/refine.h).
+    // every other planner's polished plan, then its own choice polished (sim/planning/refine.h).
     refine.polish = polish;
     const auto t2 = std::chrono::steady_clock::now();
-    auto rp = runner::PlanOnTwin(**planner, problem, refine, &out);
+    auto rp = planning::PlanOnTwin(**planner, problem, refine, &out);
     row.plan_polished_s = Wall(t2);
     if (rp.ok() && out.polished) row.polished_s = out.polish.end_s;  // else the checked choice's, as above
   }
@@ -239,8 +239,8 @@ Row Measure(const std::string& name, const planners::PlanningProblem& problem, u
 int main(int argc, char** argv) {
   std::string filter;
   bool table = false;
-  uint32_t k = runner::kSeedCandidates;
-  // The checked choice polished on the twin (tools/runner/polish.h) with --polish N; by default none (and the
+  uint32_t k = planning::kSeedCandidates;
+  // The checked choice polished on the twin (sim/planning/polish.h) with --polish N; by default none (and the
   // reference is exhaustive's proof alone).
   uint32_t polish = 0;
   for (int i = 1; i < argc; ++i) {
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
     if (names_clusters && cluster.name().find(filter) == std::string::npos) continue;
     const bool cluster_wanted = filter.empty() || names_clusters;
     const planners::PlanningProblem problem{cluster, *model, *training};
-    const Row ref = Measure("exhaustive", problem, runner::kAutoRefine, polish);
+    const Row ref = Measure("exhaustive", problem, planning::kAutoRefine, polish);
     if (!ref.ok) {
       std::cerr << cluster.name() << ": exhaustive found no plan; skipped\n";
       continue;
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
     order.push_back(cluster.name());
     for (const auto& p : names) {
       if (!cluster_wanted && p.find(filter) == std::string::npos) continue;
-      const Row row = p == "exhaustive" ? ref : Measure(p, problem, p == "twin" ? runner::kAutoRefine : k, polish);
+      const Row row = p == "exhaustive" ? ref : Measure(p, problem, p == "twin" ? planning::kAutoRefine : k, polish);
       rows[cluster.name()][p] = row;
       const std::string key = "optimality." + p + "." + cluster.name();
       if (!row.ok) {

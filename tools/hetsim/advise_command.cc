@@ -1,11 +1,11 @@
-// `hetsim advise CONFIG`: which GPUs to rent, which plan and which recovery policy (tools/advise/advise.h,
+// `hetsim advise CONFIG`: which GPUs to rent, which plan and which recovery policy (sim/advise/advise.h,
 // docs/advise.md).
 #include <ostream>
 
-#include "tools/advise/advise.h"
-#include "tools/advise/config.h"
+#include "sim/advise/advise.h"
+#include "sim/advise/config.h"
 #include "tools/hetsim/cli.h"
-#include "tools/runner/world.h"
+#include "sim/runner/world.h"
 
 namespace hetsim::cli {
 namespace {

@@ -53,16 +53,16 @@ bool IsPlanRunsCsv(const std::string& path);
 int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ostream& err);
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
 // planners room: an error.
-// `refine`: candidates checked on the simulator (tools/runner/refine.h; −1 = the default, 0 = the planner's
-// own pick); `polish`: simulations to polish the checked choice (tools/runner/polish.h; −1 = the default,
+// `refine`: candidates checked on the simulator (sim/planning/refine.h; −1 = the default, 0 = the planner's
+// own pick); `polish`: simulations to polish the checked choice (sim/planning/polish.h; −1 = the default,
 // 0: off); `notes` (optional) receives the twin check's and the polish's lines.
 Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::string& options_yaml,
                                     const std::string& options_file, const models::Cluster& cluster,
                                     const models::TransformerModel& model, const proto::Training& training,
                                     int refine = -1, int polish = -1, std::vector<std::string>* notes = nullptr);
-// --refine K (tools/runner/refine.h): −1 when not given, K in 0..64, or an error naming the flag.
+// --refine K (sim/planning/refine.h): −1 when not given, K in 0..64, or an error naming the flag.
 Result<int> RefineFlag(const po::variables_map& vm);
-// --polish N (tools/runner/polish.h): −1 when not given, N in 0..100000, or an error naming the flag; N > 0
+// --polish N (sim/planning/polish.h): −1 when not given, N in 0..100000, or an error naming the flag; N > 0
 // with --refine 0 is refused (the pick is simulated once before it is polished).
 Result<int> PolishFlag(const po::variables_map& vm);
 // The --refine and --polish flags of the commands that plan with --planner.
@@ -85,7 +85,7 @@ struct Specs {
   proto::Training training;  // resolved against the model (when there is one)
   std::optional<proto::Plan> plan;
   std::string plan_file;
-  std::vector<std::string> plan_notes;  // --planner: the twin check's lines (tools/runner/refine.h)
+  std::vector<std::string> plan_notes;  // --planner: the twin check's lines (sim/planning/refine.h)
 };
 
 // Loads what the flags name. A plan's own `cluster:`, `model:` and `training:` keys fill in what the

@@ -11,7 +11,7 @@
 #include "models/spec_io.h"
 #include "planners/planner.h"
 #include "tools/hetsim/cli.h"
-#include "tools/runner/refine.h"
+#include "sim/planning/refine.h"
 
 namespace hetsim::cli {
 namespace {
@@ -87,7 +87,7 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   planners::PlanningProblem problem{*specs->cluster, *specs->model, specs->training,
                                     profiles ? &*profiles : nullptr, compute};
   problem.progress = [&err](const std::string& line) { err << line << std::endl; };
-  runner::RefineOptions refine;
+  planning::RefineOptions refine;
   const auto k = RefineFlag(vm);
   if (!k.ok()) {
     err << k.status().message() << "\n";
@@ -100,8 +100,8 @@ int RunPlan(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
     return 2;
   }
   if (*polish >= 0) refine.polish = static_cast<uint32_t>(*polish);
-  runner::RefineOutcome checked;
-  auto result = runner::PlanOnTwin(**planner, problem, refine, &checked);
+  planning::RefineOutcome checked;
+  auto result = planning::PlanOnTwin(**planner, problem, refine, &checked);
   if (!result.ok()) return Fail(err, result.status());
   const models::PlanContext ctx{*specs->cluster, *specs->model, specs->training};
   out << "planner " << name << " on " << specs->cluster->name() << " (" << specs->cluster->Summary() << ") for "

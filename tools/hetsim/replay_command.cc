@@ -11,7 +11,7 @@
 #include "models/yaml_proto.h"
 #include "sim/replay.h"
 #include "tools/hetsim/cli.h"
-#include "tools/runner/replay_setup.h"
+#include "sim/runner/replay_setup.h"
 #include "traces/llama3.h"
 #include "traces/trace.h"
 

@@ -1,11 +1,11 @@
-// `hetsim run MANIFEST`: an experiment from a manifest (tools/runner).
+// `hetsim run MANIFEST`: an experiment from a manifest (sim/runner).
 #include <ostream>
 
 #include "planners/planner.h"
 #include "tools/hetsim/cli.h"
-#include "tools/runner/refine.h"
-#include "tools/runner/runner.h"
-#include "tools/runner/world.h"
+#include "sim/planning/refine.h"
+#include "sim/runner/runner.h"
+#include "sim/runner/world.h"
 
 namespace hetsim::cli {
 namespace {
@@ -55,10 +55,10 @@ Result<proto::Plan> PlanWithPlanner(const std::string& planner, const std::strin
                                     int refine, int polish, std::vector<std::string>* notes) {
   HETSIM_ASSIGN_OR_RETURN(auto p, planners::CreatePlanner(planner, options_yaml, options_file));
   planners::PlanningProblem problem{cluster, model, training, nullptr, {}};
-  runner::RefineOptions options;
+  planning::RefineOptions options;
   if (refine >= 0) options.k = static_cast<uint32_t>(refine);
   options.polish = polish >= 0 ? static_cast<uint32_t>(polish) : 0;
-  HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult res, runner::PlanOnTwin(*p, problem, options));
+  HETSIM_ASSIGN_OR_RETURN(planners::PlannerResult res, planning::PlanOnTwin(*p, problem, options));
   if (notes) {
     for (const auto& n : res.stats.notes) {
       if (n.starts_with("twin check") || n.starts_with("polish") || n.starts_with("  ")) notes->push_back(n);

@@ -164,7 +164,7 @@ class Sample(unittest.TestCase):
         rows, adv = advise.load(SAMPLE)
         ok = [r for r in rows if r["status"] == "ok" and math.isfinite(r["time_days_mean"])]
         for r in ok:
-            # dominated: another is no worse in both and better in one (tools/advise/advise.cc ParetoFront)
+            # dominated: another is no worse in both and better in one (sim/advise/advise.cc ParetoFront)
             dominated = any(q["time_days_mean"] <= r["time_days_mean"] and q["cost_usd_mean"] <= r["cost_usd_mean"]
                             and (q["time_days_mean"], q["cost_usd_mean"]) != (r["time_days_mean"], r["cost_usd_mean"])
                             for q in ok)

@@ -1,4 +1,4 @@
-#include "tools/runner/twin.h"
+#include "sim/planning/twin.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "planners/proto/twin.pb.h"
-#include "tools/runner/cpu_clock.h"
+#include "sim/planning/cpu_clock.h"
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 namespace {
 
 
@@ -148,4 +148,4 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
   return result;
 }
 
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

@@ -13,8 +13,8 @@
 #include "models/proto/advise.pb.h"
 #include "models/transformer.h"
 #include "sim/program.h"
-#include "tools/advise/availability.h"
-#include "tools/runner/manifest.h"
+#include "sim/advise/availability.h"
+#include "sim/runner/manifest.h"
 
 namespace hetsim::advise {
 

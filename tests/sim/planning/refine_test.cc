@@ -1,7 +1,7 @@
-// Simulator-checked choice (tools/runner/refine.h): the planner's pick and its runners-up are simulated and
+// Simulator-checked choice (sim/planning/refine.h): the planner's pick and its runners-up are simulated and
 // the fastest that fits is returned; --refine 0 keeps the planner's pick. exhaustive's default is the proof of
 // the simulator's optimum: checked here against every plan of its space on a small cluster.
-#include "tools/runner/refine.h"
+#include "sim/planning/refine.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include "sim/simulator.h"
 #include "tests/tools/two_gpu_problem.h"
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 namespace {
 
 // Plans of llama-tiny (every layer on one stage) with global batch 8.
@@ -551,4 +551,4 @@ TEST(ExhaustiveProof, AnExplicitKKeepsTheTopListMeaning) {
 }
 
 }  // namespace
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

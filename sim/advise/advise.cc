@@ -1,4 +1,4 @@
-#include "tools/advise/advise.h"
+#include "sim/advise/advise.h"
 
 #include <sys/wait.h>
 #include <csignal>
@@ -20,10 +20,10 @@
 
 #include "models/child_process.h"
 #include "models/spec_io.h"
-#include "tools/advise/advise_internal.h"
-#include "tools/runner/replay_setup.h"
-#include "tools/runner/runner.h"
-#include "tools/runner/world.h"
+#include "sim/advise/advise_internal.h"
+#include "sim/runner/replay_setup.h"
+#include "sim/runner/runner.h"
+#include "sim/runner/world.h"
 
 namespace hetsim::advise {
 

@@ -1,4 +1,4 @@
-// The advisor's outputs (tools/advise/advise_internal.h): configurations.csv (one row per configuration, the
+// The advisor's outputs (sim/advise/advise_internal.h): configurations.csv (one row per configuration, the
 // figure's input), advice.json, recommendation.md and the summary on stdout.
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <ostream>
 
 #include "models/spec_io.h"
-#include "tools/advise/advise_internal.h"
-#include "tools/runner/runner.h"
+#include "sim/advise/advise_internal.h"
+#include "sim/runner/runner.h"
 
 namespace hetsim::advise::internal {
 namespace {

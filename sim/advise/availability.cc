@@ -1,4 +1,4 @@
-#include "tools/advise/availability.h"
+#include "sim/advise/availability.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <random>
 
 #include "models/spec_io.h"
-#include "tools/runner/manifest.h"
+#include "sim/runner/manifest.h"
 #include "traces/llama3.h"
 #include "traces/spot.h"
 #include "traces/trace.h"

@@ -21,14 +21,14 @@
 
 #include "planners/planner.h"
 #include "sim/simulator.h"
-#include "tools/runner/polish.h"
+#include "sim/planning/polish.h"
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 
 // A planner's name means its plan (DESIGN "Choosing plans on the twin"): by default every named planner
 // returns its own pick, nothing simulated and nothing polished, so that comparisons between planners stay
 // what the papers compared. The twin check (`--refine K`), polishing (`--polish N`) and hetsim's own planner
-// (`twin`, tools/runner/twin.h) are asked for by name.
+// (`twin`, sim/planning/twin.h) are asked for by name.
 //
 // kAutoRefine, "the planner's default", resolves to:
 //   - 0 (the pick) for every named planner; 1 when polishing is asked for (the pick is simulated once, then
@@ -39,7 +39,7 @@ namespace hetsim::runner {
 //     than the fastest simulated (docs/planners.md, "exhaustive"). At other fidelities than the balanced one,
 //     or with jitter, exhaustive falls back to kDefaultExhaustiveRefine;
 //   - twin: every candidate of its pool, by increasing played estimate, each simulated unless its lower bound
-//     rules it out (tools/runner/twin.h).
+//     rules it out (sim/planning/twin.h).
 inline constexpr uint32_t kAutoRefine = UINT32_MAX;
 
 // How many candidates each other planner gives exhaustive's warm start and the twin's pool: its pick and
@@ -56,9 +56,9 @@ inline constexpr uint32_t kEveryPoolCandidate = 1000000;
 // The proof's default budget of simulations (a few tens of seconds on 8-GPU plans).
 inline constexpr uint32_t kDefaultProofSimulations = 2000;
 
-// Polishing (tools/runner/polish.h) is off unless asked for: `--polish N` (N simulations at most), manifests'
+// Polishing (sim/planning/polish.h) is off unless asked for: `--polish N` (N simulations at most), manifests'
 // `planners[].polish`. A polish also stops at its CPU-time limit (kDefaultPolishTimeLimitS unless
-// RefineOptions::polish_time_limit_s says otherwise; tools/runner/cpu_clock.h), and says so: the counted
+// RefineOptions::polish_time_limit_s says otherwise; sim/planning/cpu_clock.h), and says so: the counted
 // budget keeps results the same on every machine, the clock keeps a large cluster's polish from running away.
 inline constexpr double kDefaultPolishTimeLimitS = 120;
 
@@ -66,7 +66,7 @@ struct RefineOptions {
   uint32_t k = kAutoRefine;
   uint32_t max_proof_simulations = 0;  // the proof's budget; 0 = kDefaultProofSimulations
   // After the check, polish the chosen plan on the twin with at most this many simulations
-  // (tools/runner/polish.h; beyond the planner's paper). 0 = off. exhaustive's proof with polishing on is
+  // (sim/planning/polish.h; beyond the planner's paper). 0 = off. exhaustive's proof with polishing on is
   // warm-started with every other planner's polished plan, so no planner's polished plan beats the reference.
   uint32_t polish = 0;
   // The polish's CPU-time limit (seconds; 0 = kDefaultPolishTimeLimitS).
@@ -107,7 +107,7 @@ struct RefineOutcome {
 };
 
 // Runs the planner (planners::RunPlanner, asking for K − 1 runners-up) and checks its candidates on the
-// twin; for `twin`, its search (tools/runner/twin.h). The result's plan is the chosen one, its estimate re-computed, its notes extended; `alternatives`
+// twin; for `twin`, its search (sim/planning/twin.h). The result's plan is the chosen one, its estimate re-computed, its notes extended; `alternatives`
 // are cleared. When no candidate simulates (all OOM or failed), the planner's pick is returned with a note.
 Result<planners::PlannerResult> PlanOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
                                            const RefineOptions& options, RefineOutcome* outcome = nullptr);
@@ -121,4 +121,4 @@ sim::SimOptions CandidateSimOptions(const sim::SimOptions& sim, const planners::
 Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, const planners::PlanningProblem& problem,
                                             const RefineOptions& options, RefineOutcome* outcome = nullptr);
 
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

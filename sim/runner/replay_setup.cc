@@ -1,4 +1,4 @@
-#include "tools/runner/replay_setup.h"
+#include "sim/runner/replay_setup.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

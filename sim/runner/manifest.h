@@ -21,9 +21,9 @@ struct PlannerChoice {
   std::string name;         // registered planner, or "plan" for a fixed plan file
   std::string options;      // its options as YAML text
   std::optional<proto::Plan> plan;  // name == "plan": the plan to simulate
-  uint32_t refine = 0;      // candidates simulated to pick the plan (tools/runner/refine.h: kAutoRefine = the
+  uint32_t refine = 0;      // candidates simulated to pick the plan (sim/planning/refine.h: planning::kAutoRefine = the
                             // planner's default; 0 = the planner's own pick)
-  uint32_t polish = 0;      // simulations to polish the checked choice (tools/runner/polish.h; 0 = none, so
+  uint32_t polish = 0;      // simulations to polish the checked choice (sim/planning/polish.h; 0 = none, so
                             // that experiments comparing planners compare the papers' plans)
 };
 

@@ -1,4 +1,4 @@
-#include "tools/runner/polish.h"
+#include "sim/planning/polish.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,9 +16,9 @@
 #include "models/plan.h"
 #include "models/training.h"
 #include "planners/cost_model.h"
-#include "tools/runner/cpu_clock.h"
+#include "sim/planning/cpu_clock.h"
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 namespace {
 
 // A change is kept when it simulates faster by more than this fraction (so the search cannot cycle).
@@ -919,4 +919,4 @@ proto::Plan PolishOnTwin(const proto::Plan& plan, double plan_s, const planners:
   return best.plan;
 }
 
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

@@ -1,4 +1,4 @@
-// What the advisor's files share (tools/advise/advise.h): the enumerated space, planning one group and
+// What the advisor's files share (sim/advise/advise.h): the enumerated space, planning one group and
 // replaying one point (evaluate.cc), and the outputs (outputs.cc).
 #pragma once
 
@@ -11,7 +11,7 @@
 #include "models/proto/experiment.pb.h"
 #include "models/proto/plan.pb.h"
 #include "models/proto/replay.pb.h"
-#include "tools/advise/advise.h"
+#include "sim/advise/advise.h"
 
 namespace hetsim::advise::internal {
 

@@ -1,6 +1,6 @@
-// Polishing a plan on the twin (tools/runner/polish.h): the changes tried, and a search that keeps only
+// Polishing a plan on the twin (sim/planning/polish.h): the changes tried, and a search that keeps only
 // what the simulator says is faster.
-#include "tools/runner/polish.h"
+#include "sim/planning/polish.h"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 #include "models/yaml_proto.h"
 #include "planners/cost_model.h"
 #include "tests/tools/two_gpu_problem.h"
-#include "tools/runner/refine.h"
+#include "sim/planning/refine.h"
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 namespace {
 
 models::Cluster ClusterFrom(const char* yaml) {
@@ -383,4 +383,4 @@ TEST(Polish, KeepsOnlyFasterChangesAndBalancesAnUnevenPipeline) {
 }
 
 }  // namespace
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

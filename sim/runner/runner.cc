@@ -1,4 +1,4 @@
-#include "tools/runner/runner.h"
+#include "sim/runner/runner.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,9 +23,9 @@
 #include "planners/planner.h"
 #include "sim/replay.h"
 #include "sim/simulator.h"
-#include "tools/runner/refine.h"
-#include "tools/runner/replay_setup.h"
-#include "tools/runner/world.h"
+#include "sim/planning/refine.h"
+#include "sim/runner/replay_setup.h"
+#include "sim/runner/world.h"
 
 namespace hetsim::runner {
 namespace {
@@ -186,12 +186,12 @@ proto::PointResult RunPoint(const Manifest& m, const Point& p, const std::string
     compute.calibration = m.calibration;
     planners::PlanningProblem problem{cluster, model, setup->training, m.profiles.empty() ? nullptr : &m.profiles,
                                       compute};
-    RefineOptions refine;
+    planning::RefineOptions refine;
     refine.k = planner.refine;
     refine.polish = planner.polish;
     refine.sim.fidelity = setup->fidelity;
-    RefineOutcome checked;
-    auto res = PlanOnTwin(**pl, problem, refine, &checked);
+    planning::RefineOutcome checked;
+    auto res = planning::PlanOnTwin(**pl, problem, refine, &checked);
     if (!res.ok()) return fail("no feasible plan: " + res.status().message());
     plan = res->plan;
     estimate = res->estimate.iteration_s;

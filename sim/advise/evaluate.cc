@@ -1,4 +1,4 @@
-// Planning a group and replaying a point (tools/advise/advise_internal.h).
+// Planning a group and replaying a point (sim/advise/advise_internal.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,9 +11,9 @@
 #include "planners/planner.h"
 #include "sim/replay.h"
 #include "sim/simulator.h"
-#include "tools/advise/advise_internal.h"
-#include "tools/runner/refine.h"
-#include "tools/runner/replay_setup.h"
+#include "sim/advise/advise_internal.h"
+#include "sim/planning/refine.h"
+#include "sim/runner/replay_setup.h"
 
 namespace hetsim::advise::internal {
 namespace {
@@ -70,7 +70,7 @@ Space Enumerate(const Config& c) {
       g.candidate = ci;
       g.planner = pi;
       std::string key = common + "|" + cand.cluster->spec().SerializeAsString() + "|" + pl.name + "|" + pl.options +
-                        "|" + (pl.refine == runner::kAutoRefine ? std::string("default") : std::to_string(pl.refine));
+                        "|" + (pl.refine == planning::kAutoRefine ? std::string("default") : std::to_string(pl.refine));
       if (pl.plan) key += "|" + pl.plan->SerializeAsString();
       g.id = Hex(runner::Fnv(key));
       for (size_t p = 0; p < c.policies.size(); ++p) {
@@ -146,10 +146,10 @@ PlannedGroup PlanGroup(const Config& c, const Group& g) {
     compute.calibration = c.calibration;
     planners::PlanningProblem problem{*cand.cluster, *c.model, c.training, c.profiles.empty() ? nullptr : &c.profiles,
                                       compute};
-    runner::RefineOptions refine;
+    planning::RefineOptions refine;
     refine.k = pl.refine;
     refine.sim = SimOptionsOf(c);
-    auto res = runner::PlanOnTwin(**planner, problem, refine);
+    auto res = planning::PlanOnTwin(**planner, problem, refine);
     if (!res.ok()) {
       out.reason = "no plan: " + res.status().message();
       return out;

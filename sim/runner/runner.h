@@ -7,7 +7,7 @@
 #include <string>
 
 #include "models/gpu_catalog.h"
-#include "tools/runner/manifest.h"
+#include "sim/runner/manifest.h"
 
 namespace hetsim::runner {
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 
 inline double CpuSeconds() {
   double s = 0;
@@ -28,4 +28,4 @@ inline std::string Seconds(double s) {
   return buf;
 }
 
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

@@ -1,4 +1,4 @@
-#include "tools/runner/world.h"
+#include "sim/runner/world.h"
 
 #include <unistd.h>
 

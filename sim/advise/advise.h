@@ -1,9 +1,9 @@
 // `hetsim advise CONFIG` (docs/advise.md): the joint choice of GPUs (types, counts, on-demand or spot),
 // parallelism plan, recovery policy and checkpoint interval for training a model on a token target.
 //
-// The space: every candidate cluster (tools/advise/config.h) × planner is a group, planned once on the twin
-// (runner::PlanOnTwin, so the plan's iteration time is simulated); each group's configurations (policy ×
-// spares × checkpoint interval) are replayed over the candidate's availability trace (tools/advise/
+// The space: every candidate cluster (sim/advise/config.h) × planner is a group, planned once on the twin
+// (planning::PlanOnTwin, so the plan's iteration time is simulated); each group's configurations (policy ×
+// spares × checkpoint interval) are replayed over the candidate's availability trace (sim/advise/
 // availability.h) for every trace seed. Time to train = tokens / goodput over the replayed window, cost =
 // that time × the rent (on-demand nodes all the time, spot nodes while granted, hot spares).
 //
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "models/status.h"
-#include "tools/advise/config.h"
+#include "sim/advise/config.h"
 
 namespace hetsim::advise {
 

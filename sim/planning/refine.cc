@@ -1,8 +1,8 @@
-#include "tools/runner/refine.h"
+#include "sim/planning/refine.h"
 
 #include "planners/exhaustive/exhaustive.h"
-#include "tools/runner/cpu_clock.h"
-#include "tools/runner/twin.h"
+#include "sim/planning/cpu_clock.h"
+#include "sim/planning/twin.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <utility>
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 namespace {
 
 constexpr double kTieTolerance = 1e-6;
@@ -358,4 +358,4 @@ Result<planners::PlannerResult> CheckOnTwin(const planners::Planner& planner, co
   return result;
 }
 
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

@@ -60,7 +60,7 @@
 #include "planners/planner.h"
 #include "sim/simulator.h"
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 
 struct PolishOutcome {
   double start_s = 0;          // the plan's simulated iteration before
@@ -77,7 +77,7 @@ struct PolishOutcome {
 };
 
 // What a polish may spend: simulations (the counted budget: the same result on every machine) and CPU seconds
-// (tools/runner/cpu_clock.h: this process and its simulations; a safety limit for large clusters, where one
+// (sim/planning/cpu_clock.h: this process and its simulations; a safety limit for large clusters, where one
 // simulation takes seconds; 0 = none). The clock is checked before each simulation.
 struct PolishBudget {
   uint32_t simulations = 0;
@@ -116,4 +116,4 @@ struct PlanChange {
 std::vector<PlanChange> PlanNeighbours(const proto::Plan& plan, const models::Cluster& cluster, uint32_t layers,
                                        proto::Recompute training_recompute = proto::RECOMPUTE_UNSPECIFIED);
 
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning

@@ -1,4 +1,4 @@
-#include "tools/advise/config.h"
+#include "sim/advise/config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -17,7 +17,7 @@
 #include "planners/planner.h"
 #include "sim/replay.h"
 #include "sim/simulator.h"
-#include "tools/runner/refine.h"
+#include "sim/planning/refine.h"
 #include "traces/spot.h"
 
 namespace hetsim::advise {
@@ -203,7 +203,7 @@ proto::AdviseConfig ReadPlanners(Reader& r) {
     const auto& pe = with_defaults.planners(i);
     const std::string at = "planners[" + std::to_string(i) + "]";
     runner::PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt,
-                                 pe.has_refine() ? pe.refine() : runner::kAutoRefine};
+                                 pe.has_refine() ? pe.refine() : planning::kAutoRefine};
     if (!labels.insert(choice.label).second) err(at + ".label", "'" + choice.label + "' names two planners; give each its own label");
     if (pe.name() == "plan") {
       if (pe.plan().empty()) {

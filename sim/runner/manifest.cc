@@ -1,4 +1,4 @@
-#include "tools/runner/manifest.h"
+#include "sim/runner/manifest.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -19,8 +19,8 @@
 #include "models/yaml_proto.h"
 #include "planners/planner.h"
 #include "sim/simulator.h"
-#include "tools/runner/refine.h"
-#include "tools/runner/replay_setup.h"
+#include "sim/planning/refine.h"
+#include "sim/runner/replay_setup.h"
 #include "traces/trace.h"
 
 namespace hetsim::runner {
@@ -196,7 +196,7 @@ void LoadPlanners(Manifest& m, ErrorList& errors) {
     const auto& pe = e.planners(i);
     const std::string ppath = "planners[" + std::to_string(i) + "]";
     PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt,
-                         pe.has_refine() ? pe.refine() : kAutoRefine, pe.polish()};
+                         pe.has_refine() ? pe.refine() : planning::kAutoRefine, pe.polish()};
     if (!labels.insert(choice.label).second) {
       errors.Add(at + ppath + ".label: '" + choice.label + "' names two planners; give each its own label");
     }
@@ -476,8 +476,8 @@ Status ExpandPoints(Manifest& m, const std::set<std::string>& axis_seen, const s
   for (const auto& mm : m.models) model_digest.push_back(Canonical(mm.spec()));
   for (const auto& pl : m.planners) {
     planner_digest.push_back(pl.name + "|" + pl.options + "|" + (pl.plan ? Canonical(*pl.plan) : std::string()) +
-                             // "default": what kAutoRefine means changed in session 33 (the planner's own pick).
-                             "|refine " + (pl.refine == kAutoRefine ? std::string("default") : std::to_string(pl.refine)) +
+                             // "default": what planning::kAutoRefine means changed in session 33 (the planner's own pick).
+                             "|refine " + (pl.refine == planning::kAutoRefine ? std::string("default") : std::to_string(pl.refine)) +
                              (pl.polish > 0 ? "|polish " + std::to_string(pl.polish) : std::string()));
   }
   const uint32_t repeats = std::max<uint32_t>(1, e.repeats());

@@ -1,7 +1,7 @@
-// `twin`, hetsim's own planner (tools/runner/twin.h, planners/twin/twin.h): its pool holds every other
+// `twin`, hetsim's own planner (sim/planning/twin.h, planners/twin/twin.h): its pool holds every other
 // planner's pick, the check confirms them on the simulator, so the answer is never slower than any of them;
 // its budgets stop it and say so.
-#include "tools/runner/twin.h"
+#include "sim/planning/twin.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "sim/simulator.h"
 #include "tests/tools/two_gpu_problem.h"
 
-namespace hetsim::runner {
+namespace hetsim::planning {
 namespace {
 
 using Problem = testing_refine::TwoGpuProblem;
@@ -90,4 +90,4 @@ TEST(Twin, RefusesItselfAndUnknownPlannersInItsPool) {
 }
 
 }  // namespace
-}  // namespace hetsim::runner
+}  // namespace hetsim::planning
