@@ -8,8 +8,8 @@
 // heads, layers, seq_len, tp, dp, pp and iteration_ms, and optionally gpus_per_node, nic_gbps,
 // nics_per_node, virtual_stages, gpu, stack and tp_backward (see validate_runs.cc). Rows alternate between
 // the halves (even rows: development, odd rows: held out), so that a calibration fitted on the development
-// half is judged on runs it has not seen. (Plan-file runs, a `plan` column, are tools/hetsim's
-// validate_plan_runs.cc.)
+// half is judged on runs it has not seen. (Plan-file runs, a `plan` column, are
+// validate_plan_runs.h's.)
 #pragma once
 
 #include <cstdint>

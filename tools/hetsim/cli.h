@@ -48,9 +48,6 @@ Result<std::string> ValidateAdviseConfig(const std::string& path);  // mixed-len
 Result<std::string> ValidateTraceFile(const std::string& path);
 // validate-sim --executor (validate_exec.cc; without the calibration room: an error).
 int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err);
-// validate-sim --runs with a CSV that names a plan file per run (tools/hetsim/validate_plan_runs.cc).
-bool IsPlanRunsCsv(const std::string& path);
-int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ostream& err);
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
 // planners room: an error.
 // `refine`: candidates checked on the simulator (sim/planning/refine.h; −1 = the default, 0 = the planner's

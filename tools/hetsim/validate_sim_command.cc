@@ -1,10 +1,14 @@
 // `hetsim validate-sim`: the simulator's error on measured runs (--runs: calibration/validate_runs.h, or plan-file
-// runs with a `plan` column: validate_plan_runs.cc) or against plans run on hetsim-exec (--executor:
-// validate_exec.cc). This file parses the flags and prints the report.
+// runs with a `plan` column: calibration/validate_plan_runs.h) or against plans run on hetsim-exec (--executor:
+// validate_exec.cc). This file parses the flags and prints the reports.
 #include <algorithm>
 #include <cctype>
 #include <ostream>
 
+#include <cmath>
+#include <cstdio>
+
+#include "calibration/validate_plan_runs.h"
 #include "calibration/validate_runs.h"
 #include "models/kernels.h"
 #include "models/spec_io.h"
@@ -14,6 +18,67 @@
 
 namespace hetsim::cli {
 namespace {
+
+// validate-sim --runs with a CSV that names a plan file per run: calibration::ValidatePlanRuns, printed.
+int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  const std::string path = FlagString(vm, "runs");
+  calibration::PlanRunsOptions options;
+  auto fid = sim::ParseFidelity(vm["fidelity"].as<std::string>());
+  if (!fid.ok()) {
+    err << fid.status().message() << "\n";
+    return 2;
+  }
+  options.fidelity = *fid;
+  const bool flag_given = vm.count("calibration") > 0;
+  if (flag_given) {
+    options.calibration = vm["calibration"].as<std::string>();
+    if (Status c = models::CheckKernelCalibration(options.calibration); !c.ok()) {
+      err << c.message() << "\n";
+      return 2;
+    }
+  }
+  if (vm.count("profile")) options.profiles = vm["profile"].as<std::vector<std::string>>();
+  if (vm.count("limit")) options.limit = vm["limit"].as<size_t>();
+  auto rep = calibration::ValidatePlanRuns(path, options);
+  if (!rep.ok()) {
+    err << rep.status().message() << "\n";
+    return 1;
+  }
+  for (const auto& f : rep->failures) err << f << "\n";
+  std::string names;
+  for (const auto& c : rep->calibrations) names += (names.empty() ? "" : ", ") + c;
+  out << "simulated " << rep->all.count() << " of " << rep->attempted << " plans of " << path << " (calibration "
+      << names << (flag_given ? "" : ", as each run's row or plan names it") << ", fidelity "
+      << vm["fidelity"].as<std::string>() << ")\n";
+  out << "  iteration time, development half  " << rep->development_half.Line() << "\n";
+  out << "  iteration time, held-out half     " << rep->held_out_half.Line() << "\n";
+  out << "  iteration time, all               " << rep->all.Line() << "\n";
+  out << "  " << models::CoverageSummary(rep->cover_held_out, rep->cover_all) << "\n";
+  if (rep->grad_sync.count() > 0) out << "  gradient sync, all                " << rep->grad_sync.Line() << "\n";
+  if (rep->peak_memory.count() > 0) out << "  peak memory, all                  " << rep->peak_memory.Line() << "\n";
+  out << "\n  iteration-time error by configuration (a trend means a missing effect, not a wrong scale):\n";
+  const auto print = [&](const std::map<calibration::PlanRunsReport::Key, calibration::ErrorTally>& tallies) {
+    for (const auto& [key, e] : tallies) {
+      char value[48];
+      std::snprintf(value, sizeof value, "%.*f", key.second == std::floor(key.second) ? 0 : 2, key.second);
+      const std::string name = key.first + "=" + value;
+      out << "    " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ') << e.Line() << "\n";
+    }
+  };
+  print(rep->by_configuration);
+  if (!rep->memory_by_configuration.empty()) {
+    out << "\n  peak-memory error by configuration:\n";
+    print(rep->memory_by_configuration);
+  }
+  if (vm.count("output")) {
+    if (Status s = models::WriteFileAtomically(FlagString(vm, "output"), rep->csv); !s.ok()) {
+      err << s.message() << "\n";
+      return 1;
+    }
+    out << "\nper-run results: " << FlagString(vm, "output") << "\n";
+  }
+  return rep->failed > 0 ? 1 : 0;
+}
 
 int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
   if (vm["executor"].as<bool>()) return RunValidateExecutor(vm, out, err);
@@ -26,7 +91,7 @@ int RunValidateSim(const po::variables_map& vm, std::ostream& out, std::ostream&
     err << "hetsim validate-sim: " << c.message() << "\n";
     return 1;
   }
-  if (IsPlanRunsCsv(FlagString(vm, "runs"))) return RunValidatePlanRuns(vm, out, err);
+  if (calibration::IsPlanRunsCsv(FlagString(vm, "runs"))) return RunValidatePlanRuns(vm, out, err);
   if (vm.count("profile")) {
     err << "hetsim validate-sim: --profile applies to plan-file runs (a `plan` column); these runs' models are "
            "built from the CSV's columns, which no measured profile names\n";

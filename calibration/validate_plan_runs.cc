@@ -22,31 +22,16 @@
 #include <vector>
 #include <ostream>
 
-#include "calibration/error_tally.h"
+#include "calibration/validate_plan_runs.h"
+
 #include "models/gpu_catalog.h"
-#include "models/intervals.h"
 #include "models/kernels.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
 #include "models/training.h"
-#include "sim/simulator.h"
-#include "tools/hetsim/cli.h"
 
-namespace hetsim::cli {
+namespace hetsim::calibration {
 namespace {
-
-struct PlanRun {
-  int line = 0;
-  std::string plan;  // as written
-  std::map<std::string, std::string> cells;
-  double measured_ms = 0, measured_sync_ms = -1, measured_peak_gib = -1;
-  double simulated_ms = 0, simulated_sync_ms = 0, simulated_peak_gib = 0;
-  bool ok = false;
-  std::string error;
-  std::string stack_calibration;  // the one rule's pick for the row's `stack` (empty: the plan's own)
-  std::string calibration;        // the one it was simulated with
-  models::RunClass cls;           // for its prediction interval (models/intervals.h)
-};
 
 std::string Trimmed(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t");
@@ -67,6 +52,8 @@ Result<double> Number(const std::string& cell, const std::string& where, const s
   }
   return x;
 }
+
+}  // namespace
 
 Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
   std::ifstream in(path);
@@ -122,6 +109,8 @@ Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
   if (runs.empty()) return Status::Invalid(path + ": no runs");
   return runs;
 }
+
+namespace {
 
 // The measured layer profiles a run is simulated with: --profile's and the calibration's own, loaded once
 // per calibration.
@@ -181,8 +170,6 @@ void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibr
   r.ok = true;
 }
 
-using Tally = calibration::ErrorTally;
-
 std::string Fixed(double x, int digits) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
@@ -206,113 +193,62 @@ bool IsPlanRunsCsv(const std::string& path) {
   return false;
 }
 
-int RunValidatePlanRuns(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
-  const std::string path = FlagString(vm, "runs");
-  auto runs = ReadPlanRuns(path);
-  if (!runs.ok()) {
-    err << runs.status().message() << "\n";
-    return 1;
+Result<PlanRunsReport> ValidatePlanRuns(const std::string& path, const PlanRunsOptions& options) {
+  HETSIM_ASSIGN_OR_RETURN(std::vector<PlanRun> runs, ReadPlanRuns(path));
+  // Each run's calibration: options.calibration for every run, else the one rule: the calibration of the
+  // row's `stack`, else the plan's own `calibration` (its software stack's), else `default`.
+  const bool given = !options.calibration.empty();
+  Profiles profiles(options.profiles);
+  if (auto check = profiles.For(given ? options.calibration : "default"); !check.ok()) {
+    return Status::Invalid("--profile: " + check.status().message());
   }
-  auto fid = sim::ParseFidelity(vm["fidelity"].as<std::string>());
-  if (!fid.ok()) {
-    err << fid.status().message() << "\n";
-    return 2;
-  }
-  // Each run's calibration: --calibration for every run, else the one rule: the calibration of the row's
-  // `stack`, else the plan's own `calibration` (its software stack's), else `default`.
-  const bool flag_given = vm.count("calibration") > 0;
-  const std::string calibration = flag_given ? vm["calibration"].as<std::string>() : "";
-  if (Status c = flag_given ? models::CheckKernelCalibration(calibration) : Status::Ok(); !c.ok()) {
-    err << c.message() << "\n";
-    return 2;
-  }
-  Profiles profiles(vm.count("profile") ? vm["profile"].as<std::vector<std::string>>() : std::vector<std::string>{});
-  if (auto check = profiles.For(flag_given ? calibration : "default"); !check.ok()) {
-    err << "--profile: " << check.status().message() << "\n";
-    return 1;
-  }
-  const size_t limit = vm.count("limit") ? std::min(vm["limit"].as<size_t>(), runs->size()) : runs->size();
-  Tally dev, held, all, sync, memory;
-  // Keyed (column, value) so that dp=2 comes before dp=16.
-  using Key = std::pair<std::string, double>;
-  std::map<Key, Tally> by, memory_by;
-  std::string csv =
+  PlanRunsReport rep;
+  rep.attempted = std::min(options.limit, runs.size());
+  rep.csv =
       "line,plan,nodes,dp,pp,tp,micro_batch,half,measured_ms,simulated_ms,error,measured_grad_sync_ms,"
       "simulated_grad_sync_ms,grad_sync_error,measured_peak_gib,simulated_peak_gib,memory_error,family,dtype,zero3,"
       "gpus,interval_lo_ms,interval_hi_ms,in_interval\n";
-  models::IntervalCoverage cover_held, cover_all;
-  size_t failed = 0;
-  std::set<std::string> used_calibrations;
-  for (size_t i = 0; i < limit; ++i) {
-    PlanRun& r = (*runs)[i];
-    SimulatePlanRun(r, path, flag_given ? calibration : r.stack_calibration, *fid, profiles);
-    if (!r.calibration.empty()) used_calibrations.insert(r.calibration);
+  for (size_t i = 0; i < rep.attempted; ++i) {
+    PlanRun& r = runs[i];
+    SimulatePlanRun(r, path, given ? options.calibration : r.stack_calibration, options.fidelity, profiles);
+    if (!r.calibration.empty()) rep.calibrations.insert(r.calibration);
+    const bool development = i % 2 == 0;
+    rep.runs.push_back(r);
+    rep.development.push_back(development);
     if (!r.ok) {
-      ++failed;
-      err << path << ":" << r.line << ": not simulated: " << r.error << "\n";
+      ++rep.failed;
+      rep.failures.push_back(path + ":" + std::to_string(r.line) + ": not simulated: " + r.error);
       continue;
     }
-    const bool development = i % 2 == 0;
     const double rel = (r.simulated_ms - r.measured_ms) / r.measured_ms;
-    (development ? dev : held).Add(rel);
-    all.Add(rel);
+    (development ? rep.development_half : rep.held_out_half).Add(rel);
+    rep.all.Add(rel);
     const double sync_rel = r.measured_sync_ms > 0 ? (r.simulated_sync_ms - r.measured_sync_ms) / r.measured_sync_ms : 0;
-    if (r.measured_sync_ms > 0) sync.Add(sync_rel);
+    if (r.measured_sync_ms > 0) rep.grad_sync.Add(sync_rel);
     const double mem_rel = r.measured_peak_gib > 0 ? (r.simulated_peak_gib - r.measured_peak_gib) / r.measured_peak_gib : 0;
-    if (r.measured_peak_gib > 0) memory.Add(mem_rel);
+    if (r.measured_peak_gib > 0) rep.peak_memory.Add(mem_rel);
     for (const char* key : {"dp", "pp", "tp", "nodes", "micro_batch"}) {
       if (!r.cells.count(key)) continue;
-      const Key k{key, std::strtod(r.cells[key].c_str(), nullptr)};
-      by[k].Add(rel);
-      if (r.measured_peak_gib > 0) memory_by[k].Add(mem_rel);
+      const PlanRunsReport::Key k{key, std::strtod(r.cells[key].c_str(), nullptr)};
+      rep.by_configuration[k].Add(rel);
+      if (r.measured_peak_gib > 0) rep.memory_by_configuration[k].Add(mem_rel);
     }
     const auto cell = [&](const char* key) { return r.cells.count(key) ? r.cells[key] : std::string(); };
-    csv += std::to_string(r.line) + "," + r.plan + "," + cell("nodes") + "," + cell("dp") + "," + cell("pp") + "," +
-           cell("tp") + "," + cell("micro_batch") + "," + (development ? "development" : "held_out") + "," +
-           Fixed(r.measured_ms, 4) + "," + Fixed(r.simulated_ms, 4) + "," + Fixed(rel, 6) + "," +
-           (r.measured_sync_ms > 0 ? Fixed(r.measured_sync_ms, 4) : "") + "," + Fixed(r.simulated_sync_ms, 4) + "," +
-           (r.measured_sync_ms > 0 ? Fixed(sync_rel, 6) : "") + "," +
-           (r.measured_peak_gib > 0 ? Fixed(r.measured_peak_gib, 4) : "") + "," + Fixed(r.simulated_peak_gib, 4) + "," +
-           (r.measured_peak_gib > 0 ? Fixed(mem_rel, 6) : "");
+    rep.csv += std::to_string(r.line) + "," + r.plan + "," + cell("nodes") + "," + cell("dp") + "," + cell("pp") + "," +
+               cell("tp") + "," + cell("micro_batch") + "," + (development ? "development" : "held_out") + "," +
+               Fixed(r.measured_ms, 4) + "," + Fixed(r.simulated_ms, 4) + "," + Fixed(rel, 6) + "," +
+               (r.measured_sync_ms > 0 ? Fixed(r.measured_sync_ms, 4) : "") + "," + Fixed(r.simulated_sync_ms, 4) + "," +
+               (r.measured_sync_ms > 0 ? Fixed(sync_rel, 6) : "") + "," +
+               (r.measured_peak_gib > 0 ? Fixed(r.measured_peak_gib, 4) : "") + "," + Fixed(r.simulated_peak_gib, 4) +
+               "," + (r.measured_peak_gib > 0 ? Fixed(mem_rel, 6) : "");
     const models::PredictionInterval interval = models::IntervalFor(r.cls);
-    const bool in = cover_all.Add(interval, r.simulated_ms, r.measured_ms);
-    if (!development) cover_held.Add(interval, r.simulated_ms, r.measured_ms);
-    csv += "," + r.cls.family + "," + r.cls.dtype + "," + (r.cls.zero3 ? "1" : "0") + "," + std::to_string(r.cls.gpus) +
-           "," + Fixed(r.simulated_ms * interval.lo, 4) + "," + Fixed(r.simulated_ms * interval.hi, 4) + "," +
-           (in ? "1" : "0") + "\n";
+    const bool in = rep.cover_all.Add(interval, r.simulated_ms, r.measured_ms);
+    if (!development) rep.cover_held_out.Add(interval, r.simulated_ms, r.measured_ms);
+    rep.csv += "," + r.cls.family + "," + r.cls.dtype + "," + (r.cls.zero3 ? "1" : "0") + "," +
+               std::to_string(r.cls.gpus) + "," + Fixed(r.simulated_ms * interval.lo, 4) + "," +
+               Fixed(r.simulated_ms * interval.hi, 4) + "," + (in ? "1" : "0") + "\n";
   }
-  std::string names;
-  for (const auto& c : used_calibrations) names += (names.empty() ? "" : ", ") + c;
-  out << "simulated " << all.count() << " of " << limit << " plans of " << path << " (calibration " << names
-      << (flag_given ? "" : ", as each run's row or plan names it")
-      << ", fidelity " << vm["fidelity"].as<std::string>() << ")\n";
-  out << "  iteration time, development half  " << dev.Line() << "\n";
-  out << "  iteration time, held-out half     " << held.Line() << "\n";
-  out << "  iteration time, all               " << all.Line() << "\n";
-  out << "  " << models::CoverageSummary(cover_held, cover_all) << "\n";
-  if (sync.count() > 0) out << "  gradient sync, all                " << sync.Line() << "\n";
-  if (memory.count() > 0) out << "  peak memory, all                  " << memory.Line() << "\n";
-  out << "\n  iteration-time error by configuration (a trend means a missing effect, not a wrong scale):\n";
-  const auto print = [&](const std::map<Key, Tally>& tallies) {
-    for (const auto& [key, e] : tallies) {
-      const std::string name = key.first + "=" + Fixed(key.second, key.second == std::floor(key.second) ? 0 : 2);
-      out << "    " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ') << e.Line() << "\n";
-    }
-  };
-  print(by);
-  if (!memory_by.empty()) {
-    out << "\n  peak-memory error by configuration:\n";
-    print(memory_by);
-  }
-  if (vm.count("output")) {
-    const Status s = models::WriteFileAtomically(FlagString(vm, "output"), csv);
-    if (!s.ok()) {
-      err << s.message() << "\n";
-      return 1;
-    }
-    out << "\nper-run results: " << FlagString(vm, "output") << "\n";
-  }
-  return failed > 0 ? 1 : 0;
+  return rep;
 }
 
-}  // namespace hetsim::cli
+}  // namespace hetsim::calibration
