@@ -33,12 +33,6 @@
 namespace hetsim::calibration {
 namespace {
 
-std::string Trimmed(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
 std::string FolderOf(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
@@ -68,7 +62,7 @@ Result<std::vector<PlanRun>> ReadPlanRuns(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line[0] == '#') continue;
     std::vector<std::string> cells = models::SplitCsv(line);
-    for (auto& c : cells) c = Trimmed(c);
+    for (auto& c : cells) c = models::TrimBlanks(c);
     const std::string where = path + ":" + std::to_string(n);
     if (header.empty()) {
       header = cells;
@@ -186,7 +180,7 @@ bool IsPlanRunsCsv(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line[0] == '#') continue;
     for (const auto& c : models::SplitCsv(line)) {
-      if (Trimmed(c) == "plan") return true;
+      if (models::TrimBlanks(c) == "plan") return true;
     }
     return false;
   }

@@ -30,12 +30,6 @@
 namespace hetsim::calibration {
 namespace {
 
-std::string Trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
 Status CheckRun(const MeasuredRun& r, const std::string& where) {
   if (!(r.measured_ms > 0)) return Status::Invalid(where + ": iteration time must be > 0");
   const uint64_t product = uint64_t{r.tp} * r.dp * r.pp;
@@ -119,7 +113,7 @@ Result<MeasuredRun> NamedRun(const std::vector<std::string>& header, const std::
   std::string tp_backward;
   for (size_t i = 0; i < header.size(); ++i) {
     const std::string& name = header[i];
-    const std::string cell = Trim(cells[i]);
+    const std::string cell = models::TrimBlanks(cells[i]);
     if (name == "gpu") {
       r.gpu = cell;
       continue;
@@ -198,10 +192,10 @@ Result<std::vector<MeasuredRun>> ReadMeasuredRuns(const std::string& path) {
     if (first) {
       first = false;
       char* end = nullptr;
-      const std::string c0 = Trim(cells[0]);
+      const std::string c0 = models::TrimBlanks(cells[0]);
       std::strtod(c0.c_str(), &end);
       if (end == c0.c_str()) {  // a header
-        for (const auto& c : cells) header.push_back(Trim(c));
+        for (const auto& c : cells) header.push_back(models::TrimBlanks(c));
         if (std::find(header.begin(), header.end(), "calibration") != header.end()) {
           return Status::Invalid(where + ": a `calibration` column is no longer read: name each run's software "
                                  "stack in a `stack` column (megatron-lm, megatron-deepspeed, ...), and the one "

@@ -16,6 +16,12 @@ std::string CsvCell(const std::string& s) {
   return out + "\"";
 }
 
+std::string TrimBlanks(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
 std::vector<std::string> SplitCsv(const std::string& line) {
   std::vector<std::string> out;
   std::string cur;
