@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 
 namespace hetsim::models {
 
@@ -48,6 +49,23 @@ Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& 
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::vector<std::string> MpirunPrefix(const std::string& mpirun_cmd, int ranks) {
+  std::vector<std::string> argv;
+  std::istringstream in(mpirun_cmd.empty() ? "mpirun" : mpirun_cmd);
+  for (std::string w; in >> w;) argv.push_back(w);
+  argv.push_back("--oversubscribe");
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  argv.push_back("-np");
+  argv.push_back(std::to_string(ranks));
+  return argv;
+}
+
+std::string JoinArgs(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
 }
 
 std::string PlotDir() {

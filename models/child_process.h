@@ -29,6 +29,13 @@ void ReleaseFreeHeap();
 // life; returns its exit code (128 + signal when killed), or an error when it cannot start.
 Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path = "");
 
+// `mpirun` (or `mpirun_cmd`, split at spaces) with -np `ranks`, allowing oversubscription (more ranks
+// than cores) and, as root, running as root.
+std::vector<std::string> MpirunPrefix(const std::string& mpirun_cmd, int ranks);
+
+// argv as one shell-like line (for messages and provenance).
+std::string JoinArgs(const std::vector<std::string>& argv);
+
 // tools/plot of the source tree the running binary was built from (HETSIM_PLOT_DIR overrides), or "tools/plot".
 std::string PlotDir();
 

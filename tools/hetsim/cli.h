@@ -46,7 +46,7 @@ std::vector<Command> AdviseCommands();  // advise (advise_command.cc; needs the 
 Result<std::string> ValidateAdviseConfig(const std::string& path);  // mixed-length (mixed_length_command.cc)
 // A trace file checked against the cluster it names (`hetsim validate`); a one-line description.
 Result<std::string> ValidateTraceFile(const std::string& path);
-// validate-sim --executor (validate_exec.cc; without the calibration room: an error).
+// validate-sim --executor (validate_exec_command.cc over calibration/validate_exec.h; without the calibration room: an error).
 int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ostream& err);
 // Plans with a registered planner (options: YAML text, may be empty); prints nothing. Without the
 // planners room: an error.

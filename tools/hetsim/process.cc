@@ -25,17 +25,6 @@ Result<std::string> SiblingBinary(const std::string& name) {
   return p.string();
 }
 
-std::vector<std::string> MpirunPrefix(const std::string& mpirun_cmd, int ranks) {
-  std::vector<std::string> argv;
-  std::istringstream in(mpirun_cmd.empty() ? "mpirun" : mpirun_cmd);
-  for (std::string w; in >> w;) argv.push_back(w);
-  argv.push_back("--oversubscribe");
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-  argv.push_back("-np");
-  argv.push_back(std::to_string(ranks));
-  return argv;
-}
-
 Result<int> RunChild(const std::vector<std::string>& argv, const std::string& log_path) {
   return models::RunProgram(argv, log_path);
 }
@@ -49,12 +38,6 @@ std::vector<std::string> SplitList(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
-}
-
-std::string JoinArgs(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-  return s;
 }
 
 }  // namespace hetsim::cli

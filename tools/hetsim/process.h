@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "models/child_process.h"
 #include "models/status.h"
 
 namespace hetsim::cli {
@@ -13,9 +14,8 @@ namespace hetsim::cli {
 // build it.
 Result<std::string> SiblingBinary(const std::string& name);
 
-// `mpirun` (or `mpirun_cmd`, split at spaces) with -np `ranks`, allowing oversubscription (more ranks
-// than cores) and, as root, running as root.
-std::vector<std::string> MpirunPrefix(const std::string& mpirun_cmd, int ranks);
+using models::JoinArgs;      // models/child_process.h
+using models::MpirunPrefix;  // models/child_process.h
 
 // Runs argv, the child's stdout and stderr going to ours (or to `log_path` when given, for output that
 // would swamp a terminal). Returns its exit code (128 + signal when killed), or an error when it cannot
@@ -29,7 +29,5 @@ std::string FindPlotDir();
 // "a,b,,c" -> {a, b, c}.
 std::vector<std::string> SplitList(const std::string& s);
 
-// argv as one shell-like line (for messages and provenance).
-std::string JoinArgs(const std::vector<std::string>& argv);
 
 }  // namespace hetsim::cli

@@ -1,6 +1,6 @@
 // `hetsim validate-sim`: the simulator's error on measured runs (--runs: calibration/validate_runs.h, or plan-file
 // runs with a `plan` column: calibration/validate_plan_runs.h) or against plans run on hetsim-exec (--executor:
-// validate_exec.cc). This file parses the flags and prints the reports.
+// validate_exec_command.cc over calibration/validate_exec.h). This file parses the flags and prints the reports.
 #include <algorithm>
 #include <cctype>
 #include <ostream>
