@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command (the fast tier): installs dependencies, builds (unity builds, no benchmarks), and
 # runs the test suite twice — an optimised build with warnings as errors, and a debug build under
-# AddressSanitizer and UBSan. The sanitised pass leaves out what it cannot check better than the optimised one (CMakePresets.json, ci-asan): the Python-only tests
+# AddressSanitizer and UBSan. The sanitised pass leaves out what it cannot check better than the optimised
+# one (CMakePresets.json, ci-asan): the Python-only tests
 # (label `python`), the multi-step training runs of the executor (label `training`; the one-step gradient runs
 # cover their code) and three search-scale result checks (every baseline on every bundled cluster, Hetu's
 # bounds against its unbounded search, the exhaustive proof's bounds on a shared slow NIC), whose code the
