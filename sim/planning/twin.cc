@@ -58,7 +58,7 @@ Result<planners::PlannerResult> TwinOnTwin(const planners::Planner& planner, con
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return known_s(out.candidates[a]) < known_s(out.candidates[b]); });
   // Distinct structures only: a candidate that differs from an earlier start in its recomputation alone is
-  // one the polish reaches from there (change 13), so it would spend the budget on the same neighbourhood.
+  // one the polish reaches from there (the recompute move), so it would spend the budget on the same neighbourhood.
   {
     std::set<std::string> seen;
     std::vector<size_t> distinct;
