@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs dependencies (tools/bootstrap.sh), then configures and builds one CMake preset.
-# Usage: tools/build.sh [PRESET [TARGET...]]   presets (CMakePresets.json): release (default), asan, ci, ci-asan;
+# Usage: tools/build.sh [PRESET [TARGET...]]   presets (CMakePresets.json): release (default), asan, ci;
 # targets: what to build (default: everything), e.g. `tools/build.sh release hetsim` for the CLI alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
