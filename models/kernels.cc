@@ -321,14 +321,22 @@ const std::vector<std::string>& KernelCalibrations() {
 }
 
 const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calibration) {
+  // The planners' searches ask for the same GPU type's values millions of times in a row: the last answer of
+  // this thread is kept (the cache below never moves or drops an entry, so the reference stays valid).
+  thread_local std::string last_gpu, last_calibration;
+  thread_local const KernelParams* last = nullptr;
+  if (last != nullptr && last_gpu == gpu.name && last_calibration == calibration) return *last;
   static std::mutex mu;
   static auto* cache = new std::map<std::pair<std::string, std::string>, KernelParams>();
   const std::string name = calibration.empty() ? "default" : calibration;
   std::lock_guard<std::mutex> lock(mu);
   const std::pair<std::string, std::string> key{gpu.name, name};
   auto it = cache->find(key);
-  if (it != cache->end()) return it->second;
-  return (*cache)[key] = Build(gpu, name, 0);
+  if (it == cache->end()) it = cache->emplace(key, Build(gpu, name, 0)).first;
+  last_gpu = gpu.name;
+  last_calibration = calibration;
+  last = &it->second;
+  return it->second;
 }
 
 std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, Pass pass, const KernelShape& shape) {

@@ -28,6 +28,16 @@ std::vector<const models::GpuSpec*> Types(const proto::Stage& s, const models::C
   return t;
 }
 
+// The devices of one of a stage's replicas: its TP × CP × Ulysses group.
+uint32_t ReplicaWidth(const proto::Stage& s) {
+  return std::max(1u, s.tp_degree()) * std::max(1u, s.cp_degree()) * std::max(1u, s.ulysses_degree());
+}
+
+// Whether two stages' replicas have the same TP, CP and Ulysses degrees.
+bool SameGroupShape(const proto::Stage& a, const proto::Stage& b) {
+  return a.tp_degree() == b.tp_degree() && a.cp_degree() == b.cp_degree() && a.ulysses_degree() == b.ulysses_degree();
+}
+
 // Lays stages first .. first + weights.size() − 1 of `stages` over layers [begin, end), each stage's share in
 // proportion to its weight (cumulative shares rounded to the nearest layer), every stage at least one layer.
 void SplitLayers(google::protobuf::RepeatedPtrField<proto::Stage>* stages, int first, const std::vector<double>& weights,
@@ -101,8 +111,7 @@ std::optional<proto::Plan> WithoutMachines(const proto::Plan& plan, const models
     kept.clear_stages();
     uint32_t pending_begin = UINT32_MAX;  // layers of dropped stages waiting for the next kept stage
     for (const auto& st : pipe.stages()) {
-      const uint32_t group = std::max(1u, st.tp_degree()) * std::max(1u, st.cp_degree()) *
-                             std::max(1u, st.ulysses_degree());
+      const uint32_t group = ReplicaWidth(st);
       proto::Stage s = st;
       s.clear_devices();
       const auto replicas = static_cast<uint32_t>(st.devices_size()) / group;
@@ -155,6 +164,41 @@ std::optional<proto::Plan> WithoutMachines(const proto::Plan& plan, const models
   return n;
 }
 
+// The sequences of `plan`'s batch (every pipeline's micro-batch size × count).
+uint32_t Sequences(const proto::Plan& plan) {
+  uint32_t sequences = 0;
+  for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
+  return sequences;
+}
+
+// The cluster's devices machine by machine, in machine order.
+std::vector<std::vector<uint32_t>> Machines(const models::Cluster& cluster) {
+  std::map<uint32_t, std::vector<uint32_t>> by_machine;
+  for (uint32_t d = 0; d < cluster.num_devices(); ++d) by_machine[cluster.device(d).node].push_back(d);
+  std::vector<std::vector<uint32_t>> machines;
+  for (auto& [node, ds] : by_machine) machines.push_back(std::move(ds));
+  return machines;
+}
+
+// `plan` as one pipeline of a stage per device group of `groups` (each group's devices its DP replicas, TP 1),
+// `sequences` in micro-batches of `micro`, the layers split by device count.
+proto::Plan OnePipeline(const proto::Plan& plan, const std::vector<std::vector<uint32_t>>& groups, uint32_t micro,
+                        uint32_t sequences, uint32_t layers) {
+  proto::Plan n = plan;
+  n.clear_pipelines();
+  auto* m = n.add_pipelines();
+  m->set_micro_batch_size(micro);
+  m->set_num_micro_batches(sequences / micro);
+  std::vector<double> weights;
+  for (const auto& ds : groups) {
+    auto* st = m->add_stages();
+    for (uint32_t d : ds) st->add_devices(d);
+    weights.push_back(static_cast<double>(ds.size()));
+  }
+  SplitLayers(m->mutable_stages(), 0, weights, 0, layers);
+  return n;
+}
+
 // The machine of a stage's first device (0 when it has none or names a device the cluster lacks).
 uint32_t MachineOf(const proto::Stage& st, const models::Cluster& cluster) {
   return st.devices_size() > 0 && st.devices(0) < cluster.num_devices() ? cluster.device(st.devices(0)).node : 0u;
@@ -177,8 +221,7 @@ std::vector<PlanChange> DeviceSwap(const MoveInput& in) {
     for (size_t j = i + 1; j < stages.size(); ++j) {
       const proto::Stage& a = plan.pipelines(stages[i].first).stages(stages[i].second);
       const proto::Stage& b = plan.pipelines(stages[j].first).stages(stages[j].second);
-      if (a.devices_size() != b.devices_size() || a.tp_degree() != b.tp_degree() || a.cp_degree() != b.cp_degree() ||
-          a.ulysses_degree() != b.ulysses_degree() || Types(a, cluster) == Types(b, cluster)) {
+      if (a.devices_size() != b.devices_size() || !SameGroupShape(a, b) || Types(a, cluster) == Types(b, cluster)) {
         continue;
       }
       proto::Plan n = plan;
@@ -351,28 +394,16 @@ std::vector<PlanChange> StagePerMachine(const MoveInput& in) {
   const models::Cluster& cluster = in.cluster;
   const uint32_t layers = in.layers;
   std::vector<PlanChange> out;
-  std::map<uint32_t, std::vector<uint32_t>> by_machine;
-  for (uint32_t d = 0; d < cluster.num_devices(); ++d) by_machine[cluster.device(d).node].push_back(d);
-  uint32_t sequences = 0, widest = 0;
-  for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
-  for (const auto& [node, ds] : by_machine) widest = std::max(widest, static_cast<uint32_t>(ds.size()));
+  const std::vector<std::vector<uint32_t>> machines = Machines(cluster);
+  const uint32_t sequences = Sequences(plan);
+  uint32_t widest = 0;
+  for (const auto& ds : machines) widest = std::max(widest, static_cast<uint32_t>(ds.size()));
   uint32_t micro = widest;
   while (micro > 0 && micro <= sequences && sequences % micro != 0) ++micro;
-  if (by_machine.size() >= 2 && by_machine.size() <= layers && micro > 0 && micro <= sequences) {
-    proto::Plan n = plan;
-    n.clear_pipelines();
-    auto* m = n.add_pipelines();
-    m->set_micro_batch_size(micro);
-    m->set_num_micro_batches(sequences / micro);
-    std::vector<double> weights;
-    for (const auto& [node, ds] : by_machine) {
-      auto* st = m->add_stages();
-      for (uint32_t d : ds) st->add_devices(d);
-      weights.push_back(static_cast<double>(ds.size()));
-    }
-    SplitLayers(m->mutable_stages(), 0, weights, 0, layers);
-    out.emplace_back(std::move(n), "one pipeline, a stage per machine (" + std::to_string(by_machine.size()) +
-                                       " stages, data parallelism inside each)");
+  if (machines.size() >= 2 && machines.size() <= layers && micro > 0 && micro <= sequences) {
+    out.emplace_back(OnePipeline(plan, machines, micro, sequences, layers),
+                     "one pipeline, a stage per machine (" + std::to_string(machines.size()) +
+                         " stages, data parallelism inside each)");
   }
   return out;
 }
@@ -389,8 +420,7 @@ std::vector<PlanChange> StageSplit(const MoveInput& in) {
     const auto& pipe = plan.pipelines(p);
     for (int k = 0; k < pipe.stages_size(); ++k) {
       const proto::Stage& st = pipe.stages(k);
-      const uint32_t group = std::max(1u, st.tp_degree()) * std::max(1u, st.cp_degree()) *
-                             std::max(1u, st.ulysses_degree());
+      const uint32_t group = ReplicaWidth(st);
       const auto replicas = static_cast<uint32_t>(st.devices_size()) / group;
       if (replicas < 2 || Layers(st) < 2) continue;
       // Groups of whole replicas: by machine of each replica's first device, else two halves.
@@ -446,17 +476,10 @@ std::vector<PlanChange> DeepPipeline(const MoveInput& in) {
   const models::Cluster& cluster = in.cluster;
   const uint32_t layers = in.layers;
   std::vector<PlanChange> out;
-  uint32_t sequences = 0;
-  for (const auto& pipe : plan.pipelines()) sequences += pipe.micro_batch_size() * pipe.num_micro_batches();
-  const uint32_t gpus = cluster.num_devices();
-  std::map<uint32_t, std::vector<uint32_t>> by_machine;
-  for (uint32_t d = 0; d < gpus; ++d) by_machine[cluster.device(d).node].push_back(d);
-  std::vector<std::vector<uint32_t>> machines;
+  const uint32_t sequences = Sequences(plan);
+  const std::vector<std::vector<uint32_t>> machines = Machines(cluster);
   uint32_t widest = 0;
-  for (auto& [node, ds] : by_machine) {
-    machines.push_back(ds);
-    widest = std::max(widest, static_cast<uint32_t>(ds.size()));
-  }
+  for (const auto& ds : machines) widest = std::max(widest, static_cast<uint32_t>(ds.size()));
   const auto speed = [&](const std::vector<uint32_t>& ds) {
     const models::GpuSpec* g = cluster.device(ds.front()).gpu;
     return g ? g->peak_fp16_tflops : 0.0;
@@ -486,18 +509,7 @@ std::vector<PlanChange> DeepPipeline(const MoveInput& in) {
       if (groups.size() < 2 || groups.size() > layers) continue;
       if (std::find(orders.begin(), orders.end(), groups) != orders.end()) continue;
       orders.push_back(groups);
-      proto::Plan n = plan;
-      n.clear_pipelines();
-      auto* m = n.add_pipelines();
-      m->set_micro_batch_size(micro);
-      m->set_num_micro_batches(sequences / micro);
-      std::vector<double> weights;
-      for (const auto& ds : groups) {
-        auto* st = m->add_stages();
-        for (uint32_t d : ds) st->add_devices(d);
-        weights.push_back(static_cast<double>(ds.size()));
-      }
-      SplitLayers(m->mutable_stages(), 0, weights, 0, layers);
+      proto::Plan n = OnePipeline(plan, groups, micro, sequences, layers);
       const std::string count = std::to_string(groups.size()) + " stages";
       out.emplace_back(std::move(n), g == 1 ? "one pipeline, a stage per GPU (" + count +
                                                   ", micro-batches of one sequence" + how + ")"
@@ -510,7 +522,7 @@ std::vector<PlanChange> DeepPipeline(const MoveInput& in) {
 }
 
 // Two adjacent stages of one pipeline with the same TP group shape joined into one stage that holds
-// both as data-parallel replicas, their layers together (the inverse of 9); when the pipeline's micro-batch
+// both as data-parallel replicas, their layers together (the inverse of stage-split); when the pipeline's micro-batch
 // has fewer sequences than the joined stage has replicas it is doubled (its count halved) until it has
 // enough, where the count allows.
 std::vector<PlanChange> StageJoin(const MoveInput& in) {
@@ -522,14 +534,8 @@ std::vector<PlanChange> StageJoin(const MoveInput& in) {
     for (int k = 0; k + 1 < pipe.stages_size(); ++k) {
       const proto::Stage& a = pipe.stages(k);
       const proto::Stage& b = pipe.stages(k + 1);
-      const auto group = [](const proto::Stage& s) {
-        return std::max(1u, s.tp_degree()) * std::max(1u, s.cp_degree()) * std::max(1u, s.ulysses_degree());
-      };
-      if (a.tp_degree() != b.tp_degree() || a.cp_degree() != b.cp_degree() ||
-          a.ulysses_degree() != b.ulysses_degree()) {
-        continue;
-      }
-      const auto replicas = static_cast<uint32_t>(a.devices_size() + b.devices_size()) / group(a);
+      if (!SameGroupShape(a, b)) continue;
+      const auto replicas = static_cast<uint32_t>(a.devices_size() + b.devices_size()) / ReplicaWidth(a);
       auto widened = WithSequencePerReplica(plan, p, replicas);
       if (!widened) continue;
       proto::Plan n = std::move(*widened);
@@ -559,7 +565,7 @@ std::vector<PlanChange> TpDpTrade(const MoveInput& in) {
     for (int k = 0; k < pipe.stages_size(); ++k) {
       const proto::Stage& st = pipe.stages(k);
       const uint32_t tp = std::max(1u, st.tp_degree());
-      const uint32_t group = tp * std::max(1u, st.cp_degree()) * std::max(1u, st.ulysses_degree());
+      const uint32_t group = ReplicaWidth(st);
       const auto replicas = static_cast<uint32_t>(st.devices_size()) / group;
       for (const uint32_t to : {tp / 2, replicas % 2 == 0 ? tp * 2 : 0u}) {
         if (to == 0 || to == tp) continue;

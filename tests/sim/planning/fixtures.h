@@ -21,6 +21,20 @@ inline proto::Stage StageOf(uint32_t device, uint32_t begin, uint32_t end) {
   return s;
 }
 
+// One pipeline of one stage: `devices` at TP `tp` holding layers [0, layers), `count` micro-batches of `micro`
+// sequences.
+inline proto::Plan OneStage(uint32_t devices, uint32_t layers, uint32_t micro, uint32_t count, uint32_t tp = 1) {
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(micro);
+  pipe->set_num_micro_batches(count);
+  auto* st = pipe->add_stages();
+  for (uint32_t d = 0; d < devices; ++d) st->add_devices(d);
+  if (tp > 1) st->set_tp_degree(tp);
+  st->set_layer_end(layers);
+  return plan;
+}
+
 // The cluster a YAML text describes (the test fails when it does not build).
 inline models::Cluster ClusterFrom(const char* yaml) {
   proto::Cluster spec;

@@ -15,6 +15,7 @@ namespace hetsim::planning {
 namespace {
 
 using fixtures::ClusterFrom;
+using fixtures::OneStage;
 using fixtures::StageOf;
 
 // Two machines: A (devices 0-1, A100) and B (devices 2-3, H100).
@@ -172,13 +173,7 @@ TEST(PlanNeighbours, EveryKindOfChangeCountedByHand) {
 // tp-dp-trade on the same stage: TP 2 × DP 2.
 TEST(PlanNeighbours, AStageOfReplicasOnTwoMachinesSplitsByMachine) {
   const auto cluster = ClusterFrom(kTwoMachines);
-  proto::Plan plan;
-  auto* pipe = plan.add_pipelines();
-  pipe->set_micro_batch_size(4);
-  pipe->set_num_micro_batches(2);
-  auto* st = pipe->add_stages();
-  for (uint32_t d = 0; d < 4; ++d) st->add_devices(d);
-  st->set_layer_end(6);
+  const proto::Plan plan = OneStage(4, 6, 4, 2);
   int splits = 0;
   for (const auto& [n, change, layer_move] : PlanNeighbours(plan, cluster, 6)) {
     if (change.find(" split ") == std::string::npos) continue;
@@ -217,13 +212,7 @@ TEST(PlanNeighbours, StagesOfGGpusPerMachineRemainderFirst) {
   auto loaded = models::LoadCluster("autohet-nonuniform-3a100-5h800");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   const models::Cluster& cluster = *loaded;
-  proto::Plan plan;
-  auto* pipe = plan.add_pipelines();
-  pipe->set_micro_batch_size(1);
-  pipe->set_num_micro_batches(16);
-  auto* st = pipe->add_stages();
-  for (uint32_t d = 0; d < 8; ++d) st->add_devices(d);
-  st->set_layer_end(26);
+  const proto::Plan plan = OneStage(8, 26, 1, 16);
   std::map<std::string, std::vector<std::vector<uint32_t>>> grouped;
   for (const auto& [n, change, layer_move] : PlanNeighbours(plan, cluster, 26)) {
     if (change.rfind("one pipeline, stages of ", 0) != 0) continue;
@@ -428,15 +417,7 @@ TEST(PolishMoves, StagePerMachine) {
 TEST(PolishMoves, StageSplitInHalvesOnOneMachine) {
   const auto cluster = ClusterFrom(kTwoMachines);
   EXPECT_TRUE(By("stage-split", TwoPipelines(), cluster).empty());
-  proto::Plan plan;
-  auto* pipe = plan.add_pipelines();
-  pipe->set_micro_batch_size(2);
-  pipe->set_num_micro_batches(2);
-  auto* st = pipe->add_stages();
-  st->add_devices(0);
-  st->add_devices(1);
-  st->set_layer_end(6);
-  const auto n = By("stage-split", plan, cluster);
+  const auto n = By("stage-split", OneStage(2, 6, 2, 2), cluster);
   ASSERT_EQ(n.size(), 1u);
   const auto& p = n.at("pipeline 0 stage 0 split in halves into 2 stages");
   ASSERT_EQ(p.pipelines(0).stages_size(), 2);
@@ -466,15 +447,7 @@ TEST(PolishMoves, StageJoin) {
 // A stage of four devices at TP 2 (two replicas): TP 1 × DP 4, and TP 4 × DP 1 (two replicas pair up); the
 // micro-batch of 4 already gives each of four replicas a sequence.
 TEST(PolishMoves, TpDpTradeBothWays) {
-  proto::Plan plan;
-  auto* pipe = plan.add_pipelines();
-  pipe->set_micro_batch_size(4);
-  pipe->set_num_micro_batches(2);
-  auto* st = pipe->add_stages();
-  for (uint32_t d = 0; d < 4; ++d) st->add_devices(d);
-  st->set_tp_degree(2);
-  st->set_layer_end(6);
-  const auto n = By("tp-dp-trade", plan, ClusterFrom(kTwoMachines));
+  const auto n = By("tp-dp-trade", OneStage(4, 6, 4, 2, /*tp=*/2), ClusterFrom(kTwoMachines));
   ASSERT_EQ(n.size(), 2u);
   EXPECT_EQ(n.at("pipeline 0 stage 0 at TP 1 × DP 4").pipelines(0).stages(0).tp_degree(), 1u);
   EXPECT_EQ(n.at("pipeline 0 stage 0 at TP 4 × DP 1").pipelines(0).stages(0).tp_degree(), 4u);
