@@ -233,7 +233,7 @@ int CalibrateFromProfiles(const FromProfilesOptions& opt, std::ostream& out, std
     }
   }
   const std::string name = !opt.name.empty() ? opt.name : gpu.value()->name + "-profiles";
-  if (!models::IsPlainName(name)) {
+  if (!IsPlainName(name)) {
     err << "hetsim calibrate: --name: '" << name << "' is not a plain name: use letters, digits, '-', '_' and '.' "
            "(it names the calibration and, without -o, its file NAME.yaml), e.g. my-h100\n";
     return 2;
@@ -291,7 +291,7 @@ std::optional<int> SetUpCalibrate(const CalibrateOptions& opt, CalibrateRun* run
   }
   run->gpu = gpu.value();
   run->name = !opt.name.empty() ? opt.name : run->gpu->name + "-measured";
-  if (!models::IsPlainName(run->name)) {
+  if (!IsPlainName(run->name)) {
     err << "hetsim calibrate: --name: '" << run->name << "' is not a plain name: use letters, digits, '-', '_' and '.' "
            "(it names the calibration and, without -o, its file NAME.yaml), e.g. my-h100\n";
     return 2;
