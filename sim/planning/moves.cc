@@ -521,8 +521,8 @@ std::vector<PlanChange> DeepPipeline(const MoveInput& in) {
   return out;
 }
 
-// Two adjacent stages of one pipeline with the same TP group shape joined into one stage that holds
-// both as data-parallel replicas, their layers together (the inverse of stage-split); when the pipeline's micro-batch
+// Two adjacent stages of one pipeline with the same TP group shape joined into one stage that holds both as
+// data-parallel replicas, their layers together (the inverse of stage-split); when the pipeline's micro-batch
 // has fewer sequences than the joined stage has replicas it is doubled (its count halved) until it has
 // enough, where the count allows.
 std::vector<PlanChange> StageJoin(const MoveInput& in) {
