@@ -40,8 +40,8 @@ bool SameGroupShape(const proto::Stage& a, const proto::Stage& b) {
 
 // Lays stages first .. first + weights.size() − 1 of `stages` over layers [begin, end), each stage's share in
 // proportion to its weight (cumulative shares rounded to the nearest layer), every stage at least one layer.
-void SplitLayers(google::protobuf::RepeatedPtrField<proto::Stage>* stages, int first, const std::vector<double>& weights,
-                 uint32_t begin, uint32_t end) {
+void SplitLayers(google::protobuf::RepeatedPtrField<proto::Stage>* stages, int first,
+                 const std::vector<double>& weights, uint32_t begin, uint32_t end) {
   double total = 0, before = 0;
   for (double w : weights) total += w;
   const size_t n = weights.size();
@@ -628,7 +628,9 @@ std::vector<PlanChange> MachineIdle(const MoveInput& in) {
     for (const auto& [node, gpu] : used) {
       if (gpu == slowest) nodes.insert(node);
     }
-    if (nodes.size() >= 2) idle.push_back({nodes, "every " + (slowest ? slowest->name : std::string("?")) + " left idle"});
+    if (nodes.size() >= 2) {
+      idle.push_back({nodes, "every " + (slowest ? slowest->name : std::string("?")) + " left idle"});
+    }
   }
   for (const auto& [nodes, change] : idle) {
     if (auto n = WithoutMachines(plan, cluster, nodes)) out.emplace_back(std::move(*n), change);
@@ -637,11 +639,20 @@ std::vector<PlanChange> MachineIdle(const MoveInput& in) {
 }
 
 constexpr Move kMoves[] = {
-    {"layer-boundary", LayerBoundary},     {"device-swap", DeviceSwap},       {"micro-batch-transfer", MicroBatchTransfer},
-    {"micro-batch-size", MicroBatchSize},  {"pipeline-merge", PipelineMerge}, {"machine-order", MachineOrder},
-    {"zero-stage", ZeroStage},             {"stage-per-machine", StagePerMachine}, {"stage-split", StageSplit},
-    {"deep-pipeline", DeepPipeline},       {"stage-join", StageJoin},         {"tp-dp-trade", TpDpTrade},
-    {"recompute", Recompute},              {"machine-idle", MachineIdle},
+    {"layer-boundary", LayerBoundary},
+    {"device-swap", DeviceSwap},
+    {"micro-batch-transfer", MicroBatchTransfer},
+    {"micro-batch-size", MicroBatchSize},
+    {"pipeline-merge", PipelineMerge},
+    {"machine-order", MachineOrder},
+    {"zero-stage", ZeroStage},
+    {"stage-per-machine", StagePerMachine},
+    {"stage-split", StageSplit},
+    {"deep-pipeline", DeepPipeline},
+    {"stage-join", StageJoin},
+    {"tp-dp-trade", TpDpTrade},
+    {"recompute", Recompute},
+    {"machine-idle", MachineIdle},
 };
 
 }  // namespace
