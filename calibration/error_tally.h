@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace hetsim::calibration {
 
@@ -32,6 +33,30 @@ class ErrorTally {
  private:
   int n_ = 0;
   double abs_sum_ = 0, sum_ = 0, worst_ = 0;
+};
+
+// The bookkeeping every report over a runs file shares: the development half (the even data rows, the part
+// fits may use) and the held-out half (the odd ones), all runs, and the runs that did not simulate.
+struct HalvesTally {
+  std::vector<bool> development;                    // per attempted run: in the development half
+  ErrorTally development_half, held_out_half, all;  // iteration time
+  size_t failed = 0;
+  std::vector<std::string> failures;                // "FILE:LINE: not simulated: why"
+
+  // Records the i-th attempted run (0-based, in file order): when it simulated (`ok`), its relative error in
+  // its half and in all, else a failure saying `error`. Returns whether it is in the development half.
+  bool Record(size_t i, const std::string& file, int line, bool ok, const std::string& error, double relative_error) {
+    const bool dev = i % 2 == 0;
+    development.push_back(dev);
+    if (!ok) {
+      ++failed;
+      failures.push_back(file + ":" + std::to_string(line) + ": not simulated: " + error);
+      return dev;
+    }
+    (dev ? development_half : held_out_half).Add(relative_error);
+    all.Add(relative_error);
+    return dev;
+  }
 };
 
 }  // namespace hetsim::calibration

@@ -206,17 +206,10 @@ Result<PlanRunsReport> ValidatePlanRuns(const std::string& path, const PlanRunsO
     PlanRun& r = runs[i];
     SimulatePlanRun(r, path, given ? options.calibration : r.stack_calibration, options.fidelity, profiles);
     if (!r.calibration.empty()) rep.calibrations.insert(r.calibration);
-    const bool development = i % 2 == 0;
     rep.runs.push_back(r);
-    rep.development.push_back(development);
-    if (!r.ok) {
-      ++rep.failed;
-      rep.failures.push_back(path + ":" + std::to_string(r.line) + ": not simulated: " + r.error);
-      continue;
-    }
-    const double rel = (r.simulated_ms - r.measured_ms) / r.measured_ms;
-    (development ? rep.development_half : rep.held_out_half).Add(rel);
-    rep.all.Add(rel);
+    const double rel = r.ok ? (r.simulated_ms - r.measured_ms) / r.measured_ms : 0;
+    const bool development = rep.Record(i, path, r.line, r.ok, r.error, rel);
+    if (!r.ok) continue;
     const double sync_rel = r.measured_sync_ms > 0 ? (r.simulated_sync_ms - r.measured_sync_ms) / r.measured_sync_ms : 0;
     if (r.measured_sync_ms > 0) rep.grad_sync.Add(sync_rel);
     const double mem_rel = r.measured_peak_gib > 0 ? (r.simulated_peak_gib - r.measured_peak_gib) / r.measured_peak_gib : 0;

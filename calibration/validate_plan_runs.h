@@ -46,17 +46,14 @@ struct PlanRunsOptions {
   size_t limit = std::numeric_limits<size_t>::max();  // simulate only the first `limit` runs
 };
 
-struct PlanRunsReport {
+struct PlanRunsReport : HalvesTally {
   using Key = std::pair<std::string, double>;  // (column, value): dp=2 sorts before dp=16
   std::vector<PlanRun> runs;                   // the attempted ones (ok or not), in file order
-  std::vector<bool> development;               // per run: in the development half (even data rows)
-  ErrorTally development_half, held_out_half, all;  // iteration time
-  ErrorTally grad_sync, peak_memory;                 // over the runs that measured them
+  ErrorTally grad_sync, peak_memory;           // over the runs that measured them
   std::map<Key, ErrorTally> by_configuration, memory_by_configuration;
   models::IntervalCoverage cover_held_out, cover_all;
   std::set<std::string> calibrations;  // the calibrations used
-  size_t attempted = 0, failed = 0;
-  std::vector<std::string> failures;  // "FILE:LINE: not simulated: why"
+  size_t attempted = 0;
   std::string csv;                    // one row per simulated run (`validate-sim -o`)
 };
 

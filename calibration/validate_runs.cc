@@ -329,16 +329,9 @@ Result<ValidationReport> ValidateRuns(const std::string& path, const ValidationO
     SimulateRun(r, options.gpu, options.vocab, options.dtype, options.recompute, options.fidelity, run_calibration);
     ++rep.calibrations[run_calibration];
     if ((i + 1) % 50 == 0 && options.progress) options.progress(i + 1, total);
-    const bool development = i % 2 == 0;
     rep.runs.push_back(r);
-    rep.development.push_back(development);
-    if (!r.ok) {
-      ++rep.failed;
-      rep.failures.push_back(path + ":" + std::to_string(r.line) + ": not simulated: " + r.error);
-      continue;
-    }
-    (development ? rep.development_half : rep.held_out_half).Add(r.rel());
-    rep.all.Add(r.rel());
+    const bool development = rep.Record(i, path, r.line, r.ok, r.error, r.ok ? r.rel() : 0);
+    if (!r.ok) continue;
     auto& by = rep.by_configuration;
     by["tp=" + std::to_string(r.tp)].Add(r.rel());
     by["pp=" + std::to_string(r.pp)].Add(r.rel());

@@ -70,15 +70,11 @@ struct ValidationOptions {
   std::function<void(size_t done, size_t total)> progress;  // every 50 runs
 };
 
-struct ValidationReport {
+struct ValidationReport : HalvesTally {
   std::vector<MeasuredRun> runs;             // the simulated ones (ok or not), in file order
-  std::vector<bool> development;             // per run: in the development half
-  ErrorTally development_half, held_out_half, all;
   std::map<std::string, ErrorTally> by_configuration;  // "tp=8", "pp=2", "nodes=16", ...
   models::IntervalCoverage cover_held_out, cover_all;
   std::map<std::string, int> calibrations;  // the calibrations used, with their run counts
-  size_t failed = 0;
-  std::vector<std::string> failures;        // "FILE:LINE: not simulated: why"
   std::string csv;                          // one row per simulated run (`validate-sim -o`)
 };
 

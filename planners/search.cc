@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <queue>
 
@@ -338,81 +339,189 @@ std::vector<std::pair<uint32_t, uint32_t>> EvenLayerSplit(uint32_t layers, uint3
   return out;
 }
 
-std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceBlocks(uint32_t blocks,
-                                                                        const std::vector<double>& fixed_s,
-                                                                        const std::vector<double>& per_block_s,
-                                                                        const std::vector<uint32_t>& max_blocks) {
-  const uint32_t S = static_cast<uint32_t>(fixed_s.size());
-  if (S == 0 || per_block_s.size() != S || max_blocks.size() != S) return std::nullopt;
-  std::vector<uint32_t> lo(S), hi(S);
-  uint64_t sum_lo = 0, sum_hi = 0;
-  for (uint32_t s = 0; s < S; ++s) {
-    lo[s] = S == 1 ? blocks : (s == 0 || s == S - 1) ? 0 : 1;
-    hi[s] = std::min(max_blocks[s], blocks);
-    if (lo[s] > hi[s]) return std::nullopt;
-    sum_lo += lo[s];
-    sum_hi += hi[s];
+namespace {
+
+using LayerRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+// BalanceBlocks's problem: per stage the least and most blocks it may hold and its time with n blocks.
+class BlockSplit {
+ public:
+  BlockSplit(uint32_t blocks, const std::vector<double>& fixed_s, const std::vector<double>& per_block_s,
+             const std::vector<uint32_t>& max_blocks)
+      : blocks_(blocks), S_(static_cast<uint32_t>(fixed_s.size())), fixed_(fixed_s), per_block_(per_block_s),
+        lo_(S_), hi_(S_) {
+    for (uint32_t s = 0; s < S_; ++s) {
+      lo_[s] = S_ == 1 ? blocks : (s == 0 || s == S_ - 1) ? 0 : 1;
+      hi_[s] = std::min(max_blocks[s], blocks);
+      empty_ = empty_ || lo_[s] > hi_[s];
+      sum_lo_ += lo_[s];
+      sum_hi_ += hi_[s];
+    }
+    empty_ = empty_ || sum_lo_ > blocks || sum_hi_ < blocks;
   }
-  if (sum_lo > blocks || sum_hi < blocks) return std::nullopt;
-  constexpr double kTol = 1e-12;
+
+  // Whether the caps leave no split at all.
+  bool Empty() const { return empty_; }
+  uint32_t Stages() const { return S_; }
+  double Value(uint32_t s, uint32_t n) const { return fixed_[s] + n * per_block_[s]; }
+
   // Largest block count of stage s whose time stays within T (−1 when even lo[s] exceeds it).
-  auto cap = [&](uint32_t s, double T) -> int64_t {
-    const double c = per_block_s[s];
+  int64_t Cap(uint32_t s, double T) const {
+    const double c = per_block_[s];
     const double limit = T * (1 + kTol) + 1e-300;
-    if (fixed_s[s] + lo[s] * c > limit) return -1;
-    if (c <= 0) return hi[s];
-    int64_t n = static_cast<int64_t>(std::floor((T - fixed_s[s]) / c));
-    n = std::clamp<int64_t>(n, lo[s], hi[s]);
-    while (n < hi[s] && fixed_s[s] + (n + 1) * c <= limit) ++n;
-    while (n > lo[s] && fixed_s[s] + n * c > limit) --n;
+    if (fixed_[s] + lo_[s] * c > limit) return -1;
+    if (c <= 0) return hi_[s];
+    int64_t n = static_cast<int64_t>(std::floor((T - fixed_[s]) / c));
+    n = std::clamp<int64_t>(n, lo_[s], hi_[s]);
+    while (n < hi_[s] && fixed_[s] + (n + 1) * c <= limit) ++n;
+    while (n > lo_[s] && fixed_[s] + n * c > limit) --n;
     return n;
-  };
-  auto feasible = [&](double T) {
+  }
+
+  // Whether every stage within T holds the blocks.
+  bool Feasible(double T) const {
     uint64_t total = 0;
-    for (uint32_t s = 0; s < S; ++s) {
-      const int64_t c = cap(s, T);
+    for (uint32_t s = 0; s < S_; ++s) {
+      const int64_t c = Cap(s, T);
       if (c < 0) return false;
       total += static_cast<uint64_t>(c);
     }
-    return total >= blocks;
-  };
-  std::vector<double> values;
-  for (uint32_t s = 0; s < S; ++s) {
-    for (uint32_t n = lo[s]; n <= hi[s]; ++n) values.push_back(fixed_s[s] + n * per_block_s[s]);
+    return total >= blocks_;
   }
-  std::sort(values.begin(), values.end());
-  values.erase(std::unique(values.begin(), values.end()), values.end());
-  size_t a = 0, b = values.size() - 1;
-  if (!feasible(values[b])) return std::nullopt;
-  while (a < b) {
-    const size_t mid = (a + b) / 2;
-    if (feasible(values[mid])) {
-      b = mid;
-    } else {
-      a = mid + 1;
+
+  // The least feasible largest stage time, found by sorting every (stage, block count) time; nullopt when
+  // none is feasible.
+  std::optional<double> LeastTimeBySorting() const {
+    std::vector<double> values;
+    for (uint32_t s = 0; s < S_; ++s) {
+      for (uint32_t n = lo_[s]; n <= hi_[s]; ++n) values.push_back(Value(s, n));
     }
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+    size_t a = 0, b = values.size() - 1;
+    if (!Feasible(values[b])) return std::nullopt;
+    while (a < b) {
+      const size_t mid = (a + b) / 2;
+      if (Feasible(values[mid])) {
+        b = mid;
+      } else {
+        a = mid + 1;
+      }
+    }
+    return values[a];
   }
-  const double T = values[a];
-  // Fill the cheapest stages first: for this largest stage time it minimises the sum.
-  std::vector<uint32_t> n = lo, order(S);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return per_block_s[x] < per_block_s[y]; });
-  uint64_t left = blocks - sum_lo;
-  for (uint32_t s : order) {
-    const uint64_t room = static_cast<uint64_t>(cap(s, T)) - n[s];
-    const uint64_t take = std::min(room, left);
-    n[s] += static_cast<uint32_t>(take);
-    left -= take;
+
+  // The same time found faster (finite, non-negative times only): the greedy allocation (each next block to
+  // the stage that stays fastest with it) gives the min-max time T_g, and T is the least feasible time among
+  // the few within the tolerance below T_g (a feasible time admits an allocation within it, so it is at
+  // least T_g up to that tolerance).
+  std::optional<double> LeastTimeByGreedy() const {
+    double largest = 0;
+    for (uint32_t s = 0; s < S_; ++s) largest = std::max(largest, Value(s, hi_[s]));
+    if (!Feasible(largest)) return std::nullopt;
+    double tg = 0;
+    std::vector<uint32_t> n = lo_;
+    using Next = std::pair<double, uint32_t>;
+    std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
+    for (uint32_t s = 0; s < S_; ++s) {
+      tg = std::max(tg, Value(s, n[s]));
+      if (n[s] < hi_[s]) next.emplace(Value(s, n[s] + 1), s);
+    }
+    for (uint64_t left = blocks_ - sum_lo_; left > 0; --left) {
+      const auto [v, s] = next.top();
+      next.pop();
+      tg = std::max(tg, v);
+      if (++n[s] < hi_[s]) next.emplace(Value(s, n[s] + 1), s);
+    }
+    // The times within the tolerance below T_g, ascending; the first feasible one is T.
+    const double floor_t = (tg - 1e-300) / (1 + kTol) * (1 - 4 * kTol);
+    std::vector<double> near;
+    for (uint32_t s = 0; s < S_; ++s) {
+      const double c = per_block_[s];
+      if (c <= 0) {
+        if (Value(s, lo_[s]) <= tg && Value(s, lo_[s]) >= floor_t) near.push_back(Value(s, lo_[s]));
+        continue;
+      }
+      int64_t k = static_cast<int64_t>(std::floor((tg - fixed_[s]) / c));
+      k = std::clamp<int64_t>(k, lo_[s], hi_[s]);
+      while (k < hi_[s] && Value(s, static_cast<uint32_t>(k + 1)) <= tg) ++k;
+      while (k > lo_[s] && Value(s, static_cast<uint32_t>(k)) > tg) --k;
+      for (; k >= lo_[s] && Value(s, static_cast<uint32_t>(k)) >= floor_t; --k) {
+        if (Value(s, static_cast<uint32_t>(k)) <= tg) near.push_back(Value(s, static_cast<uint32_t>(k)));
+      }
+    }
+    std::sort(near.begin(), near.end());
+    for (double v : near) {
+      if (Feasible(v)) return v;
+    }
+    return tg;
   }
-  if (left != 0) return std::nullopt;
-  std::vector<std::pair<uint32_t, uint32_t>> out;
-  uint32_t begin = 0;
-  for (uint32_t s = 0; s < S; ++s) {
-    uint32_t count = n[s] + (s == 0 ? 1 : 0) + (s == S - 1 ? 1 : 0);
-    out.emplace_back(begin, begin + count);
-    begin += count;
+
+  // The split within largest stage time T with the least sum: the cheapest stages filled first.
+  std::optional<LayerRanges> Fill(double T) const {
+    std::vector<uint32_t> n = lo_, order(S_);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return per_block_[x] < per_block_[y]; });
+    uint64_t left = blocks_ - sum_lo_;
+    for (uint32_t s : order) {
+      const uint64_t room = static_cast<uint64_t>(Cap(s, T)) - n[s];
+      const uint64_t take = std::min(room, left);
+      n[s] += static_cast<uint32_t>(take);
+      left -= take;
+    }
+    if (left != 0) return std::nullopt;
+    LayerRanges out;
+    uint32_t begin = 0;
+    for (uint32_t s = 0; s < S_; ++s) {
+      const uint32_t count = n[s] + (s == 0 ? 1 : 0) + (s == S_ - 1 ? 1 : 0);
+      out.emplace_back(begin, begin + count);
+      begin += count;
+    }
+    return out;
   }
-  return out;
+
+ private:
+  static constexpr double kTol = 1e-12;
+  uint32_t blocks_, S_;
+  const std::vector<double>& fixed_;
+  const std::vector<double>& per_block_;
+  std::vector<uint32_t> lo_, hi_;
+  uint64_t sum_lo_ = 0, sum_hi_ = 0;
+  bool empty_ = false;
+};
+
+bool Valid(const std::vector<double>& fixed_s, const std::vector<double>& per_block_s,
+           const std::vector<uint32_t>& max_blocks) {
+  return !fixed_s.empty() && per_block_s.size() == fixed_s.size() && max_blocks.size() == fixed_s.size();
+}
+
+}  // namespace
+
+std::optional<LayerRanges> BalanceBlocks(uint32_t blocks, const std::vector<double>& fixed_s,
+                                         const std::vector<double>& per_block_s,
+                                         const std::vector<uint32_t>& max_blocks) {
+  if (!Valid(fixed_s, per_block_s, max_blocks)) return std::nullopt;
+  const BlockSplit split(blocks, fixed_s, per_block_s, max_blocks);
+  if (split.Empty()) return std::nullopt;
+  bool finite = true;
+  for (uint32_t s = 0; s < split.Stages(); ++s) {
+    finite = finite && std::isfinite(fixed_s[s]) && std::isfinite(per_block_s[s]) && fixed_s[s] >= 0 &&
+             per_block_s[s] >= 0;
+  }
+  const std::optional<double> T = finite ? split.LeastTimeByGreedy() : split.LeastTimeBySorting();
+  if (!T) return std::nullopt;
+  return split.Fill(*T);
+}
+
+std::optional<LayerRanges> BalanceBlocksBySorting(uint32_t blocks, const std::vector<double>& fixed_s,
+                                                  const std::vector<double>& per_block_s,
+                                                  const std::vector<uint32_t>& max_blocks) {
+  if (!Valid(fixed_s, per_block_s, max_blocks)) return std::nullopt;
+  const BlockSplit split(blocks, fixed_s, per_block_s, max_blocks);
+  if (split.Empty()) return std::nullopt;
+  const std::optional<double> T = split.LeastTimeBySorting();
+  if (!T) return std::nullopt;
+  return split.Fill(*T);
 }
 
 // ---- batch -----------------------------------------------------------------------------------------

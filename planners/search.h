@@ -140,11 +140,19 @@ std::vector<std::pair<uint32_t, uint32_t>> EvenLayerSplit(uint32_t layers, uint3
 // the last) and at most max_blocks_s blocks (memory). Middle stages take at least one block, the first and
 // last at least zero (one when S = 1 … they hold the embedding/head). Minimises the largest stage time,
 // then the sum. Returns the layer ranges (embedding and head included), or nullopt when the caps leave no
-// split.
+// split. The least largest stage time T is found fast for finite, non-negative times (HexiScale's phase two
+// balances many stage orders): the greedy allocation (each next block to the stage that stays fastest with
+// it) gives the min-max time T_g, and T is the least feasible time among the few within a 1e-12 tolerance
+// below it; other inputs sort every (stage, block count) time (BalanceBlocksBySorting).
 std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceBlocks(uint32_t blocks,
                                                                         const std::vector<double>& fixed_s,
                                                                         const std::vector<double>& per_block_s,
                                                                         const std::vector<uint32_t>& max_blocks);
+// The same split, T found by sorting every (stage, block count) time and a binary search over them: the
+// reference the fast search is tested against.
+std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceBlocksBySorting(
+    uint32_t blocks, const std::vector<double>& fixed_s, const std::vector<double>& per_block_s,
+    const std::vector<uint32_t>& max_blocks);
 
 // The most blocks n in [lo, hi] for which `fits(n)` holds, where fits is monotone (true up to some n,
 // false after: more blocks never need less memory); −1 when not even `lo` fits. A binary search: about

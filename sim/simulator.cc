@@ -227,7 +227,7 @@ Result<std::string> RunIsolated(const std::function<std::string()>& work,
     ::close(fds[0]);
     if (pfds[0] >= 0) ::close(pfds[0]);
     g_progress_fd = pfds[1];
-    // For the runner's tests (tests/tools/run_e2e.sh): the child dies as the out-of-memory killer would end it.
+    // For the runner's tests (tests/sim/runner/run_e2e.sh): the child dies as the out-of-memory killer would end it.
     if (std::getenv("HETSIM_TEST_KILL_SIMULATIONS") != nullptr) ::raise(SIGKILL);
     std::string payload;
     try {

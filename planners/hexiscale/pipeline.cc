@@ -13,118 +13,6 @@
 
 namespace hetsim::planners::hexiscale {
 
-std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceStages(uint32_t blocks,
-                                                                        const std::vector<double>& fixed_s,
-                                                                        const std::vector<double>& per_block_s,
-                                                                        const std::vector<uint32_t>& max_blocks) {
-  const uint32_t S = static_cast<uint32_t>(fixed_s.size());
-  if (S == 0 || per_block_s.size() != S || max_blocks.size() != S) return std::nullopt;
-  for (uint32_t s = 0; s < S; ++s) {
-    if (!(std::isfinite(fixed_s[s]) && std::isfinite(per_block_s[s]) && fixed_s[s] >= 0 && per_block_s[s] >= 0)) {
-      return BalanceBlocks(blocks, fixed_s, per_block_s, max_blocks);
-    }
-  }
-  // From here on, BalanceBlocks's own steps (planners/search.cc), but for how T is found.
-  std::vector<uint32_t> lo(S), hi(S);
-  uint64_t sum_lo = 0, sum_hi = 0;
-  for (uint32_t s = 0; s < S; ++s) {
-    lo[s] = S == 1 ? blocks : (s == 0 || s == S - 1) ? 0 : 1;
-    hi[s] = std::min(max_blocks[s], blocks);
-    if (lo[s] > hi[s]) return std::nullopt;
-    sum_lo += lo[s];
-    sum_hi += hi[s];
-  }
-  if (sum_lo > blocks || sum_hi < blocks) return std::nullopt;
-  constexpr double kTol = 1e-12;
-  auto value = [&](uint32_t s, uint32_t n) { return fixed_s[s] + n * per_block_s[s]; };
-  auto cap = [&](uint32_t s, double T) -> int64_t {
-    const double c = per_block_s[s];
-    const double limit = T * (1 + kTol) + 1e-300;
-    if (fixed_s[s] + lo[s] * c > limit) return -1;
-    if (c <= 0) return hi[s];
-    int64_t n = static_cast<int64_t>(std::floor((T - fixed_s[s]) / c));
-    n = std::clamp<int64_t>(n, lo[s], hi[s]);
-    while (n < hi[s] && fixed_s[s] + (n + 1) * c <= limit) ++n;
-    while (n > lo[s] && fixed_s[s] + n * c > limit) --n;
-    return n;
-  };
-  auto feasible = [&](double T) {
-    uint64_t total = 0;
-    for (uint32_t s = 0; s < S; ++s) {
-      const int64_t c = cap(s, T);
-      if (c < 0) return false;
-      total += static_cast<uint64_t>(c);
-    }
-    return total >= blocks;
-  };
-  // The largest of all times (each stage's grows with its blocks) must be feasible.
-  double largest = 0;
-  for (uint32_t s = 0; s < S; ++s) largest = std::max(largest, value(s, hi[s]));
-  if (!feasible(largest)) return std::nullopt;
-  // T_g: the greedy min-max allocation's largest time.
-  double tg = 0;
-  {
-    std::vector<uint32_t> n = lo;
-    using Next = std::pair<double, uint32_t>;
-    std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
-    for (uint32_t s = 0; s < S; ++s) {
-      tg = std::max(tg, value(s, n[s]));
-      if (n[s] < hi[s]) next.emplace(value(s, n[s] + 1), s);
-    }
-    for (uint64_t left = blocks - sum_lo; left > 0; --left) {
-      const auto [v, s] = next.top();
-      next.pop();
-      tg = std::max(tg, v);
-      if (++n[s] < hi[s]) next.emplace(value(s, n[s] + 1), s);
-    }
-  }
-  // The times within the tolerance below T_g, ascending; the first feasible one is BalanceBlocks's T.
-  const double floor_t = (tg - 1e-300) / (1 + kTol) * (1 - 4 * kTol);
-  std::vector<double> near;
-  for (uint32_t s = 0; s < S; ++s) {
-    const double c = per_block_s[s];
-    if (c <= 0) {
-      if (value(s, lo[s]) <= tg && value(s, lo[s]) >= floor_t) near.push_back(value(s, lo[s]));
-      continue;
-    }
-    int64_t n = static_cast<int64_t>(std::floor((tg - fixed_s[s]) / c));
-    n = std::clamp<int64_t>(n, lo[s], hi[s]);
-    while (n < hi[s] && value(s, static_cast<uint32_t>(n + 1)) <= tg) ++n;
-    while (n > lo[s] && value(s, static_cast<uint32_t>(n)) > tg) --n;
-    for (; n >= lo[s] && value(s, static_cast<uint32_t>(n)) >= floor_t; --n) {
-      if (value(s, static_cast<uint32_t>(n)) <= tg) near.push_back(value(s, static_cast<uint32_t>(n)));
-    }
-  }
-  std::sort(near.begin(), near.end());
-  double T = tg;
-  for (double v : near) {
-    if (feasible(v)) {
-      T = v;
-      break;
-    }
-  }
-  // Fill the cheapest stages first: for this largest stage time it minimises the sum.
-  std::vector<uint32_t> n = lo, order(S);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return per_block_s[x] < per_block_s[y]; });
-  uint64_t left = blocks - sum_lo;
-  for (uint32_t s : order) {
-    const uint64_t room = static_cast<uint64_t>(cap(s, T)) - n[s];
-    const uint64_t take = std::min(room, left);
-    n[s] += static_cast<uint32_t>(take);
-    left -= take;
-  }
-  if (left != 0) return std::nullopt;
-  std::vector<std::pair<uint32_t, uint32_t>> out;
-  uint32_t begin = 0;
-  for (uint32_t s = 0; s < S; ++s) {
-    const uint32_t count = n[s] + (s == 0 ? 1 : 0) + (s == S - 1 ? 1 : 0);
-    out.emplace_back(begin, begin + count);
-    begin += count;
-  }
-  return out;
-}
-
 struct PipelineBuilder::Chunk {
   std::vector<uint32_t> devices;  // the part's GPUs on one machine, in canonical order
   std::vector<uint32_t> choices;  // TP degrees: the locally optimal first, then every larger one
@@ -482,7 +370,7 @@ std::optional<PipelineTemplate> PipelineBuilder::Build(const std::vector<uint32_
         caps[j] = static_cast<uint32_t>(std::max<int64_t>(0, cap));
       }
       if (!ok) continue;
-      const auto ranges = BalanceStages(blocks, fixed, per_block, caps);
+      const auto ranges = BalanceBlocks(blocks, fixed, per_block, caps);
       if (!ranges) continue;
       PipelineTemplate tpl;
       tpl.parts = k;

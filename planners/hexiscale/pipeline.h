@@ -64,17 +64,6 @@ struct Phase2Counters {
   uint64_t no_fit = 0;         // (group, k) with no order fitting in memory
 };
 
-// planners/search.h BalanceBlocks, the same result computed faster for phase two's many stage orders:
-// BalanceBlocks sorts every (stage, block count) time to find the least feasible largest stage time T; here
-// the greedy allocation (each next block to the stage that stays fastest with it) gives the min-max time
-// T_g, and T is the least feasible time among the few within BalanceBlocks's tolerance below T_g (a
-// feasible time admits an allocation within it, so it is at least T_g up to that tolerance). Inputs with a
-// negative or non-finite time go to BalanceBlocks itself.
-std::optional<std::vector<std::pair<uint32_t, uint32_t>>> BalanceStages(uint32_t blocks,
-                                                                        const std::vector<double>& fixed_s,
-                                                                        const std::vector<double>& per_block_s,
-                                                                        const std::vector<uint32_t>& max_blocks);
-
 class PipelineBuilder {
  public:
   PipelineBuilder(const PlanningProblem& problem, const AppendixACost& cost, const MemoryModel& memory);

@@ -303,43 +303,6 @@ TEST(HexiScaleGraph, BundledPartitionKeepsBundlesWhole) {
   for (uint32_t m = 0; m < 8; ++m) EXPECT_NE((*max_cut)[8 * m], (*max_cut)[8 * m + 4]) << "machine " << m;
 }
 
-// BalanceStages is BalanceBlocks computed faster: the same ranges (or none) on random inputs, including
-// equal stage times, free stages, tight memory caps and times within BalanceBlocks's tolerance.
-TEST(HexiScalePipeline, BalanceStagesIsBalanceBlocks) {
-  uint64_t state = 12345;
-  auto next = [&]() {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<uint32_t>(state >> 33);
-  };
-  int compared = 0, found = 0;
-  for (int trial = 0; trial < 20000; ++trial) {
-    const uint32_t S = 1 + next() % 12;
-    const uint32_t blocks = next() % 40 + (S > 2 ? S - 2 : 0);
-    std::vector<double> fixed(S), per_block(S);
-    std::vector<uint32_t> caps(S);
-    const double base = 0.001 * (1 + next() % 7);
-    for (uint32_t s = 0; s < S; ++s) {
-      switch (next() % 5) {
-        case 0: per_block[s] = base; break;                                      // equal times
-        case 1: per_block[s] = 0; break;                                         // free
-        case 2: per_block[s] = base * (1 + 1e-13 * (next() % 5)); break;        // within tolerance
-        default: per_block[s] = 0.0001 * (1 + next() % 50); break;
-      }
-      fixed[s] = next() % 3 == 0 ? 0.0 : 0.0001 * (next() % 40);
-      caps[s] = next() % 4 == 0 ? next() % 4 : next() % (blocks + 2);
-    }
-    const auto fast = BalanceStages(blocks, fixed, per_block, caps);
-    const auto reference = BalanceBlocks(blocks, fixed, per_block, caps);
-    ASSERT_EQ(fast.has_value(), reference.has_value()) << "trial " << trial;
-    if (fast) {
-      EXPECT_EQ(*fast, *reference) << "trial " << trial;
-      ++found;
-    }
-    ++compared;
-  }
-  EXPECT_GT(found, compared / 4);  // the cases are not all infeasible
-}
-
 // ---- the planner ------------------------------------------------------------------------------------
 
 Result<PlannerResult> Plan(const Problem& p, const std::string& options) {

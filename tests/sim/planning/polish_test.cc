@@ -14,7 +14,7 @@
 #include "models/training.h"
 #include "models/yaml_proto.h"
 #include "planners/cost_model.h"
-#include "tests/tools/two_gpu_problem.h"
+#include "tests/sim/planning/two_gpu_problem.h"
 #include "sim/planning/refine.h"
 #include "tests/sim/planning/fixtures.h"
 

@@ -14,7 +14,7 @@
 #include "planners/exhaustive/exhaustive.h"
 #include "planners/proto/exhaustive.pb.h"
 #include "sim/simulator.h"
-#include "tests/tools/two_gpu_problem.h"
+#include "tests/sim/planning/two_gpu_problem.h"
 
 namespace hetsim::planning {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "models/plan.h"
 #include "sim/simulator.h"
-#include "tests/tools/two_gpu_problem.h"
+#include "tests/sim/planning/two_gpu_problem.h"
 
 namespace hetsim::planning {
 namespace {

@@ -6,7 +6,7 @@
 # Usage: advise_e2e.sh HETSIM
 set -euo pipefail
 hetsim=$(realpath "$1")
-cfg="$(cd "$(dirname "$0")/../data/advise" && pwd)/small.yaml"
+cfg="$(cd "$(dirname "$0")/../../data/advise" && pwd)/small.yaml"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$hetsim" advise "$cfg" -o "$out/one" --no-prune --no-figures -q > "$out/one.txt"
