@@ -8,6 +8,8 @@
 
 #include "models/cluster.h"
 #include "models/proto/plan.pb.h"
+#include "models/spec_io.h"
+#include "models/transformer.h"
 #include "models/yaml_proto.h"
 
 namespace hetsim::planning::fixtures {
@@ -42,6 +44,13 @@ inline models::Cluster ClusterFrom(const char* yaml) {
   auto c = models::Cluster::Build(spec, "c.yaml");
   EXPECT_TRUE(c.ok()) << c.status().message();
   return std::move(c).value();
+}
+
+// The bundled llama-tiny (the test fails when it does not load).
+inline models::TransformerModel LlamaTiny() {
+  auto m = models::LoadModel("llama-tiny");
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return std::move(m).value();
 }
 
 }  // namespace hetsim::planning::fixtures

@@ -207,18 +207,8 @@ network: {single_switch: {}}
 struct ProofProblem {
   explicit ProofProblem(const char* yaml = kProofCluster, proto::DType dtype = proto::DTYPE_UNSPECIFIED)
       : cluster(Cluster(yaml)), model(Model()), training(Training(model, dtype)) {}
-  static models::Cluster Cluster(const char* yaml) {
-    proto::Cluster spec;
-    EXPECT_TRUE(models::ParseYaml(yaml, "proof.yaml", &spec).ok());
-    auto c = models::Cluster::Build(spec, "proof.yaml");
-    EXPECT_TRUE(c.ok()) << c.status().message();
-    return std::move(c).value();
-  }
-  static models::TransformerModel Model() {
-    auto m = models::LoadModel("llama-tiny");
-    EXPECT_TRUE(m.ok());
-    return std::move(m).value();
-  }
+  static models::Cluster Cluster(const char* yaml) { return fixtures::ClusterFrom(yaml); }
+  static models::TransformerModel Model() { return fixtures::LlamaTiny(); }
   static proto::Training Training(const models::TransformerModel& m, proto::DType dtype) {
     proto::Training t;
     t.set_global_batch_size(4);

@@ -10,6 +10,7 @@
 #include "models/training.h"
 #include "models/yaml_proto.h"
 #include "planners/planner.h"
+#include "tests/sim/planning/fixtures.h"
 
 namespace hetsim::testing_refine {
 
@@ -25,18 +26,8 @@ network: {single_switch: {}}
 
 struct TwoGpuProblem {
   TwoGpuProblem() : cluster(Cluster()), model(Model()), training(Training(model)) {}
-  static models::Cluster Cluster() {
-    proto::Cluster spec;
-    EXPECT_TRUE(models::ParseYaml(kTwoGpus, "two-gpus.yaml", &spec).ok());
-    auto c = models::Cluster::Build(spec, "two-gpus.yaml");
-    EXPECT_TRUE(c.ok()) << c.status().message();
-    return std::move(c).value();
-  }
-  static models::TransformerModel Model() {
-    auto m = models::LoadModel("llama-tiny");
-    EXPECT_TRUE(m.ok());
-    return std::move(m).value();
-  }
+  static models::Cluster Cluster() { return hetsim::planning::fixtures::ClusterFrom(kTwoGpus); }
+  static models::TransformerModel Model() { return hetsim::planning::fixtures::LlamaTiny(); }
   static proto::Training Training(const models::TransformerModel& m) {
     proto::Training t;
     t.set_global_batch_size(8);
