@@ -9,6 +9,7 @@
 #include "models/cluster.h"
 #include "models/proto/plan.pb.h"
 #include "models/spec_io.h"
+#include "models/training.h"
 #include "models/transformer.h"
 #include "models/yaml_proto.h"
 
@@ -51,6 +52,19 @@ inline models::TransformerModel LlamaTiny() {
   auto m = models::LoadModel("llama-tiny");
   EXPECT_TRUE(m.ok()) << m.status().message();
   return std::move(m).value();
+}
+
+// A training spec of `batch` sequences of `seq_len` tokens in `dtype` (unspecified: the model's default),
+// resolved against `model` (the test fails when it does not resolve).
+inline proto::Training Resolved(const models::TransformerModel& model, uint32_t batch, uint32_t seq_len,
+                                proto::DType dtype = proto::DTYPE_UNSPECIFIED) {
+  proto::Training t;
+  t.set_global_batch_size(batch);
+  t.set_seq_len(seq_len);
+  t.set_dtype(dtype);
+  auto r = models::ResolveTraining(t, model, "training");
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return std::move(r).value();
 }
 
 }  // namespace hetsim::planning::fixtures

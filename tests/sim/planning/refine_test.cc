@@ -210,13 +210,7 @@ struct ProofProblem {
   static models::Cluster Cluster(const char* yaml) { return fixtures::ClusterFrom(yaml); }
   static models::TransformerModel Model() { return fixtures::LlamaTiny(); }
   static proto::Training Training(const models::TransformerModel& m, proto::DType dtype) {
-    proto::Training t;
-    t.set_global_batch_size(4);
-    t.set_dtype(dtype);
-    t.set_seq_len(128);
-    auto r = models::ResolveTraining(t, m, "training");
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(r).value();
+    return fixtures::Resolved(m, 4, 128, dtype);
   }
   planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
   models::Cluster cluster;

@@ -29,12 +29,7 @@ struct TwoGpuProblem {
   static models::Cluster Cluster() { return hetsim::planning::fixtures::ClusterFrom(kTwoGpus); }
   static models::TransformerModel Model() { return hetsim::planning::fixtures::LlamaTiny(); }
   static proto::Training Training(const models::TransformerModel& m) {
-    proto::Training t;
-    t.set_global_batch_size(8);
-    t.set_seq_len(128);
-    auto r = models::ResolveTraining(t, m, "training");
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(r).value();
+    return hetsim::planning::fixtures::Resolved(m, 8, 128);
   }
   planners::PlanningProblem get() const { return {cluster, model, training, nullptr, {}}; }
   models::Cluster cluster;
