@@ -9,7 +9,7 @@ mpiexec=$1 exe=$2 np=$3 plan=$4 out=$5
 mkdir -p "$out"
 csv="$out/loss.csv"
 "$mpiexec" --oversubscribe -np "$np" "$exe" --plan "$plan" --backend cpu --warmup 0 --iterations 20 \
-  --seq-len 32 --loss-out "$csv"
+  --cores "$(nproc)" --seq-len 32 --loss-out "$csv"
 awk -F, 'NR > 1 { loss[++n] = $2 }
   END {
     if (n != 20) { print "expected 20 steps, got " n; exit 1 }

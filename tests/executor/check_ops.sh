@@ -7,9 +7,9 @@
 # chunk of the replicated norm weights, the lowering all of them (docs/lowering.md).
 # Usage: check_ops.sh MPIEXEC HETSIM_EXEC HETSIM NP OUT_DIR PLAN [FLAGS...] [-- EXEC FLAGS...]
 # FLAGS go to both hetsim-exec and `hetsim lower` (e.g. --recompute full). Without `--`, hetsim-exec runs one
-# quiet step on the CPU backend at 32 tokens. With `--`, it runs with exactly EXEC FLAGS (which must say
-# --seq-len 32), its output shown: a gradient comparison (--compare-gradients) records the same first step,
-# so one run checks both the gradients and the operations.
+# quiet step on the CPU backend at 32 tokens, its ranks computing on all of the machine's cores. With `--`, it
+# runs with exactly EXEC FLAGS (which must say --seq-len 32), its output shown: a gradient comparison
+# (--compare-gradients) records the same first step, so one run checks both the gradients and the operations.
 set -euo pipefail
 mpiexec=$1 exe=$2 hetsim=$3 np=$4 out=$5 plan=$6
 shift 6
@@ -23,7 +23,7 @@ while (($#)); do
   flags+=("$1")
   shift
 done
-((quiet)) && exec_flags=(--backend cpu --warmup 0 --iterations 1 --seq-len 32)
+((quiet)) && exec_flags=(--backend cpu --cores "$(nproc)" --warmup 0 --iterations 1 --seq-len 32)
 mkdir -p "$out"
 name=$(basename "$plan" .yaml)
 executed="$out/$name-executed.txt" lowered="$out/$name-lowered.txt"

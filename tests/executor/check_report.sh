@@ -7,8 +7,8 @@ set -euo pipefail
 mpiexec=$1 exe=$2 np=$3 plan=$4 out=$5
 mkdir -p "$out"
 rm -f "$out/report.json" "$out/timeline.json"
-"$mpiexec" --oversubscribe -np "$np" "$exe" --plan "$plan" --backend cpu --warmup 1 --iterations 2 --seq-len 32 \
-  --report-out "$out/report.json" --timeline-out "$out/timeline.json"
+"$mpiexec" --oversubscribe -np "$np" "$exe" --plan "$plan" --backend cpu --cores "$(nproc)" --warmup 1 --iterations 2 \
+  --seq-len 32 --report-out "$out/report.json" --timeline-out "$out/timeline.json"
 fail() { echo "FAIL: $*"; exit 1; }
 grep -q '"kind": "iteration_report"' "$out/report.json" || fail "report kind"
 grep -q '"source": "executor"' "$out/report.json" || fail "report source"

@@ -12,7 +12,7 @@ grep -q '^zero_stage: 0' "$out/no-zero.yaml" || { echo "FAIL: $plan has no top-l
 for p in "$plan" "$out/no-zero.yaml"; do
   name=$(basename "$p" .yaml)
   "$mpiexec" --oversubscribe -np "$np" "$exe" --plan "$p" --backend cpu --warmup 0 --iterations 5 \
-    --seq-len 32 --loss-out "$out/$name.csv" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
+    --cores "$(nproc)" --seq-len 32 --loss-out "$out/$name.csv" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
 done
 if grep -q "^warning: zero_stage" "$out/$(basename "$plan" .yaml).log"; then echo "FAIL: ZeRO run in a simpler form"; exit 1; fi
 paste -d, "$out/$(basename "$plan" .yaml).csv" "$out/no-zero.csv" | awk -F, 'NR > 1 {
