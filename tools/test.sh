@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The README's second command (the fast tier): installs dependencies, builds once (preset ci: AddressSanitizer
-# and UBSan at -O1, warnings as errors, unity batches, the CUDA backend and its callers compiled but linked into
+# and UBSan at -Og, warnings as errors, unity batches, the CUDA backend and its callers compiled but linked into
 # nothing, no benchmarks) and runs the test suite on that build. The slow tier is left out: the executor's
 # multi-step training runs (label `slow`; the one-step gradient runs cover their code) and three search-scale
 # result checks (every baseline on every bundled cluster, Hetu's bounds against its unbounded search, the
 # exhaustive proof's bounds on a shared slow NIC), whose code the smaller planner tests run here. `--slow` runs
 # the slow tier instead: those tests on the release build, then every benchmark of tools/bench, the CPU twin's
 # timing rounds included (tens of minutes on two cores; speed and the twin's accuracy are benchmark results,
-# never test verdicts).
+# never test verdicts), then the documented numbers against the benchmarks' (tools/check_numbers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -21,7 +21,9 @@ case "${1:-}" in
     echo "== slow tests (release)"
     ctest --preset slow -j "$(nproc)"
     echo "== benchmarks (release)"
-    exec bash tools/bench
+    bash tools/bench | tee build/bench.txt
+    echo "== documented numbers against the benchmarks (docs/numbers.tsv)"
+    exec /usr/bin/python3 tools/check_numbers.py --bench build/bench.txt
     ;;
   *) echo "usage: tools/test.sh [--slow]" >&2; exit 2 ;;
 esac
