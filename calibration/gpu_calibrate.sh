@@ -27,18 +27,8 @@ echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 date -u +%Y-%m-%dT%H:%M:%SZ
 
-echo "== dependencies"
-dep=/opt/hetsim-dep
-mkdir -p "$dep"
-for d in "$dir"/deb/*.deb; do dpkg -x "$d" "$dep"; done
-nccl=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$dep/usr/lib/x86_64-linux-gnu:$dep/usr/lib/x86_64-linux-gnu/openmpi/lib:$dep/usr/lib:${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export OPAL_PREFIX="$dep/usr" PATH="$dir:$dep/usr/bin:$PATH"
-export PMIX_MCA_pcompress_base_silence_warning=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-for b in hetsim hetsim-exec hetsim-kernel-bench hetsim-coll-bench; do
-  chmod +x "$dir/$b"
-  ldd "$dir/$b" | grep "not found" && echo "$b: missing libraries"
-done
+binaries="hetsim hetsim-exec hetsim-kernel-bench hetsim-coll-bench"
+source calibration/gpu_env.sh
 # hetsim finds its sibling binaries and the plotting script next to itself.
 mkdir -p "$dir/tools" && ln -sfn "$PWD/tools/plot" "$dir/tools/plot"
 

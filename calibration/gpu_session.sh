@@ -24,19 +24,8 @@ grep PRETTY_NAME /etc/os-release
 nvcc --version 2>/dev/null | tail -2
 date -u +%Y-%m-%dT%H:%M:%SZ
 
-echo "== dependencies"
-dep=/opt/hetsim-dep
-mkdir -p "$dep"
-for d in "$dir"/deb/*.deb; do dpkg -x "$d" "$dep"; done
-nccl=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
-echo "NCCL: $nccl"
-export LD_LIBRARY_PATH="$dep/usr/lib/x86_64-linux-gnu:$dep/usr/lib/x86_64-linux-gnu/openmpi/lib:${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export OPAL_PREFIX="$dep/usr" PATH="$dep/usr/bin:$PATH"
-export PMIX_MCA_pcompress_base_silence_warning=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-for b in hetsim-exec hetsim-kernel-bench; do
-  chmod +x "$dir/$b"
-  ldd "$dir/$b" | grep "not found" && echo "$b: missing libraries"
-done
+binaries="hetsim-exec hetsim-kernel-bench"
+source calibration/gpu_env.sh
 work=$(mktemp -d)
 
 if [[ " $steps " == *" bench "* ]]; then

@@ -25,7 +25,6 @@
 #include <iostream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -49,14 +48,7 @@ using hetsim::executor::DType;
 namespace hm = hetsim::models;
 namespace po = boost::program_options;
 
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using hm::SplitList;
 
 struct Timing {
   double median_s = 0, min_s = 0;

@@ -61,6 +61,8 @@ class GpuCatalog {
 // Splits one CSV line; fields may be double-quoted (with "" for a quote). The catalog's gpus.csv and
 // validate-sim's run files read with it.
 std::vector<std::string> SplitCsv(const std::string& line);
+// A flag's comma-separated list, its empty items dropped: "a,b,,c" -> {a, b, c}.
+std::vector<std::string> SplitList(const std::string& s);
 // `s` without the spaces and tabs around it (a CSV cell as written by hand).
 std::string TrimBlanks(const std::string& s);
 // One CSV cell: `s` itself, or double-quoted (quotes doubled) when it holds a comma, quote or newline.

@@ -21,25 +21,17 @@ namespace models = hetsim::models;
 namespace planners = hetsim::planners;
 namespace proto = hetsim::proto;
 using hetsim::bench::Print;
+using hetsim::bench::AllOk;
 using hetsim::bench::CpuSeconds;
+using hetsim::bench::TrainingOf;
 
 int Run(const std::string& filter) {
   auto base = models::LoadCluster("autohet-4node");
   auto model = models::LoadModel("gpt3-6.7b");
-  if (!base.ok() || !model.ok()) {
-    std::fprintf(stderr, "%s\n", (!base.ok() ? base.status() : model.status()).message().c_str());
-    return 1;
-  }
-  proto::Training t;
-  t.set_global_batch_size(128);
-  t.set_seq_len(2048);
-  t.set_dtype(proto::DTYPE_BF16);
-  auto training = models::ResolveTraining(t, *model, "bench");
+  if (!AllOk(base, model)) return 1;
+  auto training = models::ResolveTraining(TrainingOf(128, 2048, proto::DTYPE_BF16), *model, "bench");
   auto planner = planners::CreatePlanner("autohet");
-  if (!training.ok() || !planner.ok()) {
-    std::fprintf(stderr, "%s\n", (!training.ok() ? training.status() : planner.status()).message().c_str());
-    return 1;
-  }
+  if (!AllOk(training, planner)) return 1;
   for (uint32_t gpus : {8u, 16u, 32u, 64u}) {
     const std::string tag = "autohet/" + std::to_string(gpus) + "gpu-a100-h800-h20-gpt3-6.7b";
     if (!filter.empty() && tag.find(filter) == std::string::npos) continue;
@@ -50,10 +42,7 @@ int Run(const std::string& filter) {
       node.set_count(gpus <= 32 ? 1 : gpus / 32);
     }
     auto cluster = models::Cluster::Build(spec, tag);
-    if (!cluster.ok()) {
-      std::fprintf(stderr, "%s\n", cluster.status().message().c_str());
-      return 1;
-    }
+    if (!AllOk(cluster)) return 1;
     const planners::PlanningProblem problem{*cluster, *model, *training};
     const auto start = std::chrono::steady_clock::now();
     const double cpu0 = CpuSeconds();

@@ -25,7 +25,9 @@ using hetsim::Result;
 namespace models = hetsim::models;
 namespace planners = hetsim::planners;
 namespace proto = hetsim::proto;
+using hetsim::bench::AllOk;
 using hetsim::bench::Print;
+using hetsim::bench::TrainingOf;
 
 struct Case {
   uint32_t gpus;
@@ -36,25 +38,12 @@ int Run(const std::string& filter) {
   const std::vector<Case> cases = {
       {64, 1, 2, 5, 1}, {128, 2, 2, 12, 1}, {240, 5, 6, 20, 2}, {320, 7, 6, 27, 3}};
   auto base = models::LoadCluster("hexiscale-240");
-  if (!base.ok()) {
-    std::fprintf(stderr, "%s\n", base.status().message().c_str());
-    return 1;
-  }
-  const proto::Cluster spec = base->spec();
   auto model = models::LoadModel("llama-30b");
-  if (!model.ok()) {
-    std::fprintf(stderr, "%s\n", model.status().message().c_str());
-    return 1;
-  }
-  proto::Training t;
-  t.set_global_batch_size(2048);
-  t.set_seq_len(2048);
-  t.set_recompute(proto::RECOMPUTE_FULL);
-  auto training = models::ResolveTraining(t, *model, "bench");
-  if (!training.ok()) {
-    std::fprintf(stderr, "%s\n", training.status().message().c_str());
-    return 1;
-  }
+  if (!AllOk(base, model)) return 1;
+  const proto::Cluster spec = base->spec();
+  auto training = models::ResolveTraining(
+      TrainingOf(2048, 2048, proto::DTYPE_UNSPECIFIED, proto::RECOMPUTE_FULL), *model, "bench");
+  if (!AllOk(training)) return 1;
   for (const Case& c : cases) {
     const std::string tag = "hexiscale/" + std::to_string(c.gpus) + "gpu";
     if (!filter.empty() && tag.find(filter) == std::string::npos) continue;
@@ -63,15 +52,8 @@ int Run(const std::string& filter) {
     for (int i = 0; i < 4 && i < s.nodes_size(); ++i) s.mutable_nodes(i)->set_count(counts[i]);
     s.set_name("hexiscale-bench-" + std::to_string(c.gpus));
     auto cluster = models::Cluster::Build(s, "bench");
-    if (!cluster.ok()) {
-      std::fprintf(stderr, "%s\n", cluster.status().message().c_str());
-      return 1;
-    }
     auto planner = planners::CreatePlanner("hexiscale");
-    if (!planner.ok()) {
-      std::fprintf(stderr, "%s\n", planner.status().message().c_str());
-      return 1;
-    }
+    if (!AllOk(cluster, planner)) return 1;
     const planners::PlanningProblem problem{*cluster, *model, *training};
     const auto start = std::chrono::steady_clock::now();
     const std::clock_t cpu_start = std::clock();

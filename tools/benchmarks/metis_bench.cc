@@ -37,8 +37,10 @@ namespace {
 namespace models = hetsim::models;
 namespace planners = hetsim::planners;
 namespace proto = hetsim::proto;
-using hetsim::bench::Print;
+using hetsim::bench::AllOk;
 using hetsim::bench::CpuSeconds;
+using hetsim::bench::Print;
+using hetsim::bench::TrainingOf;
 
 struct Case {
   uint32_t gpus;
@@ -58,21 +60,11 @@ int RunAnytime(const std::string& filter) {
   if (!filter.empty() && tag.find(filter) == std::string::npos) return 0;
   auto cluster = models::LoadCluster("hexiscale-240");
   auto model = models::LoadModel("llama-30b");
-  if (!cluster.ok() || !model.ok()) {
-    std::fprintf(stderr, "%s\n", (!cluster.ok() ? cluster.status() : model.status()).message().c_str());
-    return 1;
-  }
-  proto::Training t;
-  t.set_global_batch_size(256);
-  t.set_seq_len(2048);
-  t.set_dtype(proto::DTYPE_BF16);
-  t.set_recompute(proto::RECOMPUTE_FULL);
-  auto training = models::ResolveTraining(t, *model, "bench");
+  if (!AllOk(cluster, model)) return 1;
+  auto training = models::ResolveTraining(TrainingOf(256, 2048, proto::DTYPE_BF16, proto::RECOMPUTE_FULL), *model,
+                                          "bench");
   auto planner = planners::CreatePlanner("metis", "time_limit_s: 60", "bench");
-  if (!training.ok() || !planner.ok()) {
-    std::fprintf(stderr, "%s\n", (!training.ok() ? training.status() : planner.status()).message().c_str());
-    return 1;
-  }
+  if (!AllOk(training, planner)) return 1;
   const planners::PlanningProblem problem{*cluster, *model, *training};
   const auto start = std::chrono::steady_clock::now();
   const double cpu0 = CpuSeconds();
@@ -94,29 +86,16 @@ int RunAnytime(const std::string& filter) {
 int RunLarge(const std::string& filter) {
   auto base = models::LoadCluster("hetu-h800x16-h20x32");
   auto model = models::LoadModel("llama2-70b");
-  if (!base.ok() || !model.ok()) {
-    std::fprintf(stderr, "%s\n", (!base.ok() ? base.status() : model.status()).message().c_str());
-    return 1;
-  }
+  if (!AllOk(base, model)) return 1;
   constexpr uint32_t kGpus = 4096;
   proto::Cluster spec = base->spec();
   spec.set_name("metis-bench-h800-h20-" + std::to_string(kGpus));
   for (auto& node : *spec.mutable_nodes()) node.set_count(kGpus / 16);
   auto cluster = models::Cluster::Build(spec, "bench_metis");
-  proto::Training t;
-  t.set_global_batch_size(4 * kGpus);
-  t.set_seq_len(4096);
-  t.set_dtype(proto::DTYPE_BF16);
-  t.set_recompute(proto::RECOMPUTE_FULL);
-  auto training = models::ResolveTraining(t, *model, "bench");
+  auto training = models::ResolveTraining(TrainingOf(4 * kGpus, 4096, proto::DTYPE_BF16, proto::RECOMPUTE_FULL),
+                                          *model, "bench");
   auto planner = planners::CreatePlanner("metis", "", "bench");
-  if (!cluster.ok() || !training.ok() || !planner.ok()) {
-    std::fprintf(stderr, "%s\n",
-                 (!cluster.ok() ? cluster.status() : !training.ok() ? training.status() : planner.status())
-                     .message()
-                     .c_str());
-    return 1;
-  }
+  if (!AllOk(cluster, training, planner)) return 1;
   for (uint32_t alternatives : {0u, 3u}) {
     const std::string tag = "metis/" + std::to_string(kGpus) + "gpu-h800-h20-llama2-70b/threads1" +
                             (alternatives > 0 ? "/alternatives" + std::to_string(alternatives) : "");
@@ -143,10 +122,7 @@ int RunLarge(const std::string& filter) {
 int Run(const std::string& filter) {
   const std::vector<Case> cases = {{16, "gpt3-6.7b"}, {32, "gpt3-15b"}, {64, "gpt3-15b"}, {128, "gpt3-15b"}};
   auto base = models::LoadCluster("metis-uniform-t4-v100-32");
-  if (!base.ok()) {
-    std::fprintf(stderr, "%s\n", base.status().message().c_str());
-    return 1;
-  }
+  if (!AllOk(base)) return 1;
   // Every case on 1 and 2 threads, and on one thread with 3 runners-up asked (what `--refine 4`, the
   // default of `hetsim plan`, asks the planner for; the simulation of the candidates is not timed here).
   struct Variant {
@@ -164,24 +140,10 @@ int Run(const std::string& filter) {
       for (auto& node : *spec.mutable_nodes()) node.set_count(c.gpus / 8);
       auto cluster = models::Cluster::Build(spec, tag);
       auto model = models::LoadModel(c.model);
-      if (!cluster.ok() || !model.ok()) {
-        std::fprintf(stderr, "%s\n", (!cluster.ok() ? cluster.status() : model.status()).message().c_str());
-        return 1;
-      }
-      proto::Training t;
-      t.set_global_batch_size(128);
-      t.set_seq_len(1024);
-      t.set_dtype(proto::DTYPE_FP16);
-      auto training = models::ResolveTraining(t, *model, "bench");
-      if (!training.ok()) {
-        std::fprintf(stderr, "%s\n", training.status().message().c_str());
-        return 1;
-      }
+      if (!AllOk(cluster, model)) return 1;
+      auto training = models::ResolveTraining(TrainingOf(128, 1024, proto::DTYPE_FP16), *model, "bench");
       auto planner = planners::CreatePlanner("metis", "threads: " + std::to_string(threads), "bench");
-      if (!planner.ok()) {
-        std::fprintf(stderr, "%s\n", planner.status().message().c_str());
-        return 1;
-      }
+      if (!AllOk(training, planner)) return 1;
       planners::PlanningProblem problem{*cluster, *model, *training};
       problem.alternatives = v.alternatives;
       const auto start = std::chrono::steady_clock::now();

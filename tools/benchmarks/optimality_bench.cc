@@ -256,34 +256,18 @@ int main(int argc, char** argv) {
     }
   }
   auto model = models::LoadModel("gpt3-1.3b");
-  if (!model.ok()) {
-    std::cerr << model.status().message() << "\n";
-    return 1;
-  }
-  proto::Training t;
-  t.set_global_batch_size(32);
-  t.set_seq_len(1024);
-  t.set_dtype(proto::DTYPE_FP16);
-  auto training = models::ResolveTraining(t, *model, "bench training");
-  if (!training.ok()) {
-    std::cerr << training.status().message() << "\n";
-    return 1;
-  }
+  if (!bench::AllOk(model)) return 1;
+  auto training = models::ResolveTraining(bench::TrainingOf(32, 1024, proto::DTYPE_FP16), *model, "bench training");
+  if (!bench::AllOk(training)) return 1;
   std::vector<models::Cluster> clusters;
   for (const auto& name : kBundled) {
     auto c = models::LoadCluster(name);
-    if (!c.ok()) {
-      std::cerr << c.status().message() << "\n";
-      return 1;
-    }
+    if (!bench::AllOk(c)) return 1;
     clusters.push_back(std::move(c).value());
   }
   for (const char* yaml : {kLabBox, kRented, kOldMix, kPcieOnly, kL40sA10, kTwoVendors, kThreeGenerations}) {
     auto c = Inline(yaml);
-    if (!c.ok()) {
-      std::cerr << c.status().message() << "\n";
-      return 1;
-    }
+    if (!bench::AllOk(c)) return 1;
     clusters.push_back(std::move(c).value());
   }
   std::vector<std::string> names = planners::PlannerNames();

@@ -49,6 +49,7 @@ namespace {
 namespace models = hetsim::models;
 namespace planners = hetsim::planners;
 namespace proto = hetsim::proto;
+namespace bench = hetsim::bench;
 using hetsim::bench::Print;
 
 struct Config {
@@ -233,10 +234,7 @@ std::string Cell(const Outcome& o, double limit_s) {
 int Run(const Config& cfg) {
   auto base = models::LoadCluster("hetu-h800x16-h20x32");
   auto model = models::LoadModel("llama2-70b");
-  if (!base.ok() || !model.ok()) {
-    std::fprintf(stderr, "%s\n", (!base.ok() ? base.status() : model.status()).message().c_str());
-    return 1;
-  }
+  if (!bench::AllOk(base, model)) return 1;
   // Every registered planner but twin (it runs all of them; name it to measure it).
   std::vector<std::string> names = cfg.planners;
   if (names.empty()) {
@@ -257,20 +255,10 @@ int Run(const Config& cfg) {
         return 1;
       }
       auto cluster = ScaledCluster(base->spec(), gpus);
-      if (!cluster.ok()) {
-        std::fprintf(stderr, "%s\n", cluster.status().message().c_str());
-        return 1;
-      }
-      proto::Training t;
-      t.set_global_batch_size(cfg.batch_per_gpu * gpus);
-      t.set_seq_len(4096);
-      t.set_dtype(proto::DTYPE_BF16);
-      t.set_recompute(proto::RECOMPUTE_FULL);
-      auto training = models::ResolveTraining(t, *model, "bench_planner_scaling");
-      if (!training.ok()) {
-        std::fprintf(stderr, "%s\n", training.status().message().c_str());
-        return 1;
-      }
+      auto training = models::ResolveTraining(
+          bench::TrainingOf(cfg.batch_per_gpu * gpus, 4096, proto::DTYPE_BF16, proto::RECOMPUTE_FULL), *model,
+          "bench_planner_scaling");
+      if (!bench::AllOk(cluster, training)) return 1;
       const planners::PlanningProblem problem{*cluster, *model, *training};
       std::string options;
       if (name == "exhaustive") options = "time_limit_s: " + std::to_string(cfg.limit_s);

@@ -19,6 +19,7 @@
 #include "models/training.h"
 #include "models/yaml_proto.h"
 #include "planners/planner.h"
+#include "tools/benchmarks/bench_util.h"
 
 namespace {
 
@@ -51,24 +52,15 @@ int RunCase(const Case& c, const std::string& filter) {
   if (!any) return 0;
   auto cluster = models::LoadCluster(c.cluster);
   auto model = models::LoadModel(c.model);
-  if (!cluster.ok() || !model.ok()) {
-    std::cerr << (cluster.ok() ? model.status() : cluster.status()).message() << "\n";
-    return 1;
-  }
+  if (!bench::AllOk(cluster, model)) return 1;
   auto training = TrainingFor(*model, c.training);
-  if (!training.ok()) {
-    std::cerr << training.status().message() << "\n";
-    return 1;
-  }
+  if (!bench::AllOk(training)) return 1;
   const planners::PlanningProblem problem{*cluster, *model, *training};
   for (const auto& p : c.planners) {
     const std::string name = "plan." + p + "." + c.cluster + "." + c.model;
     if (!Wanted(name, filter)) continue;
     auto planner = planners::CreatePlanner(p, c.options, "bench options");
-    if (!planner.ok()) {
-      std::cerr << planner.status().message() << "\n";
-      return 1;
-    }
+    if (!bench::AllOk(planner)) return 1;
     const auto start = std::chrono::steady_clock::now();
     auto result = planners::RunPlanner(**planner, problem);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <string>
 
-#include "bench_util.h"
+#include "tools/benchmarks/bench_util.h"
 #include "calibration/validate_plan_runs.h"
 #include "calibration/validate_runs.h"
 
@@ -43,6 +43,13 @@ void PrintHalves(const std::string& name, const calibration::HalvesTally& r) {
   PrintTally(name + ".all", r.all);
 }
 
+// The runs of a set up to a sequence length (`NAME.up_to_LEN`).
+void PrintShorter(const std::string& name, uint32_t max_seq_len, const calibration::ErrorTally& shorter) {
+  const std::string sub = name + ".up_to_" + std::to_string(max_seq_len);
+  Print(sub + ".runs", shorter.count(), "runs");
+  PrintTally(sub, shorter);
+}
+
 // One set, read as validate-sim reads it: plan files under each plan's own calibration
 // (calibration/validate_plan_runs.h), else the columns layout (calibration/validate_runs.h) under
 // `calibration` (empty: the one rule). `max_seq_len` > 0 adds the runs up to that length (`NAME.up_to_LEN`).
@@ -60,6 +67,16 @@ void Set(const std::string& name, const std::string& path, const std::string& ca
     }
     PrintHalves(name, *rep);
     if (rep->peak_memory.count() > 0) PrintTally(name + ".peak_memory", rep->peak_memory);
+    if (max_seq_len > 0) {
+      calibration::ErrorTally shorter;
+      for (const auto& run : rep->runs) {
+        const auto len = run.cells.find("seq_len");
+        if (run.ok && len != run.cells.end() && std::stoul(len->second) <= max_seq_len) {
+          shorter.Add((run.simulated_ms - run.measured_ms) / run.measured_ms);
+        }
+      }
+      PrintShorter(name, max_seq_len, shorter);
+    }
     if (calibration.empty() && in_intervals) Count(rep->cover_held_out);
     return;
   }
@@ -77,9 +94,7 @@ void Set(const std::string& name, const std::string& path, const std::string& ca
     for (const auto& run : rep->runs) {
       if (run.ok && run.seq_len <= max_seq_len) shorter.Add(run.rel());
     }
-    const std::string sub = name + ".up_to_" + std::to_string(max_seq_len);
-    Print(sub + ".runs", shorter.count(), "runs");
-    PrintTally(sub, shorter);
+    PrintShorter(name, max_seq_len, shorter);
   }
   if (calibration.empty() && in_intervals) Count(rep->cover_held_out);
 }

@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
 
 #include "models/child_process.h"
 
@@ -31,13 +30,5 @@ Result<int> RunChild(const std::vector<std::string>& argv, const std::string& lo
 
 std::string FindPlotDir() { return models::PlotDir(); }
 
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
 
 }  // namespace hetsim::cli

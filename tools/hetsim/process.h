@@ -26,8 +26,6 @@ Result<int> RunChild(const std::vector<std::string>& argv, const std::string& lo
 // "tools/plot".
 std::string FindPlotDir();
 
-// "a,b,,c" -> {a, b, c}.
-std::vector<std::string> SplitList(const std::string& s);
 
 
 }  // namespace hetsim::cli

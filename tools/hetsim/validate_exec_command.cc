@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "calibration/validate_exec.h"
+#include "models/gpu_catalog.h"
 #include "models/kernels.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
@@ -108,7 +109,7 @@ int RunValidateExecutor(const po::variables_map& vm, std::ostream& out, std::ost
   const double tolerance = vm.count("tolerance") ? vm["tolerance"].as<double>() : 0;
 
   // The plans as their files say (a plan that does not load is counted and its reason printed).
-  const auto refs = SplitList(FlagString(vm, "plans"));
+  const auto refs = models::SplitList(FlagString(vm, "plans"));
   std::vector<std::unique_ptr<Specs>> specs;
   std::vector<calibration::ExecPlan> plans;
   int failed = 0;
