@@ -2,10 +2,12 @@
 # The README's second command (the fast tier): installs dependencies, builds once (preset ci: AddressSanitizer
 # and UBSan at -Og, warnings as errors, unity batches, the CUDA backend and its callers compiled but linked into
 # nothing, no benchmarks) and runs the test suite on that build. The slow tier is left out: the executor's
-# multi-step training runs (label `slow`; the one-step gradient runs cover their code) and three search-scale
-# result checks (every baseline on every bundled cluster, Hetu's bounds against its unbounded search, the
-# exhaustive proof's bounds on a shared slow NIC), whose code the smaller planner tests run here. `--slow` runs
-# the slow tier instead: those tests on the release build, then every benchmark of tools/bench, the CPU twin's
+# multi-step training runs (label `slow`; the one-step gradient runs cover their code) and seven checks of long
+# searches' results (every baseline on every bundled cluster; Hetu's bounds against its unbounded search; the
+# exhaustive proof against every plan of its space, also on a shared slow NIC; exhaustive against every
+# baseline on random clusters, its estimate of its own plan, HetHub's gap to it: 10-30 s each under the
+# sanitizers), whose code the smaller planner tests run here (CMakePresets.json, test presets ci and slow).
+# `--slow` runs the slow tier instead: those tests on the release build, then every benchmark of tools/bench, the CPU twin's
 # timing rounds included (tens of minutes on two cores; speed and the twin's accuracy are benchmark results,
 # never test verdicts), then the documented numbers against the benchmarks' (tools/check_numbers.py).
 set -euo pipefail

@@ -43,60 +43,49 @@ void PrintHalves(const std::string& name, const calibration::HalvesTally& r) {
   PrintTally(name + ".all", r.all);
 }
 
-// The runs of a set up to a sequence length (`NAME.up_to_LEN`).
-void PrintShorter(const std::string& name, uint32_t max_seq_len, const calibration::ErrorTally& shorter) {
-  const std::string sub = name + ".up_to_" + std::to_string(max_seq_len);
-  Print(sub + ".runs", shorter.count(), "runs");
-  PrintTally(sub, shorter);
+// What every set prints: its halves, the runs up to `max_seq_len` (> 0: `NAME.up_to_LEN`), and its held-out
+// coverage added to the total when `count`. `seq_len_of(run)`: the run's sequence length.
+template <typename Report, typename SeqLenOf>
+void PrintSet(const std::string& name, const Report& rep, uint32_t max_seq_len, bool count, SeqLenOf seq_len_of) {
+  PrintHalves(name, rep);
+  if (max_seq_len > 0) {
+    calibration::ErrorTally shorter;
+    for (const auto& run : rep.runs) {
+      if (run.ok && seq_len_of(run) <= max_seq_len) shorter.Add((run.simulated_ms - run.measured_ms) / run.measured_ms);
+    }
+    const std::string sub = name + ".up_to_" + std::to_string(max_seq_len);
+    Print(sub + ".runs", shorter.count(), "runs");
+    PrintTally(sub, shorter);
+  }
+  if (count) Count(rep.cover_held_out);
 }
 
 // One set, read as validate-sim reads it: plan files under each plan's own calibration
 // (calibration/validate_plan_runs.h), else the columns layout (calibration/validate_runs.h) under
-// `calibration` (empty: the one rule). `max_seq_len` > 0 adds the runs up to that length (`NAME.up_to_LEN`).
-// Sets the prediction intervals were built from (`in_intervals`) add their held-out coverage to the total.
+// `calibration` (empty: the one rule). Sets the prediction intervals were built from (`in_intervals`) add
+// their held-out coverage to the total.
 void Set(const std::string& name, const std::string& path, const std::string& calibration, const std::string& filter,
          uint32_t max_seq_len = 0, bool in_intervals = true) {
   if (!filter.empty() && name.find(filter) == std::string::npos) return;
+  const bool count = calibration.empty() && in_intervals;
   if (calibration::IsPlanRunsCsv(path)) {
     calibration::PlanRunsOptions options;
     options.calibration = calibration;
     auto rep = calibration::ValidatePlanRuns(path, options);
-    if (!rep.ok()) {
-      std::fprintf(stderr, "%s: %s\n", name.c_str(), rep.status().message().c_str());
-      return;
-    }
-    PrintHalves(name, *rep);
+    if (!bench::AllOk(rep)) return;
+    PrintSet(name, *rep, max_seq_len, count, [](const calibration::PlanRun& run) {
+      const auto len = run.cells.find("seq_len");
+      return len == run.cells.end() ? 0ul : std::stoul(len->second);
+    });
     if (rep->peak_memory.count() > 0) PrintTally(name + ".peak_memory", rep->peak_memory);
-    if (max_seq_len > 0) {
-      calibration::ErrorTally shorter;
-      for (const auto& run : rep->runs) {
-        const auto len = run.cells.find("seq_len");
-        if (run.ok && len != run.cells.end() && std::stoul(len->second) <= max_seq_len) {
-          shorter.Add((run.simulated_ms - run.measured_ms) / run.measured_ms);
-        }
-      }
-      PrintShorter(name, max_seq_len, shorter);
-    }
-    if (calibration.empty() && in_intervals) Count(rep->cover_held_out);
     return;
   }
   calibration::ValidationOptions options;
   options.calibration = calibration;
   auto rep = calibration::ValidateRuns(path, options);
-  if (!rep.ok()) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(), rep.status().message().c_str());
-    return;
-  }
-  PrintHalves(name, *rep);
+  if (!bench::AllOk(rep)) return;
+  PrintSet(name, *rep, max_seq_len, count, [](const calibration::MeasuredRun& run) { return run.seq_len; });
   for (const auto& [key, tally] : rep->by_configuration) PrintTally(name + ".by." + key, tally);
-  if (max_seq_len > 0) {
-    calibration::ErrorTally shorter;
-    for (const auto& run : rep->runs) {
-      if (run.ok && run.seq_len <= max_seq_len) shorter.Add(run.rel());
-    }
-    PrintShorter(name, max_seq_len, shorter);
-  }
-  if (calibration.empty() && in_intervals) Count(rep->cover_held_out);
 }
 
 }  // namespace
