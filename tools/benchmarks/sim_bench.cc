@@ -19,6 +19,7 @@
 #include <functional>
 #include <string>
 
+#include "models/gpu_catalog.h"
 #include "models/spec_io.h"
 #include "models/transformer.h"
 #include "models/training.h"
@@ -378,6 +379,13 @@ int main(int argc, char** argv) {
   // layer's TP collective and every ring step played, nothing folded), the reference of the default level.
   const bool full_reference = argc > 2 && std::string(argv[2]) == "--full";
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  // What is bundled (README's counts): GPU types, clusters, models.
+  if (want("catalog.")) {
+    Line("catalog.gpu_types", static_cast<double>(models::GpuCatalog::Bundled().gpus().size()), "types");
+    Line("catalog.clusters", static_cast<double>(models::BundledNames(models::SpecKind::kCluster).size()), "specs");
+    Line("catalog.models", static_cast<double>(models::BundledNames(models::SpecKind::kModel).size()), "specs");
+  }
 
   if (want("sim.hexiscale240")) {
     auto cluster = std::move(models::LoadCluster("hexiscale-240")).value();
