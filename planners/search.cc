@@ -362,20 +362,23 @@ class BlockSplit {
 
   // Whether the caps leave no split at all.
   bool Empty() const { return empty_; }
-  uint32_t Stages() const { return S_; }
   double Value(uint32_t s, uint32_t n) const { return fixed_[s] + n * per_block_[s]; }
+
+  // Whether every time is finite and non-negative (what the greedy search needs).
+  bool Finite() const {
+    for (uint32_t s = 0; s < S_; ++s) {
+      if (!std::isfinite(fixed_[s]) || !std::isfinite(per_block_[s]) || fixed_[s] < 0 || per_block_[s] < 0) {
+        return false;
+      }
+    }
+    return true;
+  }
 
   // Largest block count of stage s whose time stays within T (−1 when even lo[s] exceeds it).
   int64_t Cap(uint32_t s, double T) const {
-    const double c = per_block_[s];
     const double limit = T * (1 + kTol) + 1e-300;
-    if (fixed_[s] + lo_[s] * c > limit) return -1;
-    if (c <= 0) return hi_[s];
-    int64_t n = static_cast<int64_t>(std::floor((T - fixed_[s]) / c));
-    n = std::clamp<int64_t>(n, lo_[s], hi_[s]);
-    while (n < hi_[s] && fixed_[s] + (n + 1) * c <= limit) ++n;
-    while (n > lo_[s] && fixed_[s] + n * c > limit) --n;
-    return n;
+    if (Value(s, lo_[s]) > limit) return -1;
+    return per_block_[s] <= 0 ? hi_[s] : LargestWithin(s, limit);
   }
 
   // Whether every stage within T holds the blocks.
@@ -437,16 +440,11 @@ class BlockSplit {
     const double floor_t = (tg - 1e-300) / (1 + kTol) * (1 - 4 * kTol);
     std::vector<double> near;
     for (uint32_t s = 0; s < S_; ++s) {
-      const double c = per_block_[s];
-      if (c <= 0) {
+      if (per_block_[s] <= 0) {
         if (Value(s, lo_[s]) <= tg && Value(s, lo_[s]) >= floor_t) near.push_back(Value(s, lo_[s]));
         continue;
       }
-      int64_t k = static_cast<int64_t>(std::floor((tg - fixed_[s]) / c));
-      k = std::clamp<int64_t>(k, lo_[s], hi_[s]);
-      while (k < hi_[s] && Value(s, static_cast<uint32_t>(k + 1)) <= tg) ++k;
-      while (k > lo_[s] && Value(s, static_cast<uint32_t>(k)) > tg) --k;
-      for (; k >= lo_[s] && Value(s, static_cast<uint32_t>(k)) >= floor_t; --k) {
+      for (int64_t k = LargestWithin(s, tg); k >= lo_[s] && Value(s, static_cast<uint32_t>(k)) >= floor_t; --k) {
         if (Value(s, static_cast<uint32_t>(k)) <= tg) near.push_back(Value(s, static_cast<uint32_t>(k)));
       }
     }
@@ -482,6 +480,16 @@ class BlockSplit {
 
  private:
   static constexpr double kTol = 1e-12;
+
+  // Largest block count of stage s (per_block > 0) in [lo, hi] whose time stays within `limit`; lo when none.
+  int64_t LargestWithin(uint32_t s, double limit) const {
+    int64_t n = static_cast<int64_t>(std::floor((limit - fixed_[s]) / per_block_[s]));
+    n = std::clamp<int64_t>(n, lo_[s], hi_[s]);
+    while (n < hi_[s] && Value(s, static_cast<uint32_t>(n + 1)) <= limit) ++n;
+    while (n > lo_[s] && Value(s, static_cast<uint32_t>(n)) > limit) --n;
+    return n;
+  }
+
   uint32_t blocks_, S_;
   const std::vector<double>& fixed_;
   const std::vector<double>& per_block_;
@@ -495,33 +503,31 @@ bool Valid(const std::vector<double>& fixed_s, const std::vector<double>& per_bl
   return !fixed_s.empty() && per_block_s.size() == fixed_s.size() && max_blocks.size() == fixed_s.size();
 }
 
+// The split; the least largest stage time found by the greedy search where `greedy` and the times allow it,
+// else by sorting.
+std::optional<LayerRanges> Balance(uint32_t blocks, const std::vector<double>& fixed_s,
+                                   const std::vector<double>& per_block_s, const std::vector<uint32_t>& max_blocks,
+                                   bool greedy) {
+  if (!Valid(fixed_s, per_block_s, max_blocks)) return std::nullopt;
+  const BlockSplit split(blocks, fixed_s, per_block_s, max_blocks);
+  if (split.Empty()) return std::nullopt;
+  const std::optional<double> T = greedy && split.Finite() ? split.LeastTimeByGreedy() : split.LeastTimeBySorting();
+  if (!T) return std::nullopt;
+  return split.Fill(*T);
+}
+
 }  // namespace
 
 std::optional<LayerRanges> BalanceBlocks(uint32_t blocks, const std::vector<double>& fixed_s,
                                          const std::vector<double>& per_block_s,
                                          const std::vector<uint32_t>& max_blocks) {
-  if (!Valid(fixed_s, per_block_s, max_blocks)) return std::nullopt;
-  const BlockSplit split(blocks, fixed_s, per_block_s, max_blocks);
-  if (split.Empty()) return std::nullopt;
-  bool finite = true;
-  for (uint32_t s = 0; s < split.Stages(); ++s) {
-    finite = finite && std::isfinite(fixed_s[s]) && std::isfinite(per_block_s[s]) && fixed_s[s] >= 0 &&
-             per_block_s[s] >= 0;
-  }
-  const std::optional<double> T = finite ? split.LeastTimeByGreedy() : split.LeastTimeBySorting();
-  if (!T) return std::nullopt;
-  return split.Fill(*T);
+  return Balance(blocks, fixed_s, per_block_s, max_blocks, true);
 }
 
 std::optional<LayerRanges> BalanceBlocksBySorting(uint32_t blocks, const std::vector<double>& fixed_s,
                                                   const std::vector<double>& per_block_s,
                                                   const std::vector<uint32_t>& max_blocks) {
-  if (!Valid(fixed_s, per_block_s, max_blocks)) return std::nullopt;
-  const BlockSplit split(blocks, fixed_s, per_block_s, max_blocks);
-  if (split.Empty()) return std::nullopt;
-  const std::optional<double> T = split.LeastTimeBySorting();
-  if (!T) return std::nullopt;
-  return split.Fill(*T);
+  return Balance(blocks, fixed_s, per_block_s, max_blocks, false);
 }
 
 // ---- batch -----------------------------------------------------------------------------------------
