@@ -34,10 +34,10 @@ std::vector<double> CategorySeconds(const std::vector<TimedSlice>& slices, bool 
   std::vector<double> s(kNumCategories, 0.0);
   for (const auto& sl : slices) s[static_cast<size_t>(sl.category)] += sl.end_s - sl.begin_s;
   if (exclusive) {
-    // TP collectives, CP's ring and Ulysses' all-to-alls run inside a forward or backward slice: attribute
+    // TP collectives, CP's ring, Ulysses' and EP's all-to-alls run inside a forward or backward slice: attribute
     // them to communication only.
     for (const auto& sl : slices) {
-      if (sl.category != Category::kTp && sl.category != Category::kCp) continue;
+      if (sl.category != Category::kTp && sl.category != Category::kCp && sl.category != Category::kEp) continue;
       for (const auto& outer : slices) {
         if ((outer.category == Category::kForward || outer.category == Category::kBackward) &&
             outer.begin_s <= sl.begin_s && sl.end_s <= outer.end_s) {
@@ -101,8 +101,9 @@ models::IterationMeasure MeasureIteration(const ReportContext& ctx, const std::v
     dm.dp_s = avg(Category::kDp);
     dm.zero_s = avg(Category::kZero);
     dm.cp_s = avg(Category::kCp);
+    dm.ep_s = avg(Category::kEp);
     dm.pipeline_end_s = pipeline_end / n;
-    dm.comm_in_phase_s = dm.tp_s + dm.pp_s + dm.cp_s;  // the gradient sync comes after the last backward pass
+    dm.comm_in_phase_s = dm.tp_s + dm.pp_s + dm.cp_s + dm.ep_s;  // the gradient sync comes after the last backward pass
     dm.peak_memory_gib = d.peak_memory_bytes / gib;
     dm.capacity_gib = ctx.cluster.device(role.device).gpu->memory_gib;
     m.devices.push_back(std::move(dm));

@@ -33,6 +33,9 @@ bool ComputeCost::TpIncludedInProfile(const GpuSpec& gpu, uint32_t layer, uint32
 size_t ComputeCost::KeyHash::operator()(const Key& k) const {
   size_t h = std::hash<const void*>()(k.gpu);
   h = h * 31 + static_cast<size_t>(k.kind);
+  h = h * 31 + k.block_class;
+  h = h * 31 + k.experts.ep * 64 + k.experts.etp;
+  h = h * 31 + std::hash<double>()(k.experts.imbalance);
   h = h * 31 + k.tp;
   h = h * 31 + std::hash<double>()(k.micro_batch);
   h = h * 31 + static_cast<size_t>(k.pass);
@@ -40,7 +43,7 @@ size_t ComputeCost::KeyHash::operator()(const Key& k) const {
 }
 
 double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                                Pass pass, SequenceSharding shard) const {
+                                Pass pass, SequenceSharding shard, const ExpertSharding& experts) const {
   if (options_.model == ComputeModel::kTokenEfficiency) {
     // CP and Ulysses split a layer's FLOPs evenly (load-balanced causal chunks; whole heads).
     const double ways = shard.ways();
@@ -52,7 +55,9 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
     const double tokens = micro_batch * training_.seq_len() / (tp * ways);
     return flops / (peak * Efficiency(tokens));
   }
-  const Key key{&gpu, model_.kind(layer), tp, micro_batch, pass, shard};
+  const bool moe = model_.IsMoe(layer);
+  const Key key{&gpu, model_.kind(layer), model_.BlockClass(layer), tp, micro_batch, pass, shard,
+                moe ? experts : ExpertSharding{}};
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(key);
@@ -65,6 +70,7 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
   shape.dtype = training_.dtype();
   shape.attention = training_.attention();
   shape.shard = shard;
+  shape.experts = key.experts;
   const double t =
       TimeKernels(LayerKernels(model_, layer, pass, shape), gpu, KernelParamsFor(gpu, options_.calibration), training_.dtype()).seconds();
   std::lock_guard<std::mutex> lock(cache_mu_);
@@ -84,25 +90,26 @@ double ComputeCost::OverheadSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t
 }
 
 double ComputeCost::ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                                   SequenceSharding shard) const {
+                                   SequenceSharding shard, const ExpertSharding& experts) const {
   if (micro_batch <= 0) return 0;
   const double overhead = OverheadSeconds(gpu, layer, tp, micro_batch, /*backward=*/false, shard);
   if (auto p = Profiled(gpu, layer, tp, micro_batch, shard)) return p->forward_s + overhead;
-  return PassSeconds(gpu, layer, tp, micro_batch, Pass::kForward, shard) + overhead;
+  return PassSeconds(gpu, layer, tp, micro_batch, Pass::kForward, shard, experts) + overhead;
 }
 
 double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                                    proto::Recompute recompute, SequenceSharding shard) const {
+                                    proto::Recompute recompute, SequenceSharding shard,
+                                    const ExpertSharding& experts) const {
   if (micro_batch <= 0) return 0;
   if (recompute == proto::RECOMPUTE_UNSPECIFIED) recompute = training_.recompute();
   // Recomputation repeats the layer's forward pass, not the per-micro-batch overhead.
-  const double fwd = ForwardSeconds(gpu, layer, tp, micro_batch, shard) -
+  const double fwd = ForwardSeconds(gpu, layer, tp, micro_batch, shard, experts) -
                      OverheadSeconds(gpu, layer, tp, micro_batch, /*backward=*/false, shard);
   double bwd = OverheadSeconds(gpu, layer, tp, micro_batch, /*backward=*/true, shard);
   if (auto p = Profiled(gpu, layer, tp, micro_batch, shard)) {
     bwd += p->backward_s;
   } else {
-    bwd += PassSeconds(gpu, layer, tp, micro_batch, Pass::kBackward, shard);
+    bwd += PassSeconds(gpu, layer, tp, micro_batch, Pass::kBackward, shard, experts);
   }
   if (model_.kind(layer) != LayerKind::kTransformer) return bwd;
   if (recompute == proto::RECOMPUTE_FULL) return bwd + fwd;

@@ -59,11 +59,13 @@ class ComputeCost {
   // `shard`: context parallelism / Ulysses (each rank computes seq_len / ways tokens and its share of
   // the attention); measured profiles are taken at the whole sequence, so a sharded pass always uses the
   // configured model.
+  // `experts`: an MoE layer's expert layout on the rank (plan.h StageExperts; dense layers ignore it).
   double ForwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                        SequenceSharding shard = {}) const;
+                        SequenceSharding shard = {}, const ExpertSharding& experts = {}) const;
   // Includes recomputation per the training spec (or `recompute` when given).
   double BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
-                         proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED, SequenceSharding shard = {}) const;
+                         proto::Recompute recompute = proto::RECOMPUTE_UNSPECIFIED, SequenceSharding shard = {},
+                         const ExpertSharding& experts = {}) const;
   // The optimizer step over `params` parameters held by one device: the profiled seconds per parameter
   // when a profile of this GPU and model has optimizer_s (OptimizerProfiled), else a memory-bound pass of
   // optimizer_bytes_per_param bytes per parameter through HBM.
@@ -107,17 +109,19 @@ class ComputeCost {
   std::optional<double> OptimizerSecondsPerParam(const GpuSpec& gpu) const;
   // One pass of `layer` without recomputation, by the configured model.
   double PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch, Pass pass,
-                     SequenceSharding shard) const;
+                     SequenceSharding shard, const ExpertSharding& experts = {}) const;
   struct Key {
     const GpuSpec* gpu;
     LayerKind kind;
+    uint32_t block_class;  // TransformerModel::BlockClass: blocks of one class cost the same
     uint32_t tp;
     double micro_batch;
     Pass pass;
     SequenceSharding shard;
+    ExpertSharding experts;
     bool operator==(const Key& o) const {
-      return gpu == o.gpu && kind == o.kind && tp == o.tp && micro_batch == o.micro_batch && pass == o.pass &&
-             shard == o.shard;
+      return gpu == o.gpu && kind == o.kind && block_class == o.block_class && tp == o.tp &&
+             micro_batch == o.micro_batch && pass == o.pass && shard == o.shard && experts == o.experts;
     }
   };
   struct KeyHash {

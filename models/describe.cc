@@ -150,6 +150,40 @@ std::string DescribeModel(const TransformerModel& m) {
     << s.num_attention_heads() << " heads (" << m.kv_heads() << " kv), vocab " << s.vocab_size() << ", max seq "
     << s.max_seq_len() << ", " << EnumValueYamlName(proto::Model::Mlp_descriptor()->FindValueByNumber(s.mlp())) << ", "
     << EnumValueYamlName(proto::Model::Norm_descriptor()->FindValueByNumber(s.norm())) << "\n";
+  if (s.has_moe()) {
+    const auto& e = s.moe();
+    const bool excl = s.published_active_excludes_embedding();
+    o << "  active per token: " << Fmt("%.3f", m.TotalActiveParams(true) / 1e9) << " B ("
+      << Fmt("%.3f", m.TotalActiveParams(false) / 1e9) << " B without the embedding table)";
+    if (s.published_active_params_billion() > 0) {
+      o << "; published " << Fmt("%g", s.published_active_params_billion()) << " B"
+        << (excl ? " without the embedding" : " with the embedding");
+    }
+    uint32_t moe_layers = 0;
+    for (uint32_t l = 1; l <= s.num_layers(); ++l) moe_layers += m.IsMoe(l) ? 1 : 0;
+    o << "\n  MoE: " << moe_layers << " of " << s.num_layers() << " blocks, " << e.num_experts() << " experts (top-"
+      << e.top_k() << ", width " << e.expert_ffn_hidden_size() << ")";
+    if (e.num_shared_experts() > 0) o << " + " << e.num_shared_experts() << " shared";
+    o << ", router " << (e.router() == proto::MoE::ROUTER_SIGMOID ? "sigmoid" : "softmax");
+    if (e.mtp_modules() > 0) {
+      o << "; " << e.mtp_modules() << " multi-token-prediction module(s): +" << Fmt("%.3f", m.MtpParams() / 1e9)
+        << " B";
+    }
+    o << "\n";
+  }
+  if (s.has_mla()) {
+    const auto& a = s.mla();
+    o << "  attention: MLA (q latent " << a.q_lora_rank() << ", kv latent " << a.kv_lora_rank() << ", head dims "
+      << a.qk_nope_head_dim() << "+" << a.qk_rope_head_dim() << " / v " << a.v_head_dim() << ")\n";
+  } else if (s.head_dim() > 0 || s.sliding_window() > 0) {
+    o << "  attention: head dim " << m.head_dim();
+    if (s.sliding_window() > 0) {
+      o << ", " << s.sliding_window() << "-token window in 1 of every " << std::max(1u, s.sliding_window_every())
+        << " blocks";
+    }
+    if (s.attention_sinks()) o << ", sinks";
+    o << "\n";
+  }
   return o.str();
 }
 

@@ -44,13 +44,14 @@ proto::IterationReport BuildIterationReport(const IterationMeasure& m, const Clu
     dr->set_pipeline(d.pipeline);
     dr->set_stage(d.stage);
     dr->set_compute_s(d.compute_s);
-    const double comm = d.tp_s + d.pp_s + d.dp_s + d.zero_s + d.cp_s;
+    const double comm = d.tp_s + d.pp_s + d.dp_s + d.zero_s + d.cp_s + d.ep_s;
     dr->set_communication_s(comm);
     dr->set_idle_s(std::max(0.0, T - d.compute_s - comm));
     dr->set_tp_communication_s(d.tp_s);
     dr->set_pp_communication_s(d.pp_s);
     dr->set_dp_communication_s(d.dp_s + d.zero_s);
     dr->set_cp_communication_s(d.cp_s);
+    dr->set_ep_communication_s(d.ep_s);
     dr->set_peak_memory_gib(d.peak_memory_gib);
     dr->set_capacity_gib(d.capacity_gib);
     const bool oom = d.peak_memory_gib > d.capacity_gib;

@@ -36,6 +36,7 @@ struct DeviceMeasure {
   double dp_s = 0;
   double zero_s = 0;
   double cp_s = 0;            // context-parallel ring and Ulysses all-to-all
+  double ep_s = 0;            // expert parallelism's dispatch and combine
   double pipeline_end_s = 0;  // end of the device's last forward/backward compute
   double comm_in_phase_s = 0; // communication and waiting inside collectives before then (not a bubble)
   double peak_memory_gib = 0;

@@ -339,6 +339,68 @@ const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calib
   return it->second;
 }
 
+namespace {
+
+// An MoE layer's MLP part on one rank (docs/moe.md), as Megatron-Core's MoELayer runs it with the alltoall
+// dispatcher and grouped GEMMs (TEGroupedMLP): the router's h x E GEMM and its top-k over the rank's
+// sequence shard (bs / tp tokens), the permutation of the top_k copies of each token into expert order
+// (read and write), the shared experts (a TP-split MLP beside them), then on the experts' side the tokens
+// this rank receives — top_k · bs / tp · imbalance of them (the busiest rank of the EP group, every rank's
+// time), times etp under expert TP, whose all-gather gave each rank its group's tokens — through the
+// E / ep local experts' grouped GEMMs (one GEMM per expert of tokens / (E/ep) rows, their tiles quantised
+// together in waves), the activation, and the un-permutation weighted by the routing probabilities.
+// Under FP8 the grouped GEMMs run in FP8 with their inputs cast as a block linear's are.
+template <class Linear, class Gemm, class Mem>
+void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& shape, double bs, Linear&& linear,
+                Gemm&& gemm, Mem&& mem, std::vector<Kernel>& out) {
+  const auto& spec = model.spec();
+  const auto& moe = spec.moe();
+  const bool fwd = pass == Pass::kForward;
+  const double e = DTypeBytes(shape.dtype), h = spec.hidden_size(), t = shape.tp;
+  const bool swiglu = spec.mlp() == proto::Model::MLP_SWIGLU;
+  const double experts = moe.num_experts(), k = moe.top_k();
+  const double ep = std::max(1u, shape.experts.ep), etp = std::max(1u, shape.experts.etp);
+  const double tokens = bs / t;  // the rank's sequence shard
+  // Router: logits GEMM, then softmax/sigmoid, top-k and the probabilities (fp32, a few passes over E).
+  if (fwd) {
+    gemm("router", tokens, experts, h);
+    mem("router-topk", 4 * tokens * experts * 4);
+  } else {
+    gemm("router-dgrad", tokens, h, experts);
+    gemm("router-wgrad", h, experts, tokens);
+    mem("router-topk-grad", 3 * tokens * experts * 4);
+  }
+  mem(fwd ? "permute" : "permute-grad", 2 * k * tokens * h * e);
+  const double shared = model.SharedExpertWidth() / t;
+  if (shared > 0) {
+    linear("shared-in", "shared-in-dgrad", "shared-in-wgrad", bs, (swiglu ? 2 : 1) * shared, h, true);
+    mem(fwd ? "shared-activation" : "shared-activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * bs * shared * e);
+    linear("shared-out", "shared-out-dgrad", "shared-out-wgrad", bs, h, shared);
+  }
+  const double local = std::max(1.0, experts / ep);
+  const double received = k * tokens * std::max(1.0, shape.experts.imbalance) * etp;
+  const double rows = received / local, fe = moe.expert_ffn_hidden_size() / etp;
+  const double fc1 = (swiglu ? 2 : 1) * fe;
+  const bool fp8 = shape.dtype == proto::DTYPE_FP8;
+  const auto grouped = [&](const char* f, const char* dg, const char* wg, double n, double kk) {
+    if (fp8) mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", 4 * received * (fwd ? kk : n));
+    const size_t first = out.size();
+    if (fwd) {
+      gemm(f, rows, n, kk, local);
+    } else {
+      gemm(dg, rows, kk, n, local);
+      gemm(wg, n, kk, rows, local);
+    }
+    for (size_t i = first; i < out.size(); ++i) out[i].block_linear = true;
+  };
+  grouped("experts-fc1", "experts-fc1-dgrad", "experts-fc1-wgrad", fc1, h);
+  mem(fwd ? "experts-activation" : "experts-activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * received * fe * e);
+  grouped("experts-fc2", "experts-fc2-dgrad", "experts-fc2-wgrad", h, fe);
+  mem(fwd ? "unpermute" : "unpermute-grad", (fwd ? 2 : 3) * k * tokens * h * e);
+}
+
+}  // namespace
+
 std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, Pass pass, const KernelShape& shape) {
   const auto& spec = model.spec();
   const double e = DTypeBytes(shape.dtype);
@@ -409,14 +471,32 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   }
   const double heads = spec.num_attention_heads() / t;
   const double hd = model.head_dim();
-  const double qkv = (spec.num_attention_heads() + 2.0 * model.kv_heads()) * hd / t;
+  const double qkv = model.spec().has_mla() ? 0 : (model.QueryWidth() + 2.0 * model.kv_heads() * hd) / t;
   const double ffn = spec.ffn_hidden_size() / t;
   const bool swiglu = spec.mlp() == proto::Model::MLP_SWIGLU;
   const bool standard = shape.attention == proto::ATTENTION_STANDARD;
   const double scores = b * heads * s * s;  // elements of one score matrix set
 
   mem(fwd ? "norm1" : "norm1-grad", (fwd ? 2 : 3) * bs * h * e);
-  linear("qkv", "qkv-dgrad", "qkv-wgrad", bs, qkv, h, /*norm_casts_input=*/true);
+  if (spec.has_mla()) {
+    // DeepSeek-V3 §2.1.1 as Megatron-Core's MLASelfAttention runs it: the down projections to the latents
+    // (replicated over TP), their RMSNorms, the up projections to the heads (column-parallel).
+    const auto& m = spec.mla();
+    const double ql = m.q_lora_rank(), kvl = m.kv_lora_rank(), rope = m.qk_rope_head_dim();
+    const double heads_all = spec.num_attention_heads();
+    if (ql > 0) {
+      linear("q-down", "q-down-dgrad", "q-down-wgrad", bs, ql, h, /*norm_casts_input=*/true);
+      mem(fwd ? "q-latent-norm" : "q-latent-norm-grad", (fwd ? 2 : 3) * bs * ql * e);
+    }
+    linear("q-up", "q-up-dgrad", "q-up-wgrad", bs, model.QueryWidth() / t, ql > 0 ? ql : h);
+    linear("kv-down", "kv-down-dgrad", "kv-down-wgrad", bs, kvl + rope, h, /*norm_casts_input=*/true);
+    mem(fwd ? "kv-latent-norm" : "kv-latent-norm-grad", (fwd ? 2 : 3) * bs * kvl * e);
+    linear("kv-up", "kv-up-dgrad", "kv-up-wgrad", bs, heads_all * (m.qk_nope_head_dim() + m.v_head_dim()) / t, kvl);
+    mem(fwd ? "rope" : "rope-grad", 2 * bs * heads * rope * e);
+  } else {
+    linear("qkv", "qkv-dgrad", "qkv-wgrad", bs, qkv, h, /*norm_casts_input=*/true);
+  }
+  if (spec.qk_norm()) mem(fwd ? "qk-norm" : "qk-norm-grad", (fwd ? 2 : 3) * bs * (model.QueryWidth() + model.kv_heads() * hd) / t * e);
   if (standard) {
     mem(fwd ? "qkv-layout" : "qkv-layout-grad", (fwd ? 2 : 3) * bs * h / t * e);
     if (fwd) {
@@ -435,20 +515,26 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
     mem(fwd ? "context-layout" : "context-layout-grad", (fwd ? 2 : 3) * bs * h / t * e);
   } else {
     // Flash attention: scores never reach HBM; the causal half of QKᵀ and AV (forward), and their
-    // recomputation plus four GEMMs' worth (backward: 2.5× the forward).
+    // recomputation plus four GEMMs' worth (backward: 2.5× the forward). A sliding window (GPT-OSS) bounds
+    // the keys of every query, so no causal halving applies below the window.
     Kernel x;
     x.type = Kernel::Type::kFused;
     x.name = fwd ? "flash-attention" : "flash-attention-grad";
-    const double causal = spec.encoder_only() ? 1.0 : 0.5;
+    const double keys = model.AttentionKeys(layer, full_s);
+    const double causal = spec.encoder_only() || keys < full_s ? 1.0 : 0.5;
     // Queries of this rank: the local tokens (CP), or the whole sequence after Ulysses' all-to-all with
     // heads / ulysses. Keys: the whole sequence. Load-balanced CP gives every rank the causal share
-    // s_q · full_s · causal of the score matrix (Megatron-LM's 2·cp chunking).
+    // s_q · full_s · causal of the score matrix (Megatron-LM's 2·cp chunking). Per head, the scores take
+    // the query width and the values the value width (both head_dim but under MLA).
     const double uly = shape.shard.ulysses, cp = shape.shard.cp;
-    const double q_tokens = full_s / cp, att_heads = heads / uly, att_qkv = qkv / uly;
-    const double flops = (fwd ? 1.0 : 2.5) * 4 * b * q_tokens * full_s * att_heads * hd * causal;
+    const double q_tokens = full_s / cp, att_heads = heads / uly;
+    const double kv_width = spec.has_mla() ? model.QueryWidth() + model.ValueWidth() : 2.0 * model.kv_heads() * hd;
+    const double att_qkv = (model.QueryWidth() + kv_width) / t / uly;
+    const double widths = (model.QueryWidth() + model.ValueWidth()) / spec.num_attention_heads();
+    const double flops = (fwd ? 1.0 : 2.5) * 2 * b * q_tokens * keys * att_heads * widths * causal;
     // Ring attention: one kernel per ring step, each over the rank's queries and one K/V block.
     x.flops = flops / cp;
-    x.attention_keys = full_s / cp;  // a ring step's K/V block (the whole sequence without CP)
+    x.attention_keys = keys / cp;  // a ring step's K/V block (the whole sequence without CP)
     x.attention = shape.attention;
     x.backward = !fwd;
     x.bytes = (fwd ? 2 : 4) * b * q_tokens * att_qkv * e;
@@ -458,12 +544,16 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
       for (uint32_t i = 1; i < shape.shard.cp; ++i) mem("ring-attention-correction", 2 * b * q_tokens * h / t * 4);
     }
   }
-  linear("attention-out", "attention-out-dgrad", "attention-out-wgrad", bs, h, h / t);
+  linear("attention-out", "attention-out-dgrad", "attention-out-wgrad", bs, h, model.ValueWidth() / t);
   mem(fwd ? "bias-dropout-add" : "bias-dropout-add-grad", (fwd ? 3 * e + 1 : 4 * e) * bs * h);
   mem(fwd ? "norm2" : "norm2-grad", (fwd ? 2 : 3) * bs * h * e);
-  linear("mlp-in", "mlp-in-dgrad", "mlp-in-wgrad", bs, (swiglu ? 2 : 1) * ffn, h, /*norm_casts_input=*/true);
-  mem(fwd ? "activation" : "activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * bs * ffn * e);
-  linear("mlp-out", "mlp-out-dgrad", "mlp-out-wgrad", bs, h, ffn);
+  if (model.IsMoe(layer)) {
+    MoeKernels(model, pass, shape, bs, linear, gemm, mem, k);
+  } else {
+    linear("mlp-in", "mlp-in-dgrad", "mlp-in-wgrad", bs, (swiglu ? 2 : 1) * ffn, h, /*norm_casts_input=*/true);
+    mem(fwd ? "activation" : "activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * bs * ffn * e);
+    linear("mlp-out", "mlp-out-dgrad", "mlp-out-wgrad", bs, h, ffn);
+  }
   mem(fwd ? "bias-dropout-add" : "bias-dropout-add-grad", (fwd ? 3 * e + 1 : 4 * e) * bs * h);
   return k;
 }

@@ -150,6 +150,8 @@ struct KernelShape {
   // corrections of the partial output (online softmax); under Ulysses attention runs on the whole sequence
   // with heads / (tp · ulysses) per rank. Flash attention only (ValidatePlanStructure).
   SequenceSharding shard;
+  // An MoE layer's expert layout on this rank (ep, expert TP, the busiest rank's routing imbalance).
+  ExpertSharding experts;
 };
 
 // The kernels of one pass of `layer` on one TP rank (backward: without recomputation).

@@ -24,6 +24,7 @@ const char* CategoryName(Category c) {
     case Category::kZero: return "zero";
     case Category::kCp: return "cp";
     case Category::kIdle: return "idle";
+    case Category::kEp: return "ep";
   }
   return "?";
 }
@@ -77,6 +78,12 @@ Result<Lowering> Lowerer::Lower() {
         r.tp = t;
         r.shard_rank = (static_cast<uint32_t>(i) % width) / t;
         r.shard = StageSharding(st);
+        r.stage_index = static_cast<uint32_t>(i);
+        {
+          const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
+          const double seqs = r.replica < split.size() ? split[r.replica] : 0;
+          r.experts = StageExperts(st, model_, tr_, seqs * (tr_.seq_len() / r.shard.ways()) / t);
+        }
         r.layer_begin = st.layer_begin();
         r.layer_end = st.layer_end();
         r.num_stages = static_cast<uint32_t>(pipe.stages_size());

@@ -106,8 +106,10 @@ enum class OpKind : uint8_t {
 
 // What an operation's time is booked as, in reports and timelines of the simulator and the executor.
 // kCp: context-parallel ring exchanges and Ulysses all-to-alls (communication inside attention).
-enum class Category : uint8_t { kForward, kBackward, kOptimizer, kTp, kPp, kDp, kZero, kCp, kIdle };
-inline constexpr int kNumCategories = 9;
+// kEp: expert parallelism's token dispatch and combine (all-to-alls in the EP group, and the expert-TP
+// all-gathers and reduce-scatters around the experts).
+enum class Category : uint8_t { kForward, kBackward, kOptimizer, kTp, kPp, kDp, kZero, kCp, kIdle, kEp };
+inline constexpr int kNumCategories = 10;
 const char* CategoryName(Category c);
 
 // kAllToAll: every member sends S/n of its S-byte buffer to each other member (Ulysses).
@@ -166,6 +168,10 @@ struct RankOps {
   uint32_t tp = 1;
   uint32_t shard_rank = 0;   // sequence shard: cp_rank · ulysses + ulysses_rank
   SequenceSharding shard;    // the stage's CP and Ulysses degrees
+  uint32_t stage_index = 0;  // position in the stage's device list (the expert layout's rank)
+  // The stage's expert layout and the busiest EP rank's routing imbalance for this rank's micro-batch
+  // (StageExperts; ep = etp = 1 and imbalance 1 for a dense model).
+  ExpertSharding experts;
   uint32_t layer_begin = 0;  // the stage's layers
   uint32_t layer_end = 0;
   uint32_t num_stages = 0;         // of the rank's pipeline

@@ -151,6 +151,17 @@ class Lowerer {
   void AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, uint32_t device, bool before,
                const std::vector<double>& bytes, uint16_t mb, uint32_t a, uint32_t b, double batch);
 
+  // Expert parallelism's exchange around one MoE layer's experts in one direction (docs/moe.md): the
+  // all-to-all dispatch of the rank's routed token copies in its EP group and the combine back, and with
+  // expert TP the all-gather of the group's tokens after the dispatch and the reduce-scatter before the
+  // combine; or their bytes into the pass's fused calls (`fused`: [all-to-all, expert-TP] bytes and calls).
+  struct FusedEp {
+    double bytes[2] = {0, 0};
+    uint32_t calls[2] = {0, 0};
+  };
+  void AddExpertExchange(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t layer, double batch,
+                         uint32_t local_seq, uint16_t mb, FusedEp* fused);
+
   // Compute of layers [a, b) in one direction (backward: b − 1 down to a), with the TP collectives, the
   // CP ring exchanges and the Ulysses all-to-alls (see the header comment).
   void AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a, uint32_t b,

@@ -48,19 +48,31 @@ std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint
     case LayerKind::kTransformer: {
       // Forward: after the row-parallel attention output and MLP down projections; under SP each preceded
       // by the all-gather of the sequence-sharded input of the column-parallel QKV and MLP up projections.
+      // An MoE layer's MLP part has TP collectives only for its shared experts (a TP-split MLP); the routed
+      // experts exchange their tokens through the EP group (AddExpertExchange), the router reads the
+      // rank's sequence shard.
+      const bool moe = model.IsMoe(layer);
+      const double ffn = moe ? model.SharedExpertWidth() : model.spec().ffn_hidden_size();
+      const bool mlp = ffn > 0;
       if (forward) {
-        if (sequence_parallel) return {block_gathered, reduce, block_gathered, reduce};
+        if (sequence_parallel) {
+          if (!mlp) return {block_gathered, reduce};
+          return {block_gathered, reduce, block_gathered, reduce};
+        }
+        if (!mlp) return {reduce};
         return {reduce, reduce};
       }
       // Backward, the MLP first: the down projection's output gradient gathered (SP), the up projection's
       // column-parallel backward; then the attention output's and QKV's alike.
       const double kvd = static_cast<double>(model.kv_heads()) * model.head_dim();
-      const double qkv = h * h + 2 * h * kvd;
-      const double up = (model.spec().mlp() == proto::Model::MLP_SWIGLU ? 2.0 : 1.0) * h *
-                        model.spec().ffn_hidden_size();
+      const double qkv = model.spec().has_mla() ? model.AttentionMatmulParams() - model.ValueWidth() * h
+                                                : h * model.QueryWidth() + 2 * h * kvd;
+      const double up = (model.spec().mlp() == proto::Model::MLP_SWIGLU ? 2.0 : 1.0) * h * ffn;
       std::vector<TpCollective> out;
-      if (sequence_parallel) out.push_back(block_gathered);
-      column_backward(up, block_gathered, &out);
+      if (mlp) {
+        if (sequence_parallel) out.push_back(block_gathered);
+        column_backward(up, block_gathered, &out);
+      }
       if (sequence_parallel) out.push_back(block_gathered);
       column_backward(qkv, block_gathered, &out);
       return out;
@@ -219,6 +231,38 @@ void Lowerer::AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, u
   }
 }
 
+void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t layer,
+                                double batch, uint32_t local_seq, uint16_t mb, FusedEp* fused) {
+  const RankOps& me = out_.ranks[out_.device_slot[device]];
+  const uint32_t ep = me.experts.ep, etp = me.experts.etp;
+  // The rank routes its sequence-parallel share of the micro-batch's tokens (Megatron-Core's MoE layer under
+  // TP needs sequence parallelism), each to top_k experts: top_k copies of h elements in the training's
+  // 2-byte type (the alltoall dispatcher sends bf16 under FP8 too). An all-to-all's buffer is what the rank
+  // sends; with even routing it keeps 1/ep and sends 1/ep to each other member. Forward: dispatch, then
+  // combine; backward: the combine's gradient, then the dispatch's. Expert TP gathers the etp ranks'
+  // received tokens before the experts (all-gather of etp·S) and reduce-scatters their outputs after them
+  // (etp·S), the mirror image in the backward: one all-reduce's worth of bytes per pass.
+  const double tokens = batch * local_seq / TpDegree(st);
+  const double bytes = tokens * model_.spec().moe().top_k() * model_.spec().hidden_size() * DTypeBytes(tr_.dtype());
+  if (fused != nullptr) {
+    if (ep > 1) fused->bytes[0] += 2 * bytes, fused->calls[0] += 2;
+    if (etp > 1) fused->bytes[1] += etp * bytes, fused->calls[1] += 1;
+    return;
+  }
+  const auto add = [&](const std::vector<uint32_t>& group, double b, CollectiveKind kind) {
+    Op& op = AddCollective(ops, group, device, b, kind, Category::kEp, mb);
+    op.in_pass = true;
+    op.layer_begin = layer;
+    op.layer_end = layer + 1;
+  };
+  const auto ep_group = EpGroupOf(st, me.stage_index);
+  const auto etp_group = ExpertTpGroupOf(st, me.stage_index);
+  if (ep > 1) add(ep_group, bytes, CollectiveKind::kAllToAll);
+  if (etp > 1) add(etp_group, etp * bytes, CollectiveKind::kAllGather);
+  if (etp > 1) add(etp_group, etp * bytes, CollectiveKind::kReduceScatter);
+  if (ep > 1) add(ep_group, bytes, CollectiveKind::kAllToAll);
+}
+
 void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a,
                         uint32_t b, std::pair<uint32_t, uint32_t> seqs, bool forward, uint16_t mb) {
   const RankOps& me = out_.ranks[out_.device_slot[device]];
@@ -260,6 +304,7 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
   uint32_t last_unit = kNone;
   if (zero_units_) AddZeroUnit(ops, device, forward ? a : b - 1, true, false, mb, nullptr);
   FusedTp fused_tp;
+  FusedEp fused_ep;
   double fused_a2a = 0;
   uint32_t fused_a2a_calls = 0;
   // One block pass (forward, recomputed forward or backward): ring sends, compute, ring receives, TP
@@ -296,6 +341,7 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
         op.layer_end = l + 1;
       }
     }
+    if (model_.IsMoe(l)) AddExpertExchange(ops, device, st, l, batch, local_seq, mb, fuse ? &fused_ep : nullptr);
   };
   for (uint32_t i = 0; i < b - a; ++i) {
     const uint32_t l = forward ? a + i : b - 1 - i;
@@ -325,6 +371,16 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     Op& op = AddCollective(ops, uly_group, device, fused_a2a, CollectiveKind::kAllToAll, Category::kCp, mb);
     op.in_pass = true;
     op.calls = fused_a2a_calls;
+    op.layer_begin = a;
+    op.layer_end = b;
+  }
+  for (int k = 0; k < 2; ++k) {
+    if (fused_ep.bytes[k] <= 0) continue;
+    const uint32_t index = me.stage_index;
+    Op& op = AddCollective(ops, k == 0 ? EpGroupOf(st, index) : ExpertTpGroupOf(st, index), device, fused_ep.bytes[k],
+                           k == 0 ? CollectiveKind::kAllToAll : CollectiveKind::kAllReduce, Category::kEp, mb);
+    op.in_pass = true;
+    op.calls = fused_ep.calls[k];
     op.layer_begin = a;
     op.layer_end = b;
   }

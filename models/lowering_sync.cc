@@ -84,21 +84,32 @@ void Lowerer::EmitSyncAndStep(uint32_t device, const proto::Stage& st, RankOps& 
     join.kind = OpKind::kJoin;
     ops.push_back(join);
   }
-  // Optimizer step over the parameters this device updates (its ZeRO shard).
-  double params = 0;
+  // Optimizer step over the parameters this device updates (its ZeRO shard: MoE layers' routed experts
+  // shard over their expert-DP group, the rest over the DP group).
+  double params = 0, routed = 0;
   for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) {
-    params += model_.ParamsPerRank(l, TpDegree(st), st.layer_begin() != 0);
+    params += model_.ParamsPerRank(l, TpDegree(st), st.layer_begin() != 0, rank.experts);
+    routed += model_.ExpertParams(l) / (double(rank.experts.ep) * rank.experts.etp);
   }
-  double shard = 1;
-  if (plan_.zero_stage() >= 1 && !device_groups_[device].empty()) {
-    shard = static_cast<double>(out_.sync_groups[device_groups_[device].front()].devices.size());
+  double shard = 1, expert_shard = 1;
+  if (plan_.zero_stage() >= 1) {
+    for (uint32_t g : device_groups_[device]) {
+      const auto& sg = out_.sync_groups[g];
+      const double n = static_cast<double>(sg.devices.size());
+      if (sg.part == GradSyncGroup::Part::kExperts) {
+        expert_shard = n;
+      } else {
+        shard = n;
+        if (sg.part == GradSyncGroup::Part::kAll) expert_shard = n;
+      }
+    }
   }
   Op opt;
   opt.kind = OpKind::kCompute;
   opt.category = Category::kOptimizer;
   opt.layer_begin = st.layer_begin();
   opt.layer_end = st.layer_end();
-  opt.params = params / shard;
+  opt.params = (params - routed) / shard + routed / expert_shard;
   // CPU offload: the step runs on the node's CPU, whose cores the plan's ranks there share.
   if (offload) opt.host_ranks = node_ranks_[ctx_.cluster.device(device).node];
   ops.push_back(opt);
@@ -278,7 +289,7 @@ void Lowerer::AddAllReduce(std::vector<Op>& ops, const std::vector<uint32_t>& me
 
 double Lowerer::GroupBytes(const GradSyncGroup& g, uint32_t a, uint32_t b) const {
   double params = 0;
-  for (uint32_t l = a; l < b; ++l) params += model_.ParamsPerRank(l, g.num_chunks, g.layer_begin != 0);
+  for (uint32_t l = a; l < b; ++l) params += GroupParamsPerRank(model_, g, l);
   return params * DTypeBytes(tr_.dtype());
 }
 

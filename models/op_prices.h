@@ -33,7 +33,8 @@ inline constexpr double kTpOverlapChunks = 4;
 //   that holds the stage's first layer (not with a recomputation);
 //   separate_recompute — the lowering has separate recomputation operations, so a backward operation is
 //   the backward alone; otherwise it includes `backward_recompute`.
-// Every transformer block costs the same, so one is priced and the rest counted.
+// Transformer blocks of one class (TransformerModel::BlockClass: dense or MoE, full or windowed attention)
+// cost the same, so one of each class is priced and the rest counted.
 template <class LayerSeconds>
 double PassSeconds(const Op& op, const RankOps& r, const TransformerModel& model, double pass_overhead_s,
                    bool separate_recompute, proto::Recompute backward_recompute, LayerSeconds&& layer) {
@@ -45,15 +46,18 @@ double PassSeconds(const Op& op, const RankOps& r, const TransformerModel& model
     if (op.category == Category::kForward || op.recompute) return layer(l, true, proto::RECOMPUTE_UNSPECIFIED);
     return layer(l, false, separate_recompute ? proto::RECOMPUTE_NONE : backward_recompute);
   };
-  uint32_t blocks = 0, first_block = 0;
+  uint32_t blocks[4] = {0, 0, 0, 0}, first_block[4] = {0, 0, 0, 0};
   for (uint32_t l = op.layer_begin; l < op.layer_end; ++l) {
     if (model.kind(l) == LayerKind::kTransformer) {
-      if (blocks++ == 0) first_block = l;
+      const uint32_t c = model.BlockClass(l) & 3u;
+      if (blocks[c]++ == 0) first_block[c] = l;
     } else {
       seconds += one(l);
     }
   }
-  if (blocks > 0) seconds += blocks * one(first_block);
+  for (int c = 0; c < 4; ++c) {
+    if (blocks[c] > 0) seconds += blocks[c] * one(first_block[c]);
+  }
   return seconds;
 }
 

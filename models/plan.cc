@@ -3,9 +3,11 @@
 #include "models/communicator.h"
 #include "models/kernels.h"
 #include "models/spec_io.h"
+#include "models/stragglers.h"
 #include "models/training.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -52,6 +54,51 @@ uint32_t DpDegree(const proto::Stage& stage) {
 
 uint32_t StageDevice(const proto::Stage& stage, uint32_t r, uint32_t j, uint32_t k) {
   return stage.devices(static_cast<int>(r * ReplicaWidth(stage) + j * TpDegree(stage) + k));
+}
+
+uint32_t EpDegree(const proto::Stage& stage) { return std::max(1u, stage.ep_degree()); }
+
+uint32_t ExpertTpDegree(const proto::Stage& stage) {
+  return stage.expert_tp_degree() > 0 ? stage.expert_tp_degree() : TpDegree(stage);
+}
+
+uint32_t ExpertDpDegree(const proto::Stage& stage) {
+  return static_cast<uint32_t>(stage.devices_size()) / (EpDegree(stage) * ExpertTpDegree(stage));
+}
+
+std::vector<uint32_t> EpGroupOf(const proto::Stage& stage, uint32_t index) {
+  const uint32_t etp = ExpertTpDegree(stage), ep = EpDegree(stage);
+  const uint32_t k = index % etp, base = index - index % (etp * ep);
+  std::vector<uint32_t> out;
+  for (uint32_t e = 0; e < ep; ++e) out.push_back(stage.devices(static_cast<int>(base + e * etp + k)));
+  return out;
+}
+
+std::vector<uint32_t> ExpertTpGroupOf(const proto::Stage& stage, uint32_t index) {
+  const uint32_t etp = ExpertTpDegree(stage), base = index - index % etp;
+  std::vector<uint32_t> out;
+  for (uint32_t k = 0; k < etp; ++k) out.push_back(stage.devices(static_cast<int>(base + k)));
+  return out;
+}
+
+double UniformRoutingImbalance(double tokens, uint32_t top_k, uint32_t ep) {
+  const double mean = tokens * top_k;
+  if (ep < 2 || mean <= 0) return 1.0;
+  const double sd = std::sqrt(mean * (1.0 - 1.0 / ep));
+  return 1.0 + ExpectedMaxOfStandardNormals(ep) * sd / mean;
+}
+
+ExpertSharding StageExperts(const proto::Stage& stage, const TransformerModel& model, const proto::Training& training,
+                            double tokens) {
+  ExpertSharding x;
+  x.ep = EpDegree(stage);
+  x.etp = ExpertTpDegree(stage);
+  if (!model.HasMoe()) return x;
+  x.imbalance = training.moe_load_imbalance() > 0 ? training.moe_load_imbalance()
+                                                  : UniformRoutingImbalance(tokens, model.spec().moe().top_k(), x.ep);
+  // Megatron-Core's drop-and-pad: every expert computes exactly its capacity, so every rank the same.
+  if (training.moe_capacity_factor() > 0) x.imbalance = training.moe_capacity_factor();
+  return x;
 }
 
 std::pair<uint32_t, uint32_t> HeadsPerTpRank(const TransformerModel& model, uint32_t tp) {
@@ -160,6 +207,50 @@ void CheckStageDevices(const proto::Stage& st, const std::string& spath, const P
 
 // A stage's TP, CP and Ulysses degrees against its devices, the model's heads, the sequence and the
 // pipeline's stage 0.
+// Expert parallelism (docs/moe.md): the model has experts to spread, EP divides them, and the expert layout
+// (etp × ep × edp) fills the stage's devices; Megatron-Core's MoE layer needs sequence parallelism under TP.
+void CheckStageExperts(const proto::Plan& plan, const proto::Stage& st, const std::string& spath,
+                       const PlanContext& ctx, const std::string& at, ErrorList& errors) {
+  const auto& model = ctx.model;
+  const uint32_t ep = EpDegree(st), etp = ExpertTpDegree(st), n = static_cast<uint32_t>(st.devices_size());
+  if (!model.HasMoe()) {
+    if (ep > 1 || st.expert_tp_degree() > 0) {
+      errors.Add(at + spath + "." + (ep > 1 ? "ep_degree" : "expert_tp_degree") + ": model '" + model.name() +
+                 "' has no experts (no `moe:` section); remove it");
+    }
+    return;
+  }
+  bool in_stage = false;
+  for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) in_stage |= model.IsMoe(l);
+  const uint32_t experts = model.spec().moe().num_experts();
+  if (experts % ep != 0) {
+    errors.Add(at + spath + ".ep_degree: " + std::to_string(ep) + " does not divide the model's " +
+               std::to_string(experts) + " experts (each EP rank holds num_experts / ep_degree of them); use a "
+               "divisor of " + std::to_string(experts));
+  }
+  if (n > 0 && n % (ep * etp) != 0) {
+    errors.Add(at + spath + ".ep_degree: expert_tp_degree × ep_degree = " + std::to_string(etp) + " × " +
+               std::to_string(ep) + " does not divide the stage's " + std::to_string(n) +
+               " devices (an EP group is ep_degree of the stage's devices; data-parallel replicas of one stage "
+               "are listed in one pipeline's stage, not as separate pipelines); list a multiple of " +
+               std::to_string(ep * etp) + " devices or lower ep_degree");
+  }
+  const uint32_t ffn = model.spec().moe().expert_ffn_hidden_size();
+  if (etp > 1 && ffn % etp != 0) {
+    errors.Add(at + spath + ".expert_tp_degree: " + std::to_string(etp) + " does not divide the experts' width " +
+               std::to_string(ffn));
+  }
+  if (in_stage && TpDegree(st) > 1 && !plan.sequence_parallel()) {
+    errors.Add(at + "sequence_parallel: " + spath + " runs MoE layers with tp_degree " + std::to_string(TpDegree(st)) +
+               " and Megatron-Core's MoE layer routes each TP rank's sequence shard (it refuses TP without sequence "
+               "parallelism); set sequence_parallel: true");
+  }
+  if (in_stage && plan.zero_stage() >= 3) {
+    errors.Add(at + "zero_stage: 3 is not lowered for MoE layers (expert and dense parameters shard over different "
+               "groups); use zero_stage 1 or 2 (Megatron-Core's distributed optimizer)");
+  }
+}
+
 void CheckStageParallelism(const proto::Plan& plan, const proto::Pipeline& pipe, int s, const std::string& spath,
                            const PlanContext& ctx, const std::string& at, ErrorList& errors) {
   const auto& st = pipe.stages(s);
@@ -205,6 +296,7 @@ void CheckStageParallelism(const proto::Plan& plan, const proto::Pipeline& pipe,
                  std::to_string(std::gcd(heads_per_tp, kv_per_tp)));
     }
   }
+  CheckStageExperts(plan, st, spath, ctx, at, errors);
   if (plan.comm().tp_algorithm() == proto::CommOptions::ALGORITHM_NVLS && tp > 1 &&
       st.devices_size() % tp == 0) {
     // NVLS reduces in the NVSwitch: every TP group must sit inside one node with an NVSwitch fabric.
@@ -371,6 +463,28 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
       CheckInterleavedPipeline(plan, pipe, p, model, at, errors);
     }
   }
+  if (model.HasMoe()) {
+    // The stages holding one MoE layer (pipelines of DP replicas) share its expert layout: the expert
+    // gradients sync between equal places of it.
+    std::map<uint32_t, std::pair<std::pair<uint32_t, uint32_t>, std::string>> layout;
+    for (int p = 0; p < plan.pipelines_size(); ++p) {
+      for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) {
+        const auto& st = plan.pipelines(p).stages(s);
+        const std::pair<uint32_t, uint32_t> mine{EpDegree(st), ExpertTpDegree(st)};
+        for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < num_layers; ++l) {
+          if (!model.IsMoe(l)) continue;
+          auto [it, fresh] = layout.emplace(l, std::make_pair(mine, StagePath(p, s)));
+          if (!fresh && it->second.first != mine) {
+            errors.Add(at + StagePath(p, s) + ".ep_degree: layer " + std::to_string(l) + " is held with ep_degree " +
+                       std::to_string(mine.first) + " and expert_tp_degree " + std::to_string(mine.second) + " here but " +
+                       std::to_string(it->second.first.first) + " and " + std::to_string(it->second.first.second) +
+                       " in " + it->second.second + "; give every replica of a layer the same expert layout");
+            break;
+          }
+        }
+      }
+    }
+  }
   if (plan.pipelines_size() > 0 && sequences != ctx.training.global_batch_size()) {
     errors.Add(at + "pipelines: micro_batch_size × num_micro_batches summed over pipelines is " +
                std::to_string(sequences) + " sequences but the global batch is " +
@@ -389,6 +503,28 @@ struct Holder {
   uint32_t pipeline, stage, replica, shard;
   const proto::Stage* st;
 };
+
+// The routed experts' groups of layers [begin, end): for each place (ep rank, expert-TP rank) of the expert
+// layout, the devices at that place in every holding stage's expert-DP replicas (validation makes the holders
+// of a layer agree on ep_degree and expert_tp_degree).
+void AddExpertSyncGroups(const std::vector<Holder>& holders, uint32_t begin, uint32_t end,
+                         std::vector<GradSyncGroup>& groups) {
+  std::vector<const proto::Stage*> stages;
+  for (const auto& h : holders) {
+    if (std::find(stages.begin(), stages.end(), h.st) == stages.end()) stages.push_back(h.st);
+  }
+  if (stages.empty()) return;
+  const uint32_t places = EpDegree(*stages[0]) * ExpertTpDegree(*stages[0]);
+  for (uint32_t place = 0; place < places; ++place) {
+    GradSyncGroup g{begin, end, 0, 1, {}};
+    g.part = GradSyncGroup::Part::kExperts;
+    g.expert_shards = places;
+    for (const proto::Stage* st : stages) {
+      for (uint32_t d = 0; d < ExpertDpDegree(*st); ++d) g.devices.push_back(st->devices(static_cast<int>(d * places + place)));
+    }
+    if (g.devices.size() >= 2) groups.push_back(std::move(g));
+  }
+}
 
 }  // namespace
 
@@ -456,18 +592,33 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
         }
       }
     }
-    if (holders.size() < 2) continue;  // a single replica has nothing to synchronise
-    for (uint32_t c = 0; c < chunks; ++c) {
-      GradSyncGroup g{begin, end, c, chunks, {}};
-      for (const auto& h : holders) {
-        const uint32_t tp = TpDegree(*h.st);
-        const uint32_t rank = c * tp / chunks;  // the TP rank whose shard contains chunk c
-        g.devices.push_back(StageDevice(*h.st, h.replica, h.shard, rank));
+    bool moe = false;
+    for (uint32_t l = begin; l < end; ++l) moe |= model.IsMoe(l);
+    if (holders.size() >= 2) {  // a single replica has nothing to synchronise
+      for (uint32_t c = 0; c < chunks; ++c) {
+        GradSyncGroup g{begin, end, c, chunks, {}};
+        if (moe) g.part = GradSyncGroup::Part::kDense;
+        for (const auto& h : holders) {
+          const uint32_t tp = TpDegree(*h.st);
+          const uint32_t rank = c * tp / chunks;  // the TP rank whose shard contains chunk c
+          g.devices.push_back(StageDevice(*h.st, h.replica, h.shard, rank));
+        }
+        groups.push_back(std::move(g));
       }
-      groups.push_back(std::move(g));
     }
+    if (moe) AddExpertSyncGroups(holders, begin, end, groups);
   }
   return groups;
+}
+
+double GroupParamsPerRank(const TransformerModel& model, const GradSyncGroup& g, uint32_t layer) {
+  switch (g.part) {
+    case GradSyncGroup::Part::kExperts: return model.ExpertParams(layer) / g.expert_shards;
+    case GradSyncGroup::Part::kDense:
+      return model.ParamsPerRank(layer, g.num_chunks, g.layer_begin != 0) - model.ExpertParams(layer) / g.num_chunks;
+    case GradSyncGroup::Part::kAll: break;
+  }
+  return model.ParamsPerRank(layer, g.num_chunks, g.layer_begin != 0);
 }
 
 NcclCommunicators CountNcclCommunicators(uint32_t plan_devices, uint32_t tp, uint32_t sequence_ways,
@@ -506,8 +657,20 @@ NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const Transfor
   }
   const bool tied_end =
       model.spec().tied_embeddings() && (st.layer_begin() == 0 || st.layer_end() >= model.num_layers());
-  return CountNcclCommunicators(plan_devices, TpDegree(st), ways, dp_replicas,
-                                static_cast<uint32_t>(pl.stages_size()), tied_end);
+  NcclCommunicators c = CountNcclCommunicators(plan_devices, TpDegree(st), ways, dp_replicas,
+                                               static_cast<uint32_t>(pl.stages_size()), tied_end);
+  bool moe = false;
+  for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) moe |= model.IsMoe(l);
+  if (moe) {
+    // Megatron-Core's expert groups: EP (the dispatch), expert TP, expert DP (the expert gradients).
+    for (uint32_t ranks : {EpDegree(st), ExpertTpDegree(st) != TpDegree(st) ? ExpertTpDegree(st) : 1u,
+                           ExpertDpDegree(st)}) {
+      if (ranks < 2) continue;
+      ++c.count;
+      if (ranks == 2) ++c.two_rank;
+    }
+  }
+  return c;
 }
 
 double NcclGib(const NcclCommunicators& c, const proto::Training& training, double channel_fraction) {
@@ -543,12 +706,13 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
   const double optim_bytes = OptimizerBytesPerParam(tr);
   const uint32_t zero = plan.zero_stage();
   const bool offload_optimizer = OffloadsOptimizer(plan), offload_params = OffloadsParams(plan);
-  // DP replicas per layer: the ZeRO sharding factor.
-  std::vector<uint32_t> replicas(model.num_layers(), 0);
+  // DP replicas per layer: the ZeRO sharding factor; MoE layers' routed experts shard over expert DP.
+  std::vector<uint32_t> replicas(model.num_layers(), 0), expert_replicas(model.num_layers(), 0);
   for (const auto& pipe : plan.pipelines()) {
     for (const auto& st : pipe.stages()) {
       for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
         replicas[l] += DpDegree(st) * StageSharding(st).ways();  // ZeRO shards over DP × CP (Megatron-LM)
+        expert_replicas[l] += ExpertDpDegree(st);
       }
     }
   }
@@ -575,13 +739,21 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         default: in_flight = std::min<uint32_t>(m, S - s); break;
       }
       const NcclCommunicators comms = StageNcclCommunicators(plan, model, p, static_cast<int>(s), replicas, plan_devices);
+      const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
+      const ExpertSharding experts = StageExperts(st, model, tr, double(split.empty() ? 0 : split[0]) * local_seq / tp);
       double params = 0, grads = 0, optim = 0, largest_layer = 0, all_grads = 0, host = 0;
       for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
-        const double n = model.ParamsPerRank(l, tp, !holds_embedding);
+        const double n = model.ParamsPerRank(l, tp, !holds_embedding, experts);
+        // The routed experts (1/(ep·etp) of them here) shard over the expert-DP replicas, the rest over DP × CP.
+        const double routed = model.ExpertParams(l) / (double(experts.ep) * experts.etp);
         const double shard = std::max<uint32_t>(1, replicas[l]);
-        params += n * weight_bytes / (zero >= 3 ? shard : 1.0);
-        grads += n * grad_bytes / (zero >= 2 ? shard : 1.0);
-        optim += n * optim_bytes / (zero >= 1 ? shard : 1.0);
+        const double expert_shard = std::max<uint32_t>(1, expert_replicas[l]);
+        const auto sharded = [&](double bytes, bool by_zero) {
+          return by_zero ? (n - routed) * bytes / shard + routed * bytes / expert_shard : n * bytes;
+        };
+        params += sharded(weight_bytes, zero >= 3);
+        grads += sharded(grad_bytes, zero >= 2);
+        optim += sharded(optim_bytes, zero >= 1);
         largest_layer = std::max(largest_layer, n * weight_bytes);
         all_grads += n * grad_bytes;
         // Offload needs ZeRO ≥ 2 (validation): the host holds the rank's shard.
@@ -595,18 +767,17 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
                                            plan.comm().dp_bucket_mib());
       }
       if (offload_params) params = 2 * largest_layer;  // the layer being computed and the next, prefetched
-      const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
       for (uint32_t r = 0; r < DpDegree(st); ++r) {
         const double b = r < split.size() ? split[r] : 0;
         double act = 0, peak_layer = 0;
         bool blocks = false;
         for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
           act += model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(), recompute, tr.dtype(),
-                                       tr.attention(), tr.dropout());
+                                       tr.attention(), tr.dropout(), experts);
           blocks |= model.kind(l) == LayerKind::kTransformer;
           peak_layer = std::max(peak_layer, model.RecomputedPeakBytes(l, b, local_seq, tp, plan.sequence_parallel(),
                                                                       recompute, tr.dtype(), tr.attention(),
-                                                                      tr.dropout()));
+                                                                      tr.dropout(), experts));
         }
         // Ring attention's receive buffers live while a block runs (one block at a time).
         if (blocks) peak_layer += ContextParallelBufferBytes(model, b, tr.seq_len(), tp, shard_seq.cp, tr.dtype());

@@ -44,6 +44,25 @@ uint32_t DpDegree(const proto::Stage& stage);
 // The device of intra-stage DP replica r, sequence shard j (= cp_rank · ulysses + ulysses_rank) and TP rank
 // k (the rank order of plan.proto's Stage: TP innermost, then Ulysses, then CP, then DP).
 uint32_t StageDevice(const proto::Stage& stage, uint32_t r, uint32_t j, uint32_t k);
+// Expert parallelism (plan.proto Stage.ep_degree, expert_tp_degree; docs/moe.md): the EP degree (default
+// 1), the experts' TP degree (default the stage's tp_degree) and the expert-DP degree devices / (etp·ep).
+uint32_t EpDegree(const proto::Stage& stage);
+uint32_t ExpertTpDegree(const proto::Stage& stage);
+uint32_t ExpertDpDegree(const proto::Stage& stage);
+// The devices of the EP group of the stage's device at position `index` (Megatron-Core's folding: position
+// i = etp_rank + etp·(ep_rank + ep·edp_rank)), in EP-rank order; and of its expert-TP group.
+std::vector<uint32_t> EpGroupOf(const proto::Stage& stage, uint32_t index);
+std::vector<uint32_t> ExpertTpGroupOf(const proto::Stage& stage, uint32_t index);
+// The busiest EP rank's routed tokens over its even share when each of `tokens` tokens per rank picks top_k
+// experts uniformly at random, as Megatron-Core's forced load balancing routes (random router logits):
+// a rank's count is binomial with mean tokens·top_k and variance tokens·top_k·(1 − 1/ep), and the busiest
+// of ep ranks sits E[max of ep standard normals] deviations above the mean. A trained router is less even:
+// training.moe_load_imbalance overrides it; a capacity factor caps it (docs/moe.md "Load imbalance").
+double UniformRoutingImbalance(double tokens, uint32_t top_k, uint32_t ep);
+// The stage's expert layout for `tokens` routed tokens per rank and micro-batch (ep, etp, imbalance: the
+// training's moe_load_imbalance, else UniformRoutingImbalance; at most the capacity factor when one is set).
+ExpertSharding StageExperts(const proto::Stage& stage, const TransformerModel& model, const proto::Training& training,
+                            double tokens);
 // Query and key/value heads one TP rank of a stage of degree `tp` holds (heads TP does not divide stay
 // whole; a key/value head shared by several TP ranks counts once): what Ulysses splits over its ranks.
 std::pair<uint32_t, uint32_t> HeadsPerTpRank(const TransformerModel& model, uint32_t tp);
@@ -98,13 +117,21 @@ std::vector<LayerRange> StageChunks(const proto::Plan& plan, const proto::Pipeli
 // When the replicas of a layer use different TP degrees, every layer's parameters are cut into
 // lcm(TP degrees) chunks and each chunk is synchronised among the ranks that own it (HexiScale §3.2);
 // with equal degrees this is the usual "rank k of every TP group" pattern.
+// MoE layers' gradients go in two kinds of groups, as Megatron-Core keeps expert and dense parameters in
+// separate buffers: the dense part (attention, norms, router, shared experts) over DP × CP as above, and
+// the routed experts over each expert-DP group (the holders with the same EP and expert-TP rank).
 struct GradSyncGroup {
+  enum class Part : uint8_t { kAll, kDense, kExperts };
   uint32_t layer_begin = 0;
   uint32_t layer_end = 0;
   uint32_t chunk = 0;
   uint32_t num_chunks = 1;
   std::vector<uint32_t> devices;  // one per replica, in pipeline/stage/replica order
+  Part part = Part::kAll;
+  uint32_t expert_shards = 1;  // kExperts: ep · etp (each member holds 1/expert_shards of the routed experts)
 };
+// Parameters of `layer` one member of `g` synchronises (its shard of the layer's part that `g` carries).
+double GroupParamsPerRank(const TransformerModel& model, const GradSyncGroup& g, uint32_t layer);
 
 // Requires a structurally valid plan. Consecutive layers with the same holders are merged.
 std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const TransformerModel& model);

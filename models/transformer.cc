@@ -1,5 +1,7 @@
 #include "models/transformer.h"
 
+#include <algorithm>
+
 namespace hetsim::models {
 
 // FP8 training keeps bf16 tensors (proto::DTYPE_FP8); TF32 keeps fp32 ones.
@@ -20,7 +22,7 @@ Result<TransformerModel> TransformerModel::Build(proto::Model spec, const std::s
   ErrorList errors;
   const std::string at = file + ": ";
   const uint32_t h = spec.hidden_size(), a = spec.num_attention_heads();
-  if (a == 0 || h % a != 0) {
+  if (spec.head_dim() == 0 && !spec.has_mla() && (a == 0 || h % a != 0)) {
     errors.Add(at + "num_attention_heads: " + std::to_string(a) + " does not divide hidden_size " +
                std::to_string(h));
   }
@@ -36,6 +38,23 @@ Result<TransformerModel> TransformerModel::Build(proto::Model spec, const std::s
   if (spec.has_defaults() && spec.defaults().seq_len() > spec.max_seq_len()) {
     errors.Add(at + "defaults.seq_len: " + std::to_string(spec.defaults().seq_len()) + " exceeds max_seq_len " +
                std::to_string(spec.max_seq_len()));
+  }
+  if (spec.has_moe()) {
+    const auto& moe = spec.moe();
+    if (moe.top_k() > moe.num_experts()) {
+      errors.Add(at + "moe.top_k: " + std::to_string(moe.top_k()) + " exceeds moe.num_experts " +
+                 std::to_string(moe.num_experts()) + " (a token picks top_k distinct experts)");
+    }
+    if (moe.first_dense_layers() >= spec.num_layers()) {
+      errors.Add(at + "moe.first_dense_layers: " + std::to_string(moe.first_dense_layers()) +
+                 " leaves no MoE layer among num_layers " + std::to_string(spec.num_layers()));
+    }
+    if (moe.num_shared_experts() == 0 && moe.shared_expert_ffn_hidden_size() > 0) {
+      errors.Add(at + "moe.shared_expert_ffn_hidden_size: set without moe.num_shared_experts (set it to 1 or more)");
+    }
+  }
+  if (spec.sliding_window_every() > 0 && spec.sliding_window() == 0) {
+    errors.Add(at + "sliding_window_every: set without sliding_window (the window in tokens)");
   }
   if (!errors.empty()) return errors.ToStatus();
   TransformerModel m;
@@ -68,23 +87,103 @@ double TransformerModel::NormParams() const {
   return spec_.norm() == proto::Model::NORM_RMSNORM ? h : 2 * h;
 }
 
-double TransformerModel::AttentionParams() const {
-  const double h = spec_.hidden_size(), kvd = double(kv_heads()) * head_dim();
-  const double bias = spec_.linear_bias() ? (h + 2 * kvd + h) : 0;
-  return 2 * h * h + 2 * h * kvd + bias;
+uint32_t TransformerModel::head_dim() const {
+  if (spec_.has_mla()) return spec_.mla().v_head_dim();
+  if (spec_.head_dim() > 0) return spec_.head_dim();
+  return spec_.hidden_size() / spec_.num_attention_heads();
 }
 
-double TransformerModel::MlpParams() const {
-  const double h = spec_.hidden_size(), f = spec_.ffn_hidden_size();
+double TransformerModel::QueryWidth() const {
+  const double a = spec_.num_attention_heads();
+  if (spec_.has_mla()) return a * (spec_.mla().qk_nope_head_dim() + spec_.mla().qk_rope_head_dim());
+  return a * head_dim();
+}
+
+double TransformerModel::ValueWidth() const { return double(spec_.num_attention_heads()) * head_dim(); }
+
+double TransformerModel::AttentionKeys(uint32_t layer, double seq_len) const {
+  return (BlockClass(layer) & 2u) != 0 ? std::min(seq_len, double(spec_.sliding_window())) : seq_len;
+}
+
+bool TransformerModel::IsMoe(uint32_t layer) const {
+  if (!spec_.has_moe() || kind(layer) != LayerKind::kTransformer) return false;
+  // HuggingFace's DeepSeek-V3 and Megatron-Core's --moe-layer-freq: block i (0-based) is MoE when
+  // i >= first_k_dense_replace and i % moe_layer_freq == 0.
+  const uint32_t i = layer - 1, freq = std::max(1u, spec_.moe().layer_frequency());
+  return i >= spec_.moe().first_dense_layers() && i % freq == 0;
+}
+
+uint32_t TransformerModel::BlockClass(uint32_t layer) const {
+  if (kind(layer) != LayerKind::kTransformer) return 0;
+  const uint32_t every = std::max(1u, spec_.sliding_window_every());
+  const bool window = spec_.sliding_window() > 0 && (layer - 1) % every == 0;
+  return (IsMoe(layer) ? 1u : 0u) | (window ? 2u : 0u);
+}
+
+double TransformerModel::AttentionMatmulParams() const {
+  const double h = spec_.hidden_size();
+  if (spec_.has_mla()) {
+    // DeepSeek-V3 §2.1.1: W^DQ (h -> q_lora), W^UQ and W^QR (q_lora -> heads·(nope + rope)), W^DKV and W^KR
+    // (h -> kv_lora + rope), W^UK and W^UV (kv_lora -> heads·(nope + v)), W^O (heads·v -> h).
+    const auto& m = spec_.mla();
+    const double a = spec_.num_attention_heads();
+    const double q = m.q_lora_rank() > 0 ? h * m.q_lora_rank() + m.q_lora_rank() * QueryWidth() : h * QueryWidth();
+    const double kv = h * (m.kv_lora_rank() + m.qk_rope_head_dim()) +
+                      double(m.kv_lora_rank()) * a * (m.qk_nope_head_dim() + m.v_head_dim());
+    return q + kv + ValueWidth() * h;
+  }
+  const double kvd = double(kv_heads()) * head_dim();
+  return 2 * h * QueryWidth() + 2 * h * kvd;
+}
+
+double TransformerModel::AttentionParams() const {
+  const double h = spec_.hidden_size(), kvd = double(kv_heads()) * head_dim();
+  double p = AttentionMatmulParams();
+  if (spec_.linear_bias()) p += QueryWidth() + 2 * kvd + h;
+  if (spec_.qk_norm()) p += 2.0 * head_dim();
+  if (spec_.attention_sinks()) p += spec_.num_attention_heads();
+  if (spec_.has_mla()) p += spec_.mla().q_lora_rank() + spec_.mla().kv_lora_rank();  // the latents' RMSNorms
+  return p;
+}
+
+double TransformerModel::MlpParams(double f) const {
+  const double h = spec_.hidden_size();
   const bool b = spec_.linear_bias();
   if (spec_.mlp() == proto::Model::MLP_SWIGLU) return 3 * h * f + (b ? 2 * f + h : 0);
   return 2 * h * f + (b ? f + h : 0);
 }
 
-double TransformerModel::BlockMatmulParams() const {
-  const double h = spec_.hidden_size(), f = spec_.ffn_hidden_size(), kvd = double(kv_heads()) * head_dim();
-  const double mlp = spec_.mlp() == proto::Model::MLP_SWIGLU ? 3 * h * f : 2 * h * f;
-  return 2 * h * h + 2 * h * kvd + mlp;
+double TransformerModel::SharedExpertWidth() const {
+  const auto& moe = spec_.moe();
+  if (moe.num_shared_experts() == 0) return 0;
+  return moe.shared_expert_ffn_hidden_size() > 0 ? moe.shared_expert_ffn_hidden_size()
+                                                 : double(moe.num_shared_experts()) * moe.expert_ffn_hidden_size();
+}
+
+double TransformerModel::MoeParams() const {
+  const auto& moe = spec_.moe();
+  const double h = spec_.hidden_size(), e = moe.num_experts();
+  // The router's h x E linear, its bias (GPT-OSS) or the sigmoid router's per-expert balancing bias
+  // (DeepSeek-V3's e_score_correction_bias).
+  double router = h * e;
+  if (moe.router_bias() || moe.router() == proto::MoE::ROUTER_SIGMOID) router += e;
+  const double shared = SharedExpertWidth() > 0 ? MlpParams(SharedExpertWidth()) : 0;
+  return e * MlpParams(moe.expert_ffn_hidden_size()) + shared + router;
+}
+
+double TransformerModel::ExpertParams(uint32_t layer) const {
+  return IsMoe(layer) ? spec_.moe().num_experts() * MlpParams(spec_.moe().expert_ffn_hidden_size()) : 0;
+}
+
+double TransformerModel::BlockMatmulParams(uint32_t layer) const {
+  const double h = spec_.hidden_size();
+  const double per_ffn = spec_.mlp() == proto::Model::MLP_SWIGLU ? 3 * h : 2 * h;
+  double mlp = per_ffn * spec_.ffn_hidden_size();
+  if (IsMoe(layer)) {
+    const auto& moe = spec_.moe();
+    mlp = per_ffn * (double(moe.top_k()) * moe.expert_ffn_hidden_size() + SharedExpertWidth()) + h * moe.num_experts();
+  }
+  return AttentionMatmulParams() + mlp;
 }
 
 double TransformerModel::Params(uint32_t layer) const {
@@ -97,7 +196,7 @@ double TransformerModel::Params(uint32_t layer) const {
       return p;
     }
     case LayerKind::kTransformer:
-      return AttentionParams() + MlpParams() + 2 * NormParams();
+      return AttentionParams() + (IsMoe(layer) ? MoeParams() : MlpParams(spec_.ffn_hidden_size())) + 2 * NormParams();
     case LayerKind::kHead: {
       double p = spec_.tied_embeddings() ? 0 : v * h;
       if (spec_.encoder_only()) {
@@ -117,6 +216,35 @@ double TransformerModel::TotalParams() const {
   return total;
 }
 
+double TransformerModel::ActiveParams(uint32_t layer) const {
+  if (!IsMoe(layer)) return Params(layer);
+  const auto& moe = spec_.moe();
+  return Params(layer) - double(moe.num_experts() - moe.top_k()) * MlpParams(moe.expert_ffn_hidden_size());
+}
+
+double TransformerModel::TotalActiveParams(bool include_embedding) const {
+  double total = 0;
+  for (uint32_t l = include_embedding ? 0 : 1; l < num_layers(); ++l) total += ActiveParams(l);
+  return total;
+}
+
+double TransformerModel::MtpParams() const {
+  if (!spec_.has_moe() || spec_.moe().mtp_modules() == 0) return 0;
+  // DeepSeek-V3 §2.2: per module a block (an MoE block, like the model's last), the projection M_k of
+  // [h; h] -> h and RMSNorms of both inputs; the embedding and the output head are the main model's.
+  const double h = spec_.hidden_size();
+  return spec_.moe().mtp_modules() * (Params(spec_.num_layers()) + 2 * h * h + 2 * NormParams());
+}
+
+double TransformerModel::ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy,
+                                       const ExpertSharding& experts) const {
+  const double all = ParamsPerRank(layer, tp, head_holds_embedding_copy);
+  const double routed = ExpertParams(layer);
+  if (routed <= 0) return all;
+  // ParamsPerRank splits the routed experts over TP like every other matrix; here over ep · etp instead.
+  return all - routed / tp + routed / (double(experts.ep) * std::max(1u, experts.etp));
+}
+
 double TransformerModel::ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy) const {
   const double h = spec_.hidden_size(), v = spec_.vocab_size(), t = tp;
   switch (kind(layer)) {
@@ -125,7 +253,9 @@ double TransformerModel::ParamsPerRank(uint32_t layer, uint32_t tp, bool head_ho
       return v * h / t + (Params(layer) - v * h);
     case LayerKind::kTransformer: {
       // Column/row-parallel matrices and column biases are split; norms and row-parallel biases are not.
-      const double replicated = 2 * NormParams() + (spec_.linear_bias() ? 2 * h : 0);
+      // The router's linear is replicated as well (Megatron-Core's TopKRouter).
+      double replicated = 2 * NormParams() + (spec_.linear_bias() ? 2 * h : 0);
+      if (IsMoe(layer)) replicated += h * spec_.moe().num_experts();
       return (Params(layer) - replicated) / t + replicated;
     }
     case LayerKind::kHead: {
@@ -142,8 +272,11 @@ double TransformerModel::ForwardFlops(uint32_t layer, double batch, uint32_t seq
   const double tokens = batch * seq_len, h = spec_.hidden_size(), v = spec_.vocab_size();
   switch (kind(layer)) {
     case LayerKind::kEmbedding: return 0;  // a table lookup
-    case LayerKind::kTransformer:
-      return 2 * tokens * BlockMatmulParams() + 4 * batch * double(seq_len) * seq_len * h;
+    case LayerKind::kTransformer: {
+      // Scores and values: 2·b·s·keys·(query width) + 2·b·s·keys·(value width) (= 4·b·s²·h for MHA).
+      const double keys = AttentionKeys(layer, seq_len);
+      return 2 * tokens * BlockMatmulParams(layer) + 2 * tokens * keys * (QueryWidth() + ValueWidth());
+    }
     case LayerKind::kHead: {
       double f = 2 * tokens * v * h;
       if (spec_.encoder_only()) f += 2 * tokens * h * h;  // MLM transform
@@ -165,7 +298,8 @@ double TransformerModel::IterationModelFlops(double sequences, uint32_t seq_len)
 
 double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp,
                                          bool sequence_parallel, proto::Recompute recompute, proto::DType dtype,
-                                         proto::Attention attention, double dropout) const {
+                                         proto::Attention attention, double dropout,
+                                         const ExpertSharding& experts) const {
   const double B = DTypeBytes(dtype), s = seq_len, b = batch, h = spec_.hidden_size(), t = tp;
   const double sbh = s * b * h;
   switch (kind(layer)) {
@@ -180,9 +314,14 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   if (recompute == proto::RECOMPUTE_FULL) {
     return sequence_parallel ? B * sbh / t : B * sbh;  // only the layer input
   }
-  const double kvd = double(kv_heads()) * head_dim(), f = spec_.ffn_hidden_size();
+  const double kvd = double(kv_heads()) * head_dim();
   const double a = spec_.num_attention_heads();
   const bool swiglu = spec_.mlp() == proto::Model::MLP_SWIGLU;
+  // An MoE layer's MLP part: the shared experts' internals split over TP like a dense MLP's, plus the
+  // routed part on this rank (RoutedActivationBytes); a dense block's MLP of ffn_hidden_size.
+  const bool moe = IsMoe(layer);
+  const double f = moe ? SharedExpertWidth() : spec_.ffn_hidden_size();
+  const double routed = moe ? RoutedActivationBytes(batch * s / t, dtype, experts) : 0;
   if (recompute == proto::RECOMPUTE_OP_SELECTIVE) {
     // torchtitan's policy (torchtitan/distributed/activation_checkpoint.py, `selective_ac_option: op`):
     // MUST_SAVE the outputs of the attention kernel, of reduce-scatters and of every other matmul, prefer
@@ -190,15 +329,17 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
     // attention output and its log-sum-exp, the MLP's first matmul (5th) and, with SwiGLU, its down
     // projection (7th, after the reduce-scatter under sequence parallelism). Dropout masks are recomputed.
     const double replicated = B * sbh * (swiglu ? 2 : 1);
-    double split = B * s * b * (h + kvd + h + f);
+    double split = B * s * b * (QueryWidth() + (spec_.has_mla() ? ValueWidth() : kvd) + ValueWidth() + f);
     if (attention != proto::ATTENTION_STANDARD) split += 4.0 * s * b * a;
-    return (sequence_parallel ? replicated / t : replicated) + split / t;
+    return (sequence_parallel ? replicated / t : replicated) + split / t + routed;
   }
   // Replicated across TP ranks unless sequence parallel: inputs of both norms and of QKV and the MLP.
   const double replicated = 4 * B * sbh;
   // Split across TP ranks: Q, K, V; the attention output (input of the output projection); MLP internals.
   const double mlp_internal = (swiglu ? 3 : 2) * B * s * b * f;
-  double split = B * s * b * (h + 2 * kvd) + B * sbh + mlp_internal;
+  // Q, K and V as attention reads them (MLA: the up-projected heads) and the attention output.
+  const double kw = spec_.has_mla() ? QueryWidth() : kvd, vw = spec_.has_mla() ? ValueWidth() : kvd;
+  double split = B * s * b * (QueryWidth() + kw + vw + ValueWidth()) + mlp_internal;
   double masks = 0;  // 1 byte per element (Korthikanti et al. 2022 §4.1)
   if (attention != proto::ATTENTION_STANDARD) {  // flash, either kernel
     split += 4.0 * s * b * a;  // softmax log-sum-exp statistics, fp32
@@ -207,15 +348,30 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
     if (dropout > 0) split += a * s * s * b + B * a * s * s * b;  // attention-dropout mask and its output
   }
   if (dropout > 0) masks = 2 * sbh;  // after the attention output projection and after the MLP
-  return (sequence_parallel ? (replicated + masks) / t : replicated + masks) + split / t;
+  return (sequence_parallel ? (replicated + masks) / t : replicated + masks) + split / t + routed;
+}
+
+double TransformerModel::RoutedActivationBytes(double tokens, proto::DType dtype, const ExpertSharding& experts) const {
+  // Megatron-Core's MoE layer (alltoall dispatcher, grouped GEMM) keeps per routed token copy: the
+  // permuted input of the first expert GEMM (h), its output (2·f_e under SwiGLU, else f_e), the
+  // activation's output (f_e) and the second GEMM's output that the combine un-permutes (h); and per token
+  // the router's fp32 logits and probabilities (2·E·4 bytes). The busiest rank holds `imbalance` times its
+  // even share of the routed copies (an expert-TP group gathers etp ranks' tokens, each rank computing
+  // 1/etp of the experts' width, so the bytes per rank do not depend on etp).
+  const auto& moe = spec_.moe();
+  const double B = DTypeBytes(dtype), h = spec_.hidden_size(), fe = moe.expert_ffn_hidden_size();
+  const bool swiglu = spec_.mlp() == proto::Model::MLP_SWIGLU;
+  const double copies = tokens * moe.top_k() * std::max(1.0, experts.imbalance);
+  return copies * B * (std::max(1u, experts.etp) * h + (swiglu ? 3 : 2) * fe + h) + tokens * 8.0 * moe.num_experts();
 }
 
 double TransformerModel::RecomputedPeakBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp,
                                              bool sequence_parallel, proto::Recompute recompute, proto::DType dtype,
-                                             proto::Attention attention, double dropout) const {
+                                             proto::Attention attention, double dropout,
+                                             const ExpertSharding& experts) const {
   if (recompute != proto::RECOMPUTE_FULL && recompute != proto::RECOMPUTE_OP_SELECTIVE) return 0;
   const auto bytes = [&](proto::Recompute r) {
-    return ActivationBytes(layer, batch, seq_len, tp, sequence_parallel, r, dtype, attention, dropout);
+    return ActivationBytes(layer, batch, seq_len, tp, sequence_parallel, r, dtype, attention, dropout, experts);
   };
   const double all = bytes(proto::RECOMPUTE_NONE);
   return recompute == proto::RECOMPUTE_FULL ? all : std::max(0.0, all - bytes(recompute));

@@ -36,6 +36,16 @@ struct SequenceSharding {
   bool operator==(const SequenceSharding&) const = default;
 };
 
+// How a stage lays out the experts of its MoE layers (plan.proto Stage.ep_degree / expert_tp_degree):
+// each rank holds num_experts / ep of the routed experts, each expert split over etp ranks; `imbalance` is
+// the busiest rank's routed tokens over its even share (models/moe.h). Dense blocks ignore it.
+struct ExpertSharding {
+  uint32_t ep = 1;
+  uint32_t etp = 1;
+  double imbalance = 1;
+  bool operator==(const ExpertSharding&) const = default;
+};
+
 // Bytes of one element of `dtype`.
 double DTypeBytes(proto::DType dtype);
 // True when the training keeps fp32 master weights beside lower-precision ones (bf16, fp16, fp8).
@@ -57,7 +67,33 @@ class TransformerModel {
   uint32_t num_layers() const { return spec_.num_layers() + 2; }
   LayerKind kind(uint32_t layer) const;
   uint32_t kv_heads() const;
-  uint32_t head_dim() const { return spec_.hidden_size() / spec_.num_attention_heads(); }
+  // Width of one attention head (Model.head_dim, else hidden / heads); under MLA the value head's.
+  uint32_t head_dim() const;
+  // Widths summed over heads: queries (= keys per head) and values (the attention output before its
+  // projection). Without MLA both are heads · head_dim; under MLA heads · (nope + rope) and heads · v.
+  double QueryWidth() const;
+  double ValueWidth() const;
+  // Keys each query of `layer` attends over at `seq_len` tokens (the sliding window where it applies).
+  double AttentionKeys(uint32_t layer, double seq_len) const;
+  // Mixture of experts: whether the model has any, and whether block `layer` is an MoE layer.
+  bool HasMoe() const { return spec_.has_moe(); }
+  bool IsMoe(uint32_t layer) const;
+  // Parameters of the routed experts of `layer` (the part expert parallelism shards), 0 for other layers.
+  double ExpertParams(uint32_t layer) const;
+  // Parameters of `layer` one token passes through (its top-k experts only), and summed over the model
+  // (with or without the input embedding table, a lookup). Equal to Params for dense models.
+  double ActiveParams(uint32_t layer) const;
+  double TotalActiveParams(bool include_embedding = true) const;
+  // The shared experts' hidden units in all (0: none, or a dense model), and the attention's matmul
+  // parameters (Q, K, V or MLA's projections, and the output projection).
+  double SharedExpertWidth() const;
+  double AttentionMatmulParams() const;
+  // Multi-token-prediction modules' parameters (Model.moe.mtp_modules; their embedding and head shared),
+  // not part of TotalParams.
+  double MtpParams() const;
+  // The kind of block `layer` is: bit 0 an MoE layer, bit 1 sliding-window attention (0 for the embedding
+  // and the head). Blocks of one class cost the same, so consumers price one of each.
+  uint32_t BlockClass(uint32_t layer) const;
 
   // Parameters of `layer` as counted for the model's size (a tied head counts no output matrix).
   double Params(uint32_t layer) const;
@@ -65,6 +101,9 @@ class TransformerModel {
   // Parameters of `layer` that one rank of a TP group of `tp` holds (norms and row-parallel biases are
   // replicated; a tied head that lives apart from the embedding holds its own copy of the matrix).
   double ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy) const;
+  // ... with the routed experts of an MoE layer laid out by `experts` (each rank: 1/(ep·etp) of them).
+  double ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy,
+                       const ExpertSharding& experts) const;
   // Parameters of `layer` that sequence parallelism applies to on sequence shards (the norms and the
   // row-parallel biases, replicated over TP): their gradients are partial per TP rank and summed over the
   // TP group after the backward passes (Megatron-LM's finalize_model_grads).
@@ -83,14 +122,14 @@ class TransformerModel {
   // `dropout` > 0, plus the dropout masks (1 byte per element).
   double ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp, bool sequence_parallel,
                          proto::Recompute recompute, proto::DType dtype, proto::Attention attention,
-                         double dropout = 0) const;
+                         double dropout = 0, const ExpertSharding& experts = {}) const;
   // Bytes a backward pass re-materialises for one layer at a time under `recompute` (what it keeps is in
   // ActivationBytes): full recomputation rebuilds all of the layer's activations, op-level selective the
   // ones it did not keep; none and selective (attention core, whose scores flash attention never stores)
   // nothing counted here.
   double RecomputedPeakBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp, bool sequence_parallel,
                              proto::Recompute recompute, proto::DType dtype, proto::Attention attention,
-                             double dropout = 0) const;
+                             double dropout = 0, const ExpertSharding& experts = {}) const;
   // Under op-level selective recomputation (proto::RECOMPUTE_OP_SELECTIVE), the share of a block's forward
   // FLOPs its backward pass repeats: the matmuls torchtitan's policy does not keep. The block's matmuls in
   // call order are Q, K, V, the attention output, then the MLP's (SwiGLU: gate, up, down; else in, out);
@@ -105,8 +144,12 @@ class TransformerModel {
  private:
   double NormParams() const;
   double AttentionParams() const;
-  double MlpParams() const;
-  double BlockMatmulParams() const;  // the parameters that take part in matmuls
+  double MlpParams(double ffn) const;  // one MLP (or expert) of `ffn` hidden units, biases included
+  double MoeParams() const;            // an MoE layer's MLP part: experts, shared experts, router
+  // Activation bytes of an MoE layer's routed part on one rank that routes `tokens` tokens.
+  double RoutedActivationBytes(double tokens, proto::DType dtype, const ExpertSharding& experts) const;
+  // Matmul parameters of `layer` one token passes through (attention, router, top-k and shared experts).
+  double BlockMatmulParams(uint32_t layer) const;
   proto::Model spec_;
 };
 

@@ -435,8 +435,8 @@ void AnalyticCostModel::AddThroughputAndMemory(const proto::Plan& plan, bool wit
 }
 
 double AnalyticCostModel::View::LayerSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch,
-                                             bool forward, proto::Recompute recompute,
-                                             models::SequenceSharding shard) const {
+                                             bool forward, proto::Recompute recompute, models::SequenceSharding shard,
+                                             const models::ExpertSharding& experts) const {
   if (shard.ways() == 1 && m_.Averaging(gpu)) {
     // AMP's averaged view: the mean of the devices' profiled times, when every GPU type has one.
     bool all = !m_.types_.empty();
@@ -451,8 +451,8 @@ double AnalyticCostModel::View::LayerSeconds(const models::GpuSpec& gpu, uint32_
       return sum / n;
     }
   }
-  if (forward) return m_.compute_.ForwardSeconds(gpu, layer, tp, batch, shard);
-  return m_.compute_.BackwardSeconds(gpu, layer, tp, batch, recompute, shard);
+  if (forward) return m_.compute_.ForwardSeconds(gpu, layer, tp, batch, shard, experts);
+  return m_.compute_.BackwardSeconds(gpu, layer, tp, batch, recompute, shard, experts);
 }
 
 double AnalyticCostModel::View::OptimizerSeconds(const models::GpuSpec& gpu, double params) const {

@@ -202,7 +202,8 @@ class AnalyticCostModel {
     explicit View(const AnalyticCostModel& m) : m_(m) {}
     const models::GpuSpec& Gpu(uint32_t device) const override { return m_.ComputeGpu(device); }
     double LayerSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch, bool forward,
-                        proto::Recompute recompute, models::SequenceSharding shard) const override;
+                        proto::Recompute recompute, models::SequenceSharding shard,
+                        const models::ExpertSharding& experts) const override;
     double OptimizerSeconds(const models::GpuSpec& gpu, double params) const override;
     bool TpInCompute(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch) const override {
       return m_.TpIncluded(gpu, layer, tp, batch);

@@ -20,9 +20,10 @@ using namespace play;  // NOLINT(google-build-using-namespace): the player's own
 // ---- the player ----------------------------------------------------------------------------------------------
 
 double SimulatorCompute::LayerSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch,
-                                      bool forward, proto::Recompute recompute, models::SequenceSharding shard) const {
-  if (forward) return cost_.ForwardSeconds(gpu, layer, tp, batch, shard);
-  return cost_.BackwardSeconds(gpu, layer, tp, batch, recompute, shard);
+                                      bool forward, proto::Recompute recompute, models::SequenceSharding shard,
+                                      const models::ExpertSharding& experts) const {
+  if (forward) return cost_.ForwardSeconds(gpu, layer, tp, batch, shard, experts);
+  return cost_.BackwardSeconds(gpu, layer, tp, batch, recompute, shard, experts);
 }
 
 double SimulatorCompute::OptimizerSeconds(const models::GpuSpec& gpu, double params) const {

@@ -95,7 +95,8 @@ class ComputeSource {
   virtual const models::GpuSpec& Gpu(uint32_t device) const = 0;
   // One layer's pass (ComputeCost::ForwardSeconds, or BackwardSeconds with `recompute`).
   virtual double LayerSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch, bool forward,
-                              proto::Recompute recompute, models::SequenceSharding shard) const = 0;
+                              proto::Recompute recompute, models::SequenceSharding shard,
+                              const models::ExpertSharding& experts) const = 0;
   // The optimizer step over `params` parameters, with the iteration's fixed host overhead.
   virtual double OptimizerSeconds(const models::GpuSpec& gpu, double params) const = 0;
   // Whether a layer's measured time includes its TP collectives (the lowering then emits none).
@@ -110,7 +111,8 @@ class SimulatorCompute : public ComputeSource {
   SimulatorCompute(const models::Cluster& cluster, const models::ComputeCost& cost) : cluster_(cluster), cost_(cost) {}
   const models::GpuSpec& Gpu(uint32_t device) const override { return *cluster_.device(device).gpu; }
   double LayerSeconds(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch, bool forward,
-                      proto::Recompute recompute, models::SequenceSharding shard) const override;
+                      proto::Recompute recompute, models::SequenceSharding shard,
+                      const models::ExpertSharding& experts) const override;
   double OptimizerSeconds(const models::GpuSpec& gpu, double params) const override;
   bool TpInCompute(const models::GpuSpec& gpu, uint32_t layer, uint32_t tp, double batch) const override {
     return cost_.TpIncludedInProfile(gpu, layer, tp, batch);

@@ -140,14 +140,14 @@ class ComputePrices {
     }
     const bool overhead = !op.recompute && op.layer_begin == r.layer_begin && op.layer_end > op.layer_begin;
     const Key key{&gpu, r.tp, r.shard.cp, r.shard.ulysses, op.layer_begin, op.layer_end, op.sequences(),
-                  static_cast<uint8_t>(op.category), op.recompute, overhead};
+                  static_cast<uint8_t>(op.category), op.recompute, overhead, r.experts};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     const double batch = op.sequences();
     const double seconds = models::PassSeconds(
         op, r, cs_.cost().model(), overhead ? PassOverhead(gpu) : 0, separate_, recompute_,
         [&](uint32_t l, bool forward, proto::Recompute rc) {
-          return cs_.LayerSeconds(gpu, l, r.tp, batch, forward, rc, r.shard);
+          return cs_.LayerSeconds(gpu, l, r.tp, batch, forward, rc, r.shard, r.experts);
         });
     cache_.emplace(key, seconds);
     return seconds;
@@ -176,9 +176,11 @@ class ComputePrices {
     uint32_t tp, cp, ulysses, begin, end, seqs;
     uint8_t category;
     bool recompute, overhead;
+    models::ExpertSharding experts;
     bool operator==(const Key& o) const {
       return gpu == o.gpu && tp == o.tp && cp == o.cp && ulysses == o.ulysses && begin == o.begin && end == o.end &&
-             seqs == o.seqs && category == o.category && recompute == o.recompute && overhead == o.overhead;
+             seqs == o.seqs && category == o.category && recompute == o.recompute && overhead == o.overhead &&
+             experts == o.experts;
     }
   };
   struct KeyHash {

@@ -60,8 +60,8 @@ void Runner::Execute(const Op& op) {
       if (op.category != Category::kOptimizer) {
         trace_.fwd_bwd_s += op.seconds;
         trace_.pipeline_end_s = t0 + op.seconds;
-        trace_.comm_in_phase_s =
-            trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
+        trace_.comm_in_phase_s = trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s +
+                                 trace_.ep_s + collective_wait_s_;
       }
       Record(t0, op.category, op.micro_batch);
       break;
@@ -78,8 +78,8 @@ void Runner::Execute(const Op& op) {
     case OpKind::kComputeJoin:
       if (async_compute_) async_compute_->wait();
       async_compute_ = nullptr;
-      trace_.comm_in_phase_s =
-          trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + collective_wait_s_;
+      trace_.comm_in_phase_s = trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + trace_.ep_s +
+                               collective_wait_s_;
       break;
     case OpKind::kSend:
       Send(op, t0);
@@ -285,6 +285,7 @@ void Runner::AddComm(Category cat, double seconds) {
     case Category::kPp: trace_.pp_s += seconds; break;
     case Category::kZero: trace_.zero_s += seconds; break;
     case Category::kCp: trace_.cp_s += seconds; break;
+    case Category::kEp: trace_.ep_s += seconds; break;
     default: trace_.dp_s += seconds; break;
   }
 }

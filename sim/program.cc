@@ -63,8 +63,8 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
   const double batch = op.sequences();
   return models::PassSeconds(op, r, cost.model(), consts.pass_overhead_s, separate_recompute,
                              proto::RECOMPUTE_UNSPECIFIED, [&](uint32_t l, bool forward, proto::Recompute rc) {
-                               return forward ? cost.ForwardSeconds(gpu, l, r.tp, batch, shard)
-                                              : cost.BackwardSeconds(gpu, l, r.tp, batch, rc, shard);
+                               return forward ? cost.ForwardSeconds(gpu, l, r.tp, batch, shard, r.experts)
+                                              : cost.BackwardSeconds(gpu, l, r.tp, batch, rc, shard, r.experts);
                              });
 }
 

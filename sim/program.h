@@ -224,6 +224,7 @@ struct DeviceTrace {
   double dp_s = 0;             // gradient sync on the main stream (or the exposed part when overlapped)
   double zero_s = 0;           // ZeRO gathers
   double cp_s = 0;             // context-parallel ring exchanges and Ulysses all-to-alls (exposed)
+  double ep_s = 0;             // expert parallelism's dispatch and combine (exposed)
   double pipeline_end_s = 0;   // end of the last backward compute
   double end_s = 0;            // end of the device's iteration
   // Communication and waiting inside collectives up to the end of the last forward/backward compute: the

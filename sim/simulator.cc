@@ -54,6 +54,7 @@ proto::IterationReport MakeReport(const proto::Plan& plan, const models::PlanCon
     d.dp_s = tr.dp_s + (straggle.data_parallel ? wait : 0);
     d.zero_s = tr.zero_s;
     d.cp_s = tr.cp_s;
+    d.ep_s = tr.ep_s;
     d.pipeline_end_s = tr.pipeline_end_s;
     d.comm_in_phase_s = tr.comm_in_phase_s;
     d.peak_memory_gib = mem.at(d.device)->total_gib;
@@ -307,6 +308,7 @@ void PutTraces(std::string& out, const EngineResult& er) {
     PutPod(out, d.dp_s);
     PutPod(out, d.zero_s);
     PutPod(out, d.cp_s);
+    PutPod(out, d.ep_s);
     PutPod(out, d.pipeline_end_s);
     PutPod(out, d.end_s);
     PutPod(out, d.comm_in_phase_s);
@@ -323,7 +325,7 @@ bool GetTraces(Reader& rd, EngineResult* er) {
   for (auto& d : er->devices) {
     uint64_t k = 0;
     if (!rd.Pod(&d.compute_s) || !rd.Pod(&d.fwd_bwd_s) || !rd.Pod(&d.tp_s) || !rd.Pod(&d.pp_s) || !rd.Pod(&d.dp_s) ||
-        !rd.Pod(&d.zero_s) || !rd.Pod(&d.cp_s) || !rd.Pod(&d.pipeline_end_s) || !rd.Pod(&d.end_s) || !rd.Pod(&d.comm_in_phase_s) ||
+        !rd.Pod(&d.zero_s) || !rd.Pod(&d.cp_s) || !rd.Pod(&d.ep_s) || !rd.Pod(&d.pipeline_end_s) || !rd.Pod(&d.end_s) || !rd.Pod(&d.comm_in_phase_s) ||
         !rd.Pod(&k) ||
         !rd.Bytes(k * sizeof(Slice), &bytes)) {
       return false;

@@ -89,7 +89,7 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
   // One line per (pipeline, stage): the slowest device's numbers.
   struct Row {
     int devices = 0;
-    double compute = 0, tp = 0, cp = 0, pp = 0, dp = 0, idle = 0, mem = 0, cap = 0;
+    double compute = 0, tp = 0, cp = 0, ep = 0, pp = 0, dp = 0, idle = 0, mem = 0, cap = 0;
     bool oom = false;
     std::string gpus;
   };
@@ -102,28 +102,30 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
     row.pp = std::max(row.pp, d.pp_communication_s());
     row.dp = std::max(row.dp, d.dp_communication_s());
     row.cp = std::max(row.cp, d.cp_communication_s());
+    row.ep = std::max(row.ep, d.ep_communication_s());
     row.idle = std::max(row.idle, d.idle_s());
     row.mem = std::max(row.mem, d.peak_memory_gib());
     row.cap = d.capacity_gib();
     row.oom |= d.oom();
     if (row.gpus.find(d.gpu()) == std::string::npos) row.gpus += (row.gpus.empty() ? "" : "+") + d.gpu();
   }
-  // The context-parallel column only for plans that have CP or Ulysses communication.
-  bool any_cp = false;
-  for (const auto& [key, row] : rows) any_cp |= row.cp > 0;
+  // The context-parallel and expert-parallel columns only for plans that have such communication.
+  bool any_cp = false, any_ep = false;
+  for (const auto& [key, row] : rows) any_cp |= row.cp > 0, any_ep |= row.ep > 0;
   out << "\n  pipe stage  devices  gpus          compute s   tp s      " << (any_cp ? "cp s      " : "")
-      << "pp s      dp s      idle s    memory GiB\n";
+      << (any_ep ? "ep s      " : "") << "pp s      dp s      idle s    memory GiB\n";
   size_t shown = 0;
   for (const auto& [key, row] : rows) {
     if (shown++ == 40) {
       out << "  … " << rows.size() - 40 << " more stages (see --report-out)\n";
       break;
     }
-    char line[256], cp[16] = "";
+    char line[288], cp[16] = "", ep[16] = "";
     if (any_cp) std::snprintf(cp, sizeof(cp), "%-9.3f ", row.cp);
-    std::snprintf(line, sizeof(line), "  %-4u %-6u %-8d %-13s %-11.3f %-9.3f %s%-9.3f %-9.3f %-9.3f %.1f / %.0f%s\n",
-                  key.first, key.second, row.devices, row.gpus.c_str(), row.compute, row.tp, cp, row.pp, row.dp, row.idle,
-                  row.mem, row.cap, row.oom ? "  OUT OF MEMORY" : "");
+    if (any_ep) std::snprintf(ep, sizeof(ep), "%-9.3f ", row.ep);
+    std::snprintf(line, sizeof(line), "  %-4u %-6u %-8d %-13s %-11.3f %-9.3f %s%s%-9.3f %-9.3f %-9.3f %.1f / %.0f%s\n",
+                  key.first, key.second, row.devices, row.gpus.c_str(), row.compute, row.tp, cp, ep, row.pp, row.dp,
+                  row.idle, row.mem, row.cap, row.oom ? "  OUT OF MEMORY" : "");
     out << line;
   }
   if (r.any_oom()) out << "\nwarning: some devices run out of memory under this plan (see the memory column)\n";
