@@ -1,6 +1,7 @@
 #include "models/fold.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 
@@ -14,7 +15,7 @@ bool SameWork(const Op& a, const Op& b) {
          a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass && a.hide_share == b.hide_share &&
          a.micro_batch == b.micro_batch && a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
          a.calls == b.calls && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
-         a.seq_begin == b.seq_begin && a.seq_end == b.seq_end && a.bytes == b.bytes && a.flops == b.flops &&
+         a.sequences() == b.sequences() && a.bytes == b.bytes && a.flops == b.flops &&
          a.params == b.params && a.host_ranks == b.host_ranks && a.to_host == b.to_host;
 }
 
@@ -29,7 +30,11 @@ std::string FoldShape(const proto::Plan& plan, const Cluster& cluster) {
     for (int s = 0; s < pipe.stages_size(); ++s) {
       const auto& st = pipe.stages(s);
       if (st.devices_size() != p0.stages(s).devices_size()) return "stages of different widths";
-      if (DpDegree(st) != 1) return "data parallelism inside a stage";
+      // Intra-stage DP replicas fold onto the stage's first device when they compute as many sequences each.
+      const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
+      if (std::adjacent_find(split.begin(), split.end(), std::not_equal_to<>()) != split.end()) {
+        return "data-parallel replicas of a stage with uneven micro-batch shares";
+      }
     }
   }
   return "";

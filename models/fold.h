@@ -34,8 +34,9 @@ bool SameWork(const Op& a, const Op& b);
 
 // What a plan must have before its ranks are compared, read from the plan alone (so that a plan that
 // cannot fold is lowered once, in full): no CPU staging or offload, every pipeline as deep as pipeline 0
-// with stages as wide, one replica per stage (intra-stage DP replicas compute other rows of the
-// micro-batch, possibly unevenly split). Empty when the plan may fold, otherwise why not.
+// with stages as wide, and a stage's intra-stage DP replicas computing as many sequences each (they compute
+// other rows of the micro-batch: the same work when the shares are even; SameWork compares the number of
+// sequences, not which). Empty when the plan may fold, otherwise why not.
 std::string FoldShape(const proto::Plan& plan, const Cluster& cluster);
 
 // The devices that represent the others when a plan folds: the first device of each stage of pipeline 0.

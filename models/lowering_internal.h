@@ -156,9 +156,17 @@ class Lowerer {
   // expert TP the all-gather of the group's tokens after the dispatch and the reduce-scatter before the
   // combine; or their bytes into the pass's fused calls (`fused`: [all-to-all, expert-TP] bytes and calls).
   struct FusedEp {
-    double bytes[2] = {0, 0};
-    uint32_t calls[2] = {0, 0};
+    double bytes[3] = {0, 0, 0};  // [EP all-to-all (node_dedup: inside the node), expert TP, node_dedup's rail]
+    uint32_t calls[3] = {0, 0, 0};
   };
+  // comm.ep_dispatcher node_dedup on an EP group over several nodes of as many ranks each: the same-rail ranks
+  // of the group's nodes (`rail`, in node order), the group's ranks on the device's node (`local`), and the rail
+  // all-to-all's buffer for `tokens` routed tokens; empty groups for the plain all-to-all.
+  struct EpRoute {
+    std::vector<uint32_t> rail, local;
+    double rail_bytes = 0;
+  };
+  EpRoute RouteOf(uint32_t device, const std::vector<uint32_t>& ep_group, double tokens) const;
   void AddExpertExchange(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t layer, double batch,
                          uint32_t local_seq, uint16_t mb, FusedEp* fused);
 

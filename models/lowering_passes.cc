@@ -3,6 +3,7 @@
 // parallelism and the DeepSpeed-Ulysses all-to-alls — and the PP transfers between stages of different DP or
 // TP degrees (models/lowering.h says what each moves).
 #include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -231,6 +232,27 @@ void Lowerer::AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, u
   }
 }
 
+Lowerer::EpRoute Lowerer::RouteOf(uint32_t device, const std::vector<uint32_t>& ep_group, double tokens) const {
+  EpRoute route;
+  if (plan_.comm().ep_dispatcher() != proto::CommOptions::EP_DISPATCHER_NODE_DEDUP) return route;
+  const uint32_t my_node = ctx_.cluster.device(device).node;
+  std::map<uint32_t, std::vector<uint32_t>> by_node;
+  for (uint32_t d : ep_group) by_node[ctx_.cluster.device(d).node].push_back(d);
+  const size_t per_node = by_node[my_node].size();
+  bool uniform = by_node.size() > 1;
+  for (const auto& [node, ds] : by_node) uniform &= ds.size() == per_node;
+  if (!uniform) return route;  // one node (NVLink only), or uneven nodes: the plain all-to-all
+  route.local = by_node[my_node];
+  const size_t idx = RankIn(route.local, device);
+  for (const auto& [node, ds] : by_node) route.rail.push_back(ds[idx]);
+  const auto& moe = model_.spec().moe();
+  const auto n = static_cast<uint32_t>(route.rail.size());
+  // An all-to-all's buffer: n shares of what goes to each node, each token once per node it hits.
+  route.rail_bytes = n * tokens * model_.spec().hidden_size() * DTypeBytes(tr_.dtype()) *
+                     NodeHitProbability(moe.num_experts(), moe.top_k(), n);
+  return route;
+}
+
 void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t layer,
                                 double batch, uint32_t local_seq, uint16_t mb, FusedEp* fused) {
   const RankOps& me = out_.ranks[out_.device_slot[device]];
@@ -245,22 +267,43 @@ void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const pro
   const double tokens = batch * local_seq / TpDegree(st);
   const double bytes = tokens * model_.spec().moe().top_k() * model_.spec().hidden_size() * DTypeBytes(tr_.dtype());
   if (fused != nullptr) {
-    if (ep > 1) fused->bytes[0] += 2 * bytes, fused->calls[0] += 2;
+    const EpRoute route = ep > 1 ? RouteOf(device, EpGroupOf(st, me.stage_index), tokens) : EpRoute{};
+    if (ep > 1 && (route.rail.empty() || route.local.size() > 1)) fused->bytes[0] += 2 * bytes, fused->calls[0] += 2;
     if (etp > 1) fused->bytes[1] += etp * bytes, fused->calls[1] += 1;
+    if (!route.rail.empty()) fused->bytes[2] += 2 * route.rail_bytes, fused->calls[2] += 2;
     return;
   }
+  // comm.ep_overlap: the calls share the layer's pass (HideBehindGemms), so the pair takes max of the two.
+  const bool dedup = plan_.comm().ep_dispatcher() == proto::CommOptions::EP_DISPATCHER_NODE_DEDUP;
+  const float share = plan_.comm().ep_overlap()
+                          ? 1.0f / static_cast<float>((ep > 1 ? (dedup ? 4 : 2) : 0) + (etp > 1 ? 2 : 0))
+                          : 0.0f;
   const auto add = [&](const std::vector<uint32_t>& group, double b, CollectiveKind kind) {
     Op& op = AddCollective(ops, group, device, b, kind, Category::kEp, mb);
     op.in_pass = true;
     op.layer_begin = layer;
     op.layer_end = layer + 1;
+    op.hide_share = share;
   };
   const auto ep_group = EpGroupOf(st, me.stage_index);
   const auto etp_group = ExpertTpGroupOf(st, me.stage_index);
-  if (ep > 1) add(ep_group, bytes, CollectiveKind::kAllToAll);
+  // node_dedup: the rail all-to-all carries each token once per other node its experts are on, then the node's
+  // all-to-all forwards its copies (the combine: the mirror image).
+  const EpRoute route = RouteOf(device, ep_group, tokens);
+  const auto& rail = route.rail;
+  const auto& local = route.local;
+  const double rail_bytes = route.rail_bytes;
+  const auto exchange = [&](bool dispatch) {
+    if (ep < 2) return;
+    if (rail.empty()) return add(ep_group, bytes, CollectiveKind::kAllToAll);
+    if (!dispatch && local.size() > 1) add(local, bytes, CollectiveKind::kAllToAll);
+    add(rail, rail_bytes, CollectiveKind::kAllToAll);
+    if (dispatch && local.size() > 1) add(local, bytes, CollectiveKind::kAllToAll);
+  };
+  exchange(true);
   if (etp > 1) add(etp_group, etp * bytes, CollectiveKind::kAllGather);
   if (etp > 1) add(etp_group, etp * bytes, CollectiveKind::kReduceScatter);
-  if (ep > 1) add(ep_group, bytes, CollectiveKind::kAllToAll);
+  exchange(false);
 }
 
 void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a,
@@ -374,15 +417,22 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     op.layer_begin = a;
     op.layer_end = b;
   }
-  for (int k = 0; k < 2; ++k) {
+  int fused_ep_ops = 0;
+  for (double x : fused_ep.bytes) fused_ep_ops += x > 0 ? 1 : 0;
+  for (int k = 0; k < 3; ++k) {
     if (fused_ep.bytes[k] <= 0) continue;
     const uint32_t index = me.stage_index;
-    Op& op = AddCollective(ops, k == 0 ? EpGroupOf(st, index) : ExpertTpGroupOf(st, index), device, fused_ep.bytes[k],
-                           k == 0 ? CollectiveKind::kAllToAll : CollectiveKind::kAllReduce, Category::kEp, mb);
+    const EpRoute route = k == 1 ? EpRoute{} : RouteOf(device, EpGroupOf(st, index), 0);
+    const std::vector<uint32_t> group = k == 1 ? ExpertTpGroupOf(st, index)
+                                        : k == 2 ? route.rail
+                                                 : (route.rail.empty() ? EpGroupOf(st, index) : route.local);
+    Op& op = AddCollective(ops, group, device, fused_ep.bytes[k],
+                           k == 1 ? CollectiveKind::kAllReduce : CollectiveKind::kAllToAll, Category::kEp, mb);
     op.in_pass = true;
     op.calls = fused_ep.calls[k];
     op.layer_begin = a;
     op.layer_end = b;
+    if (plan_.comm().ep_overlap()) op.hide_share = 1.0f / static_cast<float>(fused_ep_ops);
   }
   if (zero_units_) {
     if (fuse) EmitFusedUnits(ops, device, fused_units, HideShare(ops, pass_flops - last_unit_flops), mb, a, b);

@@ -88,6 +88,16 @@ double UniformRoutingImbalance(double tokens, uint32_t top_k, uint32_t ep) {
   return 1.0 + ExpectedMaxOfStandardNormals(ep) * sd / mean;
 }
 
+double NodeHitProbability(uint32_t experts, uint32_t top_k, uint32_t nodes) {
+  if (nodes < 2) return 1.0;
+  const double e = experts, others = e - e / nodes;
+  if (others < top_k) return 1.0;
+  // C(others, k) / C(e, k) = Π_{i<k} (others − i) / (e − i).
+  double miss = 1.0;
+  for (uint32_t i = 0; i < top_k; ++i) miss *= (others - i) / (e - i);
+  return 1.0 - miss;
+}
+
 ExpertSharding StageExperts(const proto::Stage& stage, const TransformerModel& model, const proto::Training& training,
                             double tokens) {
   ExpertSharding x;

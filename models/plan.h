@@ -59,6 +59,10 @@ std::vector<uint32_t> ExpertTpGroupOf(const proto::Stage& stage, uint32_t index)
 // of ep ranks sits E[max of ep standard normals] deviations above the mean. A trained router is less even:
 // training.moe_load_imbalance overrides it; a capacity factor caps it (docs/moe.md "Load imbalance").
 double UniformRoutingImbalance(double tokens, uint32_t top_k, uint32_t ep);
+// The chance that a token's top_k experts, drawn uniformly among `experts` spread evenly over `nodes` nodes,
+// include one of a given node's: 1 − C(E − E/n, k) / C(E, k) (node-deduplicated dispatch sends the token there
+// once).
+double NodeHitProbability(uint32_t experts, uint32_t top_k, uint32_t nodes);
 // The stage's expert layout for `tokens` routed tokens per rank and micro-batch (ep, etp, imbalance: the
 // training's moe_load_imbalance, else UniformRoutingImbalance; at most the capacity factor when one is set).
 ExpertSharding StageExperts(const proto::Stage& stage, const TransformerModel& model, const proto::Training& training,

@@ -333,13 +333,19 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
     if (attention != proto::ATTENTION_STANDARD) split += 4.0 * s * b * a;
     return (sequence_parallel ? replicated / t : replicated) + split / t + routed;
   }
-  // Replicated across TP ranks unless sequence parallel: inputs of both norms and of QKV and the MLP.
-  const double replicated = 4 * B * sbh;
-  // Split across TP ranks: Q, K, V; the attention output (input of the output projection); MLP internals.
-  const double mlp_internal = (swiglu ? 3 : 2) * B * s * b * f;
+  // FP8 training (Transformer Engine): a block linear keeps the FP8 copy of its input for the backward, one
+  // byte an element (te.Linear, LayerNormLinear, GroupedLinear save the quantised input), not the bf16 one.
+  const double B8 = dtype == proto::DTYPE_FP8 ? 1.0 : B;
+  // Replicated across TP ranks unless sequence parallel: inputs of both norms, and of QKV and the MLP.
+  const double replicated = 2 * B * sbh + 2 * B8 * sbh;
+  // Split across TP ranks: Q, K, V; the attention output (attention's own, and the output projection's
+  // input: one tensor but under FP8); MLP internals (the first GEMM's output, the activation's output that the
+  // second GEMM keeps).
+  const double mlp_internal = ((swiglu ? 2 : 1) * B + B8) * s * b * f;
   // Q, K and V as attention reads them (MLA: the up-projected heads) and the attention output.
   const double kw = spec_.has_mla() ? QueryWidth() : kvd, vw = spec_.has_mla() ? ValueWidth() : kvd;
-  double split = B * s * b * (QueryWidth() + kw + vw + ValueWidth()) + mlp_internal;
+  const double out = dtype == proto::DTYPE_FP8 ? B + B8 : B;
+  double split = s * b * (B * (QueryWidth() + kw + vw) + out * ValueWidth()) + mlp_internal;
   double masks = 0;  // 1 byte per element (Korthikanti et al. 2022 §4.1)
   if (attention != proto::ATTENTION_STANDARD) {  // flash, either kernel
     split += 4.0 * s * b * a;  // softmax log-sum-exp statistics, fp32
@@ -352,17 +358,20 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
 }
 
 double TransformerModel::RoutedActivationBytes(double tokens, proto::DType dtype, const ExpertSharding& experts) const {
-  // Megatron-Core's MoE layer (alltoall dispatcher, grouped GEMM) keeps per routed token copy: the
-  // permuted input of the first expert GEMM (h), its output (2·f_e under SwiGLU, else f_e), the
-  // activation's output (f_e) and the second GEMM's output that the combine un-permutes (h); and per token
-  // the router's fp32 logits and probabilities (2·E·4 bytes). The busiest rank holds `imbalance` times its
-  // even share of the routed copies (an expert-TP group gathers etp ranks' tokens, each rank computing
-  // 1/etp of the experts' width, so the bytes per rank do not depend on etp).
+  // Megatron-Core's MoE layer (alltoall dispatcher, TEGroupedMLP) keeps per routed token copy: the permuted
+  // input of the first expert GEMM (h; FP8 training keeps its FP8 copy), that GEMM's output (2·f_e under
+  // SwiGLU, else f_e) and the activation's output (f_e, the second GEMM's input, FP8 under FP8); the
+  // permutation and un-permutation keep index maps only, and the routing probabilities are applied in the
+  // activation. Per token, the router's fp32 logits and probabilities (2·E·4 bytes). The busiest rank holds
+  // `imbalance` times its even share of the routed copies (an expert-TP group gathers etp ranks' tokens,
+  // each rank computing 1/etp of the experts' width).
   const auto& moe = spec_.moe();
-  const double B = DTypeBytes(dtype), h = spec_.hidden_size(), fe = moe.expert_ffn_hidden_size();
+  const double B = DTypeBytes(dtype), B8 = dtype == proto::DTYPE_FP8 ? 1.0 : B;
+  const double h = spec_.hidden_size(), fe = moe.expert_ffn_hidden_size();
   const bool swiglu = spec_.mlp() == proto::Model::MLP_SWIGLU;
   const double copies = tokens * moe.top_k() * std::max(1.0, experts.imbalance);
-  return copies * B * (std::max(1u, experts.etp) * h + (swiglu ? 3 : 2) * fe + h) + tokens * 8.0 * moe.num_experts();
+  return copies * (std::max(1u, experts.etp) * h * B8 + ((swiglu ? 2 : 1) * B + B8) * fe) +
+         tokens * 8.0 * moe.num_experts();
 }
 
 double TransformerModel::RecomputedPeakBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp,
