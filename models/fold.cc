@@ -109,7 +109,8 @@ std::string RankFolder::Compare(uint32_t i) {
       const Op& y = ys[k];
       if (!SameWork(x, y)) {
         return "devices " + std::to_string(a.device) + " and " + std::to_string(b.device) + " differ at operation " +
-               std::to_string(k);
+               std::to_string(k) + " (" + FormatOp(lw_, a.device, "", k, x) + " / " + FormatOp(lw_, b.device, "", k, y) +
+               ")";
       }
       switch (x.kind) {
         case OpKind::kHostCopy: return "CPU offload (host copies)";

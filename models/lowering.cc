@@ -95,7 +95,10 @@ Result<Lowering> Lowerer::Lower() {
   out_.sync_groups = DeriveGradSyncGroups(plan_, model_);
   // Backward order: later layers first, then by chunk.
   std::stable_sort(out_.sync_groups.begin(), out_.sync_groups.end(), [](const auto& a, const auto& b) {
-    return a.layer_begin != b.layer_begin ? a.layer_begin > b.layer_begin : a.chunk < b.chunk;
+    // (A range's dense groups before its expert groups, so every rank syncs its parts in one order.)
+    if (a.layer_begin != b.layer_begin) return a.layer_begin > b.layer_begin;
+    const bool ea = a.part == GradSyncGroup::Part::kExperts, eb = b.part == GradSyncGroup::Part::kExperts;
+    return ea != eb ? eb : a.chunk < b.chunk;
   });
   device_groups_.assign(ctx_.cluster.num_devices(), {});
   for (uint32_t g = 0; g < out_.sync_groups.size(); ++g) {

@@ -234,7 +234,8 @@ def main(argv):
         w.writerow(["plan", "model", "container", "hetsim_model", "gpus", "nodes", "dp", "pp", "tp", "vp", "ep",
                     "micro_batch", "num_micro_batches", "global_batch", "seq_len", "precision", "tokendrop",
                     "ep_overlap", "ep_dispatcher", "iteration_ms", "tokens_per_s_per_gpu", "model_tflops_per_gpu"])
-        w.writerows(runs)
+        # The smallest runs first (validate-sim reads them in order; the robustness fuzzer mutates the first rows).
+        w.writerows(sorted(runs, key=lambda run: (run[4], run[13], run[0])))
     print(f"{len(runs)} runs ({len(skipped)} skipped), {len(clusters)} clusters -> {out}")
 
 

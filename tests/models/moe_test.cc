@@ -244,24 +244,3 @@ TEST(MoeLowering, ExpertTpGathersAroundTheExperts) {
 
 }  // namespace
 }  // namespace hetsim::models
-#include "models/kernels.h"
-#include "models/gpu_catalog.h"
-namespace hetsim::models { namespace {
-TEST(Scratch, PrintKernels) {
-  const TransformerModel m = Bundled(getenv("M") ? getenv("M") : "qwen3-30b-a3b");
-  const GpuSpec* gpu = *GpuCatalog::Bundled().Find("h100");
-  const auto& p = KernelParamsFor(*gpu, "");
-  KernelShape sh; sh.micro_batch = 1; sh.seq_len = 4096; sh.tp = getenv("TP") ? atoi(getenv("TP")) : 1;
-  sh.dtype = getenv("BF16") ? proto::DTYPE_BF16 : proto::DTYPE_FP8; sh.experts.ep = getenv("EP") ? atoi(getenv("EP")) : 8; sh.experts.etp = 1; sh.experts.imbalance = 1.01;
-  uint32_t layer = getenv("L") ? atoi(getenv("L")) : 2;
-  for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-    double tot = 0;
-    for (const auto& k : LayerKernels(m, layer, pass, sh)) {
-      const double t = KernelGpuSeconds(k, *gpu, p, sh.dtype); tot += t;
-      printf("%-28s m=%-8.0f n=%-8.0f k=%-8.0f b=%-5.0f bytes=%-10.3g flops=%-10.3g %8.1f us\n", k.name, k.m, k.n, k.k, k.batch, k.bytes, k.flops, t*1e6);
-    }
-    const auto pt = TimeKernels(LayerKernels(m, layer, pass, sh), *gpu, p, sh.dtype);
-    printf("TOTAL gpu %.3f ms host %.3f ms kernels %zu\n\n", pt.gpu_s*1e3, pt.host_s*1e3, pt.kernels);
-  }
-}
-}}

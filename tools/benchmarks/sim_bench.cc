@@ -95,6 +95,38 @@ models::Cluster H100Cluster(uint32_t nodes, uint32_t nodes_per_pod, double overs
   return std::move(models::Cluster::Build(c, "bench-cluster")).value();
 }
 
+// DeepSeek-V3 as Megatron-Bridge runs it on DGX-H100 (experiments/validation/megatron_bridge_moe_h100, the
+// 25.09 layout): TP 2, PP 8 with 4 virtual stages, EP 64 folded over each stage's TP × DP ranks, expert TP 1,
+// stage blocks 7 / 8 × 6 / 6, DeepEP's node-deduplicated dispatch overlapped with compute, ZeRO-1; `dp` DP
+// replicas inside each stage, a global batch of 8·dp·16 sequences of 4096 tokens in micro-batches of one.
+proto::Plan DeepSeekPlan(uint32_t dp) {
+  proto::Plan plan;
+  plan.set_name("deepseek-v3-dp" + std::to_string(dp));
+  plan.set_zero_stage(1);
+  plan.set_sequence_parallel(true);
+  plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
+  plan.set_virtual_stages(4);
+  plan.mutable_comm()->set_ep_overlap(true);
+  plan.mutable_comm()->set_ep_dispatcher(proto::CommOptions::EP_DISPATCHER_NODE_DEDUP);
+  const uint32_t tp = 2, pp = 8, blocks[] = {7, 8, 8, 8, 8, 8, 8, 6};
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(dp);
+  pipe->set_num_micro_batches(128);
+  uint32_t begin = 0;
+  for (uint32_t s = 0; s < pp; ++s) {
+    auto* st = pipe->add_stages();
+    st->set_tp_degree(tp);
+    st->set_ep_degree(64);
+    st->set_expert_tp_degree(1);
+    const uint32_t end = begin + blocks[s] + (s == 0 ? 1 : 0) + (s + 1 == pp ? 1 : 0);
+    st->set_layer_begin(begin);
+    st->set_layer_end(end);
+    begin = end;
+    for (uint32_t k = 0; k < tp * dp; ++k) st->add_devices(s * tp * dp + k);
+  }
+  return plan;
+}
+
 // Llama 3 405B with context parallelism as experiments/llama3/llama3-405b-16384-cp16.yaml (Llama 3 Table 4,
 // long context): TP 8, CP `cp`, PP 16, DP `dp`, 16 micro-batches of one sequence, interleaved with 4 virtual
 // stages, ZeRO-2; stage-major (pipeline p, stage s, CP rank c on node (s·dp + p)·cp + c), 8 plan layers
@@ -387,6 +419,24 @@ int main(int argc, char** argv) {
     Line("catalog.models", static_cast<double>(models::BundledNames(models::SpecKind::kModel).size()), "specs");
   }
 
+  if (want("sim.moe")) {
+    // Mixtures of experts (docs/moe.md): DeepSeek-V3 on 1,024 and 2,048 H100s (target: <= 10 s at 2,048),
+    // fast fidelity, folded; `--nofold` adds the 1,024-GPU plan played unfolded (minutes).
+    auto model = std::move(models::LoadModel("deepseek-v3")).value();
+    for (const uint32_t dp : {64u, 128u}) {
+      const auto cluster = H100Cluster(2 * dp, 2 * dp, 1);
+      const auto plan = DeepSeekPlan(dp);
+      const std::string name = "sim.moe.deepseek-v3-" + std::to_string(16 * dp) + ".tp2pp8v4ep64.fast";
+      const Outcome o = Run(plan, cluster, model, 4096, sim::Fidelity::Fast());
+      if (nofold && dp == 64) {
+        const Outcome u = Run(plan, cluster, model, 4096, sim::Fidelity::Fast(), false);
+        Lines(name, o, u.iteration_s);
+        Lines(name + ".nofold", u);
+      } else {
+        Lines(name, o);
+      }
+    }
+  }
   if (want("sim.hexiscale240")) {
     auto cluster = std::move(models::LoadCluster("hexiscale-240")).value();
     auto model = std::move(models::LoadModel("llama2-70b")).value();
