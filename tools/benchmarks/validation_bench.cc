@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
   Set("validation.sailor_mit", dir + "sailor_mit_opt350/runs.csv", "", filter, 0, false);
   Set("validation.sailor_mit.megatron-deepspeed", dir + "sailor_mit_opt350/runs.csv", "megatron-deepspeed", filter, 0,
       false);
+  // Megatron-Bridge's MoE runs on DGX-H100 (issue 58's development set; nothing fitted, not among the intervals'
+  // sets).
+  Set("validation.moe_bridge", dir + "megatron_bridge_moe_h100/runs.csv", "", filter, 0, false);
   // The 80% intervals' coverage of the seven sets' held-out halves: printed when every set ran.
   if (filter.empty()) {
     Print("validation.intervals.held_out.runs", static_cast<double>(g_held_out.runs), "runs");
