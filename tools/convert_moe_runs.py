@@ -62,8 +62,10 @@ import os
 import shutil
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import convert_nemo_runs  # noqa: E402  (the DGX-H100 cluster files, written alike)
+
 GPUS_PER_NODE = 8
-NIC_GBPS = 400
 BUCKET_MIB = 80
 
 MODELS = {  # table name -> (hetsim model, blocks)
@@ -100,24 +102,9 @@ def base_name(name):
 
 
 def write_cluster(out, nodes):
-    name = f"dgx-h100-ndr-n{nodes}"
-    with open(os.path.join(out, "clusters", name + ".yaml"), "w") as f:
-        f.write("# DGX-H100 nodes as Megatron-Bridge's performance tables ran on them: 8 H100 SXM on NVSwitch,\n"
-                "# eight 400 Gb/s InfiniBand NDR NICs (one per GPU), one non-blocking switch (our choice: the\n"
-                "# tables name only the system). Written by tools/convert_moe_runs.py.\n"
-                "kind: cluster\n"
-                f"name: {name}\n"
-                f"description: \"{nodes} x DGX-H100 (8 H100 SXM, NVSwitch), 8 x 400 Gb/s InfiniBand NDR per node\"\n"
-                "sources:\n"
-                "  - \"NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (System: DGX-H100)\"\n"
-                "nodes:\n"
-                "  - name: dgx\n"
-                f"    count: {nodes}\n"
-                "    gpus: {type: h100, count: 8}\n"
-                "    fabric: {kind: nvswitch}\n"
-                f"    nic: {{kind: infiniband, bandwidth_gbps: {NIC_GBPS}, attachment: per_gpu}}\n"
-                "network: {single_switch: {}}\n")
-    return name
+    return convert_nemo_runs.write_cluster(out, nodes, "Megatron-Bridge's performance tables",
+                                           "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md",
+                                           "convert_moe_runs.py")
 
 
 def convert_row(r, where, out, clusters):

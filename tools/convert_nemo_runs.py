@@ -202,17 +202,19 @@ def write_model(out, name):
                 f"position: {pos}\ntied_embeddings: {str(tied).lower()}\nlinear_bias: {str(bias).lower()}\n")
 
 
-def write_cluster(out, nodes):
+def write_cluster(out, nodes, table="NVIDIA's NeMo 24.07 performance table",
+                  source="NVIDIA/NeMo docs/source/performance/performance_summary.md", script="convert_nemo_runs.py"):
+    """A DGX-H100 cluster of `nodes` nodes as `table` ran on them (its sentences and `source` in the header)."""
     name = f"dgx-h100-ndr-n{nodes}"
     with open(os.path.join(out, "clusters", name + ".yaml"), "w") as f:
-        f.write("# DGX-H100 nodes as NVIDIA's NeMo 24.07 performance table ran on them: 8 H100 SXM on NVSwitch,\n"
+        f.write(f"# DGX-H100 nodes as {table} ran on them: 8 H100 SXM on NVSwitch,\n"
                 "# eight 400 Gb/s InfiniBand NDR NICs (one per GPU), one non-blocking switch (our choice: the\n"
-                "# table does not describe the fabric). Written by tools/convert_nemo_runs.py.\n"
+                f"# table does not describe the fabric). Written by tools/{script}.\n"
                 "kind: cluster\n"
                 f"name: {name}\n"
                 f"description: \"{nodes} x DGX-H100 (8 H100 SXM, NVSwitch), 8 x 400 Gb/s InfiniBand NDR per node\"\n"
                 "sources:\n"
-                "  - \"NVIDIA/NeMo docs/source/performance/performance_summary.md (System: DGX-H100)\"\n"
+                f"  - \"{source} (System: DGX-H100)\"\n"
                 "nodes:\n"
                 "  - name: dgx\n"
                 f"    count: {nodes}\n"
