@@ -305,6 +305,23 @@ std::optional<LayerRanges> UniformLayersSplit(const models::TransformerModel& mo
   return EvenLayerSplit(model.num_layers(), pp);
 }
 
+MemoryCheck ExactMemoryCheck(const proto::Plan& plan, const PlanningProblem& problem) {
+  const models::PlanContext ctx{problem.cluster, problem.model, problem.training};
+  MemoryCheck worst;
+  double worst_gap = -std::numeric_limits<double>::infinity();
+  for (const auto& dm : models::EstimateMemory(plan, ctx)) {
+    const double gap = dm.total_gib - dm.capacity_gib;
+    if (gap > worst_gap) {
+      worst_gap = gap;
+      worst.need_gib = dm.total_gib;
+      worst.capacity_gib = dm.capacity_gib;
+      worst.device = dm.device;
+    }
+  }
+  worst.fits = worst_gap <= 0;
+  return worst;
+}
+
 MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem, const MemoryModel& memory) {
   const auto& model = problem.model;
   const uint32_t L = model.num_layers();
@@ -603,7 +620,10 @@ std::string ListNumbers(const std::set<uint32_t>& values) {
 }  // namespace
 
 double BestPlan::Consider(proto::Plan plan, const std::string& what) {
-  const MemoryCheck mem = CheckMemory(plan, problem_, memory_);
+  // MoE models: the planners' memory model and closed form assume blocks alike and know no experts, so the
+  // plan's memory is models::EstimateMemory's and its time the played estimate's (docs/moe.md "Planners").
+  const bool moe = problem_.model.HasMoe();
+  const MemoryCheck mem = moe ? ExactMemoryCheck(plan, problem_) : CheckMemory(plan, problem_, memory_);
   const proto::Recompute rc = models::EffectiveRecompute(plan, problem_.training);
   const uint32_t b = LargestReplicaMicroBatch(plan);
   auto record = [&](Knobs& k) {
@@ -632,7 +652,8 @@ double BestPlan::Consider(proto::Plan plan, const std::string& what) {
   // with hetsim's model (their frameworks have no cost model of their own, or one of homogeneous GPUs that
   // the ranking view stands for), and the played estimate orders their best plans as the simulator would,
   // at a cost per plan that grows with the GPUs (docs/planner-scaling.md, "Played or closed form").
-  const double t = ranking_.ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
+  const double t = moe ? ranking_.Estimate(plan, /*with_memory=*/false).iteration_s
+                       : ranking_.ClosedFormEstimate(plan, /*with_memory=*/false).iteration_s;
   kept_.Offer(t, plan);
   return t;
 }

@@ -70,6 +70,9 @@ struct MemoryCheck {
 // up to rounding; tests/planners check that), and the host memory of every node under CPU offload
 // (models::HostMemoryByNode).
 MemoryCheck CheckMemory(const proto::Plan& plan, const PlanningProblem& problem, const MemoryModel& memory);
+// The same from models::EstimateMemory itself, device by device (no host memory): MoE models, whose expert
+// shards and routed activations the closed form does not know.
+MemoryCheck ExactMemoryCheck(const proto::Plan& plan, const PlanningProblem& problem);
 
 // Layer ranges balanced on stage speed (BalanceBlocks) for `skeleton`, a plan whose pipelines all have the
 // same number of stages (their layer ranges are ignored; the result applies to every pipeline): stage s's

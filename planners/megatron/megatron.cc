@@ -1,12 +1,64 @@
 #include "planners/megatron/megatron.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "planners/proto/megatron.pb.h"
 #include "planners/symmetric.h"
 
 namespace hetsim::planners::megatron {
 namespace {
+
+// The expert layouts to try for a stage of tp × dp ranks, as (ep, expert TP) pairs; {(0, 0)}: a dense model,
+// laid out as before. ZeRO-3 is not lowered for MoE layers.
+std::vector<std::pair<uint32_t, uint32_t>> ExpertLayouts(const models::TransformerModel& model,
+                                                         const proto::MegatronOptions& o, uint32_t tp, uint32_t dp,
+                                                         uint32_t zero, SearchStats* stats) {
+  if (!model.HasMoe()) return {{0, 0}};
+  if (zero >= 3) {
+    stats->Reject("ZeRO-3 with MoE layers (not lowered; Megatron-Core's distributed optimizer is ZeRO-1)");
+    return {};
+  }
+  const uint32_t experts = model.spec().moe().num_experts(), ranks = tp * dp;
+  const uint32_t width = model.spec().moe().expert_ffn_hidden_size();
+  std::vector<uint32_t> etps(o.expert_tp_degrees().begin(), o.expert_tp_degrees().end());
+  if (etps.empty()) etps = tp > 1 ? std::vector<uint32_t>{1, tp} : std::vector<uint32_t>{1};
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (uint32_t etp : etps) {
+    if (ranks % etp != 0 || width % etp != 0) continue;
+    for (uint32_t ep = 1; ep <= ranks / etp; ++ep) {
+      const bool listed = o.ep_degrees().empty() ||
+                          std::find(o.ep_degrees().begin(), o.ep_degrees().end(), ep) != o.ep_degrees().end();
+      if (listed && experts % ep == 0 && (ranks / etp) % ep == 0) out.emplace_back(ep, etp);
+    }
+  }
+  if (out.empty()) stats->Reject("no expert-parallel degree divides both the experts and a stage's TP × DP ranks");
+  return out;
+}
+
+// Megatron-LM's layout with each stage's DP replicas inside the stage (one pipeline; the same devices in the
+// same order as MegatronLayout), its MoE layers over EP groups of `ep` with expert TP `etp`.
+proto::Plan MoeLayout(const std::vector<uint32_t>& order, uint32_t dp, uint32_t tp, uint32_t pp, const LayerRanges& split,
+                      uint32_t b, uint32_t m, uint32_t ep, uint32_t etp) {
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(b * dp);
+  pipe->set_num_micro_batches(m);
+  for (uint32_t s = 0; s < pp; ++s) {
+    auto* st = pipe->add_stages();
+    for (uint32_t d = 0; d < dp; ++d) {
+      for (uint32_t k = 0; k < tp; ++k) st->add_devices(order[size_t{s} * tp * dp + size_t{d} * tp + k]);
+    }
+    if (tp > 1) st->set_tp_degree(tp);
+    st->set_ep_degree(ep);
+    st->set_expert_tp_degree(etp);
+    st->set_layer_begin(split[s].first);
+    st->set_layer_end(split[s].second);
+  }
+  return plan;
+}
 
 class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
  public:
@@ -86,13 +138,16 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
                 continue;
               }
               for (uint32_t zero : zeros) {
+               for (const auto& [ep, etp] : ExpertLayouts(problem.model, o, tp, dp, zero, &stats)) {
                 // The cheapest recomputation that fits: with the layout fixed, more recomputation only
                 // adds time, so the heavier policies cannot rank faster once one fits.
                 for (proto::Recompute rc : policies) {
-                  proto::Plan plan = MegatronLayout(order, dp, tp, pp, split, b, m);
+                  proto::Plan plan = ep == 0 ? MegatronLayout(order, dp, tp, pp, split, b, m)
+                                             : MoeLayout(order, dp, tp, pp, split, b, m, ep, etp);
                   plan.set_zero_stage(zero);
                   SetRecompute(&plan, rc, problem.training);
-                  if (sp && tp > 1) plan.set_sequence_parallel(true);
+                  // (Megatron-Core's MoE layer needs sequence parallelism under TP.)
+                  if ((sp || ep > 0) && tp > 1) plan.set_sequence_parallel(true);
                   // Megatron-LM's --scatter-gather-tensors-in-pipeline (on by default): without sequence
                   // parallelism each TP rank sends 1/t of the activations and the receivers all-gather.
                   if (tp > 1) plan.mutable_comm()->set_pp_scatter_gather(true);
@@ -100,8 +155,11 @@ class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
                     plan.set_schedule(proto::Plan::SCHEDULE_INTERLEAVED_1F1B);
                     plan.set_virtual_stages(v);
                   }
-                  if (std::isfinite(best.Consider(std::move(plan), CandidateName(dp, tp, pp, b, m, zero, rc)))) break;
+                  std::string what = CandidateName(dp, tp, pp, b, m, zero, rc);
+                  if (ep > 0) what += " ep=" + std::to_string(ep) + " etp=" + std::to_string(etp);
+                  if (std::isfinite(best.Consider(std::move(plan), what))) break;
                 }
+               }
               }
             }
           }

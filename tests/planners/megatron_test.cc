@@ -139,3 +139,38 @@ TEST(Megatron, UsesWholeNodesWhenTheGpuCountDoesNotFactor) {
 
 }  // namespace
 }  // namespace hetsim::planners
+
+namespace hetsim::planners {
+namespace {
+
+constexpr const char* kDgxH100 = R"(
+name: dgx-h100
+nodes: [{name: dgx, gpus: {type: h100, count: 8}, fabric: {kind: nvswitch}}]
+)";
+
+// Qwen3-30B-A3B (30.5 B parameters, 29.0 B of them in the routed experts) on one 8×H100 node, TP 1, PP 1,
+// DP 8, ZeRO-1, global batch 64 × 4096 tokens. Without EP every GPU holds every expert: 30.5 B × 4 bytes of
+// bf16 weights and gradients is 114 GiB alone. With EP e each rank keeps 29.0/e B of experts whose Adam states
+// shard over expert DP 8/e ranks only (12 bytes a parameter): e = 2 → 14.5 B × 4 + 14.5 B × 12 / 4 ≈ 216 GB;
+// e = 4 → 7.25 B × 4 + 7.25 B × 12 / 2 ≈ 72 GB; e = 8 → 3.6 B × 16 ≈ 58 GB; plus the dense 1.5 B (≈ 8 GB) and
+// activations: only EP 8 fits in 80 GiB, so Megatron-LM's search must take it.
+TEST(Megatron, SearchesExpertParallelismForAnMoeModel) {
+  const Fixture f(testing::ClusterFromYaml(kDgxH100), testing::BundledModel("qwen3-30b-a3b"),
+                  "{global_batch_size: 64, seq_len: 4096}");
+  auto r = testing::Run("megatron", f.problem(), "{tp_degrees: [1], pp_degrees: [1]}");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const proto::Plan& plan = r->plan;
+  ASSERT_EQ(plan.pipelines_size(), 1);  // the DP replicas inside the stage, so EP folds over them
+  const auto& st = plan.pipelines(0).stages(0);
+  EXPECT_EQ(st.devices_size(), 8);
+  EXPECT_EQ(st.ep_degree(), 8u);
+  EXPECT_EQ(models::ExpertTpDegree(st), 1u);
+  EXPECT_TRUE(models::ValidatePlan(plan, f.context(), "plan").ok());
+  // EP 4 does not fit.
+  proto::Plan ep4 = plan;
+  ep4.mutable_pipelines(0)->mutable_stages(0)->set_ep_degree(4);
+  EXPECT_EQ(models::ValidatePlan(ep4, f.context(), "ep4").code(), Status::Code::kInfeasible);
+}
+
+}  // namespace
+}  // namespace hetsim::planners
