@@ -242,5 +242,47 @@ TEST(MoeLowering, ExpertTpGathersAroundTheExperts) {
   EXPECT_EQ(scatters, 2u * 2 * 2);
 }
 
+TEST(MoeRouting, NodeHitByHand) {
+  // One expert per node, top-2: a token's two experts sit on two of the 8 nodes, so a given node is hit with
+  // probability 2/8 (1 − (7/8)(6/7)).
+  EXPECT_NEAR(NodeHitProbability(8, 2, 8), 0.25, 1e-12);
+  // 8 experts on 2 nodes, top-2: missed when both are among the other node's 4: C(4,2)/C(8,2) = 6/28.
+  EXPECT_NEAR(NodeHitProbability(8, 2, 2), 22.0 / 28.0, 1e-12);
+  EXPECT_DOUBLE_EQ(NodeHitProbability(8, 2, 1), 1.0);
+}
+
+TEST(MoeLowering, NodeDedupCrossesTheNetworkOncePerNode) {
+  MoeWorld w;
+  // Four nodes of four GPUs: EP 8 groups span two nodes.
+  const Cluster four = ClusterFrom(R"(
+name: four-by-four
+nodes:
+  - {name: n, count: 4, gpus: {type: h100, count: 4}, fabric: {kind: nvswitch}, nic: {kind: infiniband, bandwidth_gbps: 400, attachment: per_gpu}}
+)");
+  proto::Plan p = OneStage(1, 8, 1);
+  p.mutable_comm()->set_ep_dispatcher(proto::CommOptions::EP_DISPATCHER_NODE_DEDUP);
+  auto l = LowerPlan(p, PlanContext{four, w.model, w.training});
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  uint32_t rail = 0, local = 0;
+  for (const Op& op : l->ranks[0].ops) {
+    if (op.category != Category::kEp) continue;
+    const auto& g = l->groups[op.group];
+    if (g == std::vector<uint32_t>{0, 4}) {
+      // The same-rail ranks of the group's two nodes: each of the rank's 16 tokens once per node it hits,
+      // a buffer of 2 node shares: 2 · 16 · 64 · 2 bytes · 22/28.
+      ++rail;
+      EXPECT_NEAR(op.bytes, 2 * 16 * 64 * 2 * 22.0 / 28.0, 1e-9);
+    } else {
+      // Inside the node: the token copies forwarded to the experts' ranks (16 · 2 · 64 · 2 bytes).
+      EXPECT_EQ(g, (std::vector<uint32_t>{0, 1, 2, 3}));
+      ++local;
+      EXPECT_DOUBLE_EQ(op.bytes, 4096.0);
+    }
+  }
+  // 2 micro-batches × 2 MoE blocks × (dispatch + combine) × (forward + backward), one of each kind.
+  EXPECT_EQ(rail, 16u);
+  EXPECT_EQ(local, 16u);
+}
+
 }  // namespace
 }  // namespace hetsim::models
