@@ -94,10 +94,13 @@ def render_plan_runs(rows, out, title):
     """Rows: iteration time, gradient sync, peak memory; columns: DP width, PP depth, nodes, and the
     micro-batch size where the runs give it."""
     metrics = [("error", "iteration time"), ("grad_sync_error", "gradient sync"), ("memory_error", "peak memory")]
+    # Only the measures the runs give (a set with times alone draws one row, not two empty ones).
+    metrics = [m for m in metrics if m[0] == "error" or any(r.get(m[0], "") != "" for r in rows)]
     keys = [("dp", "DP width"), ("pp", "PP depth"), ("nodes", "nodes")]
     if any(r.get("micro_batch", "") != "" for r in rows):
         keys.append(("micro_batch", "micro-batch size"))
-    fig, axes = plt.subplots(len(metrics), len(keys), figsize=(4 * len(keys), 9), sharey="row")
+    fig, axes = plt.subplots(len(metrics), len(keys), figsize=(4 * len(keys), 3 * len(metrics)), sharey="row",
+                             squeeze=False)
     for i, (metric, mlabel) in enumerate(metrics):
         have = [r for r in rows if r.get(metric, "") != ""]
         for j, (key, klabel) in enumerate(keys):
