@@ -19,6 +19,18 @@ Result<proto::Training> ResolveTraining(proto::Training t, const TransformerMode
     errors.Add(file + ": seq_len: " + std::to_string(t.seq_len()) + " exceeds the model's max_seq_len " +
                std::to_string(model.spec().max_seq_len()));
   }
+  if (t.moe_load_imbalance() > 0 && t.moe_load_imbalance() < 1) {
+    errors.Add(file + ": moe_load_imbalance: " + std::to_string(t.moe_load_imbalance()) +
+               " is below 1 (the busiest rank's routed tokens over its even share); use 1 or more, or 0 for the default");
+  }
+  if (t.moe_capacity_factor() > 0 && t.moe_capacity_factor() < 1) {
+    errors.Add(file + ": moe_capacity_factor: " + std::to_string(t.moe_capacity_factor()) +
+               " drops routed tokens even when routing is even; Megatron-Core's drop-and-pad runs 1 or more (0: dropless)");
+  }
+  if ((t.moe_load_imbalance() > 0 || t.moe_capacity_factor() > 0) && !model.HasMoe()) {
+    errors.Add(file + ": " + std::string(t.moe_load_imbalance() > 0 ? "moe_load_imbalance" : "moe_capacity_factor") +
+               ": model '" + model.name() + "' has no experts; remove it");
+  }
   if (t.dtype() == proto::DTYPE_UNSPECIFIED) t.set_dtype(proto::DTYPE_BF16);
   if (t.optimizer() == proto::Training::OPTIMIZER_UNSPECIFIED) t.set_optimizer(proto::Training::OPTIMIZER_ADAM);
   if (t.recompute() == proto::RECOMPUTE_UNSPECIFIED) t.set_recompute(proto::RECOMPUTE_NONE);

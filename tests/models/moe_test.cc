@@ -242,6 +242,25 @@ TEST(MoeLowering, ExpertTpGathersAroundTheExperts) {
   EXPECT_EQ(scatters, 2u * 2 * 2);
 }
 
+TEST(MoeRouting, TrainingRefusesImpossibleRoutingSettings) {
+  const TransformerModel moe = TinyMoe();
+  proto::Training t;
+  t.set_global_batch_size(8);
+  t.set_seq_len(16);
+  t.set_moe_load_imbalance(0.5);
+  auto r = ResolveTraining(t, moe, "t.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("t.yaml: moe_load_imbalance: "), std::string::npos) << r.status().message();
+  t.set_moe_load_imbalance(1.2);
+  EXPECT_TRUE(ResolveTraining(t, moe, "t.yaml").ok());
+  t.set_moe_capacity_factor(0.5);
+  EXPECT_FALSE(ResolveTraining(t, moe, "t.yaml").ok());
+  t.set_moe_capacity_factor(0);
+  const auto dense = ResolveTraining(t, testing_util::TheWorld().model, "t.yaml");
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.status().message().find("has no experts"), std::string::npos);
+}
+
 TEST(MoeRouting, NodeHitByHand) {
   // One expert per node, top-2: a token's two experts sit on two of the 8 nodes, so a given node is hit with
   // probability 2/8 (1 − (7/8)(6/7)).
