@@ -2,7 +2,8 @@
 """Renders a hetsim Chrome-trace timeline (simulator or executor) as a Gantt chart (PNG/PDF).
 
 Usage: tools/plot/timeline.py TIMELINE.json OUT.png [--max-tracks N] [--title TEXT]
-One row per GPU, slices coloured by kind (forward, backward, tp, pp, dp, zero, optimizer).
+One row per GPU, slices coloured by kind (forward, backward, tp, pp, dp, zero, optimizer, cp: context
+parallelism's ring and Ulysses' all-to-alls, ep: expert parallelism's dispatch and combine).
 
 As a module: load(path) reads a trace, draw(ax, trace) draws it into a Matplotlib Axes and returns the
 legend handles, render(trace_path, out_path, title, max_tracks) writes a whole figure (what the command
@@ -26,6 +27,8 @@ COLOURS = {
     "pp": "#C44E52",
     "dp": "#937860",
     "zero": "#DA8BC3",
+    "cp": "#8C8C8C",
+    "ep": "#CCB974",
 }
 OTHER = "#999999"
 
