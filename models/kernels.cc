@@ -399,6 +399,29 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
   mem(fwd ? "unpermute" : "unpermute-grad", (fwd ? 2 : 3) * k * tokens * h * e);
 }
 
+// DeepSeek-V3 §2.1.1's projections as Megatron-Core's MLASelfAttention runs them, on one TP rank of `bs` tokens:
+// the down projections to the latents (replicated over TP), their RMSNorms, the up projections to the heads
+// (column-parallel), RoPE on the heads' rotary part.
+template <class Linear, class Mem>
+void MlaProjectionKernels(const TransformerModel& model, Pass pass, const KernelShape& shape, double bs,
+                          Linear&& linear, Mem&& mem) {
+  const auto& spec = model.spec();
+  const auto& m = spec.mla();
+  const bool fwd = pass == Pass::kForward;
+  const double e = DTypeBytes(shape.dtype), h = spec.hidden_size(), t = shape.tp;
+  const double ql = m.q_lora_rank(), kvl = m.kv_lora_rank(), rope = m.qk_rope_head_dim();
+  const double heads_all = spec.num_attention_heads();
+  if (ql > 0) {
+    linear("q-down", "q-down-dgrad", "q-down-wgrad", bs, ql, h, /*norm_casts_input=*/true);
+    mem(fwd ? "q-latent-norm" : "q-latent-norm-grad", (fwd ? 2 : 3) * bs * ql * e);
+  }
+  linear("q-up", "q-up-dgrad", "q-up-wgrad", bs, model.QueryWidth() / t, ql > 0 ? ql : h);
+  linear("kv-down", "kv-down-dgrad", "kv-down-wgrad", bs, kvl + rope, h, /*norm_casts_input=*/true);
+  mem(fwd ? "kv-latent-norm" : "kv-latent-norm-grad", (fwd ? 2 : 3) * bs * kvl * e);
+  linear("kv-up", "kv-up-dgrad", "kv-up-wgrad", bs, heads_all * (m.qk_nope_head_dim() + m.v_head_dim()) / t, kvl);
+  mem(fwd ? "rope" : "rope-grad", 2 * bs * heads_all / t * rope * e);
+}
+
 }  // namespace
 
 std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, Pass pass, const KernelShape& shape) {
@@ -479,20 +502,7 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
 
   mem(fwd ? "norm1" : "norm1-grad", (fwd ? 2 : 3) * bs * h * e);
   if (spec.has_mla()) {
-    // DeepSeek-V3 §2.1.1 as Megatron-Core's MLASelfAttention runs it: the down projections to the latents
-    // (replicated over TP), their RMSNorms, the up projections to the heads (column-parallel).
-    const auto& m = spec.mla();
-    const double ql = m.q_lora_rank(), kvl = m.kv_lora_rank(), rope = m.qk_rope_head_dim();
-    const double heads_all = spec.num_attention_heads();
-    if (ql > 0) {
-      linear("q-down", "q-down-dgrad", "q-down-wgrad", bs, ql, h, /*norm_casts_input=*/true);
-      mem(fwd ? "q-latent-norm" : "q-latent-norm-grad", (fwd ? 2 : 3) * bs * ql * e);
-    }
-    linear("q-up", "q-up-dgrad", "q-up-wgrad", bs, model.QueryWidth() / t, ql > 0 ? ql : h);
-    linear("kv-down", "kv-down-dgrad", "kv-down-wgrad", bs, kvl + rope, h, /*norm_casts_input=*/true);
-    mem(fwd ? "kv-latent-norm" : "kv-latent-norm-grad", (fwd ? 2 : 3) * bs * kvl * e);
-    linear("kv-up", "kv-up-dgrad", "kv-up-wgrad", bs, heads_all * (m.qk_nope_head_dim() + m.v_head_dim()) / t, kvl);
-    mem(fwd ? "rope" : "rope-grad", 2 * bs * heads * rope * e);
+    MlaProjectionKernels(model, pass, shape, bs, linear, mem);
   } else {
     linear("qkv", "qkv-dgrad", "qkv-wgrad", bs, qkv, h, /*norm_casts_input=*/true);
   }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -159,14 +160,16 @@ class Lowerer {
     double bytes[3] = {0, 0, 0};  // [EP all-to-all (node_dedup: inside the node), expert TP, node_dedup's rail]
     uint32_t calls[3] = {0, 0, 0};
   };
-  // comm.ep_dispatcher node_dedup on an EP group over several nodes of as many ranks each: the same-rail ranks
-  // of the group's nodes (`rail`, in node order), the group's ranks on the device's node (`local`), and the rail
-  // all-to-all's buffer for `tokens` routed tokens; empty groups for the plain all-to-all.
+  // A device's expert groups (its EP group and expert-TP group in the stage's layout) and, under
+  // comm.ep_dispatcher node_dedup on an EP group over several nodes of as many ranks each, the same-rail ranks
+  // of the group's nodes (`rail`, in node order), the group's ranks on the device's node (`local`) and the rail
+  // all-to-all's buffer per routed token; empty `rail` and `local` for the plain all-to-all. Made once per device.
   struct EpRoute {
-    std::vector<uint32_t> rail, local;
-    double rail_bytes = 0;
+    std::vector<uint32_t> ep_group, etp_group, rail, local;
+    double rail_bytes_per_token = 0;
   };
-  EpRoute RouteOf(uint32_t device, const std::vector<uint32_t>& ep_group, double tokens) const;
+  const EpRoute& RouteOf(uint32_t device, const proto::Stage& st);
+  std::unordered_map<uint32_t, EpRoute> routes_;  // RouteOf's, by device
   void AddExpertExchange(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t layer, double batch,
                          uint32_t local_seq, uint16_t mb, FusedEp* fused);
 

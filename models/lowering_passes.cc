@@ -232,12 +232,17 @@ void Lowerer::AddRing(std::vector<Op>& ops, const std::vector<uint32_t>& ring, u
   }
 }
 
-Lowerer::EpRoute Lowerer::RouteOf(uint32_t device, const std::vector<uint32_t>& ep_group, double tokens) const {
-  EpRoute route;
+const Lowerer::EpRoute& Lowerer::RouteOf(uint32_t device, const proto::Stage& st) {
+  auto [it, fresh] = routes_.try_emplace(device);
+  EpRoute& route = it->second;
+  if (!fresh) return route;
+  const uint32_t index = out_.ranks[out_.device_slot[device]].stage_index;
+  route.ep_group = EpGroupOf(st, index);
+  route.etp_group = ExpertTpGroupOf(st, index);
   if (plan_.comm().ep_dispatcher() != proto::CommOptions::EP_DISPATCHER_NODE_DEDUP) return route;
   const uint32_t my_node = ctx_.cluster.device(device).node;
   std::map<uint32_t, std::vector<uint32_t>> by_node;
-  for (uint32_t d : ep_group) by_node[ctx_.cluster.device(d).node].push_back(d);
+  for (uint32_t d : route.ep_group) by_node[ctx_.cluster.device(d).node].push_back(d);
   const size_t per_node = by_node[my_node].size();
   bool uniform = by_node.size() > 1;
   for (const auto& [node, ds] : by_node) uniform &= ds.size() == per_node;
@@ -248,8 +253,8 @@ Lowerer::EpRoute Lowerer::RouteOf(uint32_t device, const std::vector<uint32_t>& 
   const auto& moe = model_.spec().moe();
   const auto n = static_cast<uint32_t>(route.rail.size());
   // An all-to-all's buffer: n shares of what goes to each node, each token once per node it hits.
-  route.rail_bytes = n * tokens * model_.spec().hidden_size() * DTypeBytes(tr_.dtype()) *
-                     NodeHitProbability(moe.num_experts(), moe.top_k(), n);
+  route.rail_bytes_per_token = n * model_.spec().hidden_size() * DTypeBytes(tr_.dtype()) *
+                               NodeHitProbability(moe.num_experts(), moe.top_k(), n);
   return route;
 }
 
@@ -266,11 +271,14 @@ void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const pro
   // (etp·S), the mirror image in the backward: one all-reduce's worth of bytes per pass.
   const double tokens = batch * local_seq / TpDegree(st);
   const double bytes = tokens * model_.spec().moe().top_k() * model_.spec().hidden_size() * DTypeBytes(tr_.dtype());
+  const EpRoute& route = RouteOf(device, st);
+  const auto& rail = route.rail;
+  const auto& local = route.local;
+  const double rail_bytes = tokens * route.rail_bytes_per_token;
   if (fused != nullptr) {
-    const EpRoute route = ep > 1 ? RouteOf(device, EpGroupOf(st, me.stage_index), tokens) : EpRoute{};
-    if (ep > 1 && (route.rail.empty() || route.local.size() > 1)) fused->bytes[0] += 2 * bytes, fused->calls[0] += 2;
+    if (ep > 1 && (rail.empty() || local.size() > 1)) fused->bytes[0] += 2 * bytes, fused->calls[0] += 2;
     if (etp > 1) fused->bytes[1] += etp * bytes, fused->calls[1] += 1;
-    if (!route.rail.empty()) fused->bytes[2] += 2 * route.rail_bytes, fused->calls[2] += 2;
+    if (ep > 1 && !rail.empty()) fused->bytes[2] += 2 * rail_bytes, fused->calls[2] += 2;
     return;
   }
   // comm.ep_overlap: the calls share the layer's pass (HideBehindGemms), so the pair takes max of the two.
@@ -285,14 +293,10 @@ void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const pro
     op.layer_end = layer + 1;
     op.hide_share = share;
   };
-  const auto ep_group = EpGroupOf(st, me.stage_index);
-  const auto etp_group = ExpertTpGroupOf(st, me.stage_index);
+  const auto& ep_group = route.ep_group;
+  const auto& etp_group = route.etp_group;
   // node_dedup: the rail all-to-all carries each token once per other node its experts are on, then the node's
   // all-to-all forwards its copies (the combine: the mirror image).
-  const EpRoute route = RouteOf(device, ep_group, tokens);
-  const auto& rail = route.rail;
-  const auto& local = route.local;
-  const double rail_bytes = route.rail_bytes;
   const auto exchange = [&](bool dispatch) {
     if (ep < 2) return;
     if (rail.empty()) return add(ep_group, bytes, CollectiveKind::kAllToAll);
@@ -421,11 +425,10 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
   for (double x : fused_ep.bytes) fused_ep_ops += x > 0 ? 1 : 0;
   for (int k = 0; k < 3; ++k) {
     if (fused_ep.bytes[k] <= 0) continue;
-    const uint32_t index = me.stage_index;
-    const EpRoute route = k == 1 ? EpRoute{} : RouteOf(device, EpGroupOf(st, index), 0);
-    const std::vector<uint32_t> group = k == 1 ? ExpertTpGroupOf(st, index)
-                                        : k == 2 ? route.rail
-                                                 : (route.rail.empty() ? EpGroupOf(st, index) : route.local);
+    const EpRoute& route = RouteOf(device, st);
+    const std::vector<uint32_t>& group = k == 1 ? route.etp_group
+                                         : k == 2 ? route.rail
+                                                  : (route.rail.empty() ? route.ep_group : route.local);
     Op& op = AddCollective(ops, group, device, fused_ep.bytes[k],
                            k == 1 ? CollectiveKind::kAllReduce : CollectiveKind::kAllToAll, Category::kEp, mb);
     op.in_pass = true;

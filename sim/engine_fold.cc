@@ -308,9 +308,17 @@ bool Runner::LoneFlow(uint32_t group) {
 }
 
 void Runner::RunFoldedAllToAll(const Op& op) {
-  const auto& groups = sh_->programs->groups;
-  const auto& node = sh_->platform->gpu_node;
-  const double n = static_cast<double>(groups[op.group].size());
+  const double share = op.bytes / static_cast<double>(sh_->programs->groups[op.group].size());
+  std::vector<s4u::CommPtr> flows;
+  for (const Flow& f : FoldedAllToAllFlows(op.group, op.rank)) {
+    flows.push_back(s4u::Comm::sendto_async(HostOf(f.from), HostOf(f.to), Bytes(share * f.fraction)));
+  }
+  for (auto& c : flows) c->wait();
+}
+
+const std::vector<Flow>& Runner::FoldedAllToAllFlows(uint32_t group, uint32_t rank) {
+  auto [it, fresh] = all_to_all_flows_.try_emplace({group, rank});
+  if (!fresh) return it->second;
   // The flows that load the representative's links in a symmetric all-to-all, not the n·(n − 1) of every
   // member: inside its node, the representative to and from every other member there (its NVLink ports);
   // across nodes, one flow to and one from each other node carrying what the representative exchanges with
@@ -318,42 +326,44 @@ void Runner::RunFoldedAllToAll(const Op& op) {
   // route to that node shares a link with the representative's (a NIC the node's GPUs share). Every other
   // node's links carry the same in a symmetric all-to-all; an uplink shared between nodes (pods, an
   // oversubscribed tier) would carry more than is played here (docs/simulator.md "Folding").
-  std::vector<s4u::CommPtr> flows;
-  const double share = op.bytes / n;
-  for (uint32_t h : PlayedGroups(op.group, false, true)) {
+  std::vector<Flow>& out = it->second;
+  const auto& groups = sh_->programs->groups;
+  const auto& node = sh_->platform->gpu_node;
+  for (uint32_t h : PlayedGroups(group, false, true)) {
     const auto& g = groups[h];
-    if (op.rank >= g.size()) continue;
-    const uint32_t rep = g[op.rank], at = node[rep];
+    if (rank >= g.size()) continue;
+    const uint32_t rep = g[rank], at = node[rep];
     std::map<uint32_t, std::vector<uint32_t>> by_node;
     for (uint32_t d : g) by_node[node[d]].push_back(d);
     const auto& local = by_node[at];
     for (uint32_t d : local) {
       if (d == rep) continue;
-      flows.push_back(s4u::Comm::sendto_async(HostOf(rep), HostOf(d), Bytes(share)));
-      flows.push_back(s4u::Comm::sendto_async(HostOf(d), HostOf(rep), Bytes(share)));
+      out.push_back({rep, d, 1.0});
+      out.push_back({d, rep, 1.0});
     }
     for (const auto& [other, members] : by_node) {
       if (other == at) continue;
-      const double bytes = share * static_cast<double>(members.size());
+      const double n = static_cast<double>(members.size());
       std::vector<s4u::Link*> rep_links;
       LinksOf(sh_, rep, members.front(), &rep_links);
       std::sort(rep_links.begin(), rep_links.end());
-      for (uint32_t d : local) {
+      for (size_t i = 0; i < local.size(); ++i) {
+        const uint32_t d = local[i];
         if (d != rep) {
           std::vector<s4u::Link*> links;
           LinksOf(sh_, d, members.front(), &links);
-          bool shares = false;
-          for (auto* l : links) shares |= std::binary_search(rep_links.begin(), rep_links.end(), l);
-          if (!shares) continue;
+          if (std::none_of(links.begin(), links.end(),
+                           [&](s4u::Link* l) { return std::binary_search(rep_links.begin(), rep_links.end(), l); })) {
+            continue;
+          }
         }
-        const size_t i = static_cast<size_t>(std::find(local.begin(), local.end(), d) - local.begin());
         const uint32_t peer = members[i % members.size()];  // the same rail where the node has one
-        flows.push_back(s4u::Comm::sendto_async(HostOf(d), HostOf(peer), Bytes(bytes)));
-        flows.push_back(s4u::Comm::sendto_async(HostOf(peer), HostOf(d), Bytes(bytes)));
+        out.push_back({d, peer, n});
+        out.push_back({peer, d, n});
       }
     }
   }
-  for (auto& c : flows) c->wait();
+  return out;
 }
 
 Runner::RingStream& Runner::Ring(uint32_t channel) {

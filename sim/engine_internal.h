@@ -315,6 +315,9 @@ class Runner {
   // A folded all-to-all: every member of the played groups sends 1/n of its buffer to every other member
   // at once; the collective ends when the last flow has arrived.
   void RunFoldedAllToAll(const Op& op);
+  // The flows RunFoldedAllToAll plays for the representative at `rank` of `group` (Flow::fraction: shares of
+  // the buffer's S/n), worked out once per group and rank.
+  const std::vector<Flow>& FoldedAllToAllFlows(uint32_t group, uint32_t rank);
 
   // Folded runs: a representative's messages to a device folded onto it (a CP ring inside its stage;
   // FoldMap::ring_peer). In a symmetric ring every member posts its k-th send and receive when the
@@ -358,6 +361,7 @@ class Runner {
   // Receives posted ahead by kPostRecv, per mailbox, in posting order.
   std::unordered_map<uint64_t, std::deque<s4u::CommPtr>> early_recvs_;
   std::unordered_map<uint32_t, RingStream> rings_;  // folded ring messages, by channel
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<Flow>> all_to_all_flows_;  // FoldedAllToAllFlows'
   void* early_data_ = nullptr;
 };
 
