@@ -68,6 +68,7 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
   shape.seq_len = training_.seq_len();
   shape.tp = tp;
   shape.dtype = training_.dtype();
+  if (training_.fp8_recipe() != proto::FP8_RECIPE_UNSPECIFIED) shape.fp8_recipe = training_.fp8_recipe();
   shape.attention = training_.attention();
   shape.shard = shard;
   shape.experts = key.experts;

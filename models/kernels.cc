@@ -350,6 +350,32 @@ namespace {
 // E / ep local experts' grouped GEMMs (one GEMM per expert of tokens / (E/ep) rows, their tiles quantised
 // together in waves), the activation, and the un-permutation weighted by the routing probabilities.
 // Under FP8 the grouped GEMMs run in FP8 with their inputs cast as a block linear's are.
+// The quantisation kernels in front of an FP8 GEMM whose input (forward) or output gradient (backward) has
+// `elements` elements, as Transformer Engine's recipes run them (proto::Fp8Recipe):
+//   - delayed: one cast-transpose reading the bf16 tensor and writing its FP8 copy and FP8 transpose, its
+//     amax taken in the same pass (4 bytes an element); a forward input that a TE norm writes costs nothing
+//     here (the norm writes it in FP8);
+//   - current: the scale needs the tensor's amax first: an amax pass reading it (2 bytes an element), then
+//     the cast-transpose (4); the norm's output is quantised after the norm;
+//   - blockwise: one pass finding each 1x128 tile's scale and writing the row-wise and column-wise FP8
+//     copies with their fp32 scales (4 + 8/128 bytes an element); norms do not quantise.
+template <class Mem>
+void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed, Mem&& mem) {
+  const bool fwd = pass == Pass::kForward;
+  switch (recipe) {
+    case proto::FP8_RECIPE_CURRENT:
+      mem(fwd ? "fp8-amax" : "fp8-amax-grad", 2 * elements);
+      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", 4 * elements);
+      return;
+    case proto::FP8_RECIPE_BLOCKWISE:
+      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", (4 + 8.0 / 128) * elements);
+      return;
+    default:
+      if (!fwd || !norm_fed) mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", 4 * elements);
+      return;
+  }
+}
+
 template <class Linear, class Gemm, class Mem>
 void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& shape, double bs, Linear&& linear,
                 Gemm&& gemm, Mem&& mem, std::vector<Kernel>& out) {
@@ -383,7 +409,7 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
   const double fc1 = (swiglu ? 2 : 1) * fe;
   const bool fp8 = shape.dtype == proto::DTYPE_FP8;
   const auto grouped = [&](const char* f, const char* dg, const char* wg, double n, double kk) {
-    if (fp8) mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", 4 * received * (fwd ? kk : n));
+    if (fp8) Fp8Casts(shape.fp8_recipe, pass, received * (fwd ? kk : n), /*norm_fed=*/false, mem);
     const size_t first = out.size();
     if (fwd) {
       gemm(f, rows, n, kk, local);
@@ -454,16 +480,14 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   //   - forward: the input of a linear that no TE norm feeds (attention-out, mlp-out); the norms before QKV
   //     and mlp-in write their output in FP8 and transposed themselves (as many bytes as the bf16 output);
   //   - backward: the output gradient of every linear, before its dgrad and wgrad GEMMs.
+  // That is the delayed-scaling recipe; current and block scaling add or unfuse casts (Fp8Casts).
   // Not priced: the weights' FP8 cast (once per step: Megatron-Core passes is_first_microbatch, so later
   // micro-batches reuse it) and the amax all-reduce (a few KiB per step).
   const bool fp8_linears = shape.dtype == proto::DTYPE_FP8 && model.kind(layer) == LayerKind::kTransformer;
   // A linear layer: forward (m, n, k); backward input gradient (m, k, n) and weight gradient (n, k, m).
   auto linear = [&](const char* fwd, const char* dgrad, const char* wgrad, double m, double n, double kk,
                     bool norm_casts_input = false) {
-    if (fp8_linears) {
-      if (pass == Pass::kForward && !norm_casts_input) mem("fp8-cast-transpose", 4 * m * kk);
-      if (pass == Pass::kBackward) mem("fp8-cast-transpose-grad", 4 * m * n);
-    }
+    if (fp8_linears) Fp8Casts(shape.fp8_recipe, pass, pass == Pass::kForward ? m * kk : m * n, norm_casts_input, mem);
     const size_t first = k.size();
     if (pass == Pass::kForward) {
       gemm(fwd, m, n, kk);

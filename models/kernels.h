@@ -143,6 +143,7 @@ struct KernelShape {
   uint32_t seq_len = 1;
   uint32_t tp = 1;
   proto::DType dtype = proto::DTYPE_BF16;
+  proto::Fp8Recipe fp8_recipe = proto::FP8_RECIPE_DELAYED;  // under dtype fp8: the casts around its GEMMs
   proto::Attention attention = proto::ATTENTION_FLASH;
   // Context parallelism / Ulysses: every token-proportional kernel sees seq_len / (cp · ulysses) tokens.
   // Ring attention (cp > 1) runs as cp flash-attention steps over the K/V blocks of the ring, whose FLOPs

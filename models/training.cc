@@ -31,9 +31,15 @@ Result<proto::Training> ResolveTraining(proto::Training t, const TransformerMode
     errors.Add(file + ": " + std::string(t.moe_load_imbalance() > 0 ? "moe_load_imbalance" : "moe_capacity_factor") +
                ": model '" + model.name() + "' has no experts; remove it");
   }
+  if (t.fp8_recipe() != proto::FP8_RECIPE_UNSPECIFIED && t.dtype() != proto::DTYPE_FP8) {
+    errors.Add(file + ": fp8_recipe: set but dtype is not fp8; remove it or set dtype: fp8");
+  }
   if (t.dtype() == proto::DTYPE_UNSPECIFIED) t.set_dtype(proto::DTYPE_BF16);
   if (t.optimizer() == proto::Training::OPTIMIZER_UNSPECIFIED) t.set_optimizer(proto::Training::OPTIMIZER_ADAM);
   if (t.recompute() == proto::RECOMPUTE_UNSPECIFIED) t.set_recompute(proto::RECOMPUTE_NONE);
+  if (t.dtype() == proto::DTYPE_FP8 && t.fp8_recipe() == proto::FP8_RECIPE_UNSPECIFIED) {
+    t.set_fp8_recipe(proto::FP8_RECIPE_DELAYED);
+  }
   if (t.attention() == proto::ATTENTION_UNSPECIFIED) t.set_attention(proto::ATTENTION_FLASH);
   if (t.workspace_gib() == 0) t.set_workspace_gib(kDefaultWorkspaceGib);
   if (t.cuda_context_gib() == 0) t.set_cuda_context_gib(kDefaultCudaContextGib);

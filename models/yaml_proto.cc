@@ -22,12 +22,14 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-// Upper snake case of a CamelCase enum type name: "LayerKind" -> "LAYER_KIND", "DType" -> "DTYPE".
+// Upper snake case of a CamelCase enum type name: "LayerKind" -> "LAYER_KIND", "DType" -> "DTYPE",
+// "Fp8Recipe" -> "FP8_RECIPE".
 std::string UpperSnake(std::string_view camel) {
   std::string out;
   for (size_t i = 0; i < camel.size(); ++i) {
     const char c = camel[i];
-    if (std::isupper(static_cast<unsigned char>(c)) && i > 0 && std::islower(static_cast<unsigned char>(camel[i - 1]))) {
+    const unsigned char prev = i > 0 ? static_cast<unsigned char>(camel[i - 1]) : 0;
+    if (std::isupper(static_cast<unsigned char>(c)) && (std::islower(prev) || std::isdigit(prev))) {
       out += '_';
     }
     out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

@@ -49,8 +49,13 @@ MLM = Megatron-LM core_v0.14.0):
   account_for_embedding/loss_in_pipeline_split), 96 units over PP8 x VP4 = 3 each, so the first and last
   stage hold 11 blocks and the others 12; DeepSeek-V3's layout "Et|(tt|)*30mL" gives stage 0 7 blocks, stage
   7 6 blocks (and the MTP module, not simulated) and the others 8; the rest split the blocks evenly.
-- Precision: FP8 and FP8-CS (current scaling) rows train as dtype fp8; DeepSeek-V3's two 25.09 rows (block-
-  scaled FP8, and its 32x32 variant with the same throughput) both as fp8; GPT-OSS rows are BF16.
+- Precision: GPT-OSS rows are BF16; every other row trains as dtype fp8 with the recipe its config names. The
+  Qwen3 rows (FP8 and FP8-CS) run Transformer Engine's per-tensor current scaling (fp8_recipe: current): the
+  25.09/25.11 configs' perf matrix keys them `fp8_cs` (MB@fa0315a qwen3_30b_a3b_llm_pretrain.yaml,
+  qwen3_235b_a22b_llm_pretrain.yaml), the 26.x configs are `..._FP8_CS_V1` / `..._fp8cs_config` (MB@c4cc63b,
+  MB@HEAD perf_recipes/qwen/h100/qwen3_moe.py). DeepSeek-V3's two 25.09 rows (block-scaled FP8, and its 32x32
+  variant with the same throughput) run the block-scaled recipe (fp8_recipe: blockwise; the table's footnote,
+  performance-summary-archive.md L635: 128x128 weights, 1x128 activations).
 - gpt-oss-120b on 25.11: the table's micro-batch 4 with gradient accumulation 2 does not multiply out to its
   global batch 512 on 64 GPUs at PP 4 (DP 16); the 25.11 config (MB@97ad8cc gpt_oss_workload_base_configs.py,
   BASE_GPT_OSS_120B_CONFIG) runs micro-batch 1, which is what the plan uses (32 micro-batches).
@@ -131,6 +136,7 @@ def convert_row(r, where, out, clusters):
         raise ValueError(f"{where}: interleaved 1F1B needs the micro-batches ({micro}) to be a multiple of PP {pp}")
     precision = r["precision"]
     dtype = "bf16" if precision == "BF16" else "fp8"
+    recipe = "" if dtype == "bf16" else (", fp8_recipe: blockwise" if base == "DeepSeekV3" else ", fp8_recipe: current")
     nodes = gpus // GPUS_PER_NODE
     cluster = write_cluster(out, nodes) if nodes not in clusters else f"dgx-h100-ndr-n{nodes}"
     clusters.add(nodes)
@@ -141,7 +147,7 @@ def convert_row(r, where, out, clusters):
             f"-gbs{gbs}{'-mx32' if 'MX' in precision else ''}")
     tokens_s = float(r["tokens_per_s_per_gpu"])
     measured_ms = gbs * seq / (tokens_s * gpus) * 1000
-    training = (f"{{global_batch_size: {gbs}, seq_len: {seq}, dtype: {dtype}, optimizer: adam, recompute: none"
+    training = (f"{{global_batch_size: {gbs}, seq_len: {seq}, dtype: {dtype}{recipe}, optimizer: adam, recompute: none"
                 + (", moe_capacity_factor: 1" if tokendrop else "") + "}")
     options = ([] if deepseek else ["dp_overlap: true", f"dp_bucket_mib: {BUCKET_MIB}", "param_gather_overlap: true"])
     options += (["ep_overlap: true"] if overlap else []) + (["ep_dispatcher: node_dedup"] if dedup else [])

@@ -11,6 +11,7 @@
 #include "models/cost.h"
 #include "models/spec_io.h"
 #include "models/training.h"
+#include "models/yaml_proto.h"
 
 namespace hetsim::models {
 namespace {
@@ -344,6 +345,59 @@ TEST(KernelModel, Fp8AddsTransformerEnginesCastTransposeKernels) {
   bf16.dtype = proto::DTYPE_BF16;
   EXPECT_EQ(bytes(LayerKernels(*model, 1, Pass::kBackward, bf16), "fp8-cast-transpose-grad").first, 0);
   EXPECT_EQ(bytes(LayerKernels(*model, model->num_layers() - 1, Pass::kBackward, fp8), "fp8-cast-transpose-grad").first, 0);
+}
+
+// The same block under the other recipes (proto::Fp8Recipe). Current scaling: the norms no longer quantise,
+// so all four linears' inputs (QKV h, out h, mlp-in h, mlp-out ffn) get an amax pass (2 bytes an element)
+// and a cast-transpose (4); backward the same over the output gradients. Block scaling: one pass of
+// 4 + 8/128 bytes an element per input or gradient, no amax pass.
+TEST(KernelModel, Fp8RecipesAddOrUnfuseCasts) {
+  const auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  KernelShape fp8;
+  fp8.seq_len = 4096;
+  fp8.dtype = proto::DTYPE_FP8;
+  const double tokens = 4096, h = 4096, ffn = 11008;
+  const auto bytes = [](const std::vector<Kernel>& ks, const std::string& name) {
+    double sum = 0;
+    int n = 0;
+    for (const Kernel& x : ks) {
+      if (name == x.name) sum += x.bytes, ++n;
+    }
+    return std::make_pair(n, sum);
+  };
+  const double inputs = tokens * (h + h + h + ffn), grads = tokens * (3 * h + h + 2 * ffn + h);
+  fp8.fp8_recipe = proto::FP8_RECIPE_CURRENT;
+  const auto fwd = LayerKernels(*model, 1, Pass::kForward, fp8), bwd = LayerKernels(*model, 1, Pass::kBackward, fp8);
+  EXPECT_EQ(bytes(fwd, "fp8-amax"), std::make_pair(4, 2 * inputs));
+  EXPECT_EQ(bytes(fwd, "fp8-cast-transpose"), std::make_pair(4, 4 * inputs));
+  EXPECT_EQ(bytes(bwd, "fp8-amax-grad"), std::make_pair(4, 2 * grads));
+  EXPECT_EQ(bytes(bwd, "fp8-cast-transpose-grad"), std::make_pair(4, 4 * grads));
+  fp8.fp8_recipe = proto::FP8_RECIPE_BLOCKWISE;
+  const auto bfwd = LayerKernels(*model, 1, Pass::kForward, fp8);
+  EXPECT_EQ(bytes(bfwd, "fp8-amax").first, 0);
+  EXPECT_EQ(bytes(bfwd, "fp8-cast-transpose"), std::make_pair(4, (4 + 8.0 / 128) * inputs));
+  EXPECT_EQ(bytes(LayerKernels(*model, 1, Pass::kBackward, fp8), "fp8-cast-transpose-grad"),
+            std::make_pair(4, (4 + 8.0 / 128) * grads));
+}
+
+TEST(KernelModel, Fp8RecipeNeedsFp8) {
+  const auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  proto::Training t;
+  t.set_fp8_recipe(proto::FP8_RECIPE_CURRENT);
+  auto r = ResolveTraining(t, *model, "t.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("t.yaml: fp8_recipe"), std::string::npos) << r.status().message();
+  t.set_dtype(proto::DTYPE_FP8);
+  t.clear_fp8_recipe();
+  r = ResolveTraining(t, *model, "t.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->fp8_recipe(), proto::FP8_RECIPE_DELAYED);
+  // The YAML name of FP8_RECIPE_BLOCKWISE is `blockwise` (the enum type's prefix, digits included, dropped).
+  proto::Training y;
+  ASSERT_TRUE(ParseYaml("dtype: fp8\nfp8_recipe: blockwise\n", "t.yaml", &y).ok());
+  EXPECT_EQ(y.fp8_recipe(), proto::FP8_RECIPE_BLOCKWISE);
 }
 
 // TF32 training is FP32 tensors with TF32 math where the part has it: a Turing card (RTX 2080, no TF32 mode)
