@@ -42,6 +42,20 @@ size_t ComputeCost::KeyHash::operator()(const Key& k) const {
   return h * 31 + k.shard.cp * 1024 + k.shard.ulysses;
 }
 
+KernelShape ComputeCost::ShapeOf(uint32_t tp, double micro_batch, SequenceSharding shard,
+                                 const ExpertSharding& experts) const {
+  KernelShape shape;
+  shape.micro_batch = micro_batch;
+  shape.seq_len = training_.seq_len();
+  shape.tp = tp;
+  shape.dtype = training_.dtype();
+  if (training_.fp8_recipe() != proto::FP8_RECIPE_UNSPECIFIED) shape.fp8_recipe = training_.fp8_recipe();
+  shape.attention = training_.attention();
+  shape.shard = shard;
+  shape.experts = experts;
+  return shape;
+}
+
 double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
                                 Pass pass, SequenceSharding shard, const ExpertSharding& experts) const {
   if (options_.model == ComputeModel::kTokenEfficiency) {
@@ -63,15 +77,7 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
   }
-  KernelShape shape;
-  shape.micro_batch = micro_batch;
-  shape.seq_len = training_.seq_len();
-  shape.tp = tp;
-  shape.dtype = training_.dtype();
-  if (training_.fp8_recipe() != proto::FP8_RECIPE_UNSPECIFIED) shape.fp8_recipe = training_.fp8_recipe();
-  shape.attention = training_.attention();
-  shape.shard = shard;
-  shape.experts = key.experts;
+  const KernelShape shape = ShapeOf(tp, micro_batch, shard, key.experts);
   const double t =
       TimeKernels(LayerKernels(model_, layer, pass, shape), gpu, KernelParamsFor(gpu, options_.calibration), training_.dtype()).seconds();
   std::lock_guard<std::mutex> lock(cache_mu_);
@@ -118,13 +124,39 @@ double ComputeCost::BackwardSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t
     return bwd + fwd * model_.OpSelectiveRecomputedShare(layer, training_.seq_len());
   }
   if (recompute == proto::RECOMPUTE_SELECTIVE) {
-    // The attention core (QK^T and AV: 4·b·s²·h FLOPs) is recomputed.
-    const double s = training_.seq_len();
-    const double core = 4.0 * micro_batch * s * s * model_.spec().hidden_size() / tp;
-    const double total = model_.ForwardFlops(layer, micro_batch, training_.seq_len()) / tp;
-    return bwd + fwd * core / total;
+    // The attention core (QK^T and AV: 4·b·s²·h FLOPs) is recomputed unless the modules leave it out, and
+    // the other modules' kernels (their share of the forward's kernel time).
+    const RecomputeModules modules = ModulesOf(training_);
+    double share = RecomputedModuleShare(gpu, layer, tp, micro_batch, shard, experts);
+    if (Recomputes(modules, proto::RECOMPUTE_MODULE_CORE_ATTN)) {
+      const double s = training_.seq_len();
+      const double core = 4.0 * micro_batch * s * s * model_.spec().hidden_size() / tp;
+      share += core / (model_.ForwardFlops(layer, micro_batch, training_.seq_len()) / tp);
+    }
+    return bwd + fwd * share;
   }
   return bwd;
+}
+
+double ComputeCost::RecomputedModuleShare(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                                          SequenceSharding shard, const ExpertSharding& experts) const {
+  const RecomputeModules modules = ModulesOf(training_) & ~kCoreAttentionOnly;
+  if (modules == 0) return 0;
+  const bool moe = model_.IsMoe(layer);
+  const Key key{&gpu, model_.kind(layer), model_.BlockClass(layer), tp, micro_batch, Pass::kForward, shard,
+                moe ? experts : ExpertSharding{}};
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (auto it = module_share_.find(key); it != module_share_.end()) return it->second;
+  }
+  const KernelShape shape = ShapeOf(tp, micro_batch, shard, key.experts);
+  const KernelParams& p = KernelParamsFor(gpu, options_.calibration);
+  const double all = TimeKernels(LayerKernels(model_, layer, Pass::kForward, shape), gpu, p, training_.dtype()).gpu_s;
+  const double part = TimeKernels(RecomputedModuleKernels(model_, layer, shape, modules), gpu, p, training_.dtype()).gpu_s;
+  const double share = all > 0 ? part / all : 0;
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  module_share_[key] = share;
+  return share;
 }
 
 double ComputeCost::PassOverheadSeconds(const GpuSpec& gpu) const {

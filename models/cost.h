@@ -110,6 +110,8 @@ class ComputeCost {
   // One pass of `layer` without recomputation, by the configured model.
   double PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch, Pass pass,
                      SequenceSharding shard, const ExpertSharding& experts = {}) const;
+  // The kernel model's shape of a pass under this training.
+  KernelShape ShapeOf(uint32_t tp, double micro_batch, SequenceSharding shard, const ExpertSharding& experts) const;
   struct Key {
     const GpuSpec* gpu;
     LayerKind kind;
@@ -127,6 +129,10 @@ class ComputeCost {
   struct KeyHash {
     size_t operator()(const Key& k) const;
   };
+  // The share of `layer`'s forward GPU time that the training's recompute modules other than the attention
+  // core repeat in a selective backward (models/kernels.h RecomputedModuleKernels); 0 without such modules.
+  double RecomputedModuleShare(const GpuSpec& gpu, uint32_t layer, uint32_t tp, double micro_batch,
+                               SequenceSharding shard, const ExpertSharding& experts) const;
   const TransformerModel& model_;
   const proto::Training& training_;
   const ProfileDb* profiles_;
@@ -134,6 +140,7 @@ class ComputeCost {
   // Kernel-model pass times (every block has the same shape); shared by the planners' search threads.
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<Key, double, KeyHash> cache_;
+  mutable std::unordered_map<Key, double, KeyHash> module_share_;  // RecomputedModuleShare's, guarded by cache_mu_
   mutable std::unordered_map<const GpuSpec*, std::optional<double>> optimizer_rate_;  // guarded by cache_mu_
 };
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "models/nccl.h"
 #include "models/spec_io.h"
@@ -590,6 +591,25 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   }
   mem(fwd ? "bias-dropout-add" : "bias-dropout-add-grad", (fwd ? 3 * e + 1 : 4 * e) * bs * h);
   return k;
+}
+
+std::vector<Kernel> RecomputedModuleKernels(const TransformerModel& model, uint32_t layer, const KernelShape& shape,
+                                            RecomputeModules modules) {
+  std::vector<Kernel> out;
+  if (model.kind(layer) != LayerKind::kTransformer) return out;
+  const bool moe = model.IsMoe(layer);
+  const auto module_of = [&](std::string_view n) {
+    if (n == "norm1" || n == "norm2") return proto::RECOMPUTE_MODULE_LAYERNORM;
+    if (n == "q-up" || n == "kv-up" || n == "rope") return proto::RECOMPUTE_MODULE_MLA_UP_PROJ;
+    if (moe && n == "experts-activation") return proto::RECOMPUTE_MODULE_MOE_ACT;
+    if (!moe && (n == "mlp-in" || n == "activation" || n == "mlp-out")) return proto::RECOMPUTE_MODULE_MLP;
+    return proto::RECOMPUTE_MODULE_UNSPECIFIED;
+  };
+  for (const Kernel& k : LayerKernels(model, layer, Pass::kForward, shape)) {
+    const auto m = module_of(k.name);
+    if (m != proto::RECOMPUTE_MODULE_UNSPECIFIED && Recomputes(modules, m)) out.push_back(k);
+  }
+  return out;
 }
 
 double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams& p, proto::DType dtype) {

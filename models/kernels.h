@@ -158,6 +158,13 @@ struct KernelShape {
 // The kernels of one pass of `layer` on one TP rank (backward: without recomputation).
 std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, Pass pass, const KernelShape& shape);
 
+// The forward kernels a selective backward of `layer` repeats for Megatron-Core's recompute modules other
+// than the attention core (`layernorm`: the two norms; `moe_act`: the routed experts' activation;
+// `mla_up_proj`: MLA's up projections and RoPE; `mlp`: a dense block's MLP GEMMs and activation). The
+// attention core's share is ComputeCost's FLOP share, as before modules existed.
+std::vector<Kernel> RecomputedModuleKernels(const TransformerModel& model, uint32_t layer, const KernelShape& shape,
+                                            RecomputeModules modules);
+
 struct PassTime {
   double gpu_s = 0;   // Σ kernel GPU time
   double host_s = 0;  // Σ issue cost

@@ -717,7 +717,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         bool blocks = false;
         for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
           act += model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(), recompute, tr.dtype(),
-                                       tr.attention(), tr.dropout(), experts);
+                                       tr.attention(), tr.dropout(), experts, ModulesOf(tr));
           blocks |= model.kind(l) == LayerKind::kTransformer;
           peak_layer = std::max(peak_layer, model.RecomputedPeakBytes(l, b, local_seq, tp, plan.sequence_parallel(),
                                                                       recompute, tr.dtype(), tr.attention(),

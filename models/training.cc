@@ -34,6 +34,20 @@ Result<proto::Training> ResolveTraining(proto::Training t, const TransformerMode
   if (t.fp8_recipe() != proto::FP8_RECIPE_UNSPECIFIED && t.dtype() != proto::DTYPE_FP8) {
     errors.Add(file + ": fp8_recipe: set but dtype is not fp8; remove it or set dtype: fp8");
   }
+  if (!t.recompute_modules().empty() && t.recompute() != proto::RECOMPUTE_SELECTIVE) {
+    errors.Add(file + ": recompute_modules: apply under recompute: selective (Megatron-Core's "
+               "--recompute-granularity selective); set recompute: selective or remove them");
+  }
+  for (int m : t.recompute_modules()) {
+    if (m == proto::RECOMPUTE_MODULE_UNSPECIFIED) {
+      errors.Add(file + ": recompute_modules: an unspecified module; name core_attn, layernorm, moe_act, mla_up_proj or mlp");
+    } else if (m == proto::RECOMPUTE_MODULE_MOE_ACT && !model.HasMoe()) {
+      errors.Add(file + ": recompute_modules: moe_act on model '" + model.name() + "', which has no experts; remove it");
+    } else if (m == proto::RECOMPUTE_MODULE_MLA_UP_PROJ && !model.spec().has_mla()) {
+      errors.Add(file + ": recompute_modules: mla_up_proj on model '" + model.name() +
+                 "', which has no multi-head latent attention; remove it");
+    }
+  }
   if (t.dtype() == proto::DTYPE_UNSPECIFIED) t.set_dtype(proto::DTYPE_BF16);
   if (t.optimizer() == proto::Training::OPTIMIZER_UNSPECIFIED) t.set_optimizer(proto::Training::OPTIMIZER_ADAM);
   if (t.recompute() == proto::RECOMPUTE_UNSPECIFIED) t.set_recompute(proto::RECOMPUTE_NONE);

@@ -5,6 +5,13 @@
 namespace hetsim::models {
 
 // FP8 training keeps bf16 tensors (proto::DTYPE_FP8); TF32 keeps fp32 ones.
+RecomputeModules ModulesOf(const proto::Training& training) {
+  if (training.recompute_modules().empty()) return kCoreAttentionOnly;
+  RecomputeModules m = 0;
+  for (int x : training.recompute_modules()) m |= 1u << x;
+  return m;
+}
+
 double DTypeBytes(proto::DType dtype) {
   return dtype == proto::DTYPE_FP32 || dtype == proto::DTYPE_TF32 ? 4.0 : 2.0;
 }
@@ -299,7 +306,7 @@ double TransformerModel::IterationModelFlops(double sequences, uint32_t seq_len)
 double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp,
                                          bool sequence_parallel, proto::Recompute recompute, proto::DType dtype,
                                          proto::Attention attention, double dropout,
-                                         const ExpertSharding& experts) const {
+                                         const ExpertSharding& experts, RecomputeModules modules) const {
   const double B = DTypeBytes(dtype), s = seq_len, b = batch, h = spec_.hidden_size(), t = tp;
   const double sbh = s * b * h;
   switch (kind(layer)) {
@@ -321,7 +328,11 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   // routed part on this rank (RoutedActivationBytes); a dense block's MLP of ffn_hidden_size.
   const bool moe = IsMoe(layer);
   const double f = moe ? SharedExpertWidth() : spec_.ffn_hidden_size();
-  const double routed = moe ? RoutedActivationBytes(batch * s / t, dtype, experts) : 0;
+  // Megatron-Core's recompute modules (selective only) drop what they recompute.
+  const bool selective = recompute == proto::RECOMPUTE_SELECTIVE;
+  const auto recomputed = [&](proto::RecomputeModule m) { return selective && Recomputes(modules, m); };
+  const double routed =
+      moe ? RoutedActivationBytes(batch * s / t, dtype, experts, recomputed(proto::RECOMPUTE_MODULE_MOE_ACT)) : 0;
   if (recompute == proto::RECOMPUTE_OP_SELECTIVE) {
     // torchtitan's policy (torchtitan/distributed/activation_checkpoint.py, `selective_ac_option: op`):
     // MUST_SAVE the outputs of the attention kernel, of reduce-scatters and of every other matmul, prefer
@@ -336,28 +347,39 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   // FP8 training (Transformer Engine): a block linear keeps the FP8 copy of its input for the backward, one
   // byte an element (te.Linear, LayerNormLinear, GroupedLinear save the quantised input), not the bf16 one.
   const double B8 = dtype == proto::DTYPE_FP8 ? 1.0 : B;
-  // Replicated across TP ranks unless sequence parallel: inputs of both norms, and of QKV and the MLP.
-  const double replicated = 2 * B * sbh + 2 * B8 * sbh;
+  // Replicated across TP ranks unless sequence parallel: inputs of both norms, and of QKV and the MLP (the
+  // norms' outputs, not kept when the norms are recomputed: `layernorm`).
+  const double replicated = 2 * B * sbh + (recomputed(proto::RECOMPUTE_MODULE_LAYERNORM) ? 0 : 2 * B8 * sbh);
   // Split across TP ranks: Q, K, V; the attention output (attention's own, and the output projection's
   // input: one tensor but under FP8); MLP internals (the first GEMM's output, the activation's output that the
   // second GEMM keeps).
-  const double mlp_internal = ((swiglu ? 2 : 1) * B + B8) * s * b * f;
+  // A dense block's recomputed MLP (`mlp`) keeps only its input, already counted above.
+  const double mlp_internal =
+      !moe && recomputed(proto::RECOMPUTE_MODULE_MLP) ? 0 : ((swiglu ? 2 : 1) * B + B8) * s * b * f;
   // Q, K and V as attention reads them (MLA: the up-projected heads) and the attention output.
   const double kw = spec_.has_mla() ? QueryWidth() : kvd, vw = spec_.has_mla() ? ValueWidth() : kvd;
   const double out = dtype == proto::DTYPE_FP8 ? B + B8 : B;
   double split = s * b * (B * (QueryWidth() + kw + vw) + out * ValueWidth()) + mlp_internal;
+  double latents = 0;  // replicated over TP: MLA's down projections are not split
+  if (spec_.has_mla() && recomputed(proto::RECOMPUTE_MODULE_MLA_UP_PROJ)) {
+    // `mla_up_proj`: the up-projected Q, K and V are recomputed from the latents, which are kept instead (the
+    // up projections' inputs: the normed query and key-value latents, and the shared rotary key).
+    split -= s * b * B * (QueryWidth() + kw + vw);
+    latents = B * s * b * (spec_.mla().q_lora_rank() + spec_.mla().kv_lora_rank() + spec_.mla().qk_rope_head_dim());
+  }
   double masks = 0;  // 1 byte per element (Korthikanti et al. 2022 §4.1)
   if (attention != proto::ATTENTION_STANDARD) {  // flash, either kernel
     split += 4.0 * s * b * a;  // softmax log-sum-exp statistics, fp32
-  } else if (recompute != proto::RECOMPUTE_SELECTIVE) {
+  } else if (!recomputed(proto::RECOMPUTE_MODULE_CORE_ATTN)) {
     split += B * a * s * s * b;  // softmax output kept for the value product
     if (dropout > 0) split += a * s * s * b + B * a * s * s * b;  // attention-dropout mask and its output
   }
   if (dropout > 0) masks = 2 * sbh;  // after the attention output projection and after the MLP
-  return (sequence_parallel ? (replicated + masks) / t : replicated + masks) + split / t + routed;
+  return (sequence_parallel ? (replicated + masks) / t : replicated + masks) + split / t + routed + latents;
 }
 
-double TransformerModel::RoutedActivationBytes(double tokens, proto::DType dtype, const ExpertSharding& experts) const {
+double TransformerModel::RoutedActivationBytes(double tokens, proto::DType dtype, const ExpertSharding& experts,
+                                               bool recompute_activation) const {
   // Megatron-Core's MoE layer (alltoall dispatcher, TEGroupedMLP) keeps per routed token copy: the permuted
   // input of the first expert GEMM (h; FP8 training keeps its FP8 copy), that GEMM's output (2·f_e under
   // SwiGLU, else f_e) and the activation's output (f_e, the second GEMM's input, FP8 under FP8); the
@@ -370,7 +392,8 @@ double TransformerModel::RoutedActivationBytes(double tokens, proto::DType dtype
   const double h = spec_.hidden_size(), fe = moe.expert_ffn_hidden_size();
   const bool swiglu = spec_.mlp() == proto::Model::MLP_SWIGLU;
   const double copies = tokens * moe.top_k() * std::max(1.0, experts.imbalance);
-  return copies * (std::max(1u, experts.etp) * h * B8 + ((swiglu ? 2 : 1) * B + B8) * fe) +
+  // `moe_act` recomputes the activation in the backward: its output is not kept.
+  return copies * (std::max(1u, experts.etp) * h * B8 + ((swiglu ? 2 : 1) * B + (recompute_activation ? 0 : B8)) * fe) +
          tokens * 8.0 * moe.num_experts();
 }
 

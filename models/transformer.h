@@ -46,6 +46,14 @@ struct ExpertSharding {
   bool operator==(const ExpertSharding&) const = default;
 };
 
+// Megatron-Core's --recompute-modules under recompute: selective, as a bit set (bit i: proto::RecomputeModule
+// value i). The default is the attention core alone.
+using RecomputeModules = uint32_t;
+inline constexpr RecomputeModules kCoreAttentionOnly = 1u << proto::RECOMPUTE_MODULE_CORE_ATTN;
+inline bool Recomputes(RecomputeModules modules, proto::RecomputeModule m) { return (modules >> m) & 1u; }
+// The training's modules (its list, or the default when empty).
+RecomputeModules ModulesOf(const proto::Training& training);
+
 // Bytes of one element of `dtype`.
 double DTypeBytes(proto::DType dtype);
 // True when the training keeps fp32 master weights beside lower-precision ones (bf16, fp16, fp8).
@@ -122,7 +130,8 @@ class TransformerModel {
   // `dropout` > 0, plus the dropout masks (1 byte per element).
   double ActivationBytes(uint32_t layer, double batch, uint32_t seq_len, uint32_t tp, bool sequence_parallel,
                          proto::Recompute recompute, proto::DType dtype, proto::Attention attention,
-                         double dropout = 0, const ExpertSharding& experts = {}) const;
+                         double dropout = 0, const ExpertSharding& experts = {},
+                         RecomputeModules modules = kCoreAttentionOnly) const;
   // Bytes a backward pass re-materialises for one layer at a time under `recompute` (what it keeps is in
   // ActivationBytes): full recomputation rebuilds all of the layer's activations, op-level selective the
   // ones it did not keep; none and selective (attention core, whose scores flash attention never stores)
@@ -147,7 +156,8 @@ class TransformerModel {
   double MlpParams(double ffn) const;  // one MLP (or expert) of `ffn` hidden units, biases included
   double MoeParams() const;            // an MoE layer's MLP part: experts, shared experts, router
   // Activation bytes of an MoE layer's routed part on one rank that routes `tokens` tokens.
-  double RoutedActivationBytes(double tokens, proto::DType dtype, const ExpertSharding& experts) const;
+  double RoutedActivationBytes(double tokens, proto::DType dtype, const ExpertSharding& experts,
+                               bool recompute_activation = false) const;
   // Matmul parameters of `layer` one token passes through (attention, router, top-k and shared experts).
   double BlockMatmulParams(uint32_t layer) const;
   proto::Model spec_;

@@ -43,8 +43,7 @@ MLM = Megatron-LM core_v0.14.0):
   every other row runs the alltoall dispatcher (NCCL all-to-alls).
 - Recomputation: none on the Qwen3 rows; GPT-OSS recomputes only its norms and the experts' activation
   (recompute_modules [layernorm, moe_act]) and DeepSeek-V3 its MLA up-projections and the dense MLPs
-  ([mla_up_proj, mlp]): hetsim's policies have no such module lists, so these run as recompute: none
-  (the repeated work is a few percent of a layer's; docs/moe.md says so).
+  ([mla_up_proj, mlp]): recompute: selective with those recompute_modules.
 - Pipeline splits: Qwen3-235B counts the embedding and the loss as layers in the split (MB recipe
   account_for_embedding/loss_in_pipeline_split), 96 units over PP8 x VP4 = 3 each, so the first and last
   stage hold 11 blocks and the others 12; DeepSeek-V3's layout "Et|(tt|)*30mL" gives stage 0 7 blocks, stage
@@ -147,7 +146,9 @@ def convert_row(r, where, out, clusters):
             f"-gbs{gbs}{'-mx32' if 'MX' in precision else ''}")
     tokens_s = float(r["tokens_per_s_per_gpu"])
     measured_ms = gbs * seq / (tokens_s * gpus) * 1000
-    training = (f"{{global_batch_size: {gbs}, seq_len: {seq}, dtype: {dtype}{recipe}, optimizer: adam, recompute: none"
+    modules = {"GPT OSS 120B": "layernorm, moe_act", "DeepSeekV3": "mla_up_proj, mlp"}.get(base)
+    recompute = f"selective, recompute_modules: [{modules}]" if modules else "none"
+    training = (f"{{global_batch_size: {gbs}, seq_len: {seq}, dtype: {dtype}{recipe}, optimizer: adam, recompute: {recompute}"
                 + (", moe_capacity_factor: 1" if tokendrop else "") + "}")
     options = ([] if deepseek else ["dp_overlap: true", f"dp_bucket_mib: {BUCKET_MIB}", "param_gather_overlap: true"])
     options += (["ep_overlap: true"] if overlap else []) + (["ep_dispatcher: node_dedup"] if dedup else [])

@@ -500,6 +500,56 @@ TEST(KernelModel, ComputeCostAddsAForwardForFullRecomputation) {
   EXPECT_DOUBLE_EQ(cost.ForwardSeconds(h100, 2, 2, 4), fwd);
 }
 
+// Megatron-Core's recompute modules (training.recompute_modules, under recompute: selective). Llama 2 7B at
+// micro-batch 1 x 4,096 tokens, TP 1, bf16 on an H100: adding `layernorm` to the attention core repeats the
+// two norms' forward kernels in the backward, each a memory pass over 2 x 4,096 x 4,096 bf16 elements
+// (read and write), and drops the two norms' outputs from what the block keeps: 2 x 2 bytes x 4,096 x 4,096.
+// Leaving the attention core out removes the attention core's FLOP share (4·s²·h of the forward's FLOPs).
+TEST(KernelModel, RecomputeModulesRepeatTheirKernelsAndKeepLess) {
+  auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  const GpuSpec& h100 = Gpu("h100");
+  const auto backward = [&](std::vector<proto::RecomputeModule> modules) {
+    proto::Training t;
+    t.set_seq_len(4096);
+    t.set_recompute(proto::RECOMPUTE_SELECTIVE);
+    for (auto m : modules) t.add_recompute_modules(m);
+    auto training = ResolveTraining(t, *model, "t");
+    EXPECT_TRUE(training.ok()) << training.status().message();
+    const ComputeCost cost(*model, *training);
+    return std::make_pair(cost.BackwardSeconds(h100, 1, 1, 1), cost.ForwardSeconds(h100, 1, 1, 1));
+  };
+  const auto [core, fwd] = backward({});
+  const auto [core_and_norms, fwd2] = backward({proto::RECOMPUTE_MODULE_CORE_ATTN, proto::RECOMPUTE_MODULE_LAYERNORM});
+  EXPECT_DOUBLE_EQ(fwd, fwd2);
+  Kernel norm;
+  norm.bytes = 2.0 * 4096 * 4096 * 2;
+  const double norms = 2 * KernelGpuSeconds(norm, h100, KernelParamsFor(h100), proto::DTYPE_BF16);
+  EXPECT_NEAR(core_and_norms - core, norms, 1e-9);
+  const auto [norms_only, fwd3] = backward({proto::RECOMPUTE_MODULE_LAYERNORM});
+  const double s = 4096, h = 4096;
+  const double core_share = 4 * s * s * h / model->ForwardFlops(1, 1, 4096);
+  EXPECT_NEAR(core_and_norms - norms_only, fwd3 * core_share, 1e-9);
+  // Memory: the norms' outputs are not kept.
+  const double keep = model->ActivationBytes(1, 1, 4096, 1, false, proto::RECOMPUTE_SELECTIVE, proto::DTYPE_BF16,
+                                             proto::ATTENTION_FLASH);
+  const RecomputeModules norm_modules = kCoreAttentionOnly | 1u << proto::RECOMPUTE_MODULE_LAYERNORM;
+  EXPECT_DOUBLE_EQ(keep - model->ActivationBytes(1, 1, 4096, 1, false, proto::RECOMPUTE_SELECTIVE, proto::DTYPE_BF16,
+                                                 proto::ATTENTION_FLASH, 0, {}, norm_modules),
+                   2 * 2 * s * h);
+  // Only under selective recomputation, and only modules the model has.
+  proto::Training bad;
+  bad.add_recompute_modules(proto::RECOMPUTE_MODULE_LAYERNORM);
+  auto r = ResolveTraining(bad, *model, "t.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("t.yaml: recompute_modules: apply under recompute: selective"), std::string::npos);
+  bad.set_recompute(proto::RECOMPUTE_SELECTIVE);
+  bad.add_recompute_modules(proto::RECOMPUTE_MODULE_MOE_ACT);
+  r = ResolveTraining(bad, *model, "t.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("moe_act on model 'llama2-7b', which has no experts"), std::string::npos);
+}
+
 // A collective's efficiency is its group's: the least of its members' (a ring runs at its slowest link),
 // so every rank of a ring mixing GPU types carries the same bytes. Devices 0-1 at 0.7, 2-3 at 0.9.
 TEST(CollectiveEfficiency, AGroupTakesTheLeastOfItsMembers) {

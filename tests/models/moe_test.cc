@@ -108,6 +108,20 @@ TEST(MoeModel, RejectsImpossibleRouting) {
   EXPECT_NE(r.status().message().find("first_dense_layers"), std::string::npos);
 }
 
+// `moe_act` (Megatron-Core's recompute module): the routed experts' activation output is not kept. TinyMoe's
+// MoE block at 16 tokens, bf16, TP 1: 16 x top-2 = 32 routed copies, each losing the activation's output of
+// f_e = 32 elements (2 bytes each): 2,048 bytes. Under recompute: none the module list is ignored.
+TEST(MoeModel, RecomputedExpertActivationIsNotKept) {
+  const TransformerModel m = TinyMoe();
+  const auto bytes = [&](proto::Recompute r, RecomputeModules modules) {
+    return m.ActivationBytes(1, 1, 16, 1, false, r, proto::DTYPE_BF16, proto::ATTENTION_FLASH, 0, {}, modules);
+  };
+  const RecomputeModules act = 1u << proto::RECOMPUTE_MODULE_MOE_ACT;
+  EXPECT_DOUBLE_EQ(bytes(proto::RECOMPUTE_SELECTIVE, kCoreAttentionOnly) - bytes(proto::RECOMPUTE_SELECTIVE, act),
+                   32 * 32 * 2.0);
+  EXPECT_DOUBLE_EQ(bytes(proto::RECOMPUTE_NONE, act), bytes(proto::RECOMPUTE_NONE, kCoreAttentionOnly));
+}
+
 TEST(MoeRouting, UniformImbalanceByHand) {
   // 4096 tokens x top-8 over 16 ranks: mean 32768, sd sqrt(32768 · 15/16) = 175.27; the busiest of 16 is
   // E[max of 16 normals] sd above: 1 + 1.766 · 175.27 / 32768 = 1.00945.
