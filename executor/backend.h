@@ -94,6 +94,18 @@ class Backend {
   // dst[:, dst_col, +cols) = src[:, src_col, +cols) (equal rows and dtype; Ulysses' head blocks).
   virtual void CopyColumns(Tensor dst, int64_t dst_col, Tensor src, int64_t src_col, int64_t cols) = 0;
 
+  // ---- token routing (the MoE layer's permutations; small host-side index lists) ----
+  // dst[i] = scale[i] · src[index[i]] (scale empty: 1); a zero row where index[i] < 0 (a padded slot).
+  // dst and src have the same dtype and columns.
+  virtual void GatherRows(Tensor dst, Tensor src, const std::vector<int64_t>& index,
+                          const std::vector<float>& scale) = 0;
+  // dst[index[i]] += scale[i] · src[i] for every i with index[i] ≥ 0 (scale empty: 1), each row's additions
+  // in order of i (deterministic).
+  virtual void ScatterAddRows(Tensor dst, Tensor src, const std::vector<int64_t>& index,
+                              const std::vector<float>& scale) = 0;
+  // out (f32 [rows, 1]) = the row-wise dot products of a and b (same shape and dtype).
+  virtual void RowDots(Tensor out, Tensor a, Tensor b) = 0;
+
   // ---- dense math ----
   // c = alpha · op(a) · op(b) + beta · c, op = transpose when the flag is set. op(a) is [M, K], op(b) is
   // [K, N], c is [M, N]. c may be f32 (gradients) or act dtype; a and b have the same dtype.

@@ -105,6 +105,54 @@ class CpuBackend final : public Backend {
       std::memcpy(d + (r * dst.cols + dst_col) * e, s + (r * src.cols + src_col) * e, static_cast<size_t>(cols) * e);
     }
   }
+  void GatherRows(Tensor dst, Tensor src, const std::vector<int64_t>& index, const std::vector<float>& scale) override {
+    CheckF32(dst, "GatherRows");
+    HETSIM_CHECK(src.dtype == dst.dtype && src.cols == dst.cols && static_cast<int64_t>(index.size()) == dst.rows &&
+                     (scale.empty() || scale.size() == index.size()),
+                 "cpu backend: GatherRows shape mismatch");
+    const int64_t w = dst.cols;
+    for (int64_t i = 0; i < dst.rows; ++i) {
+      float* d = dst.ptr<float>() + i * w;
+      const int64_t r = index[static_cast<size_t>(i)];
+      if (r < 0) {
+        std::fill_n(d, w, 0.0f);
+        continue;
+      }
+      HETSIM_CHECK(r < src.rows, "cpu backend: GatherRows index out of range");
+      const float* s = src.ptr<float>() + r * w;
+      const float a = scale.empty() ? 1.0f : scale[static_cast<size_t>(i)];
+      for (int64_t c = 0; c < w; ++c) d[c] = a * s[c];
+    }
+  }
+  void ScatterAddRows(Tensor dst, Tensor src, const std::vector<int64_t>& index,
+                      const std::vector<float>& scale) override {
+    CheckF32(dst, "ScatterAddRows");
+    HETSIM_CHECK(src.dtype == dst.dtype && src.cols == dst.cols && static_cast<int64_t>(index.size()) == src.rows &&
+                     (scale.empty() || scale.size() == index.size()),
+                 "cpu backend: ScatterAddRows shape mismatch");
+    const int64_t w = dst.cols;
+    for (int64_t i = 0; i < src.rows; ++i) {
+      const int64_t r = index[static_cast<size_t>(i)];
+      if (r < 0) continue;
+      HETSIM_CHECK(r < dst.rows, "cpu backend: ScatterAddRows index out of range");
+      float* d = dst.ptr<float>() + r * w;
+      const float* s = src.ptr<float>() + i * w;
+      const float a = scale.empty() ? 1.0f : scale[static_cast<size_t>(i)];
+      for (int64_t c = 0; c < w; ++c) d[c] += a * s[c];
+    }
+  }
+  void RowDots(Tensor out, Tensor a, Tensor b) override {
+    CheckF32(out, "RowDots");
+    CheckF32(a, "RowDots");
+    HETSIM_CHECK(a.rows == b.rows && a.cols == b.cols && b.dtype == a.dtype && out.numel() == a.rows,
+                 "cpu backend: RowDots shape mismatch");
+    for (int64_t i = 0; i < a.rows; ++i) {
+      const float *x = a.ptr<float>() + i * a.cols, *y = b.ptr<float>() + i * a.cols;
+      float sum = 0;
+      for (int64_t c = 0; c < a.cols; ++c) sum += x[c] * y[c];
+      out.ptr<float>()[i] = sum;
+    }
+  }
   void Add(Tensor y, Tensor x) override {
     CheckF32(y, "Add");
     HETSIM_CHECK(y.numel() == x.numel(), "cpu backend: Add size mismatch");

@@ -47,6 +47,26 @@ struct Operand {
   int64_t stride = 0;
 };
 
+// A routing call's host index and scale lists uploaded to the device for the call (freed, stream-ordered,
+// when it goes out of scope).
+class RoutingLists {
+ public:
+  RoutingLists(Backend* be, const std::vector<int64_t>& index, const std::vector<float>& scale) {
+    if (index.empty()) return;
+    // int64 entries in twice as many f32 slots' bytes: the buffer is raw device memory.
+    index_ = Buffer(be, static_cast<int64_t>(index.size()) * 2, 1, DType::kF32);
+    be->Upload(index_.t(), index.data());
+    if (scale.empty()) return;
+    scale_ = Buffer(be, static_cast<int64_t>(scale.size()), 1, DType::kF32);
+    be->Upload(scale_.t(), scale.data());
+  }
+  const int64_t* index() const { return static_cast<const int64_t*>(index_.t().data); }
+  const float* scale() const { return scale_.empty() ? nullptr : static_cast<const float*>(scale_.t().data); }
+
+ private:
+  Buffer index_, scale_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int local_rank, DType act) : act_(act) {
@@ -131,6 +151,29 @@ class CudaBackend final : public Backend {
     HETSIM_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.data) + dst_col * e, dst.cols * e,
                                         static_cast<const char*>(src.data) + src_col * e, src.cols * e, cols * e,
                                         dst.rows, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void GatherRows(Tensor dst, Tensor src, const std::vector<int64_t>& index, const std::vector<float>& scale) override {
+    HETSIM_CHECK(src.dtype == dst.dtype && src.cols == dst.cols && static_cast<int64_t>(index.size()) == dst.rows &&
+                     (scale.empty() || scale.size() == index.size()),
+                 "cuda backend: GatherRows shape mismatch");
+    const RoutingLists lists(this, index, scale);
+    HETSIM_CUDA_CHECK(cuda::GatherRows(dst.data, src.data, lists.index(), lists.scale(), dst.dtype, dst.rows, dst.cols,
+                                       stream_));
+  }
+  void ScatterAddRows(Tensor dst, Tensor src, const std::vector<int64_t>& index,
+                      const std::vector<float>& scale) override {
+    HETSIM_CHECK(src.dtype == dst.dtype && src.cols == dst.cols && static_cast<int64_t>(index.size()) == src.rows &&
+                     (scale.empty() || scale.size() == index.size()),
+                 "cuda backend: ScatterAddRows shape mismatch");
+    const RoutingLists lists(this, index, scale);
+    HETSIM_CUDA_CHECK(cuda::ScatterAddRows(dst.data, src.data, lists.index(), lists.scale(), dst.dtype, src.rows,
+                                           dst.cols, stream_));
+  }
+  void RowDots(Tensor out, Tensor a, Tensor b) override {
+    HETSIM_CHECK(a.rows == b.rows && a.cols == b.cols && b.dtype == a.dtype && out.numel() == a.rows &&
+                     out.dtype == DType::kF32,
+                 "cuda backend: RowDots shape mismatch");
+    HETSIM_CUDA_CHECK(cuda::RowDots(out.ptr<float>(), a.data, b.data, a.dtype, a.rows, a.cols, stream_));
   }
   void Add(Tensor y, Tensor x) override {
     HETSIM_CHECK(y.numel() == x.numel() && y.dtype == x.dtype, "cuda backend: Add shape or dtype mismatch");

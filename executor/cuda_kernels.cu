@@ -232,6 +232,37 @@ __global__ void SwiGluBackwardKernel(T* dgate, T* dup, const T* gate, const T* u
 }
 
 template <typename T>
+__global__ void GatherRowsKernel(T* dst, const T* src, const int64_t* index, const float* scale, int64_t cols) {
+  const int64_t i = blockIdx.x, r = index[i];
+  const float a = scale != nullptr ? scale[i] : 1.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    dst[i * cols + c] = r < 0 ? FromF<T>(0.0f) : FromF<T>(a * ToF(src[r * cols + c]));
+  }
+}
+
+template <typename T>
+__global__ void ScatterAddRowsKernel(T* dst, const T* src, const int64_t* index, const float* scale, int64_t n,
+                                     int64_t cols) {
+  GRID_STRIDE(c, cols) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = index[i];
+      if (r < 0) continue;
+      const float a = scale != nullptr ? scale[i] : 1.0f;
+      dst[r * cols + c] = FromF<T>(ToF(dst[r * cols + c]) + a * ToF(src[i * cols + c]));
+    }
+  }
+}
+
+template <typename T>
+__global__ void RowDotsKernel(float* out, const T* a, const T* b, int64_t cols) {
+  const int64_t r = blockIdx.x;
+  float sum = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += ToF(a[r * cols + c]) * ToF(b[r * cols + c]);
+  sum = BlockReduce(sum, SumOp{}, 0.0f);
+  if (threadIdx.x == 0) out[r] = sum;
+}
+
+template <typename T>
 __global__ void CrossEntropyMaxKernel(float* row_max, const T* logits, int64_t cols) {
   const int64_t r = blockIdx.x;
   float mx = -INFINITY;
@@ -419,6 +450,39 @@ cudaError_t SwiGluBackward(void* dgate, void* dup, const void* gate, const void*
                                                                 static_cast<const T*>(gate),
                                                                 static_cast<const T*>(up),
                                                                 static_cast<const T*>(dout), n);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t GatherRows(void* dst, const void* src, const int64_t* index, const float* scale, DType t, int64_t n,
+                       int64_t cols, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  Dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    GatherRowsKernel<T><<<RowBlocks(n), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src),
+                                                               index, scale, cols);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t ScatterAddRows(void* dst, const void* src, const int64_t* index, const float* scale, DType t, int64_t n,
+                           int64_t cols, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  Dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    ScatterAddRowsKernel<T><<<Blocks(cols), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src),
+                                                                   index, scale, n, cols);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t RowDots(float* out, const void* a, const void* b, DType t, int64_t rows, int64_t cols,
+                    cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  Dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    RowDotsKernel<T><<<RowBlocks(rows), kThreads, 0, stream>>>(out, static_cast<const T*>(a),
+                                                               static_cast<const T*>(b), cols);
   });
   return cudaGetLastError();
 }

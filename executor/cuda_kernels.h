@@ -51,6 +51,16 @@ cudaError_t CrossEntropyFinish(void* logits, float* loss, const float* row_max, 
                                const int32_t* labels, DType t, int64_t rows, int64_t cols, int64_t vocab_begin,
                                float grad_scale, bool add_loss, cudaStream_t stream);
 
+// The MoE layer's row permutations (Backend::GatherRows, ScatterAddRows, RowDots); `index` and `scale` are
+// device arrays of `n` entries (`scale` may be null: 1). ScatterAddRows gives each column to one thread, which
+// adds the rows in order of i (deterministic without atomics).
+cudaError_t GatherRows(void* dst, const void* src, const int64_t* index, const float* scale, DType t, int64_t n,
+                       int64_t cols, cudaStream_t stream);
+cudaError_t ScatterAddRows(void* dst, const void* src, const int64_t* index, const float* scale, DType t, int64_t n,
+                           int64_t cols, cudaStream_t stream);
+cudaError_t RowDots(float* out, const void* a, const void* b, DType t, int64_t rows, int64_t cols,
+                    cudaStream_t stream);
+
 // Adam on f32 master weights; `weight` (type wt, may be null) receives the updated compute copy.
 cudaError_t Adam(float* param, const float* grad, float* m, float* v, void* weight, DType wt, int64_t n, float lr,
                  float beta1, float beta2, float eps, float bias1, float bias2, cudaStream_t stream);

@@ -15,7 +15,11 @@ size_t ExecPlan::SyncGroupOfLowering(uint32_t g) const {
   const auto& lg = lowering.sync_groups.at(g);
   for (size_t i = 0; i < sync_groups.size(); ++i) {
     const auto& sg = sync_groups[i].group;
-    if (sg.layer_begin == lg.layer_begin && sg.layer_end == lg.layer_end && sg.chunk == lg.chunk) return i;
+    // An MoE layer's dense and expert groups share its layers: the part and the members tell them apart.
+    if (sg.layer_begin == lg.layer_begin && sg.layer_end == lg.layer_end && sg.chunk == lg.chunk &&
+        sg.part == lg.part && sg.devices == lg.devices) {
+      return i;
+    }
   }
   HETSIM_CHECK(false, "ExecPlan: the lowering's sync group " + std::to_string(g) + " is not in the plan's");
   return 0;
@@ -31,6 +35,17 @@ Status CheckExecutableModel(const models::TransformerModel& model) {
   if (m.tied_embeddings()) problems.push_back("tied_embeddings must be false");
   if (m.encoder_only() || m.num_token_types() > 0) problems.push_back("the model must be a decoder (no encoder_only, no token types)");
   if (model.head_dim() % 2 != 0) problems.push_back("the head dimension must be even for RoPE");
+  if (m.has_mla()) problems.push_back("mla (latent attention) must be absent");
+  if (m.qk_norm()) problems.push_back("qk_norm must be false");
+  if (m.sliding_window() > 0) problems.push_back("sliding_window must be 0");
+  if (m.attention_sinks()) problems.push_back("attention_sinks must be false");
+  if (m.has_moe()) {
+    // The MoE block runs a softmax router without bias (docs/executor.md "Mixture of experts").
+    if (m.moe().router() == proto::MoE::ROUTER_SIGMOID) {
+      problems.push_back("moe.router must be softmax (the sigmoid router's balancing bias is not implemented)");
+    }
+    if (m.moe().router_bias()) problems.push_back("moe.router_bias must be false");
+  }
   if (problems.empty()) return Status::Ok();
   std::string msg = "model '" + model.name() + "': the executor implements Llama-style decoders only:";
   for (const auto& p : problems) msg += " " + p + ";";
@@ -118,6 +133,28 @@ void AssignRoles(const proto::Plan& plan, const models::PlanContext& ctx, ExecPl
   }
 }
 
+// Expert parallelism: each rank's EP group, EP rank and expert-DP rank (Megatron-Core's folding of the
+// stage's devices in their listed order, models::EpGroupOf), and every EP group in plan order.
+void AssignExpertGroups(const proto::Plan& plan, ExecPlan& ep) {
+  for (const auto& pipe : plan.pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      const uint32_t n = models::EpDegree(st), etp = models::ExpertTpDegree(st);
+      for (int i = 0; i < st.devices_size(); ++i) {
+        RankRole& role = ep.roles.at(static_cast<size_t>(ep.RankOfDevice(st.devices(i))));
+        const auto index = static_cast<uint32_t>(i);
+        role.ep = n;
+        role.ep_rank = index / etp % n;
+        role.edp_rank = index / (etp * n);
+        role.ep_group.clear();
+        for (uint32_t d : models::EpGroupOf(st, index)) role.ep_group.push_back(ep.RankOfDevice(d));
+        if (n > 1 && std::find(ep.ep_groups.begin(), ep.ep_groups.end(), role.ep_group) == ep.ep_groups.end()) {
+          ep.ep_groups.push_back(role.ep_group);
+        }
+      }
+    }
+  }
+}
+
 // Pipeline transfers: the lowering's sends and receives of micro-batch 0 (every micro-batch moves the same
 // rows), and the channels (sender, receiver) they need.
 void CollectTransfers(ExecPlan& ep) {
@@ -137,6 +174,55 @@ void CollectTransfers(ExecPlan& ep) {
     }
   }
   ep.channels.assign(channels.begin(), channels.end());
+}
+
+// What the executor's MoE layer runs (docs/executor.md "Mixture of experts"): expert TP 1, NCCL-style
+// all-to-alls in the EP group, not overlapped, with a fixed capacity per expert; anything else is refused with
+// the field to change.
+Status CheckExpertParallel(const proto::Plan& plan, const models::PlanContext& ctx, const std::string& file) {
+  if (!ctx.model.HasMoe()) return Status::Ok();
+  const std::string fix = "; simulate this plan (hetsim simulate) or ";
+  if (plan.comm().ep_dispatcher() == proto::CommOptions::EP_DISPATCHER_NODE_DEDUP) {
+    return Status::Invalid(file + ": comm.ep_dispatcher: node_dedup (DeepEP's node-deduplicated dispatch) is not "
+                           "implemented in the executor, which exchanges every token copy with one all-to-all in the "
+                           "EP group" + fix + "set comm.ep_dispatcher: alltoall to run it here");
+  }
+  if (plan.comm().ep_overlap()) {
+    return Status::Invalid(file + ": comm.ep_overlap: the executor runs the EP all-to-alls between the layer's "
+                           "computations, not behind them" + fix + "set comm.ep_overlap: false to run it here");
+  }
+  if (ctx.training.moe_capacity_factor() <= 0) {
+    return Status::Invalid(file + ": training.moe_capacity_factor: the executor runs Megatron-Core's drop-and-pad "
+                           "dispatch (fixed all-to-all sizes, as the lowering prices them), which needs a capacity "
+                           "factor; set moe_capacity_factor (e.g. " +
+                           std::to_string(ctx.model.spec().moe().num_experts() / ctx.model.spec().moe().top_k()) +
+                           " = num_experts / top_k drops no token)");
+  }
+  if (plan.zero_stage() > 0) {
+    return Status::Invalid(file + ": zero_stage: " + std::to_string(plan.zero_stage()) + ": the executor's ZeRO "
+                           "shards whole layers, while an MoE layer's experts and the rest synchronise over different "
+                           "groups" + fix + "set zero_stage: 0 to run it here");
+  }
+  for (int p = 0; p < plan.pipelines_size(); ++p) {
+    for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) {
+      const auto& st = plan.pipelines(p).stages(s);
+      bool moe = false;
+      for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) moe = moe || ctx.model.IsMoe(l);
+      if (moe && models::TpDegree(st) > 1) {
+        return Status::Invalid(file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) +
+                               "].tp_degree: " + std::to_string(models::TpDegree(st)) + " on a stage with MoE "
+                               "layers: the executor does not yet sum the router's sequence-parallel gradient over "
+                               "TP" + fix + "set tp_degree: 1 (EP over the stage's replicas) to run it here");
+      }
+      if (models::ExpertTpDegree(st) > 1) {
+        return Status::Invalid(file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) +
+                               "].expert_tp_degree: " + std::to_string(models::ExpertTpDegree(st)) +
+                               " (the default is the stage's tp_degree): the executor's experts are not split over "
+                               "TP" + fix + "set expert_tp_degree: 1 to run it here");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -160,6 +246,7 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
       }
     }
   }
+  HETSIM_RETURN_IF_ERROR(CheckExpertParallel(plan, ctx, file));
   // CPU offload needs a host optimizer and host-resident shards the runtime does not have: refuse rather
   // than run the plan with everything on the GPU (which the plan says does not fit).
   if (models::OffloadsOptimizer(plan)) {
@@ -242,6 +329,7 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
     }
   }
   ep.cpu_staged = plan.comm().cpu_staged();
+  ep.moe_capacity_factor = ctx.training.moe_capacity_factor();
   HETSIM_ASSIGN_OR_RETURN(ep.lowering, models::LowerPlan(exec, ctx));
 
   // Rank <-> device.
@@ -253,6 +341,7 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
   auto rank_of = [&](uint32_t device) { return ep.RankOfDevice(device); };
 
   AssignRoles(plan, ctx, ep);
+  AssignExpertGroups(plan, ep);
   CollectTransfers(ep);
   for (auto& g : models::DeriveGradSyncGroups(plan, ctx.model)) {
     SyncGroupRanks sg;

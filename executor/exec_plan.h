@@ -11,7 +11,8 @@
 //
 // Every plan feature runs as lowered, or the plan is refused with the field to change (tp_overlap on TP
 // stages; sequence parallelism with CP, Ulysses, DP overlap, the leader broadcast or a change of TP degree
-// between stages; CPU offload; Ulysses that would split a head).
+// between stages; CPU offload; Ulysses that would split a head; for MoE models: expert TP above 1, the
+// node-deduplicated dispatcher, ep_overlap, the sigmoid router, a router bias, no capacity factor).
 // With comm.dp_overlap the lowering's DP stream runs on the backend's side stream (Backend::SideSubmit) on
 // communicators of its own, each segment started at the main stream's signal. Interleaved 1F1B runs each
 // stage's model chunks where Megatron-LM places them (models::StageChunks), in the lowering's order. ZeRO
@@ -76,6 +77,13 @@ struct RankRole {
   uint64_t first_sequence = 0;     // index in the global batch of the pipeline's first sequence
   SeqRange share;                  // this replica's sequences of every micro-batch
   std::vector<int> tp_group;       // world ranks of this rank's TP group, by TP rank
+  // Expert parallelism (MoE models; models::EpGroupOf, Megatron-Core's folding with expert TP 1): the EP
+  // group's world ranks by EP rank, this rank's EP rank (its experts: [ep_rank·E/ep, (ep_rank+1)·E/ep)) and
+  // expert-DP rank (the replica of those experts it holds: 0 is the canonical copy).
+  std::vector<int> ep_group;
+  uint32_t ep = 1;
+  uint32_t ep_rank = 0;
+  uint32_t edp_rank = 0;
   // The lowering's pipeline transfers of one micro-batch, per direction.
   std::vector<Transfer> recv_forward, send_forward, recv_backward, send_backward;
 
@@ -100,6 +108,7 @@ struct ExecPlan {
   std::vector<std::vector<int>> tp_groups;           // every TP group of more than one rank, plan order
   std::vector<std::vector<int>> uly_groups;          // every Ulysses group, plan order
   std::vector<std::vector<int>> cp_groups;           // every CP ring, plan order
+  std::vector<std::vector<int>> ep_groups;           // every EP group of more than one rank, plan order
   std::vector<SyncGroupRanks> sync_groups;           // plan order (DeriveGradSyncGroups)
   std::vector<std::pair<int, int>> channels;         // directed (sender, receiver) pipeline pairs, sorted
   // Per layer: (pipeline, stage, replica) of its first holder, whose copy is the canonical one.
@@ -114,6 +123,7 @@ struct ExecPlan {
   bool tp_backward_blocking = false;  // ModelOptions::tp_backward_blocking (comm.tp_backward_blocking)
   uint32_t zero_stage = 0;  // ZeRO as the lowering orders it (executor/grad_sync.h)
   bool cpu_staged = false;  // pipeline transfers staged through host memory (executor/mpi_comm.h)
+  double moe_capacity_factor = 0;  // ModelOptions::capacity_factor (training.moe_capacity_factor)
   // Plan features the executor runs in a simpler form (each says how); printed by rank 0.
   // What the ranks run: the lowering of the plan in the executor's form.
   models::Lowering lowering;
@@ -132,7 +142,7 @@ struct ExecPlan {
 };
 
 // Checks that the model is one the executor implements (Llama style: RMSNorm, SwiGLU, RoPE, no biases,
-// untied embeddings, decoder only).
+// untied embeddings, decoder only; MoE blocks with a softmax router without bias, no MTP modules).
 Status CheckExecutableModel(const models::TransformerModel& model);
 
 // Derives the ExecPlan. `plan` must pass models::ValidatePlanStructure. Errors (unsupported schedule or

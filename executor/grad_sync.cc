@@ -25,6 +25,15 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamSpec& spec = params[i].spec;
       if (spec.layer < g.layer_begin || spec.layer >= g.layer_end) continue;
+      // An MoE layer's routed experts synchronise over their expert-DP group (all the rank's experts), the
+      // rest over the dense group (models::GradSyncGroup::Part).
+      if (spec.expert != (g.part == models::GradSyncGroup::Part::kExperts)) continue;
+      if (spec.expert) {
+        grp.pieces.push_back({i, {0, spec.held.size()}, grp.numel});
+        grp.numel += spec.held.size() * spec.cols;
+        synced_layers.insert(spec.layer);
+        continue;
+      }
       const RowRange chunk = SplitRows(spec.global_rows, g.chunk, g.num_chunks);
       HETSIM_CHECK(spec.owned.begin <= chunk.begin && chunk.end <= spec.owned.end,
                    "GradSync: chunk " + std::to_string(g.chunk) + "/" + std::to_string(g.num_chunks) + " of " +

@@ -60,6 +60,11 @@ class OpLog : public OpObserver {
     op.collective = models::CollectiveKind::kAllToAll;
     Add(op);
   }
+  void ExpertAllToAll(uint32_t mb, uint32_t layer, double bytes) override {
+    models::Op op = InPass(models::Category::kEp, role_.ep_group, role_.ep_rank, mb, layer, bytes);
+    op.collective = models::CollectiveKind::kAllToAll;
+    Add(op);
+  }
   void CpRing(uint32_t mb, uint32_t layer, const std::vector<double>& bytes, bool before) override {
     const size_t n = role_.cp_group.size(), me = role_.shard;
     const auto ring_op = [&](models::OpKind kind, double b) {

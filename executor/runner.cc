@@ -18,6 +18,7 @@ void Runner::SetupComms() {
   for (const auto& g : plan_.tp_groups) add(g);
   for (const auto& g : plan_.uly_groups) add(g);
   for (const auto& g : plan_.cp_groups) add(g);
+  for (const auto& g : plan_.ep_groups) add(g);
   const size_t layer_groups = groups.size();
   for (const auto& sg : plan_.sync_groups) add(sg.ranks);
   // Hierarchical all-reduces: the node's members and the members of one position across nodes (every
@@ -579,10 +580,14 @@ int Runner::Run() {
   mo.selective_recompute = plan_.selective_recompute;
   mo.sequence_parallel = plan_.sequence_parallel;
   mo.tp_backward_blocking = plan_.tp_backward_blocking;
+  mo.ep = role_.ep;
+  mo.ep_rank = role_.ep_rank;
+  mo.capacity_factor = plan_.moe_capacity_factor;
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.chunks, role_.tp, role_.tp_rank, tp_comm_, mo,
                                         &recorder_);
   if (role_.ulysses > 1) model_->SetUlysses(comms_.at(role_.uly_group).get());
   if (role_.cp > 1) model_->SetContextParallel(comms_.at(role_.cp_group).get());
+  if (role_.ep > 1) model_->SetExpertParallel(comms_.at(role_.ep_group).get());
   MapChunks();
   model_->SetOpObserver(&log_);
   if (!o_.profile_out.empty()) {

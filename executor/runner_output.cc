@@ -59,9 +59,12 @@ GradientDump Runner::CollectGradients(double loss, double* disagreement, int* di
     mine.emplace_back(static_cast<size_t>(p.grad.t().numel()));
     be_->Download(mine.back().data(), p.grad.t());
     const auto& holder = plan_.canonical_holder.at(p.spec.layer);
-    if (holder[0] != role_.pipeline || holder[1] != role_.stage || holder[2] != role_.replica || role_.shard != 0) {
-      continue;
-    }
+    // A routed expert's canonical copy is expert-DP rank 0's of the holder stage (the EP ranks there hold the
+    // experts between them); the rest is the holder replica's.
+    const bool canonical = p.spec.expert ? holder[0] == role_.pipeline && holder[1] == role_.stage && role_.edp_rank == 0
+                                         : holder[0] == role_.pipeline && holder[1] == role_.stage &&
+                                               holder[2] == role_.replica && role_.shard == 0;
+    if (!canonical) continue;
     const int64_t cols = p.spec.cols, first = p.spec.owned.begin - p.spec.held.begin;
     std::copy_n(mine.back().begin() + first * cols, p.spec.owned.size() * cols,
                 global.begin() + offsets[index.at({p.spec.layer, p.spec.kind})] + p.spec.owned.begin * cols);

@@ -18,6 +18,10 @@ const char* ParamKindName(ParamKind kind) {
     case ParamKind::kWdownT: return "w_down_t";
     case ParamKind::kFinalNorm: return "final_norm";
     case ParamKind::kHead: return "head";
+    case ParamKind::kRouter: return "router";
+    case ParamKind::kExpertGate: return "expert_gate";
+    case ParamKind::kExpertUp: return "expert_up";
+    case ParamKind::kExpertDownT: return "expert_down_t";
   }
   return "?";
 }
@@ -41,7 +45,7 @@ HeadShard AttentionHeads(const models::TransformerModel& model, uint32_t tp, uin
 }
 
 std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32_t layer, uint32_t tp,
-                                   uint32_t tp_rank) {
+                                   uint32_t tp_rank, uint32_t ep, uint32_t ep_rank) {
   const auto& m = model.spec();
   const int64_t h = m.hidden_size(), f = m.ffn_hidden_size(), v = m.vocab_size();
   const int64_t hd = model.head_dim(), heads = m.num_attention_heads(), kv = model.kv_heads();
@@ -78,9 +82,29 @@ std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32
       }
       add(ParamKind::kWoT, heads * hd, h, Replication::kSharded, out_std);
       add(ParamKind::kMlpNorm, h, 1, Replication::kCopy, 0);
-      add(ParamKind::kWgate, f, h, Replication::kSharded, kStd);
-      add(ParamKind::kWup, f, h, Replication::kSharded, kStd);
-      add(ParamKind::kWdownT, f, h, Replication::kSharded, out_std);
+      if (!model.IsMoe(layer)) {
+        add(ParamKind::kWgate, f, h, Replication::kSharded, kStd);
+        add(ParamKind::kWup, f, h, Replication::kSharded, kStd);
+        add(ParamKind::kWdownT, f, h, Replication::kSharded, out_std);
+        break;
+      }
+      // MoE: the router (replicated over TP), the shared experts' TP-split MLP, the EP rank's experts.
+      const auto& moe = m.moe();
+      const auto shared = static_cast<int64_t>(model.SharedExpertWidth());
+      add(ParamKind::kRouter, moe.num_experts(), h, Replication::kCopy, kStd);
+      if (shared > 0) {
+        add(ParamKind::kWgate, shared, h, Replication::kSharded, kStd);
+        add(ParamKind::kWup, shared, h, Replication::kSharded, kStd);
+        add(ParamKind::kWdownT, shared, h, Replication::kSharded, out_std);
+      }
+      const int64_t rows = int64_t{moe.num_experts()} * moe.expert_ffn_hidden_size();
+      const RowRange mine = SplitRows(rows, ep_rank, ep);
+      for (ParamKind kind : {ParamKind::kExpertGate, ParamKind::kExpertUp, ParamKind::kExpertDownT}) {
+        add(kind, rows, h, Replication::kSharded, kind == ParamKind::kExpertDownT ? out_std : kStd);
+        out.back().held = out.back().owned = mine;
+        out.back().replication = Replication::kSharded;
+        out.back().expert = true;
+      }
       break;
     }
     case models::LayerKind::kHead:

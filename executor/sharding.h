@@ -46,6 +46,13 @@ enum class ParamKind : uint8_t {
   kWdownT,      // [ffn, hidden] (the down projection, transposed)
   kFinalNorm,   // [hidden, 1]
   kHead,        // [vocab, hidden]
+  // An MoE block (models::TransformerModel::IsMoe): kMlpNorm as above; kWgate, kWup and kWdownT are its
+  // shared experts' MLP (width SharedExpertWidth, absent without shared experts); the router and the routed
+  // experts, expert e's rows [e·F, (e+1)·F) of each expert tensor (F = moe.expert_ffn_hidden_size).
+  kRouter,        // [experts, hidden] (replicated over TP, like the norms)
+  kExpertGate,    // [experts·F, hidden]
+  kExpertUp,      // [experts·F, hidden]
+  kExpertDownT,   // [experts·F, hidden] (the down projections, transposed)
 };
 const char* ParamKindName(ParamKind kind);
 
@@ -64,6 +71,9 @@ struct ParamSpec {
   RowRange owned;  // this rank's shard (⊆ held)
   Replication replication = Replication::kSharded;
   float init_std = 0;  // 0 = initialised to ones
+  // A routed expert tensor: split over the EP group (rank j of ep holds experts [j·E/ep, (j+1)·E/ep)), not
+  // over TP; its gradients synchronise over the expert-DP group (models::GradSyncGroup::Part::kExperts).
+  bool expert = false;
   uint64_t tensor_id() const { return uint64_t{layer} * 16 + static_cast<uint64_t>(kind); }
   std::string name() const;  // "layer3.wq"
 };
@@ -75,10 +85,11 @@ struct HeadShard {
 };
 HeadShard AttentionHeads(const models::TransformerModel& model, uint32_t tp, uint32_t tp_rank);
 
-// The parameters of plan layer `layer` held by TP rank `tp_rank` of `tp`, in a fixed order.
-// Initialisation: N(0, 0.02²) for matrices, 0.02/√(2L) for the two residual output projections
-// (GPT-2 / Megatron-LM), ones for norms.
+// The parameters of plan layer `layer` held by TP rank `tp_rank` of `tp` and, in an MoE block, EP rank
+// `ep_rank` of `ep` (expert TP 1: each EP rank holds whole experts), in a fixed order.
+// Initialisation: N(0, 0.02²) for matrices, 0.02/√(2L) for the residual output projections (attention
+// output, down projections; GPT-2 / Megatron-LM), ones for norms.
 std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32_t layer, uint32_t tp,
-                                   uint32_t tp_rank);
+                                   uint32_t tp_rank, uint32_t ep = 1, uint32_t ep_rank = 0);
 
 }  // namespace hetsim::executor

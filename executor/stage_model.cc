@@ -27,6 +27,11 @@ StageModel::StageModel(Backend* backend, const models::TransformerModel& model,
                "StageModel: a TP degree above 1 needs a TP communicator of that size");
   heads_ = AttentionHeads(model, tp, tp_rank);
   ffn_local_ = SplitRows(model.spec().ffn_hidden_size(), tp_rank, tp).size();
+  shared_local_ = SplitRows(static_cast<int64_t>(model.SharedExpertWidth()), tp_rank, tp).size();
+  HETSIM_CHECK(options.ep >= 1 && options.ep_rank < options.ep &&
+                   (!model.HasMoe() || model.spec().moe().num_experts() % options.ep == 0),
+               "StageModel: EP rank " + std::to_string(options.ep_rank) + " of " + std::to_string(options.ep) +
+                   " does not split the experts");
   vocab_begin_ = SplitRows(model.spec().vocab_size(), tp_rank, tp).begin;
   layer_first_param_.assign(model.num_layers(), SIZE_MAX);
   for (uint32_t l = 0; l < model.num_layers(); ++l) {
@@ -34,7 +39,7 @@ StageModel::StageModel(Backend* backend, const models::TransformerModel& model,
       continue;
     }
     layer_first_param_[l] = params_.size();
-    for (const ParamSpec& spec : LayerParams(model, l, tp, tp_rank)) {
+    for (const ParamSpec& spec : LayerParams(model, l, tp, tp_rank, options.ep, options.ep_rank)) {
       Param p;
       p.spec = spec;
       p.master = New(spec.held.size(), spec.cols, DType::kF32);
@@ -232,7 +237,7 @@ Buffer StageModel::RunForward(uint32_t mb, MicroBatch& st, Buffer input, bool ch
 
 Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer x) {
   const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size(), hd = model_.head_dim();
-  const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd, f = ffn_local_;
+  const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd;
   const auto imb = static_cast<int32_t>(mb);
   const int64_t Ts = ShardRows(T);  // the residual stream's rows (sequence-sharded under SP)
   s.x = std::move(x);
@@ -295,21 +300,39 @@ Buffer StageModel::BlockForward(uint32_t layer, uint32_t mb, MicroBatch& st, Blo
   s.inv2 = New(Ts, 1, DType::kF32);
   s.n2 = NewAct(Ts, h);
   be_->RmsNorm(s.n2.t(), s.inv2.t(), s.x2.t(), P(layer, ParamKind::kMlpNorm).w(), options_.norm_eps);
-  {
-    const Buffer n2_full = sp() ? GatherShard(s.n2.t(), st.batch, st.seq, imb) : Buffer();
-    const Tensor n2 = sp() ? n2_full.t() : s.n2.t();
-    s.gate = NewAct(T, f);
-    s.up = NewAct(T, f);
-    be_->Gemm(s.gate.t(), n2, false, P(layer, ParamKind::kWgate).w(), true, 1, 0);
-    be_->Gemm(s.up.t(), n2, false, P(layer, ParamKind::kWup).w(), true, 1, 0);
-  }
-  s.act = NewAct(T, f);
-  be_->SwiGlu(s.act.t(), s.gate.t(), s.up.t());
-  Buffer y = NewAct(T, h);
-  be_->Gemm(y.t(), s.act.t(), false, P(layer, ParamKind::kWdownT).w(), false, 1, 0);
-  y = SpReduce(std::move(y), st.batch, st.seq, imb);
+  Buffer y = MlpForward(layer, mb, st, s);
   be_->Add(y.t(), s.x2.t());
   FlushAllToAll(mb, layer);
+  return y;
+}
+
+Buffer StageModel::MlpForward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s) {
+  const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
+  const auto imb = static_cast<int32_t>(mb);
+  const bool moe = model_.IsMoe(layer);
+  const int64_t f = moe ? shared_local_ : ffn_local_;
+  // A dense block's MLP, or an MoE block's shared experts (a TP-split MLP of their width).
+  Buffer y;
+  if (!moe || model_.SharedExpertWidth() > 0) {
+    {
+      const Buffer n2_full = sp() ? GatherShard(s.n2.t(), st.batch, st.seq, imb) : Buffer();
+      const Tensor n2 = sp() ? n2_full.t() : s.n2.t();
+      s.gate = NewAct(T, f);
+      s.up = NewAct(T, f);
+      be_->Gemm(s.gate.t(), n2, false, P(layer, ParamKind::kWgate).w(), true, 1, 0);
+      be_->Gemm(s.up.t(), n2, false, P(layer, ParamKind::kWup).w(), true, 1, 0);
+    }
+    s.act = NewAct(T, f);
+    be_->SwiGlu(s.act.t(), s.gate.t(), s.up.t());
+    y = NewAct(T, h);
+    be_->Gemm(y.t(), s.act.t(), false, P(layer, ParamKind::kWdownT).w(), false, 1, 0);
+    y = SpReduce(std::move(y), st.batch, st.seq, imb);
+  }
+  if (!moe) return y;
+  // The routed experts take the rank's rows of the residual stream (its sequence shard under SP).
+  Buffer routed = MoeForward(layer, mb, s, s.n2.t());
+  if (y.empty()) return routed;
+  be_->Add(y.t(), routed.t());
   return y;
 }
 
@@ -405,36 +428,9 @@ Buffer StageModel::HeadBackward(uint32_t mb, MicroBatch& st, HeadSaved& s) {
 
 Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer dy) {
   const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size(), hd = model_.head_dim();
-  const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd, f = ffn_local_;
+  const int64_t qd = heads_.q_heads * hd, kvd = heads_.kv_heads * hd;
   const auto imb = static_cast<int32_t>(mb);
-  // MLP: y = x2 + down(silu(gate) ⊙ up). Under SP the incoming gradient is sequence-sharded: the MLP's
-  // GEMMs take it gathered, the residual keeps the shard.
-  Param& wdown = P(layer, ParamKind::kWdownT);
-  Param& wgate = P(layer, ParamKind::kWgate);
-  Param& wup = P(layer, ParamKind::kWup);
-  Buffer dy_full = sp() ? GatherShard(dy.t(), st.batch, st.seq, imb) : Buffer();
-  const Tensor dyt = sp() ? dy_full.t() : dy.t();
-  Buffer dact = NewAct(T, f);
-  be_->Gemm(dact.t(), dyt, false, wdown.w(), true, 1, 0);
-  be_->Gemm(wdown.grad.t(), s.act.t(), true, dyt, false, 1, 1);
-  dy_full.Reset();
-  s.act.Reset();
-  Buffer dgate = NewAct(T, f), dup = NewAct(T, f);
-  be_->SwiGluBackward(dgate.t(), dup.t(), s.gate.t(), s.up.t(), dact.t());
-  dact.Reset();
-  s.gate.Reset();
-  s.up.Reset();
-  // The up projections' backward as Megatron-LM issues it (HeadBackward).
-  const Buffer n2_full = Regather(s.n2, st.batch, st.seq, imb);
-  const Tensor n2 = sp() ? n2_full.t() : s.n2.t();
-  Buffer dn2 = NewAct(T, h);
-  be_->Gemm(dn2.t(), dgate.t(), false, wgate.w(), false, 1, 0);
-  be_->Gemm(dn2.t(), dup.t(), false, wup.w(), false, 1, 1);
-  dn2 = SpReduce(std::move(dn2), st.batch, st.seq, imb, true);
-  be_->Gemm(wgate.grad.t(), dgate.t(), true, n2, false, 1, 1);
-  be_->Gemm(wup.grad.t(), dup.t(), true, n2, false, 1, 1);
-  dgate.Reset();
-  dup.Reset();
+  Buffer dn2 = MlpBackward(layer, mb, st, s, dy);
   Param& norm2 = P(layer, ParamKind::kMlpNorm);
   Buffer dx2 = std::move(dy);  // the residual passes dy through; the norm's gradient is added to it
   be_->RmsNormBackward(dx2.t(), norm2.grad.t(), s.x2.t(), norm2.w(), s.inv2.t(), dn2.t(), true);
@@ -512,6 +508,50 @@ Buffer StageModel::BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, Bl
   return dx;
 }
 
+Buffer StageModel::MlpBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, const Buffer& dy) {
+  const int64_t T = st.batch * st.seq, h = model_.spec().hidden_size();
+  const auto imb = static_cast<int32_t>(mb);
+  const bool moe = model_.IsMoe(layer);
+  const int64_t f = moe ? shared_local_ : ffn_local_;
+  // The dense MLP or the shared experts: y = down(silu(gate) ⊙ up). Under SP the incoming gradient is
+  // sequence-sharded: the MLP's GEMMs take it gathered, the residual keeps the shard.
+  Buffer dn2;
+  if (!moe || model_.SharedExpertWidth() > 0) {
+    Param& wdown = P(layer, ParamKind::kWdownT);
+    Param& wgate = P(layer, ParamKind::kWgate);
+    Param& wup = P(layer, ParamKind::kWup);
+    Buffer dy_full = sp() ? GatherShard(dy.t(), st.batch, st.seq, imb) : Buffer();
+    const Tensor dyt = sp() ? dy_full.t() : dy.t();
+    Buffer dact = NewAct(T, f);
+    be_->Gemm(dact.t(), dyt, false, wdown.w(), true, 1, 0);
+    be_->Gemm(wdown.grad.t(), s.act.t(), true, dyt, false, 1, 1);
+    dy_full.Reset();
+    s.act.Reset();
+    Buffer dgate = NewAct(T, f), dup = NewAct(T, f);
+    be_->SwiGluBackward(dgate.t(), dup.t(), s.gate.t(), s.up.t(), dact.t());
+    dact.Reset();
+    s.gate.Reset();
+    s.up.Reset();
+    // The up projections' backward as Megatron-LM issues it (HeadBackward).
+    const Buffer n2_full = Regather(s.n2, st.batch, st.seq, imb);
+    const Tensor n2 = sp() ? n2_full.t() : s.n2.t();
+    dn2 = NewAct(T, h);
+    be_->Gemm(dn2.t(), dgate.t(), false, wgate.w(), false, 1, 0);
+    be_->Gemm(dn2.t(), dup.t(), false, wup.w(), false, 1, 1);
+    dn2 = SpReduce(std::move(dn2), st.batch, st.seq, imb, true);
+    be_->Gemm(wgate.grad.t(), dgate.t(), true, n2, false, 1, 1);
+    be_->Gemm(wup.grad.t(), dup.t(), true, n2, false, 1, 1);
+    dgate.Reset();
+    dup.Reset();
+  }
+  if (!moe) return dn2;
+  // The routed experts: their gradient of the rank's rows.
+  Buffer routed = MoeBackward(layer, mb, s, s.n2.t(), dy.t());
+  if (dn2.empty()) return routed;
+  be_->Add(dn2.t(), routed.t());
+  return dn2;
+}
+
 void StageModel::AllToAll(Tensor in, Tensor out) {
   pending_a2a_.push_back(static_cast<double>(in.bytes()));
   uly_comm_->AllToAll(in, out);
@@ -520,8 +560,10 @@ void StageModel::AllToAll(Tensor in, Tensor out) {
 void StageModel::FlushAllToAll(uint32_t mb, uint32_t layer) {
   if (observer_ != nullptr) {
     for (double bytes : pending_a2a_) observer_->UlyssesAllToAll(mb, layer, bytes);
+    for (double bytes : pending_ep_) observer_->ExpertAllToAll(mb, layer, bytes);
   }
   pending_a2a_.clear();
+  pending_ep_.clear();
 }
 
 Buffer StageModel::ToHeads(Tensor x, int64_t batch, int64_t seq_local, int32_t mb) {

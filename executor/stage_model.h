@@ -48,6 +48,14 @@ struct ModelOptions {
   // comm.tp_backward_blocking: without SP the column-parallel dgrad's all-reduce is not issued behind the
   // wgrad GEMM (the op log says so; on CPU workers every call is synchronous anyway).
   bool tp_backward_blocking = false;
+  // Expert parallelism (MoE models; docs/executor.md "Mixture of experts"): this rank is EP rank `ep_rank`
+  // of `ep` and holds experts [ep_rank·E/ep, (ep_rank+1)·E/ep) of every MoE block (expert TP 1).
+  // `capacity_factor` (training.moe_capacity_factor, required for MoE blocks): Megatron-Core's drop-and-pad,
+  // each expert takes ceil(cf · tokens · top_k / E) copies of a rank's tokens (the rest are dropped, empty
+  // slots padded with zeros), so every all-to-all has a fixed size.
+  uint32_t ep = 1;
+  uint32_t ep_rank = 0;
+  double capacity_factor = 0;
 };
 
 struct Param {
@@ -83,6 +91,10 @@ class OpObserver {
   virtual void CpRing(uint32_t mb, uint32_t layer, const std::vector<double>& bytes, bool before) {
     (void)mb, (void)layer, (void)bytes, (void)before;
   }
+  // An MoE block's all-to-all in the EP group (dispatch or combine, or their gradients) of `bytes` (this
+  // rank's send buffer), reported after the block's TP collectives and Ulysses all-to-alls (the lowering's
+  // order within a pass: dispatch, then combine).
+  virtual void ExpertAllToAll(uint32_t mb, uint32_t layer, double bytes) { (void)mb, (void)layer, (void)bytes; }
 };
 
 class StageModel {
@@ -147,14 +159,30 @@ class StageModel {
   // reduce-scatter, cp − 1 steps). docs/executor.md says how this differs from TransformerEngine's
   // blockwise kernels.
   void SetContextParallel(Comm* comm) { cp_comm_ = comm; }
+  // The EP group's communicator (ModelOptions::ep members; may stay unset when ep == 1).
+  void SetExpertParallel(Comm* comm);
   int64_t cp() const { return cp_comm_ != nullptr ? cp_comm_->size() : 1; }
   // Bytes kept by each layer of the last chunk that ran a forward pass keeping activations (index: layer
   // − the chunk's first layer), when a layer recorder is set.
   const std::vector<double>& activation_bytes() const { return activation_bytes_; }
 
  private:
+  // An MoE block's routing of one micro-batch: E experts × C slots (capacity), expert-major.
+  struct MoeRoute {
+    int64_t capacity = 0;
+    std::vector<int64_t> slot_token;  // [E·C]: the token row in a slot, −1 for padding
+    std::vector<float> slot_weight;   // [E·C]: its router weight (0 for padding)
+    std::vector<int64_t> copy_slot;   // [tokens·top_k]: the slot of each token's j-th choice, −1 if dropped
+    std::vector<float> weight;        // [tokens·top_k]: softmax over the token's top-k logits
+    std::vector<int32_t> expert;      // [tokens·top_k]: the chosen experts, best first
+  };
   struct BlockSaved {
     Buffer x, inv1, n1, q, k, v, probs, attn, x2, inv2, n2, gate, up, act;
+    // MoE blocks (gate, up, act above are the shared experts'): the routing, the local experts' inputs,
+    // their gate, up and activation ([local experts · ep · C] rows, expert-major, source EP rank next), and
+    // the combined expert outputs in this rank's slot order (the router's gradient needs them).
+    MoeRoute route;
+    Buffer e_in, e_gate, e_up, e_act, e_out;
   };
   struct HeadSaved {
     Buffer x, inv, n, dlogits;
@@ -198,6 +226,29 @@ class StageModel {
   Buffer BlockBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, Buffer dy);
   void HeadForward(uint32_t mb, MicroBatch& st, HeadSaved& s, Buffer x, bool add_loss);
   Buffer HeadBackward(uint32_t mb, MicroBatch& st, HeadSaved& s);
+  // The MLP half of a block: dense (SwiGLU) or MoE (shared experts, router, routed experts). Forward: from
+  // the normed input (`n2` as saved: the sequence shard under SP) to the MLP's output before the residual
+  // ([ShardRows(T), h]); backward: from the output's gradient `dy` (the shard under SP) to the normed input's
+  // gradient (same rows), accumulating the parameters' gradients.
+  Buffer MlpForward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s);
+  Buffer MlpBackward(uint32_t layer, uint32_t mb, MicroBatch& st, BlockSaved& s, const Buffer& dy);
+  // The routed experts of an MoE block (executor/stage_moe.cc): router, top-k, capacity, dispatch
+  // all-to-all, the local experts' SwiGLU MLPs, combine all-to-all, weighted un-permutation; and the exact
+  // backward of all of it (the router's included). `n2` and `dy` are [tokens, h] rows this rank routes.
+  Buffer MoeForward(uint32_t layer, uint32_t mb, BlockSaved& s, Tensor n2);
+  Buffer MoeBackward(uint32_t layer, uint32_t mb, BlockSaved& s, Tensor n2, Tensor dy);
+  // Top-k of the router's logits ([tokens, E] f32 on the host), softmax over the chosen, slots by capacity.
+  MoeRoute Route(const std::vector<float>& logits, int64_t tokens) const;
+  // The local experts' SwiGLU MLPs on `in` ([local experts · rows, h], expert-major) and their backward.
+  Buffer ExpertsForward(uint32_t layer, BlockSaved& s, int64_t rows);
+  Buffer ExpertsBackward(uint32_t layer, BlockSaved& s, Tensor dout, int64_t rows);
+  // Between this rank's slot order ([E·C, h]: expert-major) and the exchanged blocks: the dispatch
+  // all-to-all sends EP rank j the slots of its experts and returns, per source rank, the slots of this
+  // rank's experts, regrouped expert-major ([local experts][ep][C]); `ToSlots` is the mirror image.
+  Buffer ToExperts(Tensor slots, int64_t capacity, int32_t mb);
+  Buffer ToSlots(Tensor grouped, int64_t capacity, int32_t mb);
+  // The EP all-to-all (a copy at EP 1; its bytes wait in pending_ep_ until the block's end, FlushAllToAll).
+  void EpAllToAll(Tensor in, Tensor out, int32_t mb);
   // Ulysses' layout changes for `batch` sequences of `seq_local` tokens per rank, `width` = local heads ×
   // head dim: [batch·seq_local, width] (this rank's tokens) to [batch·seq_local·u, width / u] (every token of
   // head group j = this rank's rank), and back.
@@ -233,10 +284,13 @@ class StageModel {
   Comm* uly_comm_ = nullptr;           // SetUlysses
   Comm* cp_comm_ = nullptr;            // SetContextParallel
   std::vector<double> pending_a2a_;  // bytes of the block's all-to-alls not yet reported
+  Comm* ep_comm_ = nullptr;          // SetExpertParallel
+  std::vector<double> pending_ep_;   // bytes of the block's EP all-to-alls not yet reported
   uint32_t current_layer_ = 0;
   std::vector<double> activation_bytes_;
   HeadShard heads_;
   int64_t ffn_local_ = 0;
+  int64_t shared_local_ = 0;  // an MoE block's shared experts' width on this TP rank
   int64_t vocab_begin_ = 0;
   std::vector<Param> params_;
   std::vector<size_t> layer_first_param_;  // by layer: index of its first parameter (SIZE_MAX: not held)

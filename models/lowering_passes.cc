@@ -3,6 +3,7 @@
 // parallelism and the DeepSpeed-Ulysses all-to-alls — and the PP transfers between stages of different DP or
 // TP degrees (models/lowering.h says what each moves).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <utility>
 #include <vector>
@@ -269,8 +270,14 @@ void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const pro
   // combine; backward: the combine's gradient, then the dispatch's. Expert TP gathers the etp ranks'
   // received tokens before the experts (all-gather of etp·S) and reduce-scatters their outputs after them
   // (etp·S), the mirror image in the backward: one all-reduce's worth of bytes per pass.
+  // Under drop-and-pad (training.moe_capacity_factor, Megatron-Core's --moe-pad-expert-input-to-capacity) every
+  // expert receives exactly its capacity of the rank's copies, ceil(cf · tokens · top_k / E), padded: the
+  // buffer holds E capacities.
   const double tokens = batch * local_seq / TpDegree(st);
-  const double bytes = tokens * model_.spec().moe().top_k() * model_.spec().hidden_size() * DTypeBytes(tr_.dtype());
+  const double experts = model_.spec().moe().num_experts(), cf = tr_.moe_capacity_factor();
+  double copies = tokens * model_.spec().moe().top_k();
+  if (cf > 0) copies = experts * std::ceil(cf * copies / experts - 1e-9);
+  const double bytes = copies * model_.spec().hidden_size() * DTypeBytes(tr_.dtype());
   const EpRoute& route = RouteOf(device, st);
   const auto& rail = route.rail;
   const auto& local = route.local;

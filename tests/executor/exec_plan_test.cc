@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <tuple>
 
 #include "models/spec_io.h"
@@ -392,6 +393,67 @@ TEST(ExecPlanTest, RunsZeroHierarchicalAndLeaderBroadcastAsLowered) {
   bool reduce_scatter = false;
   for (const auto& op : ep->Ops(0)) reduce_scatter |= op.collective == models::CollectiveKind::kReduceScatter;
   EXPECT_TRUE(reduce_scatter);
+}
+
+TEST(ExecPlanTest, ExpertParallelGroupsAndSyncParts) {
+  // cpu-4-ep4: one stage of four replicas, EP 4: one EP group of every rank, EP rank = position; no expert-DP
+  // group (each expert on one rank), so the only sync group is the dense part's over the four replicas.
+  Loaded l = Load("cpu-4-ep4");
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  ASSERT_EQ(ep->ep_groups.size(), 1u);
+  EXPECT_EQ(ep->ep_groups[0], (std::vector<int>{0, 1, 2, 3}));
+  for (uint32_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(ep->roles[r].ep, 4u);
+    EXPECT_EQ(ep->roles[r].ep_rank, r);
+    EXPECT_EQ(ep->roles[r].edp_rank, 0u);
+  }
+  ASSERT_EQ(ep->sync_groups.size(), 1u);
+  EXPECT_EQ(ep->sync_groups[0].group.part, models::GradSyncGroup::Part::kDense);
+  EXPECT_DOUBLE_EQ(ep->moe_capacity_factor, 4.0);
+  // EP 2 of the same stage: groups {0, 1} and {2, 3}; experts synchronise over expert DP {0, 2} and {1, 3}.
+  l.plan.mutable_pipelines(0)->mutable_stages(0)->set_ep_degree(2);
+  ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(ep->ep_groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(ep->roles[3].ep_rank, 1u);
+  EXPECT_EQ(ep->roles[3].edp_rank, 1u);
+  std::vector<std::vector<int>> expert_groups;
+  for (const auto& sg : ep->sync_groups) {
+    if (sg.group.part == models::GradSyncGroup::Part::kExperts) expert_groups.push_back(sg.ranks);
+  }
+  EXPECT_EQ(expert_groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  // Every lowered sync group maps to the plan's group of the same part and members.
+  for (uint32_t g = 0; g < ep->lowering.sync_groups.size(); ++g) {
+    const auto& sg = ep->sync_groups[ep->SyncGroupOfLowering(g)].group;
+    EXPECT_EQ(sg.part, ep->lowering.sync_groups[g].part);
+    EXPECT_EQ(sg.devices, ep->lowering.sync_groups[g].devices);
+  }
+}
+
+TEST(ExecPlanTest, WhatTheMoeLayerDoesNotRunIsRefusedWithItsField) {
+  const auto refused = [](const std::function<void(Loaded&)>& change, const std::string& field) {
+    Loaded l = Load("cpu-4-ep4");
+    change(l);
+    const models::PlanContext ctx{l.cluster, l.model, l.training};
+    auto ep = BuildExecPlan(l.plan, ctx, "plan");
+    ASSERT_FALSE(ep.ok()) << field;
+    EXPECT_NE(ep.status().message().find(field), std::string::npos) << ep.status().message();
+  };
+  refused([](Loaded& l) { l.plan.mutable_comm()->set_ep_dispatcher(proto::CommOptions::EP_DISPATCHER_NODE_DEDUP); },
+          "comm.ep_dispatcher: node_dedup");
+  refused([](Loaded& l) { l.plan.mutable_comm()->set_ep_overlap(true); }, "comm.ep_overlap");
+  refused([](Loaded& l) { l.training.set_moe_capacity_factor(0); }, "training.moe_capacity_factor");
+  refused([](Loaded& l) { l.plan.set_zero_stage(1); }, "zero_stage: 1");
+  refused([](Loaded& l) { l.plan.mutable_pipelines(0)->mutable_stages(0)->set_expert_tp_degree(2); },
+          "stages[0].expert_tp_degree: 2");
+  refused(
+      [](Loaded& l) {
+        proto::Model m = l.model.spec();
+        m.mutable_moe()->set_router(proto::MoE::ROUTER_SIGMOID);
+        l.model = *models::TransformerModel::Build(m, "m.yaml");
+      },
+      "moe.router must be softmax");
 }
 
 }  // namespace

@@ -33,6 +33,21 @@ models::TransformerModel TinyModel() {
   return *built;
 }
 
+// TinyModel with MoE blocks: 4 experts of width 16, top-k, one shared expert of width 16.
+models::TransformerModel TinyMoeModel(uint32_t top_k) {
+  proto::Model m = TinyModel().spec();
+  m.set_name("micro-moe");
+  auto* moe = m.mutable_moe();
+  moe->set_num_experts(4);
+  moe->set_top_k(top_k);
+  moe->set_expert_ffn_hidden_size(16);
+  moe->set_num_shared_experts(1);
+  moe->set_shared_expert_ffn_hidden_size(16);
+  auto built = models::TransformerModel::Build(m, "micro-moe");
+  HETSIM_CHECK(built.ok(), built.status().message());
+  return *built;
+}
+
 constexpr int64_t kBatch = 4, kSeq = 8;
 
 // Runs the whole batch as `micro_batches` equal micro-batches; returns the mean loss.
@@ -68,12 +83,9 @@ std::vector<std::vector<float>> Grads(StageModel& m) {
   return g;
 }
 
-TEST(StageModelTest, GradientsMatchDirectionalFiniteDifferences) {
-  auto be = MakeCpuBackend();
-  const auto model = TinyModel();
-  StageModel m(be.get(), model, 0, model.num_layers(), 1, 0, nullptr, ModelOptions{}, nullptr);
-  const double loss0 = RunBatch(be.get(), &m, 1, true);
-  EXPECT_NEAR(loss0, std::log(64.0), 0.2);  // near-uniform predictions at initialisation
+// Checks every parameter's gradient g against the central difference of the loss along g/‖g‖ with step
+// `eps` (d/dε L(θ + ε·g/‖g‖) at ε = 0 is ‖g‖), within 1% plus `abs_tol`; returns the tensors checked.
+int CheckFiniteDifferences(Backend* be, StageModel& m, double eps, double abs_tol) {
   const auto grads = Grads(m);
   int checked = 0;
   for (size_t i = 0; i < m.params().size(); ++i) {
@@ -81,24 +93,63 @@ TEST(StageModelTest, GradientsMatchDirectionalFiniteDifferences) {
     double norm2 = 0;
     for (float g : grads[i]) norm2 += double(g) * g;
     const double norm = std::sqrt(norm2);
-    ASSERT_GT(norm, 0) << p.spec.name();
-    // d/dε L(θ + ε·g/‖g‖) at ε = 0 is ‖g‖. Central differences with ε = 1e-2: the truncation error is
-    // O(ε²·curvature) and the FP32 rounding of the loss (~4·6e-8) divided by 2ε is ~1e-5.
-    const double eps = 1e-2;
+    EXPECT_GT(norm, 0) << p.spec.name();
+    if (norm == 0) continue;
     float* w = p.master.t().ptr<float>();
     std::vector<float> orig(w, w + p.master.t().numel());
     auto loss_at = [&](double e) {
       for (size_t k = 0; k < orig.size(); ++k) w[k] = orig[k] + static_cast<float>(e * grads[i][k] / norm);
-      return RunBatch(be.get(), &m, 1, false);
+      return RunBatch(be, &m, 1, false);
     };
     const double fd = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
     std::copy(orig.begin(), orig.end(), w);
-    EXPECT_NEAR(fd, norm, 0.01 * norm + 2e-5) << p.spec.name();
+    EXPECT_NEAR(fd, norm, 0.01 * norm + abs_tol) << p.spec.name();
     if (std::getenv("HETSIM_TEST_VERBOSE")) std::printf("%-20s fd %.6e analytic %.6e rel %.2e\n", p.spec.name().c_str(), fd, norm, std::abs(fd - norm) / norm);
     ++checked;
   }
+  return checked;
+}
+
+TEST(StageModelTest, GradientsMatchDirectionalFiniteDifferences) {
+  auto be = MakeCpuBackend();
+  const auto model = TinyModel();
+  StageModel m(be.get(), model, 0, model.num_layers(), 1, 0, nullptr, ModelOptions{}, nullptr);
+  const double loss0 = RunBatch(be.get(), &m, 1, true);
+  EXPECT_NEAR(loss0, std::log(64.0), 0.2);  // near-uniform predictions at initialisation
+  // Central differences with ε = 1e-2: the truncation error is O(ε²·curvature) and the FP32 rounding of the
+  // loss (~4·6e-8) divided by 2ε is ~1e-5.
+  const int checked = CheckFiniteDifferences(be.get(), m, 1e-2, 2e-5);
   // embedding, 9 per block x 2, final norm + head
   EXPECT_EQ(checked, 1 + 18 + 2);
+}
+
+// Every parameter of a model with MoE blocks against finite differences (the router, the routed and the shared
+// experts); returns the tensors checked.
+int CheckMoeModel(uint32_t top_k, double eps, double abs_tol) {
+  auto be = MakeCpuBackend();
+  const auto model = TinyMoeModel(top_k);
+  ModelOptions options;
+  options.capacity_factor = 1;
+  StageModel m(be.get(), model, 0, model.num_layers(), 1, 0, nullptr, options, nullptr);
+  const double loss0 = RunBatch(be.get(), &m, 1, true);
+  EXPECT_NEAR(loss0, std::log(64.0), 0.2);
+  return CheckFiniteDifferences(be.get(), m, eps, abs_tol);
+}
+
+TEST(StageModelTest, MoeGradientsMatchDirectionalFiniteDifferences) {
+  // Top-2 of 4 experts with drop-and-pad at capacity factor 1: each expert takes 16 of the 64 copies of the
+  // 32 tokens, so uneven routing drops some. The top-k choice is piecewise constant, so the step is small
+  // (ε = 1e-3 keeps every choice here; a flipped one would show as a jump of the loss): the FP32 rounding of
+  // the loss divided by 2ε is then ~1e-4, which the small router and norm gradients (~6e-4) barely clear.
+  // embedding, per MoE block 6 (norms, attention) + router + 3 shared + 3 routed, final norm + head
+  EXPECT_EQ(CheckMoeModel(2, 1e-3, 2e-4), 1 + 2 * 13 + 2);
+}
+
+TEST(StageModelTest, MoeRouterGradientMatchesFiniteDifferencesWhenEveryExpertIsChosen) {
+  // Top-4 of 4: the weights are the softmax over all logits, smooth in every parameter, so the larger step of
+  // the dense test (ε = 1e-2, rounding ~1e-5) checks the router's gradient (the softmax's backward and
+  // d w = dy · output) to 1%; capacity factor 1 is then room for every token.
+  EXPECT_EQ(CheckMoeModel(4, 1e-2, 2e-5), 1 + 2 * 13 + 2);
 }
 
 TEST(StageModelTest, MicroBatchingAndRecomputationLeaveGradientsUnchanged) {
