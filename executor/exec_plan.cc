@@ -265,6 +265,11 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
                            "the attention core (selective), not torchtitan's per-operation policy; simulate this "
                            "plan (hetsim simulate) or set recompute: none, selective or full to run it here");
   }
+  if (ep.selective_recompute && models::ModulesOf(ctx.training) != models::kCoreAttentionOnly) {
+    return Status::Invalid(file + ": training.recompute_modules: the executor's selective recomputation repeats "
+                           "the attention core alone; simulate this plan (hetsim simulate) or set "
+                           "recompute_modules: [core_attn] (or leave it out) to run it here");
+  }
   // Features with no implementation here are refused (never run in another form): the lowering of the plan
   // would not be what runs.
   proto::Plan exec = plan;
