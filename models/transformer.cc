@@ -83,7 +83,10 @@ double TransformerModel::SequenceParallelParams(uint32_t layer) const {
   switch (kind(layer)) {
     case LayerKind::kEmbedding: return 0;
     case LayerKind::kTransformer:
-      return 2 * NormParams() + (spec_.linear_bias() ? 2.0 * spec_.hidden_size() : 0.0);
+      // An MoE block's router is replicated over TP and runs on the sequence shard (Megatron-Core's TopKRouter
+      // marks its weight sequence_parallel, so finalize_model_grads all-reduces it with the norms').
+      return 2 * NormParams() + (spec_.linear_bias() ? 2.0 * spec_.hidden_size() : 0.0) +
+             (IsMoe(layer) ? double(spec_.hidden_size()) * spec_.moe().num_experts() : 0.0);
     case LayerKind::kHead: return NormParams();
   }
   return 0;

@@ -112,9 +112,9 @@ class TransformerModel {
   // ... with the routed experts of an MoE layer laid out by `experts` (each rank: 1/(ep·etp) of them).
   double ParamsPerRank(uint32_t layer, uint32_t tp, bool head_holds_embedding_copy,
                        const ExpertSharding& experts) const;
-  // Parameters of `layer` that sequence parallelism applies to on sequence shards (the norms and the
-  // row-parallel biases, replicated over TP): their gradients are partial per TP rank and summed over the
-  // TP group after the backward passes (Megatron-LM's finalize_model_grads).
+  // Parameters of `layer` that sequence parallelism applies to on sequence shards (the norms, the
+  // row-parallel biases and an MoE block's router, replicated over TP): their gradients are partial per TP
+  // rank and summed over the TP group after the backward passes (Megatron-LM's finalize_model_grads).
   double SequenceParallelParams(uint32_t layer) const;
 
   // Forward FLOPs of `layer` for a micro-batch of `batch` sequences of `seq_len` tokens (whole layer,

@@ -462,10 +462,13 @@ TEST(Folding, VerifyFoldChecksTheStructuralDecisionWhileSimulating) {
 // so every EP group spans two nodes, a two-block MoE model. The stage's replicas fold onto one device, whose
 // all-to-alls play only the flows that load its links: on a non-blocking switch with a NIC per GPU those
 // links carry what they carry in the full play, and with one NIC a node (the 4 GPUs' cross-node flows on one
-// NIC) the node's other members' flows are played too. Unlike the folds above this is not exact: on this
-// small model (messages of tens of KiB, where each flow's latency and max-min sharing's order matter) the folded
-// iteration was measured 5.1% shorter with a NIC per GPU and 2.1% longer with one NIC a node (DeepSeek-V3 on
-// 1,024 GPUs: 0.14%); the bound here is 6%, and dropping the cross-node or the local flows breaks it.
+// NIC) the node's other members' flows are played too. The all-to-alls fold exactly (every ep slice of the
+// timeline has the same length folded and not; with EP 16, where there is no expert-DP group, the iterations
+// are equal), but the iteration is not: in the full play each member leaves the dense gradients' ring when its
+// own flows are done, so some start their expert-DP exchange (pairs {i, i + 8} across nodes) under the ring's
+// tail, while the folded representative leaves it with the ring's last flow. Measured: 5.1% shorter with a NIC
+// per GPU, 2.1% longer with one NIC a node (DeepSeek-V3 on 1,024 GPUs: 0.14%); the bound here is 6%, and
+// dropping the all-to-all's cross-node or local flows breaks it.
 double SimulateMoe(const std::string& nic, bool fold, uint32_t* played) {
   const auto cluster = ClusterFrom("name: four-by-four\nnodes:\n  - {name: n, count: 4, gpus: {type: h100, count: 4}, "
                                    "fabric: {kind: nvswitch}, nic: " + nic + "}\n");
