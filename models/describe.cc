@@ -92,6 +92,45 @@ std::string FormatDeviceList(std::vector<uint32_t> d) {
   return out;
 }
 
+std::string DescribeGpu(const GpuSpec& g) {
+  std::ostringstream o;
+  char line[256];
+  o << "GPU type " << g.name << " (" << g.vendor << ", " << g.form_factor << ")";
+  if (!g.aliases.empty()) {
+    o << "; also";
+    for (const auto& a : g.aliases) o << " " << a;
+  }
+  o << "\n  dense tensor peaks (TFLOPS; 0 = no such mode):\n";
+  const std::pair<const char*, double> peaks[] = {
+      {"bf16", g.peak_bf16_tflops}, {"fp16", g.peak_fp16_tflops}, {"tf32", g.peak_tf32_tflops},
+      {"fp32", g.peak_fp32_tflops}, {"fp8", g.peak_fp8_tflops},   {"fp6", g.PeakFp6Tflops()},
+      {"fp4", g.PeakFp4Tflops()}};
+  for (const auto& [dtype, peak] : peaks) {
+    std::snprintf(line, sizeof line, "    %-6s %10.1f\n", dtype, peak);
+    o << line;
+  }
+  o << "  block-scaled formats run natively:";
+  if (g.block_scaled.empty()) o << " none";
+  for (BlockScaledFormat f : g.block_scaled) {
+    std::snprintf(line, sizeof line, " %s (%.1f)", BlockScaledFormatName(f), g.PeakBlockScaledTflops(f));
+    o << line;
+  }
+  o << "\n";
+  std::snprintf(line, sizeof line, "  memory          %.0f GiB at %.0f GB/s\n", g.memory_gib, g.hbm_bandwidth_gbyte_s);
+  o << line;
+  std::snprintf(line, sizeof line, "  scale-up        %s, %.1f GB/s per GPU one direction\n", g.scale_up.c_str(),
+                g.scale_up_bandwidth_gbyte_s);
+  o << line;
+  std::snprintf(line, sizeof line, "  host link       PCIe Gen%d, %.0f GB/s one direction\n", g.pcie_gen,
+                g.pcie_bandwidth_gbyte_s);
+  o << line;
+  o << "  SMs / CUs       " << (g.sm_count > 0 ? std::to_string(g.sm_count) : "none (no wave quantisation)") << "\n";
+  o << "  power           " << (g.tdp_w > 0 ? std::to_string(static_cast<int>(g.tdp_w)) + " W" : "not recorded")
+    << "\n";
+  o << "  source          " << g.source << "\n";
+  return o.str();
+}
+
 std::string DescribeCluster(const Cluster& c) {
   std::ostringstream o;
   o << "cluster " << c.name() << ": " << c.Summary() << "\n";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "models/bundled.h"
@@ -76,6 +77,29 @@ proto::DType GpuSpec::MathDType(proto::DType dtype) const {
   return dtype == proto::DTYPE_TF32 && peak_tf32_tflops <= 0 ? proto::DTYPE_FP32 : dtype;
 }
 
+const char* BlockScaledFormatName(BlockScaledFormat f) {
+  switch (f) {
+    case BlockScaledFormat::kMxfp8: return "mxfp8";
+    case BlockScaledFormat::kMxfp6: return "mxfp6";
+    case BlockScaledFormat::kMxfp4: return "mxfp4";
+    case BlockScaledFormat::kNvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+bool GpuSpec::SupportsBlockScaled(BlockScaledFormat f) const {
+  return std::find(block_scaled.begin(), block_scaled.end(), f) != block_scaled.end();
+}
+
+double GpuSpec::PeakBlockScaledTflops(BlockScaledFormat f) const {
+  if (!SupportsBlockScaled(f)) return 0;
+  switch (f) {
+    case BlockScaledFormat::kMxfp8: return peak_fp8_tflops;
+    case BlockScaledFormat::kMxfp6: return peak_fp6_tflops;
+    default: return peak_fp4_tflops;
+  }
+}
+
 const char* DTypeName(proto::DType dtype) {
   switch (dtype) {
     case proto::DTYPE_FP16: return "fp16";
@@ -92,11 +116,106 @@ const char* SuggestedDType(const GpuSpec& gpu, proto::DType unusable) {
   return "fp32";
 }
 
+namespace {
+
+const std::vector<std::string> kColumns = {
+    "name",           "aliases",          "vendor",           "form_factor",     "peak_bf16_tflops",
+    "peak_fp16_tflops", "peak_fp32_tflops", "peak_tf32_tflops", "peak_fp8_tflops", "memory_gib",
+    "hbm_bandwidth_gbyte_s", "scale_up",   "scale_up_bandwidth_gbyte_s", "pcie_gen", "pcie_bandwidth_gbyte_s",
+    "peak_fp6_tflops", "peak_fp4_tflops", "block_scaled",     "sm_count",        "tdp_w",
+    "source"};
+
+// Column index by name (the header is checked against kColumns, so the order is fixed).
+size_t Col(const char* name) {
+  return static_cast<size_t>(std::find(kColumns.begin(), kColumns.end(), name) - kColumns.begin());
+}
+
+// The block_scaled cell ("mxfp8;nvfp4", or empty): each format known, none twice, and the part has the
+// element type's peak the format runs at.
+void ParseBlockScaled(const std::string& cell, const std::string& where, GpuSpec* g, ErrorList* errors) {
+  std::vector<std::string> names;
+  for (BlockScaledFormat f : kBlockScaledFormats) names.push_back(BlockScaledFormatName(f));
+  std::istringstream in(cell);
+  for (std::string item; std::getline(in, item, ';');) {
+    item = TrimBlanks(item);
+    if (item.empty()) continue;
+    auto it = std::find(names.begin(), names.end(), AsciiLower(item));
+    if (it == names.end()) {
+      errors->Add(where + "block_scaled: unknown format '" + item + "'" + DidYouMean(item, names) +
+                  " (expected ';'-separated names from: mxfp8, mxfp6, mxfp4, nvfp4)");
+      continue;
+    }
+    const BlockScaledFormat f = kBlockScaledFormats[it - names.begin()];
+    if (g->SupportsBlockScaled(f)) {
+      errors->Add(where + "block_scaled: '" + item + "' is listed twice");
+      continue;
+    }
+    g->block_scaled.push_back(f);
+    if (g->PeakBlockScaledTflops(f) <= 0) {
+      const char* peak = f == BlockScaledFormat::kMxfp8   ? "peak_fp8_tflops"
+                         : f == BlockScaledFormat::kMxfp6 ? "peak_fp6_tflops"
+                                                          : "peak_fp4_tflops";
+      errors->Add(where + "block_scaled: lists '" + item + "' but " + peak +
+                  " is 0; give the part's dense peak for that element type or drop '" + item + "'");
+    }
+  }
+}
+
+// One data row (already split into kColumns.size() cells); errors name `where` (file:line: ) and the column.
+GpuSpec ParseRow(const std::vector<std::string>& cells, const std::string& where, ErrorList* errors) {
+  auto num = [&](const char* column, double* out) {
+    const std::string& s = cells[Col(column)];
+    const auto res = std::from_chars(s.data(), s.data() + s.size(), *out);
+    if (res.ec != std::errc() || res.ptr != s.data() + s.size() || *out < 0) {
+      errors->Add(where + column + ": expected a non-negative number, found '" + s + "'");
+    }
+  };
+  auto whole = [&](const char* column, int* out) {
+    double v = 0;
+    num(column, &v);
+    if (v > 1e6 || v != std::floor(v)) {
+      errors->Add(where + column + ": expected a whole number up to 10^6, found '" + cells[Col(column)] + "'");
+      v = 0;
+    }
+    *out = static_cast<int>(v);
+  };
+  GpuSpec g;
+  g.name = cells[Col("name")];
+  std::istringstream al(cells[Col("aliases")]);
+  for (std::string a; std::getline(al, a, ';');) {
+    if (!a.empty()) g.aliases.push_back(a);
+  }
+  g.vendor = cells[Col("vendor")];
+  g.form_factor = cells[Col("form_factor")];
+  num("peak_bf16_tflops", &g.peak_bf16_tflops);
+  num("peak_fp16_tflops", &g.peak_fp16_tflops);
+  num("peak_fp32_tflops", &g.peak_fp32_tflops);
+  num("peak_tf32_tflops", &g.peak_tf32_tflops);
+  num("peak_fp8_tflops", &g.peak_fp8_tflops);
+  num("memory_gib", &g.memory_gib);
+  num("hbm_bandwidth_gbyte_s", &g.hbm_bandwidth_gbyte_s);
+  g.scale_up = cells[Col("scale_up")];
+  num("scale_up_bandwidth_gbyte_s", &g.scale_up_bandwidth_gbyte_s);
+  double gen = 0;
+  num("pcie_gen", &gen);
+  g.pcie_gen = static_cast<int>(gen);
+  num("pcie_bandwidth_gbyte_s", &g.pcie_bandwidth_gbyte_s);
+  num("peak_fp6_tflops", &g.peak_fp6_tflops);
+  num("peak_fp4_tflops", &g.peak_fp4_tflops);
+  ParseBlockScaled(cells[Col("block_scaled")], where, &g, errors);
+  whole("sm_count", &g.sm_count);
+  num("tdp_w", &g.tdp_w);
+  g.source = cells[Col("source")];
+  static const std::vector<std::string> kFabrics = {"nvswitch", "nvlink", "pcie", "xgmi"};
+  if (std::find(kFabrics.begin(), kFabrics.end(), g.scale_up) == kFabrics.end()) {
+    errors->Add(where + "scale_up: unknown fabric '" + g.scale_up + "'" + DidYouMean(g.scale_up, kFabrics));
+  }
+  return g;
+}
+
+}  // namespace
+
 Result<GpuCatalog> GpuCatalog::Parse(const std::string& csv_text, const std::string& file) {
-  static const std::vector<std::string> kColumns = {
-      "name", "aliases", "vendor", "form_factor", "peak_bf16_tflops", "peak_fp16_tflops",
-      "peak_fp32_tflops", "peak_tf32_tflops", "peak_fp8_tflops", "memory_gib", "hbm_bandwidth_gbyte_s", "scale_up", "scale_up_bandwidth_gbyte_s",
-      "pcie_gen", "pcie_bandwidth_gbyte_s", "source"};
   GpuCatalog cat;
   ErrorList errors;
   std::istringstream in(csv_text);
@@ -109,7 +228,11 @@ Result<GpuCatalog> GpuCatalog::Parse(const std::string& csv_text, const std::str
     auto cells = SplitCsv(line);
     const std::string where = file + ":" + std::to_string(line_no) + ": ";
     if (!header_seen) {
-      if (cells != kColumns) return Status::Invalid(where + "unexpected header; expected the columns of gpus.csv");
+      if (cells != kColumns) {
+        std::string want;
+        for (const auto& c : kColumns) want += (want.empty() ? "" : ",") + c;
+        return Status::Invalid(where + "unexpected header; expected the columns " + want);
+      }
       header_seen = true;
       continue;
     }
@@ -118,40 +241,7 @@ Result<GpuCatalog> GpuCatalog::Parse(const std::string& csv_text, const std::str
                  std::to_string(cells.size()));
       continue;
     }
-    auto num = [&](size_t col, double* out) {
-      const std::string& s = cells[col];
-      const auto res = std::from_chars(s.data(), s.data() + s.size(), *out);
-      if (res.ec != std::errc() || res.ptr != s.data() + s.size() || *out < 0) {
-        errors.Add(where + kColumns[col] + ": expected a non-negative number, found '" + s + "'");
-      }
-    };
-    GpuSpec g;
-    g.name = cells[0];
-    std::istringstream al(cells[1]);
-    for (std::string a; std::getline(al, a, ';');) {
-      if (!a.empty()) g.aliases.push_back(a);
-    }
-    g.vendor = cells[2];
-    g.form_factor = cells[3];
-    num(4, &g.peak_bf16_tflops);
-    num(5, &g.peak_fp16_tflops);
-    num(6, &g.peak_fp32_tflops);
-    num(7, &g.peak_tf32_tflops);
-    num(8, &g.peak_fp8_tflops);
-    num(9, &g.memory_gib);
-    num(10, &g.hbm_bandwidth_gbyte_s);
-    g.scale_up = cells[11];
-    num(12, &g.scale_up_bandwidth_gbyte_s);
-    double gen = 0;
-    num(13, &gen);
-    g.pcie_gen = static_cast<int>(gen);
-    num(14, &g.pcie_bandwidth_gbyte_s);
-    g.source = cells[15];
-    static const std::vector<std::string> kFabrics = {"nvswitch", "nvlink", "pcie", "xgmi"};
-    if (std::find(kFabrics.begin(), kFabrics.end(), g.scale_up) == kFabrics.end()) {
-      errors.Add(where + "scale_up: unknown fabric '" + g.scale_up + "'" + DidYouMean(g.scale_up, kFabrics));
-    }
-    cat.gpus_.push_back(std::move(g));
+    cat.gpus_.push_back(ParseRow(cells, where, &errors));
   }
   if (!header_seen) errors.Add(file + ": no header line");
   if (!errors.empty()) return errors.ToStatus();

@@ -11,6 +11,15 @@
 
 namespace hetsim::models {
 
+// Block-scaled tensor formats: blocks of narrow elements sharing one scale. The OCP microscaling formats
+// (MX: 32 elements per E8M0 scale) and NVIDIA's NVFP4 (16 FP4 elements per E4M3 scale). They are not training
+// dtypes of proto::DType; the catalog records which ones a part's tensor cores run natively.
+enum class BlockScaledFormat { kMxfp8, kMxfp6, kMxfp4, kNvfp4 };
+inline constexpr BlockScaledFormat kBlockScaledFormats[] = {BlockScaledFormat::kMxfp8, BlockScaledFormat::kMxfp6,
+                                                            BlockScaledFormat::kMxfp4, BlockScaledFormat::kNvfp4};
+// "mxfp8", "mxfp6", "mxfp4", "nvfp4": the spellings of gpus.csv's block_scaled column.
+const char* BlockScaledFormatName(BlockScaledFormat f);
+
 struct GpuSpec {
   std::string name;                  // canonical lower-case name, e.g. "a100-80gb"
   std::vector<std::string> aliases;  // other accepted spellings, e.g. "A100-80"
@@ -27,6 +36,11 @@ struct GpuSpec {
   double scale_up_bandwidth_gbyte_s = 0;  // per GPU, one direction; 0 when scale_up is pcie
   int pcie_gen = 0;
   double pcie_bandwidth_gbyte_s = 0;  // per GPU, one direction
+  double peak_fp6_tflops = 0;  // dense FP6 tensor-core peak; 0 = none
+  double peak_fp4_tflops = 0;  // dense FP4 tensor-core peak; 0 = none
+  std::vector<BlockScaledFormat> block_scaled;  // formats the tensor cores run natively (gpus.csv order)
+  int sm_count = 0;     // streaming multiprocessors / compute units; 0 = none (no wave quantisation)
+  double tdp_w = 0;     // maximum board or module power; 0 = not recorded
   std::string source;
 
   // Peak TFLOPS for `dtype`'s matmuls, or 0 when the GPU cannot compute in it. TF32 training (FP32 tensors
@@ -36,6 +50,15 @@ struct GpuSpec {
   double PeakTflops(proto::DType dtype) const;
   // The math `dtype` runs on this part: FP32 for TF32 where the part has no TF32 mode, else `dtype`.
   proto::DType MathDType(proto::DType dtype) const;
+  // Dense FP6 / FP4 tensor-core peaks (0 = no such mode). Not reachable through PeakTflops: FP6 and FP4 are no
+  // training dtypes of proto::DType.
+  double PeakFp6Tflops() const { return peak_fp6_tflops; }
+  double PeakFp4Tflops() const { return peak_fp4_tflops; }
+  // Whether the tensor cores run `f` natively (block scaling in hardware, not emulated by the kernel).
+  bool SupportsBlockScaled(BlockScaledFormat f) const;
+  // The dense peak at which `f` runs: its element type's peak (MXFP8: FP8, MXFP6: FP6, MXFP4 and NVFP4: FP4)
+  // where the part runs `f` natively, else 0.
+  double PeakBlockScaledTflops(BlockScaledFormat f) const;
 };
 
 // "bf16", "fp16", "fp32", "fp8", "tf32".

@@ -16,20 +16,6 @@ namespace {
 
 constexpr int kMaxCalibrationDepth = 8;  // base chains (bundled ones are one deep)
 
-// Streaming multiprocessors (NVIDIA) or compute units (AMD, per device as the framework sees it), from
-// the vendors' architecture whitepapers and product pages.
-int SmCount(const std::string& gpu) {
-  static const std::map<std::string, int> kSms = {
-      {"p100", 56},      {"v100", 80},       {"v100-32gb", 80},  {"v100-pcie", 80},   {"t4", 40},
-      {"a10", 72},       {"a100-40gb", 108}, {"a100-80gb", 108}, {"a100-40gb-pcie", 108},
-      {"a100-80gb-pcie", 108}, {"a800", 108}, {"h100", 132},     {"h100-pcie", 114},  {"h800", 132},
-      {"h20", 78},       {"h200", 132},      {"gh200", 132},     {"rtx3080ti", 80},   {"rtx3090", 82},
-      {"rtx4090", 128},  {"l40s", 142},      {"mi250x", 110},    {"mi300x", 304},     {"rtx2080", 46},
-      {"titan-rtx", 72}};
-  auto it = kSms.find(gpu);
-  return it == kSms.end() ? 0 : it->second;
-}
-
 // A calibration by bundled name or path, parsed and checked once (models/proto/calibration.proto).
 Result<const proto::Calibration*> CachedCalibration(const std::string& name_or_path) {
   static std::mutex mu;
@@ -87,7 +73,7 @@ void Apply(const proto::KernelCalibration& k, KernelParams* p) {
 // The layers of `calibration` for `gpu`: built-in defaults, base, generic, the GPU's entry.
 KernelParams Build(const GpuSpec& gpu, const std::string& calibration, int depth) {
   KernelParams p;
-  p.sm_count = SmCount(gpu.name);
+  p.sm_count = gpu.sm_count;  // gpus.csv sm_count, from the vendors' whitepapers and datasheets
   p.source = "built-in generic defaults";
   auto c = CachedCalibration(calibration);
   HETSIM_CHECK(c.ok(), c.ok() ? "" : c.status().message());
@@ -319,6 +305,16 @@ const NetworkParams& NetworkParamsFor(proto::Nic::Kind kind, const std::string& 
 const std::vector<std::string>& KernelCalibrations() {
   static const std::vector<std::string> kNames = BundledNames(SpecKind::kCalibration);
   return kNames;
+}
+
+proto::ComputeBasisReport ComputeBasisFor(const GpuSpec& gpu, const std::string& calibration, proto::DType dtype) {
+  proto::ComputeBasisReport b;
+  b.set_gpu(gpu.name);
+  b.set_calibration(calibration.empty() ? "default" : calibration);
+  const KernelParams& k = KernelParamsFor(gpu, calibration);
+  b.set_source(k.source);
+  b.set_measured(k.MeasuredFor(gpu.MathDType(dtype)));
+  return b;
 }
 
 const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calibration) {

@@ -28,6 +28,7 @@
 
 #include "models/gpu_catalog.h"
 #include "models/proto/calibration.pb.h"
+#include "models/proto/report.pb.h"
 #include "models/proto/training.pb.h"
 #include "models/status.h"
 #include "models/transformer.h"
@@ -97,6 +98,11 @@ struct KernelParams {
 // `calibration` is a bundled name (models/catalog/calibrations/, "" = "default") or a calibration file's
 // path (models/proto/calibration.proto) that CheckKernelCalibration accepted.
 const KernelParams& KernelParamsFor(const GpuSpec& gpu, const std::string& calibration = "");
+// What `gpu`'s compute times in `dtype` rest on under the kernel model and `calibration` ("" = "default"):
+// the calibration entry's source and whether a measurement of this GPU type is behind it for the math `dtype`
+// runs in (GpuSpec::MathDType). `profiled` stays false: measured layer profiles are the simulator's to add.
+// The `compute basis` lines of `hetsim simulate` and `hetsim describe --gpu` print it.
+proto::ComputeBasisReport ComputeBasisFor(const GpuSpec& gpu, const std::string& calibration, proto::DType dtype);
 // The bundled calibrations' names.
 const std::vector<std::string>& KernelCalibrations();
 // Reads and checks a calibration (bundled name or path): GPU names, group-size order, base.

@@ -130,16 +130,14 @@ void AddComputeBasis(const models::PlanContext& ctx, const SimOptions& options, 
     const models::GpuSpec& gpu = *ctx.cluster.node(ctx.cluster.device(d).node).gpu;
     if (!seen.insert(gpu.name).second) continue;
     auto* b = report->add_compute_basis();
-    b->set_gpu(gpu.name);
-    b->set_calibration(calibration);
-    b->set_profiled(profiled.count(gpu.name) > 0);
     if (options.compute.model == models::ComputeModel::kKernel) {
-      const models::KernelParams& k = models::KernelParamsFor(gpu, options.compute.calibration);
-      b->set_source(k.source);
-      b->set_measured(k.MeasuredFor(gpu.MathDType(ctx.training.dtype())));
+      *b = models::ComputeBasisFor(gpu, options.compute.calibration, ctx.training.dtype());
     } else {
+      b->set_gpu(gpu.name);
+      b->set_calibration(calibration);
       b->set_source("token-efficiency model (not measured)");
     }
+    b->set_profiled(profiled.count(gpu.name) > 0);
   }
 }
 

@@ -551,6 +551,39 @@ TEST(DescribeHspmd, PrintsTheUnionsAndTheSplitAllReduce) {
   EXPECT_NE(r.out.find("gradient sync: SplitAR"), std::string::npos) << r.out;
 }
 
+// `describe --gpu` prints the catalog row and the compute basis per dtype: the B200's dense peaks (HGX B200
+// totals with sparsity, 72 PF FP8 over 8 GPUs, halved: 4.5 PF; FP4 72 PF dense over 8), its block-scaled
+// formats, its source, and that no measurement is behind it; the H100's BF16 rests on the bench's measurement.
+TEST(DescribeGpu, PrintsPeaksSourceAndComputeBasis) {
+  const auto r = RunCli({"describe", "--gpu", "B200"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU type b200 (nvidia, HGX B200 180GB)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp8        4500.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp4        9000.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nvfp4 (9000.0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("180 GiB at 7700 GB/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nvswitch, 900.0 GB/s per GPU one direction"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1000 W"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("source          NVIDIA HGX B200 specifications"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("compute basis   bf16: calibration default"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("compute basis   fp8: calibration default"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NO MEASURED BASIS"), std::string::npos) << r.out;
+
+  const auto h = RunCli({"describe", "--gpu", "h100"});
+  ASSERT_EQ(h.code, 0) << h.err;
+  const size_t bf16 = h.out.find("compute basis   bf16:");
+  ASSERT_NE(bf16, std::string::npos) << h.out;
+  const std::string line = h.out.substr(bf16, h.out.find('\n', bf16) - bf16);
+  EXPECT_EQ(line.find("NO MEASURED BASIS"), std::string::npos) << line;
+
+  const auto typo = RunCli({"describe", "--gpu", "b200x"});
+  EXPECT_NE(typo.code, 0);
+  EXPECT_NE(typo.err.find("--gpu: unknown GPU type 'b200x'; did you mean 'b200'?"), std::string::npos) << typo.err;
+  const auto both = RunCli({"describe", "--gpu", "b200", "--model", "llama2-7b"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("--gpu describes a catalog GPU type on its own"), std::string::npos) << both.err;
+}
+
 }  // namespace
 }  // namespace hetsim::cli
 

@@ -12,6 +12,7 @@
 
 #include "models/cluster.h"
 #include "models/proto/plan.pb.h"
+#include "models/proto/report.pb.h"
 #include "models/proto/training.pb.h"
 #include "models/status.h"
 #include "models/transformer.h"
@@ -98,6 +99,11 @@ int Fail(std::ostream& err, const Status& s);
 
 // printf-style formatting of up to four numbers.
 std::string Fmt(const char* f, double a, double b = 0, double c = 0, double d = 0);
+
+// What one GPU type's compute times rest on, as `simulate` and `describe --gpu` print it after the type's name:
+// "calibration default — <source>", with the measured layer profile of `model` first when one is in use and
+// "— NO MEASURED BASIS ..." last when no measurement of the type is behind it.
+std::string ComputeBasisText(const proto::ComputeBasisReport& b, const std::string& model);
 
 // The value of a string flag, or "".
 std::string FlagString(const po::variables_map& vm, const char* key);

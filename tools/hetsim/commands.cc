@@ -284,9 +284,32 @@ int RunValidate(const po::variables_map& vm, std::ostream& out, std::ostream& er
 
 // ---- describe ------------------------------------------------------------------------------------
 
+// `describe --gpu NAME`: the catalog row, then what its compute times rest on in each dtype it can train in.
+int DescribeGpuType(const std::string& name, std::ostream& out, std::ostream& err) {
+  auto gpu = models::GpuCatalog::Bundled().Find(name);
+  if (!gpu.ok()) return Fail(err, Status::NotFound("--gpu: " + gpu.status().message()));
+  const models::GpuSpec& g = **gpu;
+  out << models::DescribeGpu(g);
+  for (proto::DType d : {proto::DTYPE_BF16, proto::DTYPE_FP16, proto::DTYPE_TF32, proto::DTYPE_FP32, proto::DTYPE_FP8}) {
+    if (g.PeakTflops(d) <= 0) continue;
+    const proto::ComputeBasisReport b = models::ComputeBasisFor(g, "", d);
+    const std::string math = g.MathDType(d) == d ? "" : std::string(" (runs as ") + models::DTypeName(g.MathDType(d)) + ")";
+    out << "  compute basis   " << models::DTypeName(d) << math << ": " << ComputeBasisText(b, "") << "\n";
+  }
+  return 0;
+}
+
 int RunDescribe(const po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (vm.count("gpu")) {
+    if (vm.count("cluster") || vm.count("model") || vm.count("plan")) {
+      err << "hetsim describe: --gpu describes a catalog GPU type on its own; give it without --cluster, --model "
+             "and --plan\n";
+      return 2;
+    }
+    return DescribeGpuType(vm["gpu"].as<std::string>(), out, err);
+  }
   if (!vm.count("cluster") && !vm.count("model") && !vm.count("plan")) {
-    err << "hetsim describe: give --cluster, --model and/or --plan (`hetsim describe --help`)\n";
+    err << "hetsim describe: give --gpu, --cluster, --model and/or --plan (`hetsim describe --help`)\n";
     return 2;
   }
   auto specs = LoadSpecs(vm, vm.count("plan") > 0, vm.count("plan") > 0);
@@ -349,11 +372,14 @@ std::vector<Command> SpecCommands() {
          p.add("files", -1);
        },
        RunValidate},
-      {"describe", "print a cluster, a model, or a plan as tables (devices, TP×DP, layers, memory)",
-       "hetsim describe --cluster C --model M [--training T] [--plan P [--hspmd]]",
+      {"describe", "print a GPU type, a cluster, a model, or a plan as tables (peaks, devices, TP×DP, layers, memory)",
+       "hetsim describe --gpu NAME | --cluster C --model M [--training T] [--plan P [--hspmd]]",
        [](po::options_description& d, po::positional_options_description&) {
          AddSpecFlags(d, true);
-         d.add_options()("hspmd", "with --plan: also the plan's HSPMD annotations (Hetu v2, docs/hspmd.md)");
+         d.add_options()("hspmd", "with --plan: also the plan's HSPMD annotations (Hetu v2, docs/hspmd.md)")(
+             "gpu", po::value<std::string>(),
+             "a catalog GPU type (`hetsim list gpus`): its peaks per dtype, memory, links, power, source and "
+             "compute basis");
        },
        RunDescribe},
   };
@@ -362,6 +388,16 @@ std::vector<Command> SpecCommands() {
 int Fail(std::ostream& err, const Status& s) {
   err << s.message() << "\n";
   return 1;
+}
+
+std::string ComputeBasisText(const proto::ComputeBasisReport& b, const std::string& model) {
+  std::string s = b.profiled() ? "measured layer profile of " + model + " (layers it covers); else " : "";
+  s += "calibration " + b.calibration() + " — " + b.source();
+  if (!b.measured() && !b.profiled()) {
+    s += " — NO MEASURED BASIS for this GPU type: its compute times are estimates from generic values "
+         "(docs/calibration.md, \"Which data each GPU type rests on\")";
+  }
+  return s;
 }
 
 std::string Fmt(const char* f, double a, double b, double c, double d) {

@@ -77,14 +77,7 @@ void PrintSummary(const proto::IterationReport& r, const std::string& fidelity, 
   }
   // What each GPU type's compute times rest on; a type without measurements is said to be a guess.
   for (const auto& b : r.compute_basis()) {
-    out << "  compute basis   " << b.gpu() << ": "
-        << (b.profiled() ? "measured layer profile of " + r.model() + " (layers it covers); else " : "")
-        << "calibration " << b.calibration() << " — " << b.source();
-    if (!b.measured() && !b.profiled()) {
-      out << " — NO MEASURED BASIS for this GPU type: its compute times are estimates from generic values "
-             "(docs/calibration.md, \"Which data each GPU type rests on\")";
-    }
-    out << "\n";
+    out << "  compute basis   " << b.gpu() << ": " << ComputeBasisText(b, r.model()) << "\n";
   }
   // One line per (pipeline, stage): the slowest device's numbers.
   struct Row {
