@@ -77,6 +77,15 @@ proto::DType GpuSpec::MathDType(proto::DType dtype) const {
   return dtype == proto::DTYPE_TF32 && peak_tf32_tflops <= 0 ? proto::DTYPE_FP32 : dtype;
 }
 
+std::string RecipeUnsupported(const GpuSpec& gpu, proto::DType dtype, proto::Fp8Recipe recipe) {
+  if (dtype != proto::DTYPE_FP8 || (recipe != proto::FP8_RECIPE_MXFP8 && recipe != proto::FP8_RECIPE_NVFP4)) return "";
+  const BlockScaledFormat f = recipe == proto::FP8_RECIPE_MXFP8 ? BlockScaledFormat::kMxfp8 : BlockScaledFormat::kNvfp4;
+  if (gpu.SupportsBlockScaled(f)) return "";
+  return "a " + gpu.name + " has no native " + BlockScaledFormatName(f) + " tensor cores (gpus.csv block_scaled); set " +
+         "fp8_recipe: current, delayed or blockwise, or use GPUs that run " + BlockScaledFormatName(f) +
+         " (e.g. b200, gb200)";
+}
+
 const char* BlockScaledFormatName(BlockScaledFormat f) {
   switch (f) {
     case BlockScaledFormat::kMxfp8: return "mxfp8";

@@ -65,6 +65,9 @@ struct GpuSpec {
 const char* DTypeName(proto::DType dtype);
 // A dtype `gpu` can train in, other than `unusable` (for error messages): bf16, fp16 or fp32, in that order.
 const char* SuggestedDType(const GpuSpec& gpu, proto::DType unusable);
+// Why `gpu` cannot run a training's FP8 recipe (MXFP8 and NVFP4 need tensor cores that run the block-scaled
+// format natively), with the fix; empty when it can (any other recipe, or another dtype).
+std::string RecipeUnsupported(const GpuSpec& gpu, proto::DType dtype, proto::Fp8Recipe recipe);
 
 class GpuCatalog {
  public:

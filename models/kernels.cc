@@ -355,7 +355,9 @@ namespace {
 //   - current: the scale needs the tensor's amax first: an amax pass reading it (2 bytes an element), then
 //     the cast-transpose (4); the norm's output is quantised after the norm;
 //   - blockwise: one pass finding each 1x128 tile's scale and writing the row-wise and column-wise FP8
-//     copies with their fp32 scales (4 + 8/128 bytes an element); norms do not quantise.
+//     copies with their fp32 scales (4 + 8/128 bytes an element); norms do not quantise;
+//   - mxfp8 and nvfp4 alike, with one-byte scales per 32 FP8 (4 + 2/32) or per 16 FP4 elements (2 + 1 +
+//     2/16); the norm's output is quantised after it.
 template <class Mem>
 void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed, Mem&& mem) {
   const bool fwd = pass == Pass::kForward;
@@ -366,6 +368,12 @@ void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed
       return;
     case proto::FP8_RECIPE_BLOCKWISE:
       mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", (4 + 8.0 / 128) * elements);
+      return;
+    case proto::FP8_RECIPE_MXFP8:  // two FP8 copies and an E8M0 scale per 32 elements of each
+      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", (4 + 2.0 / 32) * elements);
+      return;
+    case proto::FP8_RECIPE_NVFP4:  // bf16 read, two FP4 copies, an E4M3 scale per 16 elements of each
+      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", (2 + 1 + 2.0 / 16) * elements);
       return;
     default:
       if (!fwd || !norm_fed) mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", 4 * elements);
@@ -414,7 +422,10 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
       gemm(dg, rows, kk, n, local);
       gemm(wg, n, kk, rows, local);
     }
-    for (size_t i = first; i < out.size(); ++i) out[i].block_linear = true;
+    for (size_t i = first; i < out.size(); ++i) {
+      out[i].block_linear = true;
+      out[i].fp4 = fp8 && shape.fp8_recipe == proto::FP8_RECIPE_NVFP4;
+    }
   };
   grouped("experts-fc1", "experts-fc1-dgrad", "experts-fc1-wgrad", fc1, h);
   mem(fwd ? "experts-activation" : "experts-activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * received * fe * e);
@@ -493,7 +504,10 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
       gemm(wgrad, n, kk, m);
     }
     if (model.kind(layer) == LayerKind::kTransformer) {
-      for (size_t i = first; i < k.size(); ++i) k[i].block_linear = true;
+      for (size_t i = first; i < k.size(); ++i) {
+        k[i].block_linear = true;
+        k[i].fp4 = fp8_linears && shape.fp8_recipe == proto::FP8_RECIPE_NVFP4;
+      }
     }
   };
   const bool fwd = pass == Pass::kForward;
@@ -615,7 +629,9 @@ double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams&
   // TF32 on a part without TF32 tensor cores computes in FP32, at that dtype's fitted efficiencies.
   const proto::DType native = gpu.MathDType(dtype);
   const proto::DType math = native == proto::DTYPE_FP8 && !k.block_linear ? proto::DTYPE_BF16 : native;
-  const double peak = gpu.PeakTflops(math) * 1e12 * p.GemmEfficiency(math);
+  // NVFP4's GEMMs run at the FP4 rate; no FP4 GEMM has been measured, so at the FP8 efficiency.
+  const double math_peak = math == proto::DTYPE_FP8 && k.fp4 ? gpu.PeakFp4Tflops() : gpu.PeakTflops(math);
+  const double peak = math_peak * 1e12 * p.GemmEfficiency(math);
   const double bw = gpu.hbm_bandwidth_gbyte_s * 1e9 * p.MemoryEfficiency(native);
   const double e = DTypeBytes(dtype);
   double t = 0;

@@ -135,6 +135,7 @@ struct Kernel {
   double bytes = 0;                       // HBM traffic (memory kernels; GEMMs: derived from the shape)
   double flops = 0;                       // fused kernels (flash attention): FLOPs at GEMM efficiency
   bool block_linear = false;  // a transformer block's linear layer: the GEMMs FP8 training runs in FP8
+  bool fp4 = false;           // ... and under the NVFP4 recipe in FP4 (at the GPU's FP4 rate)
   // Flash attention: the keys each query block attends over (the sequence, or one K/V block per ring
   // step), which sets its efficiency where the calibration has a curve (KernelParams::flash_attention).
   double attention_keys = 0;

@@ -154,6 +154,8 @@ void CheckStageDevices(const proto::Stage& st, const std::string& spath, const P
       errors.Add(at + dpath + ": device " + std::to_string(d) + " is a " + gpu->name + ", which cannot train in " +
                  DTypeName(ctx.training.dtype()) + "; set the training spec's dtype: " +
                  SuggestedDType(*gpu, ctx.training.dtype()));
+    } else if (auto why = RecipeUnsupported(*gpu, ctx.training.dtype(), ctx.training.fp8_recipe()); !why.empty()) {
+      errors.Add(at + dpath + ": device " + std::to_string(d) + ": training.fp8_recipe: " + why);
     }
   }
 }

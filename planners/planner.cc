@@ -74,6 +74,10 @@ Status CheckProblem(const PlanningProblem& problem) {
   const proto::DType dtype = problem.training.dtype();
   for (uint32_t d = 0; d < problem.cluster.num_devices(); ++d) {
     const auto& gpu = *problem.cluster.device(d).gpu;
+    if (auto why = models::RecipeUnsupported(gpu, dtype, problem.training.fp8_recipe()); !why.empty()) {
+      return Status::Invalid("cluster '" + problem.cluster.name() + "': device " + std::to_string(d) +
+                             ": training.fp8_recipe: " + why);
+    }
     if (gpu.PeakTflops(dtype) > 0) continue;
     uint32_t last = d;
     while (last + 1 < problem.cluster.num_devices() && problem.cluster.device(last + 1).gpu == &gpu) ++last;

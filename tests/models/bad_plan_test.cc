@@ -339,6 +339,19 @@ TEST(BadPlan, Fp8OnGpusWithoutFp8SuggestsBf16) {
   proto::Training tf32 = *training;
   tf32.set_dtype(proto::DTYPE_TF32);
   EXPECT_TRUE(ValidatePlanStructure(p, PlanContext{*a100, *model, tf32}, "fp8.yaml").ok());
+  // An H20 trains in FP8 but has no MXFP8 tensor cores (Hopper): the MXFP8 recipe names the field and the fix.
+  proto::Training mx = *training;
+  mx.set_fp8_recipe(proto::FP8_RECIPE_MXFP8);
+  ASSERT_TRUE(ParseYaml("pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [1], "
+                        "layer_end: 6}]}]\n",
+                        "fp8.yaml", &p)
+                  .ok());
+  const Status mxs = ValidatePlanStructure(p, PlanContext{*a100, *model, mx}, "fp8.yaml");
+  ASSERT_FALSE(mxs.ok());
+  EXPECT_TRUE(Has(mxs.message(), "devices[0]: device 1: training.fp8_recipe: a h20 has no native mxfp8 tensor cores"))
+      << mxs.message();
+  mx.set_fp8_recipe(proto::FP8_RECIPE_CURRENT);
+  EXPECT_TRUE(ValidatePlanStructure(p, PlanContext{*a100, *model, mx}, "fp8.yaml").ok());
 }
 
 // NVLS reduces inside an NVSwitch: a TP group across nodes, or NVLS for the gradient sync, is an error.

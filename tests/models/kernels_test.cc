@@ -381,6 +381,42 @@ TEST(KernelModel, Fp8RecipesAddOrUnfuseCasts) {
             std::make_pair(4, (4 + 8.0 / 128) * grads));
 }
 
+// Blackwell's block-scaled recipes. A B200 (gpus.csv: FP8 4,500 and FP4 9,000 dense TFLOPS): a compute-bound
+// block GEMM under NVFP4 runs at the FP4 rate, twice MXFP8's (the same tiles, the same efficiency); the
+// quantisation passes are 4 + 2/32 (MXFP8) and 2 + 1 + 2/16 (NVFP4) bytes an element, norm-fed inputs too.
+TEST(KernelModel, BlockScaledRecipesOnBlackwell) {
+  const GpuSpec& b200 = Gpu("b200");
+  const KernelParams& p = KernelParamsFor(b200);
+  Kernel g = Gemm(8192, 8192, 8192);
+  g.block_linear = true;
+  const double t8 = KernelGpuSeconds(g, b200, p, proto::DTYPE_FP8) - p.kernel_latency_s;
+  g.fp4 = true;
+  const double t4 = KernelGpuSeconds(g, b200, p, proto::DTYPE_FP8) - p.kernel_latency_s;
+  EXPECT_NEAR(t8 / t4, 9000.0 / 4500.0, 1e-9);
+  const auto model = LoadModel("llama2-7b");
+  ASSERT_TRUE(model.ok());
+  KernelShape s;
+  s.seq_len = 4096;
+  s.dtype = proto::DTYPE_FP8;
+  const double tokens = 4096, h = 4096, ffn = 11008, inputs = tokens * (3 * h + ffn);
+  const auto cast_bytes = [&](proto::Fp8Recipe r, bool* fp4) {
+    s.fp8_recipe = r;
+    double sum = 0;
+    for (const Kernel& k : LayerKernels(*model, 1, Pass::kForward, s)) {
+      if (std::string(k.name) == "fp8-cast-transpose") sum += k.bytes;
+      if (std::string(k.name) == "qkv") *fp4 = k.fp4;
+    }
+    return sum;
+  };
+  bool fp4 = true;
+  EXPECT_DOUBLE_EQ(cast_bytes(proto::FP8_RECIPE_MXFP8, &fp4), (4 + 2.0 / 32) * inputs);
+  EXPECT_FALSE(fp4);
+  EXPECT_DOUBLE_EQ(cast_bytes(proto::FP8_RECIPE_NVFP4, &fp4), (2 + 1 + 2.0 / 16) * inputs);
+  EXPECT_TRUE(fp4);
+  EXPECT_TRUE(RecipeUnsupported(b200, proto::DTYPE_FP8, proto::FP8_RECIPE_NVFP4).empty());
+  EXPECT_FALSE(RecipeUnsupported(Gpu("h100"), proto::DTYPE_FP8, proto::FP8_RECIPE_NVFP4).empty());
+}
+
 TEST(KernelModel, Fp8RecipeNeedsFp8) {
   const auto model = LoadModel("llama2-7b");
   ASSERT_TRUE(model.ok());
