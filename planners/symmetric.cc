@@ -300,6 +300,26 @@ proto::Plan IntraStageLayout(const std::vector<uint32_t>& order, const std::vect
   return plan;
 }
 
+proto::Plan MoeLayout(const std::vector<uint32_t>& order, uint32_t dp, uint32_t tp, uint32_t pp, const LayerRanges& split,
+                      uint32_t micro_batch_size, uint32_t micro_batches, uint32_t ep, uint32_t etp) {
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(micro_batch_size * dp);
+  pipe->set_num_micro_batches(micro_batches);
+  for (uint32_t s = 0; s < pp; ++s) {
+    auto* st = pipe->add_stages();
+    for (uint32_t d = 0; d < dp; ++d) {
+      for (uint32_t k = 0; k < tp; ++k) st->add_devices(order[size_t{s} * tp * dp + size_t{d} * tp + k]);
+    }
+    if (tp > 1) st->set_tp_degree(tp);
+    st->set_ep_degree(ep);
+    st->set_expert_tp_degree(etp);
+    st->set_layer_begin(split[s].first);
+    st->set_layer_end(split[s].second);
+  }
+  return plan;
+}
+
 std::optional<LayerRanges> UniformLayersSplit(const models::TransformerModel& model, uint32_t pp) {
   if (pp == 0 || model.num_layers() % pp != 0) return std::nullopt;
   return EvenLayerSplit(model.num_layers(), pp);
