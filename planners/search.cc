@@ -136,7 +136,7 @@ MemoryModel::MemoryModel(const PlanningProblem& problem)
   if (!any) profiled_bytes_.clear();
 }
 
-bool FitMoeAtEpOne(proto::Plan* plan, const models::TransformerModel& model) {
+bool FitMoePlan(proto::Plan* plan, const models::TransformerModel& model) {
   if (!model.HasMoe()) return true;
   const uint32_t L = model.num_layers();
   std::vector<uint32_t> tp_of(L, 0);  // the TP degree of the stages holding each MoE layer (0: none yet)

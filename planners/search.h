@@ -31,14 +31,14 @@ std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uin
 
 // ---- mixtures of experts ------------------------------------------------------------------------
 
-// Fits a plan of a planner that does not search expert parallelism to an MoE model at EP 1: every rank holds
-// every expert of its stage's MoE layers, split over its TP ranks like every other matrix (expert TP = TP,
-// Megatron-Core's default). Turns sequence parallelism on where a stage runs MoE layers under TP
+// Fits a candidate plan to an MoE model; for a planner that does not search expert parallelism, at EP 1:
+// every rank holds every expert of its stage's MoE layers, split over its TP ranks like every other matrix
+// (expert TP = TP, Megatron-Core's default). Turns sequence parallelism on where a stage runs MoE layers under TP
 // (Megatron-Core's MoE layer refuses TP without it), and returns false when the stages holding one MoE
 // layer have unlike TP degrees: a plan gives each MoE layer one expert layout (docs/moe.md "Plans"), so such
 // a candidate is outside what hetsim's plans express. A dense model: true, and nothing changes.
-bool FitMoeAtEpOne(proto::Plan* plan, const models::TransformerModel& model);
-// The rejection reason for a candidate FitMoeAtEpOne refused.
+bool FitMoePlan(proto::Plan* plan, const models::TransformerModel& model);
+// The rejection reason for a candidate FitMoePlan refused.
 inline constexpr const char* kUnlikeMoeTp =
     "unlike TP degrees for one MoE layer (a plan gives each MoE layer one expert layout; EP 1 here)";
 

@@ -643,6 +643,14 @@ double BestPlan::Consider(proto::Plan plan, const std::string& what) {
   // MoE models: the planners' memory model and closed form assume blocks alike and know no experts, so the
   // plan's memory is models::EstimateMemory's and its time the played estimate's (docs/moe.md "Planners").
   const bool moe = problem_.model.HasMoe();
+  if (moe && plan.zero_stage() >= 3) {
+    stats_.Reject("ZeRO-3 with MoE layers (not lowered for them; DeepSpeed refuses it too)");
+    return std::numeric_limits<double>::infinity();
+  }
+  if (!FitMoePlan(&plan, problem_.model)) {
+    stats_.Reject(kUnlikeMoeTp);
+    return std::numeric_limits<double>::infinity();
+  }
   const MemoryCheck mem = moe ? ExactMemoryCheck(plan, problem_) : CheckMemory(plan, problem_, memory_);
   const proto::Recompute rc = models::EffectiveRecompute(plan, problem_.training);
   const uint32_t b = LargestReplicaMicroBatch(plan);
@@ -758,7 +766,8 @@ Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::st
     if (!tried_.recompute.count(proto::RECOMPUTE_FULL)) {
       tries.push_back("full recomputation (--recompute full, or the planner option recompute: [full])");
     }
-    if (!tried_.zero.count(3)) tries.push_back("ZeRO-3 (the planner option zero_stages)");
+    // (ZeRO-3 is no option for MoE layers: Consider refuses it.)
+    if (!tried_.zero.count(3) && !problem_.model.HasMoe()) tries.push_back("ZeRO-3 (the planner option zero_stages)");
     if (!tried_.micro_batch.count(1)) tries.push_back("micro-batches of one sequence");
     tries.insert(tries.end(), suggestions_.begin(), suggestions_.end());
     tries.push_back("a smaller global batch or sequence length");

@@ -654,7 +654,7 @@ void Search::Leaf(const Acc& acc) {
       begin += count;
     }
   }
-  if (!FitMoeAtEpOne(&plan, problem_.model)) {
+  if (!FitMoePlan(&plan, problem_.model)) {
     stats_.Reject(kUnlikeMoeTp);
     return;
   }

@@ -73,7 +73,7 @@ std::optional<proto::Plan> Search::Candidate(const std::vector<Group>& groups,
       }
     }
   }
-  if (!FitMoeAtEpOne(&plan, problem_.model)) {
+  if (!FitMoePlan(&plan, problem_.model)) {
     stats_.Reject(kUnlikeMoeTp);
     return std::nullopt;
   }

@@ -331,7 +331,7 @@ class Search {
     if (params.sequence_parallel && any_tp) plan.set_sequence_parallel(true);
     // An MoE model at EP 1: asymmetric pipelines whose stages give one MoE layer unlike TP degrees have no
     // expert layout in hetsim's plans.
-    if (!FitMoeAtEpOne(&plan, problem_.model)) {
+    if (!FitMoePlan(&plan, problem_.model)) {
       stats_.Reject(kUnlikeMoeTp);
       return out;
     }

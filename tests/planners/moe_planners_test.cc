@@ -171,6 +171,29 @@ TEST(MoeBlockClassPricing, HexiScaleStageSumsEachLayer) {
   EXPECT_GT(cost.StageSeconds(group, 0, L, 2), 1.5 * like_block_1);
 }
 
+// A dense model has one block class, block 1: every cost above is the papers' "blocks × block 1", to the bit.
+TEST(MoeBlockClassPricing, DenseModelsPriceEveryBlockLikeBlockOne) {
+  const Fixture f(testing::ClusterFromYaml(kDgxH100), testing::BundledModel("llama2-7b"),
+                  "{global_batch_size: 8, seq_len: 2048}");
+  const PlanningProblem problem = f.problem();
+  const uint32_t L = problem.model.num_layers(), blocks = L - 2;
+  const AnalyticCostModel cost(problem);
+  ASSERT_EQ(cost.block_classes().size(), 1u);
+  EXPECT_EQ(cost.block_classes().Count(0, 5, 9), 4u);
+  const models::GpuSpec& gpu = *problem.cluster.device(0).gpu;
+  const auto& compute = cost.compute();
+  const auto [fwd, bwd] = cost.RangeCompute(gpu, 1, L - 1, 2, 4, proto::RECOMPUTE_NONE);
+  EXPECT_EQ(fwd, 0.0 + blocks * compute.ForwardSeconds(gpu, 1, 2, 4) + compute.PassOverheadSeconds(gpu));
+  EXPECT_EQ(bwd, 0.0 + blocks * compute.BackwardSeconds(gpu, 1, 2, 4, proto::RECOMPUTE_NONE) +
+                     compute.PassOverheadSeconds(gpu));
+  const metis::Profiler prof(problem, metis::Knobs{});
+  const auto kind = models::LayerKind::kTransformer;
+  EXPECT_EQ(prof.RangeSeconds(0, 0, 3, 1, L - 1), 0.0 + blocks * prof.LayerSeconds(0, 0, kind, 3) + 0.0);
+  const hexiscale::AppendixACost hexi(problem);
+  const std::vector<uint32_t> group = {0, 1};
+  EXPECT_EQ(hexi.StageSeconds(group, 1, L - 1, 2), blocks * hexi.LayerSeconds(group, gpu, 1, 2));
+}
+
 // Every planner other than megatron and deepspeed plans the small MoE model on two machines of unlike GPUs
 // with EP 1 (a plan that validates, memory included) or says clearly why not.
 TEST(SeedPlannersMoe, PlanASmallMoeModelOrSayWhy) {
