@@ -94,7 +94,9 @@ class ZeroPlanner : public PlannerWithOptions<proto::ZeroOptions> {
   // The expert-parallel degrees to try with `dp` data-parallel ranks: {0} for a dense model (no expert
   // fields in the plan). DeepSpeed-MoE: ep_size divides the experts (deepspeed/moe/layer.py, MoE.__init__
   // asserts it) and the data-parallel world (deepspeed/utils/groups.py, _create_expert_and_data_parallel:
-  // EP groups of ep_size consecutive ranks, expert-DP groups strided across them). FSDP has no expert
+  // EP groups of ep_size consecutive ranks, expert-DP groups strided across them; ZeRO-1/2 partition the
+  // experts' states over the expert-DP group, deepspeed/runtime/zero/stage_1_and_2.py
+  // _configure_moe_settings: hetsim's layout with expert TP 1, docs/moe.md "Plans"). FSDP has no expert
   // parallelism of its own: EP 1, every rank holds every expert.
   std::vector<uint32_t> ExpertDegrees(const PlanningProblem& problem, uint32_t dp, SearchStats* stats) const {
     if (!problem.model.HasMoe()) return {0};
