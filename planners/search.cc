@@ -242,8 +242,9 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
   const bool profiled = (recompute == proto::RECOMPUTE_NONE || recompute == proto::RECOMPUTE_UNSPECIFIED) &&
                         shard.ways() == 1 && !profiled_bytes_.empty();
   auto act = [&](uint32_t layer) {
-    const double arithmetic = model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute,
-                                                     training_.dtype(), training_.attention(), training_.dropout());
+    const double arithmetic =
+        model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute, training_.dtype(),
+                               training_.attention(), training_.dropout(), EpOneExperts(tp));
     return profiled ? std::max(arithmetic, ProfiledBytes(model_.kind(layer), tp)) : arithmetic;
   };
   if (begin == 0 && end > 0) bytes += act(0);
@@ -253,6 +254,17 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
   }
   if (end == L && begin < end) bytes += act(L - 1);
   return bytes * (1 + training_.allocator_overhead()) / kGib;
+}
+
+models::ExpertSharding MemoryModel::EpOneExperts(uint32_t tp) const {
+  models::ExpertSharding x;
+  if (!model_.HasMoe()) return x;
+  // models::StageExperts of a stage with EP 1: expert TP = TP (each rank routes its TP group's tokens
+  // through 1/tp of every expert); one EP rank is never busier than the mean, unless the spec says so.
+  x.etp = tp;
+  if (training_.moe_load_imbalance() > 0) x.imbalance = training_.moe_load_imbalance();
+  if (training_.moe_capacity_factor() > 0) x.imbalance = training_.moe_capacity_factor();
+  return x;
 }
 
 double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
@@ -267,7 +279,8 @@ double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32
   double peak = 0;
   auto consider = [&](uint32_t layer) {
     peak = std::max(peak, model_.RecomputedPeakBytes(layer, 1, local_seq, tp, sequence_parallel, recompute,
-                                                     training_.dtype(), training_.attention(), training_.dropout()));
+                                                     training_.dtype(), training_.attention(), training_.dropout(),
+                                                     EpOneExperts(tp)));
   };
   // Only the layer kinds (and block classes) the range holds.
   if (begin == 0 && end > 0) consider(0);

@@ -114,6 +114,9 @@ class MemoryModel {
   static constexpr uint32_t kMaxProfiledTp = 128;
   std::vector<double> profiled_bytes_;
   double ProfiledBytes(models::LayerKind kind, uint32_t tp) const;
+  // An MoE layer's expert layout at EP 1 and TP tp, as models::EstimateMemory lays a stage out without
+  // ep_degree (default ExpertSharding for a dense model, which ignores it).
+  models::ExpertSharding EpOneExperts(uint32_t tp) const;
 };
 
 // Planners keep this margin below capacity so that rounding never makes ValidatePlan disagree.
