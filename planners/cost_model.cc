@@ -42,6 +42,35 @@ std::string Seconds(double s) {
 
 }  // namespace
 
+BlockClasses::BlockClasses(const models::TransformerModel& model) : layers_(model.num_layers()) {
+  std::vector<uint32_t> class_of(layers_, 0);
+  std::vector<int> index_of(4, -1);  // BlockClass is two bits
+  for (uint32_t l = 0; l < layers_; ++l) {
+    if (model.kind(l) != LayerKind::kTransformer) continue;
+    const uint32_t k = model.BlockClass(l);
+    if (k >= index_of.size()) index_of.resize(k + 1, -1);
+    if (index_of[k] < 0) {
+      index_of[k] = static_cast<int>(first_.size());
+      first_.push_back(l);
+    }
+    class_of[l] = static_cast<uint32_t>(index_of[k]);
+  }
+  prefix_.assign(first_.size() * (layers_ + 1), 0);
+  for (uint32_t c = 0; c < first_.size(); ++c) {
+    uint32_t* p = &prefix_[c * (layers_ + 1)];
+    for (uint32_t l = 0; l < layers_; ++l) {
+      p[l + 1] = p[l] + (model.kind(l) == LayerKind::kTransformer && class_of[l] == c ? 1 : 0);
+    }
+  }
+}
+
+uint32_t BlockClasses::Count(uint32_t c, uint32_t begin, uint32_t end) const {
+  end = std::min(end, layers_);
+  if (end <= begin) return 0;
+  const uint32_t* p = &prefix_[c * (layers_ + 1)];
+  return p[end] - p[begin];
+}
+
 AnalyticCostModel::AnalyticCostModel(const PlanningProblem& problem, CostModelOptions options)
     : cluster_(problem.cluster),
       model_(problem.model),
@@ -49,6 +78,7 @@ AnalyticCostModel::AnalyticCostModel(const PlanningProblem& problem, CostModelOp
       compute_(problem.model, problem.training, problem.profiles, problem.compute),
       topology_(problem.cluster),
       options_(options),
+      classes_(problem.model),
       view_(*this),
       context_{problem.cluster, problem.model, problem.training},
       player_(context_, view_, problem.compute.calibration) {
@@ -116,10 +146,13 @@ std::pair<double, double> AnalyticCostModel::RangeCompute(const models::GpuSpec&
                                                           uint32_t tp, double b, proto::Recompute recompute) const {
   const RangeShape s = Shape(model_, begin, end);
   double fwd = 0, bwd = 0;
-  if (s.blocks > 0) {
-    const auto [f, bw] = LayerCompute(gpu, 1, tp, b, recompute);
-    fwd += s.blocks * f;
-    bwd += s.blocks * bw;
+  // Each class of blocks priced by its first block (one class, block 1, for a dense model).
+  for (uint32_t c = 0; c < classes_.size(); ++c) {
+    const uint32_t blocks = classes_.Count(c, begin, end);
+    if (blocks == 0) continue;
+    const auto [f, bw] = LayerCompute(gpu, classes_.first(c), tp, b, recompute);
+    fwd += blocks * f;
+    bwd += blocks * bw;
   }
   if (s.embedding) {
     const auto [f, bw] = LayerCompute(gpu, 0, tp, b, recompute);
@@ -214,7 +247,10 @@ double AnalyticCostModel::GradientChunkBytes(uint32_t begin, uint32_t end, uint3
   const RangeShape s = Shape(model_, begin, end);
   const double wb = models::DTypeBytes(training_.dtype());
   double params = 0;
-  if (s.blocks > 0) params += s.blocks * model_.ParamsPerRank(1, chunks, !holds_embedding);
+  for (uint32_t c = 0; c < classes_.size(); ++c) {
+    const uint32_t blocks = classes_.Count(c, begin, end);
+    if (blocks > 0) params += blocks * model_.ParamsPerRank(classes_.first(c), chunks, !holds_embedding);
+  }
   if (s.embedding) params += model_.ParamsPerRank(0, chunks, false);
   if (s.head) params += model_.ParamsPerRank(model_.num_layers() - 1, chunks, !holds_embedding);
   return params * wb;

@@ -126,6 +126,26 @@ struct PlanEstimate {
   bool oom = false;
 };
 
+// The blocks of a model by class (models::TransformerModel::BlockClass: MoE or dense, sliding-window or
+// full attention). Blocks of one class cost the same, so per-range costs price one block of each class —
+// its first — times that class's blocks in the range. A dense model has one class, whose first block is
+// layer 1, so such a cost is the "every block like block 1" of the papers' formulas; DeepSeek-V3 has two
+// (3 dense blocks, then 58 MoE ones), gpt-oss-120b two (sliding-window and full attention alternate).
+class BlockClasses {
+ public:
+  explicit BlockClasses(const models::TransformerModel& model);
+  uint32_t size() const { return static_cast<uint32_t>(first_.size()); }
+  // The first block (layer index) of class c, c < size(): the one a cost model prices for the class.
+  uint32_t first(uint32_t c) const { return first_[c]; }
+  // Blocks of class c among layers [begin, end) (the embedding and head count in none).
+  uint32_t Count(uint32_t c, uint32_t begin, uint32_t end) const;
+
+ private:
+  uint32_t layers_ = 0;
+  std::vector<uint32_t> first_;
+  std::vector<uint32_t> prefix_;  // [c · (layers + 1) + l]: blocks of class c among layers [0, l)
+};
+
 class AnalyticCostModel {
  public:
   AnalyticCostModel(const PlanningProblem& problem, CostModelOptions options = {});
@@ -185,6 +205,7 @@ class AnalyticCostModel {
   const models::TransformerModel& model() const { return model_; }
   const proto::Training& training() const { return training_; }
   const models::Cluster& cluster() const { return cluster_; }
+  const BlockClasses& block_classes() const { return classes_; }
 
  private:
   const models::Cluster& cluster_;
@@ -193,6 +214,7 @@ class AnalyticCostModel {
   models::ComputeCost compute_;
   models::Topology topology_;
   CostModelOptions options_;
+  BlockClasses classes_;
   // The GPU types and their device counts the averaged view averages over (the cluster's, or those of
   // CostModelOptions::average_over).
   std::vector<std::pair<const models::GpuSpec*, uint32_t>> types_;

@@ -98,7 +98,17 @@ Result<PlannerResult> RunPlanner(const Planner& planner, const PlanningProblem& 
   const auto start = std::chrono::steady_clock::now();
   auto result = planner.MakePlan(problem);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!result.ok()) return result.status();
+  if (!result.ok()) {
+    const Status& s = result.status();
+    if (s.code() != Status::Code::kInfeasible || !problem.model.HasMoe() || planner.SearchesExpertParallelism()) {
+      return s;
+    }
+    return Status::Infeasible(
+        s.message() + "\nplanner '" + planner.name() + "' plans MoE models with expert parallelism 1 (every rank " +
+        "holds all " + std::to_string(problem.model.spec().moe().num_experts()) + " experts of each MoE layer): " +
+        "sharding the experts over ranks is outside what it can express; --planner megatron or deepspeed search " +
+        "EP (docs/planners.md \"Mixtures of experts\")");
+  }
   result->stats.wall_time_s = wall;
   result->plan.set_planner(planner.name());
   // A global batch of millions of sequences: the planner's layout is fine, the simulator's bound is not.

@@ -140,6 +140,9 @@ class Planner {
   virtual const google::protobuf::Message& options() const = 0;
   // Searches for a plan; see the contract above. Fills result.plan and result.stats.
   virtual Result<PlannerResult> MakePlan(const PlanningProblem& problem) const = 0;
+  // Whether the planner searches expert parallelism for MoE models (megatron, deepspeed); the others plan
+  // them with EP 1, every rank holding every expert, and RunPlanner says so when nothing fits.
+  virtual bool SearchesExpertParallelism() const { return false; }
 };
 
 // ---- registry ------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uin
 // ---- memory ----------------------------------------------------------------------------------------
 
 MemoryModel::MemoryModel(const PlanningProblem& problem)
-    : model_(problem.model), training_(problem.training), cluster_(problem.cluster) {
+    : model_(problem.model), training_(problem.training), cluster_(problem.cluster), classes_(problem.model) {
   // Runtime memory (models::EstimateMemory's CUDA context and NCCL buffers) at its most for this cluster:
   // the world group, one group per parallel dimension a plan of n devices can have (TP, DP and PP, which
   // planners search; a heterogeneous plan of n devices can have n - 1 of them above 1: three devices make
@@ -136,6 +136,26 @@ MemoryModel::MemoryModel(const PlanningProblem& problem)
   if (!any) profiled_bytes_.clear();
 }
 
+bool FitMoePlan(proto::Plan* plan, const models::TransformerModel& model) {
+  if (!model.HasMoe()) return true;
+  const uint32_t L = model.num_layers();
+  std::vector<uint32_t> tp_of(L, 0);  // the TP degree of the stages holding each MoE layer (0: none yet)
+  bool under_tp = false, unlike = false;
+  for (const auto& pipe : plan->pipelines()) {
+    for (const auto& st : pipe.stages()) {
+      const uint32_t tp = models::TpDegree(st);
+      for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < L; ++l) {
+        if (!model.IsMoe(l)) continue;
+        under_tp |= tp > 1;
+        if (tp_of[l] == 0) tp_of[l] = tp;
+        unlike |= tp_of[l] != tp;
+      }
+    }
+  }
+  if (under_tp) plan->set_sequence_parallel(true);
+  return !unlike;
+}
+
 double MemoryModel::ProfiledBytes(models::LayerKind kind, uint32_t tp) const {
   if (profiled_bytes_.empty() || tp > kMaxProfiledTp) return -1;
   return profiled_bytes_[static_cast<int>(kind) * (kMaxProfiledTp + 1) + tp];
@@ -154,12 +174,11 @@ double MemoryModel::StaticGib(uint32_t begin, uint32_t end, uint32_t tp, uint32_
     largest = std::max(largest, n * wb);
   };
   const uint32_t L = model_.num_layers();
-  uint32_t blocks = 0;
-  for (uint32_t l = begin; l < end && l < L; ++l) {
-    if (model_.kind(l) == models::LayerKind::kTransformer) ++blocks;
-  }
   if (begin == 0 && end > 0) add(0, 1);
-  if (blocks > 0) add(1, blocks);
+  for (uint32_t c = 0; c < classes_.size(); ++c) {
+    const uint32_t blocks = classes_.Count(c, begin, end);
+    if (blocks > 0) add(classes_.first(c), blocks);
+  }
   if (end == L && begin < end) add(L - 1, 1);
   double w = params * wb / (zero_stage >= 3 ? shard : 1.0) + (zero_stage >= 3 ? largest : 0.0);
   double g = params * wb / (zero_stage >= 2 ? shard : 1.0);
@@ -219,22 +238,33 @@ double MemoryModel::ActivationGibPerSequence(uint32_t begin, uint32_t end, uint3
   const uint32_t local_seq = training_.seq_len() / shard.ways();
   double bytes = 0;
   const uint32_t L = model_.num_layers();
-  uint32_t blocks = 0;
-  for (uint32_t l = begin; l < end && l < L; ++l) {
-    if (model_.kind(l) == models::LayerKind::kTransformer) ++blocks;
-  }
   // Profiles measure whole sequences without recomputation.
   const bool profiled = (recompute == proto::RECOMPUTE_NONE || recompute == proto::RECOMPUTE_UNSPECIFIED) &&
                         shard.ways() == 1 && !profiled_bytes_.empty();
   auto act = [&](uint32_t layer) {
-    const double arithmetic = model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute,
-                                                     training_.dtype(), training_.attention(), training_.dropout());
+    const double arithmetic =
+        model_.ActivationBytes(layer, 1, local_seq, tp, sequence_parallel, recompute, training_.dtype(),
+                               training_.attention(), training_.dropout(), EpOneExperts(tp));
     return profiled ? std::max(arithmetic, ProfiledBytes(model_.kind(layer), tp)) : arithmetic;
   };
   if (begin == 0 && end > 0) bytes += act(0);
-  if (blocks > 0) bytes += blocks * act(1);
+  for (uint32_t c = 0; c < classes_.size(); ++c) {
+    const uint32_t blocks = classes_.Count(c, begin, end);
+    if (blocks > 0) bytes += blocks * act(classes_.first(c));
+  }
   if (end == L && begin < end) bytes += act(L - 1);
   return bytes * (1 + training_.allocator_overhead()) / kGib;
+}
+
+models::ExpertSharding MemoryModel::EpOneExperts(uint32_t tp) const {
+  models::ExpertSharding x;
+  if (!model_.HasMoe()) return x;
+  // models::StageExperts of a stage with EP 1: expert TP = TP (each rank routes its TP group's tokens
+  // through 1/tp of every expert); one EP rank is never busier than the mean, unless the spec says so.
+  x.etp = tp;
+  if (training_.moe_load_imbalance() > 0) x.imbalance = training_.moe_load_imbalance();
+  if (training_.moe_capacity_factor() > 0) x.imbalance = training_.moe_capacity_factor();
+  return x;
 }
 
 double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32_t tp, bool sequence_parallel,
@@ -247,16 +277,17 @@ double MemoryModel::PeakLayerGibPerSequence(uint32_t begin, uint32_t end, uint32
                                 : 0.0;
   const uint32_t local_seq = training_.seq_len() / shard.ways();
   double peak = 0;
-  for (uint32_t layer : {0u, 1u, L - 1}) {
-    // Only the layer kinds the range holds.
-    bool held = false;
-    if (layer == 0) held = begin == 0 && end > 0;
-    if (layer == 1) held = any_block;
-    if (layer == L - 1) held = end == L && begin < end;
-    if (!held) continue;
+  auto consider = [&](uint32_t layer) {
     peak = std::max(peak, model_.RecomputedPeakBytes(layer, 1, local_seq, tp, sequence_parallel, recompute,
-                                                     training_.dtype(), training_.attention(), training_.dropout()));
+                                                     training_.dtype(), training_.attention(), training_.dropout(),
+                                                     EpOneExperts(tp)));
+  };
+  // Only the layer kinds (and block classes) the range holds.
+  if (begin == 0 && end > 0) consider(0);
+  for (uint32_t c = 0; c < classes_.size(); ++c) {
+    if (classes_.Count(c, begin, end) > 0) consider(classes_.first(c));
   }
+  if (end == L && begin < end) consider(L - 1);
   return (peak + ring) * (1 + training_.allocator_overhead()) / kGib;
 }
 

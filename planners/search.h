@@ -29,6 +29,19 @@ bool ModelAllowsTp(const models::TransformerModel& model, uint32_t tp);
 // divide `batch`.
 std::vector<uint32_t> MicroBatchCandidates(uint32_t batch, const std::vector<uint32_t>& requested, uint32_t max_size);
 
+// ---- mixtures of experts ------------------------------------------------------------------------
+
+// Fits a candidate plan to an MoE model; for a planner that does not search expert parallelism, at EP 1:
+// every rank holds every expert of its stage's MoE layers, split over its TP ranks like every other matrix
+// (expert TP = TP, Megatron-Core's default). Turns sequence parallelism on where a stage runs MoE layers under TP
+// (Megatron-Core's MoE layer refuses TP without it), and returns false when the stages holding one MoE
+// layer have unlike TP degrees: a plan gives each MoE layer one expert layout (docs/moe.md "Plans"), so such
+// a candidate is outside what hetsim's plans express. A dense model: true, and nothing changes.
+bool FitMoePlan(proto::Plan* plan, const models::TransformerModel& model);
+// The rejection reason for a candidate FitMoePlan refused.
+inline constexpr const char* kUnlikeMoeTp =
+    "unlike TP degrees for one MoE layer (a plan gives each MoE layer one expert layout; EP 1 here)";
+
 // ---- memory (the arithmetic of models::EstimateMemory, per device) ---------------------------------
 
 // Bytes are GiB throughout. Valid for a stage [begin, end) at TP tp whose every layer has the same number
@@ -93,6 +106,7 @@ class MemoryModel {
   const models::TransformerModel& model_;
   const proto::Training& training_;
   const models::Cluster& cluster_;
+  BlockClasses classes_;            // blocks priced by class (one class for a dense model)
   models::NcclCommunicators most_;  // the most communicators a plan on the cluster can need
   double widest_channels_ = 0;      // the largest models::NcclChannelFraction of the cluster's nodes
   // Profiled activation bytes per sequence, [kind * (kMaxProfiledTp + 1) + tp]; < 0 = none. Empty
@@ -100,6 +114,9 @@ class MemoryModel {
   static constexpr uint32_t kMaxProfiledTp = 128;
   std::vector<double> profiled_bytes_;
   double ProfiledBytes(models::LayerKind kind, uint32_t tp) const;
+  // An MoE layer's expert layout at EP 1 and TP tp, as models::EstimateMemory lays a stage out without
+  // ep_degree (default ExpertSharding for a dense model, which ignores it).
+  models::ExpertSharding EpOneExperts(uint32_t tp) const;
 };
 
 // Planners keep this margin below capacity so that rounding never makes ValidatePlan disagree.

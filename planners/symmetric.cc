@@ -300,6 +300,26 @@ proto::Plan IntraStageLayout(const std::vector<uint32_t>& order, const std::vect
   return plan;
 }
 
+proto::Plan MoeLayout(const std::vector<uint32_t>& order, uint32_t dp, uint32_t tp, uint32_t pp, const LayerRanges& split,
+                      uint32_t micro_batch_size, uint32_t micro_batches, uint32_t ep, uint32_t etp) {
+  proto::Plan plan;
+  auto* pipe = plan.add_pipelines();
+  pipe->set_micro_batch_size(micro_batch_size * dp);
+  pipe->set_num_micro_batches(micro_batches);
+  for (uint32_t s = 0; s < pp; ++s) {
+    auto* st = pipe->add_stages();
+    for (uint32_t d = 0; d < dp; ++d) {
+      for (uint32_t k = 0; k < tp; ++k) st->add_devices(order[size_t{s} * tp * dp + size_t{d} * tp + k]);
+    }
+    if (tp > 1) st->set_tp_degree(tp);
+    st->set_ep_degree(ep);
+    st->set_expert_tp_degree(etp);
+    st->set_layer_begin(split[s].first);
+    st->set_layer_end(split[s].second);
+  }
+  return plan;
+}
+
 std::optional<LayerRanges> UniformLayersSplit(const models::TransformerModel& model, uint32_t pp) {
   if (pp == 0 || model.num_layers() % pp != 0) return std::nullopt;
   return EvenLayerSplit(model.num_layers(), pp);
@@ -623,6 +643,14 @@ double BestPlan::Consider(proto::Plan plan, const std::string& what) {
   // MoE models: the planners' memory model and closed form assume blocks alike and know no experts, so the
   // plan's memory is models::EstimateMemory's and its time the played estimate's (docs/moe.md "Planners").
   const bool moe = problem_.model.HasMoe();
+  if (moe && plan.zero_stage() >= 3) {
+    stats_.Reject("ZeRO-3 with MoE layers (not lowered for them; DeepSpeed refuses it too)");
+    return std::numeric_limits<double>::infinity();
+  }
+  if (!FitMoePlan(&plan, problem_.model)) {
+    stats_.Reject(kUnlikeMoeTp);
+    return std::numeric_limits<double>::infinity();
+  }
   const MemoryCheck mem = moe ? ExactMemoryCheck(plan, problem_) : CheckMemory(plan, problem_, memory_);
   const proto::Recompute rc = models::EffectiveRecompute(plan, problem_.training);
   const uint32_t b = LargestReplicaMicroBatch(plan);
@@ -738,7 +766,8 @@ Result<PlannerResult> BestPlan::Finish(const std::string& planner, const std::st
     if (!tried_.recompute.count(proto::RECOMPUTE_FULL)) {
       tries.push_back("full recomputation (--recompute full, or the planner option recompute: [full])");
     }
-    if (!tried_.zero.count(3)) tries.push_back("ZeRO-3 (the planner option zero_stages)");
+    // (ZeRO-3 is no option for MoE layers: Consider refuses it.)
+    if (!tried_.zero.count(3) && !problem_.model.HasMoe()) tries.push_back("ZeRO-3 (the planner option zero_stages)");
     if (!tried_.micro_batch.count(1)) tries.push_back("micro-batches of one sequence");
     tries.insert(tries.end(), suggestions_.begin(), suggestions_.end());
     tries.push_back("a smaller global batch or sequence length");

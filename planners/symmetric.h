@@ -42,6 +42,12 @@ proto::Plan MegatronLayout(const std::vector<uint32_t>& order, uint32_t dp, uint
 proto::Plan IntraStageLayout(const std::vector<uint32_t>& order, const std::vector<uint32_t>& sizes,
                              const std::vector<uint32_t>& tps, const LayerRanges& layers, uint32_t micro_batch_size,
                              uint32_t micro_batches, const std::vector<std::vector<uint32_t>>& splits);
+// Megatron's layout for an MoE model: the same devices in the same order as MegatronLayout, but one
+// pipeline whose stages list their dp TP groups (intra-stage DP, `micro_batch_size` · dp sequences per
+// micro-batch), so that each stage's MoE layers lay EP groups of `ep` with expert TP `etp` over its TP and
+// DP ranks (Megatron-Core's parallel folding, docs/moe.md "Plans"; DeepSpeed-MoE's expert groups when tp = 1).
+proto::Plan MoeLayout(const std::vector<uint32_t>& order, uint32_t dp, uint32_t tp, uint32_t pp, const LayerRanges& split,
+                      uint32_t micro_batch_size, uint32_t micro_batches, uint32_t ep, uint32_t etp);
 
 // Every device in node order.
 std::vector<uint32_t> NodeOrder(const models::Cluster& cluster);

@@ -268,6 +268,7 @@ class Search {
       }
     }
     flush();
+    FitMoePlan(&c.plan, problem_.model);  // one TP degree throughout: only sequence parallelism may change
     c.pipeline_s = slowest;
     c.sync_s = SyncSeconds(c.plan, ranges, t);
     c.eq1_s = c.pipeline_s + c.sync_s;

@@ -167,10 +167,13 @@ void Search::PrepareDpLinks(uint32_t extra_holders) {
 double Search::RankParams(uint32_t begin, uint32_t end, uint32_t tp) const {
   const bool holds_embedding = begin == 0;
   double n = 0;
-  uint32_t blocks = 0;
-  for (uint32_t l = std::max(begin, 1u); l < std::min(end, L_ - 1); ++l) ++blocks;
   if (begin == 0) n += model_.ParamsPerRank(0, tp, !holds_embedding);
-  if (blocks > 0) n += blocks * model_.ParamsPerRank(1, tp, !holds_embedding);
+  // Each class of blocks by its first (one class for a dense model; an MoE model's dense and MoE blocks).
+  const BlockClasses& classes = cost_.block_classes();
+  for (uint32_t c = 0; c < classes.size(); ++c) {
+    const uint32_t blocks = classes.Count(c, begin, end);
+    if (blocks > 0) n += blocks * model_.ParamsPerRank(classes.first(c), tp, !holds_embedding);
+  }
   if (end == L_) n += model_.ParamsPerRank(L_ - 1, tp, !holds_embedding);
   return n;
 }

@@ -654,6 +654,10 @@ void Search::Leaf(const Acc& acc) {
       begin += count;
     }
   }
+  if (!FitMoePlan(&plan, problem_.model)) {
+    stats_.Reject(kUnlikeMoeTp);
+    return;
+  }
   const MemoryCheck mem = CheckMemory(plan, problem_, memory_);
   if (!mem.fits) {
     stats_.Reject("out of memory (with the plan's exact ZeRO sharding)");

@@ -282,6 +282,7 @@ class Search {
       return;
     }
     SetRecompute(&plan, rc, problem_.training);
+    FitMoePlan(&plan, problem_.model);  // one TP degree throughout: only sequence parallelism may change
     if (rc != problem_.training.recompute()) summary += " recompute=" + RecomputeName(rc);
     // The predictor is hetsim's closed form (AnalyticCostModel::ClosedFormEstimate: per-stage compute, TP
     // and PP hops, 1F1B, DP sync), the shape of §3.3.3's predictor, in microseconds per leaf. Not the played

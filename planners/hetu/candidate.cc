@@ -73,6 +73,10 @@ std::optional<proto::Plan> Search::Candidate(const std::vector<Group>& groups,
       }
     }
   }
+  if (!FitMoePlan(&plan, problem_.model)) {
+    stats_.Reject(kUnlikeMoeTp);
+    return std::nullopt;
+  }
   if (!options_.even_micro_batches() && P > 1) {
     // T_p(m) = (m − 1)·max_s t_s + Σ_s t_s, from the closed form's stage times at this layer split (the
     // same formula; see Consider for why the closed form).

@@ -23,7 +23,8 @@ AppendixACost::AppendixACost(const PlanningProblem& problem)
       training_(problem.training),
       compute_(problem.model, problem.training, problem.profiles, problem.compute),
       topology_(problem.cluster),
-      recompute_(problem.training.recompute()) {
+      recompute_(problem.training.recompute()),
+      blocks_(problem.model) {
   const auto& nodes = cluster_.nodes();
   if (nodes.size() <= kLinkTableNodes) {
     node_links_.resize(nodes.size() * nodes.size());
@@ -206,8 +207,11 @@ double AppendixACost::StageSeconds(std::span<const uint32_t> group, uint32_t beg
     if (g->PeakTflops(training_.dtype()) < gpu->PeakTflops(training_.dtype())) gpu = g;
   }
   const bool embedding = begin == 0, head = end == L;
-  const uint32_t blocks = (end - begin) - (embedding ? 1 : 0) - (head ? 1 : 0);
-  double t = blocks > 0 ? blocks * LayerSeconds(group, *gpu, 1, b) : 0.0;
+  double t = 0.0;
+  for (uint32_t c = 0; c < blocks_.size(); ++c) {
+    const uint32_t blocks = blocks_.Count(c, begin, end);
+    if (blocks > 0) t += blocks * LayerSeconds(group, *gpu, blocks_.first(c), b);
+  }
   if (embedding) t += LayerSeconds(group, *gpu, 0, b);
   if (head) t += LayerSeconds(group, *gpu, L - 1, b);
   return t;

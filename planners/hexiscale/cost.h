@@ -75,7 +75,8 @@ class AppendixACost {
 
   // ---- per strategy ----
 
-  // Eq. 8: a stage holding layers [begin, end) on TP group `group`, per micro-batch (no hop).
+  // Eq. 8: a stage holding layers [begin, end) on TP group `group`, per micro-batch (no hop); each block
+  // by its class (an MoE model's dense and MoE blocks; EP 1, every rank holding every expert).
   double StageSeconds(std::span<const uint32_t> group, uint32_t begin, uint32_t end, double b) const;
   // Eq. 9 from per-stage (stage + hop) times: Σ_j t_j + (m − 1)·max(max_j t_j, nic_floor_s).
   static double PipelineSeconds(std::span<const double> stage_plus_hop_s, uint32_t micro_batches,
@@ -112,6 +113,7 @@ class AppendixACost {
   models::ComputeCost compute_;
   models::Topology topology_;
   proto::Recompute recompute_;
+  BlockClasses blocks_;  // eq. 8 prices each block by its class (one class for a dense model)
   // The DP link between two machines (with itself: between its first two GPUs), node × node, for clusters of
   // at most kLinkTableNodes machines (PairSum's inner loop; larger clusters ask the topology each time).
   static constexpr size_t kLinkTableNodes = 1024;

@@ -329,6 +329,12 @@ class Search {
       }
     }
     if (params.sequence_parallel && any_tp) plan.set_sequence_parallel(true);
+    // An MoE model at EP 1: asymmetric pipelines whose stages give one MoE layer unlike TP degrees have no
+    // expert layout in hetsim's plans.
+    if (!FitMoePlan(&plan, problem_.model)) {
+      stats_.Reject(kUnlikeMoeTp);
+      return out;
+    }
     const std::string what = "D_dp=" + std::to_string(D) + " b=" + std::to_string(b) + " zero=" + std::to_string(zero) +
                              " (" + CutName(cut) + ")";
     const MemoryCheck mem = CheckMemory(plan, problem_, memory_);

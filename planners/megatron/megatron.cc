@@ -38,31 +38,10 @@ std::vector<std::pair<uint32_t, uint32_t>> ExpertLayouts(const models::Transform
   return out;
 }
 
-// Megatron-LM's layout with each stage's DP replicas inside the stage (one pipeline; the same devices in the
-// same order as MegatronLayout), its MoE layers over EP groups of `ep` with expert TP `etp`.
-proto::Plan MoeLayout(const std::vector<uint32_t>& order, uint32_t dp, uint32_t tp, uint32_t pp, const LayerRanges& split,
-                      uint32_t b, uint32_t m, uint32_t ep, uint32_t etp) {
-  proto::Plan plan;
-  auto* pipe = plan.add_pipelines();
-  pipe->set_micro_batch_size(b * dp);
-  pipe->set_num_micro_batches(m);
-  for (uint32_t s = 0; s < pp; ++s) {
-    auto* st = pipe->add_stages();
-    for (uint32_t d = 0; d < dp; ++d) {
-      for (uint32_t k = 0; k < tp; ++k) st->add_devices(order[size_t{s} * tp * dp + size_t{d} * tp + k]);
-    }
-    if (tp > 1) st->set_tp_degree(tp);
-    st->set_ep_degree(ep);
-    st->set_expert_tp_degree(etp);
-    st->set_layer_begin(split[s].first);
-    st->set_layer_end(split[s].second);
-  }
-  return plan;
-}
-
 class MegatronPlanner : public PlannerWithOptions<proto::MegatronOptions> {
  public:
   std::string name() const override { return "megatron"; }
+  bool SearchesExpertParallelism() const override { return true; }
 
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
     const auto& o = options_;

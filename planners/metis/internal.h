@@ -156,7 +156,9 @@ uint64_t CountFullAssignments(const models::Cluster& cluster, const std::vector<
 // The profiles Metis measures before it searches, and the estimates composed from them. "Measuring" asks
 // models::ComputeCost (a measured hetsim profile where one covers the GPU, model, TP degree and sequence
 // length, the analytic model otherwise) at the profiled TP degrees and micro-batch sizes (powers of two up
-// to the knobs), one layer of each kind (repetitive blocks are profiled once). Times of other sizes are
+// to the knobs), one layer of each kind (repetitive blocks are profiled once; an MoE model's blocks once per
+// block class, planners::BlockClasses: DeepSeek-V3's dense and MoE blocks, gpt-oss's sliding-window and full
+// attention ones — every rank holding every expert, EP 1, which Metis cannot change). Times of other sizes are
 // composed from the binary decomposition (7 = 4 + 2 + 1). TP communication is profiled per node class (an
 // α–β ring all-reduce over the node's fabric, or nothing when the measured profile already includes it).
 // Memory: activations of compositions of up to k consecutive layers are measured (models::TransformerModel's
@@ -183,7 +185,8 @@ class Profiler {
   double ProfiledLayerSeconds(uint32_t type, int tpi, models::LayerKind kind, uint32_t p) const;
   // Composed forward + backward seconds of one layer of `kind` for n ≤ max_batch() sequences.
   double LayerSeconds(uint32_t type, int tpi, models::LayerKind kind, uint32_t n) const {
-    return time_[((size_t{type} * tps_.size() + tpi) * 3 + static_cast<int>(kind)) * (max_batch_ + 1) + n];
+    return time_[((size_t{type} * tps_.size() + tpi) * slot_layer_.size() + static_cast<int>(kind)) * (max_batch_ + 1) +
+                 n];
   }
   // Compute seconds of layers [begin, end) for n sequences (sum of the layers, §4.3).
   double RangeSeconds(uint32_t type, int tpi, uint32_t n, uint32_t begin, uint32_t end) const;
@@ -239,14 +242,17 @@ class Profiler {
   models::Topology topology_;
   uint32_t layers_ = 0;
   uint32_t max_batch_ = 1;
+  BlockClasses block_classes_;
+  // The layer profiled for each slot: embedding, the first block class, head, then each further block class.
+  std::vector<uint32_t> slot_layer_;
   std::vector<uint32_t> tps_;
   std::vector<uint32_t> profiled_sizes_;  // powers of two ≤ max_batch_
   std::vector<const models::GpuSpec*> types_;
   std::vector<uint32_t> node_type_, node_class_;
   std::vector<char> tp_link_ok_;   // [class][tpi]
-  std::vector<double> time_;       // [type][tpi][kind][n], n = 0..max_batch
+  std::vector<double> time_;       // [type][tpi][slot][n], n = 0..max_batch
   std::vector<double> tp_time_;    // [class][tpi][kind][n]
-  std::vector<double> profiled_;   // [type][tpi][kind][log2 p]
+  std::vector<double> profiled_;   // [type][tpi][slot][log2 p]
   std::vector<double> fb_sync_, batch_gen_;  // [type][tpi][n], n = 0..max_batch
   // Memory: per (tpi, log2 p): measured[i * (k + 1) + (j − i)], per-layer estimates and their prefix sums.
   struct MemoryProfile {
@@ -254,7 +260,9 @@ class Profiler {
   };
   std::vector<MemoryProfile> mem_;  // [tpi][log2 p]
   std::vector<double> peak_;        // [tpi][kinds present: emb | block << 1 | head << 2], GiB per sequence
-  // Parameters per rank: [tpi][0 embedding, 1 block, 2 head next to the embedding, 3 head on its own].
+  std::vector<double> class_peak_;  // [tpi][further block class], GiB per sequence
+  // Parameters per rank: [tpi][0 embedding, 1 block (first class), 2 head next to the embedding, 3 head on
+  // its own, 4.. each further block class].
   std::vector<double> params_;
 };
 

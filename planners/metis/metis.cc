@@ -11,8 +11,15 @@ class MetisPlanner : public PlannerWithOptions<proto::MetisOptions> {
   std::string name() const override { return "metis"; }
 
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
-    const Knobs knobs = KnobsFrom(options_);
+    Knobs knobs = KnobsFrom(options_);
     PlannerResult out;
+    if (BlockClasses(problem.model).size() > 1) {
+      // The bound (not in the paper) prices a stage's blocks like its first: with unlike blocks it could cut
+      // the best plan, so it is off (the search is exact either way, only slower).
+      knobs.use_bound = false;
+      out.stats.notes.push_back("blocks of several classes (" + problem.model.name() +
+                                "): the search runs without its lower bound");
+    }
     HETSIM_ASSIGN_OR_RETURN(SearchResult found, Search(problem, knobs, out.stats));
     out.plan = std::move(*found.plan);
     out.cost_s = found.cost_s;

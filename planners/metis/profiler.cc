@@ -9,6 +9,8 @@ namespace hetsim::planners::metis {
 namespace {
 
 constexpr int kKinds = 3;  // embedding, transformer block, head (models::LayerKind order)
+// Profiled slots: the three kinds (the block slot is the first block class's), then one slot per further
+// block class (BlockClasses: an MoE model's dense and MoE blocks, sliding-window and full attention).
 
 int Log2(uint32_t p) {
   int l = 0;
@@ -25,7 +27,8 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
       memory_(problem),
       topology_(problem.cluster),
       layers_(problem.model.num_layers()),
-      max_batch_(std::max<uint32_t>(1, knobs.max_profiled_batch)) {
+      max_batch_(std::max<uint32_t>(1, knobs.max_profiled_batch)),
+      block_classes_(problem.model) {
   const auto& cluster = problem.cluster;
   const auto& model = problem.model;
   // "Metis profiles representative numbers of tp and mbs, such as tp = 1, 2, 4, 8 and mbs = 1, 2, 4, 8,
@@ -34,6 +37,10 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
     if (ModelAllowsTp(model, t)) tps_.push_back(t);
   }
   for (uint32_t p = 1; p <= max_batch_; p *= 2) profiled_sizes_.push_back(p);
+  // "while skipping repetitive layers": one layer of each kind, and of each kind of block.
+  slot_layer_ = {0, 1, layers_ - 1};
+  for (uint32_t c = 1; c < block_classes_.size(); ++c) slot_layer_.push_back(block_classes_.first(c));
+  if (block_classes_.size() > 0) slot_layer_[1] = block_classes_.first(0);
 
   // GPU types and node classes.
   node_class_ = NodeClasses(cluster);
@@ -55,18 +62,19 @@ Profiler::Profiler(const PlanningProblem& problem, const Knobs& knobs)
 // degree and micro-batch sizes (mbs), while skipping repetitive layers" — one layer of each kind.
 void Profiler::ProfileTime() {
   const size_t T = tps_.size(), P = profiled_sizes_.size(), X = max_batch_ + 1;
-  const uint32_t rep[kKinds] = {0, 1, layers_ - 1};
+  const size_t K = slot_layer_.size();
+  const std::vector<uint32_t>& rep = slot_layer_;
   const auto& compute = cost_.compute();
-  profiled_.assign(types_.size() * T * kKinds * P, 0);
-  time_.assign(types_.size() * T * kKinds * X, 0);
+  profiled_.assign(types_.size() * T * K * P, 0);
+  time_.assign(types_.size() * T * K * X, 0);
   for (uint32_t g = 0; g < types_.size(); ++g) {
     for (size_t ti = 0; ti < T; ++ti) {
-      for (int k = 0; k < kKinds; ++k) {
+      for (size_t k = 0; k < K; ++k) {
         for (size_t pi = 0; pi < P; ++pi) {
           const double p = profiled_sizes_[pi];
           // The layer alone: the profile's per-micro-batch overheads (which ComputeCost charges with the
           // embedding's forward and the head's backward pass) are eq. 1's own terms.
-          profiled_[((g * T + ti) * kKinds + k) * P + pi] =
+          profiled_[((g * T + ti) * K + k) * P + pi] =
               compute.ForwardSeconds(*types_[g], rep[k], tps_[ti], p) +
               compute.BackwardSeconds(*types_[g], rep[k], tps_[ti], p, problem_.training.recompute()) -
               compute.OverheadSeconds(*types_[g], rep[k], tps_[ti], p, /*backward=*/false) -
@@ -76,9 +84,9 @@ void Profiler::ProfileTime() {
         for (uint32_t n = 1; n < X; ++n) {
           double t = 0;
           for (size_t pi = 0; pi < P; ++pi) {
-            if (n & profiled_sizes_[pi]) t += profiled_[((g * T + ti) * kKinds + k) * P + pi];
+            if (n & profiled_sizes_[pi]) t += profiled_[((g * T + ti) * K + k) * P + pi];
           }
-          time_[((g * T + ti) * kKinds + k) * X + n] = t;
+          time_[((g * T + ti) * K + k) * X + n] = t;
         }
       }
     }
@@ -196,7 +204,9 @@ void Profiler::ProfileMemory(uint32_t k) {
   }
   // The layer re-materialised at a time under full recomputation, per kinds a range holds.
   peak_.assign(T * 8, 0);
-  params_.assign(T * 4, 0);
+  class_peak_.clear();  // [tpi][further class]
+  const size_t C = block_classes_.size() > 1 ? block_classes_.size() - 1 : 0;  // further block classes
+  params_.assign(T * (4 + C), 0);
   for (size_t ti = 0; ti < T; ++ti) {
     const uint32_t tp = tps_[ti];
     for (uint32_t mask = 1; mask < 8; ++mask) {
@@ -206,10 +216,17 @@ void Profiler::ProfileMemory(uint32_t k) {
       if ((mask & 1) && (mask & 4) && !(mask & 2)) continue;  // embedding and head without blocks: never
       peak_[ti * 8 + mask] = memory_.PeakLayerGibPerSequence(begin, end, tp, tp > 1, training.recompute());
     }
-    params_[ti * 4 + 0] = model.ParamsPerRank(0, tp, false);
-    params_[ti * 4 + 1] = model.ParamsPerRank(1, tp, false);
-    params_[ti * 4 + 2] = model.ParamsPerRank(L - 1, tp, false);
-    params_[ti * 4 + 3] = model.ParamsPerRank(L - 1, tp, true);
+    // Each further block class's re-materialised layer (the block bit of peak_ is the first class's).
+    for (size_t c = 0; c < C; ++c) {
+      const uint32_t l = slot_layer_[3 + c];
+      class_peak_.push_back(memory_.PeakLayerGibPerSequence(l, l + 1, tp, tp > 1, training.recompute()));
+    }
+    double* p = &params_[ti * (4 + C)];
+    p[0] = model.ParamsPerRank(0, tp, false);
+    p[1] = model.ParamsPerRank(slot_layer_[1], tp, false);
+    p[2] = model.ParamsPerRank(L - 1, tp, false);
+    p[3] = model.ParamsPerRank(L - 1, tp, true);
+    for (size_t c = 0; c < C; ++c) p[4 + c] = model.ParamsPerRank(slot_layer_[3 + c], tp, false);
   }
 }
 
@@ -222,7 +239,7 @@ int Profiler::TpIndex(uint32_t tp) const {
 
 double Profiler::ProfiledLayerSeconds(uint32_t type, int tpi, models::LayerKind kind, uint32_t p) const {
   const size_t P = profiled_sizes_.size();
-  return profiled_[((size_t{type} * tps_.size() + tpi) * kKinds + static_cast<int>(kind)) * P + Log2(p)];
+  return profiled_[((size_t{type} * tps_.size() + tpi) * slot_layer_.size() + static_cast<int>(kind)) * P + Log2(p)];
 }
 
 double Profiler::RangeSeconds(uint32_t type, int tpi, uint32_t n, uint32_t begin, uint32_t end) const {
@@ -230,8 +247,12 @@ double Profiler::RangeSeconds(uint32_t type, int tpi, uint32_t n, uint32_t begin
   const bool emb = begin == 0, head = end == layers_;
   const uint32_t blocks = end - begin - (emb ? 1 : 0) - (head ? 1 : 0);
   const size_t X = max_batch_ + 1;
-  const double* t = &time_[(size_t{type} * tps_.size() + tpi) * kKinds * X];
-  return (emb ? t[n] : 0) + blocks * t[X + n] + (head ? t[2 * X + n] : 0);
+  const double* t = &time_[(size_t{type} * tps_.size() + tpi) * slot_layer_.size() * X];
+  if (block_classes_.size() <= 1) return (emb ? t[n] : 0) + blocks * t[X + n] + (head ? t[2 * X + n] : 0);
+  // Each block class at its own profile (§4.3 sums the layers' times).
+  double sum = (emb ? t[n] : 0) + block_classes_.Count(0, begin, end) * t[X + n] + (head ? t[2 * X + n] : 0);
+  for (uint32_t c = 1; c < block_classes_.size(); ++c) sum += block_classes_.Count(c, begin, end) * t[(2 + c) * X + n];
+  return sum;
 }
 
 double Profiler::RangeTpSeconds(uint32_t cls, int tpi, uint32_t n, uint32_t begin, uint32_t end) const {
@@ -269,8 +290,12 @@ double Profiler::RangeParams(int tpi, uint32_t begin, uint32_t end) const {
   if (end <= begin) return 0;
   const bool emb = begin == 0, head = end == layers_;
   const uint32_t blocks = end - begin - (emb ? 1 : 0) - (head ? 1 : 0);
-  const double* p = &params_[size_t(tpi) * 4];
-  return (emb ? p[0] : 0) + blocks * p[1] + (head ? p[emb ? 2 : 3] : 0);
+  const size_t C = block_classes_.size() > 1 ? block_classes_.size() - 1 : 0;
+  const double* p = &params_[size_t(tpi) * (4 + C)];
+  if (C == 0) return (emb ? p[0] : 0) + blocks * p[1] + (head ? p[emb ? 2 : 3] : 0);
+  double sum = (emb ? p[0] : 0) + block_classes_.Count(0, begin, end) * p[1] + (head ? p[emb ? 2 : 3] : 0);
+  for (size_t c = 0; c < C; ++c) sum += block_classes_.Count(static_cast<uint32_t>(c + 1), begin, end) * p[4 + c];
+  return sum;
 }
 
 double Profiler::StaticGib(int tpi, uint32_t begin, uint32_t end, uint32_t dp) const {
@@ -282,11 +307,15 @@ double Profiler::StaticGib(int tpi, uint32_t begin, uint32_t end, uint32_t dp) c
   const double ob = models::OptimizerBytesPerParam(training);
   const bool emb = begin == 0, head = end == layers_;
   const uint32_t blocks = end - begin - (emb ? 1 : 0) - (head ? 1 : 0);
-  const double* p = &params_[size_t(tpi) * 4];
+  const size_t C = block_classes_.size() > 1 ? block_classes_.size() - 1 : 0;
+  const double* p = &params_[size_t(tpi) * (4 + C)];
   const double params = RangeParams(tpi, begin, end);
   double largest = 0;
   if (emb) largest = std::max(largest, p[0] * wb);
-  if (blocks > 0) largest = std::max(largest, p[1] * wb);
+  if (C == 0 ? blocks > 0 : block_classes_.Count(0, begin, end) > 0) largest = std::max(largest, p[1] * wb);
+  for (size_t c = 0; c < C; ++c) {
+    if (block_classes_.Count(static_cast<uint32_t>(c + 1), begin, end) > 0) largest = std::max(largest, p[4 + c] * wb);
+  }
   if (head) largest = std::max(largest, p[emb ? 2 : 3] * wb);
   const double shard = std::max<uint32_t>(1, dp);
   const uint32_t z = knobs_.zero_stage;
@@ -300,7 +329,20 @@ double Profiler::DeviceGib(int tpi, uint32_t begin, uint32_t end, uint32_t dp, u
   if (end <= begin) return memory_.WorkspaceGib();
   const bool emb = begin == 0, head = end == layers_;
   const bool blocks = end - begin > (emb ? 1u : 0u) + (head ? 1u : 0u);
-  const double peak = peak_[size_t(tpi) * 8 + (emb ? 1 : 0) + (blocks ? 2 : 0) + (head ? 4 : 0)];
+  double peak = peak_[size_t(tpi) * 8 + (emb ? 1 : 0) + (blocks ? 2 : 0) + (head ? 4 : 0)];
+  const size_t C = block_classes_.size() > 1 ? block_classes_.size() - 1 : 0;
+  if (C > 0 && blocks) {
+    // The block bit is the first class's: the classes the range holds instead.
+    peak = 0;
+    if (emb) peak = std::max(peak, peak_[size_t(tpi) * 8 + 1]);
+    if (head) peak = std::max(peak, peak_[size_t(tpi) * 8 + 4]);
+    if (block_classes_.Count(0, begin, end) > 0) peak = std::max(peak, peak_[size_t(tpi) * 8 + 2]);
+    for (size_t c = 0; c < C; ++c) {
+      if (block_classes_.Count(static_cast<uint32_t>(c + 1), begin, end) > 0) {
+        peak = std::max(peak, class_peak_[size_t(tpi) * C + c]);
+      }
+    }
+  }
   return StaticGib(tpi, begin, end, dp) + ActivationGib(tpi, n, begin, end) * in_flight + peak * n +
          memory_.WorkspaceGib();
 }

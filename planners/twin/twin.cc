@@ -35,6 +35,8 @@ const char* RecomputeName(proto::Recompute r) {
 class TwinPlanner : public PlannerWithOptions<proto::TwinOptions> {
  public:
   std::string name() const override { return "twin"; }
+  // Its pool holds megatron's and deepspeed's expert-parallel plans.
+  bool SearchesExpertParallelism() const override { return true; }
 
   Result<PlannerResult> MakePlan(const PlanningProblem& problem) const override {
     const auto& o = options_;

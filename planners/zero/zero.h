@@ -13,6 +13,10 @@
 // resort when nothing fits without, CPU offload (Plan.offload): deepspeed ZeRO-Offload's optimizer offload
 // (Ren et al., ATC'21) then ZeRO-Infinity's parameter offload (Rajbhandari et al., SC'21); fsdp
 // CPUOffload(offload_params=True).
+// Mixtures of experts: deepspeed searches DeepSpeed-MoE's ep_size (deepspeed.moe.layer.MoE; EP groups of
+// consecutive data-parallel ranks, expert gradients over the strided expert-data-parallel groups) with ZeRO
+// 0-2 (its engine refuses stage 3 with MoE layers); fsdp has no EP and plans at EP 1 (docs/planners.md
+// "Mixtures of experts").
 // Options: planners/proto/zero.proto.
 #pragma once
 
