@@ -25,6 +25,16 @@ Kernel Gemm(double m, double n, double k) {
   return g;
 }
 
+// How many kernels of `ks` are called `name`, and their bytes.
+std::pair<int, double> KernelsNamed(const std::vector<Kernel>& ks, const std::string& name) {
+  double sum = 0;
+  int n = 0;
+  for (const Kernel& x : ks) {
+    if (name == x.name) sum += x.bytes, ++n;
+  }
+  return {n, sum};
+}
+
 const Kernel* Named(const std::vector<Kernel>& ks, const char* name) {
   for (const Kernel& k : ks) {
     if (std::strcmp(k.name, name) == 0) return &k;
@@ -323,17 +333,7 @@ TEST(KernelModel, Fp8AddsTransformerEnginesCastTransposeKernels) {
   fp8.seq_len = 4096;
   fp8.dtype = proto::DTYPE_FP8;
   const double tokens = 4096, h = 4096, ffn = 11008;
-  const auto bytes = [](const std::vector<Kernel>& ks, const std::string& name) {
-    double sum = 0;
-    int n = 0;
-    for (const Kernel& x : ks) {
-      if (name == x.name) {
-        sum += x.bytes;
-        ++n;
-      }
-    }
-    return std::make_pair(n, sum);
-  };
+  const auto bytes = KernelsNamed;
   const auto fwd = bytes(LayerKernels(*model, 1, Pass::kForward, fp8), "fp8-cast-transpose");
   EXPECT_EQ(fwd.first, 2);
   EXPECT_DOUBLE_EQ(fwd.second, 4 * tokens * (h + ffn));
@@ -358,14 +358,7 @@ TEST(KernelModel, Fp8RecipesAddOrUnfuseCasts) {
   fp8.seq_len = 4096;
   fp8.dtype = proto::DTYPE_FP8;
   const double tokens = 4096, h = 4096, ffn = 11008;
-  const auto bytes = [](const std::vector<Kernel>& ks, const std::string& name) {
-    double sum = 0;
-    int n = 0;
-    for (const Kernel& x : ks) {
-      if (name == x.name) sum += x.bytes, ++n;
-    }
-    return std::make_pair(n, sum);
-  };
+  const auto bytes = KernelsNamed;
   const double inputs = tokens * (h + h + h + ffn), grads = tokens * (3 * h + h + 2 * ffn + h);
   fp8.fp8_recipe = proto::FP8_RECIPE_CURRENT;
   const auto fwd = LayerKernels(*model, 1, Pass::kForward, fp8), bwd = LayerKernels(*model, 1, Pass::kBackward, fp8);
