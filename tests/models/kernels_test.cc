@@ -25,6 +25,14 @@ Kernel Gemm(double m, double n, double k) {
   return g;
 }
 
+// One sequence of 4,096 tokens at TP 1 in FP8 (the delayed recipe unless a test sets another).
+KernelShape Fp8Shape() {
+  KernelShape s;
+  s.seq_len = 4096;
+  s.dtype = proto::DTYPE_FP8;
+  return s;
+}
+
 // How many kernels of `ks` are called `name`, and their bytes.
 std::pair<int, double> KernelsNamed(const std::vector<Kernel>& ks, const std::string& name) {
   double sum = 0;
@@ -329,9 +337,7 @@ TEST(KernelModel, Fp8AddsTransformerEnginesCastTransposeKernels) {
   // come from the norms. Backward: every linear's output gradient (QKV 3h, out h, mlp-in 2·ffn, mlp-out h).
   const auto model = LoadModel("llama2-7b");
   ASSERT_TRUE(model.ok());
-  KernelShape fp8;
-  fp8.seq_len = 4096;
-  fp8.dtype = proto::DTYPE_FP8;
+  KernelShape fp8 = Fp8Shape();
   const double tokens = 4096, h = 4096, ffn = 11008;
   const auto bytes = KernelsNamed;
   const auto fwd = bytes(LayerKernels(*model, 1, Pass::kForward, fp8), "fp8-cast-transpose");
@@ -354,9 +360,7 @@ TEST(KernelModel, Fp8AddsTransformerEnginesCastTransposeKernels) {
 TEST(KernelModel, Fp8RecipesAddOrUnfuseCasts) {
   const auto model = LoadModel("llama2-7b");
   ASSERT_TRUE(model.ok());
-  KernelShape fp8;
-  fp8.seq_len = 4096;
-  fp8.dtype = proto::DTYPE_FP8;
+  KernelShape fp8 = Fp8Shape();
   const double tokens = 4096, h = 4096, ffn = 11008;
   const auto bytes = KernelsNamed;
   const double inputs = tokens * (h + h + h + ffn), grads = tokens * (3 * h + h + 2 * ffn + h);
