@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 #include <ostream>
 
+#include "models/kernels.h"
 #include "models/spec_io.h"
 #include "sim/advise/advise_internal.h"
 #include "sim/runner/runner.h"
@@ -173,6 +175,26 @@ std::string WhereTimeGoes(const Config& c, const std::string& dir, const ConfigR
 }
 
 // No configuration meets the limits: say so, and name the nearest miss.
+// The GPU types among the candidates whose compute times rest on no measurement under the run's calibration
+// (models::ComputeBasisFor): a recommendation that turns on them says so.
+std::string BasisCaveat(const Config& c) {
+  std::set<std::string> seen, unmeasured;
+  for (const Candidate& cand : c.candidates) {
+    for (const models::NodeInfo& n : cand.cluster->nodes()) {
+      if (n.gpu == nullptr || !seen.insert(n.gpu->name).second) continue;
+      if (!models::ComputeBasisFor(*n.gpu, c.calibration, c.training.dtype()).measured()) unmeasured.insert(n.gpu->name);
+    }
+  }
+  if (unmeasured.empty()) return "";
+  std::string names;
+  for (const auto& n : unmeasured) names += (names.empty() ? "" : ", ") + n;
+  return "Compute basis: " + names + (unmeasured.size() == 1 ? " rests" : " rest") +
+         " on no measurement under calibration " + (c.calibration.empty() ? "default" : c.calibration) +
+         " (generic efficiencies; `hetsim describe --gpu NAME`, docs/calibration.md): " +
+         (unmeasured.size() == 1 ? "its times are estimates" : "their times are estimates") +
+         ", and so is any choice that turns on them.";
+}
+
 std::string NoRecommendation(const Config& c, const std::vector<ConfigRow>& rows, const std::string& limits) {
   const bool cheapest = c.objective == "cheapest";
   const ConfigRow* near = nullptr;
@@ -237,6 +259,10 @@ Status WriteOutputs(const Config& c, const std::string& dir, const std::vector<C
   } else {
     summary = NoRecommendation(c, rows, limits);
     md += "## Recommendation\n\n" + summary + "\n\n";
+  }
+  if (const std::string basis = BasisCaveat(c); !basis.empty()) {
+    summary += " " + basis;
+    md += basis + "\n\n";
   }
   if (!caveat.empty()) {
     summary = "Partial result: " + caveat + " " + summary;

@@ -323,6 +323,12 @@ TEST(AdviseSearch, PruningKeepsTheRecommendationAndTheFrontOfTheExhaustiveEvalua
   }
   EXPECT_EQ(recommended, 1u);
   EXPECT_GT(n_pruned, 0u) << "the bound prunes something on this space";
+  // The advice names the one type with no measured basis in fp16 (the V100; the T4 has a measured profile).
+  std::ifstream md(Dir() + "/pruned/recommendation.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Compute basis: v100 rests on no measurement under calibration default"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("t4 rest"), std::string::npos) << text;
   // A rerun with --resume replays nothing new and gives the same table.
   opt.out_dir = Dir() + "/pruned";
   opt.prune = true;
