@@ -240,6 +240,13 @@ std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<ui
   return out;
 }
 
+double MeshFraction(const NodeInfo& node, uint32_t members) {
+  if (node.fabric.kind() != proto::IntraNodeFabric::KIND_XGMI || node.num_gpus < 2 || members < 2) return 1;
+  // The MI300 series' platform (8 OAMs, 7 links each) only: an MI250X package's two dies share four links.
+  if (node.gpu == nullptr || node.gpu->name.rfind("mi3", 0) != 0) return 1;
+  return std::min(1.0, static_cast<double>(members - 1) / static_cast<double>(node.num_gpus - 1));
+}
+
 std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std::vector<uint32_t>>& groups,
                                   const std::function<double(uint32_t device)>& efficiency, const ComputeCost& cost) {
   const std::vector<double> eff = GroupCollectiveEfficiencies(groups, efficiency);
@@ -270,7 +277,11 @@ std::vector<GroupComm> GroupComms(const Cluster& cluster, const std::vector<std:
         e = std::min(e, efficiency(d));
       }
     }
-    if (measured) out[g].efficiency = e;
+    if (measured) {
+      out[g].efficiency = e;
+    } else {
+      out[g].efficiency *= MeshFraction(cluster.node(cluster.device(groups[g][0]).node), n);
+    }
   }
   return out;
 }

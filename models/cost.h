@@ -172,13 +172,23 @@ double GradientBytes(const TransformerModel& model, uint32_t layer, uint32_t tp,
 std::vector<double> GroupCollectiveEfficiencies(const std::vector<std::vector<uint32_t>>& groups,
                                                 const std::function<double(uint32_t device)>& efficiency);
 
+// The share of a GPU's fabric bandwidth a collective of `members` GPUs inside `node` can use. An xGMI node of
+// the MI300 series (AMD Instinct MI300X, MI325X, MI355X) is a full mesh, not a switch: each GPU has one
+// Infinity Fabric link to each of the node's n − 1 others (7 × 64 GB/s per direction on an MI300X; the
+// catalog's fabric bandwidth is their sum), and RCCL's rings among k members can only use the k − 1 links
+// between them: (k − 1) / (n − 1) of the sum (a TP 2 pair gets one link, 64 GB/s; TP 8 on 8 GPUs all seven).
+// All-to-alls among k members alike. Point-to-point transfers (pipeline sends) keep the platform's port. 1 on
+// every other fabric (an NVSwitch port reaches every peer at its full bandwidth) and on MI250X nodes (its
+// packages' two dies share four links, the packages fewer: not a full mesh; the switch model stays).
+double MeshFraction(const NodeInfo& node, uint32_t members);
+
 // How one communication group's collectives are priced, the same in the simulator (sim/program.cc) and the
 // played estimate (planners/lowering_programs.cc).
 struct GroupComm {
-  // The least of the members' GPU collective efficiencies (GroupCollectiveEfficiencies); for a group inside
-  // one node whose members' types have a measured bus bandwidth at its size (KernelParams::
-  // CollectiveBusBandwidth), that bandwidth over the node's GPU link (IntraNodeLinkBytesPerS), so that the
-  // played ring's steps run at the measured bus bandwidth.
+  // The least of the members' GPU collective efficiencies (GroupCollectiveEfficiencies), times MeshFraction
+  // for a group inside one xGMI node; for a group inside one node whose members' types have a measured bus
+  // bandwidth at its size (KernelParams::CollectiveBusBandwidth), that bandwidth over the node's GPU link
+  // (IntraNodeLinkBytesPerS), so that the played ring's steps run at the measured bus bandwidth.
   double efficiency = 1;
   NcclGroup nccl;         // the group's shape; nodes ≥ 2: priced as NCCL runs it (models/nccl.h)
   const NetworkParams* net = nullptr;  // the calibration's network values for its bottleneck NIC (nodes ≥ 2)
