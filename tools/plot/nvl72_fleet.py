@@ -10,8 +10,8 @@ GPUs with one 400 Gb/s InfiniBand NIC per GPU on one non-blocking fabric: 72 DGX
 nodes (experiments/blackwell/clusters; 8-GPU NVLink domains) and eight GB200 NVL72 racks (the bundled
 gb200-nvl72-pod-576: 72-GPU NVLink domains). Every plan places the devices alike: stage s of pipeline r is
 devices (s * DP + r) * 8 .. + 7, so a stage's data-parallel replicas are neighbours and a TP group is 8 of them.
-Compute: the H100 and the B200 at their measured sustained GEMM efficiencies (the default calibration), the GB200
-at the B200's (experiments/blackwell/blackwell-as-b200.yaml: an assumption, no GB200 measurement is public).
+Compute: the default calibration, no flags: the H100 and the B200 at their measured sustained GEMM efficiencies,
+the GB200 (the B200's die) at the B200's.
 Left and middle: the slowest device's iteration split into compute, exposed TP, PP and DP communication and
 idle time; right: the exposed pipeline and data-parallel communication, which a 72-GPU NVLink domain keeps off
 the network.
@@ -36,9 +36,6 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 CLUSTERS = [("H100 (8-GPU nodes)", os.path.join(ROOT, "experiments", "blackwell", "clusters", "dgx-h100-576.yaml")),
             ("B200 (8-GPU nodes)", os.path.join(ROOT, "experiments", "blackwell", "clusters", "dgx-b200-576.yaml")),
             ("GB200 NVL72 (72-GPU racks)", "gb200-nvl72-pod-576")]
-# GB200's GEMMs at the B200's measured sustained efficiency (the default calibration has no GB200 measurement):
-# an assumption, so that the two Blackwell parts differ by their peaks, power and NVLink domains only.
-CALIBRATION = os.path.join(ROOT, "experiments", "blackwell", "blackwell-as-b200.yaml")
 MODELS = [("llama3-70b", 80, 4, "selective"), ("llama3-405b", 126, 8, "full")]  # model, blocks, PP, recomputation
 GPUS, TP, GLOBAL_BATCH = 576, 8, 1152
 PARTS = [("compute_s", "compute", "#4c72b0"), ("tp_communication_s", "TP (exposed)", "#55a868"),
@@ -70,7 +67,7 @@ def simulate(hetsim, work, cluster, model, blocks, pp, recompute):
         f.write(plan_text(model, blocks, pp, recompute))
     report = os.path.join(work, "report.json")
     r = subprocess.run([hetsim, "simulate", "--plan", path, "--cluster", cluster, "--report-out", report,
-                        "--fidelity", "fast", "--calibration", CALIBRATION], capture_output=True, text=True)
+                        "--fidelity", "fast"], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"hetsim simulate failed on {model} / {cluster}:\n{r.stderr}")
     with open(report) as f:
