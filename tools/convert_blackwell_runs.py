@@ -79,10 +79,10 @@ llama3.py, the helpers scripts/performance/utils/{helpers,overrides,precision}.p
   recompute_num_layers or recompute_modules), except the 25.11 H100 8B row, whose preset (MB v0.2.0
   LLAMA3_8B_H100_FP8_CS_BASE_CONFIG) recomputes 5 of the 32 blocks in full (recompute_method block): hetsim has no
   per-block policy, so it is converted without recomputation (about 5/32 of a forward more work is missing there).
-- Not modelled and kept (each row says which): activation offloading to the host (MB cpu_offloading_num_layers on
-  the Megatron-FSDP rows: 70B GB300 20 layers, 70B GB200 40, 405B GB200 25.09 95 of 126; over Grace's NVLink-C2C),
-  CUDA graphs (8B rows, 70B NVFP4: host launch costs, which hetsim takes from the stack's calibration), the fused
-  cross-entropy and RoPE kernels.
+- Not modelled and kept: CUDA graphs (8B rows, 70B NVFP4: host launch costs, which hetsim takes from the stack's
+  calibration), the fused cross-entropy and RoPE kernels. Activation offloading to the host (MB
+  cpu_offloading_num_layers, on the Megatron-FSDP rows: 70B GB300 20 layers, 70B GB200 40, 405B GB200 25.09 95 of
+  126, over Grace's NVLink-C2C) is not modelled either, and those rows are left out (below).
 - Machines (the table names only the system):
   * DGX-GB200 and DGX-GB300: NVL72 racks, each one node of 72 GPUs on one NVLink Switch domain (900 GB/s per GPU
     each way), a NIC per GPU to the scale-out fabric: ConnectX-7 400 Gb/s InfiniBand for GB200 (NVIDIA DGX GB200
