@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include "models/communicator.h"
 
@@ -18,19 +19,6 @@ Result<double> MachinePeak() {
   auto cpu = models::GpuCatalog::Bundled().Find("cpu");
   if (!cpu.ok()) return cpu.status();
   return cpu.value()->peak_fp32_tflops;
-}
-
-// How many times slower than the machine a CPU-worker type runs.
-Result<double> Slowdown(const models::GpuSpec& gpu, const models::Cluster& cluster) {
-  auto machine = MachinePeak();
-  if (!machine.ok()) return machine.status();
-  if (gpu.peak_fp32_tflops <= 0 || gpu.peak_fp32_tflops > *machine) {
-    return Status::Invalid("cluster '" + cluster.name() + "': nodes[].gpus.type: " + gpu.name +
-                           ": the CPU backend runs a CPU worker at the machine's speed (the catalog's cpu row, " +
-                           std::to_string(*machine) + " TFLOPS fp32) or slower, and " + gpu.name + " says " +
-                           std::to_string(gpu.peak_fp32_tflops) + "; use cpu, or a slower CPU-worker type (cpu-slow)");
-  }
-  return *machine / gpu.peak_fp32_tflops;
 }
 
 Result<BackendKind> BackendOf(const models::GpuSpec& gpu, const std::string& backend) {
@@ -64,6 +52,17 @@ Status CheckDtype(const std::vector<RankKind>& kinds, const ExecPlan& plan, prot
 
 }  // namespace
 
+Result<double> CpuWorkerSlowdown(const models::GpuSpec& gpu) {
+  auto machine = MachinePeak();
+  if (!machine.ok()) return machine.status();
+  if (gpu.peak_fp32_tflops <= 0 || gpu.peak_fp32_tflops > *machine) {
+    return Status::Invalid(gpu.name + ": the CPU backend runs a CPU worker at the machine's speed (the catalog's cpu "
+                           "row, " + std::to_string(*machine) + " TFLOPS fp32) or slower, and " + gpu.name + " says " +
+                           std::to_string(gpu.peak_fp32_tflops) + "; use cpu, or a slower CPU-worker type (cpu-slow)");
+  }
+  return *machine / gpu.peak_fp32_tflops;
+}
+
 Result<RankKinds> RankKinds::Choose(const ExecPlan& plan, const models::Cluster& cluster, const std::string& backend,
                                     proto::DType dtype, const std::string& file) {
   RankKinds out;
@@ -77,8 +76,8 @@ Result<RankKinds> RankKinds::Choose(const ExecPlan& plan, const models::Cluster&
     if (!b.ok()) return b.status();
     k.backend = *b;
     if (k.backend == BackendKind::kCpu && IsCpuWorker(*d.gpu)) {
-      auto s = Slowdown(*d.gpu, cluster);
-      if (!s.ok()) return s.status();
+      auto s = CpuWorkerSlowdown(*d.gpu);
+      if (!s.ok()) return Status::Invalid("cluster '" + cluster.name() + "': nodes[].gpus.type: " + s.status().message());
       k.slowdown = *s;
     }
     out.kinds_.push_back(k);
@@ -88,6 +87,13 @@ Result<RankKinds> RankKinds::Choose(const ExecPlan& plan, const models::Cluster&
   const models::Communicator comm(cluster);
   out.groups_ = static_cast<uint32_t>(cluster.spec().nodes_size());
   out.staged_ = comm.staged_groups();
+  std::vector<int> everyone(out.kinds_.size());
+  std::iota(everyone.begin(), everyone.end(), 0);
+  if (dtype != proto::DTYPE_FP32 && out.Mixed(everyone)) {
+    return Status::Invalid(file + ": training.dtype: " + models::DTypeName(dtype) + ": the job's ranks are of several " +
+                           "kinds (" + out.Describe() + "), and what crosses kinds goes through host memory and MPI " +
+                           "in fp32; set `training: {dtype: fp32}` in the plan or pass --dtype fp32");
+  }
   return out;
 }
 

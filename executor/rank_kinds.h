@@ -16,7 +16,9 @@
 //
 // Precision: every rank of a job computes in the training's dtype, and a pipeline or collective message
 // carries it on both sides. The CPU backend computes in fp32 only, so a job with a CPU rank trains in fp32
-// everywhere (its CUDA ranks run cuBLAS in FP32, no TF32); bf16 with a CPU rank is refused, naming the rank.
+// everywhere (its CUDA ranks run cuBLAS in FP32, no TF32); bf16 with a CPU rank is refused, naming the rank. A job
+// whose ranks mix kinds in any other way (CUDA ranks of two vendors) also trains in fp32: the host-staged
+// collectives reduce fp32 through MPI.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,10 @@ const char* BackendKindName(BackendKind kind);
 
 // Whether a catalog type is a CPU worker (runs the CPU backend under --backend auto).
 bool IsCpuWorker(const models::GpuSpec& gpu);
+
+// How many times slower than this machine the CPU backend runs a CPU-worker type: the cpu row's fp32 peak over
+// the type's (cpu 1, cpu-slow 2). An error for a type faster than the cpu row.
+Result<double> CpuWorkerSlowdown(const models::GpuSpec& gpu);
 
 struct RankKind {
   const models::GpuSpec* gpu = nullptr;  // the device's catalog type
