@@ -130,7 +130,7 @@ int ProfileLayers(const CalibrateOptions& opt, const std::string& backend, const
     const std::string text =
         "# A one-stage plan whose layers `hetsim calibrate` profiles.\nkind: plan\nname: " + stem + "\nmodel: " + model +
         "\ntraining: {global_batch_size: " + std::to_string(2 * mbs * replicas) + ", seq_len: " + std::to_string(seq) +
-        ", dtype: " + (cuda ? "bf16" : "fp32") + "}\nschedule: 1f1b\npipelines:\n  - micro_batch_size: " +
+        ", dtype: " + (!opt.dtype.empty() ? opt.dtype : cuda ? "bf16" : "fp32") + "}\nschedule: 1f1b\npipelines:\n  - micro_batch_size: " +
         std::to_string(mbs * replicas) + "\n    num_micro_batches: 2\n    stages:\n      - {devices: [" + devices +
         "], tp_degree: " + std::to_string(tp) + ", layer_begin: 0, layer_end: " + layers + "}\n";
     if (Status s = models::WriteFileAtomically(plan, text); !s.ok()) {
@@ -374,6 +374,7 @@ int MeasureCalibrate(const CalibrateOptions& opt, CalibrateRun* run, std::ostrea
   const std::string models_arg = !opt.models.empty() ? opt.models : (cuda ? "" : "llama-tiny");
   if (!models_arg.empty()) kargs.insert(kargs.end(), {"--models", models_arg});
   if (!cuda) kargs.insert(kargs.end(), {"--seq-len", "64", "--micro-batch", "1,2,4", "--tp", "1,2,4"});
+  if (!opt.dtype.empty()) kargs.insert(kargs.end(), {"--dtype", opt.dtype});
   if (quick) kargs.push_back("--quick");
   out << "[1/4] kernels: " << models::JoinArgs(kargs) << "\n" << std::flush;
   const auto t0 = std::chrono::steady_clock::now();
@@ -553,6 +554,11 @@ int CalibrateKinds(const CalibrateOptions& options, std::ostream& out, std::ostr
   merged.set_kind("calibration");
   merged.set_name(name);
   merged.set_base(options.base);
+  bool cpu_kind = false;
+  for (const auto& kind : kinds) {
+    auto gpu = models::GpuCatalog::Bundled().Find(kind);
+    cpu_kind = cpu_kind || (gpu.ok() && gpu.value()->form_factor == "CPU worker");
+  }
   for (const auto& kind : kinds) {
     auto gpu = models::GpuCatalog::Bundled().Find(kind);
     if (!gpu.ok()) {
@@ -563,6 +569,13 @@ int CalibrateKinds(const CalibrateOptions& options, std::ostream& out, std::ostr
     one.gpu = gpu.value()->name;
     one.backend = gpu.value()->form_factor == "CPU worker" ? "cpu" : "cuda";
     one.name = one.gpu + "-measured";
+    if (cpu_kind) {
+      // A job with CPU workers trains in fp32 on every rank (executor/rank_kinds.h): each kind is measured so,
+      // on the CPU workers' model (llama-tiny) unless --profile-model says otherwise.
+      one.dtype = "fp32";
+      if (!options.profile_model) one.profile_model = "llama-tiny";
+      if (options.models.empty()) one.models = "llama-tiny";
+    }
     const std::string dir = (fs::path(data) / one.gpu).string();
     (options.from_data.empty() ? one.data_dir : one.from_data) = dir;
     one.output = (fs::path(dir) / (one.name + ".yaml")).string();

@@ -42,6 +42,7 @@ struct CalibrateOptions {
   std::optional<std::string> profile_model;  // the model profiled; unset: llama-tiny on cpu, none on cuda
   std::string profile_shapes = "1x1,1x2,1x4,2x2,2x4";  // TPxMICRO_BATCH shapes profiled
   uint32_t profile_seq_len = 64;
+  std::string dtype;             // what the kernels and profiles run in; empty: bf16 on cuda, fp32 on cpu
   std::string mpirun = "mpirun";
   // Finds one of hetsim's programs (hetsim-exec, hetsim-kernel-bench, hetsim-coll-bench) by name; asked only
   // when measuring.
