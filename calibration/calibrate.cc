@@ -130,7 +130,7 @@ int ProfileLayers(const CalibrateOptions& opt, const std::string& backend, const
     const std::string text =
         "# A one-stage plan whose layers `hetsim calibrate` profiles.\nkind: plan\nname: " + stem + "\nmodel: " + model +
         "\ntraining: {global_batch_size: " + std::to_string(2 * mbs * replicas) + ", seq_len: " + std::to_string(seq) +
-        ", dtype: " + (cuda ? "bf16" : "fp32") + "}\nschedule: 1f1b\npipelines:\n  - micro_batch_size: " +
+        ", dtype: " + (!opt.dtype.empty() ? opt.dtype : cuda ? "bf16" : "fp32") + "}\nschedule: 1f1b\npipelines:\n  - micro_batch_size: " +
         std::to_string(mbs * replicas) + "\n    num_micro_batches: 2\n    stages:\n      - {devices: [" + devices +
         "], tp_degree: " + std::to_string(tp) + ", layer_begin: 0, layer_end: " + layers + "}\n";
     if (Status s = models::WriteFileAtomically(plan, text); !s.ok()) {
@@ -374,6 +374,7 @@ int MeasureCalibrate(const CalibrateOptions& opt, CalibrateRun* run, std::ostrea
   const std::string models_arg = !opt.models.empty() ? opt.models : (cuda ? "" : "llama-tiny");
   if (!models_arg.empty()) kargs.insert(kargs.end(), {"--models", models_arg});
   if (!cuda) kargs.insert(kargs.end(), {"--seq-len", "64", "--micro-batch", "1,2,4", "--tp", "1,2,4"});
+  if (!opt.dtype.empty()) kargs.insert(kargs.end(), {"--dtype", opt.dtype});
   if (quick) kargs.push_back("--quick");
   out << "[1/4] kernels: " << models::JoinArgs(kargs) << "\n" << std::flush;
   const auto t0 = std::chrono::steady_clock::now();
@@ -507,7 +508,98 @@ int FitCalibrate(const CalibrateOptions& opt, const CalibrateRun& run, std::ostr
 
 }  // namespace
 
+namespace {
+
+std::vector<std::string> SplitKinds(const std::string& list) {
+  std::vector<std::string> kinds;
+  std::stringstream in(list);
+  for (std::string k; std::getline(in, k, ',');) {
+    if (!k.empty()) kinds.push_back(k);
+  }
+  return kinds;
+}
+
+// Adds the GPU entries and profiles of the calibration file `part` to `merged` (profiles relative to `output`).
+Status MergeKind(const std::string& part, const std::string& output, proto::Calibration* merged) {
+  auto cal = models::LoadKernelCalibration(part);
+  if (!cal.ok()) return cal.status();
+  for (const auto& g : cal->gpus()) *merged->add_gpus() = g;
+  const fs::path base = fs::absolute(output).parent_path();
+  for (const auto& p : cal->profiles()) {
+    const fs::path abs = fs::absolute(fs::path(part).parent_path() / p);
+    merged->add_profiles(fs::relative(abs, base).string());
+  }
+  if (merged->provenance().data().empty()) {
+    *merged->mutable_provenance() = cal->provenance();
+  } else {
+    merged->mutable_provenance()->set_data(merged->provenance().data() + "; " + cal->provenance().data());
+  }
+  return Status::Ok();
+}
+
+// `--gpu A,B`: each kind measured (or refitted) on its own backend (a CPU worker on the CPU backend, a GPU on the
+// CUDA backend) into DATA/<kind>/, then one calibration with every kind's entry and profile, so that the twin
+// prices each device of a mixed cluster by its own kind (docs/calibration.md "Two kinds on one machine").
+int CalibrateKinds(const CalibrateOptions& options, std::ostream& out, std::ostream& err) {
+  const std::vector<std::string> kinds = SplitKinds(options.gpu);
+  std::string joined;
+  for (const auto& k : kinds) joined += (joined.empty() ? "" : "-") + k;
+  const std::string name = !options.name.empty() ? options.name : joined + "-measured";
+  const std::string output = !options.output.empty() ? options.output : name + ".yaml";
+  const std::string data = !options.from_data.empty() ? options.from_data
+                           : !options.data_dir.empty() ? options.data_dir
+                                                       : (fs::path(output).parent_path() /
+                                                          (fs::path(output).stem().string() + "-data")).string();
+  proto::Calibration merged;
+  merged.set_kind("calibration");
+  merged.set_name(name);
+  merged.set_base(options.base);
+  bool cpu_kind = false;
+  for (const auto& kind : kinds) {
+    auto gpu = models::GpuCatalog::Bundled().Find(kind);
+    cpu_kind = cpu_kind || (gpu.ok() && gpu.value()->form_factor == "CPU worker");
+  }
+  for (const auto& kind : kinds) {
+    auto gpu = models::GpuCatalog::Bundled().Find(kind);
+    if (!gpu.ok()) {
+      err << "hetsim calibrate: --gpu: " << gpu.status().message() << "\n";
+      return 2;
+    }
+    CalibrateOptions one = options;
+    one.gpu = gpu.value()->name;
+    one.backend = gpu.value()->form_factor == "CPU worker" ? "cpu" : "cuda";
+    one.name = one.gpu + "-measured";
+    if (cpu_kind) {
+      // A job with CPU workers trains in fp32 on every rank (executor/rank_kinds.h): each kind is measured so,
+      // on the CPU workers' model (llama-tiny) unless --profile-model says otherwise.
+      one.dtype = "fp32";
+      if (!options.profile_model) one.profile_model = "llama-tiny";
+      if (options.models.empty()) one.models = "llama-tiny";
+    }
+    const std::string dir = (fs::path(data) / one.gpu).string();
+    (options.from_data.empty() ? one.data_dir : one.from_data) = dir;
+    one.output = (fs::path(dir) / (one.name + ".yaml")).string();
+    out << "== " << one.gpu << " (" << one.backend << " backend)\n";
+    if (int rc = Calibrate(one, out, err); rc != 0) return rc;
+    if (Status s = MergeKind(one.output, output, &merged); !s.ok()) {
+      err << "hetsim calibrate: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  const std::string command = "hetsim calibrate --gpu " + options.gpu +
+                              (options.from_data.empty() ? "" : " --from-data " + data) +
+                              (options.quick ? " --quick" : "") +
+                              (options.ranks_given ? " --ranks " + std::to_string(options.ranks) : "");
+  merged.set_description("Each kind of " + options.gpu + " measured on " + merged.provenance().host() +
+                         " by `hetsim calibrate`, one entry per kind.");
+  merged.mutable_provenance()->set_command(command);
+  return WriteCalibration(merged, command, output, out, err);
+}
+
+}  // namespace
+
 int Calibrate(const CalibrateOptions& options, std::ostream& out, std::ostream& err) {
+  if (options.gpu.find(',') != std::string::npos) return CalibrateKinds(options, out, err);
   CalibrateRun run;
   if (auto rc = SetUpCalibrate(options, &run, out, err)) return *rc;
   if (!run.refit) {

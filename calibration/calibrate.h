@@ -11,6 +11,8 @@
 // `from_data` refits measurements taken before (DIR/kernels.csv, DIR/collectives.csv), e.g. on another
 // machine, without measuring; DIR/network.csv (collectives measured across nodes, e.g. nccl-tests on a
 // multi-node machine) refits the network's values under NCCL's model (calibration/network_fit.h).
+// `gpu` "A,B" (a mixed cluster's kinds): each kind measured on its own backend into DATA/<kind>/ and one file with
+// every kind's entry and profile (fp32 throughout when a kind is a CPU worker).
 // CalibrateFromProfiles fits a GPU type's efficiencies to measured layer profiles instead (FitFromProfiles).
 //
 // Both return the command's exit code: 0, 1 when a step fails (a benchmark, a file), 2 when an option is
@@ -42,6 +44,7 @@ struct CalibrateOptions {
   std::optional<std::string> profile_model;  // the model profiled; unset: llama-tiny on cpu, none on cuda
   std::string profile_shapes = "1x1,1x2,1x4,2x2,2x4";  // TPxMICRO_BATCH shapes profiled
   uint32_t profile_seq_len = 64;
+  std::string dtype;             // what the kernels and profiles run in; empty: bf16 on cuda, fp32 on cpu
   std::string mpirun = "mpirun";
   // Finds one of hetsim's programs (hetsim-exec, hetsim-kernel-bench, hetsim-coll-bench) by name; asked only
   // when measuring.

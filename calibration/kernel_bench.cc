@@ -33,6 +33,7 @@
 
 #include "executor/backend.h"
 #include "executor/cpu_backend.h"
+#include "executor/rank_kinds.h"
 #if HETSIM_EXECUTOR_CUDA
 #include "executor/cuda_backend.h"
 #endif
@@ -357,7 +358,19 @@ int Main(int argc, char** argv) {
     std::cerr << "hetsim-kernel-bench: this build has no CUDA backend (configure with HETSIM_EXECUTOR_CUDA=ON)\n";
     return 2;
   }
-  if (!be) be = hetsim::executor::MakeCpuBackend();
+  if (!be) {
+    // A CPU-worker type slower than this machine (cpu-slow) is timed at its own speed (executor/rank_kinds.h).
+    double slowdown = 1;
+    if (hetsim::executor::IsCpuWorker(*gpu.value())) {
+      auto s = hetsim::executor::CpuWorkerSlowdown(*gpu.value());
+      if (!s.ok()) {
+        std::cerr << "hetsim-kernel-bench: --gpu " << s.status().message() << "\n";
+        return 2;
+      }
+      slowdown = *s;
+    }
+    be = hetsim::executor::MakeCpuBackend(slowdown);
+  }
 
   std::ofstream file;
   if (!out_path.empty()) {

@@ -64,7 +64,7 @@ bool ExecutePlan(const ExecOptions& x, const std::string& plan_ref, size_t i, si
     argv.insert(argv.end(), {x.exe, "--plan", plan_ref, "--backend", x.backend, "--iterations", std::to_string(x.iterations),
                              "--warmup", std::to_string(x.warmup), "--report-out", stem + ".json", "--loss-out",
                              stem + ".loss.csv"});
-    if (x.backend == "cpu") argv.insert(argv.end(), {"--cores", std::to_string(pool)});
+    if (x.backend != "cuda") argv.insert(argv.end(), {"--cores", std::to_string(pool)});
     out << "[" << i + 1 << "/" << n << "] " << r.plan << ": run " << k + 1 << "/" << x.repeats << " ("
         << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << ")\n"
         << std::flush;
@@ -96,6 +96,14 @@ bool ExecutePlan(const ExecOptions& x, const std::string& plan_ref, size_t i, si
     r.noise = std::sqrt(var) / mean;
   }
   return true;
+}
+
+// Whether every rank of the plan runs the CPU backend (`--backend cpu`, or auto with CPU workers only): then its
+// ranks may share a pool of cores (hetsim-exec --cores).
+bool CpuJob(const std::string& backend, const models::Cluster& cluster, const std::set<uint32_t>& devices) {
+  if (backend != "auto") return backend == "cpu";
+  return std::all_of(devices.begin(), devices.end(),
+                     [&](uint32_t d) { return cluster.device(d).gpu->form_factor == "CPU worker"; });
 }
 
 // The CSV of the plans compared.
@@ -144,7 +152,8 @@ ExecReport ValidateExecutor(const std::vector<ExecPlan>& plans, const ExecOption
     // All but one core (at least one): the CPU backend's communication moves data with the CPU.
     const uint32_t cores = options.cores;
     const uint32_t pool =
-        options.backend == "cpu" && static_cast<uint32_t>(r.ranks) > cores ? std::max(1u, cores - 1) : 0;
+        CpuJob(options.backend, *p.cluster, devices) && static_cast<uint32_t>(r.ranks) > cores ? std::max(1u, cores - 1)
+                                                                                                : 0;
     if (pool > 0) {
       opt.shared_cores = pool;
       out << r.plan << ": " << r.ranks << " ranks on " << cores << " core" << (cores == 1 ? "" : "s")

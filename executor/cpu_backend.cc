@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <new>
+#include <string>
 #include <thread>
 #include <unordered_map>
 
@@ -34,9 +35,42 @@ void CheckF32(const Tensor& t, const char* what) {
   HETSIM_CHECK(t.dtype == DType::kF32, std::string("cpu backend: ") + what + " must be f32");
 }
 
+// A slower CPU worker (rank_kinds.h): each kernel is followed by a pause of (slowdown - 1) times its duration
+// during which the rank keeps its core (a core of 1/slowdown the speed would be busy that long). Kernels that
+// call kernels are paced once, by the outermost; slowdown 1 costs one branch.
+class Pace {
+ public:
+  explicit Pace(double slowdown) : slowdown_(depth_++ == 0 ? slowdown : 1) {
+    if (slowdown_ > 1) start_ = std::chrono::steady_clock::now();
+  }
+  ~Pace() {
+    --depth_;
+    if (slowdown_ <= 1) return;
+    const auto now = std::chrono::steady_clock::now();
+    Hold(now + std::chrono::duration_cast<std::chrono::steady_clock::duration>((now - start_) * (slowdown_ - 1)));
+  }
+  Pace(const Pace&) = delete;
+  Pace& operator=(const Pace&) = delete;
+
+ private:
+  // Sleeps through most of the pause (the machine's other ranks may use the CPU; under a pool of cores this
+  // rank's ticket keeps its core) and spins through the last 100 us, which a sleep would overshoot.
+  static void Hold(std::chrono::steady_clock::time_point until) {
+    const auto spin = std::chrono::microseconds(100);
+    if (until - std::chrono::steady_clock::now() > 2 * spin) std::this_thread::sleep_until(until - spin);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  double slowdown_;
+  std::chrono::steady_clock::time_point start_;
+  static thread_local int depth_;
+};
+
+thread_local int Pace::depth_ = 0;
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : origin_(std::chrono::steady_clock::now()) {}
+  explicit CpuBackend(double slowdown) : slowdown_(slowdown), origin_(std::chrono::steady_clock::now()) {}
   ~CpuBackend() override {
     if (side_.joinable()) {
       {
@@ -106,6 +140,7 @@ class CpuBackend final : public Backend {
     }
   }
   void GatherRows(Tensor dst, Tensor src, const std::vector<int64_t>& index, const std::vector<float>& scale) override {
+    const Pace pace(slowdown_);
     CheckF32(dst, "GatherRows");
     HETSIM_CHECK(src.dtype == dst.dtype && src.cols == dst.cols && static_cast<int64_t>(index.size()) == dst.rows &&
                      (scale.empty() || scale.size() == index.size()),
@@ -126,6 +161,7 @@ class CpuBackend final : public Backend {
   }
   void ScatterAddRows(Tensor dst, Tensor src, const std::vector<int64_t>& index,
                       const std::vector<float>& scale) override {
+    const Pace pace(slowdown_);
     CheckF32(dst, "ScatterAddRows");
     HETSIM_CHECK(src.dtype == dst.dtype && src.cols == dst.cols && static_cast<int64_t>(index.size()) == src.rows &&
                      (scale.empty() || scale.size() == index.size()),
@@ -142,6 +178,7 @@ class CpuBackend final : public Backend {
     }
   }
   void RowDots(Tensor out, Tensor a, Tensor b) override {
+    const Pace pace(slowdown_);
     CheckF32(out, "RowDots");
     CheckF32(a, "RowDots");
     HETSIM_CHECK(a.rows == b.rows && a.cols == b.cols && b.dtype == a.dtype && out.numel() == a.rows,
@@ -154,6 +191,7 @@ class CpuBackend final : public Backend {
     }
   }
   void Add(Tensor y, Tensor x) override {
+    const Pace pace(slowdown_);
     CheckF32(y, "Add");
     HETSIM_CHECK(y.numel() == x.numel(), "cpu backend: Add size mismatch");
     float* py = y.ptr<float>();
@@ -161,11 +199,13 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < y.numel(); ++i) py[i] += px[i];
   }
   void Scale(Tensor t, float alpha) override {
+    const Pace pace(slowdown_);
     float* p = t.ptr<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
   }
 
   void Gemm(Tensor c, Tensor a, bool ta, Tensor b, bool tb, float alpha, float beta) override {
+    const Pace pace(slowdown_);
     CheckF32(a, "Gemm a");
     CheckF32(b, "Gemm b");
     CheckF32(c, "Gemm c");
@@ -193,6 +233,7 @@ class CpuBackend final : public Backend {
   }
 
   void Embedding(Tensor out, Tensor tokens, Tensor table, int64_t vocab_begin) override {
+    const Pace pace(slowdown_);
     const int32_t* tok = tokens.ptr<int32_t>();
     for (int64_t t = 0; t < out.rows; ++t) {
       const int64_t row = tok[t] - vocab_begin;
@@ -205,6 +246,7 @@ class CpuBackend final : public Backend {
     }
   }
   void EmbeddingBackward(Tensor grad_table, Tensor tokens, Tensor dout, int64_t vocab_begin) override {
+    const Pace pace(slowdown_);
     const int32_t* tok = tokens.ptr<int32_t>();
     for (int64_t t = 0; t < dout.rows; ++t) {
       const int64_t row = tok[t] - vocab_begin;
@@ -216,6 +258,7 @@ class CpuBackend final : public Backend {
   }
 
   void RmsNorm(Tensor out, Tensor inv_rms, Tensor x, Tensor w, float eps) override {
+    const Pace pace(slowdown_);
     const int64_t n = x.cols;
     for (int64_t t = 0; t < x.rows; ++t) {
       const float* xr = x.ptr<float>() + t * n;
@@ -229,6 +272,7 @@ class CpuBackend final : public Backend {
   }
   void RmsNormBackward(Tensor dx, Tensor grad_w, Tensor x, Tensor w, Tensor inv_rms, Tensor dout,
                        bool accumulate_dx) override {
+    const Pace pace(slowdown_);
     const int64_t n = x.cols;
     const float* pw = w.ptr<float>();
     float* gw = grad_w.ptr<float>();
@@ -251,6 +295,7 @@ class CpuBackend final : public Backend {
   }
 
   void Rope(Tensor x, int64_t seq, int64_t heads, int64_t head_dim, float theta, bool inverse) override {
+    const Pace pace(slowdown_);
     const int64_t half = head_dim / 2;
     std::vector<float> cs(static_cast<size_t>(seq * half)), sn(cs.size());
     for (int64_t p = 0; p < seq; ++p) {
@@ -280,6 +325,7 @@ class CpuBackend final : public Backend {
   // keys [0, r0 + n), the causal softmax, the output; rows outside the live ranges (context parallelism's
   // other chunks) get a zero output and are left out of the probabilities.
   void Attention(Tensor out, Tensor probs, Tensor q, Tensor k, Tensor v, const AttentionShape& s) override {
+    const Pace pace(slowdown_);
     Progress();
     const int64_t group = s.q_heads / s.kv_heads, S = s.seq, hd = s.head_dim;
     const auto live = s.live_rows();
@@ -316,6 +362,7 @@ class CpuBackend final : public Backend {
   }
   void AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor probs,
                          const AttentionShape& s) override {
+    const Pace pace(slowdown_);
     const int64_t group = s.q_heads / s.kv_heads, S = s.seq, hd = s.head_dim;
     const auto live = s.live_rows();
     M(dk).setZero();
@@ -351,11 +398,13 @@ class CpuBackend final : public Backend {
   }
 
   void SwiGlu(Tensor out, Tensor gate, Tensor up) override {
+    const Pace pace(slowdown_);
     const float *g = gate.ptr<float>(), *u = up.ptr<float>();
     float* o = out.ptr<float>();
     for (int64_t i = 0; i < out.numel(); ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
   void SwiGluBackward(Tensor dgate, Tensor dup, Tensor gate, Tensor up, Tensor dout) override {
+    const Pace pace(slowdown_);
     const float *g = gate.ptr<float>(), *u = up.ptr<float>(), *d = dout.ptr<float>();
     for (int64_t i = 0; i < dout.numel(); ++i) {
       const float sig = 1.0f / (1.0f + std::exp(-g[i]));
@@ -366,12 +415,14 @@ class CpuBackend final : public Backend {
   }
 
   void CrossEntropyMax(Tensor row_max, Tensor logits) override {
+    const Pace pace(slowdown_);
     for (int64_t t = 0; t < logits.rows; ++t) {
       const float* l = logits.ptr<float>() + t * logits.cols;
       row_max.ptr<float>()[t] = *std::max_element(l, l + logits.cols);
     }
   }
   void CrossEntropySums(Tensor sums, Tensor row_max, Tensor logits, Tensor labels, int64_t vocab_begin) override {
+    const Pace pace(slowdown_);
     for (int64_t t = 0; t < logits.rows; ++t) {
       const float* l = logits.ptr<float>() + t * logits.cols;
       const float mx = row_max.ptr<float>()[t];
@@ -384,6 +435,7 @@ class CpuBackend final : public Backend {
   }
   void CrossEntropyFinish(Tensor logits, Tensor loss, Tensor row_max, Tensor sums, Tensor labels,
                           int64_t vocab_begin, float grad_scale, bool add_loss) override {
+    const Pace pace(slowdown_);
     double total = 0;
     for (int64_t t = 0; t < logits.rows; ++t) {
       float* l = logits.ptr<float>() + t * logits.cols;
@@ -405,6 +457,7 @@ class CpuBackend final : public Backend {
     }
   }
   void Adam(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor weight, const AdamParams& a) override {
+    const Pace pace(slowdown_);
     const float c1 = 1.0f - std::pow(a.beta1, float(a.step)), c2 = 1.0f - std::pow(a.beta2, float(a.step));
     float *p = param.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
     const float* g = grad.ptr<float>();
@@ -467,6 +520,7 @@ class CpuBackend final : public Backend {
     }
   }
 
+  double slowdown_;                  // Pace
   std::function<void()> progress_;  // SetProgressHook
   // Guards the allocation table, the marks and the side queue (the side stream's worker allocates and
   // records too).
@@ -487,13 +541,14 @@ thread_local bool CpuBackend::on_side_thread_ = false;
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCpuBackend() {
+std::unique_ptr<Backend> MakeCpuBackend(double slowdown) {
   // Keep freed memory in the process, as GPU frameworks' caching allocators do: by default glibc maps
   // every block over 128 KiB afresh and returns it on free, so each step's gradient-sync buffer and
   // activations would page-fault in again (about 4x the time of the all-reduce they feed, measured).
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  return std::make_unique<CpuBackend>();
+  HETSIM_CHECK(slowdown >= 1, "MakeCpuBackend: slowdown " + std::to_string(slowdown) + " < 1");
+  return std::make_unique<CpuBackend>(slowdown);
 }
 
 }  // namespace hetsim::executor

@@ -8,6 +8,8 @@
 
 namespace hetsim::executor {
 
-std::unique_ptr<Backend> MakeCpuBackend();
+// `slowdown` >= 1: a slower CPU worker (rank_kinds.h), each kernel taking `slowdown` times its time here (the
+// rank keeps its core for the difference).
+std::unique_ptr<Backend> MakeCpuBackend(double slowdown = 1);
 
 }  // namespace hetsim::executor

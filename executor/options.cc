@@ -25,7 +25,7 @@ std::string RelativeTo(const std::string& ref, const std::string& plan_file) {
 Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::string* help) {
   ExecOptions o;
   po::options_description desc(
-      "usage: mpirun -np R hetsim-exec --plan P [--cluster C] [--model M] [--training T] --backend cpu|cuda\n\n"
+      "usage: mpirun -np R hetsim-exec --plan P [--cluster C] [--model M] [--training T] [--backend auto|cpu|cuda]\n\n"
       "Runs a plan for real, one MPI rank per device of the plan, and reports like the simulator.\n\nflags");
   uint64_t seed = o.seed;
   // Counts are read as signed numbers and checked: an unsigned flag would take "-1" as 4,294,967,295.
@@ -36,7 +36,9 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
       ("cluster,c", po::value<std::string>(&o.cluster), "cluster (bundled name or file; default: the plan's)")
       ("model,m", po::value<std::string>(&o.model), "model (bundled name or file; default: the plan's)")
       ("training,t", po::value<std::string>(&o.training), "training spec file (default: the plan's, else the model's)")
-      ("backend,b", po::value<std::string>(&o.backend)->default_value("cpu"), "cpu (Eigen + MPI, fp32) | cuda (cuBLAS + NCCL)")
+      ("backend,b", po::value<std::string>(&o.backend)->default_value("auto"),
+       "auto (each rank by its device: a CPU worker runs cpu, a GPU cuda) | cpu (Eigen + MPI, fp32) | cuda "
+       "(cuBLAS + NCCL) on every rank")
       ("iterations,n", po::value<int64_t>(&iterations)->default_value(3), "timed training steps (0..1000000)")
       ("warmup,w", po::value<int64_t>(&warmup)->default_value(1), "untimed training steps before them (0..1000000)")
       ("timeout-s", po::value<double>(&o.timeout_s)->default_value(o.timeout_s),
@@ -111,9 +113,9 @@ Result<ExecOptions> ParseExecOptions(int argc, const char* const* argv, std::str
                            std::to_string(o.timeout_s));
   }
   if (o.plan.empty()) return Status::Invalid("hetsim-exec: --plan is required (`hetsim-exec --help` lists the flags)");
-  if (o.backend != "cpu" && o.backend != "cuda") {
-    return Status::Invalid("hetsim-exec: --backend: unknown backend '" + o.backend + "' (expected cpu or cuda)" +
-                           DidYouMean(o.backend, {"cpu", "cuda"}));
+  if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda") {
+    return Status::Invalid("hetsim-exec: --backend: unknown backend '" + o.backend + "' (expected auto, cpu or cuda)" +
+                           DidYouMean(o.backend, {"auto", "cpu", "cuda"}));
   }
   if (vm.count("cores")) {
     HETSIM_RETURN_IF_ERROR(count("cores", cores, 0, 65536));

@@ -21,7 +21,7 @@ struct ExecOptions {
   std::string model;     // bundled name or path; default: the plan's `model:`
   std::string training;  // training spec file (optional)
   std::string plan;      // plan file or bundled name (required)
-  std::string backend = "cpu";  // cpu | cuda
+  std::string backend = "auto";  // auto (per rank from its device type, executor/rank_kinds.h) | cpu | cuda
   uint32_t iterations = 3;      // timed iterations (training steps that are measured)
   uint32_t warmup = 1;          // untimed steps before them
   uint64_t seed = 1234;         // weights and data

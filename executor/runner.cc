@@ -3,8 +3,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <numeric>
+#include <string>
+#include <vector>
 
+#include "executor/rank_kinds.h"
 #include "executor/runner_internal.h"
+#include "executor/unified_comm.h"
 
 namespace hetsim::executor {
 
@@ -665,6 +670,60 @@ uint32_t AutoCorePool(int rank, int world) {
   return cores > 0 && local == world && local > cores ? static_cast<uint32_t>(std::max(1L, cores - 1)) : 0;
 }
 
+// What a job of these rank kinds needs from this build and this MPI, checked the same on every rank.
+Status CheckRankKinds(const RankKinds& kinds, const ExecPlan& plan, const std::string& file) {
+#ifndef HETSIM_EXECUTOR_CUDA
+  if (kinds.has(BackendKind::kCuda)) {
+    return Status::Invalid("hetsim-exec: " + kinds.Describe() +
+                           ": this build has no CUDA backend (it is built when CMake finds the CUDA toolkit, nvcc and "
+                           "nccl.h); run CPU workers only, or pass --backend cpu");
+  }
+#endif
+  if (plan.lowering.comm.dp_overlap() && kinds.has(BackendKind::kCpu) && g_mpi_thread_level < MPI_THREAD_MULTIPLE) {
+    return Status::Invalid(file + ": comm.dp_overlap: the CPU backend overlaps the gradient sync on a second thread, "
+                           "and this MPI library does not provide MPI_THREAD_MULTIPLE; use an MPI built with thread "
+                           "support or set comm.dp_overlap: false");
+  }
+  if (plan.lowering.comm.dp_overlap() && kinds.has(BackendKind::kCpu) && kinds.has(BackendKind::kCuda)) {
+    return Status::Invalid(file + ": comm.dp_overlap: a job of CPU and CUDA ranks runs its gradient sync on the main "
+                           "stream (the host-staged collectives of the CUDA side stream are not implemented); set "
+                           "comm.dp_overlap: false");
+  }
+  return Status::Ok();
+}
+
+// --cores, or its default: a pool only for jobs of CPU ranks (a CUDA rank would hold its core through its NCCL
+// waits, which a pool of fewer cores than ranks cannot give).
+Result<uint32_t> CorePoolOf(const ExecOptions& o, const RankKinds& kinds, int rank, int world) {
+  const bool cuda = kinds.has(BackendKind::kCuda);
+  const uint32_t cores = o.cores ? *o.cores : cuda ? 0 : AutoCorePool(rank, world);
+  if (cores > 0 && cuda) {
+    return Status::Invalid("hetsim-exec: --cores " + std::to_string(cores) +
+                           ": a pool of cores is for jobs of CPU ranks only, and this one has CUDA ranks; pass --cores 0");
+  }
+  if (cores > 0 && LocalRanks(rank) != world) {
+    return Status::Invalid("hetsim-exec: --cores " + std::to_string(cores) +
+                           ": a pool of cores is shared by ranks of one machine, and this job spans several; pass "
+                           "--cores 0");
+  }
+  return cores;
+}
+
+// This rank's GPU on its machine: how many of the machine's CUDA ranks come before it (collective over
+// MPI_COMM_WORLD: every rank calls it).
+int LocalCudaIndex(const RankKinds& kinds, int rank) {
+  MPI_Comm local;
+  int size = 1;
+  HETSIM_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  HETSIM_MPI_CHECK(MPI_Comm_size(local, &size));
+  std::vector<int> ranks(static_cast<size_t>(size));
+  HETSIM_MPI_CHECK(MPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, local));
+  MPI_Comm_free(&local);
+  int index = 0;
+  for (int r : ranks) index += r < rank && kinds.of(r).backend == BackendKind::kCuda;
+  return index;
+}
+
 int Fail(int rank, const Status& s, int code) {
   if (rank == 0) std::fprintf(stderr, "%s\n", s.message().c_str());
   return code;
@@ -699,67 +758,45 @@ int Run(int rank, int world, int argc, char** argv) {
                                 "rank; profile a plan without virtual stages (schedule: 1f1b)"),
                 1);
   }
-  const auto dtype = specs->training.dtype();
+  auto kinds = RankKinds::Choose(*plan, specs->cluster, options->backend, specs->training.dtype(), specs->plan_file);
+  if (!kinds.ok()) return Fail(rank, kinds.status(), 1);
+  if (Status s = CheckRankKinds(*kinds, *plan, specs->plan_file); !s.ok()) return Fail(rank, s, 1);
+  auto cores = CorePoolOf(*options, *kinds, rank, world);
+  if (!cores.ok()) return Fail(rank, cores.status(), 2);
+  ShareCores(*cores);
+  if (rank == 0 && *cores > 0) {
+    std::printf("hetsim-exec: %d ranks share a pool of %u cores: at most %u compute at once, the others wait "
+                "(--cores)\n", world, *cores, *cores);
+  }
+  // Collective (every rank, whatever its backend): this rank's GPU among the machine's CUDA ranks.
+  const int gpu_index = LocalCudaIndex(*kinds, rank);
   std::unique_ptr<Backend> backend;
   std::unique_ptr<CommFactory> factory;
-  if (options->backend == "cpu") {
-    if (dtype != proto::DTYPE_FP32) {
-      return Fail(rank,
-                  Status::Invalid(specs->plan_file + ": training.dtype: the CPU backend computes in fp32; set "
-                                  "`training: {dtype: fp32}` in the plan or pass --dtype fp32"),
-                  1);
-    }
-    if (plan->lowering.comm.dp_overlap() && g_mpi_thread_level < MPI_THREAD_MULTIPLE) {
-      return Fail(rank,
-                  Status::Invalid(specs->plan_file + ": comm.dp_overlap: the CPU backend overlaps the gradient sync "
-                                  "on a second thread, and this MPI library does not provide MPI_THREAD_MULTIPLE; "
-                                  "use an MPI built with thread support or set comm.dp_overlap: false"),
-                  1);
-    }
-    backend = MakeCpuBackend();
+  const RankKind& mine = kinds->of(rank);
+  if (mine.backend == BackendKind::kCpu) {
+    backend = MakeCpuBackend(mine.slowdown);
     factory = MakeMpiCommFactory();
-    const uint32_t cores = options->cores ? *options->cores : AutoCorePool(rank, world);
-    if (cores > 0 && LocalRanks(rank) != world) {
-      return Fail(rank,
-                  Status::Invalid("hetsim-exec: --cores " + std::to_string(cores) +
-                                  ": a pool of cores is shared by ranks of one machine, and this job spans several; "
-                                  "pass --cores 0"),
-                  2);
-    }
-    ShareCores(cores);
-    if (rank == 0 && cores > 0) {
-      std::printf("hetsim-exec: %d ranks share a pool of %u cores: at most %u compute at once, the others wait "
-                  "(--cores)\n", world, cores, cores);
-    }
   } else {
 #ifdef HETSIM_EXECUTOR_CUDA
-    if (dtype != proto::DTYPE_BF16 && dtype != proto::DTYPE_FP32) {
-      return Fail(rank,
-                  Status::Invalid(specs->plan_file + ": training.dtype: the CUDA backend runs bf16 or fp32, not " +
-                                  models::DTypeName(dtype) +
-                                  " (fp16 would need loss scaling; fp8 and tf32 GEMMs are not implemented); set "
-                                  "`training: {dtype: bf16}` or pass --dtype bf16"),
-                  1);
-    }
-    MPI_Comm local;
-    int local_rank = 0;
-    HETSIM_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
-    HETSIM_MPI_CHECK(MPI_Comm_rank(local, &local_rank));
-    MPI_Comm_free(&local);
-    backend = MakeCudaBackend(local_rank, dtype == proto::DTYPE_BF16 ? DType::kBF16 : DType::kF32);
+    const auto dtype = specs->training.dtype();
+    backend = MakeCudaBackend(gpu_index, dtype == proto::DTYPE_BF16 ? DType::kBF16 : DType::kF32);
     factory = MakeNcclCommFactory(backend.get());
 #else
-    return Fail(rank,
-                Status::Invalid("hetsim-exec: --backend cuda: this build has no CUDA backend (it is built when CMake "
-                                "finds the CUDA toolkit, nvcc and nccl.h)"),
-                1);
+    (void)gpu_index;
 #endif
+  }
+  std::vector<int> everyone(static_cast<size_t>(world));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  if (kinds->Mixed(everyone)) {
+    // HetHub §3.1's unified communicator: groups and channels that mix kinds go through host memory and MPI.
+    factory = MakeUnifiedCommFactory(backend.get(), std::move(factory), &*kinds);
+    if (rank == 0) std::printf("hetsim-exec: ranks of several kinds: %s\n", kinds->Describe().c_str());
   }
   if (rank == 0) {
     std::printf("hetsim-exec: plan %s (%s on %s), %d ranks, backend %s (%s), %u sequences x %u tokens per step, "
                 "schedule %s\n",
                 specs->plan_name.c_str(), specs->model.name().c_str(), specs->cluster.name().c_str(), world,
-                backend->name().c_str(), DTypeName(backend->act_dtype()), plan->global_batch, plan->seq_len,
+                kinds->Mixed(everyone) ? "mixed" : backend->name().c_str(), DTypeName(backend->act_dtype()), plan->global_batch, plan->seq_len,
                 plan->schedule == proto::Plan::SCHEDULE_GPIPE                ? "gpipe"
                 : plan->schedule == proto::Plan::SCHEDULE_INTERLEAVED_1F1B ? "interleaved 1f1b"
                                                                              : "1f1b");

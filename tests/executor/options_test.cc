@@ -18,13 +18,13 @@ TEST(OptionsTest, ParsesFlagsAndSuggestsNames) {
   EXPECT_EQ(o->iterations, 5u);
   EXPECT_EQ(o->warmup, 1u);
   EXPECT_EQ(o->seed, 9u);
-  EXPECT_EQ(o->backend, "cpu");
+  EXPECT_EQ(o->backend, "auto");
   auto bad = Parse({"--plan", "p", "--iteratons", "3"});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("did you mean '--iterations'"), std::string::npos) << bad.status().message();
   auto backend = Parse({"--plan", "p", "--backend", "cdua"});
   ASSERT_FALSE(backend.ok());
-  EXPECT_NE(backend.status().message().find("expected cpu or cuda"), std::string::npos) << backend.status().message();
+  EXPECT_NE(backend.status().message().find("expected auto, cpu or cuda"), std::string::npos) << backend.status().message();
   EXPECT_FALSE(Parse({"--iterations", "2"}).ok());  // no plan
   std::string help;
   auto h = Parse({"--help"}, &help);

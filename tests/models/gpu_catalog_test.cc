@@ -34,7 +34,7 @@ TEST(GpuCatalog, TodaysFleetsAreInTheCatalog) {
     EXPECT_GT(g.peak_bf16_tflops, 0) << name;
   }
   // 26 types before, 12 added.
-  EXPECT_EQ(GpuCatalog::Bundled().gpus().size(), 38u);
+  EXPECT_EQ(GpuCatalog::Bundled().gpus().size(), 39u);
 }
 
 // NVIDIA prints the HGX B200's peaks as 8-GPU totals with 2:4 sparsity (FP8/FP6 72 PF, FP16/BF16 36 PF, TF32

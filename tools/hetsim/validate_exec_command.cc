@@ -42,8 +42,8 @@ void DrawFigure(const std::string& csv_path, const std::string& figure, std::ost
 // The options from the flags; an exit code when they do not make any (2: a bad flag, 1: a file).
 std::optional<int> ExecOptionsFrom(const po::variables_map& vm, calibration::ExecOptions* o, std::ostream& err) {
   o->backend = vm["backend"].as<std::string>();
-  if (o->backend != "cpu" && o->backend != "cuda") {
-    err << "hetsim validate-sim: --backend: unknown backend '" << o->backend << "' (expected cpu or cuda)\n";
+  if (o->backend != "auto" && o->backend != "cpu" && o->backend != "cuda") {
+    err << "hetsim validate-sim: --backend: unknown backend '" << o->backend << "' (expected auto, cpu or cuda)\n";
     return 2;
   }
   o->calibration = vm.count("calibration") ? vm["calibration"].as<std::string>() : "";
@@ -51,7 +51,7 @@ std::optional<int> ExecOptionsFrom(const po::variables_map& vm, calibration::Exe
     o->calibration = "default";
     err << "warning: --calibration not given: the bundled default's values for this device are not measured here; "
            "run `hetsim calibrate --backend "
-        << o->backend << "` and pass its file\n";
+        << (o->backend == "auto" ? std::string("cpu --gpu cpu,cpu-slow") : o->backend) << "` and pass its file\n";
   }
   if (Status c = models::CheckKernelCalibration(o->calibration); !c.ok()) {
     err << c.message() << "\n";

@@ -197,7 +197,9 @@ Command ValidateSimCommand() {
                 ("executor", po::bool_switch()->default_value(false),
                  "compare with plans run on hetsim-exec (mpirun) instead of a CSV of measured runs")
                 ("plans", po::value<std::string>(), "--executor: comma-separated plan files or bundled names")
-                ("backend", po::value<std::string>()->default_value("cpu"), "--executor: cpu | cuda")
+                ("backend", po::value<std::string>()->default_value("cpu"),
+                 "--executor: cpu | cuda | auto (each rank by its device: CPU workers cpu, GPUs cuda; plans of several "
+                 "kinds)")
                 ("iterations", po::value<uint32_t>()->default_value(5), "--executor: timed iterations per run")
                 ("warmup", po::value<uint32_t>()->default_value(2), "--executor: untimed iterations before them")
                 ("repeats", po::value<int>()->default_value(1), "--executor: runs per plan (the median run is compared)")
