@@ -206,7 +206,9 @@ ChakraProtoMsg::GlobalMetadata MakeMetadata(const Lowering& lw, uint32_t slot, c
   chakra::Add(m.mutable_attr(), "hetsim_separate_recompute")->set_bool_val(lw.separate_recompute);
   chakra::Add(m.mutable_attr(), "hetsim_cpu_staged")->set_bool_val(lw.cpu_staged);
   chakra::Add(m.mutable_attr(), chakra::kComm)->set_bytes_val(lw.comm.SerializeAsString());
+  // Rank 0's file lists every group (the lowering may hold groups no collective uses); the others their own.
   std::map<uint32_t, bool> used;
+  for (uint32_t g = 0; slot == 0 && g < lw.groups.size(); ++g) used[g] = true;
   for (const auto* stream : {&r.ops, &r.dp_stream}) {
     for (const Op& op : *stream) {
       if (op.kind == OpKind::kCollective) used[op.group] = true;
