@@ -468,16 +468,21 @@ Result<std::vector<uint32_t>> RankDevices(const std::vector<ChakraTrace>& traces
 }
 
 // FLOPs at the calibrated GEMM rate and bytes at the calibrated HBM rate, whichever takes longer (one fused
-// kernel of the kernel model, models/kernels.h).
+// kernel of the kernel model, models/kernels.h), in the fastest of bf16, fp16 and fp32 the device computes in
+// (a trace does not say; CPU workers and older GPUs have no bf16).
 Pricer RooflinePrice(const Cluster& cluster, const std::string& calibration) {
   return [&cluster, calibration](uint32_t device, double flops, double bytes) {
     if (flops <= 0 && bytes <= 0) return 0.0;
     const GpuSpec& gpu = *cluster.device(device).gpu;
+    proto::DType dtype = proto::DTYPE_FP32;
+    for (proto::DType d : {proto::DTYPE_FP16, proto::DTYPE_BF16}) {
+      if (gpu.PeakTflops(d) >= gpu.PeakTflops(dtype)) dtype = d;
+    }
     Kernel k;
     k.type = Kernel::Type::kFused;
     k.flops = flops;
     k.bytes = bytes;
-    return KernelGpuSeconds(k, gpu, KernelParamsFor(gpu, calibration), proto::DTYPE_BF16);
+    return KernelGpuSeconds(k, gpu, KernelParamsFor(gpu, calibration), dtype);
   };
 }
 
