@@ -8,6 +8,7 @@
 // sit on the other stream and, before such a child, waits for the signals up to its parents'.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <queue>
 #include <set>
@@ -33,6 +34,21 @@ bool FromHetsim(const ChakraTrace& t) { return FindAttr(t.metadata, chakra::kRan
 double Num(const Node& n, const char* name, double dflt) {
   const auto* a = FindAttr(n, name);
   return a == nullptr ? dflt : AttrNumber(*a);
+}
+
+// A number of a damaged or foreign file held inside T's range (a cast out of range is undefined).
+template <class T>
+T Clamped(double v) {
+  const double lo = static_cast<double>(std::numeric_limits<T>::min());
+  const double hi = static_cast<double>(std::numeric_limits<T>::max());
+  if (!(v >= lo)) return std::numeric_limits<T>::min();
+  if (v >= hi) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
+template <class T>
+T Field(const Node& n, const char* name, double dflt) {
+  return Clamped<T>(Num(n, name, dflt));
 }
 
 std::pair<uint32_t, uint32_t> Range(const Node& n, const char* name) {
@@ -68,35 +84,35 @@ Result<Op> RestoreOp(const ChakraTrace& t, const Node& n, const std::vector<uint
   op.kind = k;
   if (const auto* c = FindAttr(n, chakra::kCategory)) op.category = CategoryNamed(c->string_val());
   if (k == OpKind::kCollective) {
-    HETSIM_ASSIGN_OR_RETURN(op.collective, CollectiveOf(static_cast<int64_t>(Num(n, chakra::kCommType, -1)), where));
+    HETSIM_ASSIGN_OR_RETURN(op.collective, CollectiveOf(Field<int64_t>(n, chakra::kCommType, -1), where));
     const auto* pg = FindAttr(n, chakra::kPgName);
     op.group = pg == nullptr ? kNone : static_cast<uint32_t>(std::strtoul(pg->string_val().c_str(), nullptr, 10));
   }
-  op.algorithm = static_cast<Algorithm>(Num(n, "hetsim_algorithm", 0));
-  op.reduce = static_cast<ReduceOp>(Num(n, "hetsim_reduce", 0));
-  op.channel = static_cast<uint8_t>(Num(n, "hetsim_channel", 0));
+  op.algorithm = static_cast<Algorithm>(std::min<int>(Field<uint8_t>(n, "hetsim_algorithm", 0), 2));
+  op.reduce = static_cast<ReduceOp>(std::min<int>(Field<uint8_t>(n, "hetsim_reduce", 0), 1));
+  op.channel = Field<uint8_t>(n, "hetsim_channel", 0);
   op.recompute = Num(n, "hetsim_recompute", 0) != 0;
   op.in_pass = Num(n, "hetsim_in_pass", 0) != 0;
-  op.hide_share = static_cast<float>(Num(n, "hetsim_hide_share", 0));
-  op.micro_batch = static_cast<uint16_t>(Num(n, "hetsim_micro_batch", 0));
-  op.bucket = static_cast<uint16_t>(Num(n, "hetsim_bucket", 0));
-  op.num_buckets = static_cast<uint16_t>(Num(n, "hetsim_num_buckets", 1));
-  op.calls = static_cast<uint32_t>(Num(n, "hetsim_calls", 1));
+  op.hide_share = static_cast<float>(std::clamp(Num(n, "hetsim_hide_share", 0), 0.0, 1.0));
+  op.micro_batch = Field<uint16_t>(n, "hetsim_micro_batch", 0);
+  op.bucket = Field<uint16_t>(n, "hetsim_bucket", 0);
+  op.num_buckets = Field<uint16_t>(n, "hetsim_num_buckets", 1);
+  op.calls = Field<uint32_t>(n, "hetsim_calls", 1);
   const double peer = Num(n, chakra::kPeer, -1);
   if (peer >= static_cast<double>(devices.size())) {
     return Status::Invalid(where + ": field attr hetsim_peer names rank " + std::to_string(static_cast<int64_t>(peer)) +
                            ", but there are " + std::to_string(devices.size()) + " ranks (give every rank's file)");
   }
   op.peer = peer < 0 ? kNone : devices[static_cast<size_t>(peer)];
-  op.rank = static_cast<uint32_t>(Num(n, "hetsim_group_rank", 0));
+  op.rank = Field<uint32_t>(n, "hetsim_group_rank", 0);
   const double sync = Num(n, "hetsim_sync_group", -1);
-  op.sync_group = sync < 0 ? kNone : static_cast<uint32_t>(sync);
+  op.sync_group = sync < 0 ? kNone : Clamped<uint32_t>(sync);
   std::tie(op.layer_begin, op.layer_end) = Range(n, "hetsim_layers");
   std::tie(op.seq_begin, op.seq_end) = Range(n, "hetsim_seqs");
   op.bytes = Num(n, "hetsim_bytes", 0);
   op.flops = Num(n, "hetsim_flops", 0);
   op.params = Num(n, "hetsim_params", 0);
-  op.host_ranks = static_cast<uint32_t>(Num(n, "hetsim_host_ranks", 0));
+  op.host_ranks = Field<uint32_t>(n, "hetsim_host_ranks", 0);
   op.to_host = Num(n, "hetsim_to_host", 0) != 0;
   return op;
 }
@@ -131,12 +147,12 @@ Status RestoreRank(const ChakraTrace& t, uint32_t slot, const std::vector<uint32
                    const Pricer& price, ImportedChakra* out) {
   RankOps& r = out->lowering.ranks[slot];
   r.device = devices[slot];
-  if (const auto* a = FindAttr(t.metadata, chakra::kPipeline)) r.pipeline = static_cast<uint32_t>(AttrNumber(*a));
-  if (const auto* a = FindAttr(t.metadata, chakra::kStage)) r.stage = static_cast<uint32_t>(AttrNumber(*a));
+  if (const auto* a = FindAttr(t.metadata, chakra::kPipeline)) r.pipeline = Clamped<uint32_t>(AttrNumber(*a));
+  if (const auto* a = FindAttr(t.metadata, chakra::kStage)) r.stage = Clamped<uint32_t>(AttrNumber(*a));
   std::vector<std::pair<int64_t, const Node*>> by_stream[2];
   for (const auto& n : t.nodes) {
     const int s = Num(n, chakra::kStream, 0) == 0 ? 0 : 1;
-    by_stream[s].emplace_back(static_cast<int64_t>(Num(n, chakra::kIndex, -1)), &n);
+    by_stream[s].emplace_back(Field<int64_t>(n, chakra::kIndex, -1), &n);
   }
   for (int s = 0; s < 2; ++s) {
     auto& nodes = by_stream[s];
@@ -336,8 +352,8 @@ Result<Op> GenericOp(const ChakraTrace& t, const GraphNode& gn, uint32_t slot, c
       }
       op.kind = OpKind::kCollective;
       op.category = Category::kDp;
-      HETSIM_ASSIGN_OR_RETURN(op.collective, CollectiveOf(static_cast<int64_t>(AttrNumber(*type)), Where(t, n)));
-      op.bytes = static_cast<int64_t>(AttrNumber(*type)) == ChakraProtoMsg::BARRIER ? 0 : Num(n, chakra::kCommSize, 0);
+      HETSIM_ASSIGN_OR_RETURN(op.collective, CollectiveOf(Clamped<int64_t>(AttrNumber(*type)), Where(t, n)));
+      op.bytes = Clamped<int64_t>(AttrNumber(*type)) == ChakraProtoMsg::BARRIER ? 0 : Num(n, chakra::kCommSize, 0);
       const auto* pg = FindAttr(n, chakra::kPgName);
       op.group = cx->group_of.at(pg == nullptr ? "" : pg->string_val());
       const auto& members = lw.groups[op.group];
