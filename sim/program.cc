@@ -72,7 +72,7 @@ double ComputeSeconds(const models::Op& op, const models::RankOps& r, const mode
 void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r, const models::GpuSpec& gpu,
             const models::NodeInfo& node, const std::vector<std::vector<uint32_t>>& groups,
             const std::vector<models::GroupComm>& group_comm, const models::ComputeCost& cost, GpuCosts& consts,
-            const Fidelity& fid, bool separate_recompute) {
+            const Fidelity& fid, bool separate_recompute, double given_s) {
   Op op;
   op.kind = PlayKind(lo.kind);
   op.category = lo.category;
@@ -87,7 +87,8 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   op.to_host = lo.to_host;
   op.hide_share = lo.hide_share;
   if (lo.kind == models::OpKind::kCompute) {
-    op.seconds = ComputeSeconds(lo, r, gpu, node, cost, consts, separate_recompute);  // (0: models::DropIdleCompute)
+    op.seconds = given_s >= 0 ? given_s : ComputeSeconds(lo, r, gpu, node, cost, consts, separate_recompute);
+    // (0: models::DropIdleCompute)
     // Consecutive compute of the same pass is one slice.
     if (!out.empty() && out.back().kind == OpKind::kCompute && out.back().category == op.category &&
         out.back().micro_batch == op.micro_batch) {
@@ -261,7 +262,7 @@ bool HasSkeletons(const models::Lowering& lowering) {
 
 // ProgramsFromLowering, with the fold decided already (`decided`: LowerFolding's) or not.
 Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, const models::ComputeCost& cost,
-               const ProgramOptions& options, models::RankFold* decided) {
+               const ProgramOptions& options, models::RankFold* decided, const ComputeSecondsFn& compute_seconds = {}) {
   Programs out;
   out.fidelity = options.fidelity;
   TakePlacement(lowering, ctx, &out);
@@ -311,13 +312,17 @@ Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, cons
     GpuCosts& consts = costs->second;
     prog.ops.reserve(r.ops.size());
     prog.dp_stream.reserve(r.dp_stream.size());
-    for (const auto& lo : r.ops) {
-      Append(prog.ops, lo, r, gpu, node, out.groups, group_comm, cost, consts, options.fidelity,
-             separate_recompute);
+    // Seconds given for the compute (imported traces), or −1: the cost model prices it.
+    const auto given = [&](bool dp, size_t k) {
+      return compute_seconds ? compute_seconds(static_cast<uint32_t>(i), dp, k) : -1.0;
+    };
+    for (size_t k = 0; k < r.ops.size(); ++k) {
+      Append(prog.ops, r.ops[k], r, gpu, node, out.groups, group_comm, cost, consts, options.fidelity,
+             separate_recompute, given(false, k));
     }
-    for (const auto& lo : r.dp_stream) {
-      Append(prog.dp_stream, lo, r, gpu, node, out.groups, group_comm, cost, consts, options.fidelity,
-             separate_recompute);
+    for (size_t k = 0; k < r.dp_stream.size(); ++k) {
+      Append(prog.dp_stream, r.dp_stream[k], r, gpu, node, out.groups, group_comm, cost, consts, options.fidelity,
+             separate_recompute, given(true, k));
     }
     std::vector<models::Op>().swap(r.ops);
     std::vector<models::Op>().swap(r.dp_stream);
@@ -333,9 +338,23 @@ Programs Price(models::Lowering&& lowering, const models::PlanContext& ctx, cons
 
 }  // namespace
 
+double PriceComputeOp(const models::Op& op, const models::RankOps& r, const models::PlanContext& ctx,
+                      const models::ComputeCost& cost, bool separate_recompute) {
+  const models::GpuSpec& gpu = *ctx.cluster.device(r.device).gpu;
+  const models::NodeInfo& node = ctx.cluster.node(ctx.cluster.device(r.device).node);
+  const GpuCosts consts(gpu, cost);
+  return ComputeSeconds(op, r, gpu, node, cost, consts, separate_recompute);
+}
+
 Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
                               const models::ComputeCost& cost, const ProgramOptions& options) {
   return Price(std::move(lowering), ctx, cost, options, nullptr);
+}
+
+Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
+                              const models::ComputeCost& cost, const ProgramOptions& options,
+                              const ComputeSecondsFn& compute_seconds) {
+  return Price(std::move(lowering), ctx, cost, options, nullptr, compute_seconds);
 }
 
 Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContext& ctx,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -183,11 +184,23 @@ using models::kTpOverlapChunks;
 Result<Programs> BuildPrograms(const proto::Plan& plan, const models::PlanContext& ctx, const models::ComputeCost& cost,
                                const ProgramOptions& options);
 
+// The seconds ProgramsFromLowering gives compute operation `op` of rank `r` (before consecutive compute of
+// one pass is merged into one operation): what `hetsim export-chakra` records as each node's duration.
+double PriceComputeOp(const models::Op& op, const models::RankOps& r, const models::PlanContext& ctx,
+                      const models::ComputeCost& cost, bool separate_recompute);
+
 // Costs an existing lowering (consumed: its operation lists are released device by device). A lowering
 // with skeletons (models::LoweringOptions::skeletons) is folded by comparing those; a partial one
 // (lower_devices) only when it folds — otherwise the ranks left out get empty programs.
 Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
                               const models::ComputeCost& cost, const ProgramOptions& options);
+// The same with the seconds of every compute operation given instead of the cost model's price (imported
+// Chakra traces, sim/chakra.h): compute_seconds(slot, dp_stream, index) for operation `index` of slot
+// `slot`'s main stream (or DP stream). Collectives are priced as for a plan.
+using ComputeSecondsFn = std::function<double(uint32_t slot, bool dp_stream, size_t index)>;
+Programs ProgramsFromLowering(models::Lowering&& lowering, const models::PlanContext& ctx,
+                              const models::ComputeCost& cost, const ProgramOptions& options,
+                              const ComputeSecondsFn& compute_seconds);
 
 // The folding decision, taken two ways. Structurally (what BuildPrograms does): the plan's shape first —
 // no CPU staging, every pipeline as deep as pipeline 0 with stages as wide, one replica and one sequence

@@ -36,6 +36,7 @@ const std::vector<Command>& Commands();
 std::vector<Command> SpecCommands();     // list, validate, describe (commands.cc)
 std::vector<Command> PlannerCommands();  // plan (plan_commands.cc)
 std::vector<Command> SimCommands();      // simulate (sim_commands.cc)
+std::vector<Command> ChakraCommands();   // export-chakra, import-chakra (chakra_commands.cc)
 std::vector<Command> RunCommands();      // run (run_command.cc; needs the planners room)
 Command ValidateSimCommand();             // validate-sim (validate_sim_command.cc; needs the planners room)
 std::vector<Command> CalibrationCommands();  // calibrate (calibrate_command.cc; needs the calibration room)

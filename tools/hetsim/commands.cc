@@ -342,6 +342,7 @@ const std::vector<Command>& Commands() {
     std::vector<Command> all = SpecCommands();
     for (auto&& c : PlannerCommands()) all.push_back(std::move(c));
     for (auto&& c : SimCommands()) all.push_back(std::move(c));
+    for (auto&& c : ChakraCommands()) all.push_back(std::move(c));
     for (auto&& c : RunCommands()) all.push_back(std::move(c));
     for (auto&& c : CalibrationCommands()) all.push_back(std::move(c));
     for (auto&& c : TraceCommands()) all.push_back(std::move(c));
