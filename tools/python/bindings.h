@@ -89,6 +89,9 @@ py::dict ModelDict(const models::TransformerModel& model);
 void ParseText(const std::string& text, const std::string& label, google::protobuf::Message* msg);
 // A message as JSON (proto field names, every field), which the Python side turns into dicts.
 std::string ToJson(const google::protobuf::Message& msg);
+// A message as Python values in its YAML form (the spec files' keys and enum names, only the fields set):
+// what json.dumps of it parses back to the same message.
+py::object MessageToPython(const google::protobuf::Message& msg);
 
 // A callable that may be None: called with the GIL taken; a Python exception from it is reported as
 // unraisable (printed) and the computation goes on.

@@ -11,6 +11,7 @@
 #include "models/plan.h"
 #include "models/profile_db.h"
 #include "models/kernels.h"
+#include "models/yaml_proto.h"
 #include "planners/planner.h"
 #include "sim/planning/refine.h"
 #include "tools/python/bindings.h"
@@ -45,6 +46,14 @@ py::object YamlToPython(const YAML::Node& node) {
   return py::str(s);
 }
 
+}  // namespace
+
+py::object MessageToPython(const google::protobuf::Message& msg) {
+  return YamlToPython(YAML::Load(models::MessageToYaml(msg)));
+}
+
+namespace {
+
 // A plan from Python (a dict of the plan file's keys, a hetsim.Plan, or YAML text), parsed as a plan file is;
 // errors name `label` and the key path.
 proto::Plan PlanFromPython(py::handle obj, const std::string& label) {
@@ -76,7 +85,7 @@ class ProblemView {
   }
   py::dict Cluster() const { return ClusterDict(get().cluster); }
   py::dict Model() const { return ModelDict(get().model); }
-  std::string TrainingJson() const { return ToJson(get().training); }
+  py::object Training() const { return MessageToPython(get().training); }
   // The analytic estimate (the baselines' cost model, planners/cost_model.h) of a plan, memory included.
   py::dict Estimate(py::handle plan_obj) const {
     const proto::Plan plan = PlanFromPython(plan_obj, "estimate(plan)");
@@ -229,7 +238,7 @@ py::dict PlanResultDict(const planners::PlannerResult& r, const planning::Refine
   proto::Plan named = r.plan;
   if (named.name().empty()) named.set_name(r.plan.planner() + "-" + specs.model->name() + "-" + specs.cluster->name());
   py::dict d;
-  d["plan_json"] = ToJson(r.plan);
+  d["plan"] = MessageToPython(r.plan);
   d["plan_yaml"] = planners::PlanFileYaml(named, s.cluster.ref, s.model.ref, specs.training);
   d["description"] = models::DescribePlan(r.plan, ctx) + planners::DescribeEstimate(r.estimate) +
                      planners::DescribeStats(r.stats);
@@ -237,7 +246,7 @@ py::dict PlanResultDict(const planners::PlannerResult& r, const planning::Refine
   d["candidates"] = r.stats.candidates_evaluated;
   d["search_wall_s"] = r.stats.wall_time_s;
   d["notes"] = r.stats.notes;
-  d["training_json"] = ToJson(specs.training);
+  d["training"] = MessageToPython(specs.training);
   if (!checked.candidates.empty()) {
     d["twin_chosen_rank"] = checked.candidates[checked.chosen].rank;
     d["twin_simulated_s"] = checked.candidates[checked.chosen].simulated_s;
@@ -283,7 +292,7 @@ void BindPlanners(py::module_& m) {
   py::class_<ProblemView>(m, "ProblemView", "The problem a Python planner's make_plan receives (see hetsim.Problem)")
       .def("cluster", &ProblemView::Cluster)
       .def("model", &ProblemView::Model)
-      .def("training_json", &ProblemView::TrainingJson)
+      .def("training", &ProblemView::Training)
       .def("estimate", &ProblemView::Estimate, py::arg("plan"))
       .def("validate", &ProblemView::Validate, py::arg("plan"));
   py::class_<PlanArgs>(m, "PlanArgs", "Which planner and how (the CLI's plan flags)")

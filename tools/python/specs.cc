@@ -166,7 +166,7 @@ py::dict ClusterDict(const models::Cluster& c) {
   info["num_devices"] = c.num_devices();
   info["num_nodes"] = c.nodes().size();
   info["devices"] = devices;
-  info["spec_json"] = ToJson(c.spec());
+  info["spec"] = MessageToPython(c.spec());
   info["description"] = models::DescribeCluster(c);
   return info;
 }
@@ -177,15 +177,15 @@ py::dict ModelDict(const models::TransformerModel& m) {
   info["num_blocks"] = m.num_blocks();
   info["num_layers"] = m.num_layers();  // blocks plus the embedding and the head, as plans count layers
   info["params"] = m.TotalParams();
-  info["spec_json"] = ToJson(m.spec());
+  info["spec"] = MessageToPython(m.spec());
   info["description"] = models::DescribeModel(m);
   return info;
 }
 
 namespace {
 
-// The resolved training spec (defaults from the model) as JSON.
-std::string ResolvedTraining(const SpecSources& s) { return ToJson(LoadSpecs(s, false, true).training); }
+// The resolved training spec (defaults from the model).
+py::object ResolvedTraining(const SpecSources& s) { return MessageToPython(LoadSpecs(s, false, true).training); }
 
 // Checks a plan in full against its cluster, model and training (`hetsim validate`): a one-line description.
 std::string ValidatePlan(const SpecSources& s) {
