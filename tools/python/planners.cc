@@ -24,14 +24,15 @@ py::object YamlToPython(const YAML::Node& node) {
   if (node.IsMap()) {
     py::dict d;
     for (const auto& kv : node) d[py::str(kv.first.Scalar())] = YamlToPython(kv.second);
-    return std::move(d);
+    return d;
   }
   if (node.IsSequence()) {
     py::list l;
     for (const auto& v : node) l.append(YamlToPython(v));
-    return std::move(l);
+    return l;
   }
-  if (!node.IsScalar() || node.Tag() == "!" ) return node.IsScalar() ? py::str(node.Scalar()) : py::none();
+  if (!node.IsScalar()) return py::none();
+  if (node.Tag() == "!") return py::str(node.Scalar());  // quoted: a string whatever it looks like
   const std::string& s = node.Scalar();
   if (s == "null" || s == "~") return py::none();
   if (s == "true" || s == "false") return py::bool_(s == "true");

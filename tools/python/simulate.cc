@@ -2,7 +2,10 @@
 // a replay over a trace (`hetsim replay`), with the steps and checks of tools/hetsim/sim_commands.cc and
 // replay_command.cc. The GIL is released while the libraries work.
 #include <algorithm>
+#include <chrono>
+#include <initializer_list>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "models/intervals.h"
@@ -10,6 +13,7 @@
 #include "models/lowering.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
+#include "models/yaml_proto.h"
 #include "sim/replay.h"
 #include "sim/runner/replay_setup.h"
 #include "sim/simulator.h"
@@ -110,7 +114,14 @@ std::function<void(const sim::SimProgress&)> ProgressTo(const py::object& callba
   };
 }
 
-py::dict Simulate(const SpecSources& sources, const SimArgs& a) {
+// What a simulation gives back, computed without the GIL.
+struct Simulated {
+  sim::SimResult result;
+  models::PredictionInterval interval;
+  std::string calibration;
+};
+
+Simulated SimulateWithoutGil(const SpecSources& sources, const SimArgs& a) {
   const Specs specs = LoadSpecs(sources, true, true);
   if (!specs.plan) throw SpecError("simulate: give plan= (a plan file, dict or hetsim.Plan) or planner=");
   models::PlanContext ctx{*specs.cluster, *specs.model, specs.training};
@@ -127,28 +138,56 @@ py::dict Simulate(const SpecSources& sources, const SimArgs& a) {
     ChooseTimelineDevices(a, specs, &opt);
   }
   opt.progress = ProgressTo(a.progress);
-  Result<sim::SimResult> res = Status::Internal("not simulated");
+  Simulated out{Unwrap(sim::SimulateIteration(*specs.plan, ctx, opt)), {}, setup->calibration};
+  if (opt.record_timeline) {
+    Check(models::WriteFileAtomically(a.timeline_out, sim::ChromeTraceJson(out.result, *specs.cluster)));
+  }
+  proto::IterationReport& r = out.result.report;
+  if (specs.plan->name().empty()) r.set_plan(specs.plan_file);
+  out.interval = models::IntervalFor(models::ClassOf(*specs.plan, ctx.cluster, ctx.training, models::AllComputeMeasured(r)));
+  return out;
+}
+
+// The headline numbers as values; the whole report as serialized protobuf (report_bytes), turned into JSON
+// only when asked (report_json): a 16,384-GPU report is 8 MB of JSON.
+py::dict Simulate(const SpecSources& sources, const SimArgs& a) {
+  std::optional<Simulated> s;
+  const auto t0 = std::chrono::steady_clock::now();
   {
     py::gil_scoped_release release;
-    res = sim::SimulateIteration(*specs.plan, ctx, opt);
-    if (res.ok() && opt.record_timeline) {
-      Check(models::WriteFileAtomically(a.timeline_out, sim::ChromeTraceJson(*res, *specs.cluster)));
-    }
+    s = SimulateWithoutGil(sources, a);
   }
-  if (!res.ok()) ThrowStatus(res.status());
-  if (specs.plan->name().empty()) res->report.set_plan(specs.plan_file);
-  const models::PredictionInterval interval = models::IntervalFor(
-      models::ClassOf(*specs.plan, ctx.cluster, ctx.training, models::AllComputeMeasured(res->report)));
+  // The C++ side's wall time (specs loaded, plan checked, simulated): what the CLI does, without its printing;
+  // the Python layer is the rest of a hetsim.simulate call (tools/benchmarks/python_bench.py).
+  const double cpp_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const proto::IterationReport& r = s->result.report;
+  const double t = r.iteration_time_s();
   py::dict out;
-  out["report_json"] = models::ReportJson(res->report);
-  out["interval_lo_s"] = interval.lo * res->report.iteration_time_s();
-  out["interval_hi_s"] = interval.hi * res->report.iteration_time_s();
-  out["interval_runs"] = interval.runs;
-  out["interval"] = models::DescribeInterval(interval, res->report.iteration_time_s());
-  out["played_devices"] = res->played_devices;
-  out["fold_note"] = res->fold_note;
-  out["calibration"] = setup->calibration;
+  out["report_bytes"] = py::bytes(r.SerializeAsString());
+  for (const auto& [key, value] : std::initializer_list<std::pair<const char*, double>>{
+           {"iteration_time_s", t}, {"tokens_per_s", r.tokens_per_s()}, {"mfu", r.mfu()},
+           {"bubble_fraction", r.bubble_fraction()}, {"wall_time_s", r.wall_time_s()},
+           {"interval_lo_s", s->interval.lo * t}, {"interval_hi_s", s->interval.hi * t}, {"cpp_s", cpp_s}}) {
+    out[key] = value;
+  }
+  out["any_oom"] = r.any_oom();
+  out["plan"] = r.plan();
+  out["model"] = r.model();
+  out["cluster"] = r.cluster();
+  out["interval_runs"] = s->interval.runs;
+  out["interval"] = models::DescribeInterval(s->interval, t);
+  out["played_devices"] = s->result.played_devices;
+  out["fold_note"] = s->result.fold_note;
+  out["calibration"] = s->calibration;
   return out;
+}
+
+// A report from report_bytes as JSON (`hetsim simulate --report-out`'s text).
+std::string ReportBytesJson(const py::bytes& bytes) {
+  proto::IterationReport r;
+  if (!r.ParseFromString(std::string(bytes))) throw SimulationError("report_json: not a serialized IterationReport");
+  py::gil_scoped_release release;
+  return models::ReportJson(r);
 }
 
 // `lower` writes every operation; past this many the text alone is gigabytes (the CLI's bound).
@@ -253,6 +292,7 @@ void BindSimulate(py::module_& m) {
       .def_readwrite("timeline_device_ids", &SimArgs::timeline_device_ids)
       .def_readwrite("progress", &SimArgs::progress);
   m.def("simulate", &Simulate, py::arg("sources"), py::arg("args"));
+  m.def("report_json", &ReportBytesJson, py::arg("report_bytes"));
   m.def("lower", &Lower, py::arg("sources"), py::arg("fused") = false, py::arg("devices") = std::vector<uint32_t>{});
   m.def("replay", &Replay, py::arg("sources"), py::arg("replay_yaml"), py::arg("args"), py::arg("seed") = 1,
         py::arg("report_out") = "", py::arg("figure") = "");
