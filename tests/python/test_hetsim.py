@@ -141,3 +141,29 @@ def test_the_cli_refuses_python_planners(cli, tmp_path):
     done = cli("validate", str(manifest))
     assert done.returncode == 1
     assert "planners[0].python" in done.stderr and "Python package" in done.stderr
+
+
+def test_replay_equals_the_cli(cli, tmp_path):
+    out = tmp_path / "cli.json"
+    args = dict(cluster="autohet-4node", model="gpt3-350m", global_batch_size=32, seq_len=1024)
+    done = cli("replay", "--planner", "megatron", "--cluster", "autohet-4node", "--model", "gpt3-350m",
+               "--global-batch", "32", "--seq-len", "1024", "--trace", "llama3", "--days", "3", "--rate-scale", "50",
+               "--policy", "checkpoint-restart", "--policy", "hot-spares", "--report-out", str(out))
+    assert done.returncode == 0, done.stderr
+    reports = hetsim.replay("llama3", planner="megatron", days=3, rate_scale=50,
+                            policies=["checkpoint-restart", "hot-spares"], **args)
+    assert [r.to_dict() for r in reports] == json.loads(out.read_text())
+    assert reports[0].interruptions > 0 and 0 < reports[0].ettr < 1
+
+
+def test_advise_runs_a_python_planner(tmp_path):
+    config = tmp_path / "advise.yaml"
+    config.write_text("kind: advise\nname: tiny\nmodel: gpt3-350m\ntokens: 1e9\n"
+                      "training: {global_batch_size: 16, seq_len: 1024}\nobjective: cheapest\n"
+                      "gpus: [{type: a100-80gb, nodes: [1, 2], nic: {kind: roce, bandwidth_gbps: 50, attachment: per_gpu}}]\n"
+                      "planners: [{name: megatron}, {python: 'example_planner:ProportionalPipeline', label: mine}]\n"
+                      "policies: [{name: checkpoint-restart}]\ncheckpoint_intervals: [young-daly]\nseeds: 1\n"
+                      "window_days: 1\n")
+    advice = hetsim.advise(config, out_dir=tmp_path / "out")
+    assert sorted(set(advice.configurations["planner"])) == ["megatron", "mine"]  # planned, then replayed or pruned
+    assert advice.advice
