@@ -167,3 +167,9 @@ def test_advise_runs_a_python_planner(tmp_path):
     advice = hetsim.advise(config, out_dir=tmp_path / "out")
     assert sorted(set(advice.configurations["planner"])) == ["megatron", "mine"]  # planned, then replayed or pruned
     assert advice.advice
+
+
+def test_the_documented_planner_is_the_tested_one():
+    doc = open("docs/python.md").read()
+    code = open("tests/python/example_planner.py").read()
+    assert "```python\n" + code + "```" in doc

@@ -120,7 +120,8 @@ class Plan:
 
     def __repr__(self) -> str:
         est = f", estimated {self.estimated_iteration_s:.4g} s" if self.estimated_iteration_s else ""
-        return f"Plan({self.name or self.planner!r}: {self.num_pipelines} pipelines{est})"
+        n = self.num_pipelines
+        return f"Plan({self.name or self.planner!r}: {n} pipeline{'' if n == 1 else 's'}{est})"
 
 
 @dataclasses.dataclass(frozen=True)
