@@ -175,3 +175,11 @@ def test_the_documented_planner_is_the_tested_one():
     doc = open("docs/python.md").read()
     code = open("tests/python/example_planner.py").read()
     assert "```python\n" + code + "```" in doc
+
+
+def test_describe_equals_the_cli(cli):
+    done = cli("describe", "--plan", PLAN)
+    assert done.returncode == 0, done.stderr
+    assert hetsim.describe(plan=PLAN) == done.stdout
+    done = cli("describe", "--cluster", "hexiscale-case-study", "--model", "llama2-7b", "--seq-len", "2048")
+    assert hetsim.describe(cluster="hexiscale-case-study", model="llama2-7b", seq_len=2048) == done.stdout
