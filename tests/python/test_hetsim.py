@@ -183,3 +183,33 @@ def test_describe_equals_the_cli(cli):
     assert hetsim.describe(plan=PLAN) == done.stdout
     done = cli("describe", "--cluster", "hexiscale-case-study", "--model", "llama2-7b", "--seq-len", "2048")
     assert hetsim.describe(cluster="hexiscale-case-study", model="llama2-7b", seq_len=2048) == done.stdout
+
+
+class FixedMicroBatches(ProportionalPipeline):
+    """The example planner with its micro-batch size from a manifest entry's options."""
+
+    micro_batch_size = 1
+
+    def configure(self, options):
+        FixedMicroBatches.micro_batch_size = options.pop("micro_batch_size", 1)
+        super().configure(options)
+
+    def make_plan(self, problem):
+        plan = super().make_plan(problem)
+        for pipe in plan["pipelines"]:
+            pipe["num_micro_batches"] //= self.micro_batch_size
+            pipe["micro_batch_size"] = self.micro_batch_size
+        return plan
+
+
+def test_manifest_options_reach_a_python_planner_and_it_runs_in_one_process(tmp_path):
+    manifest = {"name": "options", "clusters": ["hexiscale-case-study"], "models": ["gpt3-350m"],
+                "training": {"global_batch_size": 16, "seq_len": 1024},
+                "planners": [{"python": FixedMicroBatches, "options": {"micro_batch_size": 4}}]}
+    df = hetsim.run(manifest, out_dir=tmp_path / "out")
+    assert list(df["status"]) == ["ok"] and FixedMicroBatches.micro_batch_size == 4
+    with pytest.raises(hetsim.SpecError, match="jobs=1"):
+        hetsim.run(manifest, out_dir=tmp_path / "out", jobs=2)
+    manifest["planners"][0]["options"] = {"micro_batch_sise": 4}
+    with pytest.raises(hetsim.SpecError, match="micro_batch_sise"):
+        hetsim.run(manifest, out_dir=tmp_path / "out")

@@ -55,6 +55,17 @@ py::object MessageToPython(const google::protobuf::Message& msg) {
 
 namespace {
 
+// A Python exception in one line: its type, its message and where it was raised ("ValueError: bad (at
+// my_planners.py:42)"); the full traceback is the Python side's to print.
+std::string PythonErrorText(const py::error_already_set& e) {
+  std::string text = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + py::str(e.value()).cast<std::string>();
+  py::object tb = e.trace();  // may be null (no traceback)
+  if (!tb || tb.is_none()) return text;
+  while (!tb.attr("tb_next").is_none()) tb = tb.attr("tb_next");
+  return text + " (at " + py::str(tb.attr("tb_frame").attr("f_code").attr("co_filename")).cast<std::string>() + ":" +
+         py::str(tb.attr("tb_lineno")).cast<std::string>() + ")";
+}
+
 // A plan from Python (a dict of the plan file's keys, a hetsim.Plan, or YAML text), parsed as a plan file is;
 // errors name `label` and the key path.
 proto::Plan PlanFromPython(py::handle obj, const std::string& label) {
@@ -130,7 +141,7 @@ class PyPlanner final : public planners::Planner {
     try {
       instance_.attr("configure")(YamlToPython(node));
     } catch (py::error_already_set& e) {
-      return Status::Invalid(file + ": options of planner '" + name_ + "': " + e.what());
+      return Status::Invalid(file + ": options of planner '" + name_ + "': " + PythonErrorText(e));
     }
     return Status::Ok();
   }
@@ -164,8 +175,10 @@ Result<planners::PlannerResult> PyPlanner::MakePlan(const planners::PlanningProb
     plan = PlanFromPython(result, label);
   } catch (py::error_already_set& e) {
     view.Invalidate();
-    if (e.matches(py::module_::import("hetsim").attr("InfeasibleError"))) return Status::Infeasible(label + ": " + e.what());
-    return Status::Invalid(label + " raised " + e.what());
+    if (e.matches(py::module_::import("hetsim").attr("InfeasibleError"))) {
+      return Status::Infeasible(label + ": " + PythonErrorText(e));
+    }
+    return Status::Invalid(label + " raised " + PythonErrorText(e));
   } catch (const SpecError& e) {
     view.Invalidate();
     return Status::Invalid(e.what());
@@ -207,8 +220,10 @@ Result<std::unique_ptr<planners::Planner>> CreatePythonPlanner(const std::string
     }
     return std::unique_ptr<planners::Planner>(new PyPlanner(cls(), "python:" + ref));
   } catch (py::error_already_set& e) {
-    return Status::NotFound("python planner '" + ref + "': " + e.what() +
-                            " (is the module importable from the Python that runs it, e.g. on PYTHONPATH?)");
+    const bool import = e.matches(PyExc_ImportError);
+    return Status::NotFound("python planner '" + ref + "': " + PythonErrorText(e) +
+                            (import ? " (is the module importable from the Python that runs it, e.g. on PYTHONPATH?)"
+                                    : " (expected module:Class, a subclass of hetsim.Planner)"));
   }
 }
 

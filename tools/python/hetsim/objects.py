@@ -238,7 +238,8 @@ class Planner:
 
     def configure(self, options: Dict[str, Any]) -> None:
         if options:
-            raise SpecError(f"planner {type(self).__name__} takes no options (define configure(options) to take them)")
+            raise SpecError(f"planner {type(self).__name__} takes no options, got {', '.join(map(str, options))} "
+                            "(define configure(options) to take them)")
 
     def make_plan(self, problem: Problem):
         raise NotImplementedError(f"{type(self).__name__}.make_plan(problem) is not implemented")
