@@ -58,7 +58,8 @@ namespace {
 // A Python exception in one line: its type, its message and where it was raised ("ValueError: bad (at
 // my_planners.py:42)"); the full traceback is the Python side's to print.
 std::string PythonErrorText(const py::error_already_set& e) {
-  std::string text = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + py::str(e.value()).cast<std::string>();
+  std::string text = e.type() ? py::str(e.type().attr("__name__")).cast<std::string>() : "error";
+  if (e.value()) text += ": " + py::str(e.value()).cast<std::string>();
   py::object tb = e.trace();  // may be null (no traceback)
   if (!tb || tb.is_none()) return text;
   while (!tb.attr("tb_next").is_none()) tb = tb.attr("tb_next");
