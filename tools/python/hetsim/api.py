@@ -234,6 +234,8 @@ def advise(config, out_dir=None, resume: bool = False, jobs: int = 1, prune: boo
         path = os.path.join(folder, name)
         return pd.read_csv(path) if os.path.exists(path) else pd.DataFrame()
 
-    advice_file = os.path.join(folder, "advice.json")
-    advice = json.load(open(advice_file)) if os.path.exists(advice_file) else {}
+    advice = {}
+    if os.path.exists(os.path.join(folder, "advice.json")):
+        with open(os.path.join(folder, "advice.json")) as f:
+            advice = json.load(f)
     return Advice(folder, out["summary"], table("results.csv"), table("configurations.csv"), advice)
