@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <mutex>
 
 #include "models/describe.h"
 #include "models/plan.h"
@@ -17,7 +18,46 @@ std::vector<std::string> PlannerNames() {
   return names;
 }
 
+namespace {
+
+std::mutex g_schemes_mutex;
+std::map<std::string, PlannerFactory>& Schemes() {
+  static auto* schemes = new std::map<std::string, PlannerFactory>();
+  return *schemes;
+}
+
+// A planner of a registered scheme ("python:module:Class").
+Result<std::unique_ptr<Planner>> CreateSchemePlanner(const std::string& name) {
+  const std::string scheme = name.substr(0, name.find(':'));
+  PlannerFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(g_schemes_mutex);
+    const auto it = Schemes().find(scheme);
+    if (it != Schemes().end()) factory = it->second;
+  }
+  if (!factory) {
+    return Status::NotFound("planner '" + name + "': " +
+                            (scheme == "python" ? std::string("planners written in Python run from the Python package "
+                                                              "(`hetsim.run`, `hetsim.plan`; docs/python.md), not from "
+                                                              "the command line")
+                                                : "no planner scheme '" + scheme + "' (`hetsim list planners`)"));
+  }
+  return factory(name.substr(scheme.size() + 1));
+}
+
+}  // namespace
+
+void RegisterPlannerScheme(const std::string& scheme, PlannerFactory factory) {
+  std::lock_guard<std::mutex> lock(g_schemes_mutex);
+  if (factory) {
+    Schemes()[scheme] = std::move(factory);
+  } else {
+    Schemes().erase(scheme);
+  }
+}
+
 Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name) {
+  if (name.find(':') != std::string::npos) return CreateSchemePlanner(name);
   for (const auto& p : Planners()) {
     if (p.name == name) return p.create();
   }

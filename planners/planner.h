@@ -162,6 +162,13 @@ Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name);
 Result<std::unique_ptr<Planner>> CreatePlanner(const std::string& name, const std::string& options_yaml,
                                                const std::string& file);
 
+// Planners defined outside this registry are named "<scheme>:<reference>": the Python package registers the
+// scheme "python" (`python:module:Class`, a subclass of hetsim.Planner; docs/python.md). CreatePlanner hands
+// such a name to its scheme's factory; a scheme nobody registered is an error saying where it can run.
+// Registering a scheme again replaces its factory; an empty factory removes it. Thread-safe.
+using PlannerFactory = std::function<Result<std::unique_ptr<Planner>>(const std::string& reference)>;
+void RegisterPlannerScheme(const std::string& scheme, PlannerFactory factory);
+
 // Checks that the problem can be planned for at all: every device can train in the training spec's dtype.
 Status CheckProblem(const PlanningProblem& problem);
 

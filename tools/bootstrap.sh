@@ -21,6 +21,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   # figures; the fits under tools/fit and their tests
   python3-matplotlib python3-numpy python3-scipy
+  # the Python package (tools/python, docs/python.md) and its tests
+  pybind11-dev python3-dev python3-pandas python3-pytest
 )
 
 missing=()

@@ -7,7 +7,8 @@
 # exhaustive proof against every plan of its space, also on a shared slow NIC; exhaustive against every
 # baseline on random clusters, its estimate of its own plan, HetHub's gap to it: 10-30 s each under the
 # sanitizers), whose code the smaller planner tests run here (CMakePresets.json, test presets ci and slow).
-# `--slow` runs the slow tier instead: those tests on the release build, then every benchmark of tools/bench, the CPU twin's
+# `--slow` runs the slow tier instead: those tests and the Python package's suite unsanitised (its thread-pool
+# test) on the release build, then every benchmark of tools/bench, the CPU twin's
 # timing rounds included (tens of minutes on two cores; speed and the twin's accuracy are benchmark results,
 # never test verdicts), then the documented numbers against the benchmarks' (tools/check_numbers.py).
 set -euo pipefail

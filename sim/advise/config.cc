@@ -202,7 +202,14 @@ proto::AdviseConfig ReadPlanners(Reader& r) {
   for (int i = 0; i < with_defaults.planners_size(); ++i) {
     const auto& pe = with_defaults.planners(i);
     const std::string at = "planners[" + std::to_string(i) + "]";
-    runner::PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt,
+    const auto named = runner::PlannerEntryName(pe);
+    if (!named.ok()) {
+      err(at + (pe.python().empty() ? ".name" : ".python"), named.status().message());
+      continue;
+    }
+    const std::string& name = *named;
+    const std::string default_label = pe.python().empty() ? name : pe.python();
+    runner::PlannerChoice choice{pe.label().empty() ? default_label : pe.label(), name, pe.options(), std::nullopt,
                                  pe.has_refine() ? pe.refine() : planning::kAutoRefine};
     if (!labels.insert(choice.label).second) err(at + ".label", "'" + choice.label + "' names two planners; give each its own label");
     if (pe.name() == "plan") {
@@ -216,8 +223,8 @@ proto::AdviseConfig ReadPlanners(Reader& r) {
         continue;
       }
       choice.plan = std::move(plan).value();
-    } else if (auto pl = planners::CreatePlanner(pe.name(), pe.options(), c.file + " " + at + ".options"); !pl.ok()) {
-      err(at + ".name", pl.status().message());
+    } else if (auto pl = planners::CreatePlanner(name, pe.options(), c.file + " " + at + ".options"); !pl.ok()) {
+      err(at + (pe.python().empty() ? ".name" : ".python"), pl.status().message());
       continue;
     }
     c.planners.push_back(std::move(choice));

@@ -195,7 +195,14 @@ void LoadPlanners(Manifest& m, ErrorList& errors) {
   for (int i = 0; i < e.planners_size(); ++i) {
     const auto& pe = e.planners(i);
     const std::string ppath = "planners[" + std::to_string(i) + "]";
-    PlannerChoice choice{pe.label().empty() ? pe.name() : pe.label(), pe.name(), pe.options(), std::nullopt,
+    const auto named = PlannerEntryName(pe);
+    if (!named.ok()) {
+      errors.Add(at + ppath + (pe.python().empty() ? ".name: " : ".python: ") + named.status().message());
+      continue;
+    }
+    const std::string& name = *named;
+    const std::string default_label = pe.python().empty() ? name : pe.python();
+    PlannerChoice choice{pe.label().empty() ? default_label : pe.label(), name, pe.options(), std::nullopt,
                          pe.has_refine() ? pe.refine() : planning::kAutoRefine, pe.polish()};
     if (!labels.insert(choice.label).second) {
       errors.Add(at + ppath + ".label: '" + choice.label + "' names two planners; give each its own label");
@@ -226,9 +233,9 @@ void LoadPlanners(Manifest& m, ErrorList& errors) {
       if (pe.polish() > 0 && pe.has_refine() && pe.refine() == 0) {
         errors.Add(at + ppath + ".polish: polishing starts from the twin check's choice; drop refine: 0 or polish");
       }
-      auto planner = planners::CreatePlanner(pe.name(), pe.options(), m.file + " " + ppath + ".options");
+      auto planner = planners::CreatePlanner(name, pe.options(), m.file + " " + ppath + ".options");
       if (!planner.ok()) {
-        errors.Add(at + ppath + ".name: " + planner.status().message());
+        errors.Add(at + ppath + (pe.python().empty() ? ".name: " : ".python: ") + planner.status().message());
         continue;
       }
     }
@@ -553,8 +560,23 @@ void CheckFixedPlans(const Manifest& m, const std::vector<uint32_t>& cluster_gpu
 
 }  // namespace
 
+Result<std::string> PlannerEntryName(const proto::PlannerEntry& pe) {
+  if (!pe.python().empty() && !pe.name().empty()) {
+    return Status::Invalid("a planner entry has `name` or `python`, not both; keep one");
+  }
+  if (pe.python().empty() && pe.name().empty()) {
+    return Status::Invalid("missing key 'name' (a registered planner, `hetsim list planners`; or `python: "
+                           "module:Class`, a planner written in Python, from the Python package: docs/python.md)");
+  }
+  return pe.python().empty() ? pe.name() : "python:" + pe.python();
+}
+
 Result<Manifest> LoadManifest(const std::string& path) {
   HETSIM_ASSIGN_OR_RETURN(models::SpecText src, models::ReadSpec(models::SpecKind::kExperiment, path));
+  return LoadManifest(src);
+}
+
+Result<Manifest> LoadManifest(const models::SpecText& src) {
   Manifest m;
   m.file = src.file;
   HETSIM_RETURN_IF_ERROR(models::ParseSpec(src, models::SpecKind::kExperiment, &m.spec));

@@ -9,6 +9,7 @@
 
 #include "models/cluster.h"
 #include "models/profile_db.h"
+#include "models/spec_io.h"
 #include "models/proto/experiment.pb.h"
 #include "models/proto/plan.pb.h"
 #include "models/transformer.h"
@@ -64,6 +65,14 @@ uint64_t Fnv(const std::string& s);
 // Loads and checks `path`, every cluster, model, planner (and its options), axis and figure it names,
 // and expands the sweep. All problems are reported at once, each naming the file and key path.
 Result<Manifest> LoadManifest(const std::string& path);
+// The same from a manifest's text (the Python package's manifests given as dicts). References in it are taken
+// beside src.file when that is a file on disk, else as written (bundled names, paths from the current folder).
+Result<Manifest> LoadManifest(const models::SpecText& src);
+
+// The planner a manifest's or an advise config's entry names: its `name`, or "python:module:Class" for a
+// `python` entry (planners/planner.h RegisterPlannerScheme); an error when it has both keys or neither (the
+// key to name in it: `python` when given, else `name`).
+Result<std::string> PlannerEntryName(const proto::PlannerEntry& pe);
 
 // The cluster, training spec and fidelity of one point, with its axes applied.
 struct PointSetup {

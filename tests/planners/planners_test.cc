@@ -36,6 +36,25 @@ TEST(Registry, UnknownPlannerSuggestsTheNearestName) {
   EXPECT_NE(p.status().message().find("did you mean 'megatron'"), std::string::npos) << p.status().message();
 }
 
+TEST(Registry, SchemesHandOutTheirPlannersAndUnregisteredOnesSayWhereTheyRun) {
+  // A scheme's factory receives what follows "scheme:"; here it hands out megatron for reference "m".
+  std::string asked;
+  RegisterPlannerScheme("test", [&asked](const std::string& ref) -> Result<std::unique_ptr<Planner>> {
+    asked = ref;
+    return CreatePlanner("megatron");
+  });
+  auto p = CreatePlanner("test:m:x");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(asked, "m:x");
+  EXPECT_EQ((*p)->name(), "megatron");
+  RegisterPlannerScheme("test", nullptr);
+  EXPECT_EQ(CreatePlanner("test:m").status().code(), Status::Code::kNotFound);
+  // Without the Python package in the process, a Python planner's name says where it runs.
+  const auto py = CreatePlanner("python:my_planners:Greedy");
+  ASSERT_FALSE(py.ok());
+  EXPECT_NE(py.status().message().find("Python package"), std::string::npos) << py.status().message();
+}
+
 TEST(Options, UnknownKeysWrongTypesAndRangesAreErrorsWithTheirPlace) {
   auto misspelt = CreatePlanner("megatron", "tp_degree: [2]\n", "opts.yaml");
   ASSERT_FALSE(misspelt.ok());

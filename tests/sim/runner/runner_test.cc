@@ -124,6 +124,32 @@ TEST(Manifest, UnknownPlannerAndBadOptionsAreNamed) {
 // A fixed plan is checked against the clusters its points run on: every cluster when nothing pairs them, only
 // its partner when a zipped sweep pairs planners with clusters (experiments/hetu/paper_strategies.yaml). The
 // case-study plan uses devices up to 7 and cpu-4 has 4 GPUs.
+TEST(Manifest, APlannerEntryHasANameOrAPythonClassNotBothNorNeither) {
+  const std::string base(kBase);
+  const size_t at = base.find("planners: [{name: megatron}]");
+  auto with = [&](const std::string& planners) { return std::string(base).replace(at, 28, planners); };
+  auto both = LoadManifest(Write("both.yaml", with("planners: [{name: megatron, python: 'm:C'}]")));
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("planners[0].python: a planner entry has `name` or `python`, not both"),
+            std::string::npos) << both.status().message();
+  auto neither = LoadManifest(Write("neither.yaml", with("planners: [{label: x}]")));
+  ASSERT_FALSE(neither.ok());
+  EXPECT_NE(neither.status().message().find("planners[0].name: missing key 'name'"), std::string::npos)
+      << neither.status().message();
+  // No Python in this process: the entry is refused, named by its key.
+  auto python = LoadManifest(Write("python.yaml", with("planners: [{python: 'm:C'}]")));
+  ASSERT_FALSE(python.ok());
+  EXPECT_NE(python.status().message().find("planners[0].python: planner 'python:m:C'"), std::string::npos)
+      << python.status().message();
+}
+
+TEST(Manifest, LoadsFromTextWithReferencesAsWritten) {
+  auto m = LoadManifest(models::SpecText{"<manifest dict>", kBase});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->file, "<manifest dict>");
+  EXPECT_EQ(m->points.size(), 1u);
+}
+
 TEST(Manifest, FixedPlansAreCheckedAgainstTheirPairedClustersOnly) {
   const std::string plans = std::string(HETSIM_SOURCE_DIR) + "/models/catalog/plans/";
   const std::string head = "kind: experiment\nname: pairs\nclusters: [hexiscale-case-study, cpu-4]\nmodels: [llama-tiny]\n"
