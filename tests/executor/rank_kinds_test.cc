@@ -8,7 +8,8 @@
 #include "models/spec_io.h"
 #include "models/training.h"
 
-namespace hetsim::executor {
+// (A namespace of its own: the tests build as one unity translation unit.)
+namespace hetsim::executor::rank_kinds_test {
 namespace {
 
 struct Loaded {
@@ -87,4 +88,4 @@ TEST(RankKindsTest, UnknownBackendIsNamed) {
 }
 
 }  // namespace
-}  // namespace hetsim::executor
+}  // namespace hetsim::executor::rank_kinds_test
