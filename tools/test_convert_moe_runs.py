@@ -4,11 +4,13 @@ every written plan passes `hetsim validate`, and bad rows stop the converter wit
 
 Usage: tools/test_convert_moe_runs.py HETSIM
 """
-import filecmp
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from converter_check import reconvert_and_validate  # noqa: E402
+from converter_check import convert as run_converter  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SET = os.path.join(ROOT, "experiments", "validation", "megatron_bridge_moe_h100")
@@ -16,31 +18,14 @@ CONVERTER = os.path.join(ROOT, "tools", "convert_moe_runs.py")
 
 
 def convert(src, out):
-    return subprocess.run([sys.executable, CONVERTER, src, out], capture_output=True, text=True)
-
-
-def same_tree(a, b):
-    cmp = filecmp.dircmp(a, b)
-    if cmp.left_only or cmp.right_only or cmp.diff_files or cmp.funny_files:
-        return False
-    return all(same_tree(os.path.join(a, d), os.path.join(b, d)) for d in cmp.common_dirs)
+    return run_converter(CONVERTER, src, out)
 
 
 def main():
     hetsim = os.path.abspath(sys.argv[1])
     failures = []
     with tempfile.TemporaryDirectory() as work:
-        out = os.path.join(work, "set")
-        r = convert(os.path.join(SET, "raw", "runs.csv"), out)
-        if r.returncode != 0:
-            failures.append(f"the bundled table did not convert: {r.stderr}")
-        elif not same_tree(out, SET):
-            failures.append("converting the bundled raw table again differs from the bundled set "
-                            "(run tools/convert_moe_runs.py and commit its output)")
-        plans = sorted(os.path.join(SET, "plans", p) for p in os.listdir(os.path.join(SET, "plans")))
-        v = subprocess.run([hetsim, "validate"] + plans, capture_output=True, text=True, cwd=os.path.join(SET, "plans"))
-        if v.returncode != 0:
-            failures.append(f"hetsim validate on the bundled plans: {v.stdout}{v.stderr}")
+        failures += reconvert_and_validate(CONVERTER, SET, hetsim, work)
         # A bad row: EP that does not divide a stage's ranks, and an unknown model; each names its row.
         with open(os.path.join(SET, "raw", "runs.csv")) as f:
             lines = f.read().splitlines()
