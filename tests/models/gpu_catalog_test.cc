@@ -134,7 +134,10 @@ TEST(GpuCatalog, OlderRowsAreUnchanged) {
 TEST(GpuCatalog, NewTypesHaveNoMeasuredBasis) {
   EXPECT_TRUE(ComputeBasisFor(CatalogGpu("b200"), "", proto::DTYPE_BF16).measured());
   EXPECT_DOUBLE_EQ(KernelParamsFor(CatalogGpu("b200")).gemm_efficiency, 0.6472);
-  for (const char* name : {"gb200", "b300", "gb300", "mi325x", "mi355x", "h100-nvl", "h200-nvl", "a40", "l4",
+  // The GB200 is the B200's die and takes its values (as the GH200 takes the H100's).
+  EXPECT_TRUE(ComputeBasisFor(CatalogGpu("gb200"), "", proto::DTYPE_BF16).measured());
+  EXPECT_DOUBLE_EQ(KernelParamsFor(CatalogGpu("gb200")).gemm_efficiency, 0.6472);
+  for (const char* name : {"b300", "gb300", "mi325x", "mi355x", "h100-nvl", "h200-nvl", "a40", "l4",
                            "rtx6000-ada", "rtx-pro-6000"}) {
     for (proto::DType d : {proto::DTYPE_BF16, proto::DTYPE_FP16, proto::DTYPE_FP8, proto::DTYPE_TF32}) {
       EXPECT_FALSE(ComputeBasisFor(CatalogGpu(name), "", d).measured()) << name << " " << DTypeName(d);

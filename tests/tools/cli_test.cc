@@ -554,9 +554,9 @@ TEST(DescribeHspmd, PrintsTheUnionsAndTheSplitAllReduce) {
 // `describe --gpu` prints the catalog row and the compute basis per dtype: the B200's dense peaks (HGX B200
 // totals with sparsity, 72 PF FP8 over 8 GPUs, halved: 4.5 PF; FP4 72 PF dense over 8), its block-scaled
 // formats, its source, and its basis (ml-engineering's sustained BF16 GEMM measurement); the H100's BF16 rests
-// on the bench's measurement; a GB200 has none.
+// on the bench's measurement; a GB300 has none.
 TEST(DescribeGpu, PrintsPeaksSourceAndComputeBasis) {
-  const auto g = RunCli({"describe", "--gpu", "gb200"});
+  const auto g = RunCli({"describe", "--gpu", "gb300"});
   ASSERT_EQ(g.code, 0) << g.err;
   EXPECT_NE(g.out.find("NO MEASURED BASIS"), std::string::npos) << g.out;
   const auto r = RunCli({"describe", "--gpu", "B200"});
