@@ -105,10 +105,10 @@ llama3.py, the helpers scripts/performance/utils/{helpers,overrides,precision}.p
 import csv
 import math
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from validation_sets import open_set  # noqa: E402
 import convert_nemo_runs  # noqa: E402  (the DGX-H100 cluster files, written alike)
 
 BUCKET_MIB = 80
@@ -331,14 +331,7 @@ def main(argv):
         sys.exit(__doc__)
     src = argv[1]
     out = argv[2] if len(argv) > 2 else "experiments/validation/megatron_bridge_blackwell"
-    with open(src) as f:
-        lines = f.read().splitlines()
-    comments = [l for l in lines if l.startswith("#")]
-    rows = list(csv.DictReader(l for l in lines if not l.startswith("#")))
-    for sub in ("raw", "clusters", "plans"):
-        os.makedirs(os.path.join(out, sub), exist_ok=True)
-    if os.path.abspath(src) != os.path.abspath(os.path.join(out, "raw", "runs.csv")):
-        shutil.copyfile(src, os.path.join(out, "raw", "runs.csv"))
+    comments, rows = open_set(src, out)
     clusters, runs, left, seen = {}, [], [], set()
     for i, r in enumerate(rows):
         where = f"{src}: row {i + 2}"

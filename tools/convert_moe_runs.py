@@ -63,10 +63,10 @@ MLM = Megatron-LM core_v0.14.0):
 """
 import csv
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from validation_sets import open_set  # noqa: E402
 import convert_nemo_runs  # noqa: E402  (the DGX-H100 cluster files, written alike)
 
 GPUS_PER_NODE = 8
@@ -189,13 +189,7 @@ def main(argv):
         sys.exit(__doc__)
     src = argv[1]
     out = argv[2] if len(argv) > 2 else "experiments/validation/megatron_bridge_moe_h100"
-    with open(src) as f:
-        lines = f.read().splitlines()
-    comments = [l for l in lines if l.startswith("#")]
-    rows = list(csv.DictReader(l for l in lines if not l.startswith("#")))
-    for sub in ("raw", "clusters", "plans"):
-        os.makedirs(os.path.join(out, sub), exist_ok=True)
-    shutil.copyfile(src, os.path.join(out, "raw", "runs.csv"))
+    comments, rows = open_set(src, out)
     clusters, runs, skipped, seen = set(), [], [], set()
     for i, r in enumerate(rows):
         where = f"{src}: row {i + 2}"
