@@ -7,29 +7,13 @@
 #include <functional>
 #include <tuple>
 
-#include "models/spec_io.h"
-#include "models/training.h"
+#include "tests/executor/loaded_plan.h"
 
 namespace hetsim::executor {
 namespace {
 
-struct Loaded {
-  models::Cluster cluster;
-  models::TransformerModel model;
-  proto::Training training;
-  proto::Plan plan;
-};
-
-Loaded Load(const std::string& plan_name) {
-  auto plan = models::LoadPlan(plan_name);
-  EXPECT_TRUE(plan.ok()) << plan.status().message();
-  auto cluster = models::LoadCluster(plan->cluster());
-  auto model = models::LoadModel(plan->model());
-  EXPECT_TRUE(cluster.ok() && model.ok());
-  auto training = models::ResolveTraining(plan->training(), *model, "test");
-  EXPECT_TRUE(training.ok()) << training.status().message();
-  return {*cluster, *model, *training, *plan};
-}
+using test_plans::Load;
+using test_plans::Loaded;
 
 Result<ExecPlan> Build(const Loaded& l) {
   const models::PlanContext ctx{l.cluster, l.model, l.training};

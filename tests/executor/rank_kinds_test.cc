@@ -5,30 +5,18 @@
 
 #include <string>
 
-#include "models/spec_io.h"
-#include "models/training.h"
+#include "tests/executor/loaded_plan.h"
 
 // (A namespace of its own: the tests build as one unity translation unit.)
 namespace hetsim::executor::rank_kinds_test {
 namespace {
 
-struct Loaded {
-  models::Cluster cluster;
-  models::TransformerModel model;
-  proto::Training training;
-  proto::Plan plan;
+struct Loaded : test_plans::Loaded {
   ExecPlan exec;
 };
 
 Loaded Load(const std::string& plan_name) {
-  auto plan = models::LoadPlan(plan_name);
-  EXPECT_TRUE(plan.ok()) << plan.status().message();
-  auto cluster = models::LoadCluster(plan->cluster());
-  auto model = models::LoadModel(plan->model());
-  EXPECT_TRUE(cluster.ok() && model.ok());
-  auto training = models::ResolveTraining(plan->training(), *model, "test");
-  EXPECT_TRUE(training.ok()) << training.status().message();
-  Loaded l{*cluster, *model, *training, *plan, {}};
+  Loaded l{test_plans::Load(plan_name), {}};
   auto exec = BuildExecPlan(l.plan, {l.cluster, l.model, l.training}, "plan");
   EXPECT_TRUE(exec.ok()) << exec.status().message();
   l.exec = *exec;
