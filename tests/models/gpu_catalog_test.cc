@@ -146,6 +146,20 @@ TEST(GpuCatalog, NewTypesHaveNoMeasuredBasis) {
   EXPECT_TRUE(ComputeBasisFor(CatalogGpu("h100"), "", proto::DTYPE_BF16).measured());
 }
 
+// The B200's all-reduce inside a node runs at NCCL's measured bus bandwidth by group size (HGX B200, 8 GiB:
+// the ring's 673.2 GB/s at 4 GPUs, NVLS's 838.0 at 8), held beyond 8 (a GB200 NVL72 rack's larger groups); the
+// GB200 takes the same (its die). Between entries: log2 interpolation, so 6 GPUs are the measured 778.2.
+TEST(GpuCatalog, BlackwellIntraNodeAllReduceIsMeasured) {
+  for (const char* name : {"b200", "gb200"}) {
+    const KernelParams& p = KernelParamsFor(CatalogGpu(name));
+    EXPECT_DOUBLE_EQ(p.CollectiveBusBandwidth(4), 673.2e9) << name;
+    EXPECT_DOUBLE_EQ(p.CollectiveBusBandwidth(6), 778.2e9) << name;
+    EXPECT_DOUBLE_EQ(p.CollectiveBusBandwidth(8), 838.0e9) << name;
+    EXPECT_DOUBLE_EQ(p.CollectiveBusBandwidth(72), 838.0e9) << name;
+  }
+  EXPECT_EQ(KernelParamsFor(CatalogGpu("gb300")).CollectiveBusBandwidth(8), 0);  // no measurement: the port
+}
+
 std::string Header() {
   return "name,aliases,vendor,form_factor,peak_bf16_tflops,peak_fp16_tflops,peak_fp32_tflops,peak_tf32_tflops,"
          "peak_fp8_tflops,memory_gib,hbm_bandwidth_gbyte_s,scale_up,scale_up_bandwidth_gbyte_s,pcie_gen,"
