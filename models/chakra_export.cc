@@ -42,6 +42,7 @@ void AddOpFields(const Op& op, const Lowering& lw, Node* n) {
   if (op.recompute) chakra::AddBool(n, "hetsim_recompute", true);
   if (op.in_pass) chakra::AddBool(n, "hetsim_in_pass", true);
   if (op.hide_share != d.hide_share) chakra::AddDouble(n, "hetsim_hide_share", op.hide_share);
+  if (op.sm_share != d.sm_share) chakra::AddDouble(n, "hetsim_sm_share", op.sm_share);
   if (op.micro_batch != d.micro_batch) chakra::AddInt32(n, "hetsim_micro_batch", op.micro_batch);
   if (op.bucket != d.bucket) chakra::AddInt32(n, "hetsim_bucket", op.bucket);
   if (op.num_buckets != d.num_buckets) chakra::AddInt32(n, "hetsim_num_buckets", op.num_buckets);

@@ -94,6 +94,7 @@ Result<Op> RestoreOp(const ChakraTrace& t, const Node& n, const std::vector<uint
   op.recompute = Num(n, "hetsim_recompute", 0) != 0;
   op.in_pass = Num(n, "hetsim_in_pass", 0) != 0;
   op.hide_share = static_cast<float>(std::clamp(Num(n, "hetsim_hide_share", 0), 0.0, 1.0));
+  op.sm_share = static_cast<float>(std::clamp(Num(n, "hetsim_sm_share", 0), 0.0, 1.0));
   op.micro_batch = Field<uint16_t>(n, "hetsim_micro_batch", 0);
   op.bucket = Field<uint16_t>(n, "hetsim_bucket", 0);
   op.num_buckets = Field<uint16_t>(n, "hetsim_num_buckets", 1);

@@ -12,8 +12,9 @@ namespace hetsim::models {
 
 bool SameWork(const Op& a, const Op& b) {
   return a.kind == b.kind && a.category == b.category && a.collective == b.collective && a.algorithm == b.algorithm &&
-         a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass && a.hide_share == b.hide_share &&
-         a.micro_batch == b.micro_batch && a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
+         a.reduce == b.reduce && a.channel == b.channel && a.recompute == b.recompute && a.in_pass == b.in_pass &&
+         a.hide_share == b.hide_share && a.sm_share == b.sm_share && a.micro_batch == b.micro_batch &&
+         a.bucket == b.bucket && a.num_buckets == b.num_buckets &&
          a.calls == b.calls && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
          a.sequences() == b.sequences() && a.bytes == b.bytes && a.flops == b.flops &&
          a.params == b.params && a.host_ranks == b.host_ranks && a.to_host == b.to_host;

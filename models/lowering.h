@@ -136,6 +136,9 @@ struct Op {
   // TP collective of a backward pass: runs behind column-parallel GEMMs that are this share of the compute
   // operation before it (TpCollective::hidden_flops over that operation's FLOPs); 0: exposed.
   float hide_share = 0;
+  // Collective behind compute (hide_share > 0) whose kernels hold this share of the GPU's SMs meanwhile
+  // (comm.ep_overlap: the EP dispatcher's), slowing that compute (models/op_prices.h HideBehindGemms).
+  float sm_share = 0;
   uint16_t micro_batch = 0;
   uint16_t bucket = 0;        // DP: this bucket of `num_buckets`
   uint16_t num_buckets = 1;

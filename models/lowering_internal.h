@@ -170,6 +170,9 @@ class Lowerer {
   };
   const EpRoute& RouteOf(uint32_t device, const proto::Stage& st);
   std::unordered_map<uint32_t, EpRoute> routes_;  // RouteOf's, by device
+  // Under comm.ep_overlap, the share of `device`'s SMs an EP collective over `group` holds while it runs
+  // beside the layer's compute (Op::sm_share; comm.ep_sms, else the dispatcher's default); 0 without overlap.
+  float EpSmShare(uint32_t device, const std::vector<uint32_t>& group, bool all_to_all) const;
   void AddExpertExchange(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t layer, double batch,
                          uint32_t local_seq, uint16_t mb, FusedEp* fused);
 

@@ -259,6 +259,29 @@ const Lowerer::EpRoute& Lowerer::RouteOf(uint32_t device, const proto::Stage& st
   return route;
 }
 
+// SMs held by the EP exchange's kernels (the SM is the unit: each NCCL channel, and each DeepEP / HybridEP
+// block, runs on one SM). NCCL's defaults are the channel counts it chose on 8-GPU H100 nodes with a 400 Gb/s
+// NIC per GPU (NCCL INFO lines of nccl-tests on AWS p5.48xlarge: "24 coll channels, 16 nvls channels, 32 p2p
+// channels" on one node, "16 coll channels, 16 nvls channels, 16 p2p channels, 2 p2p channels per peer" on
+// two; aws-samples/aws-do-eks@701c554a Container-Root/eks/deployment/nccl-test/README.md); node_dedup's is
+// DeepEP's 20 SMs, Megatron-Core's historical --moe-deepep-num-sms default (transformer_config.py).
+float Lowerer::EpSmShare(uint32_t device, const std::vector<uint32_t>& group, bool all_to_all) const {
+  if (!plan_.comm().ep_overlap()) return 0;
+  const int sms = ctx_.cluster.device(device).gpu->sm_count;
+  if (sms <= 0) return 0;
+  uint32_t held = plan_.comm().ep_sms();
+  if (held == 0) {
+    bool across = false;
+    for (uint32_t d : group) across |= ctx_.cluster.device(d).node != ctx_.cluster.device(device).node;
+    if (plan_.comm().ep_dispatcher() == proto::CommOptions::EP_DISPATCHER_NODE_DEDUP && all_to_all) {
+      held = 20;
+    } else {
+      held = across ? 16 : all_to_all ? 32 : 24;
+    }
+  }
+  return static_cast<float>(std::min(1.0, static_cast<double>(held) / sms));
+}
+
 void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t layer,
                                 double batch, uint32_t local_seq, uint16_t mb, FusedEp* fused) {
   const RankOps& me = out_.ranks[out_.device_slot[device]];
@@ -294,11 +317,13 @@ void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const pro
                           ? 1.0f / static_cast<float>((ep > 1 ? (dedup ? 4 : 2) : 0) + (etp > 1 ? 2 : 0))
                           : 0.0f;
   const auto add = [&](const std::vector<uint32_t>& group, double b, CollectiveKind kind) {
+    const float sm_share = EpSmShare(device, group, kind == CollectiveKind::kAllToAll);
     Op& op = AddCollective(ops, group, device, b, kind, Category::kEp, mb);
     op.in_pass = true;
     op.layer_begin = layer;
     op.layer_end = layer + 1;
     op.hide_share = share;
+    op.sm_share = sm_share;
   };
   const auto& ep_group = route.ep_group;
   const auto& etp_group = route.etp_group;
@@ -436,6 +461,7 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     const std::vector<uint32_t>& group = k == 1 ? route.etp_group
                                          : k == 2 ? route.rail
                                                   : (route.rail.empty() ? route.ep_group : route.local);
+    const float sm_share = EpSmShare(device, group, k != 1);
     Op& op = AddCollective(ops, group, device, fused_ep.bytes[k],
                            k == 1 ? CollectiveKind::kAllReduce : CollectiveKind::kAllToAll, Category::kEp, mb);
     op.in_pass = true;
@@ -443,6 +469,7 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     op.layer_begin = a;
     op.layer_end = b;
     if (plan_.comm().ep_overlap()) op.hide_share = 1.0f / static_cast<float>(fused_ep_ops);
+    op.sm_share = sm_share;
   }
   if (zero_units_) {
     if (fuse) EmitFusedUnits(ops, device, fused_units, HideShare(ops, pass_flops - last_unit_flops), mb, a, b);

@@ -68,9 +68,28 @@ double PassSeconds(const Op& op, const RankOps& r, const TransformerModel& model
 // compute, by such collectives whose shares add up to s becomes
 //   start compute s·C; those collectives; wait for the compute; compute (1 − s)·C; the other operations
 // so the pair takes max(s·C, their time) + (1 − s)·C. The shares are of FLOPs (the GEMMs' against the
-// operation's), the compute model's time split alike. `OpT` has kind, category, seconds, micro_batch and
-// hide_share; `compute`, `async` and `join` are as in OverlapTpChunks. Rewrites `*program` in place, and
+// operation's), the compute model's time split alike. Collectives whose kernels hold a share σ of the SMs
+// (Op::sm_share: comm.ep_overlap's dispatcher) slow the compute beside them: the started compute carries
+// the largest σ of those it hides, and its join prices the pair as OverlappedSeconds. `OpT` has kind,
+// category, seconds, micro_batch, hide_share and sm_share; `compute`, `async` and `join` are as in
+// OverlapTpChunks. Rewrites `*program` in place, and
 // leaves it untouched (no copy: the planners play many programs) when no operation hides.
+// Compute of `compute_s` seconds at the whole GPU's speed and communication of `comm_s` started together,
+// the communication's kernels holding a share `sm_share` of the SMs while they run: the compute runs at
+// 1 − sm_share of its speed until the communication ends, so the pair takes
+//   max(comm_s, compute_s + comm_s · sm_share)
+// (the compute ends after the communication unless compute_s ≤ comm_s · (1 − sm_share)).
+inline double OverlappedSeconds(double compute_s, double comm_s, double sm_share) {
+  return std::max(comm_s, compute_s + comm_s * sm_share);
+}
+
+// What the join of an overlapped pair adds to the later of the two ends when the communication's kernels
+// hold SMs (OverlappedSeconds against max(compute, communication)); 0 without.
+inline double SmContentionSeconds(double compute_s, double comm_s, double sm_share) {
+  if (sm_share <= 0) return 0;
+  return std::max(0.0, OverlappedSeconds(compute_s, comm_s, sm_share) - std::max(compute_s, comm_s));
+}
+
 template <class OpT, class KindT>
 void HideBehindGemms(std::vector<OpT>* program, KindT compute, KindT async, KindT join) {
   if (std::none_of(program->begin(), program->end(), [](const OpT& op) { return op.hide_share > 0; })) return;
@@ -98,6 +117,8 @@ void HideBehindGemms(std::vector<OpT>* program, KindT compute, KindT async, Kind
     OpT started = op;
     started.kind = async;
     started.seconds = op.seconds * std::min(1.0, share);
+    started.sm_share = 0;
+    for (size_t c : hidden) started.sm_share = std::max(started.sm_share, ops[c].sm_share);
     out.push_back(started);
     for (size_t c : hidden) out.push_back(ops[c]);
     OpT wait = op;

@@ -7,6 +7,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "models/op_prices.h"
 #include "models/topology.h"
 #include "planners/lowering_play.h"
 
@@ -75,6 +76,8 @@ class Game::Impl {
     size_t pc = 0;
     double t = 0;
     double async_end = 0;
+    double async_start = 0, async_s = 0;  // kComputeAsync's start and seconds
+    float async_sm_share = 0;             // ... and its hidden collectives' SM share (POp::sm_share)
     bool in_op = false;        // the current operation is posted
     uint32_t op_ref = 0;       // its sequence (receive) or instance (collective)
     bool early = false;        // the receive completes one posted ahead
@@ -485,13 +488,24 @@ class Game::Impl {
           break;
         case Kind::kComputeAsync:
           a.async_end = a.t + op.seconds;
+          a.async_start = a.t;
+          a.async_s = op.seconds;
+          a.async_sm_share = op.sm_share;
           (op.category == Category::kForward ? st.forward_s : st.backward_s) += op.seconds;
           st.pipeline_end_s = std::max(st.pipeline_end_s, a.async_end);
           break;
-        case Kind::kComputeJoin:
-          a.t = std::max(a.t, a.async_end);
+        case Kind::kComputeJoin: {
+          // As the simulator's join: the hidden collectives ran from the compute's start until now.
+          const double slower = models::SmContentionSeconds(a.async_s, a.t - a.async_start, a.async_sm_share);
+          a.t = std::max(a.t, a.async_end) + slower;
           a.async_end = 0;
+          a.async_sm_share = 0;
+          if (slower > 0) {
+            (op.category == Category::kForward ? st.forward_s : st.backward_s) += slower;
+            st.pipeline_end_s = std::max(st.pipeline_end_s, a.t);
+          }
           break;
+        }
         case Kind::kSend: {
           Msgs& m = msgs_[op.ref];
           const uint32_t seq = m.sent++;

@@ -56,6 +56,8 @@ struct POp {
   double seconds = 0;  // compute; collective: the call's fixed latency α
   double bytes = 0;    // transfer bytes (collective: the buffer S over the collective efficiency)
   float hide_share = 0;  // TP collective behind the backward's GEMMs (models::Op::hide_share)
+  // Collective: models::Op::sm_share; kComputeAsync: the largest of the collectives it hides.
+  float sm_share = 0;
 };
 
 struct Program {

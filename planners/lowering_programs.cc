@@ -291,6 +291,7 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
         op.micro_batch = lo.micro_batch;
         op.bytes = lo.bytes;
         op.hide_share = lo.hide_share;
+        op.sm_share = lo.sm_share;
         switch (lo.kind) {
           case models::OpKind::kCompute: {
             op.seconds = prices.Seconds(lo, r, gpu);  // (0: models::DropIdleCompute)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/engine_rules.h"
+#include "models/op_prices.h"
 #include "models/topology.h"
 #include "sim/engine_internal.h"
 
@@ -70,17 +71,33 @@ void Runner::Execute(const Op& op) {
       // The GPU host runs nothing else, so an execution of seconds × its speed takes `seconds`.
       async_compute_ = s4u::this_actor::exec_async(op.seconds * s4u::this_actor::get_host()->get_speed());
       async_end_s_ = t0 + op.seconds;
+      async_start_s_ = t0;
+      async_s_ = op.seconds;
+      async_sm_share_ = op.sm_share;
       trace_.compute_s += op.seconds;
       trace_.fwd_bwd_s += op.seconds;
       trace_.pipeline_end_s = async_end_s_;
       Record(t0, op.category, op.micro_batch, async_end_s_);
       break;
-    case OpKind::kComputeJoin:
+    case OpKind::kComputeJoin: {
       if (async_compute_) async_compute_->wait();
       async_compute_ = nullptr;
+      // The hidden collectives ran from the compute's start until now (they block in turn): if their kernels
+      // held SMs, the compute beside them ran slower (models::OverlappedSeconds).
+      const double slower = models::SmContentionSeconds(async_s_, t0 - async_start_s_, async_sm_share_);
+      async_sm_share_ = 0;
+      if (slower > 0) {
+        const double from = Now();
+        Defer(slower);
+        trace_.compute_s += slower;
+        trace_.fwd_bwd_s += slower;
+        trace_.pipeline_end_s = from + slower;
+        Record(from, op.category, op.micro_batch, from + slower);
+      }
       trace_.comm_in_phase_s = trace_.tp_s + trace_.pp_s + trace_.dp_s + trace_.zero_s + trace_.cp_s + trace_.ep_s +
                                collective_wait_s_;
       break;
+    }
     case OpKind::kSend:
       Send(op, t0);
       break;

@@ -357,6 +357,10 @@ class Runner {
   s4u::ExecPtr async_compute_;
   s4u::ExecPtr spin_;  // kComputeAsync's compute, until kComputeJoin
   double async_end_s_ = 0;
+  // kComputeAsync's start, seconds and the SM share of the collectives it hides (Op::sm_share), which the
+  // join prices (models::SmContentionSeconds).
+  double async_start_s_ = 0, async_s_ = 0;
+  float async_sm_share_ = 0;
   double deferred_s_ = 0;  // compute and analytic TP time not yet slept (Defer)
   // Receives posted ahead by kPostRecv, per mailbox, in posting order.
   std::unordered_map<uint64_t, std::deque<s4u::CommPtr>> early_recvs_;

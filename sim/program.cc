@@ -86,6 +86,7 @@ void Append(std::vector<Op>& out, const models::Op& lo, const models::RankOps& r
   op.bytes = lo.bytes;
   op.to_host = lo.to_host;
   op.hide_share = lo.hide_share;
+  op.sm_share = lo.sm_share;
   if (lo.kind == models::OpKind::kCompute) {
     op.seconds = given_s >= 0 ? given_s : ComputeSeconds(lo, r, gpu, node, cost, consts, separate_recompute);
     // (0: models::DropIdleCompute)

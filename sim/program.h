@@ -81,6 +81,8 @@ struct Op {
   double bytes = 0;    // payload (collectives: the full buffer S)
   bool to_host = false;  // host copy: device to host
   float hide_share = 0;  // TP collective behind the backward's GEMMs (models::Op::hide_share)
+  // Collective: models::Op::sm_share; kComputeAsync: the largest of the collectives it hides.
+  float sm_share = 0;
 };
 
 struct DeviceProgram {
