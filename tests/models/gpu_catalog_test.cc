@@ -129,21 +129,39 @@ TEST(GpuCatalog, OlderRowsAreUnchanged) {
   EXPECT_EQ(KernelParamsFor(CatalogGpu("h100-pcie")).sm_count, 114);
 }
 
-// New types rest on datasheet peaks only: the compute basis says no measurement is behind them. The B200 is
-// the exception: ml-engineering's sustained BF16 GEMM rate (0.6472 of its peak) is in `default`.
+// New types rest on datasheet peaks only: the compute basis says no measurement is behind them. The B200 and the
+// MI325X are the exceptions (ml-engineering's sustained BF16 GEMM rate, 0.6472 of its peak; AMD's measured GEMM
+// rates, below), and the GB200 takes its die's.
 TEST(GpuCatalog, NewTypesHaveNoMeasuredBasis) {
   EXPECT_TRUE(ComputeBasisFor(CatalogGpu("b200"), "", proto::DTYPE_BF16).measured());
   EXPECT_DOUBLE_EQ(KernelParamsFor(CatalogGpu("b200")).gemm_efficiency, 0.6472);
   // The GB200 is the B200's die and takes its values (as the GH200 takes the H100's).
   EXPECT_TRUE(ComputeBasisFor(CatalogGpu("gb200"), "", proto::DTYPE_BF16).measured());
   EXPECT_DOUBLE_EQ(KernelParamsFor(CatalogGpu("gb200")).gemm_efficiency, 0.6472);
-  for (const char* name : {"b300", "gb300", "mi325x", "mi355x", "h100-nvl", "h200-nvl", "a40", "l4",
-                           "rtx6000-ada", "rtx-pro-6000"}) {
+  for (const char* name : {"b300", "gb300", "mi355x", "h100-nvl", "h200-nvl", "a40", "l4", "rtx6000-ada",
+                           "rtx-pro-6000"}) {
     for (proto::DType d : {proto::DTYPE_BF16, proto::DTYPE_FP16, proto::DTYPE_FP8, proto::DTYPE_TF32}) {
       EXPECT_FALSE(ComputeBasisFor(CatalogGpu(name), "", d).measured()) << name << " " << DTypeName(d);
     }
   }
   EXPECT_TRUE(ComputeBasisFor(CatalogGpu("h100"), "", proto::DTYPE_BF16).measured());
+}
+
+// The MI300X and MI325X rest on AMD's measured max-achievable GEMM rates against their datasheet peaks (BF16
+// 708 and 843 of 1,307.4 TFLOPS, FP16 654 and 794, FP8 1,273 and 1,519 of 2,614.9) and on the MI300X's xGMI
+// links measured at 0.72 of their 64 GB/s (the MI325X has the same links).
+TEST(GpuCatalog, Cdna3PartsRestOnAmdsMeasuredGemmRates) {
+  const KernelParams& mi300x = KernelParamsFor(CatalogGpu("mi300x"));
+  EXPECT_NEAR(mi300x.GemmEfficiency(proto::DTYPE_BF16) * 1307.4, 708, 0.1);
+  EXPECT_NEAR(mi300x.GemmEfficiency(proto::DTYPE_FP16) * 1307.4, 654, 0.1);
+  EXPECT_NEAR(mi300x.GemmEfficiency(proto::DTYPE_FP8) * 2614.9, 1273, 0.1);
+  const KernelParams& mi325x = KernelParamsFor(CatalogGpu("mi325x"));
+  EXPECT_NEAR(mi325x.GemmEfficiency(proto::DTYPE_BF16) * 1307.4, 843, 0.1);
+  EXPECT_NEAR(mi325x.GemmEfficiency(proto::DTYPE_FP16) * 1307.4, 794, 0.1);
+  EXPECT_NEAR(mi325x.GemmEfficiency(proto::DTYPE_FP8) * 2614.9, 1519, 0.1);
+  for (const KernelParams* p : {&mi300x, &mi325x}) EXPECT_DOUBLE_EQ(p->collective_efficiency, 0.72);
+  EXPECT_TRUE(ComputeBasisFor(CatalogGpu("mi325x"), "", proto::DTYPE_FP8).measured());
+  EXPECT_DOUBLE_EQ(KernelParamsFor(CatalogGpu("mi355x")).collective_efficiency, 1);  // CDNA 4: not measured
 }
 
 // The B200's all-reduce inside a node runs at NCCL's measured bus bandwidth by group size (HGX B200, 8 GiB:

@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
   // Megatron-Bridge's MoE runs on DGX-H100 (issue 58's development set; nothing fitted, not among the intervals'
   // sets).
   Set("validation.moe_bridge", dir + "megatron_bridge_moe_h100/runs.csv", "", filter, 0, false);
+  // Outside checks of today's fleets (docs/fleets.md; nothing fitted, not among the intervals' sets).
+  Set("validation.blackwell_bridge", dir + "megatron_bridge_blackwell/runs.csv", "", filter, 0, false);
+  Set("validation.amd_instinct", dir + "amd_instinct_llama31_8b/runs.csv", "", filter, 0, false);
   // The 80% intervals' coverage of the seven sets' held-out halves: printed when every set ran.
   if (filter.empty()) {
     Print("validation.intervals.held_out.runs", static_cast<double>(g_held_out.runs), "runs");
