@@ -14,6 +14,7 @@
 #include "sim/program.h"
 #include "sim/simulator.h"
 #include "tests/common/specs.h"
+#include "tests/sim/ep_overlap_world.h"
 
 namespace hetsim::sim {
 namespace {
@@ -470,29 +471,14 @@ TEST(Folding, VerifyFoldChecksTheStructuralDecisionWhileSimulating) {
 // per GPU, 2.1% longer with one NIC a node (DeepSeek-V3 on 1,024 GPUs: 0.14%); the bound here is 6%, and
 // dropping the all-to-all's cross-node or local flows breaks it.
 double SimulateMoe(const std::string& nic, bool fold, uint32_t* played) {
-  const auto cluster = ClusterFrom("name: four-by-four\nnodes:\n  - {name: n, count: 4, gpus: {type: h100, count: 4}, "
-                                   "fabric: {kind: nvswitch}, nic: " + nic + "}\n");
-  proto::Model m;
-  EXPECT_TRUE(models::ParseYaml("name: tiny-moe\nnum_layers: 2\nhidden_size: 512\nffn_hidden_size: 1024\n"
-                                "num_attention_heads: 8\nvocab_size: 1024\nmax_seq_len: 512\nmlp: swiglu\n"
-                                "norm: rmsnorm\nposition: rope\nmoe: {num_experts: 16, top_k: 2, "
-                                "expert_ffn_hidden_size: 512}\n", "m.yaml", &m).ok());
-  auto model = models::TransformerModel::Build(m, "m.yaml");
-  EXPECT_TRUE(model.ok());
-  std::string devices;
-  for (int i = 0; i < 16; ++i) devices += (i ? "," : "") + std::to_string(i);
-  const auto plan = PlanFrom("pipelines:\n  - micro_batch_size: 16\n    num_micro_batches: 2\n    stages:\n"
-                             "      - {devices: [" + devices + "], ep_degree: 8, expert_tp_degree: 1, layer_begin: 0, "
-                             "layer_end: 4}\nzero_stage: 1\n");
-  proto::Training t;
-  t.set_global_batch_size(32);
-  t.set_seq_len(512);
-  auto tr = models::ResolveTraining(t, *model, "t");
-  EXPECT_TRUE(tr.ok());
-  const models::PlanContext ctx{cluster, *model, *tr};
+  // The EP tests' world (two blocks, 16 experts, top-2; 32 sequences of 512 tokens) on this NIC, EP 8.
+  ep_overlap::World w;
+  w.cluster = ClusterFrom("name: four-by-four\nnodes:\n  - {name: n, count: 4, gpus: {type: h100, count: 4}, "
+                          "fabric: {kind: nvswitch}, nic: " + nic + "}\n");
   SimOptions opt;
   opt.fold = fold;
-  auto r = SimulateIteration(plan, ctx, opt);
+  auto r = SimulateIteration(ep_overlap::World::Plan(8, "{}"), models::PlanContext{w.cluster, w.model, w.training},
+                             opt);
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return -1;
   *played = r->played_devices;
