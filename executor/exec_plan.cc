@@ -255,6 +255,12 @@ Result<ExecPlan> BuildExecPlan(const proto::Plan& plan, const models::PlanContex
                            "the optimizer there; CPU offload (ZeRO-Offload, ZeRO-Infinity, FSDP CPUOffload) is "
                            "simulated only: simulate this plan (hetsim simulate) or set offload: none");
   }
+  if (ctx.training.activation_offload_layers() > 0) {
+    return Status::Invalid(file + ": training.activation_offload_layers: " +
+                           std::to_string(ctx.training.activation_offload_layers()) +
+                           ": the executor keeps every activation on the GPU; activation offload is simulated only: "
+                           "simulate this plan (hetsim simulate) or set activation_offload_layers: 0");
+  }
   ep.global_batch = ctx.training.global_batch_size();
   ep.seq_len = ctx.training.seq_len();
   const auto recompute = models::EffectiveRecompute(plan, ctx.training);

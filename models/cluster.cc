@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "models/engine_rules.h"
 #include "models/suggest.h"
 
 namespace hetsim::models {
@@ -65,6 +66,8 @@ Result<Cluster> Cluster::Build(proto::Cluster spec, const std::string& file, con
     if (!ng.zone().empty()) zones.insert(ng.zone());
     proto_node.host_memory_gib = ng.host_memory_gib() > 0 ? ng.host_memory_gib() : 512.0;
     proto_node.host_memory_stated = ng.host_memory_gib() > 0;
+    proto_node.host_memory_bytes_s =
+        ng.host_memory_bandwidth_gbyte_s() > 0 ? ng.host_memory_bandwidth_gbyte_s() * 1e9 : kHostMemoryBytesS;
     proto_node.cpu_adam_params_per_s =
         ng.cpu_adam_gparams_per_s() > 0 ? ng.cpu_adam_gparams_per_s() * 1e9 : kDefaultCpuAdamParamsPerS;
     proto::IntraNodeFabric f = ng.fabric();

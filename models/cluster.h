@@ -26,6 +26,8 @@ struct NodeInfo {
   // Adam updates per second of the node's host CPUs under CPU offload (the spec's cpu_adam_gparams_per_s,
   // default kDefaultCpuAdamParamsPerS).
   double cpu_adam_params_per_s = 0;
+  // The host memory's bandwidth, bytes/s (the spec's host_memory_bandwidth_gbyte_s, default kHostMemoryBytesS).
+  double host_memory_bytes_s = 0;
 };
 
 // DeepSpeed's CPU-Adam on a DGX-2 host: 10 B parameters in 2.57 s (Ren et al., "ZeRO-Offload", ATC'21,

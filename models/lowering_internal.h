@@ -203,6 +203,11 @@ class Lowerer {
   // share is its bytes over its holders (the rank's ZeRO shard); a layer no other replica holds is whole.
   double SegmentShardBytes(const Segment& seg, uint32_t tp, bool holds_embedding) const;
 
+  // training.activation_offload_layers: after a forward pass over [a, b) the activations of its blocks among the
+  // stage's first N go to host memory, before the backward they come back: one host copy behind the pass's
+  // compute (hide_share 1, category the pass's), of those blocks' kept activations for the pass's sequences.
+  void AddActivationOffload(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t a, uint32_t b,
+                            double batch, uint32_t local_seq, bool forward, uint16_t mb);
   void AddHostCopy(std::vector<Op>& ops, double bytes, bool to_host, Category cat, uint16_t mb, uint32_t a,
                    uint32_t b, uint32_t sync_group = kNone);
 

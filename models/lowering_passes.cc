@@ -342,6 +342,24 @@ void Lowerer::AddExpertExchange(std::vector<Op>& ops, uint32_t device, const pro
   exchange(false);
 }
 
+void Lowerer::AddActivationOffload(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t a,
+                                   uint32_t b, double batch, uint32_t local_seq, bool forward, uint16_t mb) {
+  const uint32_t n = tr_.activation_offload_layers();
+  if (n == 0) return;
+  const RankOps& me = out_.ranks[out_.device_slot[device]];
+  const proto::Recompute recompute = EffectiveRecompute(plan_, tr_);
+  uint32_t block = 0;
+  double bytes = 0;
+  for (uint32_t l = st.layer_begin(); l < b && l < model_.num_layers(); ++l) {
+    if (model_.kind(l) != LayerKind::kTransformer || block++ >= n || l < a) continue;
+    bytes += model_.ActivationBytes(l, batch, local_seq, TpDegree(st), plan_.sequence_parallel(), recompute, tr_.dtype(),
+                                    tr_.attention(), tr_.dropout(), me.experts, ModulesOf(tr_));
+  }
+  if (bytes <= 0) return;
+  AddHostCopy(ops, bytes, forward, forward ? Category::kForward : Category::kBackward, mb, a, b);
+  ops.back().hide_share = 1;
+}
+
 void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stage& st, uint32_t r, uint32_t a,
                         uint32_t b, std::pair<uint32_t, uint32_t> seqs, bool forward, uint16_t mb) {
   const RankOps& me = out_.ranks[out_.device_slot[device]];
@@ -471,6 +489,7 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
     if (plan_.comm().ep_overlap()) op.hide_share = 1.0f / static_cast<float>(fused_ep_ops);
     op.sm_share = sm_share;
   }
+  AddActivationOffload(ops, device, st, a, b, batch, local_seq, forward, mb);
   if (zero_units_) {
     if (fuse) EmitFusedUnits(ops, device, fused_units, HideShare(ops, pass_flops - last_unit_flops), mb, a, b);
     if (!forward) AddZeroUnit(ops, device, a, false, false, mb, nullptr);

@@ -715,11 +715,20 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
       if (offload_params) params = 2 * largest_layer;  // the layer being computed and the next, prefetched
       for (uint32_t r = 0; r < DpDegree(st); ++r) {
         const double b = r < split.size() ? split[r] : 0;
-        double act = 0, peak_layer = 0;
+        double act = 0, peak_layer = 0, offloaded = 0, staging = 0;
         bool blocks = false;
+        uint32_t block = 0;
         for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
-          act += model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(), recompute, tr.dtype(),
-                                       tr.attention(), tr.dropout(), experts, ModulesOf(tr));
+          const double bytes = model.ActivationBytes(l, b, local_seq, tp, plan.sequence_parallel(), recompute,
+                                                     tr.dtype(), tr.attention(), tr.dropout(), experts, ModulesOf(tr));
+          // training.activation_offload_layers: the stage's first blocks keep theirs in host memory; the GPU
+          // holds one block's worth while it is copied.
+          if (model.kind(l) == LayerKind::kTransformer && block++ < tr.activation_offload_layers()) {
+            offloaded += bytes;
+            staging = std::max(staging, bytes);
+          } else {
+            act += bytes;
+          }
           blocks |= model.kind(l) == LayerKind::kTransformer;
           peak_layer = std::max(peak_layer, model.RecomputedPeakBytes(l, b, local_seq, tp, plan.sequence_parallel(),
                                                                       recompute, tr.dtype(), tr.attention(),
@@ -727,7 +736,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
         }
         // Ring attention's receive buffers live while a block runs (one block at a time).
         if (blocks) peak_layer += ContextParallelBufferBytes(model, b, tr.seq_len(), tp, shard_seq.cp, tr.dtype());
-        act = act * in_flight + peak_layer;  // recomputation re-materialises one layer at a time
+        act = act * in_flight + peak_layer + staging;  // recomputation re-materialises one layer at a time
         // Every TP, Ulysses and CP rank of the replica holds the same amounts.
         for (uint32_t i = 0; i < ReplicaWidth(st); ++i) {
           DeviceMemory dm;
@@ -746,7 +755,7 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
           dm.nccl_gib = NcclGib(comms, tr, NcclChannelFraction(ctx.cluster.node(ctx.cluster.device(dm.device).node)));
           dm.total_gib = tensors + dm.allocator_gib + dm.workspace_gib + dm.context_gib + dm.nccl_gib;
           dm.capacity_gib = ctx.cluster.device(dm.device).gpu->memory_gib;
-          dm.host_gib = host / kGib;
+          dm.host_gib = (host + offloaded * in_flight) / kGib;
           out.push_back(dm);
         }
       }

@@ -84,7 +84,7 @@ PlatformRoutes::PlatformRoutes(const Cluster& cluster, const std::string& calibr
         nl.nics.push_back(AddDuplex(node.nic.bandwidth_gbps() * kGbit, (node.nic.latency_us() * 1e-6 + switch_latency_s) / 2));
       }
     }
-    nl.mem = AddDuplex(kHostMemoryBytesS, 0);
+    nl.mem = AddDuplex(node.host_memory_bytes_s, 0);
     const double pcie_latency_s = (nl.pcie_fabric ? f.latency_us() : f.pcie_latency_us()) * 1e-6 / 2;
     for (uint32_t l = 0; l < node.num_gpus; ++l) {
       const uint32_t d = node.first_device + l;

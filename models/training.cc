@@ -48,6 +48,12 @@ Result<proto::Training> ResolveTraining(proto::Training t, const TransformerMode
                  "', which has no multi-head latent attention; remove it");
     }
   }
+  if (t.activation_offload_layers() > 0 && t.activation_offload_layers() >= model.num_blocks()) {
+    errors.Add(file + ": activation_offload_layers: " + std::to_string(t.activation_offload_layers()) + ": model '" +
+               model.name() + "' has " + std::to_string(model.num_blocks()) +
+               " blocks and Megatron-Core offloads fewer than all; set at most " +
+               std::to_string(model.num_blocks() - 1));
+  }
   if (t.dtype() == proto::DTYPE_UNSPECIFIED) t.set_dtype(proto::DTYPE_BF16);
   if (t.optimizer() == proto::Training::OPTIMIZER_UNSPECIFIED) t.set_optimizer(proto::Training::OPTIMIZER_ADAM);
   if (t.recompute() == proto::RECOMPUTE_UNSPECIFIED) t.set_recompute(proto::RECOMPUTE_NONE);

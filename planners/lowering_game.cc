@@ -588,6 +588,9 @@ class Game::Impl {
         case Kind::kWaitSends:
           if (!WaitAllSends(id)) return;
           break;
+        case Kind::kTransfer:
+          a.t += op.seconds;
+          break;
       }
       if (trace_ != nullptr) {
         (*trace_)[a.slot].push_back({static_cast<uint8_t>(a.dp ? 1 : 0), static_cast<uint32_t>(a.pc), a.begin_s,

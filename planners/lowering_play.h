@@ -43,6 +43,7 @@ enum class Kind : uint8_t {
   kAwait,
   kJoin,
   kWaitSends,
+  kTransfer,  // a host copy beside the pass's compute (training.activation_offload_layers): its seconds, not compute
 };
 
 struct POp {

@@ -292,6 +292,9 @@ void BuildPrograms(const models::Lowering& lw, const models::Cluster& cluster, c
         op.bytes = lo.bytes;
         op.hide_share = lo.hide_share;
         op.sm_share = lo.sm_share;
+        // An activation offload copy runs beside its pass's compute (sim/engine.cc): not compute itself.
+        const bool activations = lo.category == Category::kForward || lo.category == Category::kBackward;
+        if (lo.kind == models::OpKind::kHostCopy && activations) op.kind = Kind::kTransfer;
         switch (lo.kind) {
           case models::OpKind::kCompute: {
             op.seconds = prices.Seconds(lo, r, gpu);  // (0: models::DropIdleCompute)

@@ -180,8 +180,12 @@ void Runner::Execute(const Op& op) {
       s4u::Host* gpu = HostOf(self_);
       s4u::Host* cpu = CpuOf(self_);
       s4u::Comm::sendto(op.to_host ? gpu : cpu, op.to_host ? cpu : gpu, Bytes(op.bytes));
-      AddComm(op.category, Now() - t0);
-      Record(t0, op.category, op.micro_batch);
+      // Activation offload copies run beside their pass's compute (training.activation_offload_layers): what
+      // outlasts the compute is waiting, the report's idle time, not communication.
+      if (op.category != Category::kForward && op.category != Category::kBackward) {
+        AddComm(op.category, Now() - t0);
+        Record(t0, op.category, op.micro_batch);
+      }
       break;
     }
   }

@@ -164,7 +164,7 @@ class Builder {
       // Host memory of the node.
       s4u::Host* cpu = z->create_host(nn + "-cpu", kGpuSpeed)->seal();
       p_.cpus[n] = cpu;
-      s4u::Link* mem = Duplex(z, nn + "-mem", models::kHostMemoryBytesS, 0);
+      s4u::Link* mem = Duplex(z, nn + "-mem", node.host_memory_bytes_s, 0);
       std::vector<s4u::LinkInRoute> cpu_route = {s4u::LinkInRoute(mem, Dir::UP)};
       if (!nics.empty()) cpu_route.emplace_back(nics[0], Dir::UP);
       z->add_route(cpu->get_netpoint(), nullptr, nullptr, nullptr, cpu_route, true);

@@ -53,12 +53,13 @@ llama3.py, the helpers scripts/performance/utils/{helpers,overrides,precision}.p
   loss; hetsim needs a transformer block in every chunk (StageChunks), so they run at VP 4 (the first and last
   stage's 7 blocks allow at most 7; 4 divides the other stages' 8): the interleaved bubble, 15 / (VP x 384
   micro-batches) of a step, grows from 0.5% to 1.0%, and twice as many chunk boundaries are crossed per stage.
-- Left out (LEFT_OUT, OFFLOAD_REASON; listed in runs.csv's header): every Megatron-FSDP row on GB200 and GB300 (70B
-  FP8-CS, 25.09 to 26.04.01, 11 rows; 405B FP8-CS on GB200 in 25.09): their configs offload the activations of
-  20-95 layers to Grace's memory over NVLink-C2C (cpu_offloading_num_layers), which hetsim does not model, and
-  without it they need 320 GiB (70B at micro-batch 2) and 273 GiB (405B) per GPU, more than a GB200 (186) or GB300
-  (288) has: `hetsim validate` refuses them, and a bundled plan must pass it. 26.02.01's GB300 70B MXFP8 and NVFP4
-  rows: layouts no config of any tag has, which do not fit a GB300 (the table's cells are likely mistyped).
+- Activation offload (OFFLOAD): every Megatron-FSDP row on GB200 and GB300 (70B FP8-CS, 25.09 to 26.04.01, 11
+  rows; 405B FP8-CS on GB200 in 25.09) offloads the activations of its first 20-95 blocks to Grace's memory over
+  NVLink-C2C (MB cpu_offloading_num_layers: 70B GB300 20, 70B GB200 40, 405B GB200 95): training.
+  activation_offload_layers (docs/simulator.md "Activation offload"). Without it they would need 320 GiB (70B at
+  micro-batch 2) and 273 GiB (405B) per GPU, more than a GB200 (186) or GB300 (288) has.
+- Left out (LEFT_OUT; listed in runs.csv's header): 26.02.01's GB300 70B MXFP8 and NVFP4 rows: layouts no config
+  of any tag has, which do not fit a GB300 (the table's cells are likely mistyped).
 - Data parallelism: FSDP column 0 (or absent, 26.06) = Megatron-Core's distributed optimizer (zero_stage 1) with
   overlap_grad_reduce and overlap_param_gather (the recipes' DistributedDataParallelConfig in every tag) ->
   dp_overlap and param_gather_overlap; the DDP bucket of Megatron-Core's default, max(40M, 1M x DP) parameters
@@ -80,9 +81,7 @@ llama3.py, the helpers scripts/performance/utils/{helpers,overrides,precision}.p
   LLAMA3_8B_H100_FP8_CS_BASE_CONFIG) recomputes 5 of the 32 blocks in full (recompute_method block): hetsim has no
   per-block policy, so it is converted without recomputation (about 5/32 of a forward more work is missing there).
 - Not modelled and kept: CUDA graphs (8B rows, 70B NVFP4: host launch costs, which hetsim takes from the stack's
-  calibration), the fused cross-entropy and RoPE kernels. Activation offloading to the host (MB
-  cpu_offloading_num_layers, on the Megatron-FSDP rows: 70B GB300 20 layers, 70B GB200 40, 405B GB200 25.09 95 of
-  126, over Grace's NVLink-C2C) is not modelled either, and those rows are left out (below).
+  calibration), the fused cross-entropy and RoPE kernels.
 - Machines (the table names only the system):
   * DGX-GB200 and DGX-GB300: NVL72 racks, each one node of 72 GPUs on one NVLink Switch domain (900 GB/s per GPU
     each way), a NIC per GPU to the scale-out fabric: ConnectX-7 400 Gb/s InfiniBand for GB200 (NVIDIA DGX GB200
@@ -140,8 +139,6 @@ LEFT_OUT = {
     "131 GiB of bf16 weights and as much gradient) matches no preset (GB300 70B NVFP4 is PP 4 VP 5) and cannot fit a "
     "GB300 (577 GiB of 288)",
 }
-OFFLOAD_REASON = ("Megatron-FSDP with {n} layers' activations offloaded to the host (cpu_offloading_num_layers), "
-                  "not modelled: without it the plan needs more than a {gpu}'s memory")
 
 
 def fsdp_of(r):
@@ -213,6 +210,8 @@ def write_cluster(out, system, nodes):
                 f"    gpus: {{type: {gpu}, count: {per_node}}}\n"
                 "    fabric: {kind: nvswitch}\n"
                 f"    nic: {{kind: infiniband, bandwidth_gbps: {nic}, attachment: per_gpu, latency_us: 2}}\n"
+                + ("    host_memory_bandwidth_gbyte_s: 18432   # the rack's 36 Grace CPUs' LPDDR5X, 512 GB/s each\n"
+                   if rack else "") +
                 "network:\n"
                 "  single_switch: {}\n"
                 "  switch_latency_us: 1          # assumption, as the catalog's clusters\n")
@@ -279,13 +278,13 @@ def convert_row(r, where, out, clusters):
     slug = (f"{model}-{container}-{gpu}-g{gpus}-{precision.lower()}-{'fsdp-' if fsdp else ''}tp{tp}-pp{pp}-cp{cp}"
             f"-vp{vp}-mb{mbs}-gbs{gbs}")
     measured_ms = gbs * seq / (tokens_s * gpus) * 1000
-    training = f"{{global_batch_size: {gbs}, seq_len: {seq}, dtype: fp8, fp8_recipe: {recipe}, optimizer: adam, recompute: none}}"
+    offloaded = f", activation_offload_layers: {offload}" if offload else ""
+    training = (f"{{global_batch_size: {gbs}, seq_len: {seq}, dtype: fp8, fp8_recipe: {recipe}, optimizer: adam, "
+                f"recompute: none{offloaded}}}")
     options = (["tp_overlap: true"] if tp_overlap else []) + ["dp_overlap: true"]
     if not fsdp:
         options += [f"dp_bucket_mib: {BUCKET_MIB}"] + (["param_gather_overlap: true"] if pgo else [])
     unmodelled = []
-    if offload:
-        unmodelled.append(f"activations of {offload} layers offloaded to the host (cpu_offloading_num_layers)")
     if container == "25.11" and system == "DGX-H100" and name == "LLAMA3_8B":
         unmodelled.append("full recomputation of 5 of the 32 blocks (recompute_num_layers 5)")
     used = f"{gpus} of {nodes * per_node} GPUs" if nodes * per_node != gpus else f"{gpus} GPUs"
@@ -342,8 +341,6 @@ def main(argv):
         try:
             key = (r["container"], r["system"], r["model"], precision_of(r, where))
             why = LEFT_OUT.get(key)
-            if fsdp_of(r) and (r["system"], r["model"]) in OFFLOAD:
-                why = OFFLOAD_REASON.format(n=OFFLOAD[(r["system"], r["model"])], gpu=SYSTEMS[r["system"]][0])
             if why:
                 left.append(f"{' '.join(key)} (line {r['line']}): {why}")
                 continue

@@ -4,6 +4,10 @@
 // its ranks. Every simulation runs in a child process (sim/simulator.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
+#include "models/plan.h"
 #include "models/profile_db.h"
 #include "models/spec_io.h"
 #include "models/training.h"
@@ -140,6 +144,56 @@ pipelines:
   - {micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [1], layer_end: 6}]}
 )"));
   EXPECT_NEAR(t, 0.048 + 2 * kP * kNs + kP / 1e7, 1e-4);
+}
+
+// Activation offload (training.activation_offload_layers = k): the first k blocks' kept activations, A bytes
+// each for one sequence (the model's ActivationBytes), go to host memory after each forward pass and come
+// back with each backward, one copy of k·A bytes beside the pass's compute. One GPU, 4 micro-batches of one
+// sequence, 1F1B (F B F B …): a pass of compute C beside a copy X takes max(C, X), so
+//   T = 4 · (max(4 ms, k·A·t) + max(8 ms, k·A·t)), t the link's seconds per byte,
+// which on the 1 GB/s link is the 48 ms of passes whenever k·A ≤ 4 MB, and on a 0.1 GB/s link (10 ns a
+// byte) more. Memory: the GPU holds the other blocks' activations and one offloaded block's in flight,
+// (4 − k)·A + A; the host k·A.
+TEST(OffloadSim, ActivationOffloadCopiesBesideThePassesAndFreesTheirMemory) {
+  const std::string pipeline = "pipelines: [{micro_batch_size: 1, num_micro_batches: 4, stages: [{devices: [0], "
+                               "layer_end: 6}]}]\n";
+  const proto::Plan plan = PlanFrom(pipeline);
+  for (const double gbyte_s : {1.0, 0.1}) {
+    std::string node = Node(1);
+    node.replace(node.find("pcie_bandwidth_gbyte_s: 1,"), 26, "pcie_bandwidth_gbyte_s: " + std::to_string(gbyte_s) + ",");
+    for (uint32_t k : {0u, 2u, 3u}) {
+      World run = Make(1, 4);
+      run.cluster = ClusterFrom(node);
+      run.training.set_activation_offload_layers(k);
+      const double a = run.model.ActivationBytes(1, 1, 128, 1, false, proto::RECOMPUTE_NONE, run.training.dtype(),
+                                                 run.training.attention());
+      const double copy = k * a * 1e-9 / gbyte_s;
+      const double expected = 4 * (std::max(0.004, copy) + std::max(0.008, copy));
+      EXPECT_NEAR(Simulate(run, plan), expected, 1e-6) << gbyte_s << " GB/s, k " << k;
+      const auto memory = models::EstimateMemory(plan, models::PlanContext{run.cluster, run.model, run.training});
+      World none = Make(1, 4);
+      none.cluster = run.cluster;
+      const auto base = models::EstimateMemory(plan, models::PlanContext{none.cluster, none.model, none.training});
+      ASSERT_EQ(memory.size(), 1u);
+      const double gib = 1024.0 * 1024 * 1024;
+      EXPECT_NEAR(base[0].activations_gib - memory[0].activations_gib, (k > 0 ? k - 1.0 : 0.0) * a / gib, 1e-9);
+      EXPECT_NEAR(memory[0].host_gib, k * a / gib, 1e-9);
+    }
+  }
+}
+
+// Megatron-Core offloads fewer blocks than the model has: all four of llama-tiny's is refused, naming the field.
+TEST(OffloadSim, OffloadingEveryBlockIsRefused) {
+  const World run = Make(1, 4);
+  proto::Training t;
+  t.set_global_batch_size(4);
+  t.set_seq_len(128);
+  t.set_activation_offload_layers(4);
+  const auto r = models::ResolveTraining(t, run.model, "t.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("t.yaml: activation_offload_layers: 4: model 'llama-tiny' has 4 blocks"),
+            std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace
