@@ -61,6 +61,7 @@ std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32
     p.owned = SplitRows(rows, tp_rank, tp);
     p.held = rep == Replication::kCopy ? RowRange{0, rows} : p.owned;
     p.replication = tp == 1 ? Replication::kSharded : rep;
+    p.tp_replicated = rep == Replication::kCopy;
     p.init_std = std_dev;
     if (p.replication == Replication::kSharded) p.held = p.owned;
     out.push_back(p);

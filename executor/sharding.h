@@ -70,6 +70,9 @@ struct ParamSpec {
   RowRange held;   // rows this rank stores
   RowRange owned;  // this rank's shard (⊆ held)
   Replication replication = Replication::kSharded;
+  // Replicated over TP at any TP degree, TP 1 included (the norms, an MoE block's router): every rank holds
+  // the whole tensor (GradSync synchronises all of it over DP where the group shares one TP degree).
+  bool tp_replicated = false;
   float init_std = 0;  // 0 = initialised to ones
   // A routed expert tensor: split over the EP group (rank j of ep holds experts [j·E/ep, (j+1)·E/ep)), not
   // over TP; its gradients synchronise over the expert-DP group (models::GradSyncGroup::Part::kExperts).
