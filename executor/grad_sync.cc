@@ -279,7 +279,12 @@ double GradSync::SumSequenceParallel() {
   const auto& params = model_->params();
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamKind kind = params[i].spec.kind;
-    if (kind != ParamKind::kAttnNorm && kind != ParamKind::kMlpNorm && kind != ParamKind::kFinalNorm) continue;
+    // The norms, and an MoE block's router: replicated over TP, they ran on the rank's sequence shard
+    // (models::TransformerModel::SequenceParallelParams, Megatron-Core's sequence_parallel parameters).
+    if (kind != ParamKind::kAttnNorm && kind != ParamKind::kMlpNorm && kind != ParamKind::kFinalNorm &&
+        kind != ParamKind::kRouter) {
+      continue;
+    }
     norms.push_back(i);
     bytes += static_cast<double>(params[i].spec.global_rows * params[i].spec.cols) * sizeof(float);
   }

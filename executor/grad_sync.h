@@ -45,8 +45,8 @@ class GradSync {
   // `num_buckets` of sync group `index` of ExecPlan::sync_groups; returns the bytes all-reduced), then
   // End() (step 3) before the optimizer step.
   void Begin();
-  // Sequence parallelism: the norms' gradients, partial per TP rank, summed over the TP group (the
-  // lowering's TP all-reduce before the gradient sync); returns the bytes all-reduced.
+  // Sequence parallelism: the norms' and MoE routers' gradients, partial per TP rank, summed over the TP
+  // group (the lowering's TP all-reduce before the gradient sync); returns the bytes all-reduced.
   double SumSequenceParallel();
   double RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets);
   // Hierarchical all-reduce (comm.dp_algorithm: hierarchical, across nodes with equal members each), one of

@@ -14,8 +14,8 @@
 namespace hetsim::executor {
 
 void Runner::SetupComms() {
-  // One global order of groups on every rank: TP groups, Ulysses groups, then gradient-sync groups
-  // (deduplicated).
+  // One global order of groups on every rank: TP groups, Ulysses groups, CP rings, EP and expert-TP groups,
+  // then gradient-sync groups (deduplicated).
   std::vector<std::vector<int>> groups;
   auto add = [&](const std::vector<int>& g) {
     if (g.size() > 1 && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
@@ -24,6 +24,7 @@ void Runner::SetupComms() {
   for (const auto& g : plan_.uly_groups) add(g);
   for (const auto& g : plan_.cp_groups) add(g);
   for (const auto& g : plan_.ep_groups) add(g);
+  for (const auto& g : plan_.etp_groups) add(g);
   const size_t layer_groups = groups.size();
   for (const auto& sg : plan_.sync_groups) add(sg.ranks);
   // Hierarchical all-reduces: the node's members and the members of one position across nodes (every
@@ -431,7 +432,7 @@ void Runner::RunOps() {
           break;
         }
         if (op.category == Category::kTp) {
-          // Sequence parallelism: the norms' partial gradients summed over the TP group.
+          // Sequence parallelism: the norms' and routers' partial gradients summed over the TP group.
           models::Op done = op;
           done.bytes = sync_->SumSequenceParallel();
           log_.Add(done);
@@ -587,12 +588,17 @@ int Runner::Run() {
   mo.tp_backward_blocking = plan_.tp_backward_blocking;
   mo.ep = role_.ep;
   mo.ep_rank = role_.ep_rank;
+  mo.etp = role_.etp;
+  mo.etp_rank = role_.etp_rank;
   mo.capacity_factor = plan_.moe_capacity_factor;
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.chunks, role_.tp, role_.tp_rank, tp_comm_, mo,
                                         &recorder_);
   if (role_.ulysses > 1) model_->SetUlysses(comms_.at(role_.uly_group).get());
   if (role_.cp > 1) model_->SetContextParallel(comms_.at(role_.cp_group).get());
-  if (role_.ep > 1) model_->SetExpertParallel(comms_.at(role_.ep_group).get());
+  if (role_.ep > 1 || role_.etp > 1) {
+    model_->SetExpertParallel(role_.ep > 1 ? comms_.at(role_.ep_group).get() : nullptr,
+                              role_.etp > 1 ? comms_.at(role_.etp_group).get() : nullptr);
+  }
   MapChunks();
   model_->SetOpObserver(&log_);
   if (!o_.profile_out.empty()) {
