@@ -25,8 +25,14 @@ void Runner::SetupComms() {
   for (const auto& g : plan_.cp_groups) add(g);
   for (const auto& g : plan_.ep_groups) add(g);
   for (const auto& g : plan_.etp_groups) add(g);
-  const size_t layer_groups = groups.size();
-  for (const auto& sg : plan_.sync_groups) add(sg.ranks);
+  // The groups the DP stream's collectives use (comm.dp_overlap); one may have the members of a group above
+  // (an EP or expert-TP group can be a replica group).
+  std::vector<std::vector<int>> dp_groups;
+  auto add_dp = [&](const std::vector<int>& g) {
+    add(g);
+    if (std::find(dp_groups.begin(), dp_groups.end(), g) == dp_groups.end()) dp_groups.push_back(g);
+  };
+  for (const auto& sg : plan_.sync_groups) add_dp(sg.ranks);
   // Hierarchical all-reduces: the node's members and the members of one position across nodes (every
   // rank scans every rank's operations, so that all create them in one order).
   bool overlap = false;
@@ -37,7 +43,7 @@ void Runner::SetupComms() {
         if (op.kind != models::OpKind::kCollective || op.category != Category::kDp || op.group == models::kNone) continue;
         std::vector<int> ranks;
         for (uint32_t d : plan_.lowering.groups.at(op.group)) ranks.push_back(plan_.RankOfDevice(d));
-        add(ranks);
+        add_dp(ranks);
       }
     }
   }
@@ -46,11 +52,14 @@ void Runner::SetupComms() {
     if (std::find(g.begin(), g.end(), rank_) == g.end()) continue;
     comms_[g] = factory_->CreateGroup(g, static_cast<int>(i));
   }
-  // comm.dp_overlap: the DP stream's collectives get communicators of their own (the lowering's DP groups:
-  // every group after the TP, Ulysses and CP groups, again), so that they never interleave with the main stream's.
-  for (size_t i = layer_groups; overlap && i < groups.size(); ++i) {
+  // comm.dp_overlap: the DP stream's collectives get communicators of their own (the lowering's DP groups,
+  // again), so that they never interleave with the main stream's (an EP all-to-all on the same members, say).
+  for (size_t i = 0; overlap && i < groups.size(); ++i) {
     const auto& g = groups[i];
-    if (std::find(g.begin(), g.end(), rank_) == g.end() || side_comms_.count(g)) continue;
+    if (std::find(g.begin(), g.end(), rank_) == g.end() ||
+        std::find(dp_groups.begin(), dp_groups.end(), g) == dp_groups.end()) {
+      continue;
+    }
     side_comms_[g] = factory_->CreateGroup(g, static_cast<int>(groups.size() + i));
   }
   if (role_.tp > 1) tp_comm_ = comms_.at(role_.tp_group).get();
