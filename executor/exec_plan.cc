@@ -133,9 +133,18 @@ void AssignRoles(const proto::Plan& plan, const models::PlanContext& ctx, ExecPl
   }
 }
 
-// Expert parallelism: each rank's EP group, EP rank and expert-DP rank (Megatron-Core's folding of the
-// stage's devices in their listed order, models::EpGroupOf), and every EP group in plan order.
+// Expert parallelism: each rank's EP group and rank, expert-TP group and rank and expert-DP rank
+// (Megatron-Core's folding of the stage's devices in their listed order: the lowering's models::EpGroupOf and
+// ExpertTpGroupOf of the device's position), and every EP and expert-TP group in plan order.
 void AssignExpertGroups(const proto::Plan& plan, ExecPlan& ep) {
+  const auto ranks_of = [&](const std::vector<uint32_t>& devices) {
+    std::vector<int> ranks;
+    for (uint32_t d : devices) ranks.push_back(ep.RankOfDevice(d));
+    return ranks;
+  };
+  const auto note = [](std::vector<std::vector<int>>& groups, const std::vector<int>& g) {
+    if (g.size() > 1 && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  };
   for (const auto& pipe : plan.pipelines()) {
     for (const auto& st : pipe.stages()) {
       const uint32_t n = models::EpDegree(st), etp = models::ExpertTpDegree(st);
@@ -144,12 +153,13 @@ void AssignExpertGroups(const proto::Plan& plan, ExecPlan& ep) {
         const auto index = static_cast<uint32_t>(i);
         role.ep = n;
         role.ep_rank = index / etp % n;
+        role.etp = etp;
+        role.etp_rank = index % etp;
         role.edp_rank = index / (etp * n);
-        role.ep_group.clear();
-        for (uint32_t d : models::EpGroupOf(st, index)) role.ep_group.push_back(ep.RankOfDevice(d));
-        if (n > 1 && std::find(ep.ep_groups.begin(), ep.ep_groups.end(), role.ep_group) == ep.ep_groups.end()) {
-          ep.ep_groups.push_back(role.ep_group);
-        }
+        role.ep_group = ranks_of(models::EpGroupOf(st, index));
+        role.etp_group = ranks_of(models::ExpertTpGroupOf(st, index));
+        note(ep.ep_groups, role.ep_group);
+        note(ep.etp_groups, role.etp_group);
       }
     }
   }
@@ -176,8 +186,9 @@ void CollectTransfers(ExecPlan& ep) {
   ep.channels.assign(channels.begin(), channels.end());
 }
 
-// What the executor's MoE layer runs (docs/executor.md "Mixture of experts"): expert TP 1, NCCL-style
-// all-to-alls in the EP group, not overlapped, with a fixed capacity per expert; anything else is refused with
+// What the executor's MoE layer runs (docs/executor.md "Mixture of experts"): NCCL-style all-to-alls in the EP
+// group and expert TP's all-gathers and reduce-scatters, not overlapped, with a fixed capacity per expert, under
+// TP on sequence-parallel shards (validation demands sequence_parallel there); anything else is refused with
 // the field to change.
 Status CheckExpertParallel(const proto::Plan& plan, const models::PlanContext& ctx, const std::string& file) {
   if (!ctx.model.HasMoe()) return Status::Ok();
@@ -202,25 +213,6 @@ Status CheckExpertParallel(const proto::Plan& plan, const models::PlanContext& c
     return Status::Invalid(file + ": zero_stage: " + std::to_string(plan.zero_stage()) + ": the executor's ZeRO "
                            "shards whole layers, while an MoE layer's experts and the rest synchronise over different "
                            "groups" + fix + "set zero_stage: 0 to run it here");
-  }
-  for (int p = 0; p < plan.pipelines_size(); ++p) {
-    for (int s = 0; s < plan.pipelines(p).stages_size(); ++s) {
-      const auto& st = plan.pipelines(p).stages(s);
-      bool moe = false;
-      for (uint32_t l = st.layer_begin(); l < st.layer_end(); ++l) moe = moe || ctx.model.IsMoe(l);
-      if (moe && models::TpDegree(st) > 1) {
-        return Status::Invalid(file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) +
-                               "].tp_degree: " + std::to_string(models::TpDegree(st)) + " on a stage with MoE "
-                               "layers: the executor does not yet sum the router's sequence-parallel gradient over "
-                               "TP" + fix + "set tp_degree: 1 (EP over the stage's replicas) to run it here");
-      }
-      if (models::ExpertTpDegree(st) > 1) {
-        return Status::Invalid(file + ": pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) +
-                               "].expert_tp_degree: " + std::to_string(models::ExpertTpDegree(st)) +
-                               " (the default is the stage's tp_degree): the executor's experts are not split over "
-                               "TP" + fix + "set expert_tp_degree: 1 to run it here");
-      }
-    }
   }
   return Status::Ok();
 }

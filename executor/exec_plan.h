@@ -11,7 +11,7 @@
 //
 // Every plan feature runs as lowered, or the plan is refused with the field to change (tp_overlap on TP
 // stages; sequence parallelism with CP, Ulysses, DP overlap, the leader broadcast or a change of TP degree
-// between stages; CPU offload; Ulysses that would split a head; for MoE models: expert TP above 1, the
+// between stages; CPU offload; Ulysses that would split a head; for MoE models: ZeRO, the
 // node-deduplicated dispatcher, ep_overlap, the sigmoid router, a router bias, no capacity factor).
 // With comm.dp_overlap the lowering's DP stream runs on the backend's side stream (Backend::SideSubmit) on
 // communicators of its own, each segment started at the main stream's signal. Interleaved 1F1B runs each
@@ -77,12 +77,18 @@ struct RankRole {
   uint64_t first_sequence = 0;     // index in the global batch of the pipeline's first sequence
   SeqRange share;                  // this replica's sequences of every micro-batch
   std::vector<int> tp_group;       // world ranks of this rank's TP group, by TP rank
-  // Expert parallelism (MoE models; models::EpGroupOf, Megatron-Core's folding with expert TP 1): the EP
-  // group's world ranks by EP rank, this rank's EP rank (its experts: [ep_rank·E/ep, (ep_rank+1)·E/ep)) and
-  // expert-DP rank (the replica of those experts it holds: 0 is the canonical copy).
+  // Expert parallelism (MoE models; Megatron-Core's parallel folding: the stage's devices in their listed
+  // order as expert TP (fastest) × EP × expert DP, the lowering's models::EpGroupOf and ExpertTpGroupOf): the
+  // EP group's world ranks by EP rank, this rank's EP rank (its experts: [ep_rank·E/ep, (ep_rank+1)·E/ep)),
+  // the expert-TP group's world ranks by expert-TP rank, this rank's expert-TP rank (its rows of each of
+  // those experts' F units: [etp_rank·F/etp, (etp_rank+1)·F/etp)) and expert-DP rank (the replica of those
+  // experts it holds: 0 is the canonical copy).
   std::vector<int> ep_group;
   uint32_t ep = 1;
   uint32_t ep_rank = 0;
+  std::vector<int> etp_group;
+  uint32_t etp = 1;
+  uint32_t etp_rank = 0;
   uint32_t edp_rank = 0;
   // The lowering's pipeline transfers of one micro-batch, per direction.
   std::vector<Transfer> recv_forward, send_forward, recv_backward, send_backward;
@@ -109,6 +115,7 @@ struct ExecPlan {
   std::vector<std::vector<int>> uly_groups;          // every Ulysses group, plan order
   std::vector<std::vector<int>> cp_groups;           // every CP ring, plan order
   std::vector<std::vector<int>> ep_groups;           // every EP group of more than one rank, plan order
+  std::vector<std::vector<int>> etp_groups;          // every expert-TP group of more than one rank, plan order
   std::vector<SyncGroupRanks> sync_groups;           // plan order (DeriveGradSyncGroups)
   std::vector<std::pair<int, int>> channels;         // directed (sender, receiver) pipeline pairs, sorted
   // Per layer: (pipeline, stage, replica) of its first holder, whose copy is the canonical one.

@@ -22,6 +22,13 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
     Group grp;
     grp.comm = group_comms.at(sg.ranks);
     grp.sync_comm = grp.comm;
+    // Tensors every TP rank holds whole (norms, MoE routers) go whole into each chunk's group when every member
+    // holds the group's layers at TP num_chunks (one chunk per rank): they sit in every TP rank's gradient
+    // buffer in Megatron-LM's DDP, and the lowering counts them so. Under mixed TP degrees a member in several
+    // chunks' groups would add its copy more than once: there they go by their rows of the chunk.
+    const bool whole_copies = std::all_of(sg.ranks.begin(), sg.ranks.end(), [&](int r) {
+      return plan.roles.at(static_cast<size_t>(r)).tp == g.num_chunks;
+    });
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamSpec& spec = params[i].spec;
       if (spec.layer < g.layer_begin || spec.layer >= g.layer_end) continue;
@@ -34,8 +41,10 @@ GradSync::GradSync(Backend* backend, const ExecPlan& plan, int rank, StageModel*
         synced_layers.insert(spec.layer);
         continue;
       }
-      const RowRange chunk = SplitRows(spec.global_rows, g.chunk, g.num_chunks);
-      HETSIM_CHECK(spec.owned.begin <= chunk.begin && chunk.end <= spec.owned.end,
+      const bool whole = whole_copies && spec.tp_replicated;
+      const RowRange chunk = whole ? spec.held : SplitRows(spec.global_rows, g.chunk, g.num_chunks);
+      const RowRange mine = whole ? spec.held : spec.owned;
+      HETSIM_CHECK(mine.begin <= chunk.begin && chunk.end <= mine.end,
                    "GradSync: chunk " + std::to_string(g.chunk) + "/" + std::to_string(g.num_chunks) + " of " +
                        spec.name() + " is outside this rank's shard");
       if (chunk.size() == 0) continue;
@@ -270,7 +279,12 @@ double GradSync::SumSequenceParallel() {
   const auto& params = model_->params();
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamKind kind = params[i].spec.kind;
-    if (kind != ParamKind::kAttnNorm && kind != ParamKind::kMlpNorm && kind != ParamKind::kFinalNorm) continue;
+    // The norms, and an MoE block's router: replicated over TP, they ran on the rank's sequence shard
+    // (models::TransformerModel::SequenceParallelParams, Megatron-Core's sequence_parallel parameters).
+    if (kind != ParamKind::kAttnNorm && kind != ParamKind::kMlpNorm && kind != ParamKind::kFinalNorm &&
+        kind != ParamKind::kRouter) {
+      continue;
+    }
     norms.push_back(i);
     bytes += static_cast<double>(params[i].spec.global_rows * params[i].spec.cols) * sizeof(float);
   }

@@ -7,9 +7,12 @@
 //  1. In each TP group, key/value heads shared by several TP ranks (TP > kv heads) sum their partial
 //     gradients.
 //  2. For each gradient-sync group of this rank (models::DeriveGradSyncGroups, in plan order): the chunk's
-//     rows of every parameter of the group's layers are packed into one buffer and all-reduced (sum).
-//  3. In each TP group, tensors a rank holds beyond its own shard (replicated norms, shared key/value
-//     heads) are completed from the owners' synchronised chunks.
+//     rows of every parameter of the group's layers — all rows of those replicated over TP (norms, MoE
+//     routers) when the members share one TP degree, as Megatron-LM's DDP buffers and the lowering hold
+//     them — are packed into one buffer and all-reduced (sum).
+//  3. In each TP group, tensors a rank holds beyond its own shard (replicated norms and routers, shared
+//     key/value heads) are completed from the owners' synchronised rows, so that the TP ranks' copies stay
+//     identical to the bit whatever order each group's reduction summed in.
 //
 // ZeRO (plan zero_stage 1-3, as the lowering orders it; docs/executor.md "ZeRO"): step 2 reduce-scatters
 // instead: each bucket of a group's packed buffer is cut into one equal segment per member (the last padded
@@ -42,8 +45,8 @@ class GradSync {
   // `num_buckets` of sync group `index` of ExecPlan::sync_groups; returns the bytes all-reduced), then
   // End() (step 3) before the optimizer step.
   void Begin();
-  // Sequence parallelism: the norms' gradients, partial per TP rank, summed over the TP group (the
-  // lowering's TP all-reduce before the gradient sync); returns the bytes all-reduced.
+  // Sequence parallelism: the norms' and MoE routers' gradients, partial per TP rank, summed over the TP
+  // group (the lowering's TP all-reduce before the gradient sync); returns the bytes all-reduced.
   double SumSequenceParallel();
   double RunGroup(size_t index, uint32_t bucket, uint32_t num_buckets);
   // Hierarchical all-reduce (comm.dp_algorithm: hierarchical, across nodes with equal members each), one of

@@ -60,9 +60,11 @@ class OpLog : public OpObserver {
     op.collective = models::CollectiveKind::kAllToAll;
     Add(op);
   }
-  void ExpertAllToAll(uint32_t mb, uint32_t layer, double bytes) override {
-    models::Op op = InPass(models::Category::kEp, role_.ep_group, role_.ep_rank, mb, layer, bytes);
-    op.collective = models::CollectiveKind::kAllToAll;
+  void ExpertCollective(uint32_t mb, uint32_t layer, models::CollectiveKind kind, double bytes) override {
+    const bool a2a = kind == models::CollectiveKind::kAllToAll;
+    models::Op op = InPass(models::Category::kEp, a2a ? role_.ep_group : role_.etp_group,
+                           a2a ? role_.ep_rank : role_.etp_rank, mb, layer, bytes);
+    op.collective = kind;
     Add(op);
   }
   void CpRing(uint32_t mb, uint32_t layer, const std::vector<double>& bytes, bool before) override {

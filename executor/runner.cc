@@ -14,8 +14,8 @@
 namespace hetsim::executor {
 
 void Runner::SetupComms() {
-  // One global order of groups on every rank: TP groups, Ulysses groups, then gradient-sync groups
-  // (deduplicated).
+  // One global order of groups on every rank: TP groups, Ulysses groups, CP rings, EP and expert-TP groups,
+  // then gradient-sync groups (deduplicated).
   std::vector<std::vector<int>> groups;
   auto add = [&](const std::vector<int>& g) {
     if (g.size() > 1 && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
@@ -24,8 +24,15 @@ void Runner::SetupComms() {
   for (const auto& g : plan_.uly_groups) add(g);
   for (const auto& g : plan_.cp_groups) add(g);
   for (const auto& g : plan_.ep_groups) add(g);
-  const size_t layer_groups = groups.size();
-  for (const auto& sg : plan_.sync_groups) add(sg.ranks);
+  for (const auto& g : plan_.etp_groups) add(g);
+  // The groups the DP stream's collectives use (comm.dp_overlap); one may have the members of a group above
+  // (an EP or expert-TP group can be a replica group).
+  std::vector<std::vector<int>> dp_groups;
+  auto add_dp = [&](const std::vector<int>& g) {
+    add(g);
+    if (std::find(dp_groups.begin(), dp_groups.end(), g) == dp_groups.end()) dp_groups.push_back(g);
+  };
+  for (const auto& sg : plan_.sync_groups) add_dp(sg.ranks);
   // Hierarchical all-reduces: the node's members and the members of one position across nodes (every
   // rank scans every rank's operations, so that all create them in one order).
   bool overlap = false;
@@ -36,7 +43,7 @@ void Runner::SetupComms() {
         if (op.kind != models::OpKind::kCollective || op.category != Category::kDp || op.group == models::kNone) continue;
         std::vector<int> ranks;
         for (uint32_t d : plan_.lowering.groups.at(op.group)) ranks.push_back(plan_.RankOfDevice(d));
-        add(ranks);
+        add_dp(ranks);
       }
     }
   }
@@ -45,11 +52,14 @@ void Runner::SetupComms() {
     if (std::find(g.begin(), g.end(), rank_) == g.end()) continue;
     comms_[g] = factory_->CreateGroup(g, static_cast<int>(i));
   }
-  // comm.dp_overlap: the DP stream's collectives get communicators of their own (the lowering's DP groups:
-  // every group after the TP, Ulysses and CP groups, again), so that they never interleave with the main stream's.
-  for (size_t i = layer_groups; overlap && i < groups.size(); ++i) {
+  // comm.dp_overlap: the DP stream's collectives get communicators of their own (the lowering's DP groups,
+  // again), so that they never interleave with the main stream's (an EP all-to-all on the same members, say).
+  for (size_t i = 0; overlap && i < groups.size(); ++i) {
     const auto& g = groups[i];
-    if (std::find(g.begin(), g.end(), rank_) == g.end() || side_comms_.count(g)) continue;
+    if (std::find(g.begin(), g.end(), rank_) == g.end() ||
+        std::find(dp_groups.begin(), dp_groups.end(), g) == dp_groups.end()) {
+      continue;
+    }
     side_comms_[g] = factory_->CreateGroup(g, static_cast<int>(groups.size() + i));
   }
   if (role_.tp > 1) tp_comm_ = comms_.at(role_.tp_group).get();
@@ -431,7 +441,7 @@ void Runner::RunOps() {
           break;
         }
         if (op.category == Category::kTp) {
-          // Sequence parallelism: the norms' partial gradients summed over the TP group.
+          // Sequence parallelism: the norms' and routers' partial gradients summed over the TP group.
           models::Op done = op;
           done.bytes = sync_->SumSequenceParallel();
           log_.Add(done);
@@ -587,12 +597,17 @@ int Runner::Run() {
   mo.tp_backward_blocking = plan_.tp_backward_blocking;
   mo.ep = role_.ep;
   mo.ep_rank = role_.ep_rank;
+  mo.etp = role_.etp;
+  mo.etp_rank = role_.etp_rank;
   mo.capacity_factor = plan_.moe_capacity_factor;
   model_ = std::make_unique<StageModel>(be_, specs_.model, role_.chunks, role_.tp, role_.tp_rank, tp_comm_, mo,
                                         &recorder_);
   if (role_.ulysses > 1) model_->SetUlysses(comms_.at(role_.uly_group).get());
   if (role_.cp > 1) model_->SetContextParallel(comms_.at(role_.cp_group).get());
-  if (role_.ep > 1) model_->SetExpertParallel(comms_.at(role_.ep_group).get());
+  if (role_.ep > 1 || role_.etp > 1) {
+    model_->SetExpertParallel(role_.ep > 1 ? comms_.at(role_.ep_group).get() : nullptr,
+                              role_.etp > 1 ? comms_.at(role_.etp_group).get() : nullptr);
+  }
   MapChunks();
   model_->SetOpObserver(&log_);
   if (!o_.profile_out.empty()) {

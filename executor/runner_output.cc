@@ -46,6 +46,7 @@ GradientDump Runner::CollectGradients(double loss, double* disagreement, int* di
   int64_t total = 0;
   for (uint32_t l = 0; l < model.num_layers(); ++l) {
     for (const auto& spec : LayerParams(model, l, 1, 0)) {
+      if (index.count({l, spec.kind})) continue;  // a routed expert tensor's other experts
       index[{l, spec.kind}] = offsets.size();
       offsets.push_back(total);
       total += spec.global_rows * spec.cols;

@@ -45,7 +45,8 @@ HeadShard AttentionHeads(const models::TransformerModel& model, uint32_t tp, uin
 }
 
 std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32_t layer, uint32_t tp,
-                                   uint32_t tp_rank, uint32_t ep, uint32_t ep_rank) {
+                                   uint32_t tp_rank, uint32_t ep, uint32_t ep_rank, uint32_t etp,
+                                   uint32_t etp_rank) {
   const auto& m = model.spec();
   const int64_t h = m.hidden_size(), f = m.ffn_hidden_size(), v = m.vocab_size();
   const int64_t hd = model.head_dim(), heads = m.num_attention_heads(), kv = model.kv_heads();
@@ -61,6 +62,7 @@ std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32
     p.owned = SplitRows(rows, tp_rank, tp);
     p.held = rep == Replication::kCopy ? RowRange{0, rows} : p.owned;
     p.replication = tp == 1 ? Replication::kSharded : rep;
+    p.tp_replicated = rep == Replication::kCopy;
     p.init_std = std_dev;
     if (p.replication == Replication::kSharded) p.held = p.owned;
     out.push_back(p);
@@ -97,13 +99,17 @@ std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32
         add(ParamKind::kWup, shared, h, Replication::kSharded, kStd);
         add(ParamKind::kWdownT, shared, h, Replication::kSharded, out_std);
       }
-      const int64_t rows = int64_t{moe.num_experts()} * moe.expert_ffn_hidden_size();
-      const RowRange mine = SplitRows(rows, ep_rank, ep);
+      // Expert e's rows on expert-TP rank k: [e·F + k·F/etp, e·F + (k+1)·F/etp) (column-parallel gate and up,
+      // row-parallel down: the same rows of the transposed tensor).
+      const int64_t E = moe.num_experts(), F = moe.expert_ffn_hidden_size(), local = E / ep;
+      const RowRange part = SplitRows(F, etp_rank, etp);
       for (ParamKind kind : {ParamKind::kExpertGate, ParamKind::kExpertUp, ParamKind::kExpertDownT}) {
-        add(kind, rows, h, Replication::kSharded, kind == ParamKind::kExpertDownT ? out_std : kStd);
-        out.back().held = out.back().owned = mine;
-        out.back().replication = Replication::kSharded;
-        out.back().expert = true;
+        for (int64_t e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
+          add(kind, E * F, h, Replication::kSharded, kind == ParamKind::kExpertDownT ? out_std : kStd);
+          out.back().held = out.back().owned = {e * F + part.begin, e * F + part.end};
+          out.back().replication = Replication::kSharded;
+          out.back().expert = true;
+        }
       }
       break;
     }

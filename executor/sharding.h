@@ -48,11 +48,13 @@ enum class ParamKind : uint8_t {
   kHead,        // [vocab, hidden]
   // An MoE block (models::TransformerModel::IsMoe): kMlpNorm as above; kWgate, kWup and kWdownT are its
   // shared experts' MLP (width SharedExpertWidth, absent without shared experts); the router and the routed
-  // experts, expert e's rows [e·F, (e+1)·F) of each expert tensor (F = moe.expert_ffn_hidden_size).
+  // experts, expert e's rows [e·F, (e+1)·F) of each expert tensor (F = moe.expert_ffn_hidden_size). A rank
+  // holds each of its local experts' rows as a tensor of its own (Transformer Engine's GroupedLinear keeps
+  // one weight per local expert).
   kRouter,        // [experts, hidden] (replicated over TP, like the norms)
-  kExpertGate,    // [experts·F, hidden]
-  kExpertUp,      // [experts·F, hidden]
-  kExpertDownT,   // [experts·F, hidden] (the down projections, transposed)
+  kExpertGate,    // [experts·F, hidden] (column-parallel under expert TP)
+  kExpertUp,      // [experts·F, hidden] (column-parallel under expert TP)
+  kExpertDownT,   // [experts·F, hidden] (the down projections, transposed: row-parallel under expert TP)
 };
 const char* ParamKindName(ParamKind kind);
 
@@ -70,9 +72,14 @@ struct ParamSpec {
   RowRange held;   // rows this rank stores
   RowRange owned;  // this rank's shard (⊆ held)
   Replication replication = Replication::kSharded;
+  // Replicated over TP at any TP degree, TP 1 included (the norms, an MoE block's router): every rank holds
+  // the whole tensor (GradSync synchronises all of it over DP where the group shares one TP degree).
+  bool tp_replicated = false;
   float init_std = 0;  // 0 = initialised to ones
-  // A routed expert tensor: split over the EP group (rank j of ep holds experts [j·E/ep, (j+1)·E/ep)), not
-  // over TP; its gradients synchronise over the expert-DP group (models::GradSyncGroup::Part::kExperts).
+  // A routed expert's part of an expert tensor: the experts are split over the EP group (rank j of ep holds
+  // experts [j·E/ep, (j+1)·E/ep)) and each expert's F rows over the expert-TP group (rank k of etp holds
+  // rows [k·F/etp, (k+1)·F/etp) of each), not over TP; its gradients synchronise over the expert-DP group
+  // (models::GradSyncGroup::Part::kExperts).
   bool expert = false;
   uint64_t tensor_id() const { return uint64_t{layer} * 16 + static_cast<uint64_t>(kind); }
   std::string name() const;  // "layer3.wq"
@@ -86,10 +93,12 @@ struct HeadShard {
 HeadShard AttentionHeads(const models::TransformerModel& model, uint32_t tp, uint32_t tp_rank);
 
 // The parameters of plan layer `layer` held by TP rank `tp_rank` of `tp` and, in an MoE block, EP rank
-// `ep_rank` of `ep` (expert TP 1: each EP rank holds whole experts), in a fixed order.
-// Initialisation: N(0, 0.02²) for matrices, 0.02/√(2L) for the residual output projections (attention
-// output, down projections; GPT-2 / Megatron-LM), ones for norms.
+// `ep_rank` of `ep` and expert-TP rank `etp_rank` of `etp` (Megatron-Core's expert layout), in a fixed
+// order: a routed expert tensor comes as one ParamSpec per local expert, in expert order (its `held` rows
+// are that expert's rows on this expert-TP rank). Initialisation: N(0, 0.02²) for matrices, 0.02/√(2L) for
+// the residual output projections (attention output, down projections; GPT-2 / Megatron-LM), ones for norms.
 std::vector<ParamSpec> LayerParams(const models::TransformerModel& model, uint32_t layer, uint32_t tp,
-                                   uint32_t tp_rank, uint32_t ep = 1, uint32_t ep_rank = 0);
+                                   uint32_t tp_rank, uint32_t ep = 1, uint32_t ep_rank = 0, uint32_t etp = 1,
+                                   uint32_t etp_rank = 0);
 
 }  // namespace hetsim::executor

@@ -32,6 +32,10 @@ StageModel::StageModel(Backend* backend, const models::TransformerModel& model,
                    (!model.HasMoe() || model.spec().moe().num_experts() % options.ep == 0),
                "StageModel: EP rank " + std::to_string(options.ep_rank) + " of " + std::to_string(options.ep) +
                    " does not split the experts");
+  HETSIM_CHECK(options.etp >= 1 && options.etp_rank < options.etp &&
+                   (!model.HasMoe() || model.spec().moe().expert_ffn_hidden_size() % options.etp == 0),
+               "StageModel: expert-TP rank " + std::to_string(options.etp_rank) + " of " +
+                   std::to_string(options.etp) + " does not split the experts' width");
   vocab_begin_ = SplitRows(model.spec().vocab_size(), tp_rank, tp).begin;
   layer_first_param_.assign(model.num_layers(), SIZE_MAX);
   for (uint32_t l = 0; l < model.num_layers(); ++l) {
@@ -39,7 +43,8 @@ StageModel::StageModel(Backend* backend, const models::TransformerModel& model,
       continue;
     }
     layer_first_param_[l] = params_.size();
-    for (const ParamSpec& spec : LayerParams(model, l, tp, tp_rank, options.ep, options.ep_rank)) {
+    for (const ParamSpec& spec :
+         LayerParams(model, l, tp, tp_rank, options.ep, options.ep_rank, options.etp, options.etp_rank)) {
       Param p;
       p.spec = spec;
       p.master = New(spec.held.size(), spec.cols, DType::kF32);
@@ -68,10 +73,10 @@ int StageModel::ChunkOf(uint32_t begin, uint32_t end) const {
   return -1;
 }
 
-Param& StageModel::P(uint32_t layer, ParamKind kind) {
+Param& StageModel::P(uint32_t layer, ParamKind kind, int64_t expert) {
   const size_t first = layer_first_param_.at(layer);
   for (size_t i = first; i < params_.size() && params_[i].spec.layer == layer; ++i) {
-    if (params_[i].spec.kind == kind) return params_[i];
+    if (params_[i].spec.kind == kind && expert-- == 0) return params_[i];
   }
   HETSIM_CHECK(false, "StageModel: layer " + std::to_string(layer) + " has no " + ParamKindName(kind));
   return params_.front();
@@ -560,7 +565,7 @@ void StageModel::AllToAll(Tensor in, Tensor out) {
 void StageModel::FlushAllToAll(uint32_t mb, uint32_t layer) {
   if (observer_ != nullptr) {
     for (double bytes : pending_a2a_) observer_->UlyssesAllToAll(mb, layer, bytes);
-    for (double bytes : pending_ep_) observer_->ExpertAllToAll(mb, layer, bytes);
+    for (const auto& [kind, bytes] : pending_ep_) observer_->ExpertCollective(mb, layer, kind, bytes);
   }
   pending_a2a_.clear();
   pending_ep_.clear();

@@ -49,12 +49,16 @@ struct ModelOptions {
   // wgrad GEMM (the op log says so; on CPU workers every call is synchronous anyway).
   bool tp_backward_blocking = false;
   // Expert parallelism (MoE models; docs/executor.md "Mixture of experts"): this rank is EP rank `ep_rank`
-  // of `ep` and holds experts [ep_rank·E/ep, (ep_rank+1)·E/ep) of every MoE block (expert TP 1).
-  // `capacity_factor` (training.moe_capacity_factor, required for MoE blocks): Megatron-Core's drop-and-pad,
-  // each expert takes ceil(cf · tokens · top_k / E) copies of a rank's tokens (the rest are dropped, empty
-  // slots padded with zeros), so every all-to-all has a fixed size.
+  // of `ep` and holds experts [ep_rank·E/ep, (ep_rank+1)·E/ep) of every MoE block; as expert-TP rank
+  // `etp_rank` of `etp` it holds rows [etp_rank·F/etp, (etp_rank+1)·F/etp) of each of their F FFN units
+  // (column-parallel gate and up, row-parallel down). `capacity_factor` (training.moe_capacity_factor,
+  // required for MoE blocks): Megatron-Core's drop-and-pad, each expert takes ceil(cf · tokens · top_k / E)
+  // copies of a rank's tokens (the rest are dropped, empty slots padded with zeros), so every all-to-all
+  // has a fixed size.
   uint32_t ep = 1;
   uint32_t ep_rank = 0;
+  uint32_t etp = 1;
+  uint32_t etp_rank = 0;
   double capacity_factor = 0;
 };
 
@@ -91,10 +95,14 @@ class OpObserver {
   virtual void CpRing(uint32_t mb, uint32_t layer, const std::vector<double>& bytes, bool before) {
     (void)mb, (void)layer, (void)bytes, (void)before;
   }
-  // An MoE block's all-to-all in the EP group (dispatch or combine, or their gradients) of `bytes` (this
-  // rank's send buffer), reported after the block's TP collectives and Ulysses all-to-alls (the lowering's
-  // order within a pass: dispatch, then combine).
-  virtual void ExpertAllToAll(uint32_t mb, uint32_t layer, double bytes) { (void)mb, (void)layer, (void)bytes; }
+  // An MoE block's collective around its experts, reported after the block's TP collectives and Ulysses
+  // all-to-alls in the order it ran (the lowering's within a pass: dispatch, expert-TP all-gather,
+  // reduce-scatter, combine): `kind` all-to-all in the EP group (dispatch or combine, or their gradients;
+  // `bytes`: this rank's send buffer), or all-gather / reduce-scatter in the expert-TP group (`bytes`: the
+  // gathered tensor's).
+  virtual void ExpertCollective(uint32_t mb, uint32_t layer, models::CollectiveKind kind, double bytes) {
+    (void)mb, (void)layer, (void)kind, (void)bytes;
+  }
 };
 
 class StageModel {
@@ -159,8 +167,9 @@ class StageModel {
   // reduce-scatter, cp − 1 steps). docs/executor.md says how this differs from TransformerEngine's
   // blockwise kernels.
   void SetContextParallel(Comm* comm) { cp_comm_ = comm; }
-  // The EP group's communicator (ModelOptions::ep members; may stay unset when ep == 1).
-  void SetExpertParallel(Comm* comm);
+  // The EP group's communicator (ModelOptions::ep members; may stay null when ep == 1) and the expert-TP
+  // group's (ModelOptions::etp members; may stay null when etp == 1).
+  void SetExpertParallel(Comm* ep_comm, Comm* etp_comm = nullptr);
   int64_t cp() const { return cp_comm_ != nullptr ? cp_comm_->size() : 1; }
   // Bytes kept by each layer of the last chunk that ran a forward pass keeping activations (index: layer
   // − the chunk's first layer), when a layer recorder is set.
@@ -179,8 +188,9 @@ class StageModel {
   struct BlockSaved {
     Buffer x, inv1, n1, q, k, v, probs, attn, x2, inv2, n2, gate, up, act;
     // MoE blocks (gate, up, act above are the shared experts'): the routing, the local experts' inputs,
-    // their gate, up and activation ([local experts · ep · C] rows, expert-major, source EP rank next), and
-    // the combined expert outputs in this rank's slot order (the router's gradient needs them).
+    // their gate, up and activation ([local experts · etp · ep · C] rows, expert-major, then the source
+    // expert-TP rank, then the source EP rank), and the combined expert outputs in this rank's slot order
+    // (the router's gradient needs them).
     MoeRoute route;
     Buffer e_in, e_gate, e_up, e_act, e_out;
   };
@@ -199,7 +209,8 @@ class StageModel {
     bool saved = false;
   };
 
-  Param& P(uint32_t layer, ParamKind kind);
+  // The layer's parameter of `kind`; for a routed expert tensor, local expert `expert`'s.
+  Param& P(uint32_t layer, ParamKind kind, int64_t expert = 0);
   void TpAllReduce(Tensor t, ReduceOp op, int32_t mb, bool behind_gemms = false);
   // Sequence parallelism: rows of the residual stream per micro-batch of `rows` tokens; the all-gather of a
   // sequence-sharded tensor ([batch·seq/t, w] → [batch·seq, w]); the reduce-scatter of a partial one
@@ -239,7 +250,8 @@ class StageModel {
   Buffer MoeBackward(uint32_t layer, uint32_t mb, BlockSaved& s, Tensor n2, Tensor dy);
   // Top-k of the router's logits ([tokens, E] f32 on the host), softmax over the chosen, slots by capacity.
   MoeRoute Route(const std::vector<float>& logits, int64_t tokens) const;
-  // The local experts' SwiGLU MLPs on `in` ([local experts · rows, h], expert-major) and their backward.
+  // The local experts' SwiGLU MLPs (their F/etp units each) on s.e_in ([local experts · rows, h],
+  // expert-major) and their backward; under expert TP the outputs and input gradients are partial sums.
   Buffer ExpertsForward(uint32_t layer, BlockSaved& s, int64_t rows);
   Buffer ExpertsBackward(uint32_t layer, BlockSaved& s, Tensor dout, int64_t rows);
   // Between this rank's slot order ([E·C, h]: expert-major) and the exchanged blocks: the dispatch
@@ -247,6 +259,12 @@ class StageModel {
   // rank's experts, regrouped expert-major ([local experts][ep][C]); `ToSlots` is the mirror image.
   Buffer ToExperts(Tensor slots, int64_t capacity, int32_t mb);
   Buffer ToSlots(Tensor grouped, int64_t capacity, int32_t mb);
+  // Expert TP (Megatron-Core's gather_from / reduce_scatter_to_sequence_parallel_region over the expert-TP
+  // group): GatherExperts all-gathers the members' received rows ([local experts][rows] each) into
+  // [local experts][etp][rows]; ScatterExperts reduce-scatters partial sums in that layout back to this
+  // member's [local experts][rows]. Both return their input as it is at expert TP 1.
+  Buffer GatherExperts(Buffer grouped, int32_t mb);
+  Buffer ScatterExperts(Buffer partial, int32_t mb);
   // The EP all-to-all (a copy at EP 1; its bytes wait in pending_ep_ until the block's end, FlushAllToAll).
   void EpAllToAll(Tensor in, Tensor out, int32_t mb);
   // Ulysses' layout changes for `batch` sequences of `seq_local` tokens per rank, `width` = local heads ×
@@ -285,7 +303,9 @@ class StageModel {
   Comm* cp_comm_ = nullptr;            // SetContextParallel
   std::vector<double> pending_a2a_;  // bytes of the block's all-to-alls not yet reported
   Comm* ep_comm_ = nullptr;          // SetExpertParallel
-  std::vector<double> pending_ep_;   // bytes of the block's EP all-to-alls not yet reported
+  Comm* etp_comm_ = nullptr;         // SetExpertParallel
+  // The block's expert collectives (kind, bytes) not yet reported.
+  std::vector<std::pair<models::CollectiveKind, double>> pending_ep_;
   uint32_t current_layer_ = 0;
   std::vector<double> activation_bytes_;
   HeadShard heads_;

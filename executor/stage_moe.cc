@@ -1,7 +1,9 @@
 // The routed experts of an MoE block (StageModel::MoeForward / MoeBackward; docs/executor.md "Mixture of
 // experts"): a softmax router with top-k, Megatron-Core's drop-and-pad dispatch with a fixed capacity per
-// expert, the all-to-all exchange of token copies in the EP group, the local experts' SwiGLU MLPs, and the
-// weighted un-permutation; the backward is the exact gradient of all of it, the router's included.
+// expert, the all-to-all exchange of token copies in the EP group, under expert TP the all-gather of the
+// expert-TP group's received copies and the reduce-scatter of the experts' partial outputs, the local
+// experts' SwiGLU MLPs, and the weighted un-permutation; the backward is the exact gradient of all of it,
+// the router's included.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,11 +12,16 @@
 
 namespace hetsim::executor {
 
-void StageModel::SetExpertParallel(Comm* comm) {
-  HETSIM_CHECK(comm == nullptr ? options_.ep == 1 : comm->size() == static_cast<int>(options_.ep) &&
-                                                        comm->rank() == static_cast<int>(options_.ep_rank),
+void StageModel::SetExpertParallel(Comm* ep_comm, Comm* etp_comm) {
+  HETSIM_CHECK(ep_comm == nullptr ? options_.ep == 1 : ep_comm->size() == static_cast<int>(options_.ep) &&
+                                                           ep_comm->rank() == static_cast<int>(options_.ep_rank),
                "StageModel: the EP communicator does not match ModelOptions::ep and ep_rank");
-  ep_comm_ = comm;
+  HETSIM_CHECK(etp_comm == nullptr ? options_.etp == 1
+                                   : etp_comm->size() == static_cast<int>(options_.etp) &&
+                                         etp_comm->rank() == static_cast<int>(options_.etp_rank),
+               "StageModel: the expert-TP communicator does not match ModelOptions::etp and etp_rank");
+  ep_comm_ = ep_comm;
+  etp_comm_ = etp_comm;
 }
 
 StageModel::MoeRoute StageModel::Route(const std::vector<float>& logits, int64_t tokens) const {
@@ -65,9 +72,37 @@ void StageModel::EpAllToAll(Tensor in, Tensor out, int32_t mb) {
     be_->Copy(out, in);  // EP 1: the exchange is the identity (the lowering has no all-to-all)
     return;
   }
-  pending_ep_.push_back(static_cast<double>(in.bytes()));
+  pending_ep_.emplace_back(models::CollectiveKind::kAllToAll, static_cast<double>(in.bytes()));
   SliceRecorder::Scope scope(recorder_, Category::kEp, mb);
   ep_comm_->AllToAll(in, out);
+}
+
+Buffer StageModel::GatherExperts(Buffer grouped, int32_t mb) {
+  if (etp_comm_ == nullptr) return grouped;
+  const int64_t etp = options_.etp, local = model_.spec().moe().num_experts() / options_.ep;
+  const int64_t rows = grouped.t().rows, h = grouped.t().cols;
+  Buffer members = NewAct(etp * rows, h), out = NewAct(etp * rows, h);
+  pending_ep_.emplace_back(models::CollectiveKind::kAllGather, static_cast<double>(out.t().bytes()));
+  {
+    SliceRecorder::Scope scope(recorder_, Category::kEp, mb);
+    etp_comm_->AllGather(grouped.t(), members.t());
+  }
+  // [etp][local experts][rows / local] → [local experts][etp][rows / local]: each expert's rows together.
+  Regroup(members.t(), out.t(), local, etp, true);
+  return out;
+}
+
+Buffer StageModel::ScatterExperts(Buffer partial, int32_t mb) {
+  if (etp_comm_ == nullptr) return partial;
+  const int64_t etp = options_.etp, local = model_.spec().moe().num_experts() / options_.ep;
+  const int64_t rows = partial.t().rows, h = partial.t().cols;
+  Buffer members = NewAct(rows, h), mine = NewAct(rows / etp, h);
+  Regroup(members.t(), partial.t(), local, etp, false);
+  partial.Reset();
+  pending_ep_.emplace_back(models::CollectiveKind::kReduceScatter, static_cast<double>(members.t().bytes()));
+  SliceRecorder::Scope scope(recorder_, Category::kEp, mb);
+  etp_comm_->ReduceScatter(members.t(), mine.t());
+  return mine;
 }
 
 Buffer StageModel::ToExperts(Tensor slots, int64_t capacity, int32_t mb) {
@@ -102,39 +137,36 @@ Buffer StageModel::ToSlots(Tensor grouped, int64_t capacity, int32_t mb) {
 
 Buffer StageModel::ExpertsForward(uint32_t layer, BlockSaved& s, int64_t rows) {
   const auto& moe = model_.spec().moe();
-  const int64_t local = moe.num_experts() / options_.ep, F = moe.expert_ffn_hidden_size();
+  const int64_t local = moe.num_experts() / options_.ep, F = moe.expert_ffn_hidden_size() / options_.etp;
   const int64_t h = model_.spec().hidden_size();
-  const Tensor wg = P(layer, ParamKind::kExpertGate).w(), wu = P(layer, ParamKind::kExpertUp).w();
-  const Tensor wd = P(layer, ParamKind::kExpertDownT).w();
   s.e_gate = NewAct(local * rows, F);
   s.e_up = NewAct(local * rows, F);
   s.e_act = NewAct(local * rows, F);
   Buffer out = NewAct(local * rows, h);
   for (int64_t e = 0; e < local; ++e) {
     const Tensor x = s.e_in.t().Rows(e * rows, (e + 1) * rows);
-    be_->Gemm(s.e_gate.t().Rows(e * rows, (e + 1) * rows), x, false, wg.Rows(e * F, (e + 1) * F), true, 1, 0);
-    be_->Gemm(s.e_up.t().Rows(e * rows, (e + 1) * rows), x, false, wu.Rows(e * F, (e + 1) * F), true, 1, 0);
+    be_->Gemm(s.e_gate.t().Rows(e * rows, (e + 1) * rows), x, false, P(layer, ParamKind::kExpertGate, e).w(), true,
+              1, 0);
+    be_->Gemm(s.e_up.t().Rows(e * rows, (e + 1) * rows), x, false, P(layer, ParamKind::kExpertUp, e).w(), true, 1, 0);
   }
   be_->SwiGlu(s.e_act.t(), s.e_gate.t(), s.e_up.t());
   for (int64_t e = 0; e < local; ++e) {
     be_->Gemm(out.t().Rows(e * rows, (e + 1) * rows), s.e_act.t().Rows(e * rows, (e + 1) * rows), false,
-              wd.Rows(e * F, (e + 1) * F), false, 1, 0);
+              P(layer, ParamKind::kExpertDownT, e).w(), false, 1, 0);
   }
   return out;
 }
 
 Buffer StageModel::ExpertsBackward(uint32_t layer, BlockSaved& s, Tensor dout, int64_t rows) {
   const auto& moe = model_.spec().moe();
-  const int64_t local = moe.num_experts() / options_.ep, F = moe.expert_ffn_hidden_size();
+  const int64_t local = moe.num_experts() / options_.ep, F = moe.expert_ffn_hidden_size() / options_.etp;
   const int64_t h = model_.spec().hidden_size();
-  Param& wg = P(layer, ParamKind::kExpertGate);
-  Param& wu = P(layer, ParamKind::kExpertUp);
-  Param& wd = P(layer, ParamKind::kExpertDownT);
   Buffer dact = NewAct(local * rows, F);
   for (int64_t e = 0; e < local; ++e) {
+    Param& wd = P(layer, ParamKind::kExpertDownT, e);
     const Tensor d = dout.Rows(e * rows, (e + 1) * rows);
-    be_->Gemm(dact.t().Rows(e * rows, (e + 1) * rows), d, false, wd.w().Rows(e * F, (e + 1) * F), true, 1, 0);
-    be_->Gemm(wd.grad.t().Rows(e * F, (e + 1) * F), s.e_act.t().Rows(e * rows, (e + 1) * rows), true, d, false, 1, 1);
+    be_->Gemm(dact.t().Rows(e * rows, (e + 1) * rows), d, false, wd.w(), true, 1, 0);
+    be_->Gemm(wd.grad.t(), s.e_act.t().Rows(e * rows, (e + 1) * rows), true, d, false, 1, 1);
   }
   s.e_act.Reset();
   Buffer dgate = NewAct(local * rows, F), dup = NewAct(local * rows, F);
@@ -144,12 +176,14 @@ Buffer StageModel::ExpertsBackward(uint32_t layer, BlockSaved& s, Tensor dout, i
   s.e_up.Reset();
   Buffer dx = NewAct(local * rows, h);
   for (int64_t e = 0; e < local; ++e) {
+    Param& wg = P(layer, ParamKind::kExpertGate, e);
+    Param& wu = P(layer, ParamKind::kExpertUp, e);
     const Tensor g = dgate.t().Rows(e * rows, (e + 1) * rows), u = dup.t().Rows(e * rows, (e + 1) * rows);
     const Tensor x = s.e_in.t().Rows(e * rows, (e + 1) * rows), out = dx.t().Rows(e * rows, (e + 1) * rows);
-    be_->Gemm(out, g, false, wg.w().Rows(e * F, (e + 1) * F), false, 1, 0);
-    be_->Gemm(out, u, false, wu.w().Rows(e * F, (e + 1) * F), false, 1, 1);
-    be_->Gemm(wg.grad.t().Rows(e * F, (e + 1) * F), g, true, x, false, 1, 1);
-    be_->Gemm(wu.grad.t().Rows(e * F, (e + 1) * F), u, true, x, false, 1, 1);
+    be_->Gemm(out, g, false, wg.w(), false, 1, 0);
+    be_->Gemm(out, u, false, wu.w(), false, 1, 1);
+    be_->Gemm(wg.grad.t(), g, true, x, false, 1, 1);
+    be_->Gemm(wu.grad.t(), u, true, x, false, 1, 1);
   }
   s.e_in.Reset();
   return dx;
@@ -166,11 +200,13 @@ Buffer StageModel::MoeForward(uint32_t layer, uint32_t mb, BlockSaved& s, Tensor
   s.route = Route(host, tokens);
   const int64_t C = s.route.capacity;
   // Dispatch: each slot gets its token's row (padding: zeros), the slots go to their experts' EP ranks.
+  // Expert TP: every member of the group computes its F/etp units of each local expert for the group's
+  // copies (gathered), and the partial outputs are summed back onto the members that received them.
   Buffer slots = NewAct(E * C, h);
   be_->GatherRows(slots.t(), n2, s.route.slot_token, {});
-  s.e_in = ToExperts(slots.t(), C, imb);
+  s.e_in = GatherExperts(ToExperts(slots.t(), C, imb), imb);
   slots.Reset();
-  Buffer out = ExpertsForward(layer, s, options_.ep * C);
+  Buffer out = ScatterExperts(ExpertsForward(layer, s, options_.etp * options_.ep * C), imb);
   // Combine: the outputs back to the slots' owners, each added to its token weighted by its router weight.
   s.e_out = ToSlots(out.t(), C, imb);
   Buffer y = NewAct(tokens, h);
@@ -194,10 +230,11 @@ Buffer StageModel::MoeBackward(uint32_t layer, uint32_t mb, BlockSaved& s, Tenso
   std::vector<float> slot_dw(static_cast<size_t>(E * C));
   be_->Download(slot_dw.data(), dots.t());
   be_->GatherRows(dslots.t(), dy, r.slot_token, r.slot_weight);
-  // The combine's gradient goes to the experts, theirs back to the slots (the dispatch's gradient).
-  Buffer dout = ToExperts(dslots.t(), C, imb);
+  // The combine's gradient goes to the experts (gathered over expert TP: the reduce-scatter's gradient), theirs
+  // back to the slots (the dispatch's gradient; partial under expert TP, summed by the all-gather's gradient).
+  Buffer dout = GatherExperts(ToExperts(dslots.t(), C, imb), imb);
   dslots.Reset();
-  Buffer dx = ExpertsBackward(layer, s, dout.t(), options_.ep * C);
+  Buffer dx = ScatterExperts(ExpertsBackward(layer, s, dout.t(), options_.etp * options_.ep * C), imb);
   dout.Reset();
   Buffer dx_slots = ToSlots(dx.t(), C, imb);
   dx.Reset();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <set>
 #include <tuple>
 
 #include "tests/executor/loaded_plan.h"
@@ -415,6 +416,69 @@ TEST(ExecPlanTest, ExpertParallelGroupsAndSyncParts) {
   }
 }
 
+// The lowering's EP and expert-TP groups of a rank's MoE collectives, as world ranks: (all-to-all groups,
+// all-gather and reduce-scatter groups).
+std::pair<std::set<std::vector<int>>, std::set<std::vector<int>>> ExpertGroupsOfOps(const ExecPlan& ep, int rank) {
+  std::set<std::vector<int>> a2a, etp;
+  for (const auto& op : ep.Ops(rank)) {
+    if (op.kind != models::OpKind::kCollective || op.category != models::Category::kEp) continue;
+    std::vector<int> ranks;
+    for (uint32_t d : ep.lowering.groups.at(op.group)) ranks.push_back(ep.RankOfDevice(d));
+    (op.collective == models::CollectiveKind::kAllToAll ? a2a : etp).insert(ranks);
+  }
+  return {a2a, etp};
+}
+
+TEST(ExecPlanTest, ExpertTensorParallelFoldsTheStageAsTheLoweringDoes) {
+  // cpu-4-ep4 as two TP-2 replicas with sequence parallelism and EP 2, expert TP 2 (the default, the stage's
+  // TP): Megatron-Core's folding of devices 0-3, expert TP fastest: expert-TP groups {0, 1}, {2, 3}, EP groups
+  // {0, 2}, {1, 3}, expert DP 1 (no expert sync group).
+  Loaded l = Load("cpu-4-ep4");
+  l.plan.set_sequence_parallel(true);
+  auto* st = l.plan.mutable_pipelines(0)->mutable_stages(0);
+  st->set_tp_degree(2);
+  st->set_ep_degree(2);
+  auto ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(ep->etp_groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(ep->ep_groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  const uint32_t ep_rank[] = {0, 0, 1, 1}, etp_rank[] = {0, 1, 0, 1};
+  for (int r = 0; r < 4; ++r) {
+    const RankRole& role = ep->roles[static_cast<size_t>(r)];
+    EXPECT_EQ(role.etp, 2u);
+    EXPECT_EQ(role.ep_rank, ep_rank[r]) << r;
+    EXPECT_EQ(role.etp_rank, etp_rank[r]) << r;
+    EXPECT_EQ(role.edp_rank, 0u);
+    // The groups the lowering's MoE collectives name are the rank's.
+    const auto [a2a, gathers] = ExpertGroupsOfOps(*ep, r);
+    EXPECT_EQ(a2a, std::set<std::vector<int>>{role.ep_group}) << r;
+    EXPECT_EQ(gathers, std::set<std::vector<int>>{role.etp_group}) << r;
+  }
+  for (const auto& sg : ep->sync_groups) EXPECT_NE(sg.group.part, models::GradSyncGroup::Part::kExperts);
+  // The sequence-parallel all-reduce before the sync sums the norms' and the routers' gradients: 4 blocks ×
+  // 2 norms of 256, 3 routers of 8 × 256 and the final norm's 256, in fp32.
+  double sp_bytes = 0;
+  for (const auto& op : ep->Ops(0)) {
+    if (op.kind == models::OpKind::kCollective && op.category == models::Category::kTp && !op.in_pass) {
+      sp_bytes += op.bytes;
+    }
+  }
+  EXPECT_DOUBLE_EQ(sp_bytes, (4 * 2 * 256 + 3 * 8 * 256 + 256) * 4.0);
+  // Expert TP 1 under TP 2: EP groups {0, 1}, {2, 3} (the TP groups), no expert-TP group, the experts'
+  // gradients over expert DP {0, 2}, {1, 3}.
+  st->set_expert_tp_degree(1);
+  ep = Build(l);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_TRUE(ep->etp_groups.empty());
+  EXPECT_EQ(ep->ep_groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  std::vector<std::vector<int>> expert_groups;
+  for (const auto& sg : ep->sync_groups) {
+    if (sg.group.part == models::GradSyncGroup::Part::kExperts) expert_groups.push_back(sg.ranks);
+  }
+  EXPECT_EQ(expert_groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_TRUE(ExpertGroupsOfOps(*ep, 1).second.empty());
+}
+
 TEST(ExecPlanTest, WhatTheMoeLayerDoesNotRunIsRefusedWithItsField) {
   const auto refused = [](const std::function<void(Loaded&)>& change, const std::string& field) {
     Loaded l = Load("cpu-4-ep4");
@@ -429,8 +493,15 @@ TEST(ExecPlanTest, WhatTheMoeLayerDoesNotRunIsRefusedWithItsField) {
   refused([](Loaded& l) { l.plan.mutable_comm()->set_ep_overlap(true); }, "comm.ep_overlap");
   refused([](Loaded& l) { l.training.set_moe_capacity_factor(0); }, "training.moe_capacity_factor");
   refused([](Loaded& l) { l.plan.set_zero_stage(1); }, "zero_stage: 1");
-  refused([](Loaded& l) { l.plan.mutable_pipelines(0)->mutable_stages(0)->set_expert_tp_degree(2); },
-          "stages[0].expert_tp_degree: 2");
+  // ZeRO stays refused under TP and expert TP, naming the file and the fix.
+  refused(
+      [](Loaded& l) {
+        l.plan.set_sequence_parallel(true);
+        l.plan.mutable_pipelines(0)->mutable_stages(0)->set_tp_degree(2);
+        l.plan.mutable_pipelines(0)->mutable_stages(0)->set_ep_degree(2);
+        l.plan.set_zero_stage(1);
+      },
+      "plan: zero_stage: 1: the executor's ZeRO shards whole layers");
   refused(
       [](Loaded& l) {
         proto::Model m = l.model.spec();

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <numeric>
+#include <utility>
 
 #include "executor/cpu_backend.h"
 #include "executor/init.h"
@@ -101,6 +104,43 @@ TEST(ShardingTest, InitialValuesDependOnGlobalCoordinatesOnly) {
   EXPECT_NE(InitValue(7, full.tensor_id(), 3, 4, 0.02f), InitValue(8, full.tensor_id(), 3, 4, 0.02f));
   EXPECT_NE(InitValue(7, full.tensor_id(), 3, 4, 0.02f), InitValue(7, full.tensor_id() + 1, 3, 4, 0.02f));
   EXPECT_EQ(InitValue(7, full.tensor_id(), 3, 4, 0.0f), 1.0f);
+}
+
+TEST(ShardingTest, ExpertLayoutsHoldEveryExpertRowOnceAndKeepTheRouterWhole) {
+  auto model = models::LoadModel("llama-tiny-moe");  // 8 experts of width 128; layer 2 is an MoE block
+  ASSERT_TRUE(model.ok());
+  const int64_t E = 8, F = 128;
+  for (const auto& [ep, etp] : {std::pair{1u, 1u}, {2u, 1u}, {2u, 2u}, {1u, 4u}, {4u, 2u}}) {
+    // Per expert tensor: which rank (EP rank, expert-TP rank) holds each global row.
+    std::map<ParamKind, std::vector<int>> holder;
+    for (uint32_t j = 0; j < ep; ++j) {
+      for (uint32_t k = 0; k < etp; ++k) {
+        int64_t experts = 0;
+        for (const ParamSpec& p : LayerParams(*model, 2, 2, 0, ep, j, etp, k)) {
+          if (p.kind == ParamKind::kRouter) {
+            EXPECT_TRUE(p.tp_replicated);
+            EXPECT_EQ(p.held, (RowRange{0, E}));
+          }
+          if (!p.expert) continue;
+          EXPECT_EQ(p.global_rows, E * F);
+          EXPECT_EQ(p.held, p.owned);
+          // The (experts-th mod E/ep) local expert's rows on expert-TP rank k: a contiguous F/etp of its F.
+          const int64_t e = j * (E / ep) + experts++ % (E / ep);
+          EXPECT_EQ(p.held, (RowRange{e * F + k * F / etp, e * F + (k + 1) * F / etp})) << p.name();
+          auto& rows = holder.try_emplace(p.kind, E * F, -1).first->second;
+          for (int64_t r = p.held.begin; r < p.held.end; ++r) {
+            EXPECT_EQ(rows[static_cast<size_t>(r)], -1) << p.name() << " row " << r << " held twice";
+            rows[static_cast<size_t>(r)] = static_cast<int>(j * etp + k);
+          }
+        }
+        EXPECT_EQ(experts, 3 * E / ep);  // gate, up and down of each local expert
+      }
+    }
+    ASSERT_EQ(holder.size(), 3u);
+    for (const auto& [kind, rows] : holder) {
+      EXPECT_EQ(std::count(rows.begin(), rows.end(), -1), 0) << ParamKindName(kind) << " ep " << ep << " etp " << etp;
+    }
+  }
 }
 
 TEST(ShardingTest, SyntheticDataIsDeterministicAndLearnable) {

@@ -141,15 +141,16 @@ TEST(StageModelTest, MoeGradientsMatchDirectionalFiniteDifferences) {
   // 32 tokens, so uneven routing drops some. The top-k choice is piecewise constant, so the step is small
   // (ε = 1e-3 keeps every choice here; a flipped one would show as a jump of the loss): the FP32 rounding of
   // the loss divided by 2ε is then ~1e-4, which the small router and norm gradients (~6e-4) barely clear.
-  // embedding, per MoE block 6 (norms, attention) + router + 3 shared + 3 routed, final norm + head
-  EXPECT_EQ(CheckMoeModel(2, 1e-3, 2e-4), 1 + 2 * 13 + 2);
+  // embedding, per MoE block 6 (norms, attention) + router + 3 shared + 3 routed tensors of each of the 4
+  // experts, final norm + head
+  EXPECT_EQ(CheckMoeModel(2, 1e-3, 2e-4), 1 + 2 * (10 + 3 * 4) + 2);
 }
 
 TEST(StageModelTest, MoeRouterGradientMatchesFiniteDifferencesWhenEveryExpertIsChosen) {
   // Top-4 of 4: the weights are the softmax over all logits, smooth in every parameter, so the larger step of
   // the dense test (ε = 1e-2, rounding ~1e-5) checks the router's gradient (the softmax's backward and
   // d w = dy · output) to 1%; capacity factor 1 is then room for every token.
-  EXPECT_EQ(CheckMoeModel(4, 1e-2, 2e-5), 1 + 2 * 13 + 2);
+  EXPECT_EQ(CheckMoeModel(4, 1e-2, 2e-5), 1 + 2 * (10 + 3 * 4) + 2);
 }
 
 TEST(StageModelTest, MicroBatchingAndRecomputationLeaveGradientsUnchanged) {
