@@ -174,7 +174,14 @@ class Arrivals {
       FutexWakeAll(&count);
       return;
     }
-    for (uint32_t seen = count.load(); seen < round_end; seen = count.load()) FutexWait(&count, seen, kDozeNs);
+    // While it waits, the rank keeps MPI progressing: a pipeline send it posted before the collective may need
+    // it to answer its receiver (a message above the eager limit), and that receiver may be a member this
+    // collective waits for, through others (the receiver rings this rank's doorbell, not this counter).
+    for (uint32_t seen = count.load(); seen < round_end; seen = count.load()) {
+      FutexWait(&count, seen, kDozeNs);
+      int pending = 0;
+      HETSIM_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE));
+    }
   }
 
  private:
