@@ -109,7 +109,9 @@ PredictionInterval IntervalFrom(const std::vector<Residual>& residuals, const Ru
     std::vector<double> ratios;
     std::set<std::string> sets;
     for (const auto& r : residuals) {
-      if (lv.same(r.cls, c)) {
+      // A run on a type with no measured basis is priced by generic values: its interval comes from runs
+      // priced the same way (the outside checks' development halves), a measured one's from measured runs.
+      if (r.cls.measured == c.measured && lv.same(r.cls, c)) {
         ratios.push_back(r.ratio);
         sets.insert(r.set);
       }
@@ -128,8 +130,9 @@ PredictionInterval IntervalFrom(const std::vector<Residual>& residuals, const Ru
     break;
   }
   if (!c.measured) {
-    out.caveat = "a GPU type of this run has no measured basis: the interval comes from measured types' runs and "
-                 "does not include how far its generic values are off";
+    out.caveat = out.runs > 0 ? "a GPU type of this run has no measured basis: the interval comes from runs on types "
+                                "without one, whose generic values were this far off"
+                              : "a GPU type of this run has no measured basis and no run on such a type is bundled";
   } else if (c.family == "mixed") {
     out.caveat = "no validated run mixes GPU families";
   }
@@ -149,8 +152,12 @@ Result<std::vector<Residual>> ParseResiduals(const std::string& csv, const std::
     const auto cells = SplitCsv(line);
     if (header.empty()) {
       header = cells;
-      const std::vector<std::string> want = {"set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio"};
-      if (header != want) return Status::Invalid(where + ":" + std::to_string(n) + ": expected the columns set,line,family,dtype,zero3,pp,gpus,ratio");
+      std::vector<std::string> want = {"set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio"};
+      if (header != want) want.push_back("measured");  // the GPU types' compute basis (default: measured)
+      if (header != want) {
+        return Status::Invalid(where + ":" + std::to_string(n) +
+                               ": expected the columns set,line,family,dtype,zero3,pp,gpus,ratio[,measured]");
+      }
       continue;
     }
     if (cells.size() != header.size()) {
@@ -170,6 +177,7 @@ Result<std::vector<Residual>> ParseResiduals(const std::string& csv, const std::
     }
     r.cls.pp = static_cast<uint32_t>(pp);
     r.cls.gpus = static_cast<uint32_t>(gpus);
+    r.cls.measured = cells.size() < 9 || cells[8] != "0";
     out.push_back(std::move(r));
   }
   return out;

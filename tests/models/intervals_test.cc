@@ -46,17 +46,40 @@ TEST(Intervals, TooFewRunsBackOffToACoarserClass) {
   EXPECT_EQ(i.sets, "a, b");
 }
 
-TEST(Intervals, AnUnknownFamilyFallsBackAndSaysWhy) {
-  RunClass c = Class("other", 1, 8);
-  c.measured = false;
-  const PredictionInterval i = IntervalFrom(Table(), c, 0.8);
+TEST(Intervals, AnUnknownFamilyFallsBackToItsDtype) {
+  const PredictionInterval i = IntervalFrom(Table(), Class("other", 1, 8), 0.8);
   // No `other` runs: the dtype level (all 23 runs are 16-bit).
   EXPECT_EQ(i.runs, 23u);
   EXPECT_EQ(i.like, "16-bit");
-  EXPECT_NE(i.caveat.find("no measured basis"), std::string::npos);
+  EXPECT_TRUE(i.caveat.empty());
   const std::string line = DescribeInterval(i, 10.0);
   // 23 runs, n + 1 = 24 slots: ranks floor(0.1 · 24) = 2 (0.92) and ceil(0.9 · 24) = 22 (1.20) of 10 s.
   EXPECT_NE(line.find("80% interval 9.2-12 s (23 measured runs like it: 16-bit"), std::string::npos) << line;
+}
+
+// A run on a type with no measured basis draws only on runs on such types (generic values, as far off as they
+// were): none in the table, no interval; with ten of them at 1.30 .. 1.48 (every other 0.02), those alone: ranks 1
+// and 10 of 11 slots, 1.30 and 1.48, where the measured runs' would have said 0.92-1.20.
+TEST(Intervals, ATypeWithoutMeasuredBasisDrawsOnRunsOfSuchTypes) {
+  RunClass c = Class("other", 1, 8);
+  c.measured = false;
+  const PredictionInterval none = IntervalFrom(Table(), c, 0.8);
+  EXPECT_EQ(none.runs, 0u);
+  EXPECT_NE(none.caveat.find("no run on such a type is bundled"), std::string::npos) << none.caveat;
+  std::vector<Residual> t = Table();
+  for (int i = 0; i < 10; ++i) {
+    Residual r{"g", Class("other", 1, 8), 1.30 + 0.02 * i};
+    r.cls.measured = false;
+    t.push_back(r);
+  }
+  const PredictionInterval i = IntervalFrom(t, c, 0.8);
+  EXPECT_EQ(i.runs, 10u);
+  EXPECT_DOUBLE_EQ(i.lo, 1.30);
+  EXPECT_NEAR(i.hi, 1.48, 1e-12);
+  EXPECT_EQ(i.sets, "g");
+  EXPECT_NE(i.caveat.find("no measured basis"), std::string::npos);
+  // A measured run of the same class keeps the measured runs' interval.
+  EXPECT_EQ(IntervalFrom(t, Class("other", 1, 8), 0.8).runs, 23u);
 }
 
 TEST(Intervals, CoverageCountsRunsInsideTheirIntervals) {
@@ -78,6 +101,13 @@ TEST(Intervals, TheBundledTableParsesAndNamesGpuFamilies) {
   EXPECT_EQ(DtypeClass(proto::DTYPE_FP8), "fp8");
   EXPECT_EQ(DtypeClass(proto::DTYPE_TF32), "32-bit");
   const auto bad = ParseResiduals("set,line,family,dtype,zero3,pp,gpus,ratio\na,1,a100,16-bit,0,1,8,-1\n", "t.csv");
+  const auto basis = ParseResiduals("set,line,family,dtype,zero3,pp,gpus,ratio,measured\na,1,other,fp8,0,1,8,1.3,0\n",
+                                    "t.csv");
+  ASSERT_TRUE(basis.ok()) << basis.status().message();
+  EXPECT_FALSE((*basis)[0].cls.measured);
+  size_t unmeasured = 0;
+  for (const auto& r : BundledResiduals()) unmeasured += r.cls.measured ? 0 : 1;
+  EXPECT_GE(unmeasured, 10u);  // the GB300 and MI355X runs of the outside checks' development halves
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("t.csv:2:"), std::string::npos);
 }

@@ -5,7 +5,7 @@ calibration the one rule picks for each run (docs/calibration.md "One rule"), ex
 no flags gets. From each set only the development half is kept (even data rows, as validate-sim splits
 them); the held-out halves stay out of the table so that `validate-sim` can report how many of their runs
 the intervals cover. A residual is measured / simulated, with the run's class (GPU family, dtype, ZeRO-3,
-pipeline depth, GPU count) as validate-sim's per-run CSV gives it.
+pipeline depth, GPU count, whether its GPU types rest on measurements) as validate-sim's per-run CSV gives it.
 
 Usage: /usr/bin/python3 tools/fit/build_intervals.py [--hetsim build/hetsim] [--out models/catalog/intervals.csv]
 (about two minutes on two cores). Rebuild hetsim afterwards: the table is embedded in the binary.
@@ -30,9 +30,16 @@ SETS = [
     ("sailor-gh200", "experiments/validation/sailor_gh200_opt350/runs.csv"),
     ("torchtitan-fsdp", "experiments/validation/torchtitan_a100_fsdp/runs.csv"),
 ]
+# Outside checks of today's fleets (docs/fleets.md), never fitted on: only their runs on GPU types with no measured
+# basis (GB300, MI355X) go in, the only residuals of generic values, which an interval for such a type draws on;
+# their measured runs stay out, so the seven sets' intervals are as before.
+UNMEASURED_ONLY = [
+    ("blackwell-bridge", "experiments/validation/megatron_bridge_blackwell/runs.csv"),
+    ("amd-instinct", "experiments/validation/amd_instinct_llama31_8b/runs.csv"),
+]
 
 
-def residuals(hetsim, name, runs):
+def residuals(hetsim, name, runs, unmeasured_only=False):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "per-run.csv")
         p = subprocess.run([hetsim, "validate-sim", "--runs", os.path.join(ROOT, runs), "-o", out],
@@ -42,12 +49,12 @@ def residuals(hetsim, name, runs):
         rows = list(csv.DictReader(open(out)))
     kept = []
     for r in rows:
-        if r["half"] != "development":
+        if r["half"] != "development" or (unmeasured_only and r.get("measured") != "0"):
             continue
         ratio = float(r["measured_ms"]) / float(r["simulated_ms"])
         kept.append({"set": name, "line": r["line"], "family": r["family"], "dtype": r["dtype"],
                      "zero3": r["zero3"], "pp": r.get("pp") or "1", "gpus": r["gpus"],
-                     "ratio": f"{ratio:.5f}"})
+                     "ratio": f"{ratio:.5f}", "measured": r.get("measured") or "1"})
     print(f"{name}: {len(kept)} development runs of {len(rows)}", file=sys.stderr)
     return kept
 
@@ -60,12 +67,15 @@ def main():
     table = []
     for name, runs in SETS:
         table += residuals(args.hetsim, name, runs)
+    for name, runs in UNMEASURED_ONLY:
+        table += residuals(args.hetsim, name, runs, unmeasured_only=True)
     with open(args.out, "w", newline="") as fh:
         fh.write("# Validation residuals for prediction intervals (models/intervals.h, docs/calibration.md \"Intervals\").\n")
         fh.write("# One row per run of the development half (even data rows) of each bundled validation set, simulated by\n")
         fh.write("# `hetsim validate-sim --runs SET` with no flags (the one rule's calibration); ratio = measured / simulated.\n")
         fh.write(f"# Written by tools/fit/build_intervals.py on {datetime.date.today().isoformat()}; the held-out halves are not here.\n")
-        w = csv.DictWriter(fh, fieldnames=["set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio"],
+        fh.write("# measured: 0 where a GPU type of the run has no measured basis (its interval draws on those runs only).\n")
+        w = csv.DictWriter(fh, fieldnames=["set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio", "measured"],
                            lineterminator="\n")
         w.writeheader()
         w.writerows(table)
