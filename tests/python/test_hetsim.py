@@ -28,7 +28,9 @@ def test_simulate_equals_the_cli(cli, tmp_path):
     assert without_wall_time(r.to_dict()) == without_wall_time(json.loads(out.read_text()))
     assert r.iteration_time_s == r.to_dict()["iteration_time_s"] > 0
     assert sorted(r.devices["device"]) == list(range(8))
-    assert r.interval_lo_s <= r.iteration_time_s <= r.interval_hi_s
+    # The plan's types include some with no measured basis: its interval comes from runs priced by generic
+    # values, which were too fast, so it lies above the simulated time (docs/calibration.md "Intervals").
+    assert r.iteration_time_s < r.interval_lo_s <= r.interval_hi_s
 
 
 def test_training_keywords_equal_the_cli_flags(cli, tmp_path):
