@@ -3,12 +3,14 @@
 // Runner's execution of the lowering.
 #include <unistd.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "executor/rank_kinds.h"
 #include "executor/runner.h"
 #include "executor/runner_internal.h"
+#include "executor/unified_comm.h"
 
 namespace hetsim::executor {
 

@@ -36,6 +36,7 @@ size_t ComputeCost::KeyHash::operator()(const Key& k) const {
   h = h * 31 + k.block_class;
   h = h * 31 + k.experts.ep * 64 + k.experts.etp;
   h = h * 31 + std::hash<double>()(k.experts.imbalance);
+  h = h * 31 + (k.experts.alltoall ? 2 : 0) + (k.experts.dropless ? 1 : 0);
   h = h * 31 + k.tp;
   h = h * 31 + std::hash<double>()(k.micro_batch);
   h = h * 31 + static_cast<size_t>(k.pass);

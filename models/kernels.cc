@@ -381,6 +381,31 @@ void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed
   }
 }
 
+// The experts' output biases where the model has linear biases (GPT-OSS), as Megatron-Core's TEGroupedMLP
+// adds them (core_v0.15.0 to v0.18: megatron/core/transformer/moe/experts.py, TEGroupedMLP._apply_bias; fc1's
+// bias runs in its grouped GEMM's epilogue, fc2's is returned and applied here): a Python loop over the local
+// experts computing `t + b * p` on each expert's rows (the bf16 output t, the expert's bias b, the rows' fp32
+// routing probabilities p, so the sum is fp32), then torch.cat of the pieces and a cast back to bf16. Bytes
+// per element of the R x h output: forward, b·p written (4), the sum reading t and b·p and writing fp32
+// (2 + 4 + 4), the concatenation (4 + 4), the cast (4 + 2) = 28; backward (autograd), the cast's gradient to
+// fp32 (2 + 4), the split's gradient concatenated (2 + 2), and per expert t's gradient cast to bf16 (4 + 2),
+// b's gradient (grad·p written and summed: 4 + 4 + 4) and p's (grad·b written and summed: 4 + 4 + 4) = 40.
+// Launches: per expert 2 forward (multiply, add) and 5 backward (cast, two multiplies, two sums), plus 2.
+template <class Mem>
+void ExpertOutputBias(Pass pass, double rows, double h, double local, Mem&& mem, std::vector<Kernel>& out) {
+  if (pass == Pass::kForward) {
+    mem("experts-bias", 14 * rows * h);
+    out.back().launches = 2 * local;
+    mem("experts-bias-concat", 14 * rows * h);
+    out.back().launches = 2;
+  } else {
+    mem("experts-bias-grad", 30 * rows * h);
+    out.back().launches = 5 * local;
+    mem("experts-bias-concat-grad", 10 * rows * h);
+    out.back().launches = 2;
+  }
+}
+
 template <class Linear, class Gemm, class Mem>
 void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& shape, double bs, Linear&& linear,
                 Gemm&& gemm, Mem&& mem, std::vector<Kernel>& out) {
@@ -428,8 +453,36 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
     }
   };
   grouped("experts-fc1", "experts-fc1-dgrad", "experts-fc1-wgrad", fc1, h);
+  // A clamped GLU (GPT-OSS) as Megatron-Core's weighted_bias_quick_geglu_impl runs it (core_v0.15.0 to
+  // v0.18, megatron/core/fusions/fused_bias_geglu.py): before the fused activation, eager ops clamp the
+  // gate half and the linear half (each read and written) and torch.cat joins them again (read and written):
+  // 8 element-bytes per R x fe element forward, three launches; backward, each clamp's gradient reads the
+  // gradient and its input and writes the gradient (3 + 3) and the two halves' gradients are joined into
+  // the fc1 output's (2 + 2): 10, two launches.
+  if (moe.expert_glu_limit() > 0 && swiglu) {
+    mem(fwd ? "experts-glu-clamp" : "experts-glu-clamp-grad", (fwd ? 8 : 10) * received * fe * e);
+    out.back().launches = fwd ? 3 : 2;
+  }
   mem(fwd ? "experts-activation" : "experts-activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * received * fe * e);
   grouped("experts-fc2", "experts-fc2-dgrad", "experts-fc2-wgrad", h, fe);
+  if (spec.linear_bias()) ExpertOutputBias(pass, received, h, local, mem, out);
+  // Megatron-Core's alltoall dispatcher (MoEAlltoAllTokenDispatcher, core_v0.15.0 to v0.18:
+  // megatron/core/transformer/moe/token_dispatcher.py dispatch_postprocess / combine_preprocess): with more
+  // than one local expert the tokens that arrive are sorted by local expert after the all-to-all ("permutation
+  // 2", Transformer Engine's moe_sort_chunks_by_index: the R x h rows read and written) and unsorted before the
+  // combine (the same); backward mirrors both. Under FP8 a dropless dispatch's per-expert row counts are padded
+  // to the quantisation alignment before fc1 and unpadded after fc2 (TEGroupedMLP's Fp8Padding and
+  // Fp8Unpadding: a read and a write of the rows each; random counts are almost never all aligned), which
+  // drop-and-pad's capacities are taken to be. The flex dispatchers (DeepEP, HybridEP) permute once, on the
+  // expert side (the permute and unpermute above).
+  if (shape.experts.alltoall && local > 1) {
+    mem(fwd ? "experts-sort" : "experts-sort-grad", 4 * received * h * e);
+    out.back().launches = 2;
+  }
+  if (shape.experts.alltoall && shape.experts.dropless && fp8) {
+    mem(fwd ? "fp8-padding" : "fp8-padding-grad", 4 * received * h * e);
+    out.back().launches = fwd ? 3 : 2;
+  }
   mem(fwd ? "unpermute" : "unpermute-grad", (fwd ? 2 : 3) * k * tokens * h * e);
 }
 
@@ -611,7 +664,7 @@ std::vector<Kernel> RecomputedModuleKernels(const TransformerModel& model, uint3
   const auto module_of = [&](std::string_view n) {
     if (n == "norm1" || n == "norm2") return proto::RECOMPUTE_MODULE_LAYERNORM;
     if (n == "q-up" || n == "kv-up" || n == "rope") return proto::RECOMPUTE_MODULE_MLA_UP_PROJ;
-    if (moe && n == "experts-activation") return proto::RECOMPUTE_MODULE_MOE_ACT;
+    if (moe && (n == "experts-activation" || n == "experts-glu-clamp")) return proto::RECOMPUTE_MODULE_MOE_ACT;
     if (!moe && (n == "mlp-in" || n == "activation" || n == "mlp-out")) return proto::RECOMPUTE_MODULE_MLP;
     return proto::RECOMPUTE_MODULE_UNSPECIFIED;
   };
@@ -663,15 +716,19 @@ double KernelGpuSeconds(const Kernel& k, const GpuSpec& gpu, const KernelParams&
       break;
     }
   }
-  return t + p.kernel_latency_s;
+  return t + p.kernel_latency_s * k.launches;
 }
 
 PassTime TimeKernels(const std::vector<Kernel>& kernels, const GpuSpec& gpu, const KernelParams& p,
                      proto::DType dtype) {
   PassTime out;
-  for (const Kernel& k : kernels) out.gpu_s += KernelGpuSeconds(k, gpu, p, dtype);
-  out.kernels = kernels.size();
-  out.host_s = p.host_overhead_s * static_cast<double>(kernels.size());
+  double launches = 0;
+  for (const Kernel& k : kernels) {
+    out.gpu_s += KernelGpuSeconds(k, gpu, p, dtype);
+    launches += k.launches;
+  }
+  out.kernels = static_cast<size_t>(launches);
+  out.host_s = p.host_overhead_s * launches;
   return out;
 }
 

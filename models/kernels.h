@@ -141,6 +141,9 @@ struct Kernel {
   double attention_keys = 0;
   proto::Attention attention = proto::ATTENTION_FLASH;  // which flash kernel (its own curve)
   bool backward = false;
+  // Kernels this entry stands for (a framework loop issuing one per expert): each costs its launch
+  // latency on the GPU and its issue cost on the host; `bytes` is their sum.
+  double launches = 1;
 };
 
 enum class Pass : uint8_t { kForward, kBackward };

@@ -82,7 +82,7 @@ Result<Lowering> Lowerer::Lower() {
         {
           const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
           const double seqs = r.replica < split.size() ? split[r.replica] : 0;
-          r.experts = StageExperts(st, model_, tr_, seqs * (tr_.seq_len() / r.shard.ways()) / t);
+          r.experts = StageExperts(st, model_, tr_, plan_.comm(), seqs * (tr_.seq_len() / r.shard.ways()) / t);
         }
         r.layer_begin = st.layer_begin();
         r.layer_end = st.layer_end();

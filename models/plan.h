@@ -64,9 +64,10 @@ double UniformRoutingImbalance(double tokens, uint32_t top_k, uint32_t ep);
 // once).
 double NodeHitProbability(uint32_t experts, uint32_t top_k, uint32_t nodes);
 // The stage's expert layout for `tokens` routed tokens per rank and micro-batch (ep, etp, imbalance: the
-// training's moe_load_imbalance, else UniformRoutingImbalance; at most the capacity factor when one is set).
+// training's moe_load_imbalance, else UniformRoutingImbalance; at most the capacity factor when one is set;
+// the plan's dispatcher and whether routing is dropless).
 ExpertSharding StageExperts(const proto::Stage& stage, const TransformerModel& model, const proto::Training& training,
-                            double tokens);
+                            const proto::CommOptions& comm, double tokens);
 // Query and key/value heads one TP rank of a stage of degree `tp` holds (heads TP does not divide stay
 // whole; a key/value head shared by several TP ranks counts once): what Ulysses splits over its ranks.
 std::pair<uint32_t, uint32_t> HeadsPerTpRank(const TransformerModel& model, uint32_t tp);

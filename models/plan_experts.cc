@@ -52,11 +52,13 @@ double NodeHitProbability(uint32_t experts, uint32_t top_k, uint32_t nodes) {
 }
 
 ExpertSharding StageExperts(const proto::Stage& stage, const TransformerModel& model, const proto::Training& training,
-                            double tokens) {
+                            const proto::CommOptions& comm, double tokens) {
   ExpertSharding x;
   x.ep = EpDegree(stage);
   x.etp = ExpertTpDegree(stage);
   if (!model.HasMoe()) return x;
+  x.alltoall = comm.ep_dispatcher() != proto::CommOptions::EP_DISPATCHER_NODE_DEDUP;
+  x.dropless = training.moe_capacity_factor() <= 0;
   x.imbalance = training.moe_load_imbalance() > 0 ? training.moe_load_imbalance()
                                                   : UniformRoutingImbalance(tokens, model.spec().moe().top_k(), x.ep);
   // Megatron-Core's drop-and-pad: every expert computes exactly its capacity, so every rank the same.

@@ -115,7 +115,8 @@ std::vector<DeviceMemory> EstimateMemory(const proto::Plan& plan, const PlanCont
       }
       const NcclCommunicators comms = StageNcclCommunicators(plan, model, p, static_cast<int>(s), replicas, plan_devices);
       const auto split = MicroBatchSplit(st, pipe.micro_batch_size());
-      const ExpertSharding experts = StageExperts(st, model, tr, double(split.empty() ? 0 : split[0]) * local_seq / tp);
+      const ExpertSharding experts =
+          StageExperts(st, model, tr, plan.comm(), double(split.empty() ? 0 : split[0]) * local_seq / tp);
       double params = 0, grads = 0, optim = 0, largest_layer = 0, all_grads = 0, host = 0;
       for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
         const double n = model.ParamsPerRank(l, tp, !holds_embedding, experts);

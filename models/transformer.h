@@ -43,6 +43,11 @@ struct ExpertSharding {
   uint32_t ep = 1;
   uint32_t etp = 1;
   double imbalance = 1;
+  // Megatron-Core's alltoall dispatcher (false: the flex dispatchers, DeepEP and HybridEP: the plan's
+  // comm.ep_dispatcher node_dedup), and dropless routing (no capacity factor): the kernels around the
+  // grouped GEMMs differ (models/kernels.h MoE kernels).
+  bool alltoall = true;
+  bool dropless = true;
   bool operator==(const ExpertSharding&) const = default;
 };
 

@@ -264,6 +264,7 @@ models::ExpertSharding MemoryModel::EpOneExperts(uint32_t tp) const {
   x.etp = tp;
   if (training_.moe_load_imbalance() > 0) x.imbalance = training_.moe_load_imbalance();
   if (training_.moe_capacity_factor() > 0) x.imbalance = training_.moe_capacity_factor();
+  x.dropless = training_.moe_capacity_factor() <= 0;
   return x;
 }
 
