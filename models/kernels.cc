@@ -358,25 +358,35 @@ namespace {
 //     copies with their fp32 scales (4 + 8/128 bytes an element); norms do not quantise;
 //   - mxfp8 and nvfp4 alike, with one-byte scales per 32 FP8 (4 + 2/32) or per 16 FP4 elements (2 + 1 +
 //     2/16); the norm's output is quantised after it.
+// Launches: current scaling's quantizer runs three kernels (amax, the scale from it, the cast-transpose;
+// Transformer Engine 2.x Float8CurrentScalingQuantizer::quantize), the others one. A grouped GEMM's input is
+// split into `tensors` per-expert tensors (split_quantize), which TE quantises one by one except under delayed
+// scaling (one fused multi-tensor cast-transpose; TE 2.9 cast.cpp multi_tensor_quantize_impl).
 template <class Mem>
-void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed, Mem&& mem) {
+void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed, Mem&& mem,
+              std::vector<Kernel>& out, double tensors = 1) {
   const bool fwd = pass == Pass::kForward;
+  const auto cast = [&](double bytes, double launches) {
+    mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", bytes * elements);
+    out.back().launches = launches;
+  };
   switch (recipe) {
     case proto::FP8_RECIPE_CURRENT:
       mem(fwd ? "fp8-amax" : "fp8-amax-grad", 2 * elements);
-      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", 4 * elements);
+      out.back().launches = tensors;
+      cast(4, 2 * tensors);
       return;
     case proto::FP8_RECIPE_BLOCKWISE:
-      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", (4 + 8.0 / 128) * elements);
+      cast(4 + 8.0 / 128, tensors);
       return;
     case proto::FP8_RECIPE_MXFP8:  // two FP8 copies and an E8M0 scale per 32 elements of each
-      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", (4 + 2.0 / 32) * elements);
+      cast(4 + 2.0 / 32, tensors);
       return;
     case proto::FP8_RECIPE_NVFP4:  // bf16 read, two FP4 copies, an E4M3 scale per 16 elements of each
-      mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", (2 + 1 + 2.0 / 16) * elements);
+      cast(2 + 1 + 2.0 / 16, tensors);
       return;
     default:
-      if (!fwd || !norm_fed) mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", 4 * elements);
+      if (!fwd || !norm_fed) cast(4, 1);
       return;
   }
 }
@@ -439,7 +449,7 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
   const double fc1 = (swiglu ? 2 : 1) * fe;
   const bool fp8 = shape.dtype == proto::DTYPE_FP8;
   const auto grouped = [&](const char* f, const char* dg, const char* wg, double n, double kk) {
-    if (fp8) Fp8Casts(shape.fp8_recipe, pass, received * (fwd ? kk : n), /*norm_fed=*/false, mem);
+    if (fp8) Fp8Casts(shape.fp8_recipe, pass, received * (fwd ? kk : n), /*norm_fed=*/false, mem, out, local);
     const size_t first = out.size();
     if (fwd) {
       gemm(f, rows, n, kk, local);
@@ -548,7 +558,9 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   // A linear layer: forward (m, n, k); backward input gradient (m, k, n) and weight gradient (n, k, m).
   auto linear = [&](const char* fwd, const char* dgrad, const char* wgrad, double m, double n, double kk,
                     bool norm_casts_input = false) {
-    if (fp8_linears) Fp8Casts(shape.fp8_recipe, pass, pass == Pass::kForward ? m * kk : m * n, norm_casts_input, mem);
+    if (fp8_linears) {
+      Fp8Casts(shape.fp8_recipe, pass, pass == Pass::kForward ? m * kk : m * n, norm_casts_input, mem, k);
+    }
     const size_t first = k.size();
     if (pass == Pass::kForward) {
       gemm(fwd, m, n, kk);

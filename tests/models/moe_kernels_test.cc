@@ -116,6 +116,30 @@ TEST(MoeKernels, DroplessFp8PadsTheExpertsRows) {
   EXPECT_EQ(Find(LayerKernels(m, kBlock, Pass::kForward, capped), "fp8-padding"), nullptr);
 }
 
+TEST(MoeKernels, CurrentScalingQuantisesEachExpertsRowsApart) {
+  const TransformerModel m = Tiny();
+  KernelShape s = Shape(proto::DTYPE_FP8);
+  s.fp8_recipe = proto::FP8_RECIPE_CURRENT;
+  // Four local experts: fc1's input split into 4 tensors, each quantised with an amax, a scale and a cast:
+  // 4 + 8 launches; fc2's the same. A dense linear's input: 1 + 2.
+  const auto fwd = LayerKernels(m, kBlock, Pass::kForward, s);
+  double amax = 0, cast = 0;
+  for (const auto& k : fwd) {
+    if (std::string(k.name) == "fp8-amax") amax += k.launches;
+    if (std::string(k.name) == "fp8-cast-transpose") cast += k.launches;
+  }
+  // Dense: qkv (its norm's output, quantised after the norm) and attention-out: 2 amax, 4 cast launches.
+  EXPECT_DOUBLE_EQ(amax, 2 + 2 * 4);
+  EXPECT_DOUBLE_EQ(cast, 4 + 2 * 8);
+  // Delayed scaling quantises the split tensors in one fused multi-tensor kernel.
+  s.fp8_recipe = proto::FP8_RECIPE_DELAYED;
+  double delayed = 0;
+  for (const auto& k : LayerKernels(m, kBlock, Pass::kForward, s)) {
+    if (std::string(k.name) == "fp8-cast-transpose") delayed += k.launches;
+  }
+  EXPECT_DOUBLE_EQ(delayed, 1 + 2);  // attention-out's input, fc1's and fc2's (the norm writes qkv's)
+}
+
 TEST(MoeKernels, EveryLaunchCostsItsLatencyAndIssue) {
   const GpuSpec& gpu = *GpuCatalog::Bundled().Find("h100").value();
   const KernelParams& p = KernelParamsFor(gpu, "default");
