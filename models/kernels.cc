@@ -96,6 +96,7 @@ KernelParams Build(const GpuSpec& gpu, const std::string& calibration, int depth
         Apply(k, &p);
         // Efficiencies of this type: measured (a dtype's own GEMM efficiency counts for that dtype only).
         if (k.has_gemm_efficiency() || k.has_memory_efficiency()) p.measured = true;
+        if (k.has_measured()) p.measured = k.measured(), p.assumed = !k.measured();
       }
     }
   }
@@ -262,6 +263,7 @@ double KernelParams::MemoryEfficiency(proto::DType dtype) const {
 }
 
 bool KernelParams::MeasuredFor(proto::DType dtype) const {
+  if (assumed) return false;
   for (const auto& e : by_dtype) {
     if (e.dtype == dtype) return true;
   }

@@ -38,8 +38,9 @@ namespace hetsim::models {
 struct KernelParams {
   std::string source;                 // where the values come from
   // An entry naming this GPU type set its efficiencies (else generic defaults); a dtype listed in
-  // by_dtype is measured for that dtype (MeasuredFor).
+  // by_dtype is measured for that dtype (MeasuredFor), unless an entry says `measured: false` (assumed).
   bool measured = false;
+  bool assumed = false;
   int sm_count = 0;                   // streaming multiprocessors; 0 = no wave quantisation
   double tile_m = 128, tile_n = 128;  // GEMM output tile of the library's kernels
   double gemm_efficiency = 0.87;      // fraction of peak a full wave of GEMM tiles reaches

@@ -138,13 +138,46 @@ TEST(GpuCatalog, NewTypesHaveNoMeasuredBasis) {
   // The GB200 is the B200's die and takes its values (as the GH200 takes the H100's).
   EXPECT_TRUE(ComputeBasisFor(CatalogGpu("gb200"), "", proto::DTYPE_BF16).measured());
   EXPECT_DOUBLE_EQ(KernelParamsFor(CatalogGpu("gb200")).gemm_efficiency, 0.6472);
-  for (const char* name : {"b300", "gb300", "mi355x", "h100-nvl", "h200-nvl", "a40", "l4", "rtx6000-ada",
-                           "rtx-pro-6000"}) {
+  for (const char* name : {"h100-nvl", "h200-nvl", "a40", "l4", "rtx6000-ada", "rtx-pro-6000"}) {
     for (proto::DType d : {proto::DTYPE_BF16, proto::DTYPE_FP16, proto::DTYPE_FP8, proto::DTYPE_TF32}) {
       EXPECT_FALSE(ComputeBasisFor(CatalogGpu(name), "", d).measured()) << name << " " << DTypeName(d);
     }
   }
   EXPECT_TRUE(ComputeBasisFor(CatalogGpu("h100"), "", proto::DTYPE_BF16).measured());
+}
+
+// Blackwell's GEMMs at ml-engineering's measured rates (calibration/data/gemm-sustained-public.csv): the B200
+// sustains BF16 1,456.3 and FP8 2,795.7 of 2,250 and 4,500 TFLOPS; the B300's short bursts (1,769.0, 3,353.3)
+// times the B200's sustained/burst ratios (1,456.3/1,770.9, 2,795.7/3,435.2) give 1,454.7 and 2,729.0; the GB300
+// takes the B300's fractions of its own peaks; the MI355X's BF16 1,565.0 of 2,516.6, FP8 at that fraction.
+TEST(GpuCatalog, BlackwellAndCdna4RestOnPublishedGemmRates) {
+  const KernelParams& b200 = KernelParamsFor(CatalogGpu("b200"));
+  EXPECT_NEAR(b200.GemmEfficiency(proto::DTYPE_BF16) * 2250, 1456.3, 0.1);
+  EXPECT_NEAR(b200.GemmEfficiency(proto::DTYPE_FP8) * 4500, 2795.7, 0.25);  // four digits of 4,500
+  const KernelParams& b300 = KernelParamsFor(CatalogGpu("b300"));
+  EXPECT_NEAR(b300.GemmEfficiency(proto::DTYPE_BF16) * 2250, 1769.0 * 1456.3 / 1770.9, 0.2);
+  EXPECT_NEAR(b300.GemmEfficiency(proto::DTYPE_FP8) * 4500, 3353.3 * 2795.7 / 3435.2, 0.5);
+  EXPECT_DOUBLE_EQ(KernelParamsFor(CatalogGpu("gb300")).GemmEfficiency(proto::DTYPE_FP8),
+                   b300.GemmEfficiency(proto::DTYPE_FP8));
+  const KernelParams& mi355x = KernelParamsFor(CatalogGpu("mi355x"));
+  EXPECT_NEAR(mi355x.GemmEfficiency(proto::DTYPE_BF16) * 2516.6, 1565.0, 0.2);
+  EXPECT_DOUBLE_EQ(mi355x.GemmEfficiency(proto::DTYPE_FP8), mi355x.GemmEfficiency(proto::DTYPE_BF16));
+  for (const char* name : {"b300", "gb300", "mi355x"}) {
+    for (proto::DType d : {proto::DTYPE_BF16, proto::DTYPE_FP8}) {
+      EXPECT_TRUE(ComputeBasisFor(CatalogGpu(name), "", d).measured()) << name << " " << DTypeName(d);
+    }
+  }
+}
+
+// An entry saying `measured: false` prices with its values but leaves the type without a measured basis, even
+// for a dtype it lists (tools/fit/generic-basis.yaml, which the intervals' generic residuals come from).
+TEST(GpuCatalog, AnAssumedEntryIsNoMeasuredBasis) {
+  const std::string path = std::string(HETSIM_SOURCE_DIR) + "/tools/fit/generic-basis.yaml";
+  const KernelParams& p = KernelParamsFor(CatalogGpu("gb300"), path);
+  EXPECT_DOUBLE_EQ(p.GemmEfficiency(proto::DTYPE_FP8), 0.87);
+  EXPECT_FALSE(ComputeBasisFor(CatalogGpu("gb300"), path, proto::DTYPE_FP8).measured());
+  EXPECT_FALSE(ComputeBasisFor(CatalogGpu("mi355x"), path, proto::DTYPE_BF16).measured());
+  EXPECT_TRUE(ComputeBasisFor(CatalogGpu("b200"), path, proto::DTYPE_FP8).measured());  // untouched
 }
 
 // The MI300X and MI325X rest on AMD's measured max-achievable GEMM rates against their datasheet peaks (BF16
