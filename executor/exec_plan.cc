@@ -45,6 +45,7 @@ Status CheckExecutableModel(const models::TransformerModel& model) {
       problems.push_back("moe.router must be softmax (the sigmoid router's balancing bias is not implemented)");
     }
     if (m.moe().router_bias()) problems.push_back("moe.router_bias must be false");
+    if (m.moe().mtp_modules() > 0) problems.push_back("moe.mtp_modules must be 0 (multi-token prediction is not implemented)");
   }
   if (problems.empty()) return Status::Ok();
   std::string msg = "model '" + model.name() + "': the executor implements Llama-style decoders only:";

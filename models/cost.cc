@@ -70,7 +70,7 @@ double ComputeCost::PassSeconds(const GpuSpec& gpu, uint32_t layer, uint32_t tp,
     const double tokens = micro_batch * training_.seq_len() / (tp * ways);
     return flops / (peak * Efficiency(tokens));
   }
-  const bool moe = model_.IsMoe(layer);
+  const bool moe = model_.HasExperts(layer);
   const Key key{&gpu, model_.kind(layer), model_.BlockClass(layer), tp, micro_batch, pass, shard,
                 moe ? experts : ExpertSharding{}};
   {

@@ -585,11 +585,25 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
       return k;
     case LayerKind::kHead: {
       const double v = spec.vocab_size() / t;
-      mem(fwd ? "final-norm" : "final-norm-grad", (fwd ? 2 : 3) * bs * h * e);
-      linear("logits", "logits-dgrad", "logits-wgrad", bs, v, h);
-      // Vocabulary-parallel cross-entropy on fp32 logits: max, exp-sum, loss (forward); softmax
-      // gradient (backward).
-      mem(fwd ? "cross-entropy" : "cross-entropy-grad", (fwd ? 3 : 2) * bs * v * 4);
+      const auto head = [&] {
+        mem(fwd ? "final-norm" : "final-norm-grad", (fwd ? 2 : 3) * bs * h * e);
+        linear("logits", "logits-dgrad", "logits-wgrad", bs, v, h);
+        // Vocabulary-parallel cross-entropy on fp32 logits: max, exp-sum, loss (forward); softmax
+        // gradient (backward).
+        mem(fwd ? "cross-entropy" : "cross-entropy-grad", (fwd ? 3 : 2) * bs * v * 4);
+      };
+      head();
+      // Multi-token prediction (DeepSeek-V3 §2.2, Megatron-Core's MultiTokenPredictionLayer), per module: the
+      // shifted tokens' embedding, the RMSNorms of it and of the previous depth's hidden states, their
+      // concatenation projected 2h -> h (column-parallel), one block like the model's last, and the shared
+      // output head and its loss again.
+      for (uint32_t i = 0; i < model.MtpModules() && model.num_blocks() > 0; ++i) {
+        mem(fwd ? "mtp-embedding" : "mtp-embedding-grad", (fwd ? 3 : 2) * bs * h * e);
+        mem(fwd ? "mtp-norms" : "mtp-norms-grad", 2 * (fwd ? 2 : 3) * bs * h * e);
+        linear("mtp-proj", "mtp-proj-dgrad", "mtp-proj-wgrad", bs, h / t, 2 * h);
+        for (const Kernel& x : LayerKernels(model, model.MtpBlock(), pass, shape)) k.push_back(x);
+        head();
+      }
       return k;
     }
     case LayerKind::kTransformer: break;

@@ -83,15 +83,26 @@ std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint
       // Vocabulary-parallel cross-entropy: the row maxima (one fp32 per token), then the softmax
       // denominators and the target logits (two fp32 per token); backward: the column-parallel output
       // projection's. Under SP the final norm's output is gathered first.
-      if (forward) {
-        std::vector<TpCollective> out;
-        if (sequence_parallel) out.push_back(gather);
-        out.push_back({4.0 * tokens, ReduceOp::kMax});
-        out.push_back({8.0 * tokens, ReduceOp::kSum});
-        return out;
-      }
+      // Each multi-token-prediction module adds its block's collectives and the head's again (its projection's
+      // are not priced).
       std::vector<TpCollective> out;
-      column_backward(static_cast<double>(model.spec().vocab_size()) * h, gather, &out);
+      const auto head = [&] {
+        if (forward) {
+          if (sequence_parallel) out.push_back(gather);
+          out.push_back({4.0 * tokens, ReduceOp::kMax});
+          out.push_back({8.0 * tokens, ReduceOp::kSum});
+        } else {
+          column_backward(static_cast<double>(model.spec().vocab_size()) * h, gather, &out);
+        }
+      };
+      head();
+      for (uint32_t i = 0; i < model.MtpModules() && model.num_blocks() > 0; ++i) {
+        for (const auto& c : LayerTpCollectives(model, model.MtpBlock(), forward, batch, seq_len, dtype, sequence_parallel,
+                                                tp, blocking)) {
+          out.push_back(c);
+        }
+        head();
+      }
       return out;
     }
   }
@@ -439,6 +450,12 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
       }
     }
     if (model_.IsMoe(l)) AddExpertExchange(ops, device, st, l, batch, local_seq, mb, fuse ? &fused_ep : nullptr);
+    // The head's multi-token-prediction blocks exchange their tokens as the model's MoE blocks do.
+    if (!model_.IsMoe(l) && model_.HasExperts(l)) {
+      for (uint32_t i = 0; i < model_.MtpModules(); ++i) {
+        AddExpertExchange(ops, device, st, l, batch, local_seq, mb, fuse ? &fused_ep : nullptr);
+      }
+    }
   };
   for (uint32_t i = 0; i < b - a; ++i) {
     const uint32_t l = forward ? a + i : b - 1 - i;

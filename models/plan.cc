@@ -174,7 +174,9 @@ void CheckStageExperts(const proto::Plan& plan, const proto::Stage& st, const st
     return;
   }
   bool in_stage = false;
-  for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) in_stage |= model.IsMoe(l);
+  for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
+    in_stage |= model.HasExperts(l);
+  }
   const uint32_t experts = model.spec().moe().num_experts();
   if (experts % ep != 0) {
     errors.Add(at + spath + ".ep_degree: " + std::to_string(ep) + " does not divide the model's " +
@@ -425,7 +427,7 @@ Status ValidatePlanStructure(const proto::Plan& plan, const PlanContext& ctx, co
         const auto& st = plan.pipelines(p).stages(s);
         const std::pair<uint32_t, uint32_t> mine{EpDegree(st), ExpertTpDegree(st)};
         for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < num_layers; ++l) {
-          if (!model.IsMoe(l)) continue;
+          if (!model.HasExperts(l)) continue;
           auto [it, fresh] = layout.emplace(l, std::make_pair(mine, StagePath(p, s)));
           if (!fresh && it->second.first != mine) {
             errors.Add(at + StagePath(p, s) + ".ep_degree: layer " + std::to_string(l) + " is held with ep_degree " +
@@ -546,7 +548,7 @@ std::vector<GradSyncGroup> DeriveGradSyncGroups(const proto::Plan& plan, const T
       }
     }
     bool moe = false;
-    for (uint32_t l = begin; l < end; ++l) moe |= model.IsMoe(l);
+    for (uint32_t l = begin; l < end; ++l) moe |= model.HasExperts(l);
     if (holders.size() >= 2) {  // a single replica has nothing to synchronise
       for (uint32_t c = 0; c < chunks; ++c) {
         GradSyncGroup g{begin, end, c, chunks, {}};

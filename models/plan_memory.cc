@@ -35,7 +35,9 @@ NcclCommunicators StageNcclCommunicators(const proto::Plan& plan, const Transfor
   NcclCommunicators c = CountNcclCommunicators(plan_devices, TpDegree(st), ways, dp_replicas,
                                                static_cast<uint32_t>(pl.stages_size()), tied_end);
   bool moe = false;
-  for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) moe |= model.IsMoe(l);
+  for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < model.num_layers(); ++l) {
+    moe |= model.HasExperts(l);
+  }
   if (moe) {
     // Megatron-Core's expert groups: EP (the dispatch), expert TP, expert DP (the expert gradients).
     for (uint32_t ranks : {EpDegree(st), ExpertTpDegree(st) != TpDegree(st) ? ExpertTpDegree(st) : 1u,

@@ -87,7 +87,7 @@ double TransformerModel::SequenceParallelParams(uint32_t layer) const {
       // marks its weight sequence_parallel, so finalize_model_grads all-reduces it with the norms').
       return 2 * NormParams() + (spec_.linear_bias() ? 2.0 * spec_.hidden_size() : 0.0) +
              (IsMoe(layer) ? double(spec_.hidden_size()) * spec_.moe().num_experts() : 0.0);
-    case LayerKind::kHead: return NormParams();
+    case LayerKind::kHead: return NormParams() + MtpModules() * (SequenceParallelParams(MtpBlock()) + 2 * NormParams());
   }
   return 0;
 }
@@ -182,7 +182,14 @@ double TransformerModel::MoeParams() const {
 }
 
 double TransformerModel::ExpertParams(uint32_t layer) const {
-  return IsMoe(layer) ? spec_.moe().num_experts() * MlpParams(spec_.moe().expert_ffn_hidden_size()) : 0;
+  const double one = spec_.has_moe() ? spec_.moe().num_experts() * MlpParams(spec_.moe().expert_ffn_hidden_size()) : 0;
+  if (IsMoe(layer)) return one;
+  return HasExperts(layer) ? MtpModules() * one : 0;  // the head's multi-token-prediction blocks
+}
+
+bool TransformerModel::HasExperts(uint32_t layer) const {
+  if (IsMoe(layer)) return true;
+  return kind(layer) == LayerKind::kHead && MtpModules() > 0 && num_blocks() > 0 && IsMoe(MtpBlock());
 }
 
 double TransformerModel::BlockMatmulParams(uint32_t layer) const {
@@ -272,7 +279,10 @@ double TransformerModel::ParamsPerRank(uint32_t layer, uint32_t tp, bool head_ho
       double p = Params(layer);
       if (spec_.tied_embeddings() && head_holds_embedding_copy) p += v * h;
       const double split = (spec_.tied_embeddings() && !head_holds_embedding_copy) ? 0 : v * h;
-      return (p - split) + split / t;
+      // Multi-token prediction: each module's block split as the model's last is, its column-parallel 2h -> h
+      // projection, its two replicated input norms (the embedding and the output head are the main model's).
+      const double mtp = MtpModules() * (ParamsPerRank(MtpBlock(), tp, false) + 2 * h * h / t + 2 * NormParams());
+      return (p - split) + split / t + mtp;
     }
   }
   return 0;
@@ -290,6 +300,10 @@ double TransformerModel::ForwardFlops(uint32_t layer, double batch, uint32_t seq
     case LayerKind::kHead: {
       double f = 2 * tokens * v * h;
       if (spec_.encoder_only()) f += 2 * tokens * h * h;  // MLM transform
+      // Multi-token prediction: per module its projection, its block and the shared output head again.
+      if (MtpModules() > 0) {
+        f += MtpModules() * (2 * tokens * 2 * h * h + ForwardFlops(MtpBlock(), batch, seq_len) + 2 * tokens * v * h);
+      }
       return f;
     }
   }
@@ -315,9 +329,16 @@ double TransformerModel::ActivationBytes(uint32_t layer, double batch, uint32_t 
   switch (kind(layer)) {
     case LayerKind::kEmbedding:
       return 0;  // only token ids (negligible) are kept
-    case LayerKind::kHead:
+    case LayerKind::kHead: {
       // Input of the final norm and of the projection, and fp32 logits for the loss (vocab-parallel).
-      return (sequence_parallel ? 2 * B * sbh / t : 2 * B * sbh) + 4.0 * s * b * spec_.vocab_size() / t;
+      const double head = (sequence_parallel ? 2 * B * sbh / t : 2 * B * sbh) + 4.0 * s * b * spec_.vocab_size() / t;
+      if (MtpModules() == 0) return head;
+      // Multi-token prediction, per module: its block's, the inputs of its two norms and of its projection
+      // (h, h, 2h; sequence-sharded under SP), and its own pass through the output head.
+      const double block = ActivationBytes(MtpBlock(), batch, seq_len, tp, sequence_parallel, recompute, dtype, attention,
+                                           dropout, experts, modules);
+      return head + MtpModules() * (block + (sequence_parallel ? 4 * B * sbh / t : 4 * B * sbh) + head);
+    }
     case LayerKind::kTransformer:
       break;
   }

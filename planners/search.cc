@@ -145,7 +145,7 @@ bool FitMoePlan(proto::Plan* plan, const models::TransformerModel& model) {
     for (const auto& st : pipe.stages()) {
       const uint32_t tp = models::TpDegree(st);
       for (uint32_t l = st.layer_begin(); l < st.layer_end() && l < L; ++l) {
-        if (!model.IsMoe(l)) continue;
+        if (!model.HasExperts(l)) continue;
         under_tp |= tp > 1;
         if (tp_of[l] == 0) tp_of[l] = tp;
         unlike |= tp_of[l] != tp;
