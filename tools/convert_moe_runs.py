@@ -47,7 +47,7 @@ MLM = Megatron-LM core_v0.14.0):
 - Pipeline splits: Qwen3-235B counts the embedding and the loss as layers in the split (MB recipe
   account_for_embedding/loss_in_pipeline_split), 96 units over PP8 x VP4 = 3 each, so the first and last
   stage hold 11 blocks and the others 12; DeepSeek-V3's layout "Et|(tt|)*30mL" gives stage 0 7 blocks, stage
-  7 6 blocks (and the MTP module, not simulated) and the others 8; the rest split the blocks evenly.
+  7 6 blocks (and the MTP module, which the head layer carries) and the others 8; the rest split the blocks evenly.
 - Precision: GPT-OSS rows are BF16; every other row trains as dtype fp8 with the recipe its config names. The
   Qwen3 rows (FP8 and FP8-CS) run Transformer Engine's per-tensor current scaling (fp8_recipe: current): the
   25.09/25.11 configs' perf matrix keys them `fp8_cs` (MB@fa0315a qwen3_30b_a3b_llm_pretrain.yaml,
