@@ -96,7 +96,10 @@ KernelParams Build(const GpuSpec& gpu, const std::string& calibration, int depth
         Apply(k, &p);
         // Efficiencies of this type: measured (a dtype's own GEMM efficiency counts for that dtype only).
         if (k.has_gemm_efficiency() || k.has_memory_efficiency()) p.measured = true;
-        if (k.has_measured()) p.measured = k.measured(), p.assumed = !k.measured();
+        if (k.has_measured()) {
+          p.measured = k.measured();
+          p.assumed = !k.measured();
+        }
       }
     }
   }
@@ -365,17 +368,14 @@ namespace {
 // split into `tensors` per-expert tensors (split_quantize), which TE quantises one by one except under delayed
 // scaling (one fused multi-tensor cast-transpose; TE 2.9 cast.cpp multi_tensor_quantize_impl).
 template <class Mem>
-void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed, Mem&& mem,
-              std::vector<Kernel>& out, double tensors = 1) {
+void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed, Mem&& mem, double tensors = 1) {
   const bool fwd = pass == Pass::kForward;
   const auto cast = [&](double bytes, double launches) {
-    mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", bytes * elements);
-    out.back().launches = launches;
+    mem(fwd ? "fp8-cast-transpose" : "fp8-cast-transpose-grad", bytes * elements, launches);
   };
   switch (recipe) {
     case proto::FP8_RECIPE_CURRENT:
-      mem(fwd ? "fp8-amax" : "fp8-amax-grad", 2 * elements);
-      out.back().launches = tensors;
+      mem(fwd ? "fp8-amax" : "fp8-amax-grad", 2 * elements, tensors);
       cast(4, 2 * tensors);
       return;
     case proto::FP8_RECIPE_BLOCKWISE:
@@ -404,17 +404,13 @@ void Fp8Casts(proto::Fp8Recipe recipe, Pass pass, double elements, bool norm_fed
 // b's gradient (grad·p written and summed: 4 + 4 + 4) and p's (grad·b written and summed: 4 + 4 + 4) = 40.
 // Launches: per expert 2 forward (multiply, add) and 5 backward (cast, two multiplies, two sums), plus 2.
 template <class Mem>
-void ExpertOutputBias(Pass pass, double rows, double h, double local, Mem&& mem, std::vector<Kernel>& out) {
+void ExpertOutputBias(Pass pass, double rows, double h, double local, Mem&& mem) {
   if (pass == Pass::kForward) {
-    mem("experts-bias", 14 * rows * h);
-    out.back().launches = 2 * local;
-    mem("experts-bias-concat", 14 * rows * h);
-    out.back().launches = 2;
+    mem("experts-bias", 14 * rows * h, 2 * local);
+    mem("experts-bias-concat", 14 * rows * h, 2);
   } else {
-    mem("experts-bias-grad", 30 * rows * h);
-    out.back().launches = 5 * local;
-    mem("experts-bias-concat-grad", 10 * rows * h);
-    out.back().launches = 2;
+    mem("experts-bias-grad", 30 * rows * h, 5 * local);
+    mem("experts-bias-concat-grad", 10 * rows * h, 2);
   }
 }
 
@@ -451,7 +447,7 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
   const double fc1 = (swiglu ? 2 : 1) * fe;
   const bool fp8 = shape.dtype == proto::DTYPE_FP8;
   const auto grouped = [&](const char* f, const char* dg, const char* wg, double n, double kk) {
-    if (fp8) Fp8Casts(shape.fp8_recipe, pass, received * (fwd ? kk : n), /*norm_fed=*/false, mem, out, local);
+    if (fp8) Fp8Casts(shape.fp8_recipe, pass, received * (fwd ? kk : n), /*norm_fed=*/false, mem, local);
     const size_t first = out.size();
     if (fwd) {
       gemm(f, rows, n, kk, local);
@@ -472,12 +468,11 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
   // gradient and its input and writes the gradient (3 + 3) and the two halves' gradients are joined into
   // the fc1 output's (2 + 2): 10, two launches.
   if (moe.expert_glu_limit() > 0 && swiglu) {
-    mem(fwd ? "experts-glu-clamp" : "experts-glu-clamp-grad", (fwd ? 8 : 10) * received * fe * e);
-    out.back().launches = fwd ? 3 : 2;
+    mem(fwd ? "experts-glu-clamp" : "experts-glu-clamp-grad", (fwd ? 8 : 10) * received * fe * e, fwd ? 3 : 2);
   }
   mem(fwd ? "experts-activation" : "experts-activation-grad", (swiglu ? 3 : 2) * (fwd ? 1.0 : 1.5) * received * fe * e);
   grouped("experts-fc2", "experts-fc2-dgrad", "experts-fc2-wgrad", h, fe);
-  if (spec.linear_bias()) ExpertOutputBias(pass, received, h, local, mem, out);
+  if (spec.linear_bias()) ExpertOutputBias(pass, received, h, local, mem);
   // Megatron-Core's alltoall dispatcher (MoEAlltoAllTokenDispatcher, core_v0.15.0 to v0.18:
   // megatron/core/transformer/moe/token_dispatcher.py dispatch_postprocess / combine_preprocess): with more
   // than one local expert the tokens that arrive are sorted by local expert after the all-to-all ("permutation
@@ -488,14 +483,38 @@ void MoeKernels(const TransformerModel& model, Pass pass, const KernelShape& sha
   // drop-and-pad's capacities are taken to be. The flex dispatchers (DeepEP, HybridEP) permute once, on the
   // expert side (the permute and unpermute above).
   if (shape.experts.alltoall && local > 1) {
-    mem(fwd ? "experts-sort" : "experts-sort-grad", 4 * received * h * e);
-    out.back().launches = 2;
+    mem(fwd ? "experts-sort" : "experts-sort-grad", 4 * received * h * e, 2);
   }
   if (shape.experts.alltoall && shape.experts.dropless && fp8) {
-    mem(fwd ? "fp8-padding" : "fp8-padding-grad", 4 * received * h * e);
-    out.back().launches = fwd ? 3 : 2;
+    mem(fwd ? "fp8-padding" : "fp8-padding-grad", 4 * received * h * e, fwd ? 3 : 2);
   }
   mem(fwd ? "unpermute" : "unpermute-grad", (fwd ? 2 : 3) * k * tokens * h * e);
+}
+
+// The output head on one TP rank of `bs` tokens: the final norm, the vocabulary-parallel logits and the
+// cross-entropy on fp32 logits (max, exp-sum, loss forward; the softmax gradient backward). Then each
+// multi-token-prediction module (DeepSeek-V3 §2.2, Megatron-Core's MultiTokenPredictionLayer): the shifted
+// tokens' embedding, the RMSNorms of it and of the previous depth's hidden states, their concatenation
+// projected 2h -> h (column-parallel), one block like the model's last, and the shared output head again.
+template <class Linear, class Mem>
+void HeadKernels(const TransformerModel& model, Pass pass, const KernelShape& shape, double bs, Linear&& linear,
+                 Mem&& mem, std::vector<Kernel>& out) {
+  const bool fwd = pass == Pass::kForward;
+  const double e = DTypeBytes(shape.dtype), h = model.spec().hidden_size(), t = shape.tp;
+  const double v = model.spec().vocab_size() / t;
+  const auto head = [&] {
+    mem(fwd ? "final-norm" : "final-norm-grad", (fwd ? 2 : 3) * bs * h * e);
+    linear("logits", "logits-dgrad", "logits-wgrad", bs, v, h);
+    mem(fwd ? "cross-entropy" : "cross-entropy-grad", (fwd ? 3 : 2) * bs * v * 4);
+  };
+  head();
+  for (uint32_t i = 0; i < model.MtpModules(); ++i) {
+    mem(fwd ? "mtp-embedding" : "mtp-embedding-grad", (fwd ? 3 : 2) * bs * h * e);
+    mem(fwd ? "mtp-norms" : "mtp-norms-grad", 2 * (fwd ? 2 : 3) * bs * h * e);
+    linear("mtp-proj", "mtp-proj-dgrad", "mtp-proj-wgrad", bs, h / t, 2 * h);
+    for (const Kernel& x : LayerKernels(model, model.MtpBlock(), pass, shape)) out.push_back(x);
+    head();
+  }
 }
 
 // DeepSeek-V3 §2.1.1's projections as Megatron-Core's MLASelfAttention runs them, on one TP rank of `bs` tokens:
@@ -540,10 +559,11 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
     x.m = m, x.n = n, x.k = kk, x.batch = batch;
     k.push_back(x);
   };
-  auto mem = [&](const char* name, double bytes) {
+  auto mem = [&](const char* name, double bytes, double launches = 1) {
     Kernel x;
     x.name = name;
     x.bytes = bytes;
+    x.launches = launches;
     k.push_back(x);
   };
   // FP8 training as Transformer Engine runs a block's linear layers (te.Linear / te.LayerNormLinear under
@@ -561,7 +581,7 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
   auto linear = [&](const char* fwd, const char* dgrad, const char* wgrad, double m, double n, double kk,
                     bool norm_casts_input = false) {
     if (fp8_linears) {
-      Fp8Casts(shape.fp8_recipe, pass, pass == Pass::kForward ? m * kk : m * n, norm_casts_input, mem, k);
+      Fp8Casts(shape.fp8_recipe, pass, pass == Pass::kForward ? m * kk : m * n, norm_casts_input, mem);
     }
     const size_t first = k.size();
     if (pass == Pass::kForward) {
@@ -583,29 +603,9 @@ std::vector<Kernel> LayerKernels(const TransformerModel& model, uint32_t layer, 
       // Vocabulary-parallel lookup + position add (forward); the gradient scattered into the table.
       mem(fwd ? "embedding" : "embedding-grad", (fwd ? 3 : 2) * bs * h * e);
       return k;
-    case LayerKind::kHead: {
-      const double v = spec.vocab_size() / t;
-      const auto head = [&] {
-        mem(fwd ? "final-norm" : "final-norm-grad", (fwd ? 2 : 3) * bs * h * e);
-        linear("logits", "logits-dgrad", "logits-wgrad", bs, v, h);
-        // Vocabulary-parallel cross-entropy on fp32 logits: max, exp-sum, loss (forward); softmax
-        // gradient (backward).
-        mem(fwd ? "cross-entropy" : "cross-entropy-grad", (fwd ? 3 : 2) * bs * v * 4);
-      };
-      head();
-      // Multi-token prediction (DeepSeek-V3 §2.2, Megatron-Core's MultiTokenPredictionLayer), per module: the
-      // shifted tokens' embedding, the RMSNorms of it and of the previous depth's hidden states, their
-      // concatenation projected 2h -> h (column-parallel), one block like the model's last, and the shared
-      // output head and its loss again.
-      for (uint32_t i = 0; i < model.MtpModules() && model.num_blocks() > 0; ++i) {
-        mem(fwd ? "mtp-embedding" : "mtp-embedding-grad", (fwd ? 3 : 2) * bs * h * e);
-        mem(fwd ? "mtp-norms" : "mtp-norms-grad", 2 * (fwd ? 2 : 3) * bs * h * e);
-        linear("mtp-proj", "mtp-proj-dgrad", "mtp-proj-wgrad", bs, h / t, 2 * h);
-        for (const Kernel& x : LayerKernels(model, model.MtpBlock(), pass, shape)) k.push_back(x);
-        head();
-      }
+    case LayerKind::kHead:
+      HeadKernels(model, pass, shape, bs, linear, mem, k);
       return k;
-    }
     case LayerKind::kTransformer: break;
   }
   const double heads = spec.num_attention_heads() / t;

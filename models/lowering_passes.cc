@@ -96,7 +96,7 @@ std::vector<TpCollective> LayerTpCollectives(const TransformerModel& model, uint
         }
       };
       head();
-      for (uint32_t i = 0; i < model.MtpModules() && model.num_blocks() > 0; ++i) {
+      for (uint32_t i = 0; i < model.MtpModules(); ++i) {
         for (const auto& c : LayerTpCollectives(model, model.MtpBlock(), forward, batch, seq_len, dtype, sequence_parallel,
                                                 tp, blocking)) {
           out.push_back(c);
@@ -449,12 +449,9 @@ void Lowerer::AddLayers(std::vector<Op>& ops, uint32_t device, const proto::Stag
         op.layer_end = l + 1;
       }
     }
-    if (model_.IsMoe(l)) AddExpertExchange(ops, device, st, l, batch, local_seq, mb, fuse ? &fused_ep : nullptr);
-    // The head's multi-token-prediction blocks exchange their tokens as the model's MoE blocks do.
-    if (!model_.IsMoe(l) && model_.HasExperts(l)) {
-      for (uint32_t i = 0; i < model_.MtpModules(); ++i) {
-        AddExpertExchange(ops, device, st, l, batch, local_seq, mb, fuse ? &fused_ep : nullptr);
-      }
+    // Each MoE block the layer runs (the head's multi-token-prediction blocks included) exchanges its tokens.
+    for (uint32_t i = 0; i < model_.ExpertBlocks(l); ++i) {
+      AddExpertExchange(ops, device, st, l, batch, local_seq, mb, fuse ? &fused_ep : nullptr);
     }
   };
   for (uint32_t i = 0; i < b - a; ++i) {

@@ -182,14 +182,13 @@ double TransformerModel::MoeParams() const {
 }
 
 double TransformerModel::ExpertParams(uint32_t layer) const {
-  const double one = spec_.has_moe() ? spec_.moe().num_experts() * MlpParams(spec_.moe().expert_ffn_hidden_size()) : 0;
-  if (IsMoe(layer)) return one;
-  return HasExperts(layer) ? MtpModules() * one : 0;  // the head's multi-token-prediction blocks
+  const uint32_t blocks = ExpertBlocks(layer);
+  return blocks > 0 ? blocks * spec_.moe().num_experts() * MlpParams(spec_.moe().expert_ffn_hidden_size()) : 0;
 }
 
-bool TransformerModel::HasExperts(uint32_t layer) const {
-  if (IsMoe(layer)) return true;
-  return kind(layer) == LayerKind::kHead && MtpModules() > 0 && num_blocks() > 0 && IsMoe(MtpBlock());
+uint32_t TransformerModel::ExpertBlocks(uint32_t layer) const {
+  if (IsMoe(layer)) return 1;
+  return kind(layer) == LayerKind::kHead && IsMoe(MtpBlock()) ? MtpModules() : 0;
 }
 
 double TransformerModel::BlockMatmulParams(uint32_t layer) const {

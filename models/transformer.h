@@ -106,11 +106,12 @@ class TransformerModel {
   double MtpParams() const;
   // Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core's MultiTokenPredictionBlock): the modules run on the
   // stage that holds the output head, after the main model, each one more block like the model's last (MtpBlock),
-  // so the head layer carries their work, parameters and activations; HasExperts: an MoE block, or the head
-  // when its modules' blocks are MoE.
+  // so the head layer carries their work, parameters and activations. ExpertBlocks: the MoE blocks `layer`
+  // runs (1 for an MoE block; the modules for the head when their block is MoE; else 0).
   uint32_t MtpModules() const { return spec_.has_moe() ? spec_.moe().mtp_modules() : 0; }
   uint32_t MtpBlock() const { return num_blocks(); }
-  bool HasExperts(uint32_t layer) const;
+  uint32_t ExpertBlocks(uint32_t layer) const;
+  bool HasExperts(uint32_t layer) const { return ExpertBlocks(layer) > 0; }
   // The kind of block `layer` is: bit 0 an MoE layer, bit 1 sliding-window attention (0 for the embedding
   // and the head). Blocks of one class cost the same, so consumers price one of each.
   uint32_t BlockClass(uint32_t layer) const;

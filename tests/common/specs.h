@@ -27,6 +27,15 @@ inline models::Cluster ClusterFrom(const std::string& yaml, const std::string& f
   return std::move(r).value();
 }
 
+inline models::TransformerModel ModelFrom(const std::string& yaml, const std::string& file = "test-model") {
+  proto::Model m;
+  const Status s = models::ParseYaml(yaml, file, &m);
+  EXPECT_TRUE(s.ok()) << s.message();
+  auto r = models::TransformerModel::Build(m, file);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return std::move(r).value();
+}
+
 inline proto::Plan PlanFrom(const std::string& yaml, const std::string& file = "test-plan") {
   proto::Plan p;
   const Status s = models::ParseYaml(yaml, file, &p);

@@ -7,7 +7,7 @@
 
 #include "models/kernels.h"
 #include "models/transformer.h"
-#include "models/yaml_proto.h"
+#include "tests/common/specs.h"
 
 namespace hetsim::models {
 namespace moe_kernels_test {
@@ -15,16 +15,11 @@ namespace {
 
 // One block of hidden 64, 8 SwiGLU experts of width 32, top-2; `extra` adds model keys.
 TransformerModel Tiny(const std::string& extra = "", const std::string& moe_extra = "") {
-  proto::Model m;
-  const std::string yaml = "name: tiny-moe\nnum_layers: 1\nhidden_size: 64\nffn_hidden_size: 128\n"
-                           "num_attention_heads: 4\nvocab_size: 128\nmax_seq_len: 64\nmlp: swiglu\nnorm: rmsnorm\n"
-                           "position: rope\n" + extra +
-                           "moe: {num_experts: 8, top_k: 2, expert_ffn_hidden_size: 32" + moe_extra + "}\n";
-  const Status s = ParseYaml(yaml, "tiny-moe.yaml", &m);
-  EXPECT_TRUE(s.ok()) << s.message();
-  auto r = TransformerModel::Build(m, "tiny-moe.yaml");
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return std::move(r).value();
+  return testing_util::ModelFrom("name: tiny-moe\nnum_layers: 1\nhidden_size: 64\nffn_hidden_size: 128\n"
+                                 "num_attention_heads: 4\nvocab_size: 128\nmax_seq_len: 64\nmlp: swiglu\n"
+                                 "norm: rmsnorm\nposition: rope\n" + extra +
+                                     "moe: {num_experts: 8, top_k: 2, expert_ffn_hidden_size: 32" + moe_extra + "}\n",
+                                 "tiny-moe.yaml");
 }
 
 // 16 tokens on one rank, EP 2 (4 local experts), no imbalance: the rank's experts see 2 · 16 = 32 rows.

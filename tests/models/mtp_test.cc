@@ -9,7 +9,6 @@
 #include "models/lowering.h"
 #include "models/training.h"
 #include "models/transformer.h"
-#include "models/yaml_proto.h"
 #include "tests/common/specs.h"
 
 namespace hetsim::models {
@@ -21,16 +20,11 @@ using testing_util::PlanFrom;
 
 // Two MoE blocks of hidden 64 (4 heads), 8 SwiGLU experts of width 32, top-2, vocab 128, `mtp` modules.
 TransformerModel Tiny(uint32_t mtp) {
-  proto::Model m;
-  const std::string yaml = "name: tiny-mtp\nnum_layers: 2\nhidden_size: 64\nffn_hidden_size: 128\n"
-                           "num_attention_heads: 4\nvocab_size: 128\nmax_seq_len: 64\nmlp: swiglu\nnorm: rmsnorm\n"
-                           "position: rope\nmoe: {num_experts: 8, top_k: 2, expert_ffn_hidden_size: 32, mtp_modules: " +
-                           std::to_string(mtp) + "}\n";
-  const Status s = ParseYaml(yaml, "tiny-mtp.yaml", &m);
-  EXPECT_TRUE(s.ok()) << s.message();
-  auto r = TransformerModel::Build(m, "tiny-mtp.yaml");
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return std::move(r).value();
+  return testing_util::ModelFrom("name: tiny-mtp\nnum_layers: 2\nhidden_size: 64\nffn_hidden_size: 128\n"
+                                 "num_attention_heads: 4\nvocab_size: 128\nmax_seq_len: 64\nmlp: swiglu\n"
+                                 "norm: rmsnorm\nposition: rope\nmoe: {num_experts: 8, top_k: 2, "
+                                 "expert_ffn_hidden_size: 32, mtp_modules: " + std::to_string(mtp) + "}\n",
+                                 "tiny-mtp.yaml");
 }
 
 constexpr uint32_t kHead = 3;  // embedding 0, blocks 1 and 2, head 3
