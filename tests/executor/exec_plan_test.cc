@@ -172,6 +172,13 @@ TEST(ExecPlanTest, RejectsNonLlamaModels) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("rmsnorm"), std::string::npos) << s.message();
   EXPECT_TRUE(CheckExecutableModel(l.model).ok());
+  // The tiny MoE model with a multi-token-prediction module: refused with the field.
+  proto::Model moe = models::LoadModel("llama-tiny-moe")->spec();
+  moe.mutable_moe()->set_mtp_modules(1);
+  auto mtp = models::TransformerModel::Build(moe, "mtp.yaml");
+  ASSERT_TRUE(mtp.ok()) << mtp.status().message();
+  const Status m = CheckExecutableModel(*mtp);
+  EXPECT_NE(m.message().find("moe.mtp_modules must be 0"), std::string::npos) << m.message();
 }
 
 // Context parallelism on cpu-4-tp2 widened to four devices: TP innermost, then the CP rank, so devices 0-1

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/kernels.h"
+#include "models/plan.h"
 #include "models/transformer.h"
 #include "tests/common/specs.h"
 
@@ -97,6 +98,23 @@ TEST(MoeKernels, AlltoallDispatcherSortsByLocalExpert) {
   KernelShape flex = Shape();
   flex.experts.alltoall = false;
   EXPECT_EQ(Find(LayerKernels(m, kBlock, Pass::kForward, flex), "experts-sort"), nullptr);
+}
+
+// The stage's expert layout takes the dispatcher from the plan's comm and droplessness from the training.
+TEST(MoeKernels, TheLayoutKnowsTheDispatcherAndDropping) {
+  const TransformerModel m = Tiny();
+  proto::Stage st;
+  st.set_ep_degree(1);
+  proto::Training tr;
+  proto::CommOptions comm;
+  ExpertSharding x = StageExperts(st, m, tr, comm, 16);
+  EXPECT_TRUE(x.alltoall);
+  EXPECT_TRUE(x.dropless);
+  comm.set_ep_dispatcher(proto::CommOptions::EP_DISPATCHER_NODE_DEDUP);
+  tr.set_moe_capacity_factor(1);
+  x = StageExperts(st, m, tr, comm, 16);
+  EXPECT_FALSE(x.alltoall);
+  EXPECT_FALSE(x.dropless);
 }
 
 TEST(MoeKernels, DroplessFp8PadsTheExpertsRows) {
