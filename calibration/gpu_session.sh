@@ -3,18 +3,19 @@
 # built elsewhere (Release, HETSIM_EXECUTOR_CUDA=ON) and the Debian packages they need, in DIR:
 #   DIR/hetsim-exec, DIR/hetsim-kernel-bench, DIR/deb/*.deb (Open MPI, PMIx, hwloc, libevent, protobuf,
 #   yaml-cpp, libyaml (libyaml-0-2), boost program_options: `apt-get download` on the build machine).
-# Writes into OUT: log.txt (everything printed), kernels-<gpu>.csv (hetsim-kernel-bench), profile-<gpu>.yaml
+# Writes into OUT: log.txt (everything printed), kernels-<gpu>.csv (hetsim-kernel-bench), moe-kernels-<gpu>.csv
+# (the bundled MoE models' expert GEMMs and permutations and the device-to-host round trip), profile-<gpu>.yaml
 # and exec-<gpu>.tar.gz (executor/gpu_profile.sh's plans and reports, the gradient checks' output).
 #
 # Usage: OUT=/tmp/out bash calibration/gpu_session.sh DIR [GPU]
 #   GPU: the catalog name of the machine's GPU (default h100). STEPS: which steps to run (default
-#   "bench grad profile").
+#   "bench moe grad profile").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: gpu_session.sh DIR [GPU]}
 gpu=${2:-h100}
 out=${OUT:?set OUT to the output folder}
-steps=${STEPS:-bench grad profile}
+steps=${STEPS:-bench moe grad profile}
 mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
 
@@ -33,6 +34,14 @@ if [[ " $steps " == *" bench "* ]]; then
   time "$dir/hetsim-kernel-bench" --backend cuda --gpu "$gpu" \
     --models llama2-7b,llama2-13b,llama2-70b,llama3-8b,llama3-70b --tp 1,2,4,8 --micro-batch 1,2,4 \
     --seq-len 2048,4096,8192 -o "$out/kernels-$gpu.csv"
+fi
+
+if [[ " $steps " == *" moe "* ]]; then
+  echo "== MoE blocks (docs/moe.md): expert GEMMs one per local expert, permutation, device-to-host round trip"
+  time "$dir/hetsim-kernel-bench" --backend cuda --gpu "$gpu" --models "" \
+    --moe-models qwen3-30b-a3b,qwen3-235b-a22b,gpt-oss-120b,deepseek-v3,mixtral-8x7b --ep 8,16,32,64 \
+    --seq-len 4096 -o "$out/moe-kernels-$gpu.csv"
+  python3 tools/fit/compare_moe_kernels.py "$out/moe-kernels-$gpu.csv"
 fi
 
 if [[ " $steps " == *" grad "* ]]; then

@@ -13,6 +13,16 @@
 //            each model's per-TP-rank head count.
 // - launch:  2,000 back-to-back one-element kernels: GPU time per kernel (the floor of kernel latency) and
 //            host issue time per kernel (what the model calls host_overhead_s for a bare launch).
+// - sync:    a one-element kernel and the read-back of its value, host wall time per round trip: what a
+//            dropless MoE dispatcher's device-to-host synchronisation costs the host beyond the GPU's work
+//            (the model has no such term yet: its column is 0).
+// - moe-gemm, moe-permute: each --moe-models entry's MoE block on one rank of each --ep group (expert TP 1,
+//            TP 1, micro-batch 1, the first --seq-len; force-balanced top-k routing, as Megatron-Bridge's
+//            benchmarks run): the expert GEMMs of the forward and backward as Transformer Engine's grouped
+//            linear issues them, one GEMM per local expert (here in sequence on one stream; TE spreads them over
+//            its cuBLAS streams), and the token permutation and weighted un-permutation (gather and scatter-add
+//            of rows; the executor's kernels take host-side index lists, so the time includes their upload).
+//            The model column is the batched kernel the lowering prices (its launches included).
 // The model column is models::KernelGpuSeconds with --calibration's parameters for --gpu: the fit
 // (calibration/) compares the two.
 #include <algorithm>
@@ -103,12 +113,14 @@ struct Row {
   double m = 0, n = 0, k = 0, batch = 1, bytes = 0, flops = 0;
   Timing measured;
   double model_s = 0;
+  int ep = 0;  // MoE rows: the EP degree of the block (expert TP 1)
 };
 
 void WriteRow(std::ostream& out, const Row& r) {
   out << r.kind << ',' << r.name << ',' << r.model << ',' << r.tp << ',' << r.micro_batch << ',' << r.seq_len << ','
       << r.pass << ',' << r.m << ',' << r.n << ',' << r.k << ',' << r.batch << ',' << r.bytes << ',' << r.flops << ','
-      << r.measured.median_s << ',' << r.measured.min_s << ',' << r.measured.reps << ',' << r.model_s << '\n';
+      << r.measured.median_s << ',' << r.measured.min_s << ',' << r.measured.reps << ',' << r.model_s << ',' << r.ep
+      << '\n';
   out.flush();
 }
 
@@ -150,6 +162,22 @@ void BenchLaunch(const Bench& x) {
   h.measured = {host, host, launches};
   h.model_s = x.params->host_overhead_s;
   WriteRow(*x.out, h);
+  // A kernel then the read-back of its one value: the host waits for the GPU and the copy.
+  const int trips = x.quick ? 20 : 200;
+  std::vector<double> wall;
+  float value = 0;
+  for (int i = 0; i < trips + 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    be->Scale(one.t(), 1.0f);
+    be->Download(&value, one.t());
+    const auto t1 = std::chrono::steady_clock::now();
+    if (i >= 3) wall.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  std::sort(wall.begin(), wall.end());
+  Row y;
+  y.kind = "sync", y.name = "d2h-round-trip";
+  y.measured = {wall[wall.size() / 2], wall.front(), trips};
+  WriteRow(*x.out, y);
 }
 
 // Memory-bound kernels over a sweep of sizes.
@@ -200,6 +228,40 @@ void BenchMemory(const Bench& x) {
   }
 }
 
+// The operands of one GEMM of kernel `k`'s shape in the executor's layouts, `copies` of each stacked by rows
+// (one per expert of a grouped GEMM), randomly filled:
+//   forward  y[T,N] = x[T,K]·W[N,K]ᵀ          (trans_b)
+//   dgrad    dx[T,K'] = dy[T,N']·W[N',K']      (M=T, N=K', K=N')
+//   wgrad    dW[N',K'] += dy[T,N']ᵀ·x[T,K']     (trans_a; fp32 accumulation)
+struct GemmOperands {
+  Buffer a, b, c;
+  bool ta = false, tb = false, wgrad = false;
+  int64_t a_rows = 0, b_rows = 0, c_rows = 0;
+  GemmOperands(Backend* be, DType act, const hm::Kernel& k, bool forward, bool is_wgrad, int64_t copies = 1)
+      : wgrad(is_wgrad) {
+    const auto M = static_cast<int64_t>(k.m), N = static_cast<int64_t>(k.n), K = static_cast<int64_t>(k.k);
+    DType c_dtype = act;
+    if (wgrad) {
+      a_rows = K, b_rows = K, ta = true, c_dtype = DType::kF32;
+      a = Buffer(be, copies * K, M, act), b = Buffer(be, copies * K, N, act);
+    } else if (forward) {
+      a_rows = M, b_rows = N, tb = true;
+      a = Buffer(be, copies * M, K, act), b = Buffer(be, copies * N, K, act);
+    } else {
+      a_rows = M, b_rows = K;
+      a = Buffer(be, copies * M, K, act), b = Buffer(be, copies * K, N, act);
+    }
+    c_rows = M;
+    c = Buffer(be, copies * M, N, c_dtype);
+    RandomFill(be, a.t(), 1), RandomFill(be, b.t(), 2), be->Fill(c.t(), 0.0f);
+  }
+  // The GEMM of copy i.
+  void Run(Backend* be, int64_t i) const {
+    be->Gemm(c.t().Rows(i * c_rows, (i + 1) * c_rows), a.t().Rows(i * a_rows, (i + 1) * a_rows), ta,
+             b.t().Rows(i * b_rows, (i + 1) * b_rows), tb, 1.0f, wgrad ? 1.0f : 0.0f);
+  }
+};
+
 // The GEMMs of `layer`'s passes at `shape`, in the executor's layouts, each shape and layout once (`seen`).
 void BenchGemms(const Bench& x, const hm::TransformerModel& model, const std::string& model_name, uint32_t layer,
                 const hm::KernelShape& shape, std::set<std::tuple<double, double, double, int>>* seen) {
@@ -210,32 +272,14 @@ void BenchGemms(const Bench& x, const hm::TransformerModel& model, const std::st
       if (k.type != hm::Kernel::Type::kGemm || k.batch != 1) continue;
       const bool wgrad = std::string(k.name).find("wgrad") != std::string::npos;
       if (!seen->insert({k.m, k.n, k.k, wgrad ? 2 : static_cast<int>(pass)}).second) continue;
-      const auto M = static_cast<int64_t>(k.m), N = static_cast<int64_t>(k.n), K = static_cast<int64_t>(k.k);
-      // The executor's layouts: activations [tokens, features], weights [out, in].
-      //   forward  y[T,N] = x[T,K]·W[N,K]ᵀ          (trans_b)
-      //   dgrad    dx[T,K'] = dy[T,N']·W[N',K']      (M=T, N=K', K=N')
-      //   wgrad    dW[N',K'] += dy[T,N']ᵀ·x[T,K']     (trans_a; fp32 accumulation)
-      Buffer a, b, c;
-      bool ta = false, tb = false;
-      if (wgrad) {
-        a = Buffer(be, K, M, act), b = Buffer(be, K, N, act), ta = true;
-        c = Buffer(be, M, N, DType::kF32);
-      } else if (pass == hm::Pass::kForward) {
-        a = Buffer(be, M, K, act), b = Buffer(be, N, K, act), tb = true;
-        c = Buffer(be, M, N, act);
-      } else {
-        a = Buffer(be, M, K, act), b = Buffer(be, K, N, act);
-        c = Buffer(be, M, N, act);
-      }
-      RandomFill(be, a.t(), 1), RandomFill(be, b.t(), 2), be->Fill(c.t(), 0.0f);
+      const GemmOperands g(be, act, k, pass == hm::Pass::kForward, wgrad);
       Row r;
       r.kind = "gemm", r.name = k.name, r.model = model_name, r.tp = static_cast<int>(shape.tp);
       r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
       r.pass = pass == hm::Pass::kForward ? "fwd" : "bwd";
       r.m = k.m, r.n = k.n, r.k = k.k, r.flops = 2 * k.m * k.n * k.k;
       r.model_s = hm::KernelGpuSeconds(k, *x.gpu, *x.params, x.proto_dtype);
-      r.measured = TimeOp(be, RepsFor(r.model_s, x.max_reps),
-                          [&] { be->Gemm(c.t(), a.t(), ta, b.t(), tb, 1.0f, wgrad ? 1.0f : 0.0f); });
+      r.measured = TimeOp(be, RepsFor(r.model_s, x.max_reps), [&] { g.Run(be, 0); });
       WriteRow(*x.out, r);
     }
   }
@@ -291,22 +335,91 @@ void BenchAttention(const Bench& x, const hm::TransformerModel& model, const std
   WriteRow(*x.out, r);
 }
 
+// The MoE block of `model` on one rank of an EP group of `ep` (expert TP 1, TP 1, micro-batch 1, `seq` tokens,
+// every token to top_k distinct experts in turn: force-balanced routing): its expert GEMMs, one GEMM per local
+// expert in sequence, and its permutation and weighted un-permutation of the rank's top_k copies of each token.
+void BenchMoe(const Bench& x, const hm::TransformerModel& model, const std::string& model_name, uint32_t ep,
+              uint32_t seq) {
+  Backend* be = x.be;
+  const auto& moe = model.spec().moe();
+  uint32_t layer = 0;
+  while (layer < model.num_layers() && !model.IsMoe(layer)) ++layer;
+  if (layer == model.num_layers() || moe.num_experts() % ep != 0) return;
+  hm::KernelShape shape;
+  shape.micro_batch = 1, shape.seq_len = seq, shape.tp = 1, shape.dtype = x.proto_dtype;
+  shape.experts.ep = ep;
+  std::cerr << "hetsim-kernel-bench: " << model_name << " MoE block, ep=" << ep << " seq=" << seq << "\n";
+  const auto row_for = [&](const char* kind, const hm::Kernel& k, const char* pass) {
+    Row r;
+    r.kind = kind, r.name = k.name, r.model = model_name, r.tp = 1, r.ep = static_cast<int>(ep);
+    r.micro_batch = 1, r.seq_len = static_cast<int>(seq), r.pass = pass;
+    r.m = k.m, r.n = k.n, r.k = k.k, r.batch = k.batch, r.bytes = k.bytes;
+    r.flops = 2 * k.m * k.n * k.k * k.batch;
+    r.model_s = hm::KernelGpuSeconds(k, *x.gpu, *x.params, x.proto_dtype);
+    return r;
+  };
+  for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
+    const char* pass_name = pass == hm::Pass::kForward ? "fwd" : "bwd";
+    for (const auto& k : hm::LayerKernels(model, layer, pass, shape)) {
+      if (k.type != hm::Kernel::Type::kGemm || std::string(k.name).rfind("experts-", 0) != 0) continue;
+      const double bytes = (k.m * k.k + k.k * k.n + k.m * k.n) * k.batch * hetsim::executor::DTypeSize(x.act);
+      if (bytes > 8e9) continue;
+      const bool wgrad = std::string(k.name).find("wgrad") != std::string::npos;
+      const auto copies = static_cast<int64_t>(k.batch);
+      const GemmOperands g(be, x.act, k, pass == hm::Pass::kForward, wgrad, copies);
+      Row r = row_for("moe-gemm", k, pass_name);
+      r.measured = TimeOp(be, RepsFor(r.model_s, x.max_reps), [&] {
+        for (int64_t i = 0; i < copies; ++i) g.Run(be, i);
+      });
+      WriteRow(*x.out, r);
+    }
+  }
+  // The permutation: the rank's copies ordered by expert (copy j of token t goes to expert (t·top_k + j) mod E).
+  const int64_t tokens = seq, top_k = moe.top_k(), experts = moe.num_experts(), h = model.spec().hidden_size();
+  std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < top_k; ++j) by_expert[static_cast<size_t>((t * top_k + j) % experts)].push_back(t);
+  }
+  std::vector<int64_t> index;
+  for (const auto& list : by_expert) index.insert(index.end(), list.begin(), list.end());
+  const std::vector<float> probs(index.size(), 1.0f / static_cast<float>(top_k));
+  Buffer in(be, tokens, h, x.act), copies(be, static_cast<int64_t>(index.size()), h, x.act), out(be, tokens, h, x.act);
+  RandomFill(be, in.t(), 10), RandomFill(be, copies.t(), 11), be->Fill(out.t(), 0.0f);
+  for (const auto& k : hm::LayerKernels(model, layer, hm::Pass::kForward, shape)) {
+    const std::string n = k.name;
+    if (n != "permute" && n != "unpermute") continue;
+    Row r = row_for("moe-permute", k, "fwd");
+    r.m = static_cast<double>(index.size()), r.n = static_cast<double>(h), r.flops = 0;
+    if (n == "permute") {
+      r.measured = TimeOp(be, RepsFor(r.model_s, x.max_reps), [&] { be->GatherRows(copies.t(), in.t(), index, {}); });
+    } else {
+      r.measured = TimeOp(be, RepsFor(r.model_s, x.max_reps),
+                          [&] { be->ScatterAddRows(out.t(), copies.t(), index, probs); });
+    }
+    WriteRow(*x.out, r);
+  }
+}
+
 int Main(int argc, char** argv) {
   std::string backend_name = "cpu", gpu_name, calibration, models_arg, tp_arg, mbs_arg, seq_arg, out_path, dtype_arg;
+  std::string moe_models_arg, ep_arg;
   int max_reps = 20;
   bool quick = false;
   po::options_description desc(
       "hetsim-kernel-bench: times the compute model's kernels on an executor backend and writes a CSV\n"
-      "(kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s)\n"
+      "(kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s,ep)\n"
       "Options");
   desc.add_options()("help,h", "this help")
       ("backend", po::value(&backend_name)->default_value("cpu"), "cpu | cuda")
       ("gpu", po::value(&gpu_name)->default_value(""), "catalog GPU whose model prediction is written (default: h100 on cuda, cpu on cpu)")
       ("calibration", po::value(&calibration)->default_value("default"), "bundled kernel calibration of the prediction column")
-      ("models", po::value(&models_arg)->default_value("llama2-7b,llama2-13b,llama2-70b"), "comma-separated bundled models or files")
+      ("models", po::value(&models_arg)->default_value("llama2-7b,llama2-13b,llama2-70b"), "comma-separated bundled models or files (empty: none)")
       ("tp", po::value(&tp_arg)->default_value("1,2,4,8"), "TP shard degrees")
       ("micro-batch", po::value(&mbs_arg)->default_value("1,2,4"), "micro-batch sizes")
       ("seq-len", po::value(&seq_arg)->default_value("4096"), "sequence lengths")
+      ("moe-models", po::value(&moe_models_arg)->default_value(""),
+       "comma-separated MoE models whose MoE block is timed (expert GEMMs, permutation), e.g. qwen3-30b-a3b")
+      ("ep", po::value(&ep_arg)->default_value("8,16,32,64"), "EP degrees of the MoE blocks (those dividing the experts)")
       ("dtype", po::value(&dtype_arg)->default_value(""), "bf16 | fp32 (default: bf16 on cuda, fp32 on cpu)")
       ("reps", po::value(&max_reps)->default_value(20), "timed repetitions per measurement (at most)")
       ("quick", po::bool_switch(&quick), "a small set (one model, TP 1 and 8, micro-batch 1, short memory sweep)")
@@ -343,7 +456,7 @@ int Main(int argc, char** argv) {
   }
   const hm::KernelParams& params = hm::KernelParamsFor(*gpu.value(), calibration);
   if (quick) {  // a short set; the lists given on the command line stay
-    models_arg = SplitList(models_arg).front();
+    if (!SplitList(models_arg).empty()) models_arg = SplitList(models_arg).front();
     if (vm["tp"].defaulted()) tp_arg = "1,8";
     if (vm["micro-batch"].defaulted()) mbs_arg = "1";
     if (vm["seq-len"].defaulted()) seq_arg = SplitList(seq_arg).front();
@@ -390,7 +503,7 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
   out << "# hetsim-kernel-bench backend=" << be->name() << " dtype=" << dtype_arg << " gpu=" << gpu_name
       << " calibration=" << calibration << " date=" << date << "\n# command: " << command << "\n";
-  out << "kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s\n";
+  out << "kind,name,model,tp,micro_batch,seq_len,pass,m,n,k,batch,bytes,flops,median_s,min_s,reps,model_s,ep\n";
 
   const Bench bench{be.get(), gpu.value(), &params, act, proto_dtype, max_reps, quick, &out};
   BenchLaunch(bench);
@@ -423,6 +536,18 @@ int Main(int argc, char** argv) {
           BenchAttention(bench, model.value(), model_name, block, shape);
         }
       }
+    }
+  }
+  for (const auto& model_name : SplitList(moe_models_arg)) {
+    auto model = hm::LoadModel(model_name);
+    if (!model.ok() || !model->spec().has_moe()) {
+      std::cerr << "hetsim-kernel-bench: --moe-models: "
+                << (model.ok() ? "'" + model_name + "' has no MoE layers" : model.status().message()) << "\n";
+      return 2;
+    }
+    for (const auto& ep_s : SplitList(ep_arg)) {
+      BenchMoe(bench, model.value(), model_name, static_cast<uint32_t>(std::stoul(ep_s)),
+               static_cast<uint32_t>(std::stoul(SplitList(seq_arg).front())));
     }
   }
   return 0;
