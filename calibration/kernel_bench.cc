@@ -400,6 +400,22 @@ void BenchMoe(const Bench& x, const hm::TransformerModel& model, const std::stri
   }
 }
 
+// BenchMoe for each model of `models` (comma-separated) at each EP degree of `eps`; 2 when one is not an MoE model.
+int BenchMoeModels(const Bench& x, const std::string& models, const std::string& eps, uint32_t seq) {
+  for (const auto& model_name : SplitList(models)) {
+    auto model = hm::LoadModel(model_name);
+    if (!model.ok() || !model->spec().has_moe()) {
+      std::cerr << "hetsim-kernel-bench: --moe-models: "
+                << (model.ok() ? "'" + model_name + "' has no MoE layers" : model.status().message()) << "\n";
+      return 2;
+    }
+    for (const auto& ep_s : SplitList(eps)) {
+      BenchMoe(x, model.value(), model_name, static_cast<uint32_t>(std::stoul(ep_s)), seq);
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::string backend_name = "cpu", gpu_name, calibration, models_arg, tp_arg, mbs_arg, seq_arg, out_path, dtype_arg;
   std::string moe_models_arg, ep_arg;
@@ -538,19 +554,7 @@ int Main(int argc, char** argv) {
       }
     }
   }
-  for (const auto& model_name : SplitList(moe_models_arg)) {
-    auto model = hm::LoadModel(model_name);
-    if (!model.ok() || !model->spec().has_moe()) {
-      std::cerr << "hetsim-kernel-bench: --moe-models: "
-                << (model.ok() ? "'" + model_name + "' has no MoE layers" : model.status().message()) << "\n";
-      return 2;
-    }
-    for (const auto& ep_s : SplitList(ep_arg)) {
-      BenchMoe(bench, model.value(), model_name, static_cast<uint32_t>(std::stoul(ep_s)),
-               static_cast<uint32_t>(std::stoul(SplitList(seq_arg).front())));
-    }
-  }
-  return 0;
+  return BenchMoeModels(bench, moe_models_arg, ep_arg, static_cast<uint32_t>(std::stoul(SplitList(seq_arg).front())));
 }
 
 }  // namespace
