@@ -160,7 +160,7 @@ void SimulatePlanRun(PlanRun& r, const std::string& csv_path, std::string calibr
     r.simulated_sync_ms = std::max(r.simulated_sync_ms, d.dp_communication_s() * 1e3);
     r.simulated_peak_gib = std::max(r.simulated_peak_gib, d.peak_memory_gib());
   }
-  r.cls = models::ClassOf(*plan, *cluster, *training, models::AllComputeMeasured(res->report));
+  r.cls = models::ClassOf(*plan, *cluster, *training, models::AllComputeMeasured(res->report), model->HasMoe());
   r.ok = true;
 }
 
@@ -201,7 +201,7 @@ Result<PlanRunsReport> ValidatePlanRuns(const std::string& path, const PlanRunsO
   rep.csv =
       "line,plan,nodes,dp,pp,tp,micro_batch,half,measured_ms,simulated_ms,error,measured_grad_sync_ms,"
       "simulated_grad_sync_ms,grad_sync_error,measured_peak_gib,simulated_peak_gib,memory_error,family,dtype,zero3,"
-      "gpus,interval_lo_ms,interval_hi_ms,in_interval,measured\n";
+      "gpus,interval_lo_ms,interval_hi_ms,in_interval,measured,moe\n";
   for (size_t i = 0; i < rep.attempted; ++i) {
     PlanRun& r = runs[i];
     SimulatePlanRun(r, path, given ? options.calibration : r.stack_calibration, options.fidelity, profiles);
@@ -233,7 +233,8 @@ Result<PlanRunsReport> ValidatePlanRuns(const std::string& path, const PlanRunsO
     if (!development) rep.cover_held_out.Add(interval, r.simulated_ms, r.measured_ms);
     rep.csv += "," + r.cls.family + "," + r.cls.dtype + "," + (r.cls.zero3 ? "1" : "0") + "," +
                std::to_string(r.cls.gpus) + "," + Fixed(r.simulated_ms * interval.lo, 4) + "," +
-               Fixed(r.simulated_ms * interval.hi, 4) + "," + (in ? "1" : "0") + "," + (r.cls.measured ? "1" : "0") + "\n";
+               Fixed(r.simulated_ms * interval.hi, 4) + "," + (in ? "1" : "0") + "," + (r.cls.measured ? "1" : "0") +
+               "," + (r.cls.moe ? "1" : "0") + "\n";
   }
   return rep;
 }

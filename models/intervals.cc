@@ -34,7 +34,8 @@ std::string DtypeClass(proto::DType dtype) {
   }
 }
 
-RunClass ClassOf(const proto::Plan& plan, const Cluster& cluster, const proto::Training& training, bool measured) {
+RunClass ClassOf(const proto::Plan& plan, const Cluster& cluster, const proto::Training& training, bool measured,
+                 bool moe) {
   RunClass c;
   std::set<std::string> families;
   uint32_t gpus = 0;
@@ -52,6 +53,7 @@ RunClass ClassOf(const proto::Plan& plan, const Cluster& cluster, const proto::T
   c.dtype = DtypeClass(training.dtype());
   c.zero3 = plan.zero_stage() >= 3;
   c.measured = measured;
+  c.moe = moe;
   return c;
 }
 
@@ -111,7 +113,8 @@ PredictionInterval IntervalFrom(const std::vector<Residual>& residuals, const Ru
     for (const auto& r : residuals) {
       // A run on a type with no measured basis is priced by generic values: its interval comes from runs
       // priced the same way (the outside checks' development halves), a measured one's from measured runs.
-      if (r.cls.measured == c.measured && lv.same(r.cls, c)) {
+      // A mixture of experts draws on MoE runs only, a dense model on dense runs.
+      if (r.cls.measured == c.measured && r.cls.moe == c.moe && lv.same(r.cls, c)) {
         ratios.push_back(r.ratio);
         sets.insert(r.set);
       }
@@ -125,7 +128,7 @@ PredictionInterval IntervalFrom(const std::vector<Residual>& residuals, const Ru
     out.lo = AtRank(ratios, std::floor((1 - level) / 2 * n1));
     out.hi = AtRank(ratios, std::ceil((1 + level) / 2 * n1));
     out.runs = ratios.size();
-    out.like = lv.name(c);
+    out.like = (c.moe ? "MoE, " : "") + lv.name(c);
     for (const auto& s : sets) out.sets += (out.sets.empty() ? "" : ", ") + s;
     break;
   }
@@ -133,6 +136,9 @@ PredictionInterval IntervalFrom(const std::vector<Residual>& residuals, const Ru
     out.caveat = out.runs > 0 ? "a GPU type of this run has no measured basis: the interval comes from runs on types "
                                 "without one, whose generic values were this far off"
                               : "a GPU type of this run has no measured basis and no run on such a type is bundled";
+  } else if (c.moe) {
+    out.caveat = out.runs > 0 ? "a mixture of experts: the interval comes from measured MoE runs only"
+                              : "a mixture of experts and no measured MoE run is bundled";
   } else if (c.family == "mixed") {
     out.caveat = "no validated run mixes GPU families";
   }
@@ -152,11 +158,14 @@ Result<std::vector<Residual>> ParseResiduals(const std::string& csv, const std::
     const auto cells = SplitCsv(line);
     if (header.empty()) {
       header = cells;
+      // Optional trailing columns: the GPU types' compute basis (default: measured), then whether the model is
+      // a mixture of experts (default: dense).
       std::vector<std::string> want = {"set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio"};
-      if (header != want) want.push_back("measured");  // the GPU types' compute basis (default: measured)
+      if (header != want) want.push_back("measured");
+      if (header != want) want.push_back("moe");
       if (header != want) {
         return Status::Invalid(where + ":" + std::to_string(n) +
-                               ": expected the columns set,line,family,dtype,zero3,pp,gpus,ratio[,measured]");
+                               ": expected the columns set,line,family,dtype,zero3,pp,gpus,ratio[,measured[,moe]]");
       }
       continue;
     }
@@ -178,6 +187,7 @@ Result<std::vector<Residual>> ParseResiduals(const std::string& csv, const std::
     r.cls.pp = static_cast<uint32_t>(pp);
     r.cls.gpus = static_cast<uint32_t>(gpus);
     r.cls.measured = cells.size() < 9 || cells[8] != "0";
+    r.cls.moe = cells.size() >= 10 && cells[9] == "1";
     out.push_back(std::move(r));
   }
   return out;
@@ -194,7 +204,7 @@ const std::vector<Residual>& BundledResiduals() {
 PredictionInterval IntervalFor(const RunClass& c, double level) { return IntervalFrom(BundledResiduals(), c, level); }
 
 std::string DescribeInterval(const PredictionInterval& i, double simulated_s) {
-  if (i.runs == 0) return "no interval: no validated runs bundled";
+  if (i.runs == 0) return "no interval: " + (i.caveat.empty() ? std::string("no validated runs bundled") : i.caveat);
   char buf[512];
   std::snprintf(buf, sizeof buf, "%.0f%% interval %.4g-%.4g s (%zu measured runs like it: %s; %s)", 100 * i.level,
                 simulated_s * i.lo, simulated_s * i.hi, i.runs, i.like.c_str(), i.sets.c_str());

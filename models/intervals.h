@@ -4,7 +4,9 @@
 // The bundled table models/catalog/intervals.csv holds one residual per measured run of the development
 // halves (even data rows) of every bundled validation set, simulated by the one rule's calibration (what a
 // user who passes no flags gets): the ratio measured / simulated and the run's class — GPU family, dtype,
-// ZeRO-3 or not, pipeline depth, GPU count. tools/fit/build_intervals.py writes it. An interval at level q
+// ZeRO-3 or not, pipeline depth, GPU count, and two partitions never mixed: whether its GPU types rest on
+// measurements and whether the model is a mixture of experts (the twin errs on MoE runs differently from dense
+// ones, docs/moe.md). tools/fit/build_intervals.py writes it. An interval at level q
 // for a new prediction takes the residuals of the most specific class that has at least kMinRuns of them
 // (dropping, in order, the GPU count, the pipeline depth, ZeRO-3, the dtype and the GPU family), and
 // returns their (1 − q)/2 and (1 + q)/2 empirical quantiles: [simulated · lo, simulated · hi]. The held-out
@@ -30,13 +32,16 @@ struct RunClass {
   uint32_t pp = 1;               // stages of the deepest pipeline
   uint32_t gpus = 1;             // GPUs the run uses
   bool measured = true;          // every GPU type of the run rests on measurements (the compute basis)
+  bool moe = false;              // the model routes tokens to experts (a mixture of experts)
 };
 
 // a100 (A100 and A800), hopper (H100, H800, H200, GH200, H20), other.
 std::string GpuFamily(const std::string& gpu_name);
 std::string DtypeClass(proto::DType dtype);
-// The class of `plan` on `cluster` under `training`; `measured` as the simulation's compute basis says.
-RunClass ClassOf(const proto::Plan& plan, const Cluster& cluster, const proto::Training& training, bool measured);
+// The class of `plan` on `cluster` under `training`; `measured` as the simulation's compute basis says, `moe`
+// whether the model has routed experts.
+RunClass ClassOf(const proto::Plan& plan, const Cluster& cluster, const proto::Training& training, bool measured,
+                 bool moe = false);
 
 struct PredictionInterval {
   double level = 0.8;

@@ -82,6 +82,34 @@ TEST(Intervals, ATypeWithoutMeasuredBasisDrawsOnRunsOfSuchTypes) {
   EXPECT_EQ(IntervalFrom(t, Class("other", 1, 8), 0.8).runs, 23u);
 }
 
+// A mixture of experts draws on MoE runs only, and a dense run never does: with no MoE run in the table, no
+// interval (the caveat says why); with twelve Hopper MoE runs at 1.05 .. 1.60 (every 0.05), those alone: n + 1 = 13
+// slots, ranks floor(0.1 · 13) = 1 (1.05) and ceil(0.9 · 13) = 12 (1.60), where the Hopper dense runs say 1.10-1.10;
+// the dense Hopper run's interval is unchanged by them.
+TEST(Intervals, AMixtureOfExpertsDrawsOnMoeRunsOnly) {
+  RunClass c = Class("hopper", 1, 8);
+  c.moe = true;
+  const PredictionInterval none = IntervalFrom(Table(), c, 0.8);
+  EXPECT_EQ(none.runs, 0u);
+  EXPECT_EQ(DescribeInterval(none, 10.0), "no interval: a mixture of experts and no measured MoE run is bundled");
+  std::vector<Residual> t = Table();
+  for (int i = 0; i < 12; ++i) {
+    Residual r{"m", Class("hopper", 8, 256), 1.05 + 0.05 * i};
+    r.cls.moe = true;
+    t.push_back(r);
+  }
+  const PredictionInterval i = IntervalFrom(t, c, 0.8);
+  EXPECT_EQ(i.runs, 12u);
+  EXPECT_DOUBLE_EQ(i.lo, 1.05);
+  EXPECT_NEAR(i.hi, 1.60, 1e-12);
+  EXPECT_EQ(i.sets, "m");
+  EXPECT_EQ(i.like, "MoE, hopper, 16-bit, no ZeRO-3");
+  EXPECT_NE(i.caveat.find("MoE runs only"), std::string::npos) << i.caveat;
+  const PredictionInterval dense = IntervalFrom(t, Class("hopper", 1, 8), 0.8);
+  EXPECT_EQ(dense.runs, 10u);
+  EXPECT_DOUBLE_EQ(dense.hi, 1.10);
+}
+
 TEST(Intervals, CoverageCountsRunsInsideTheirIntervals) {
   PredictionInterval i;
   i.lo = 0.9;
@@ -105,6 +133,14 @@ TEST(Intervals, TheBundledTableParsesAndNamesGpuFamilies) {
                                     "t.csv");
   ASSERT_TRUE(basis.ok()) << basis.status().message();
   EXPECT_FALSE((*basis)[0].cls.measured);
+  EXPECT_FALSE((*basis)[0].cls.moe);
+  const auto moe = ParseResiduals("set,line,family,dtype,zero3,pp,gpus,ratio,measured,moe\na,1,hopper,fp8,0,8,256,1.3,1,1\n",
+                                  "t.csv");
+  ASSERT_TRUE(moe.ok()) << moe.status().message();
+  EXPECT_TRUE((*moe)[0].cls.moe);
+  size_t moe_runs = 0;
+  for (const auto& r : BundledResiduals()) moe_runs += r.cls.moe ? 1 : 0;
+  EXPECT_EQ(moe_runs, 10u);  // the development half of Megatron-Bridge's MoE runs
   size_t unmeasured = 0;
   for (const auto& r : BundledResiduals()) unmeasured += r.cls.measured ? 0 : 1;
   EXPECT_GE(unmeasured, 10u);  // the GB300 and MI355X runs of the outside checks' development halves

@@ -5,7 +5,8 @@ calibration the one rule picks for each run (docs/calibration.md "One rule"), ex
 no flags gets. From each set only the development half is kept (even data rows, as validate-sim splits
 them); the held-out halves stay out of the table so that `validate-sim` can report how many of their runs
 the intervals cover. A residual is measured / simulated, with the run's class (GPU family, dtype, ZeRO-3,
-pipeline depth, GPU count, whether its GPU types rest on measurements) as validate-sim's per-run CSV gives it.
+pipeline depth, GPU count, whether its GPU types rest on measurements, whether the model is a mixture of
+experts) as validate-sim's per-run CSV gives it.
 
 Usage: /usr/bin/python3 tools/fit/build_intervals.py [--hetsim build/hetsim] [--out models/catalog/intervals.csv]
 (about two minutes on two cores). Rebuild hetsim afterwards: the table is embedded in the binary.
@@ -29,6 +30,8 @@ SETS = [
     ("nemo-fp8", "experiments/validation/nemo_2407_h100_fp8/runs.csv"),
     ("sailor-gh200", "experiments/validation/sailor_gh200_opt350/runs.csv"),
     ("torchtitan-fsdp", "experiments/validation/torchtitan_a100_fsdp/runs.csv"),
+    # Mixtures of experts (moe: 1): an MoE run's interval draws on these alone, a dense run's never does.
+    ("moe-bridge", "experiments/validation/megatron_bridge_moe_h100/runs.csv"),
 ]
 # Outside checks of today's fleets (docs/fleets.md), never fitted on: the development-half runs on the types that
 # rested on generic values until their GEMMs were measured (B300, GB300, MI355X), simulated with those types'
@@ -59,7 +62,7 @@ def residuals(hetsim, name, runs, unmeasured_only=False):
         ratio = float(r["measured_ms"]) / float(r["simulated_ms"])
         kept.append({"set": name, "line": r["line"], "family": r["family"], "dtype": r["dtype"],
                      "zero3": r["zero3"], "pp": r.get("pp") or "1", "gpus": r["gpus"],
-                     "ratio": f"{ratio:.5f}", "measured": r.get("measured") or "1"})
+                     "ratio": f"{ratio:.5f}", "measured": r.get("measured") or "1", "moe": r.get("moe") or "0"})
     print(f"{name}: {len(kept)} development runs of {len(rows)}", file=sys.stderr)
     return kept
 
@@ -80,8 +83,9 @@ def main():
         fh.write("# `hetsim validate-sim --runs SET` with no flags (the one rule's calibration); ratio = measured / simulated.\n")
         fh.write(f"# Written by tools/fit/build_intervals.py on {datetime.date.today().isoformat()}; the held-out halves are not here.\n")
         fh.write("# measured: 0 where a GPU type of the run has no measured basis (its interval draws on those runs only).\n")
-        w = csv.DictWriter(fh, fieldnames=["set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio", "measured"],
-                           lineterminator="\n")
+        fh.write("# moe: 1 where the model is a mixture of experts (an MoE run's interval draws on those runs only).\n")
+        w = csv.DictWriter(fh, fieldnames=["set", "line", "family", "dtype", "zero3", "pp", "gpus", "ratio", "measured",
+                                           "moe"], lineterminator="\n")
         w.writeheader()
         w.writerows(table)
     print(f"wrote {args.out}: {len(table)} residuals", file=sys.stderr)

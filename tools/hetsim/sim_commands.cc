@@ -302,7 +302,8 @@ int RunSimulate(const po::variables_map& vm, std::ostream& out, std::ostream& er
   PrintSummary(res->report, fid_name, out, &*res);
   // How sure: the spread of measured / simulated over the validated runs most like this one.
   const models::PredictionInterval interval = models::IntervalFor(
-      models::ClassOf(*specs->plan, ctx.cluster, ctx.training, models::AllComputeMeasured(res->report)));
+      models::ClassOf(*specs->plan, ctx.cluster, ctx.training, models::AllComputeMeasured(res->report),
+                      ctx.model.HasMoe()));
   out << "  interval        " << models::DescribeInterval(interval, res->report.iteration_time_s())
       << " (docs/calibration.md \"Intervals\")\n";
   if (vm.count("report-out")) {

@@ -144,7 +144,8 @@ Simulated SimulateWithoutGil(const SpecSources& sources, const SimArgs& a) {
   }
   proto::IterationReport& r = out.result.report;
   if (specs.plan->name().empty()) r.set_plan(specs.plan_file);
-  out.interval = models::IntervalFor(models::ClassOf(*specs.plan, ctx.cluster, ctx.training, models::AllComputeMeasured(r)));
+  out.interval = models::IntervalFor(
+      models::ClassOf(*specs.plan, ctx.cluster, ctx.training, models::AllComputeMeasured(r), ctx.model.HasMoe()));
   return out;
 }
 
