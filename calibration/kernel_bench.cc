@@ -228,6 +228,9 @@ void BenchMemory(const Bench& x) {
   }
 }
 
+// A weight-gradient GEMM (accumulates into an fp32 gradient).
+bool IsWgrad(const hm::Kernel& k) { return std::string(k.name).find("wgrad") != std::string::npos; }
+
 // The operands of one GEMM of kernel `k`'s shape in the executor's layouts, `copies` of each stacked by rows
 // (one per expert of a grouped GEMM), randomly filled:
 //   forward  y[T,N] = x[T,K]·W[N,K]ᵀ          (trans_b)
@@ -237,8 +240,7 @@ struct GemmOperands {
   Buffer a, b, c;
   bool ta = false, tb = false, wgrad = false;
   int64_t a_rows = 0, b_rows = 0, c_rows = 0;
-  GemmOperands(Backend* be, DType act, const hm::Kernel& k, bool forward, bool is_wgrad, int64_t copies = 1)
-      : wgrad(is_wgrad) {
+  GemmOperands(Backend* be, DType act, const hm::Kernel& k, bool forward, int64_t copies = 1) : wgrad(IsWgrad(k)) {
     const auto M = static_cast<int64_t>(k.m), N = static_cast<int64_t>(k.n), K = static_cast<int64_t>(k.k);
     DType c_dtype = act;
     if (wgrad) {
@@ -270,9 +272,8 @@ void BenchGemms(const Bench& x, const hm::TransformerModel& model, const std::st
   for (auto pass : {hm::Pass::kForward, hm::Pass::kBackward}) {
     for (const auto& k : hm::LayerKernels(model, layer, pass, shape)) {
       if (k.type != hm::Kernel::Type::kGemm || k.batch != 1) continue;
-      const bool wgrad = std::string(k.name).find("wgrad") != std::string::npos;
-      if (!seen->insert({k.m, k.n, k.k, wgrad ? 2 : static_cast<int>(pass)}).second) continue;
-      const GemmOperands g(be, act, k, pass == hm::Pass::kForward, wgrad);
+      if (!seen->insert({k.m, k.n, k.k, IsWgrad(k) ? 2 : static_cast<int>(pass)}).second) continue;
+      const GemmOperands g(be, act, k, pass == hm::Pass::kForward);
       Row r;
       r.kind = "gemm", r.name = k.name, r.model = model_name, r.tp = static_cast<int>(shape.tp);
       r.micro_batch = shape.micro_batch, r.seq_len = static_cast<int>(shape.seq_len);
@@ -364,9 +365,8 @@ void BenchMoe(const Bench& x, const hm::TransformerModel& model, const std::stri
       if (k.type != hm::Kernel::Type::kGemm || std::string(k.name).rfind("experts-", 0) != 0) continue;
       const double bytes = (k.m * k.k + k.k * k.n + k.m * k.n) * k.batch * hetsim::executor::DTypeSize(x.act);
       if (bytes > 8e9) continue;
-      const bool wgrad = std::string(k.name).find("wgrad") != std::string::npos;
       const auto copies = static_cast<int64_t>(k.batch);
-      const GemmOperands g(be, x.act, k, pass == hm::Pass::kForward, wgrad, copies);
+      const GemmOperands g(be, x.act, k, pass == hm::Pass::kForward, copies);
       Row r = row_for("moe-gemm", k, pass_name);
       r.measured = TimeOp(be, RepsFor(r.model_s, x.max_reps), [&] {
         for (int64_t i = 0; i < copies; ++i) g.Run(be, i);

@@ -18,22 +18,23 @@ namespace hetsim::testing_util {
 
 inline constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
-inline models::Cluster ClusterFrom(const std::string& yaml, const std::string& file = "test-cluster") {
-  proto::Cluster c;
-  const Status s = models::ParseYaml(yaml, file, &c);
+// `Built::Build` of the `Spec` parsed from `yaml` (a test failure on a parse or build error).
+template <typename Spec, typename Built>
+Built BuiltFrom(const std::string& yaml, const std::string& file) {
+  Spec spec;
+  const Status s = models::ParseYaml(yaml, file, &spec);
   EXPECT_TRUE(s.ok()) << s.message();
-  auto r = models::Cluster::Build(c, file);
+  auto r = Built::Build(spec, file);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return std::move(r).value();
 }
 
+inline models::Cluster ClusterFrom(const std::string& yaml, const std::string& file = "test-cluster") {
+  return BuiltFrom<proto::Cluster, models::Cluster>(yaml, file);
+}
+
 inline models::TransformerModel ModelFrom(const std::string& yaml, const std::string& file = "test-model") {
-  proto::Model m;
-  const Status s = models::ParseYaml(yaml, file, &m);
-  EXPECT_TRUE(s.ok()) << s.message();
-  auto r = models::TransformerModel::Build(m, file);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return std::move(r).value();
+  return BuiltFrom<proto::Model, models::TransformerModel>(yaml, file);
 }
 
 inline proto::Plan PlanFrom(const std::string& yaml, const std::string& file = "test-plan") {

@@ -23,6 +23,13 @@ std::vector<Residual> Table() {
   return t;
 }
 
+// `t` with n runs of class `cls` from set `set`, their ratios first, first + step, ...
+std::vector<Residual> WithRuns(std::vector<Residual> t, const std::string& set, const RunClass& cls, int n,
+                               double first, double step) {
+  for (int i = 0; i < n; ++i) t.push_back({set, cls, first + step * i});
+  return t;
+}
+
 TEST(Intervals, QuantilesOfTheMostSpecificClassWithEnoughRuns) {
   // Ten runs of the class: n + 1 = 11 slots; the 80% interval takes ranks floor(0.1 · 11) = 1 and
   // ceil(0.9 · 11) = 10 of the sorted ratios: 0.91 and 1.00.
@@ -66,12 +73,7 @@ TEST(Intervals, ATypeWithoutMeasuredBasisDrawsOnRunsOfSuchTypes) {
   const PredictionInterval none = IntervalFrom(Table(), c, 0.8);
   EXPECT_EQ(none.runs, 0u);
   EXPECT_NE(none.caveat.find("no run on such a type is bundled"), std::string::npos) << none.caveat;
-  std::vector<Residual> t = Table();
-  for (int i = 0; i < 10; ++i) {
-    Residual r{"g", Class("other", 1, 8), 1.30 + 0.02 * i};
-    r.cls.measured = false;
-    t.push_back(r);
-  }
+  const std::vector<Residual> t = WithRuns(Table(), "g", c, 10, 1.30, 0.02);
   const PredictionInterval i = IntervalFrom(t, c, 0.8);
   EXPECT_EQ(i.runs, 10u);
   EXPECT_DOUBLE_EQ(i.lo, 1.30);
@@ -92,12 +94,9 @@ TEST(Intervals, AMixtureOfExpertsDrawsOnMoeRunsOnly) {
   const PredictionInterval none = IntervalFrom(Table(), c, 0.8);
   EXPECT_EQ(none.runs, 0u);
   EXPECT_EQ(DescribeInterval(none, 10.0), "no interval: a mixture of experts and no measured MoE run is bundled");
-  std::vector<Residual> t = Table();
-  for (int i = 0; i < 12; ++i) {
-    Residual r{"m", Class("hopper", 8, 256), 1.05 + 0.05 * i};
-    r.cls.moe = true;
-    t.push_back(r);
-  }
+  RunClass moe_runs = Class("hopper", 8, 256);
+  moe_runs.moe = true;
+  const std::vector<Residual> t = WithRuns(Table(), "m", moe_runs, 12, 1.05, 0.05);
   const PredictionInterval i = IntervalFrom(t, c, 0.8);
   EXPECT_EQ(i.runs, 12u);
   EXPECT_DOUBLE_EQ(i.lo, 1.05);
