@@ -1,5 +1,6 @@
 // ValidatePlanRuns (calibration/validate_plan_runs.h): plan-file runs' report, asserted on directly.
 #include "calibration/validate_plan_runs.h"
+#include "models/intervals.h"
 
 #include <cmath>
 #include <fstream>
@@ -53,6 +54,32 @@ TEST(ValidatePlanRuns, SailorsFirstFourPlansSplitIntoHalvesAndTally) {
   size_t lines = 0;
   for (char c : rep->csv) lines += c == '\n';
   EXPECT_EQ(lines, 5u);
+}
+
+TEST(ValidatePlanRuns, AMixtureOfExpertsIsClassedAsOneAndTakesTheMoeRunsInterval) {
+  // One run of HybridEP's benchmark layer (a 128-expert model) and one of Sailor's dense plans: the per-run CSV's
+  // last column says moe 1 and 0, and the MoE run's interval comes from the bundled MoE runs, which are all too
+  // slow in reality (measured / simulated 1.07 .. 2.59), so it lies above the simulated time.
+  const std::string dir = ::testing::TempDir();
+  const std::string src = std::string(HETSIM_SOURCE_DIR);
+  std::ofstream(dir + "moe-runs.csv") << "plan,iteration_ms\n"
+                                      << src << "/experiments/moe/hybridep-h100/plan-ep16.yaml,1000\n"
+                                      << src << "/experiments/validation/sailor_gh200_opt350/plans/n2-d1.yaml,657\n";
+  auto rep = ValidatePlanRuns(dir + "moe-runs.csv", {});
+  ASSERT_TRUE(rep.ok()) << rep.status().message();
+  ASSERT_EQ(rep->runs.size(), 2u);
+  ASSERT_TRUE(rep->runs[0].ok) << rep->runs[0].error;
+  EXPECT_TRUE(rep->runs[0].cls.moe);
+  EXPECT_FALSE(rep->runs[1].cls.moe);
+  const std::string& csv = rep->csv;
+  const size_t header_end = csv.find('\n');
+  EXPECT_EQ(csv.substr(header_end - 12, 12), "measured,moe");
+  const size_t first_end = csv.find('\n', header_end + 1), second_end = csv.find('\n', first_end + 1);
+  EXPECT_EQ(csv.substr(first_end - 2, 2), ",1");
+  EXPECT_EQ(csv.substr(second_end - 2, 2), ",0");
+  const models::PredictionInterval interval = models::IntervalFor(rep->runs[0].cls);
+  EXPECT_EQ(interval.runs, 10u);
+  EXPECT_GT(interval.lo, 1.0);
 }
 
 TEST(ValidatePlanRuns, AMissingPlanIsAFailureOfItsRowAndBadNumbersAnError) {
